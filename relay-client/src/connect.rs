@@ -1,0 +1,209 @@
+//! The client's QUIC endpoint and how it trusts the relay: a pinned certificate
+//! fingerprint, a CA file, or (labs only, loudly) nothing.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicClientConfig;
+use quinn::{Connection, Endpoint, EndpointConfig, TokioRuntime};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use shared::quic::{Windows, bind_udp};
+
+pub enum Trust {
+    /// SHA-256 of the relay's DER certificate.
+    Pinned([u8; 32]),
+    CaFile(std::path::PathBuf),
+    Insecure,
+}
+
+/// Accepts exactly the pinned certificate (or any, when insecure) but still checks
+/// that the peer holds its private key (the handshake signature).
+#[derive(Debug)]
+struct PinVerifier {
+    pin: Option<[u8; 32]>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(pin) = self.pin else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        let got = shared::tls::fingerprint(end_entity);
+        if got == pin {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(format!(
+                "relay certificate fingerprint {} does not match --relay-cert-sha256 {}",
+                shared::tls::format_fingerprint(&got),
+                shared::tls::format_fingerprint(&pin)
+            )))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?;
+    let mut cfg = match trust {
+        Trust::Pinned(pin) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinVerifier {
+                pin: Some(*pin),
+                provider,
+            }))
+            .with_no_client_auth(),
+        Trust::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinVerifier {
+                pin: None,
+                provider,
+            }))
+            .with_no_client_auth(),
+        Trust::CaFile(path) => builder
+            .with_root_certificates(load_roots(path)?)
+            .with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![shared::limits::ALPN.to_vec()];
+    Ok(cfg)
+}
+
+fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("cannot read --relay-ca {}: {e}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        let cert = cert.map_err(|e| format!("bad PEM in {}: {e}", path.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("unusable CA certificate in {}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("no certificates in {}", path.display()));
+    }
+    Ok(roots)
+}
+
+pub struct Connector {
+    endpoint: Endpoint,
+    config: quinn::ClientConfig,
+}
+
+impl Connector {
+    pub fn new(
+        trust: &Trust,
+        windows: &Windows,
+        udp_buffer: usize,
+        v6: bool,
+    ) -> Result<Self, String> {
+        let crypto = QuicClientConfig::try_from(tls_config(trust)?).map_err(|e| e.to_string())?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(windows.transport()));
+        let bind: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let socket = bind_udp(bind, udp_buffer).map_err(|e| format!("cannot bind UDP: {e}"))?;
+        let endpoint = Endpoint::new(
+            EndpointConfig::default(),
+            None,
+            socket,
+            Arc::new(TokioRuntime),
+        )
+        .map_err(|e| format!("cannot start QUIC: {e}"))?;
+        Ok(Self { endpoint, config })
+    }
+
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+        timeout: Duration,
+    ) -> Result<Connection, String> {
+        let connecting = self
+            .endpoint
+            .connect_with(self.config.clone(), addr, server_name)
+            .map_err(|e| format!("cannot connect to relay {addr}: {e}"))?;
+        match tokio::time::timeout(timeout, connecting).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(format!("cannot connect to relay {addr}: {e}")),
+            Err(_) => Err(format!(
+                "cannot connect to relay {addr}: no QUIC handshake within {} s (is UDP blocked?)",
+                timeout.as_secs()
+            )),
+        }
+    }
+
+    pub async fn close(&self) {
+        self.endpoint
+            .close(shared::protocol::app_error::DONE.into(), b"");
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+    }
+}
+
+/// Resolves `HOST:PORT`; returns the address and the TLS server name to present.
+pub async fn resolve(relay: &str) -> Result<(SocketAddr, String), String> {
+    let host = match relay.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+        None => return Err(format!("--relay {relay:?} must be HOST:PORT")),
+    };
+    let addr = tokio::net::lookup_host(relay)
+        .await
+        .map_err(|e| format!("cannot resolve relay {relay:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("relay {relay:?} resolves to no address"))?;
+    // An IP literal is not a valid TLS server name for SNI; pinning ignores the name.
+    let name = if host.parse::<std::net::IpAddr>().is_ok() {
+        "localhost".to_string()
+    } else {
+        host
+    };
+    Ok((addr, name))
+}

@@ -1,0 +1,159 @@
+//! Direct mode: the same block planning, resume, verify-then-commit rules, straight
+//! to Blob Storage over HTTPS with N Put Block requests in flight (AzCopy-like).
+//! The fair baseline for the relay, and the fallback where UDP is blocked.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use shared::blob::Storage;
+use shared::block_id::TransferTag;
+use shared::checkpoint::Checkpoint;
+use shared::plan::BlockPlan;
+use shared::publish::{Destination, commit_verified, preflight, stage_failure, storage_failure};
+use shared::resume::{ResumePoint, find_resume_point};
+use shared::staging::{Budget, Stager};
+use tokio::io::AsyncSeekExt;
+
+use crate::report::{Clocks, FileError};
+use crate::send::{Options, Sent};
+use crate::source::{Snapshot, hash_prefix};
+use crate::walk::Source;
+
+pub struct Direct {
+    pub storage: Storage,
+    pub budget: Budget,
+    pub connections: usize,
+    pub block_size: u64,
+}
+
+fn relay_like(f: shared::protocol::Failure) -> FileError {
+    FileError::from_relay(f.code, f.message)
+}
+
+pub async fn upload_file(
+    d: &Direct,
+    src: &Source,
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<Sent, FileError> {
+    let t0 = Instant::now();
+    let before = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    bar.set_length(before.len);
+    let plan = BlockPlan::new(before.len, opts.block_size.unwrap_or(d.block_size))
+        .map_err(|e| FileError::new("too_large", e.to_string(), false))?;
+    let writer = Arc::new(
+        d.storage
+            .writer(&opts.container, &src.blob)
+            .map_err(|e| relay_like(storage_failure(&e)))?,
+    );
+    preflight(&writer, &opts.overwrite)
+        .await
+        .map_err(relay_like)?;
+
+    let tag = TransferTag::derive(&opts.container, &src.blob, before.len, plan.block_size);
+    let uncommitted = writer
+        .uncommitted_blocks()
+        .await
+        .map_err(|e| relay_like(storage_failure(&e)))?;
+    let mut point = find_resume_point(
+        &plan,
+        tag,
+        uncommitted.iter().map(|(i, s)| (i.as_slice(), *s)),
+    );
+    if point.offset > 0 {
+        let ours = hash_prefix(src.path.clone(), point.offset)
+            .await
+            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        if Checkpoint::of(&ours) != Some(point.checkpoint) {
+            point = ResumePoint::fresh();
+        }
+    }
+    let start = point.offset;
+    bar.set_position(start);
+
+    let mut file = tokio::fs::File::open(&src.path)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
+    file.seek(std::io::SeekFrom::Start(start))
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
+    let mut reader = ProgressReader {
+        inner: file,
+        bar: bar.clone(),
+    };
+    let mut stager = Stager::new(
+        writer.clone(),
+        plan,
+        tag,
+        point,
+        d.budget.clone(),
+        d.connections,
+    )
+    .map_err(|e| relay_like(stage_failure(e)))?;
+    stager.pump(&mut reader).await.map_err(|e| match e {
+        shared::staging::StageError::Truncated { .. } => FileError::new(
+            "source_changed",
+            "file shrank while it was being read; nothing committed",
+            false,
+        ),
+        other => relay_like(stage_failure(other)),
+    })?;
+    let staged = stager
+        .finish()
+        .await
+        .map_err(|e| relay_like(stage_failure(e)))?;
+    let t_sent = Instant::now();
+    let after = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    if after != before {
+        return Err(FileError::new(
+            "source_changed",
+            "file changed while it was being sent (size or modification time); nothing committed",
+            false,
+        ));
+    }
+    let dest = Destination {
+        size: before.len,
+        content_type: opts.content_type.as_deref(),
+        metadata: &opts.metadata,
+        overwrite: &opts.overwrite,
+    };
+    let props = commit_verified(&writer, &staged, &[], &dest)
+        .await
+        .map_err(relay_like)?;
+    Ok(Sent {
+        bytes: before.len,
+        sha256: hex::encode(staged.sha256),
+        etag: props.etag,
+        bytes_resumed: staged.bytes_resumed,
+        bytes_sent: staged.bytes_received,
+        retries: writer.retries(),
+        clocks: Clocks {
+            wait_ms: 0,
+            transfer_ms: (t_sent - t0).as_millis() as u64,
+            commit_ms: t_sent.elapsed().as_millis() as u64,
+        },
+    })
+}
+
+/// Advances the progress bar as the stager reads the file.
+struct ProgressReader<R> {
+    inner: R,
+    bar: ProgressBar,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ProgressReader<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.bar.inc(n as u64);
+        r
+    }
+}

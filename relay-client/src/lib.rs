@@ -1,0 +1,11 @@
+//! Blob Relay client: walks files, sends each over its own QUIC stream to a relay
+//! (or straight to Blob Storage in direct mode), and reports verified receipts.
+
+pub mod cli;
+pub mod connect;
+pub mod direct;
+pub mod report;
+pub mod send;
+pub mod source;
+pub mod upload;
+pub mod walk;

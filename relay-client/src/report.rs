@@ -1,0 +1,138 @@
+//! What the client tells people and scripts: one line per failed file, and a JSON
+//! summary whose shape is a stable contract (`--json`).
+
+use serde::Serialize;
+use shared::protocol::Code;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Clocks {
+    /// Waiting for a free slot (`--parallel`) and a connection.
+    pub wait_ms: u64,
+    /// Offer to last byte sent.
+    pub transfer_ms: u64,
+    /// Last byte to Receipt: staging the tail, hash check, commit, property read.
+    pub commit_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    pub path: String,
+    pub container: String,
+    pub blob: String,
+    pub status: Status,
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    pub bytes_resumed: u64,
+    pub bytes_sent: u64,
+    pub retries: u32,
+    pub attempts: u32,
+    pub clocks_ms: Clocks,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorReport>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Committed,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorReport {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub ok: bool,
+    pub mode: &'static str,
+    pub files: Vec<FileReport>,
+    pub totals: Totals,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Totals {
+    pub files: usize,
+    pub committed: usize,
+    pub failed: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub mbit_per_s: f64,
+}
+
+impl Summary {
+    pub fn new(mode: &'static str, files: Vec<FileReport>, seconds: f64) -> Self {
+        let committed = files
+            .iter()
+            .filter(|f| f.status == Status::Committed)
+            .count();
+        let bytes: u64 = files
+            .iter()
+            .filter(|f| f.status == Status::Committed)
+            .map(|f| f.bytes)
+            .sum();
+        Self {
+            ok: committed == files.len(),
+            mode,
+            totals: Totals {
+                files: files.len(),
+                committed,
+                failed: files.len() - committed,
+                bytes,
+                seconds,
+                mbit_per_s: if seconds > 0.0 {
+                    bytes as f64 * 8.0 / seconds / 1e6
+                } else {
+                    0.0
+                },
+            },
+            files,
+        }
+    }
+}
+
+/// A per-file failure: a code for scripts and a sentence for people.
+#[derive(Debug, Clone)]
+pub struct FileError {
+    pub code: String,
+    pub message: String,
+    /// Worth another attempt (lost connection, relay busy, Azure 5xx).
+    pub retryable: bool,
+}
+
+impl FileError {
+    pub fn new(code: &str, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            retryable,
+        }
+    }
+
+    pub fn from_relay(code: Code, message: String) -> Self {
+        let label = serde_json::to_value(code)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "relay".into());
+        let text = match code {
+            Code::Exists
+            | Code::Unauthorized
+            | Code::Forbidden
+            | Code::InvalidName
+            | Code::TooLarge => {
+                format!("refused: {message}")
+            }
+            _ => message,
+        };
+        Self {
+            code: label,
+            message: text,
+            retryable: code.is_retryable(),
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! One file through the relay on one QUIC stream: Offer, Plan (with the same-source
+//! check on resume), Start and bytes, Trailer, Receipt.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use quinn::Connection;
+use sha2::{Digest, Sha256};
+use shared::checkpoint::Checkpoint;
+use shared::codec::{FrameError, read_frame, write_frame};
+use shared::limits::PROTOCOL_VERSION;
+use shared::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer};
+
+use crate::report::{Clocks, FileError};
+use crate::source::{Snapshot, hash_prefix, read_range};
+use crate::walk::Source;
+
+/// What every file of one run shares.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub token: Secret,
+    pub container: String,
+    pub overwrite: Overwrite,
+    pub block_size: Option<u64>,
+    pub content_type: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub bytes: u64,
+    pub sha256: String,
+    pub etag: String,
+    pub bytes_resumed: u64,
+    pub bytes_sent: u64,
+    pub retries: u32,
+    pub clocks: Clocks,
+}
+
+fn lost(e: impl std::fmt::Display) -> FileError {
+    FileError::new("connection", format!("connection to relay lost: {e}"), true)
+}
+
+fn frame_err(what: &str, e: FrameError) -> FileError {
+    match e {
+        FrameError::Io(_) | FrameError::Closed | FrameError::Truncated => FileError::new(
+            "connection",
+            format!("{what}: connection to relay lost ({e})"),
+            true,
+        ),
+        _ => FileError::new("protocol", format!("{what}: {e}"), false),
+    }
+}
+
+pub async fn send_file(
+    conn: &Connection,
+    src: &Source,
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<Sent, FileError> {
+    let t0 = Instant::now();
+    let before = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    bar.set_length(before.len);
+    let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
+    let offer = Offer {
+        version: PROTOCOL_VERSION,
+        token: opts.token.clone(),
+        container: opts.container.clone(),
+        blob: src.blob.clone(),
+        size: before.len,
+        content_type: opts.content_type.clone(),
+        metadata: opts.metadata.clone(),
+        overwrite: opts.overwrite.clone(),
+        sha256: None,
+        block_size: opts.block_size,
+    };
+    write_frame(&mut send, &Message::Offer(offer))
+        .await
+        .map_err(|e| frame_err("sending the Offer", e))?;
+    let plan = match read_frame(&mut recv)
+        .await
+        .map_err(|e| frame_err("reading the Plan", e))?
+    {
+        Message::Plan(p) => p,
+        Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
+        other => {
+            return Err(FileError::new(
+                "protocol",
+                format!("expected a Plan, got {}", other.name()),
+                false,
+            ));
+        }
+    };
+
+    // Same-source check: resume only if our own prefix hashes to the relay's checkpoint.
+    let mut hasher = Sha256::new();
+    let mut start = 0;
+    if plan.resume_offset > 0 && plan.resume_offset <= before.len {
+        let theirs = Checkpoint::from_hex(&plan.checkpoint);
+        let ours = hash_prefix(src.path.clone(), plan.resume_offset)
+            .await
+            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        if theirs.is_some() && Checkpoint::of(&ours) == theirs {
+            hasher = ours;
+            start = plan.resume_offset;
+        } else {
+            tracing::info!(path = %src.path.display(), "staged blocks are from a different source; starting from zero");
+        }
+    }
+    write_frame(&mut send, &Message::Start(Start { offset: start }))
+        .await
+        .map_err(|e| frame_err("sending Start", e))?;
+    bar.set_position(start);
+
+    let mut chunks = read_range(src.path.clone(), start, before.len - start);
+    while let Some(chunk) = chunks.recv().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = send.reset(shared::protocol::app_error::CLIENT_ABORT.into());
+                return Err(changed_or(e));
+            }
+        };
+        hasher.update(&chunk);
+        let n = chunk.len() as u64;
+        if let Err(e) = send.write_chunk(chunk).await {
+            // The relay may have stopped us with a reason; prefer its message.
+            return Err(relay_reason(&mut recv).await.unwrap_or_else(|| lost(e)));
+        }
+        bar.inc(n);
+    }
+    let after = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    if after != before {
+        let _ = send.reset(shared::protocol::app_error::CLIENT_ABORT.into());
+        return Err(FileError::new(
+            "source_changed",
+            "file changed while it was being sent (size or modification time); nothing committed",
+            false,
+        ));
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    write_frame(
+        &mut send,
+        &Message::Trailer(Trailer {
+            sha256: sha256.clone(),
+        }),
+    )
+    .await
+    .map_err(|e| frame_err("sending the Trailer", e))?;
+    let _ = send.finish();
+    let t_sent = Instant::now();
+
+    let receipt = match read_frame(&mut recv)
+        .await
+        .map_err(|e| frame_err("reading the Receipt", e))?
+    {
+        Message::Receipt(r) => r,
+        Message::Error(f) => return Err(FileError::from_relay(f.code, f.message)),
+        other => {
+            return Err(FileError::new(
+                "protocol",
+                format!("expected a Receipt, got {}", other.name()),
+                false,
+            ));
+        }
+    };
+    if receipt.sha256 != sha256 || receipt.size != before.len {
+        return Err(FileError::new(
+            "verify",
+            format!(
+                "relay receipt ({} bytes, sha256 {}) does not match the source ({} bytes, {sha256})",
+                receipt.size, receipt.sha256, before.len
+            ),
+            false,
+        ));
+    }
+    Ok(Sent {
+        bytes: before.len,
+        sha256,
+        etag: receipt.etag,
+        bytes_resumed: receipt.bytes_resumed,
+        bytes_sent: before.len - start,
+        retries: receipt.retries,
+        clocks: Clocks {
+            wait_ms: 0,
+            transfer_ms: (t_sent - t0).as_millis() as u64,
+            commit_ms: t_sent.elapsed().as_millis() as u64,
+        },
+    })
+}
+
+fn changed_or(e: std::io::Error) -> FileError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        FileError::new("source_changed", format!("{e}; nothing committed"), false)
+    } else {
+        FileError::new(
+            "source",
+            format!("read failed: {e}; nothing committed"),
+            false,
+        )
+    }
+}
+
+/// After a failed write, the relay has usually sent an Error explaining why.
+async fn relay_reason(recv: &mut quinn::RecvStream) -> Option<FileError> {
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(5), read_frame(recv))
+        .await
+        .ok()?
+        .ok()?;
+    match msg {
+        Message::Error(f) | Message::Reject(f) => Some(FileError::from_relay(f.code, f.message)),
+        _ => None,
+    }
+}

@@ -1,0 +1,92 @@
+//! Reading a source file: a snapshot of size and mtime to detect changes, a prefix
+//! hash for the same-source check, and a bounded reader thread (a few 1 MiB chunks
+//! in flight, whatever the file's size).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+pub const CHUNK: usize = 1 << 20;
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub len: u64,
+    pub mtime: Option<SystemTime>,
+}
+
+impl Snapshot {
+    pub fn take(path: &Path) -> std::io::Result<Self> {
+        let m = std::fs::metadata(path)?;
+        Ok(Self {
+            len: m.len(),
+            mtime: m.modified().ok(),
+        })
+    }
+}
+
+/// SHA-256 state after the first `len` bytes (for comparing with a relay checkpoint).
+pub async fn hash_prefix(path: PathBuf, len: u64) -> std::io::Result<Sha256> {
+    tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::File::open(&path)?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; CHUNK];
+        let mut left = len;
+        while left > 0 {
+            let want = (left as usize).min(CHUNK);
+            let n = f.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "file shrank while hashing its prefix",
+                ));
+            }
+            h.update(&buf[..n]);
+            left -= n as u64;
+        }
+        Ok(h)
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+/// Streams `[offset, offset + len)` as chunks from a blocking thread. Ends early
+/// with an `UnexpectedEof` error if the file shrank.
+pub fn read_range(path: PathBuf, offset: u64, len: u64) -> mpsc::Receiver<std::io::Result<Bytes>> {
+    let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    tokio::task::spawn_blocking(move || {
+        let run = || -> std::io::Result<()> {
+            let mut f = std::fs::File::open(&path)?;
+            f.seek(SeekFrom::Start(offset))?;
+            let mut left = len;
+            while left > 0 {
+                let want = (left as usize).min(CHUNK);
+                let mut buf = BytesMut::zeroed(want);
+                let mut got = 0;
+                while got < want {
+                    let n = f.read(&mut buf[got..])?;
+                    if n == 0 {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "file shrank while it was being read",
+                        ));
+                    }
+                    got += n;
+                }
+                left -= want as u64;
+                if tx.blocking_send(Ok(buf.freeze())).is_err() {
+                    return Ok(()); // receiver gone: the transfer was abandoned
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = run() {
+            let _ = tx.blocking_send(Err(e));
+        }
+    });
+    rx
+}

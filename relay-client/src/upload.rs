@@ -1,0 +1,351 @@
+//! The `upload` command: walks the sources, runs up to `--parallel` files at once
+//! over one QUIC connection (or directly), retries what is retryable with capped
+//! backoff (reconnecting and resuming), and reports.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use quinn::Connection;
+use shared::blob::{Storage, WriterOptions};
+use shared::credentials::StorageAccess;
+use shared::protocol::{Overwrite, Secret};
+use shared::quic::Windows;
+use shared::retry::Backoff;
+use shared::staging::Budget;
+use tokio::sync::{Mutex, Semaphore};
+
+use crate::cli::UploadArgs;
+use crate::connect::{Connector, Trust, resolve};
+use crate::direct::{Direct, upload_file};
+use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status, Summary};
+use crate::send::{Options, Sent, send_file};
+use crate::walk::{Source, collect, parse_destination};
+
+/// A setup problem that stops the whole command (exit status 2).
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+enum Mode {
+    Relay(RelayLink),
+    Direct(Direct),
+}
+
+/// One QUIC connection, re-established when it is lost.
+struct RelayLink {
+    connector: Connector,
+    addr: SocketAddr,
+    name: String,
+    timeout: Duration,
+    current: Mutex<Option<Connection>>,
+}
+
+impl RelayLink {
+    async fn get(&self) -> Result<Connection, FileError> {
+        let mut cur = self.current.lock().await;
+        if let Some(c) = cur.as_ref()
+            && c.close_reason().is_none()
+        {
+            return Ok(c.clone());
+        }
+        let c = self
+            .connector
+            .connect(self.addr, &self.name, self.timeout)
+            .await
+            .map_err(|m| FileError::new("connection", m, true))?;
+        *cur = Some(c.clone());
+        Ok(c)
+    }
+}
+
+fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupError> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| SetupError(format!("--metadata {item:?}: expected KEY=VALUE")))?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    shared::blob_name::validate_metadata(&out).map_err(SetupError)?;
+    Ok(out)
+}
+
+fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
+    match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
+        (Some(fp), None, false) => Ok(Trust::Pinned(shared::tls::parse_fingerprint(fp).map_err(SetupError)?)),
+        (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
+        (None, None, true) => {
+            eprintln!("relay-client: WARNING: --insecure: the relay is not verified; anyone on the path can read and alter this upload");
+            Ok(Trust::Insecure)
+        }
+        (None, None, false) => Err(SetupError(
+            "say how to trust the relay: --relay-cert-sha256 HEX, --relay-ca PEM, or (labs only) --insecure".into(),
+        )),
+        _ => Err(SetupError(
+            "use only one of --relay-cert-sha256, --relay-ca and --insecure".into(),
+        )),
+    }
+}
+
+pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
+    let t0 = Instant::now();
+    let (container, prefix) =
+        parse_destination(&args.to).map_err(|e| SetupError(format!("--to: {e}")))?;
+    let overwrite = match (&args.if_match, args.overwrite) {
+        (Some(etag), _) => Overwrite::IfMatch { etag: etag.clone() },
+        (None, true) => Overwrite::Always,
+        (None, false) => Overwrite::Never,
+    };
+    let opts = Arc::new(Options {
+        token: Secret(args.token.clone().unwrap_or_default()),
+        container: container.clone(),
+        overwrite,
+        block_size: args.block_size,
+        content_type: args.content_type.clone(),
+        metadata: parse_metadata(&args.metadata)?,
+    });
+    let windows = Windows {
+        stream_window: args.stream_window,
+        connection_window: args.connection_window,
+        congestion: args.congestion,
+    };
+    let mode = if args.direct {
+        let url = args.storage_url.clone().unwrap_or_default();
+        let key = args.account_key.clone().map(Secret);
+        let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
+        let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
+        Mode::Direct(Direct {
+            storage,
+            budget: Budget::new(args.memory_budget),
+            connections: args.connections.max(1),
+            block_size: args
+                .block_size
+                .unwrap_or(shared::limits::DEFAULT_BLOCK_SIZE),
+        })
+    } else {
+        let relay = args.relay.clone().unwrap_or_default();
+        if args.token.as_deref().unwrap_or_default().is_empty() {
+            return Err(SetupError(
+                "a token is needed: --token T or RELAY_TOKEN".into(),
+            ));
+        }
+        let trust = trust(&args)?;
+        let (addr, name) = resolve(&relay).await.map_err(SetupError)?;
+        let name = args.server_name.clone().unwrap_or(name);
+        let connector =
+            Connector::new(&trust, &windows, 8 << 20, addr.is_ipv6()).map_err(SetupError)?;
+        let link = RelayLink {
+            connector,
+            addr,
+            name,
+            timeout: Duration::from_secs(args.connect_timeout),
+            current: Mutex::new(None),
+        };
+        // Connect once up front so a wrong address or certificate is one clear error.
+        link.get().await.map_err(|e| SetupError(e.message))?;
+        Mode::Relay(link)
+    };
+    let mode = Arc::new(mode);
+
+    let (sources, walk_errors) = collect(&args.paths, &prefix);
+    let show = !args.json && !args.quiet && std::io::stdout().is_terminal();
+    let multi = MultiProgress::with_draw_target(if show {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    let total_bytes: u64 = sources
+        .iter()
+        .filter_map(|s| std::fs::metadata(&s.path).ok())
+        .map(|m| m.len())
+        .sum();
+    let total = multi.add(ProgressBar::new(total_bytes));
+    total.set_style(
+        ProgressStyle::with_template(
+            "total {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+
+    let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, src) in sources.into_iter().enumerate() {
+        let (mode, opts, slots, multi, total) = (
+            mode.clone(),
+            opts.clone(),
+            slots.clone(),
+            multi.clone(),
+            total.clone(),
+        );
+        let attempts = args.attempts.max(1);
+        tasks.spawn(async move {
+            let queued = Instant::now();
+            let _slot = slots.acquire_owned().await;
+            let wait_ms = queued.elapsed().as_millis() as u64;
+            let bar = multi.insert_before(&total, ProgressBar::new(0));
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:40!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.set_prefix(src.blob.clone());
+            let report = one_file(&mode, &src, &opts, &bar, attempts, wait_ms).await;
+            total.inc(report.bytes_sent);
+            bar.finish_and_clear();
+            multi.remove(&bar);
+            (i, report)
+        });
+    }
+    let mut reports = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(r) => reports.push(r),
+            Err(e) => return Err(SetupError(format!("internal error: {e}"))),
+        }
+    }
+    total.finish_and_clear();
+    reports.sort_by_key(|(i, _)| *i);
+    let mut files: Vec<FileReport> = reports.into_iter().map(|(_, r)| r).collect();
+    for (path, why) in walk_errors {
+        files.push(failed_report(
+            &path.display().to_string(),
+            &container,
+            "",
+            FileError::new("source", why, false),
+            0,
+            Clocks::default(),
+        ));
+    }
+    if let Mode::Relay(link) = mode.as_ref() {
+        link.connector.close().await;
+    }
+    let name = if args.direct { "direct" } else { "relay" };
+    Ok(Summary::new(name, files, t0.elapsed().as_secs_f64()))
+}
+
+async fn one_file(
+    mode: &Mode,
+    src: &Source,
+    opts: &Options,
+    bar: &ProgressBar,
+    attempts: u32,
+    wait_ms: u64,
+) -> FileReport {
+    let path = src.path.display().to_string();
+    if let Err(m) = shared::blob_name::validate_blob_name(&src.blob) {
+        return failed_report(
+            &path,
+            &opts.container,
+            &src.blob,
+            FileError::new("invalid_name", m, false),
+            0,
+            Clocks {
+                wait_ms,
+                ..Default::default()
+            },
+        );
+    }
+    let backoff = Backoff {
+        initial: Duration::from_millis(500),
+        cap: Duration::from_secs(15),
+        max_attempts: attempts,
+    };
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let res: Result<Sent, FileError> = match mode {
+            Mode::Relay(link) => match link.get().await {
+                Ok(conn) => send_file(&conn, src, opts, bar).await,
+                Err(e) => Err(e),
+            },
+            Mode::Direct(d) => upload_file(d, src, opts, bar).await,
+        };
+        match res {
+            Ok(sent) => {
+                return FileReport {
+                    path,
+                    container: opts.container.clone(),
+                    blob: src.blob.clone(),
+                    status: Status::Committed,
+                    bytes: sent.bytes,
+                    sha256: Some(sent.sha256),
+                    etag: Some(sent.etag),
+                    bytes_resumed: sent.bytes_resumed,
+                    bytes_sent: sent.bytes_sent,
+                    retries: sent.retries,
+                    attempts: tries,
+                    clocks_ms: Clocks {
+                        wait_ms,
+                        ..sent.clocks
+                    },
+                    error: None,
+                };
+            }
+            Err(e) if e.retryable && backoff.allows(tries) => {
+                let delay = backoff.delay(tries, rand_unit());
+                tracing::warn!(path = %path, attempt = tries, ?delay, error = %e.message, "retrying");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => {
+                return failed_report(
+                    &path,
+                    &opts.container,
+                    &src.blob,
+                    e,
+                    tries,
+                    Clocks {
+                        wait_ms,
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+    }
+}
+
+fn rand_unit() -> f64 {
+    // Jitter only; quality does not matter.
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    f64::from(n % 1000) / 1000.0
+}
+
+fn failed_report(
+    path: &str,
+    container: &str,
+    blob: &str,
+    e: FileError,
+    attempts: u32,
+    clocks: Clocks,
+) -> FileReport {
+    FileReport {
+        path: path.to_string(),
+        container: container.to_string(),
+        blob: blob.to_string(),
+        status: Status::Failed,
+        bytes: 0,
+        sha256: None,
+        etag: None,
+        bytes_resumed: 0,
+        bytes_sent: 0,
+        retries: 0,
+        attempts,
+        clocks_ms: clocks,
+        error: Some(ErrorReport {
+            code: e.code,
+            message: e.message,
+        }),
+    }
+}

@@ -1,0 +1,127 @@
+//! Command-line flags (each also from a `RELAY_<FLAG>` environment variable) and the
+//! resolved configuration the server runs with.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use shared::credentials::EntraSource;
+use shared::limits::DEFAULT_BLOCK_SIZE;
+use shared::quic::Congestion;
+use shared::size::parse_size;
+
+fn size(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+/// Receives files over QUIC and stages them as large blocks into Azure Blob Storage;
+/// commits a blob only after its whole-file SHA-256 matches the client's.
+#[derive(Debug, Parser)]
+#[command(name = "relay-server", version, about, long_about = None, after_long_help = EXAMPLES)]
+pub struct Args {
+    /// UDP address to listen on.
+    #[arg(long, env = "RELAY_LISTEN", default_value = "0.0.0.0:4433")]
+    pub listen: SocketAddr,
+
+    /// Blob service URL, e.g. https://ACCOUNT.blob.core.windows.net or
+    /// http://127.0.0.1:10000/devstoreaccount1 (Azurite). A SAS may be in the query.
+    #[arg(long, env = "RELAY_STORAGE_URL")]
+    pub storage_url: String,
+
+    /// Storage account key; the relay signs its own short-lived account SAS from it.
+    /// Without a key or SAS, Entra ID is used (managed identity by default).
+    #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
+    pub account_key: Option<String>,
+
+    /// Entra ID credential when no key or SAS is given: managed-identity | cli.
+    #[arg(long, env = "RELAY_ENTRA", default_value = "managed-identity")]
+    pub entra: EntraSource,
+
+    /// TLS certificate chain (PEM). Without it a self-signed certificate is made at start.
+    #[arg(long, env = "RELAY_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// TLS private key (PEM).
+    #[arg(long, env = "RELAY_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Write the certificate's SHA-256 fingerprint here (for --relay-cert-sha256).
+    #[arg(long, env = "RELAY_CERT_FINGERPRINT_FILE")]
+    pub cert_fingerprint_file: Option<PathBuf>,
+
+    /// Names in a self-signed certificate (repeatable).
+    #[arg(
+        long = "tls-name",
+        env = "RELAY_TLS_NAME",
+        value_delimiter = ',',
+        default_value = "localhost"
+    )]
+    pub tls_names: Vec<String>,
+
+    /// Tokens file: one token per line, optionally followed by a space and a
+    /// comma-separated list of containers it may write. Re-read when it changes.
+    #[arg(long, env = "RELAY_TOKENS")]
+    pub tokens: PathBuf,
+
+    /// One budget for block buffers, shared by all transfers.
+    #[arg(long, env = "RELAY_MEMORY_BUDGET", default_value = "1GiB", value_parser = size)]
+    pub memory_budget: u64,
+
+    /// Block size for Put Block (grown automatically for files over 50,000 blocks).
+    #[arg(long, env = "RELAY_BLOCK_SIZE", default_value_t = DEFAULT_BLOCK_SIZE, value_parser = size)]
+    pub block_size: u64,
+
+    /// Put Block requests in flight per file.
+    #[arg(long, env = "RELAY_BLOCKS_IN_FLIGHT", default_value_t = 4)]
+    pub blocks_in_flight: usize,
+
+    /// QUIC receive window per stream.
+    #[arg(long, env = "RELAY_STREAM_WINDOW", default_value = "32MiB", value_parser = size)]
+    pub stream_window: u64,
+
+    /// QUIC receive window per connection (bounds unread data per client).
+    #[arg(long, env = "RELAY_CONNECTION_WINDOW", default_value = "256MiB", value_parser = size)]
+    pub connection_window: u64,
+
+    /// Kernel UDP socket buffer size.
+    #[arg(long, env = "RELAY_UDP_BUFFER", default_value = "16MiB", value_parser = size)]
+    pub udp_buffer: u64,
+
+    /// Congestion controller: cubic | bbr | newreno.
+    #[arg(long, env = "RELAY_CONGESTION", default_value = "cubic")]
+    pub congestion: Congestion,
+
+    /// Most client connections at once.
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = 256)]
+    pub max_connections: usize,
+
+    /// On SIGTERM, how long in-flight transfers may continue (seconds).
+    #[arg(long, env = "RELAY_SHUTDOWN_GRACE", default_value_t = 30)]
+    pub shutdown_grace: u64,
+
+    /// Log format: text | json.
+    #[arg(long, env = "RELAY_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+const EXAMPLES: &str = "Examples:
+  # Local Azurite, self-signed certificate, fingerprint written for clients:
+  relay-server --listen 127.0.0.1:4433 \\
+    --storage-url http://127.0.0.1:10000/devstoreaccount1 \\
+    --account-key Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw== \\
+    --tokens tokens.txt --cert-fingerprint-file relay.sha256
+
+  # On an Azure VM with a managed identity (Storage Blob Data Contributor):
+  relay-server --storage-url https://ACCOUNT.blob.core.windows.net \\
+    --tokens /etc/blob-relay/tokens --tls-cert cert.pem --tls-key key.pem
+
+Tokens file:
+  s3cr3t-token-for-lab-a   data,scratch
+  s3cr3t-token-for-ops     (no list: any container)";
+
+impl Args {
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace)
+    }
+}

@@ -1,0 +1,77 @@
+use clap::Parser;
+use relay_server::config::Args;
+use relay_server::{Config, Relay};
+use tokio::sync::watch;
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    init_logging(&args.log_format);
+    shared::install_crypto_provider();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("relay-server: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("relay-server: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let cfg = Config::from_args(&args)?;
+    let budget = cfg.budget.total_bytes();
+    let relay = Relay::bind(cfg)?;
+    let addr = relay.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        %addr,
+        fingerprint = relay.fingerprint(),
+        memory_budget = %shared::size::format_size(budget),
+        "relay listening (pin clients with --relay-cert-sha256)"
+    );
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received");
+        let _ = tx.send(true);
+    });
+    relay.serve(rx).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,298 @@
+//! One file on one QUIC stream: Offer → Plan/Reject → Start + bytes + Trailer →
+//! Receipt/Error. Nothing is committed unless the relay's SHA-256 of every byte
+//! equals the client's.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quinn::{RecvStream, SendStream};
+use shared::blob_name::{validate_blob_name, validate_container, validate_metadata};
+use shared::block_id::TransferTag;
+use shared::codec::{FrameError, read_frame, write_frame};
+use shared::limits::PROTOCOL_VERSION;
+use shared::plan::BlockPlan;
+use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
+use shared::publish::{Destination, commit_verified, preflight, stage_failure, storage_failure};
+use shared::resume::{ResumePoint, find_resume_point};
+use shared::staging::Stager;
+use tracing::Instrument;
+
+use crate::metrics::{ActiveGuard, Metrics};
+use crate::server::Shared;
+
+/// How long a peer may take to send a control frame (Offer, Start).
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn fail(code: Code, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+pub async fn handle(shared: Arc<Shared>, mut send: SendStream, mut recv: RecvStream) {
+    let _active = ActiveGuard::new(&shared.metrics);
+    let offer = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(&mut recv)).await {
+        Ok(Ok(Message::Offer(o))) => o,
+        Ok(Ok(other)) => {
+            let f = fail(
+                Code::InvalidOffer,
+                format!("expected an Offer, got {}", other.name()),
+            );
+            return reject(&shared, &mut send, f).await;
+        }
+        Ok(Err(FrameError::Closed)) => return,
+        Ok(Err(e)) => {
+            return reject(
+                &shared,
+                &mut send,
+                fail(Code::InvalidOffer, format!("bad Offer: {e}")),
+            )
+            .await;
+        }
+        Err(_) => {
+            return reject(
+                &shared,
+                &mut send,
+                fail(Code::InvalidOffer, "no Offer within 30 s"),
+            )
+            .await;
+        }
+    };
+    let span = tracing::info_span!("transfer", container = %offer.container, blob = %offer.blob, size = offer.size);
+    respond(&shared, &offer, &mut send, &mut recv)
+        .instrument(span)
+        .await;
+}
+
+async fn respond(shared: &Shared, offer: &Offer, send: &mut SendStream, recv: &mut RecvStream) {
+    match run(shared, offer, send, recv).await {
+        Ok(receipt) => {
+            Metrics::add(&shared.metrics.transfers_committed, 1);
+            Metrics::add(&shared.metrics.bytes_committed, receipt.size);
+            tracing::info!(etag = %receipt.etag, resumed = receipt.bytes_resumed, retries = receipt.retries, "committed");
+            let _ = write_frame(send, &Message::Receipt(receipt)).await;
+            let _ = send.finish();
+        }
+        Err(Outcome::Rejected(f)) => {
+            tracing::info!(code = ?f.code, reason = %f.message, "rejected");
+            reject(shared, send, f).await;
+        }
+        Err(Outcome::Failed(f)) => {
+            Metrics::add(&shared.metrics.transfers_failed, 1);
+            tracing::warn!(code = ?f.code, reason = %f.message, "failed; nothing committed");
+            let _ = write_frame(send, &Message::Error(f)).await;
+            let _ = send.finish();
+            // The client may still be sending; tell it to stop.
+            let _ = recv.stop(shared::protocol::app_error::PROTOCOL.into());
+        }
+    }
+}
+
+async fn reject(shared: &Shared, send: &mut SendStream, f: Failure) {
+    Metrics::add(&shared.metrics.transfers_failed, 1);
+    let _ = write_frame(send, &Message::Reject(f)).await;
+    let _ = send.finish();
+}
+
+enum Outcome {
+    /// Before the Plan: the client learns why and sends nothing.
+    Rejected(Failure),
+    /// After the Plan.
+    Failed(Failure),
+}
+
+/// Everything the Offer must satisfy before any Azure call.
+fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
+    if offer.version != PROTOCOL_VERSION {
+        return Err(fail(
+            Code::UnsupportedVersion,
+            format!(
+                "protocol version {} not supported (relay speaks {PROTOCOL_VERSION})",
+                offer.version
+            ),
+        ));
+    }
+    shared
+        .tokens
+        .check(&offer.token.0, &offer.container)
+        .map_err(|e| match e {
+            crate::auth::AuthError::Unknown => fail(Code::Unauthorized, e.to_string()),
+            crate::auth::AuthError::Container(_) => fail(Code::Forbidden, e.to_string()),
+        })?;
+    validate_container(&offer.container).map_err(|m| fail(Code::InvalidName, m))?;
+    validate_blob_name(&offer.blob).map_err(|m| fail(Code::InvalidName, m))?;
+    validate_metadata(&offer.metadata).map_err(|m| fail(Code::InvalidOffer, m))?;
+    if let Some(h) = &offer.sha256
+        && (h.len() != 64 || hex::decode(h).is_err())
+    {
+        return Err(fail(Code::InvalidOffer, "sha256 must be 64 hex digits"));
+    }
+    if let Some(ct) = &offer.content_type
+        && (ct.len() > 256 || ct.chars().any(|c| c.is_control()))
+    {
+        return Err(fail(Code::InvalidOffer, "invalid content type"));
+    }
+    let requested = offer.block_size.unwrap_or(shared.block_size);
+    let plan = BlockPlan::new(offer.size, requested).map_err(|e| match e {
+        shared::plan::PlanError::TooLarge { .. } => fail(Code::TooLarge, e.to_string()),
+        shared::plan::PlanError::BadBlockSize(_) => fail(Code::InvalidOffer, e.to_string()),
+    })?;
+    if !shared.budget.fits(plan.block_size) {
+        return Err(fail(
+            Code::TooLarge,
+            format!(
+                "block size {} exceeds the relay's memory budget {}",
+                shared::size::format_size(plan.block_size),
+                shared::size::format_size(shared.budget.total_bytes())
+            ),
+        ));
+    }
+    Ok(plan)
+}
+
+async fn run(
+    shared: &Shared,
+    offer: &Offer,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+) -> Result<Receipt, Outcome> {
+    let plan = validate(shared, offer).map_err(Outcome::Rejected)?;
+    let writer = shared
+        .storage
+        .writer(&offer.container, &offer.blob)
+        .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
+    let writer = Arc::new(writer);
+
+    // Fail before any byte moves if the commit is bound to be refused.
+    preflight(&writer, &offer.overwrite)
+        .await
+        .map_err(Outcome::Rejected)?;
+
+    let tag = TransferTag::derive(&offer.container, &offer.blob, offer.size, plan.block_size);
+    let uncommitted = writer
+        .uncommitted_blocks()
+        .await
+        .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
+    let resume = find_resume_point(
+        &plan,
+        tag,
+        uncommitted.iter().map(|(id, s)| (id.as_slice(), *s)),
+    );
+    let failed = Outcome::Failed;
+    let io_fail = |what: &str, e: FrameError| {
+        let code = match e {
+            FrameError::Closed | FrameError::Truncated => Code::Truncated,
+            _ => Code::InvalidOffer,
+        };
+        failed(fail(code, format!("{what}: {e}")))
+    };
+    write_frame(
+        send,
+        &Message::Plan(Plan {
+            tag: tag.to_hex(),
+            block_size: plan.block_size,
+            resume_offset: resume.offset,
+            checkpoint: resume.checkpoint.to_hex(),
+        }),
+    )
+    .await
+    .map_err(|e| io_fail("sending the Plan", e))?;
+
+    let start = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(recv)).await {
+        Ok(Ok(Message::Start(s))) => s,
+        Ok(Ok(other)) => {
+            return Err(failed(fail(
+                Code::InvalidOffer,
+                format!("expected Start, got {}", other.name()),
+            )));
+        }
+        Ok(Err(e)) => return Err(io_fail("reading Start", e)),
+        Err(_) => return Err(failed(fail(Code::InvalidOffer, "no Start within 30 s"))),
+    };
+    let point = if start.offset == resume.offset {
+        resume
+    } else if start.offset == 0 {
+        tracing::info!(
+            offered = resume.offset,
+            "client's source differs from staged blocks; restarting from zero"
+        );
+        ResumePoint::fresh()
+    } else {
+        return Err(failed(fail(
+            Code::InvalidOffer,
+            format!(
+                "Start at {} is neither 0 nor the resume offset {}",
+                start.offset, resume.offset
+            ),
+        )));
+    };
+
+    let t_start = Instant::now();
+    let stager = Stager::new(
+        writer.clone(),
+        plan,
+        tag,
+        point,
+        shared.budget.clone(),
+        shared.blocks_in_flight,
+    )
+    .map_err(|e| failed(fail(Code::Internal, e.to_string())))?;
+    let mut stager = stager.with_mangle(shared.mangle());
+    let pumped = stager.pump(recv).await;
+    Metrics::add(&shared.metrics.bytes_received, stager.offset());
+    pumped.map_err(|e| failed(stage_failure(e)))?;
+    let receive_ms = t_start.elapsed().as_millis() as u64;
+
+    let trailer = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(recv)).await {
+        Ok(Ok(Message::Trailer(t))) => t,
+        Ok(Ok(other)) => {
+            return Err(failed(fail(
+                Code::InvalidOffer,
+                format!("expected Trailer, got {}", other.name()),
+            )));
+        }
+        Ok(Err(e)) => return Err(io_fail("reading the Trailer", e)),
+        Err(_) => return Err(failed(fail(Code::Truncated, "no Trailer within 30 s"))),
+    };
+    let t_wait = Instant::now();
+    let staged = stager
+        .finish()
+        .await
+        .map_err(|e| failed(stage_failure(e)))?;
+    let stage_wait_ms = t_wait.elapsed().as_millis() as u64;
+
+    let t_commit = Instant::now();
+    let mut expected = vec![("the client", trailer.sha256.as_str())];
+    if let Some(m) = &offer.sha256 {
+        expected.push(("the manifest", m.as_str()));
+    }
+    let dest = Destination {
+        size: offer.size,
+        content_type: offer.content_type.as_deref(),
+        metadata: &offer.metadata,
+        overwrite: &offer.overwrite,
+    };
+    let props = commit_verified(&writer, &staged, &expected, &dest)
+        .await
+        .map_err(failed)?;
+    let commit_ms = t_commit.elapsed().as_millis() as u64;
+    Metrics::add(&shared.metrics.azure_retries, u64::from(writer.retries()));
+    Ok(Receipt {
+        container: offer.container.clone(),
+        blob: offer.blob.clone(),
+        etag: props.etag,
+        size: props.size,
+        sha256: hex::encode(staged.sha256),
+        block_size: plan.block_size,
+        blocks: staged.ids.len() as u64,
+        bytes_resumed: staged.bytes_resumed,
+        bytes_received: staged.bytes_received,
+        retries: writer.retries(),
+        timings: Timings {
+            receive_ms,
+            stage_wait_ms,
+            commit_ms,
+        },
+    })
+}

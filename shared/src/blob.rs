@@ -1,0 +1,417 @@
+//! The blob writer: Put Block, Get Block List, Put Block List and Get Properties over
+//! Microsoft's `azure_storage_blob`, with our own HTTP client, our own retry schedule
+//! (the SDK's is turned off so retries are counted and bounded), and errors that
+//! name what Azure said.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Transport};
+use azure_storage_blob::models::{
+    BlobClientGetPropertiesResultHeaders, BlockBlobClientCommitBlockListOptions,
+    BlockBlobClientCommitBlockListResultHeaders, BlockBlobClientGetBlockListOptions,
+    BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList,
+};
+use azure_storage_blob::{
+    BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
+    BlockBlobClient, BlockBlobClientOptions, StorageError,
+};
+use bytes::Bytes;
+use md5::{Digest, Md5};
+
+use crate::blob_name::SHA256_METADATA_KEY;
+use crate::credentials::{StorageAccess, StorageAuth};
+use crate::protocol::Overwrite;
+use crate::retry::{Backoff, is_retryable_status};
+
+/// An Azure failure, with the HTTP status and Azure's error code when there was a response.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct BlobError {
+    pub status: Option<u16>,
+    pub code: Option<String>,
+    pub message: String,
+}
+
+impl BlobError {
+    fn from_azure(op: &str, err: azure_core::Error) -> Self {
+        let status = err.http_status().map(u16::from);
+        match StorageError::try_from(err) {
+            Ok(se) => {
+                let code = se.error_code.as_ref().map(|c| c.to_string());
+                let what = se
+                    .message
+                    .as_deref()
+                    .map(|m| m.lines().next().unwrap_or(m).to_string())
+                    .unwrap_or_default();
+                Self {
+                    status,
+                    message: format!(
+                        "Azure {op} failed: {} {}{}",
+                        u16::from(se.status_code),
+                        code.as_deref().unwrap_or(""),
+                        if what.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({what})")
+                        }
+                    ),
+                    code,
+                }
+            }
+            Err(e) => Self {
+                status,
+                code: None,
+                message: format!("Azure {op} failed: {e}"),
+            },
+        }
+    }
+
+    /// Transport failures (no status) and throttling/server errors are retried.
+    pub fn is_retryable(&self) -> bool {
+        self.status.is_none_or(is_retryable_status)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        matches!(self.status, Some(409 | 412))
+    }
+}
+
+/// Settings for the HTTP side.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    pub backoff: Backoff,
+    pub connect_timeout: Duration,
+    /// Longest quiet time on one request before it is abandoned (and retried).
+    pub read_timeout: Duration,
+    pub max_idle_per_host: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            backoff: Backoff::default(),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(60),
+            max_idle_per_host: 64,
+        }
+    }
+}
+
+/// Opens blob writers against one storage account; cheap to clone.
+#[derive(Clone)]
+pub struct Storage {
+    access: StorageAccess,
+    transport: Transport,
+    backoff: Backoff,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({:?})", self.access)
+    }
+}
+
+impl Storage {
+    pub fn new(access: StorageAccess, opts: &WriterOptions) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(opts.connect_timeout)
+            .read_timeout(opts.read_timeout)
+            .pool_max_idle_per_host(opts.max_idle_per_host)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self {
+            access,
+            transport: Transport::new(Arc::new(http)),
+            backoff: opts.backoff,
+        })
+    }
+
+    pub fn access(&self) -> &StorageAccess {
+        &self.access
+    }
+
+    fn client_options(&self) -> ClientOptions {
+        let mut o = ClientOptions {
+            transport: Some(self.transport.clone()),
+            retry: RetryOptions::none(),
+            ..Default::default()
+        };
+        if let StorageAuth::Sas(p) = &self.access.auth {
+            o.per_try_policies.push(p.clone());
+        }
+        o
+    }
+
+    fn credential(&self) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
+        match &self.access.auth {
+            StorageAuth::Entra(c) => Some(c.clone()),
+            StorageAuth::Sas(_) => None,
+        }
+    }
+
+    pub fn writer(&self, container: &str, blob: &str) -> Result<BlobWriter, BlobError> {
+        let url = self
+            .access
+            .blob_url(container, blob)
+            .map_err(|m| BlobError {
+                status: None,
+                code: None,
+                message: m,
+            })?;
+        let block = BlockBlobClient::new(
+            url.clone(),
+            self.credential(),
+            Some(BlockBlobClientOptions {
+                client_options: self.client_options(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        let blob = BlobClient::new(
+            url,
+            self.credential(),
+            Some(BlobClientOptions {
+                client_options: self.client_options(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        Ok(BlobWriter {
+            block,
+            blob,
+            backoff: self.backoff,
+            retries: Arc::new(AtomicU32::new(0)),
+        })
+    }
+
+    /// Creates a container if it does not exist (demo and tests; the relay never does).
+    pub async fn ensure_container(&self, container: &str) -> Result<(), BlobError> {
+        let url = self
+            .access
+            .container_url(container)
+            .map_err(|m| BlobError {
+                status: None,
+                code: None,
+                message: m,
+            })?;
+        let client = BlobContainerClient::new(
+            url,
+            self.credential(),
+            Some(BlobContainerClientOptions {
+                client_options: self.client_options(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        match client.create(None).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = BlobError::from_azure("Create Container", e);
+                if e.status == Some(409) {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+/// Properties of a committed blob.
+#[derive(Debug, Clone)]
+pub struct BlobProperties {
+    pub etag: String,
+    pub size: u64,
+    pub sha256: Option<String>,
+}
+
+/// Writes one blob. Every call retries transient failures on the writer's schedule
+/// and counts the retries.
+pub struct BlobWriter {
+    block: BlockBlobClient,
+    blob: BlobClient,
+    backoff: Backoff,
+    retries: Arc<AtomicU32>,
+}
+
+impl BlobWriter {
+    pub fn retries(&self) -> u32 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    async fn with_retry<T, F, Fut>(&self, op: &str, mut call: F) -> Result<T, BlobError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = azure_core::Result<T>>,
+    {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let e = BlobError::from_azure(op, e);
+                    if !e.is_retryable() || !self.backoff.allows(attempts) {
+                        return Err(e);
+                    }
+                    let delay = self.backoff.delay(attempts, rand::random::<f64>());
+                    tracing::warn!(op, attempts, ?delay, error = %e, "retrying Azure request");
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// Properties, or `None` if the blob does not exist.
+    pub async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
+        let res = self
+            .with_retry("Get Blob Properties", || self.blob.get_properties(None))
+            .await;
+        let resp = match res {
+            Ok(r) => r,
+            Err(e) if e.status == Some(404) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bad = |e: azure_core::Error| BlobError::from_azure("Get Blob Properties", e);
+        let etag = resp
+            .etag()
+            .map_err(bad)?
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let size = resp.content_length().map_err(bad)?.unwrap_or(0);
+        let sha256 = resp
+            .metadata()
+            .map_err(bad)?
+            .into_iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(SHA256_METADATA_KEY))
+            .map(|(_, v)| v);
+        Ok(Some(BlobProperties { etag, size, sha256 }))
+    }
+
+    /// Downloads the committed blob and hashes it as it streams (memory stays
+    /// bounded): the independent check used by the demo and the tests.
+    pub async fn content_sha256(&self) -> Result<(u64, [u8; 32]), BlobError> {
+        use futures::StreamExt;
+        use sha2::Digest as _;
+        let resp = self
+            .blob
+            .download(None)
+            .await
+            .map_err(|e| BlobError::from_azure("Get Blob", e))?;
+        let mut body = resp.body;
+        let mut h = sha2::Sha256::new();
+        let mut n = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| BlobError::from_azure("Get Blob", e))?;
+            n += chunk.len() as u64;
+            h.update(&chunk);
+        }
+        Ok((n, h.finalize().into()))
+    }
+
+    /// Uncommitted blocks as (raw ID, size); empty if the blob has none or does not exist.
+    pub async fn uncommitted_blocks(&self) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
+        let res = self
+            .with_retry("Get Block List", || {
+                self.block.get_block_list(
+                    BlockListType::Uncommitted,
+                    Some(BlockBlobClientGetBlockListOptions::default()),
+                )
+            })
+            .await;
+        let resp = match res {
+            Ok(r) => r,
+            Err(e) if e.status == Some(404) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let list = resp
+            .into_model()
+            .map_err(|e| BlobError::from_azure("Get Block List", e))?;
+        Ok(list
+            .uncommitted_blocks
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|b| Some((b.name?, u64::try_from(b.size?).ok()?)))
+            .collect())
+    }
+
+    /// Put Block with a transactional MD5, so corruption between us and Azure is caught.
+    pub async fn stage_block(&self, id: &[u8], data: Bytes) -> Result<(), BlobError> {
+        let md5 = {
+            let d = data.clone();
+            tokio::task::spawn_blocking(move || Md5::digest(&d).to_vec())
+                .await
+                .map_err(|e| BlobError {
+                    status: None,
+                    code: None,
+                    message: format!("MD5 task failed: {e}"),
+                })?
+        };
+        let len = data.len() as u64;
+        self.with_retry("Put Block", || {
+            let opts = BlockBlobClientStageBlockOptions {
+                transactional_content_md5: Some(md5.clone()),
+                ..Default::default()
+            };
+            self.block.stage_block(
+                id,
+                len,
+                <RequestContent<azure_core::Bytes, NoFormat> as From<Bytes>>::from(data.clone()),
+                Some(opts),
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Put Block List: publishes exactly `ids`, with the verified SHA-256 in metadata.
+    /// Blocks staged under other IDs (older attempts) are discarded by Azure.
+    pub async fn commit(
+        &self,
+        ids: Vec<Vec<u8>>,
+        sha256_hex: &str,
+        content_type: Option<&str>,
+        metadata: &std::collections::BTreeMap<String, String>,
+        overwrite: &Overwrite,
+    ) -> Result<String, BlobError> {
+        let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
+        meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
+        let (if_match, if_none_match) = match overwrite {
+            Overwrite::Never => (None, Some(Etag::from("*"))),
+            Overwrite::IfMatch { etag } => (Some(Etag::from(etag.clone())), None),
+            Overwrite::Always => (None, None),
+        };
+        let list = BlockLookupList {
+            committed: None,
+            latest: Some(ids),
+            uncommitted: None,
+        };
+        let resp = self
+            .with_retry("Put Block List", || {
+                let opts = BlockBlobClientCommitBlockListOptions {
+                    blob_content_type: content_type.map(str::to_string),
+                    metadata: Some(meta.clone()),
+                    if_match: if_match.clone(),
+                    if_none_match: if_none_match.clone(),
+                    ..Default::default()
+                };
+                let body = list.clone().try_into();
+                async move {
+                    let body = body?;
+                    self.block.commit_block_list(body, Some(opts)).await
+                }
+            })
+            .await?;
+        let etag = resp
+            .etag()
+            .map_err(|e| BlobError::from_azure("Put Block List", e))?
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        Ok(etag)
+    }
+}

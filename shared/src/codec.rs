@@ -1,0 +1,202 @@
+//! Framing of control messages: a 4-byte big-endian length, then JSON.
+//!
+//! `decode` keeps "incomplete" (need more bytes) apart from "invalid" (refuse the
+//! peer), as mini-redis does; the async helpers read and write one frame on a
+//! byte stream with a bounded buffer.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::limits::MAX_FRAME_LEN;
+use crate::protocol::Message;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME_LEN} bytes")]
+    TooLong(usize),
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    #[error("stream ended inside a frame")]
+    Truncated,
+    #[error("stream ended before a frame")]
+    Closed,
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub fn encode(msg: &Message) -> Result<Vec<u8>, FrameError> {
+    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if body.len() > MAX_FRAME_LEN {
+        return Err(FrameError::TooLong(body.len()));
+    }
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// `Ok(None)`: incomplete, read more. `Ok(Some((msg, used)))`: one frame of `used` bytes.
+pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, FrameError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len > MAX_FRAME_LEN {
+        return Err(FrameError::TooLong(len));
+    }
+    if buf.len() < 4 + len {
+        return Ok(None);
+    }
+    let msg = serde_json::from_slice(&buf[4..4 + len])
+        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    Ok(Some((msg, 4 + len)))
+}
+
+/// Reads exactly one frame; never reads past it, so raw bytes may follow.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Message, FrameError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = r.read(&mut len[got..]).await?;
+        if n == 0 {
+            return Err(if got == 0 {
+                FrameError::Closed
+            } else {
+                FrameError::Truncated
+            });
+        }
+        got += n;
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_FRAME_LEN {
+        return Err(FrameError::TooLong(n));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Truncated,
+        _ => FrameError::Io(e),
+    })?;
+    serde_json::from_slice(&body).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    msg: &Message,
+) -> Result<(), FrameError> {
+    let bytes = encode(msg)?;
+    w.write_all(&bytes).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::*;
+
+    fn offer() -> Message {
+        Message::Offer(Offer {
+            version: 1,
+            token: Secret("t0k".into()),
+            container: "c".into(),
+            blob: "dir/file.bin".into(),
+            size: 42,
+            content_type: Some("application/octet-stream".into()),
+            metadata: [("k".to_string(), "v".to_string())].into(),
+            overwrite: Overwrite::IfMatch {
+                etag: "\"0x1\"".into(),
+            },
+            sha256: None,
+            block_size: Some(16 << 20),
+        })
+    }
+
+    #[test]
+    fn round_trips_every_message() {
+        let msgs = vec![
+            offer(),
+            Message::Plan(Plan {
+                tag: "ab".into(),
+                block_size: 1,
+                resume_offset: 0,
+                checkpoint: "00".into(),
+            }),
+            Message::Reject(Failure {
+                code: Code::Exists,
+                message: "x".into(),
+            }),
+            Message::Start(Start { offset: 7 }),
+            Message::Trailer(Trailer {
+                sha256: "ff".into(),
+            }),
+            Message::Receipt(Receipt {
+                container: "c".into(),
+                blob: "b".into(),
+                etag: "e".into(),
+                size: 1,
+                sha256: "s".into(),
+                block_size: 2,
+                blocks: 3,
+                bytes_resumed: 0,
+                bytes_received: 1,
+                retries: 0,
+                timings: Timings::default(),
+            }),
+            Message::Error(Failure {
+                code: Code::HashMismatch,
+                message: "m".into(),
+            }),
+        ];
+        for m in msgs {
+            let bytes = encode(&m).expect("encode");
+            let (back, used) = decode(&bytes).expect("valid").expect("complete");
+            assert_eq!(back, m);
+            assert_eq!(used, bytes.len());
+        }
+    }
+
+    #[test]
+    fn incomplete_is_not_invalid() {
+        let bytes = encode(&offer()).expect("encode");
+        for cut in 0..bytes.len() {
+            assert!(matches!(decode(&bytes[..cut]), Ok(None)), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn oversized_and_malformed_are_invalid() {
+        let mut big = (MAX_FRAME_LEN as u32 + 1).to_be_bytes().to_vec();
+        big.extend_from_slice(b"{}");
+        assert!(matches!(decode(&big), Err(FrameError::TooLong(_))));
+        let mut bad = 5u32.to_be_bytes().to_vec();
+        bad.extend_from_slice(b"{nope");
+        assert!(matches!(decode(&bad), Err(FrameError::Malformed(_))));
+        let mut unknown = 22u32.to_be_bytes().to_vec();
+        unknown.extend_from_slice(br#"{"type":"Teleport"}   "#);
+        assert!(matches!(decode(&unknown), Err(FrameError::Malformed(_))));
+    }
+
+    #[test]
+    fn token_never_in_debug() {
+        let text = format!("{:?}", offer());
+        assert!(!text.contains("t0k"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn reads_one_frame_and_leaves_the_rest() {
+        let mut bytes = encode(&Message::Start(Start { offset: 9 })).expect("encode");
+        bytes.extend_from_slice(b"RAW");
+        let mut r = &bytes[..];
+        let m = read_frame(&mut r).await.expect("frame");
+        assert_eq!(m, Message::Start(Start { offset: 9 }));
+        assert_eq!(r, b"RAW");
+        let mut short = &bytes[..3];
+        assert!(matches!(
+            read_frame(&mut short).await,
+            Err(FrameError::Truncated)
+        ));
+        let mut empty: &[u8] = &[];
+        assert!(matches!(
+            read_frame(&mut empty).await,
+            Err(FrameError::Closed)
+        ));
+    }
+}

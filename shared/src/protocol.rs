@@ -1,0 +1,195 @@
+//! The relay protocol's messages. One QUIC stream per file:
+//!
+//! ```text
+//! client: Offer ─────────────▶ relay
+//! client ◀──────── Plan | Reject
+//! client: Start{offset} + raw bytes [offset, size) + Trailer ─▶ relay
+//! client ◀──────── Receipt | Error
+//! ```
+//! Control messages are length-prefixed JSON frames (see `codec`); the file's bytes
+//! follow `Start` unframed, because their count is known from the Offer and Start.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A secret that never appears in Debug output or logs.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// What to do when the destination blob exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Overwrite {
+    /// Commit with `If-None-Match: *`.
+    #[default]
+    Never,
+    /// Commit with `If-Match: etag` (the version the user saw).
+    IfMatch { etag: String },
+    /// Commit unconditionally (explicit user choice).
+    Always,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offer {
+    pub version: u32,
+    pub token: Secret,
+    pub container: String,
+    pub blob: String,
+    pub size: u64,
+    #[serde(default)]
+    pub content_type: Option<String>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub overwrite: Overwrite,
+    /// Pre-computed SHA-256 (hex) from a manifest, if the client has one.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Block size the client asks for; the relay may grow it (see `plan`).
+    #[serde(default)]
+    pub block_size: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Transfer tag (hex): destination, size and block size.
+    pub tag: String,
+    pub block_size: u64,
+    /// Bytes already staged and reusable; the client may start here.
+    pub resume_offset: u64,
+    /// SHA-256 checkpoint (hex) at `resume_offset`, for the client's same-source check.
+    pub checkpoint: String,
+}
+
+/// Sent by the client after a Plan: where its bytes start (the Plan's resume offset
+/// if its own prefix hashes to the checkpoint, otherwise 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trailer {
+    /// SHA-256 (hex) of the whole source file as the client read it.
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    /// Unknown or expired token.
+    Unauthorized,
+    /// The token may not write this container.
+    Forbidden,
+    InvalidName,
+    InvalidOffer,
+    UnsupportedVersion,
+    TooLarge,
+    /// The blob exists and the Offer did not ask to overwrite.
+    Exists,
+    /// The relay is shutting down or over capacity; retry later.
+    Busy,
+    /// The relay's SHA-256 differs from the client's: nothing was committed.
+    HashMismatch,
+    /// The stream ended before all bytes and the Trailer arrived.
+    Truncated,
+    /// Another upload to this blob committed first, or the etag changed.
+    Conflict,
+    /// Azure Storage refused or failed; the message carries its reason.
+    Storage,
+    Internal,
+}
+
+impl Code {
+    /// Whether the client should try again later (possibly resuming).
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Code::Busy | Code::Storage | Code::Internal | Code::Truncated
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub code: Code,
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// From the Start to the last byte received.
+    pub receive_ms: u64,
+    /// From the last byte to the last block staged.
+    pub stage_wait_ms: u64,
+    /// Hash check, Put Block List and the property read.
+    pub commit_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub container: String,
+    pub blob: String,
+    pub etag: String,
+    pub size: u64,
+    pub sha256: String,
+    pub block_size: u64,
+    pub blocks: u64,
+    pub bytes_resumed: u64,
+    pub bytes_received: u64,
+    /// Azure requests retried while staging and committing.
+    pub retries: u32,
+    pub timings: Timings,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    Offer(Offer),
+    Plan(Plan),
+    Reject(Failure),
+    Start(Start),
+    Trailer(Trailer),
+    Receipt(Receipt),
+    Error(Failure),
+}
+
+impl Message {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Offer(_) => "Offer",
+            Message::Plan(_) => "Plan",
+            Message::Reject(_) => "Reject",
+            Message::Start(_) => "Start",
+            Message::Trailer(_) => "Trailer",
+            Message::Receipt(_) => "Receipt",
+            Message::Error(_) => "Error",
+        }
+    }
+}
+
+/// QUIC application error codes used when a stream or connection is abandoned.
+pub mod app_error {
+    /// The client gave up on this file (e.g. its source changed while reading).
+    pub const CLIENT_ABORT: u32 = 1;
+    /// The relay refused the stream's framing.
+    pub const PROTOCOL: u32 = 2;
+    /// Normal close of a connection.
+    pub const DONE: u32 = 0;
+    /// The relay is shutting down.
+    pub const SHUTDOWN: u32 = 3;
+}

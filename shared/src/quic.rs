@@ -1,0 +1,154 @@
+//! QUIC settings both ends share: flow-control windows sized for long fat links yet
+//! bounded by configuration, the congestion controller, and UDP sockets with large
+//! kernel buffers (a 200 ms × 1 Gbit/s path needs ~25 MB in flight).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{TransportConfig, VarInt};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::limits::MIB;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Congestion {
+    #[default]
+    Cubic,
+    Bbr,
+    NewReno,
+}
+
+impl std::str::FromStr for Congestion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cubic" => Ok(Self::Cubic),
+            "bbr" => Ok(Self::Bbr),
+            "newreno" => Ok(Self::NewReno),
+            _ => Err(format!(
+                "unknown congestion controller {s:?} (cubic | bbr | newreno)"
+            )),
+        }
+    }
+}
+
+/// Window sizes in bytes. The connection window is what one peer may have
+/// unread at the relay; streams per connection are limited to
+/// `connection_window / stream_window` so every stream can always fill its own
+/// window (no stream starves another while it waits for the memory budget).
+#[derive(Debug, Clone, Copy)]
+pub struct Windows {
+    pub stream_window: u64,
+    pub connection_window: u64,
+    pub congestion: Congestion,
+}
+
+impl Default for Windows {
+    fn default() -> Self {
+        Self {
+            stream_window: 32 * MIB,
+            connection_window: 256 * MIB,
+            congestion: Congestion::Cubic,
+        }
+    }
+}
+
+impl Windows {
+    pub fn max_streams(&self) -> u64 {
+        (self.connection_window / self.stream_window.max(1)).clamp(1, 1024)
+    }
+
+    pub fn transport(&self) -> TransportConfig {
+        let mut t = TransportConfig::default();
+        let var = |v: u64| VarInt::from_u64(v).unwrap_or(VarInt::MAX);
+        t.stream_receive_window(var(self.stream_window));
+        t.receive_window(var(self.connection_window));
+        t.send_window(self.connection_window);
+        t.max_concurrent_bidi_streams(var(self.max_streams()));
+        t.max_concurrent_uni_streams(VarInt::from_u32(0));
+        t.keep_alive_interval(Some(Duration::from_secs(5)));
+        t.max_idle_timeout(Some(var(60_000).into()));
+        match self.congestion {
+            Congestion::Cubic => {
+                t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
+            }
+            Congestion::Bbr => {
+                t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()))
+            }
+            Congestion::NewReno => t.congestion_controller_factory(Arc::new(
+                quinn::congestion::NewRenoConfig::default(),
+            )),
+        };
+        t
+    }
+}
+
+/// Binds a UDP socket with kernel buffers of `buffer_bytes` (forced past
+/// `net.core.rmem_max` when running as root, else as large as the limit allows).
+pub fn bind_udp(addr: SocketAddr, buffer_bytes: usize) -> std::io::Result<UdpSocket> {
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        // Accept IPv4-mapped peers too when bound to [::].
+        let _ = sock.set_only_v6(false);
+    }
+    set_buffers(&sock, buffer_bytes);
+    sock.bind(&addr.into())?;
+    Ok(sock.into())
+}
+
+fn set_buffers(sock: &Socket, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = sock.as_raw_fd();
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        let set = |opt| unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+        };
+        // The FORCE variants need CAP_NET_ADMIN; without it, fall back below.
+        if set(libc::SO_RCVBUFFORCE) && set(libc::SO_SNDBUFFORCE) {
+            return;
+        }
+    }
+    let _ = sock.set_recv_buffer_size(bytes);
+    let _ = sock.set_send_buffer_size(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_fit_the_connection_window() {
+        let w = Windows {
+            stream_window: 32 * MIB,
+            connection_window: 256 * MIB,
+            congestion: Congestion::Cubic,
+        };
+        assert_eq!(w.max_streams(), 8);
+        let tiny = Windows {
+            stream_window: 64 * MIB,
+            connection_window: 16 * MIB,
+            ..w
+        };
+        assert_eq!(tiny.max_streams(), 1);
+    }
+
+    #[test]
+    fn binds_loopback_with_buffers() {
+        let s = bind_udp("127.0.0.1:0".parse().expect("addr"), 4 << 20).expect("bind");
+        assert!(s.local_addr().expect("addr").port() > 0);
+    }
+}

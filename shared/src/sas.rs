@@ -1,0 +1,76 @@
+//! Account SAS signed from a shared key (HMAC-SHA256), for users who have only
+//! the account key: the relay signs its own short-lived SAS instead of sending the
+//! key anywhere. Pure: time is an argument.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Service version we sign for (the 2020-12-06+ string-to-sign with encryption scope).
+pub const SAS_VERSION: &str = "2021-08-06";
+
+/// Query string (without `?`) of an account SAS for the blob service that allows
+/// read, write, delete, list, add and create on containers and objects, from
+/// `now - 5 min` (clock skew) to `now + lifetime`.
+pub fn account_sas(
+    account: &str,
+    key_base64: &str,
+    now: OffsetDateTime,
+    lifetime: time::Duration,
+) -> Result<String, String> {
+    let key = STANDARD
+        .decode(key_base64.trim())
+        .map_err(|_| "account key is not valid base64".to_string())?;
+    let fmt = |t: OffsetDateTime| -> Result<String, String> {
+        let t = t.replace_nanosecond(0).map_err(|e| e.to_string())?;
+        t.format(&Rfc3339).map_err(|e| e.to_string())
+    };
+    let start = fmt(now - time::Duration::minutes(5))?;
+    let expiry = fmt(now + lifetime)?;
+    let (sp, ss, srt) = ("rwdlac", "b", "co");
+    let string_to_sign =
+        format!("{account}\n{sp}\n{ss}\n{srt}\n{start}\n{expiry}\n\n\n{SAS_VERSION}\n\n");
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(&key).map_err(|_| "account key is empty".to_string())?;
+    mac.update(string_to_sign.as_bytes());
+    let sig = STANDARD.encode(mac.finalize().into_bytes());
+    let q = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("sv", SAS_VERSION)
+        .append_pair("ss", ss)
+        .append_pair("srt", srt)
+        .append_pair("sp", sp)
+        .append_pair("st", &start)
+        .append_pair("se", &expiry)
+        .append_pair("sig", &sig)
+        .finish();
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signs_known_vector() {
+        // Key and inputs fixed; the expected signature was computed independently with
+        // `printf 'acct\nrwdlac\nb\nco\n2024-01-01T00:00:00Z\n2024-01-01T01:05:00Z\n\n\n2021-08-06\n\n' |
+        //  openssl dgst -sha256 -mac HMAC -macopt hexkey:00010203 -binary | base64`.
+        let now = OffsetDateTime::from_unix_timestamp(1_704_067_500).expect("time");
+        let q = account_sas("acct", "AAECAw==", now, time::Duration::hours(1)).expect("sas");
+        assert!(q.contains("st=2024-01-01T00%3A00%3A00Z"), "{q}");
+        assert!(q.contains("se=2024-01-01T01%3A05%3A00Z"), "{q}");
+        assert!(
+            q.contains("sig=mHV6sH87qjI9xiuzQZxWXgu7kKqCeIiHLsj17%2FeDX%2Fg%3D"),
+            "{q}"
+        );
+    }
+
+    #[test]
+    fn bad_key() {
+        let now = OffsetDateTime::UNIX_EPOCH;
+        assert!(account_sas("a", "not base64!", now, time::Duration::hours(1)).is_err());
+    }
+}

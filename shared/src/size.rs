@@ -1,0 +1,68 @@
+//! Human byte sizes for flags such as `--memory-budget 1GiB`.
+
+use crate::limits::{GIB, KIB, MIB, TIB};
+
+/// Parses `1073741824`, `512MiB`, `1GiB`, `1G`, `64m` (binary units; a bare number is bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected e.g. 1GiB, 512MiB or 1048576"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => KIB,
+        "m" | "mb" | "mib" => MIB,
+        "g" | "gb" | "gib" => GIB,
+        "t" | "tb" | "tib" => TIB,
+        other => return Err(format!("invalid size unit {other:?} in {text:?}")),
+    };
+    let bytes = value * mult as f64;
+    if !(0.0..=u64::MAX as f64).contains(&bytes) {
+        return Err(format!("size {text:?} out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// `16 MiB`, `1.5 GiB`: for messages and logs.
+pub fn format_size(bytes: u64) -> String {
+    let units = [(TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")];
+    for (mult, name) in units {
+        if bytes >= mult {
+            let v = bytes as f64 / mult as f64;
+            return if bytes % mult == 0 {
+                format!("{} {name}", bytes / mult)
+            } else {
+                format!("{v:.1} {name}")
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_size("1GiB"), Ok(GIB));
+        assert_eq!(parse_size("512MiB"), Ok(512 * MIB));
+        assert_eq!(parse_size("64m"), Ok(64 * MIB));
+        assert_eq!(parse_size("1048576"), Ok(MIB));
+        assert_eq!(parse_size("1.5G"), Ok(GIB + GIB / 2));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_size(16 * MIB), "16 MiB");
+        assert_eq!(format_size(3 * GIB / 2), "1.5 GiB");
+        assert_eq!(format_size(12), "12 B");
+    }
+}

@@ -1,0 +1,236 @@
+//! Cuts an ordered byte stream into the planned blocks, hashes every byte with
+//! SHA-256, and stages blocks with bounded concurrency under a shared memory Budget.
+//! Used by the relay (bytes from a QUIC stream) and by the client's direct mode
+//! (bytes from the file), so both publish by the same rules.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::blob::{BlobError, BlobWriter};
+use crate::block_id::{BLOCK_ID_LEN, BlockId, TransferTag};
+use crate::checkpoint::Checkpoint;
+use crate::plan::BlockPlan;
+use crate::resume::ResumePoint;
+use crate::size::format_size;
+
+/// Budget permits are counted in KiB so a `u32` acquire covers a 4000 MiB block
+/// while the total may exceed 4 GiB.
+const UNIT: u64 = 1024;
+
+/// The one memory budget for block buffers, shared by every transfer of a process.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    sem: Arc<Semaphore>,
+    total_bytes: u64,
+}
+
+impl Budget {
+    pub fn new(total_bytes: u64) -> Self {
+        let units = (total_bytes / UNIT).max(1) as usize;
+        Self {
+            sem: Arc::new(Semaphore::new(units)),
+            total_bytes,
+        }
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    pub fn in_use_bytes(&self) -> u64 {
+        let free = self.sem.available_permits() as u64 * UNIT;
+        self.total_bytes.saturating_sub(free)
+    }
+
+    /// Whether one block of `bytes` can ever fit.
+    pub fn fits(&self, bytes: u64) -> bool {
+        bytes.div_ceil(UNIT) <= self.total_bytes / UNIT
+    }
+
+    async fn acquire(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
+        let units = u32::try_from(bytes.div_ceil(UNIT).max(1))
+            .map_err(|_| StageError::BudgetTooSmall(bytes))?;
+        if !self.fits(bytes) {
+            return Err(StageError::BudgetTooSmall(bytes));
+        }
+        self.sem
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .map_err(|_| StageError::BudgetTooSmall(bytes))
+    }
+}
+
+/// Test-only fault hook: sees each chunk (with its file offset) before it is hashed.
+pub type Mangle = Arc<dyn Fn(u64, &mut [u8]) + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("reading the source failed: {0}")]
+    Source(#[from] std::io::Error),
+    #[error("stream ended after {got} of {expected} bytes")]
+    Truncated { expected: u64, got: u64 },
+    #[error(transparent)]
+    Storage(#[from] BlobError),
+    #[error("a block of {} does not fit the memory budget", format_size(*.0))]
+    BudgetTooSmall(u64),
+    #[error("staging task failed: {0}")]
+    Task(String),
+}
+
+/// What the stager produced: the full block list and the SHA-256 of every byte.
+#[derive(Debug)]
+pub struct Staged {
+    pub ids: Vec<[u8; BLOCK_ID_LEN]>,
+    pub sha256: [u8; 32],
+    pub bytes_resumed: u64,
+    pub bytes_received: u64,
+}
+
+pub struct Stager {
+    writer: Arc<BlobWriter>,
+    plan: BlockPlan,
+    tag: TransferTag,
+    budget: Budget,
+    max_inflight: usize,
+    hasher: Sha256,
+    offset: u64,
+    next_index: u64,
+    ids: Vec<[u8; BLOCK_ID_LEN]>,
+    inflight: JoinSet<Result<(), BlobError>>,
+    bytes_resumed: u64,
+    mangle: Option<Mangle>,
+}
+
+impl Stager {
+    /// Starts at `start` (the resume point, or a fresh start when the client's prefix
+    /// did not match the checkpoint).
+    pub fn new(
+        writer: Arc<BlobWriter>,
+        plan: BlockPlan,
+        tag: TransferTag,
+        start: ResumePoint,
+        budget: Budget,
+        max_inflight: usize,
+    ) -> Result<Self, StageError> {
+        let hasher = start
+            .checkpoint
+            .restore()
+            .ok_or_else(|| StageError::Task("unusable resume checkpoint".into()))?;
+        if !budget.fits(plan.block_size.min(plan.size.max(1))) {
+            return Err(StageError::BudgetTooSmall(plan.block_size));
+        }
+        Ok(Self {
+            writer,
+            plan,
+            tag,
+            budget,
+            max_inflight: max_inflight.max(1),
+            hasher,
+            offset: start.offset,
+            next_index: u64::from(start.blocks),
+            bytes_resumed: start.offset,
+            ids: start.ids,
+            inflight: JoinSet::new(),
+            mangle: None,
+        })
+    }
+
+    pub fn with_mangle(mut self, mangle: Option<Mangle>) -> Self {
+        self.mangle = mangle;
+        self
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Reads exactly the remaining bytes of the file from `src`, staging each block as
+    /// it fills. Back-pressure: no byte is read before its block's budget is granted.
+    pub async fn pump<R: AsyncRead + Unpin>(&mut self, src: &mut R) -> Result<(), StageError> {
+        while self.next_index < self.plan.block_count() {
+            let index = self.next_index;
+            let len = self.plan.block_len(index);
+            let permit = self.budget.acquire(len).await?;
+            let mut buf = BytesMut::with_capacity(len as usize);
+            let start_cp = Checkpoint::of(&self.hasher);
+            while (buf.len() as u64) < len {
+                let before = buf.len();
+                let want = (len as usize - before).min(1 << 20);
+                let n = (&mut *src).take(want as u64).read_buf(&mut buf).await?;
+                if n == 0 {
+                    return Err(StageError::Truncated {
+                        expected: self.plan.size,
+                        got: self.offset,
+                    });
+                }
+                if let Some(m) = &self.mangle {
+                    m(self.offset, &mut buf[before..]);
+                }
+                self.hasher.update(&buf[before..]);
+                self.offset += n as u64;
+            }
+            // A file's last block may end off a 64-byte boundary; its ID then carries
+            // the state at its start (it is never reused for resume anyway).
+            let checkpoint = Checkpoint::of(&self.hasher)
+                .or(start_cp)
+                .unwrap_or_else(Checkpoint::start);
+            let id = BlockId {
+                tag: self.tag,
+                index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+                checkpoint,
+            }
+            .encode();
+            self.ids.push(id);
+            self.next_index += 1;
+            while self.inflight.len() >= self.max_inflight {
+                self.join_one().await?;
+            }
+            let writer = self.writer.clone();
+            let data = buf.freeze();
+            self.inflight.spawn(async move {
+                let res = writer.stage_block(&id, data).await;
+                drop(permit);
+                res
+            });
+            // Surface a failed block early rather than after the whole file.
+            while let Some(done) = self.inflight.try_join_next() {
+                flatten(done)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn join_one(&mut self) -> Result<(), StageError> {
+        match self.inflight.join_next().await {
+            Some(done) => flatten(done),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every block to be staged; returns the block list and the digest.
+    pub async fn finish(mut self) -> Result<Staged, StageError> {
+        while !self.inflight.is_empty() {
+            self.join_one().await?;
+        }
+        let bytes_received = self.offset - self.bytes_resumed;
+        Ok(Staged {
+            ids: self.ids,
+            sha256: self.hasher.finalize().into(),
+            bytes_resumed: self.bytes_resumed,
+            bytes_received,
+        })
+    }
+}
+
+fn flatten(done: Result<Result<(), BlobError>, tokio::task::JoinError>) -> Result<(), StageError> {
+    match done {
+        Ok(r) => r.map_err(StageError::from),
+        Err(e) => Err(StageError::Task(e.to_string())),
+    }
+}

@@ -1,0 +1,47 @@
+//! Certificate fingerprints as people handle them: SHA-256 of the DER certificate,
+//! printed like `openssl x509 -fingerprint -sha256` (colons optional when parsing).
+
+use sha2::{Digest, Sha256};
+
+pub fn fingerprint(der: &[u8]) -> [u8; 32] {
+    Sha256::digest(der).into()
+}
+
+/// `AB:CD:...` upper-case, colon-separated, as openssl prints it.
+pub fn format_fingerprint(fp: &[u8; 32]) -> String {
+    fp.iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Accepts `ab:cd:...`, `ABCD...`, with or without a `sha256 Fingerprint=` prefix.
+pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], String> {
+    let t = text.trim();
+    let t = t.rsplit_once('=').map_or(t, |(_, v)| v);
+    let hex_only: String = t.chars().filter(|c| *c != ':').collect();
+    let bytes = hex::decode(&hex_only)
+        .map_err(|_| format!("certificate fingerprint {text:?} is not hex"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("certificate fingerprint {text:?} is not 32 bytes (SHA-256)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_forms() {
+        let fp = fingerprint(b"cert");
+        let text = format_fingerprint(&fp);
+        assert_eq!(parse_fingerprint(&text), Ok(fp));
+        assert_eq!(parse_fingerprint(&hex::encode(fp)), Ok(fp));
+        assert_eq!(
+            parse_fingerprint(&format!("sha256 Fingerprint={text}")),
+            Ok(fp)
+        );
+        assert!(parse_fingerprint("abcd").is_err());
+        assert!(parse_fingerprint("zz").is_err());
+    }
+}

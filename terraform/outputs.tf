@@ -1,0 +1,58 @@
+# What a client needs: address, certificate fingerprint, token, and a
+# command that puts them together.
+
+output "relay_address" {
+  description = "HOST:PORT of the relay (the load balancer's frontend when relay_count > 1)."
+  value       = local.relay_address
+}
+
+output "relay_cert_sha256" {
+  description = "SHA-256 of the relay certificate's DER encoding, lowercase hex (for --relay-cert-sha256). Equals `terraform output -raw relay_cert_pem | openssl x509 -outform DER | sha256sum`."
+  value       = local_file.relay_cert_der.content_sha256
+}
+
+output "relay_cert_pem" {
+  description = "The relay's self-signed certificate (public)."
+  value       = tls_self_signed_cert.relay.cert_pem
+}
+
+output "client_token" {
+  description = "Client token, limited to the upload container (relay-client --token or RELAY_TOKEN)."
+  value       = random_password.client_token.result
+  sensitive   = true
+}
+
+output "client_command" {
+  description = "Ready-to-use upload command; run it where `terraform output` works for this state (the token is read from the sensitive output, never printed here)."
+  value       = "RELAY_TOKEN=\"$(terraform -chdir=${abspath(path.module)} output -raw client_token)\" relay-client upload PATH... --relay ${local.relay_address} --to ${var.container_name} --relay-cert-sha256 ${local_file.relay_cert_der.content_sha256}"
+}
+
+output "storage_url" {
+  description = "Blob endpoint of the storage account (for relay-client upload --direct --storage-url)."
+  value       = local.storage_url
+}
+
+output "storage_account_name" {
+  description = "Name of the storage account."
+  value       = azurerm_storage_account.this.name
+}
+
+output "container" {
+  description = "Container the client token may write."
+  value       = var.container_name
+}
+
+output "resource_group" {
+  description = "Resource group holding everything (delete it to tear down by hand)."
+  value       = azurerm_resource_group.this.name
+}
+
+output "ssh_relay" {
+  description = "SSH to the single relay VM (null with a scale set: use the instances' private IPs through a jump host, or az vmss run-command)."
+  value       = local.scale_set ? null : "ssh ${var.admin_username}@${azurerm_public_ip.relay[0].ip_address}"
+}
+
+output "ssh_bench" {
+  description = "SSH to the benchmark source VM (null without bench_source_region)."
+  value       = local.bench_enabled ? "ssh ${var.admin_username}@${azurerm_public_ip.bench[0].ip_address}" : null
+}

@@ -1,0 +1,50 @@
+# The relay's TLS identity and the client token. Clients pin the certificate by
+# the SHA-256 of its DER encoding (--relay-cert-sha256), so a self-signed
+# certificate is enough: no CA, no DNS name.
+
+resource "tls_private_key" "relay" {
+  algorithm   = "ECDSA"
+  ecdsa_curve = "P256"
+}
+
+resource "tls_self_signed_cert" "relay" {
+  private_key_pem = tls_private_key.relay.private_key_pem
+
+  subject {
+    common_name  = "blob-relay"
+    organization = "Blob Relay"
+  }
+
+  dns_names    = ["blob-relay"]
+  ip_addresses = [local.relay_public_ip]
+
+  validity_period_hours = var.tls_cert_validity_hours
+  early_renewal_hours   = 720
+
+  allowed_uses = [
+    "digital_signature",
+    "server_auth",
+  ]
+}
+
+locals {
+  # PEM minus armour and line breaks is the base64 of the DER certificate.
+  relay_cert_der_base64 = replace(tls_self_signed_cert.relay.cert_pem, "/-----[A-Z ]+-----|\\s/", "")
+}
+
+# Terraform has no function that hashes binary data, but local_file hashes
+# the bytes it writes: content_sha256 is the SHA-256 of the DER certificate,
+# exactly what `openssl x509 -outform DER | sha256sum` prints. The file holds
+# only the public certificate.
+resource "local_file" "relay_cert_der" {
+  filename        = "${path.module}/.relay-cert.der"
+  content_base64  = local.relay_cert_der_base64
+  file_permission = "0644"
+}
+
+# One client token. The relay's tokens file line is "TOKEN CONTAINER[,...]":
+# this token may write only to var.container_name.
+resource "random_password" "client_token" {
+  length  = 48
+  special = false
+}

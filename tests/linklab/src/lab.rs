@@ -1,0 +1,336 @@
+//! The lab: two namespaces (site, cloud) joined by the emulated link.
+//!
+//! Why a guard object: tests and benches panic, time out and get
+//! interrupted; whatever happens, dropping `Lab` stops the forwarder, closes
+//! the TUNs (non-persistent, so they vanish) and deletes both namespaces
+//! with anything still running in them. `linklab cleanup` handles the one
+//! case Drop cannot: a process killed outright.
+
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::forwarder::Forwarder;
+use crate::link::{LinkConfig, LinkStats};
+use crate::netns::{self, Netns};
+use crate::tun::Tun;
+
+/// Addresses exist only inside the lab's namespaces (a private /30).
+pub const SITE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+pub const CLOUD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const PREFIX_LEN: u8 = 30;
+/// Name of the TUN inside each namespace (same name, separate namespaces).
+const TUN_NAME: &str = "brl0";
+const MTU: u32 = 1500;
+/// Socket buffer ceiling, so one TCP flow can fill a high-BDP path.
+const BUFFER_MAX_BYTES: u64 = 64 << 20;
+/// Smallest default queue: a few packets even when rate × RTT is tiny.
+const MIN_QUEUE_BYTES: u64 = 16 * MTU as u64;
+
+/// Makes namespace names unique per lab within one process.
+static LAB_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The emulated path, symmetric in both directions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkProfile {
+    /// Round-trip propagation delay; each direction gets half.
+    pub rtt_ms: f64,
+    /// Random loss probability per packet, per direction.
+    pub loss: f64,
+    /// Bottleneck rate per direction in Mbit/s of IP bytes; 0 = unlimited.
+    pub rate_mbit: f64,
+    /// Drop-tail queue limit; None = one BDP (rate × RTT), at least 16 packets.
+    pub queue_bytes: Option<u64>,
+    /// Seed of the loss RNG (the reverse direction uses a derived seed).
+    pub seed: u64,
+}
+
+impl LinkProfile {
+    pub fn new(rtt_ms: f64, loss: f64, rate_mbit: f64) -> Self {
+        Self {
+            rtt_ms,
+            loss,
+            rate_mbit,
+            queue_bytes: None,
+            seed: 1,
+        }
+    }
+
+    pub fn rate_bytes_per_sec(&self) -> u64 {
+        (self.rate_mbit * 1e6 / 8.0) as u64
+    }
+
+    /// rate × RTT in bytes.
+    pub fn bdp_bytes(&self) -> u64 {
+        (self.rate_bytes_per_sec() as f64 * self.rtt_ms / 1000.0) as u64
+    }
+
+    pub fn queue_limit_bytes(&self) -> u64 {
+        self.queue_bytes
+            .unwrap_or_else(|| self.bdp_bytes().max(MIN_QUEUE_BYTES))
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if !(self.rtt_ms.is_finite() && self.rtt_ms >= 0.0 && self.rtt_ms <= 10_000.0) {
+            bail!("rtt_ms must be within 0..=10000, got {}", self.rtt_ms);
+        }
+        if !(self.rate_mbit.is_finite() && self.rate_mbit >= 0.0) {
+            bail!("rate_mbit must be >= 0, got {}", self.rate_mbit);
+        }
+        if !(0.0..=1.0).contains(&self.loss) {
+            bail!("loss must be within 0.0..=1.0, got {}", self.loss);
+        }
+        Ok(())
+    }
+
+    fn link_config(&self, seed: u64) -> LinkConfig {
+        LinkConfig {
+            delay: Duration::from_secs_f64(self.rtt_ms / 2000.0),
+            rate_bytes_per_sec: self.rate_bytes_per_sec(),
+            queue_limit_bytes: self.queue_limit_bytes(),
+            loss: self.loss,
+            seed,
+        }
+    }
+
+    /// Buffers per direction: room for a full queue plus a full delay line,
+    /// with slack for small packets (ACKs), within 8 .. 128 MiB.
+    fn pool_slots(&self) -> usize {
+        let in_flight_bytes = if self.rate_mbit > 0.0 {
+            self.queue_limit_bytes() + self.bdp_bytes() / 2
+        } else {
+            // Unlimited: assume up to ~4 Gbit/s over the one-way delay.
+            (500e6 * self.rtt_ms / 2000.0) as u64
+        };
+        let packets = (in_flight_bytes / u64::from(MTU)) as usize;
+        (packets * 4 + 2048).clamp(4096, 65536)
+    }
+}
+
+/// Which namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Site,
+    Cloud,
+}
+
+/// Counters of both directions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LabStats {
+    pub site_to_cloud: LinkStats,
+    pub cloud_to_site: LinkStats,
+}
+
+impl LabStats {
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"site_to_cloud\":{},\"cloud_to_site\":{}}}",
+            self.site_to_cloud.to_json(),
+            self.cloud_to_site.to_json()
+        )
+    }
+}
+
+/// A running lab; dropping it tears everything down.
+pub struct Lab {
+    profile: LinkProfile,
+    // Field order is drop order: stop forwarding, close TUNs, delete namespaces.
+    forwarder: Forwarder,
+    _tuns: [Arc<Tun>; 2],
+    site: Netns,
+    cloud: Netns,
+}
+
+impl Lab {
+    /// Create both namespaces and TUNs, configure them and start forwarding.
+    pub fn start(profile: LinkProfile) -> anyhow::Result<Lab> {
+        profile.validate()?;
+        check_privileges()?;
+        for key in ["net.core.rmem_max", "net.core.wmem_max"] {
+            netns::raise_sysctl(key, BUFFER_MAX_BYTES)?;
+        }
+        let n = LAB_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        // Each Netns deletes itself if a later step fails.
+        let site = Netns::create(&format!("{}site-{pid}-{n}", netns::PREFIX))?;
+        let cloud = Netns::create(&format!("{}cloud-{pid}-{n}", netns::PREFIX))?;
+        let site_tun = setup_side(&site, SITE_ADDR)?;
+        let cloud_tun = setup_side(&cloud, CLOUD_ADDR)?;
+        let forwarder = Forwarder::start(
+            site_tun.clone(),
+            cloud_tun.clone(),
+            profile.link_config(profile.seed),
+            profile.link_config(profile.seed ^ 0x9e37_79b9_7f4a_7c15),
+            profile.pool_slots(),
+        )?;
+        Ok(Lab {
+            profile,
+            forwarder,
+            _tuns: [site_tun, cloud_tun],
+            site,
+            cloud,
+        })
+    }
+
+    pub fn profile(&self) -> &LinkProfile {
+        &self.profile
+    }
+
+    pub fn site_ns(&self) -> &str {
+        self.site.name()
+    }
+
+    pub fn cloud_ns(&self) -> &str {
+        self.cloud.name()
+    }
+
+    pub fn site_addr(&self) -> Ipv4Addr {
+        SITE_ADDR
+    }
+
+    pub fn cloud_addr(&self) -> Ipv4Addr {
+        CLOUD_ADDR
+    }
+
+    pub fn ns(&self, side: Side) -> &str {
+        self.netns(side).name()
+    }
+
+    pub fn addr(&self, side: Side) -> Ipv4Addr {
+        match side {
+            Side::Site => SITE_ADDR,
+            Side::Cloud => CLOUD_ADDR,
+        }
+    }
+
+    fn netns(&self, side: Side) -> &Netns {
+        match side {
+            Side::Site => &self.site,
+            Side::Cloud => &self.cloud,
+        }
+    }
+
+    /// Make `cmd` start inside the namespace of `side` (setns between fork
+    /// and exec, like `ip netns exec` without its /sys and /etc remounts).
+    /// Stdio, env and cwd of `cmd` are kept.
+    pub fn enter_on_spawn(&self, side: Side, cmd: &mut Command) -> anyhow::Result<()> {
+        let fd = self
+            .netns(side)
+            .fd()
+            .try_clone()
+            .context("lab: dup netns fd")?;
+        // SAFETY: the closure only calls setns(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || netns::enter(&fd));
+        }
+        Ok(())
+    }
+
+    /// Spawn `cmd` inside the namespace of `side`. Processes still running
+    /// there when the lab is dropped are killed.
+    pub fn spawn_in(&self, side: Side, mut cmd: Command) -> anyhow::Result<Child> {
+        self.enter_on_spawn(side, &mut cmd)?;
+        cmd.spawn()
+            .with_context(|| format!("lab: spawn {:?} in {}", cmd.get_program(), self.ns(side)))
+    }
+
+    /// Run `f` on a new thread inside the namespace of `side`; sockets it
+    /// opens belong to that namespace.
+    pub fn thread_in<F, T>(&self, side: Side, f: F) -> anyhow::Result<JoinHandle<anyhow::Result<T>>>
+    where
+        F: FnOnce() -> anyhow::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.netns(side).spawn_thread(f)
+    }
+
+    /// Run `f` inside the namespace of `side` and wait for it; handy to
+    /// create sockets there and use them from any thread afterwards.
+    pub fn run_in<F, T>(&self, side: Side, f: F) -> anyhow::Result<T>
+    where
+        F: FnOnce() -> anyhow::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.netns(side).run(f)
+    }
+
+    pub fn stats(&self) -> LabStats {
+        let (site_to_cloud, cloud_to_site) = self.forwarder.stats();
+        LabStats {
+            site_to_cloud,
+            cloud_to_site,
+        }
+    }
+
+    /// One JSON object describing the lab (for scripts).
+    pub fn describe_json(&self) -> String {
+        let p = &self.profile;
+        format!(
+            "{{\"site_ns\":\"{}\",\"cloud_ns\":\"{}\",\"site_addr\":\"{}\",\"cloud_addr\":\"{}\",\
+             \"rtt_ms\":{},\"loss\":{},\"rate_mbit\":{},\"queue_bytes\":{},\"seed\":{}}}",
+            self.site_ns(),
+            self.cloud_ns(),
+            SITE_ADDR,
+            CLOUD_ADDR,
+            p.rtt_ms,
+            p.loss,
+            p.rate_mbit,
+            p.queue_limit_bytes(),
+            p.seed
+        )
+    }
+}
+
+/// Root and a TUN device are required; the error says which is missing.
+pub fn check_privileges() -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("linklab needs root (network namespaces, TUN devices)");
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        bail!("linklab needs /dev/net/tun");
+    }
+    Ok(())
+}
+
+/// Inside `ns`: TUN, sysctls, lo up, address and MTU. The /30 route is the
+/// connected route of the address, so nothing leaves the namespace but
+/// through the TUN.
+fn setup_side(ns: &Netns, addr: Ipv4Addr) -> anyhow::Result<Arc<Tun>> {
+    let tun = ns.run(|| {
+        let tun = Tun::create(TUN_NAME)?;
+        let max = BUFFER_MAX_BYTES.to_string();
+        netns::write_sysctl("net.ipv4.tcp_rmem", &format!("4096 131072 {max}"))?;
+        netns::write_sysctl("net.ipv4.tcp_wmem", &format!("4096 16384 {max}"))?;
+        // Keep IPv6 chatter (router solicitations) off the link and counters.
+        let _ = netns::write_sysctl("net.ipv6.conf.all.disable_ipv6", "1");
+        let _ = netns::write_sysctl("net.ipv6.conf.default.disable_ipv6", "1");
+        Ok(tun)
+    })?;
+    let name = ns.name();
+    let mtu = MTU.to_string();
+    let cidr = format!("{addr}/{PREFIX_LEN}");
+    netns::ip(&["-n", name, "link", "set", "dev", "lo", "up"])?;
+    // A long TUN tx queue: the forwarder, not the kernel, should drop.
+    netns::ip(&[
+        "-n",
+        name,
+        "link",
+        "set",
+        "dev",
+        TUN_NAME,
+        "mtu",
+        &mtu,
+        "txqueuelen",
+        "10000",
+        "up",
+    ])?;
+    netns::ip(&["-n", name, "addr", "add", &cidr, "dev", TUN_NAME])?;
+    Ok(Arc::new(tun))
+}

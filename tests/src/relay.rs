@@ -1,0 +1,88 @@
+//! A real relay, in-process, on loopback QUIC.
+
+use std::net::SocketAddr;
+
+use relay_server::{Config, Relay, TestHooks};
+use shared::blob::Storage;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+pub const LIMITED_TOKEN: &str = "limited-token-0123456789abcdef";
+
+pub struct RelayHandle {
+    pub addr: SocketAddr,
+    pub fingerprint: String,
+    pub shared: std::sync::Arc<relay_server::server::Shared>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    _tokens: crate::files::Scratch,
+}
+
+pub struct RelayOptions {
+    pub memory_budget: u64,
+    pub hooks: TestHooks,
+    /// Containers the limited token may write.
+    pub limited_to: String,
+}
+
+impl Default for RelayOptions {
+    fn default() -> Self {
+        Self {
+            memory_budget: 256 << 20,
+            hooks: TestHooks::default(),
+            limited_to: "allowed-only".into(),
+        }
+    }
+}
+
+impl RelayHandle {
+    pub fn start(storage: Storage, opts: RelayOptions) -> Self {
+        shared::install_crypto_provider();
+        let dir = crate::files::Scratch::new("tokens");
+        let tokens_path = dir.path("tokens");
+        std::fs::write(
+            &tokens_path,
+            format!("{TOKEN}\n{LIMITED_TOKEN} {}\n", opts.limited_to),
+        )
+        .unwrap_or_else(|e| panic!("tokens: {e}"));
+        let tokens =
+            relay_server::auth::TokenStore::load(&tokens_path).unwrap_or_else(|e| panic!("{e}"));
+        let mut cfg = Config::for_tests(storage, tokens, opts.memory_budget)
+            .unwrap_or_else(|e| panic!("{e}"));
+        cfg.hooks = opts.hooks;
+        let relay = Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
+        let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let fingerprint = relay.fingerprint().to_string();
+        let shared = relay.shared();
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(relay.serve(rx));
+        Self {
+            addr,
+            fingerprint,
+            shared,
+            stop,
+            task,
+            _tokens: dir,
+        }
+    }
+
+    /// Arguments that reach this relay with the full token.
+    pub fn client_args(&self, to: &str) -> Vec<String> {
+        vec![
+            "--relay".into(),
+            self.addr.to_string(),
+            "--relay-cert-sha256".into(),
+            self.fingerprint.clone(),
+            "--to".into(),
+            to.into(),
+            "--token".into(),
+            TOKEN.into(),
+        ]
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}

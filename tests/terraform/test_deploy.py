@@ -1,0 +1,165 @@
+"""deploy/: the systemd unit's hardening, sysctl limits, example configs and
+the comparison script (dry run only: the real run needs Azure)."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tfmodel import DEPLOY
+
+
+def unit_directives(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+@pytest.fixture(scope="module")
+def unit():
+    return unit_directives((DEPLOY / "relay-server.service").read_text())
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("User", "blob-relay"),
+        ("Group", "blob-relay"),
+        ("ProtectSystem", "strict"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("AmbientCapabilities", ""),
+        ("PrivateTmp", "yes"),
+        ("PrivateDevices", "yes"),
+        ("ProtectHome", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("LockPersonality", "yes"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("SystemCallArchitectures", "native"),
+        ("EnvironmentFile", "/etc/blob-relay/relay.env"),
+        ("RuntimeDirectory", "blob-relay"),
+    ],
+)
+def test_unit_hardening(unit, key, value):
+    assert unit.get(key) == [value], f"{key}={unit.get(key)}"
+
+
+def test_unit_runs_the_relay_from_its_environment(unit):
+    (exec_start,) = unit["ExecStart"]
+    assert exec_start == "/usr/local/bin/relay-server"
+    assert "@system-service" in unit["SystemCallFilter"]
+    assert set(unit["RestrictAddressFamilies"][0].split()) >= {"AF_INET", "AF_INET6"}
+    assert unit["WantedBy"] == ["multi-user.target"]
+
+
+def test_unit_fingerprint_file_is_writable(unit):
+    # ProtectSystem=strict: the only writable place is the runtime directory.
+    env = dict(line.split("=", 1) for line in (DEPLOY / "relay.env.example").read_text().splitlines()
+               if line and not line.startswith("#"))
+    assert env["RELAY_CERT_FINGERPRINT_FILE"].startswith("/run/" + unit["RuntimeDirectory"][0] + "/")
+
+
+def test_systemd_analyze_verify(tmp_path):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze not installed")
+    unit = tmp_path / "relay-server.service"
+    # verify wants the ExecStart binary to exist.
+    text = (DEPLOY / "relay-server.service").read_text().replace("/usr/local/bin/relay-server", "/bin/true")
+    text = text.replace("EnvironmentFile=/etc/blob-relay/relay.env", f"EnvironmentFile=-{tmp_path}/relay.env")
+    unit.write_text(text)
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    # Unknown or misspelt directives are reported (with the file name) even
+    # though the exit code stays 0.
+    problems = [line for line in (r.stdout + r.stderr).splitlines() if "relay-server.service" in line]
+    assert not problems, problems
+
+
+def test_sysctl_allows_64_mib_udp_buffers():
+    values = {}
+    for line in (DEPLOY / "sysctl.d/60-blob-relay.conf").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            k, v = (p.strip() for p in line.split("=", 1))
+            values[k] = int(v)
+    assert values["net.core.rmem_max"] >= 64 * 1024 * 1024
+    assert values["net.core.wmem_max"] >= 64 * 1024 * 1024
+
+
+def test_env_example():
+    lines = [line for line in (DEPLOY / "relay.env.example").read_text().splitlines()
+             if line and not line.startswith("#")]
+    env = dict(line.split("=", 1) for line in lines)
+    assert {"RELAY_LISTEN", "RELAY_STORAGE_URL", "RELAY_TOKENS", "RELAY_HEALTH_LISTEN"} <= set(env)
+    assert all(k.startswith("RELAY_") for k in env)
+    assert env["RELAY_LISTEN"].endswith(":4433")
+    assert env["RELAY_HEALTH_LISTEN"].endswith(":9090")
+    assert env["RELAY_STORAGE_URL"].startswith("https://")
+    assert "RELAY_ACCOUNT_KEY" not in env  # documented, commented out
+
+
+def test_tokens_example_format():
+    lines = (DEPLOY / "tokens.example").read_text().splitlines()
+    assert lines
+    for line in lines:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{16,}( [a-z0-9][a-z0-9-]{2,62}(,[a-z0-9][a-z0-9-]{2,62})*)?", line), line
+
+
+SCRIPTS = ["compare.sh", "blob-relay-fetch.sh"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_parse(script):
+    subprocess.run(["bash", "-n", str(DEPLOY / script)], check=True)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_shellcheck(script):
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed")
+    r = subprocess.run(["shellcheck", str(DEPLOY / script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_fetch_script_uses_managed_identity_and_version_header():
+    text = (DEPLOY / "blob-relay-fetch.sh").read_text()
+    assert "169.254.169.254/metadata/identity/oauth2/token" in text
+    assert "resource=https%3A%2F%2Fstorage.azure.com%2F" in text
+    assert "x-ms-version:" in text
+    assert "Metadata: true" in text
+
+
+def test_compare_dry_run(tmp_path):
+    env_file = tmp_path / "bench.env"
+    env_file.write_text(
+        "BENCH_RELAY=20.0.0.10:4433\n"
+        f"BENCH_RELAY_CERT_SHA256={'ab' * 32}\n"
+        "BENCH_STORAGE_URL=https://blobrelayab12cd.blob.core.windows.net\n"
+        "BENCH_CONTAINER=uploads\n"
+        "BENCH_SOURCE_REGION=australiaeast\nBENCH_SOURCE_VM_SIZE=Standard_D8ds_v5\n"
+        "BENCH_RELAY_REGION=westeurope\nBENCH_RELAY_VM_SIZE=Standard_D16ds_v5\nBENCH_RELAY_COUNT=1\n"
+    )
+    report = tmp_path / "report.md"
+    r = subprocess.run(
+        ["bash", str(DEPLOY / "compare.sh"), "--dry-run", "--env-file", str(env_file), "--out", str(report),
+         "--workdir", str(tmp_path / "work"), "--runs", "1", "--files", "2", "--file-mib", "1"],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stderr
+    cmds = r.stdout
+    assert "relay-client upload" in cmds and "--relay 20.0.0.10:4433" in cmds
+    assert f"--relay-cert-sha256 {'ab' * 32}" in cmds
+    assert "--direct --storage-url https://blobrelayab12cd.blob.core.windows.net" in cmds
+    assert "azcopy copy" in cmds
+    assert not (tmp_path / "work").exists(), "dry run must not generate files"
+    md = report.read_text()
+    assert "| method | run | seconds | Mbit/s | result |" in md
+    assert "australiaeast, Standard_D8ds_v5" in md and "westeurope, 1 x Standard_D16ds_v5" in md
+    assert "DRY RUN" in md

@@ -1,0 +1,203 @@
+//! End-to-end: the real client binary, a real relay on loopback QUIC, a real Azurite,
+//! real files. Every committed blob is downloaded and hashed.
+
+use std::time::Duration;
+
+use relay_tests::azurite::shared_azurite;
+use relay_tests::files::{Scratch, write_random};
+use relay_tests::relay::{RelayHandle, RelayOptions};
+use relay_tests::{run_client, summary, unique_container};
+
+const T: Duration = Duration::from_secs(120);
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
+    let w = shared_azurite()
+        .storage()
+        .writer(container, blob)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (n, h) = w
+        .content_sha256()
+        .await
+        .unwrap_or_else(|e| panic!("download {blob}: {e}"));
+    (n, hex::encode(h))
+}
+
+async fn setup(tag: &str) -> (RelayHandle, String) {
+    let az = shared_azurite();
+    let storage = az.storage();
+    let container = unique_container(tag);
+    storage
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (
+        RelayHandle::start(storage, RelayOptions::default()),
+        container,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_block_file_is_committed_and_verified() {
+    let (relay, container) = setup("multiblock").await;
+    let dir = Scratch::new("multiblock");
+    let file = dir.path("big.bin");
+    // 3 blocks of 5 MiB plus a tail: 4 blocks, the last one short and off 64-byte alignment.
+    let sha = write_random(&file, 3 * (5 << 20) + 12_345, 1);
+    let mut a = relay.client_args(&format!("{container}/pre"));
+    a.splice(
+        0..0,
+        args(&[
+            "upload",
+            file.to_str().unwrap_or_default(),
+            "--json",
+            "--block-size",
+            "5MiB",
+        ]),
+    );
+    let out = run_client(&a, &[], T).await;
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = summary(&out);
+    let f = &s["files"][0];
+    assert_eq!(f["status"], "committed");
+    assert_eq!(f["blob"], "pre/big.bin");
+    assert_eq!(f["sha256"], sha.as_str());
+    assert!(f["etag"].as_str().is_some_and(|e| !e.is_empty()));
+    assert!(f["clocks_ms"]["transfer_ms"].is_u64());
+    let (n, got) = blob_sha(&container, "pre/big.bin").await;
+    assert_eq!((n, got), (3 * (5 << 20) + 12_345, sha.clone()));
+    // The verified hash is stored in metadata.
+    let props = shared_azurite()
+        .storage()
+        .writer(&container, "pre/big.bin")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .properties()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("blob missing"));
+    assert_eq!(props.sha256.as_deref(), Some(sha.as_str()));
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_tree_many_small_files_and_empty_file() {
+    let (relay, container) = setup("tree").await;
+    let dir = Scratch::new("tree");
+    let root = dir.path("data");
+    let mut expected = Vec::new();
+    for i in 0..40u64 {
+        let rel = format!("d{}/sub{}/f{i}.bin", i % 3, i % 2);
+        let sha = write_random(&root.join(&rel), 1000 + i * 37, i);
+        expected.push((format!("p/data/{rel}"), sha));
+    }
+    std::fs::write(root.join("empty.txt"), b"").unwrap_or_else(|e| panic!("{e}"));
+    expected.push((
+        "p/data/empty.txt".into(),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
+    ));
+    let mut a = relay.client_args(&format!("{container}/p"));
+    a.splice(
+        0..0,
+        args(&[
+            "upload",
+            root.to_str().unwrap_or_default(),
+            "--json",
+            "--parallel",
+            "8",
+        ]),
+    );
+    let out = run_client(&a, &[], T).await;
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = summary(&out);
+    assert_eq!(s["totals"]["committed"], expected.len());
+    for (blob, sha) in &expected {
+        let (_, got) = blob_sha(&container, blob).await;
+        assert_eq!(&got, sha, "{blob}");
+    }
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_overwrite_unless_asked() {
+    let (relay, container) = setup("overwrite").await;
+    let dir = Scratch::new("overwrite");
+    let file = dir.path("x.bin");
+    write_random(&file, 1000, 7);
+    let mut a = relay.client_args(&container);
+    a.splice(
+        0..0,
+        args(&["upload", file.to_str().unwrap_or_default(), "--json"]),
+    );
+    assert!(run_client(&a, &[], T).await.status.success());
+
+    // Same name, new content, no --overwrite: refused, old content kept.
+    let new_sha = write_random(&file, 2000, 8);
+    let out = run_client(&a, &[], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("x.bin: refused: a blob with this name exists (add --overwrite)"),
+        "{stderr}"
+    );
+    let (n, _) = blob_sha(&container, "x.bin").await;
+    assert_eq!(n, 1000);
+
+    // With --overwrite: replaced and verified.
+    a.push("--overwrite".into());
+    let out = run_client(&a, &[], T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(blob_sha(&container, "x.bin").await, (2000, new_sha));
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_at_once() {
+    let (relay, container) = setup("twoclients").await;
+    let dir = Scratch::new("twoclients");
+    let f1 = dir.path("a/one.bin");
+    let f2 = dir.path("b/two.bin");
+    let s1 = write_random(&f1, 11 << 20, 21);
+    let s2 = write_random(&f2, 9 << 20, 22);
+    let mut a1 = relay.client_args(&container);
+    a1.splice(
+        0..0,
+        args(&[
+            "upload",
+            f1.to_str().unwrap_or_default(),
+            "--json",
+            "--block-size",
+            "5MiB",
+        ]),
+    );
+    let mut a2 = relay.client_args(&container);
+    a2.splice(
+        0..0,
+        args(&[
+            "upload",
+            f2.to_str().unwrap_or_default(),
+            "--json",
+            "--block-size",
+            "5MiB",
+        ]),
+    );
+    let (o1, o2) = tokio::join!(run_client(&a1, &[], T), run_client(&a2, &[], T));
+    assert!(o1.status.success() && o2.status.success());
+    assert_eq!(blob_sha(&container, "one.bin").await.1, s1);
+    assert_eq!(blob_sha(&container, "two.bin").await.1, s2);
+    relay.stop().await;
+}
