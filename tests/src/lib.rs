@@ -4,6 +4,7 @@
 
 pub mod azurite;
 pub mod files;
+pub mod proxy;
 pub mod relay;
 
 use std::path::PathBuf;

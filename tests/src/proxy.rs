@@ -1,0 +1,1 @@
+//! Fault-injecting HTTP proxy between the relay and Azurite (see faults tests).
