@@ -10,7 +10,9 @@ use shared::blob::Storage;
 use shared::block_id::TransferTag;
 use shared::checkpoint::Checkpoint;
 use shared::plan::BlockPlan;
-use shared::publish::{Destination, commit_verified, preflight, stage_failure, storage_failure};
+use shared::publish::{
+    Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
+};
 use shared::resume::{ResumePoint, find_resume_point};
 use shared::staging::{Budget, Stager};
 use tokio::io::AsyncSeekExt;
@@ -48,9 +50,36 @@ pub async fn upload_file(
             .writer(&opts.container, &src.blob)
             .map_err(|e| relay_like(storage_failure(&e)))?,
     );
-    preflight(&writer, &opts.overwrite)
-        .await
-        .map_err(relay_like)?;
+    if let Err(f) = preflight(&writer, &opts.overwrite).await {
+        // As through the relay: a re-run whose file is already the committed blob
+        // succeeds with nothing sent.
+        if f.code != shared::protocol::Code::Exists {
+            return Err(relay_like(f));
+        }
+        let ours = hash_prefix(src.path.clone(), before.len)
+            .await
+            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        let sha256 = hex::encode(sha2::Digest::finalize(ours));
+        let Some(props) = already_committed(&writer, before.len, &sha256)
+            .await
+            .map_err(relay_like)?
+        else {
+            return Err(relay_like(f));
+        };
+        return Ok(Sent {
+            bytes: before.len,
+            sha256,
+            etag: props.etag,
+            bytes_resumed: before.len,
+            bytes_sent: 0,
+            retries: writer.retries(),
+            clocks: Clocks {
+                wait_ms: 0,
+                transfer_ms: t0.elapsed().as_millis() as u64,
+                commit_ms: 0,
+            },
+        });
+    }
 
     let tag = TransferTag::derive(&opts.container, &src.blob, before.len, plan.block_size);
     let uncommitted = writer

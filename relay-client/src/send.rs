@@ -59,6 +59,43 @@ pub async fn send_file(
     opts: &Options,
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
+    match send_once(conn, src, opts, bar, None).await {
+        // A blob by this name exists. If an earlier run (killed after the relay got
+        // every byte) committed this very file, the re-run is done: prove it with
+        // the file's SHA-256 and let the relay compare it with the blob's.
+        Err(e) if e.code == "exists" && opts.overwrite == Overwrite::Never => {
+            let sha256 = whole_file_sha256(src).await?;
+            send_once(conn, src, opts, bar, Some(sha256)).await
+        }
+        other => other,
+    }
+}
+
+async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
+    let cannot = |e: std::io::Error| FileError::new("source", format!("cannot read: {e}"), false);
+    let before = Snapshot::take(&src.path).map_err(cannot)?;
+    let h = hash_prefix(src.path.clone(), before.len)
+        .await
+        .map_err(cannot)?;
+    if Snapshot::take(&src.path).map_err(cannot)? != before {
+        return Err(FileError::new(
+            "source_changed",
+            "file changed while it was being hashed; nothing committed",
+            false,
+        ));
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// One Offer on a new stream. With `known_sha256` (the whole file's), the relay may
+/// answer with a Receipt straight away when the blob already holds these bytes.
+async fn send_once(
+    conn: &Connection,
+    src: &Source,
+    opts: &Options,
+    bar: &ProgressBar,
+    known_sha256: Option<String>,
+) -> Result<Sent, FileError> {
     let t0 = Instant::now();
     let before = Snapshot::take(&src.path)
         .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
@@ -73,7 +110,7 @@ pub async fn send_file(
         content_type: opts.content_type.clone(),
         metadata: opts.metadata.clone(),
         overwrite: opts.overwrite.clone(),
-        sha256: None,
+        sha256: known_sha256.clone(),
         block_size: opts.block_size,
     };
     write_frame(&mut send, &Message::Offer(offer))
@@ -85,6 +122,11 @@ pub async fn send_file(
     {
         Message::Plan(p) => p,
         Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
+        Message::Receipt(r) if known_sha256.is_some() => {
+            let sha256 = known_sha256.unwrap_or_default();
+            let _ = send.finish();
+            return verified(r, sha256, before.len, 0, t0, Instant::now());
+        }
         other => {
             return Err(FileError::new(
                 "protocol",
@@ -167,22 +209,34 @@ pub async fn send_file(
             ));
         }
     };
-    if receipt.sha256 != sha256 || receipt.size != before.len {
+    verified(receipt, sha256, before.len, before.len - start, t0, t_sent)
+}
+
+/// Accepts a Receipt only if it names exactly the bytes this client read.
+fn verified(
+    receipt: shared::protocol::Receipt,
+    sha256: String,
+    len: u64,
+    bytes_sent: u64,
+    t0: Instant,
+    t_sent: Instant,
+) -> Result<Sent, FileError> {
+    if !receipt.sha256.eq_ignore_ascii_case(&sha256) || receipt.size != len {
         return Err(FileError::new(
             "verify",
             format!(
-                "relay receipt ({} bytes, sha256 {}) does not match the source ({} bytes, {sha256})",
-                receipt.size, receipt.sha256, before.len
+                "relay receipt ({} bytes, sha256 {}) does not match the source ({len} bytes, {sha256})",
+                receipt.size, receipt.sha256
             ),
             false,
         ));
     }
     Ok(Sent {
-        bytes: before.len,
+        bytes: len,
         sha256,
         etag: receipt.etag,
         bytes_resumed: receipt.bytes_resumed,
-        bytes_sent: before.len - start,
+        bytes_sent,
         retries: receipt.retries,
         clocks: Clocks {
             wait_ms: 0,

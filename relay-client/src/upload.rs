@@ -63,7 +63,45 @@ impl RelayLink {
             .await
             .map_err(|m| FileError::new("connection", m, true))?;
         *cur = Some(c.clone());
+        tokio::spawn(watchdog(c.clone()));
         Ok(c)
+    }
+}
+
+/// A relay that hears nothing from us for this long is gone (crashed, restarted,
+/// or its host is unreachable). Both ends send a keep-alive every 5 s, each
+/// answered by an ACK, so a live relay is never this quiet.
+const RELAY_SILENT: Duration = Duration::from_secs(10);
+
+/// Closes `conn` when the relay stops acknowledging anything, so its files fail as
+/// retryable and resume over a new connection. QUIC's own idle timeout (60 s) would
+/// catch this too, but far later; and a relay restarted on the same address answers
+/// old packets with stateless resets this client cannot authenticate, so only
+/// acknowledged (authenticated) frames count as signs of life.
+async fn watchdog(conn: Connection) {
+    let mut acks = conn.stats().frame_rx.acks;
+    let mut heard = Instant::now();
+    loop {
+        tokio::select! {
+            _ = conn.closed() => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        let now = conn.stats().frame_rx.acks;
+        if now != acks {
+            acks = now;
+            heard = Instant::now();
+        } else if heard.elapsed() >= RELAY_SILENT {
+            tracing::warn!(
+                remote = %conn.remote_address(),
+                silent_s = RELAY_SILENT.as_secs(),
+                "relay not responding; reconnecting"
+            );
+            conn.close(
+                shared::protocol::app_error::CLIENT_ABORT.into(),
+                b"relay not responding",
+            );
+            return;
+        }
     }
 }
 

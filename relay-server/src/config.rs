@@ -100,6 +100,19 @@ pub struct Args {
     #[arg(long, env = "RELAY_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace: u64,
 
+    /// HTTP address for /healthz and Prometheus /metrics (off when not given).
+    #[arg(long, env = "RELAY_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
+
+    /// TOML file with any of these flags (`storage_url = "..."`); flags and
+    /// RELAY_* variables override it.
+    #[arg(long, env = "RELAY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Check the configuration (flags, files, certificate, tokens) and exit.
+    #[arg(long)]
+    pub check_config: bool,
+
     /// Log format: text | json.
     #[arg(long, env = "RELAY_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -120,8 +133,86 @@ Tokens file:
   s3cr3t-token-for-lab-a   data,scratch
   s3cr3t-token-for-ops     (no list: any container)";
 
+/// Reads a TOML config file into `RELAY_*` environment variables that are not set
+/// yet, before the flags are parsed: so flags > environment > file.
+pub fn load_config_file(argv: &[std::ffi::OsString]) -> Result<(), String> {
+    let mut path = std::env::var_os("RELAY_CONFIG").map(PathBuf::from);
+    for (i, a) in argv.iter().enumerate() {
+        let a = a.to_string_lossy();
+        if let Some(v) = a.strip_prefix("--config=") {
+            path = Some(PathBuf::from(v));
+        } else if a == "--config" {
+            path = argv.get(i + 1).map(PathBuf::from);
+        }
+    }
+    let Some(path) = path else { return Ok(()) };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+    for (key, value) in config_env(&text).map_err(|e| format!("config {}: {e}", path.display()))? {
+        if std::env::var_os(&key).is_none() {
+            // Single-threaded at this point (before the runtime starts).
+            unsafe { std::env::set_var(&key, value) };
+        }
+    }
+    Ok(())
+}
+
+/// `storage_url = "x"` → (`RELAY_STORAGE_URL`, `x`); only flags that exist.
+pub fn config_env(text: &str) -> Result<Vec<(String, String)>, String> {
+    use clap::CommandFactory;
+    let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let cmd = Args::command();
+    let known: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(|l| l.replace('-', "_")))
+        .collect();
+    let mut out = Vec::new();
+    for (k, v) in table {
+        let key = k.replace('-', "_");
+        if !known.contains(&key) || key == "config" {
+            return Err(format!("unknown setting {k:?}"));
+        }
+        let value = match v {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| format!("setting {k:?}: list items must be strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+                .join(","),
+            other => return Err(format!("setting {k:?}: unsupported value {other:?}")),
+        };
+        out.push((format!("RELAY_{}", key.to_ascii_uppercase()), value));
+    }
+    Ok(out)
+}
+
 impl Args {
     pub fn grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_keys_map_to_env() {
+        let env = config_env("storage_url = \"https://a.blob.core.windows.net\"\nmemory-budget = \"2GiB\"\nmax_connections = 8\n")
+            .expect("valid");
+        assert!(env.contains(&(
+            "RELAY_STORAGE_URL".into(),
+            "https://a.blob.core.windows.net".into()
+        )));
+        assert!(env.contains(&("RELAY_MEMORY_BUDGET".into(), "2GiB".into())));
+        assert!(env.contains(&("RELAY_MAX_CONNECTIONS".into(), "8".into())));
+        assert!(config_env("no_such_flag = 1").is_err());
+        assert!(config_env("not toml at all = = =").is_err());
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod health;
 pub mod metrics;
 pub mod server;
 pub mod tls;
@@ -30,10 +31,6 @@ impl Config {
             (Some(c), Some(k)) => tls::Identity::from_pem_files(c, k)?,
             _ => tls::Identity::self_signed(args.tls_names.clone())?,
         };
-        if let Some(path) = &args.cert_fingerprint_file {
-            std::fs::write(path, format!("{}\n", identity.fingerprint))
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        }
         shared::plan::BlockPlan::new(0, args.block_size)
             .map_err(|e| format!("--block-size: {e}"))?;
         Ok(Self {

@@ -4,7 +4,12 @@ use relay_server::{Config, Relay};
 use tokio::sync::watch;
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = relay_server::config::load_config_file(&argv) {
+        eprintln!("relay-server: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    let args = Args::parse_from(argv);
     init_logging(&args.log_format);
     shared::install_crypto_provider();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -28,7 +33,24 @@ fn main() -> std::process::ExitCode {
 
 async fn run(args: Args) -> Result<(), String> {
     let cfg = Config::from_args(&args)?;
+    if args.check_config {
+        println!(
+            "relay-server: configuration ok (listen {}, storage {:?}, certificate {})",
+            args.listen,
+            cfg.storage.access(),
+            cfg.identity.fingerprint
+        );
+        return Ok(());
+    }
+    if let Some(path) = &args.cert_fingerprint_file {
+        std::fs::write(path, format!("{}\n", cfg.identity.fingerprint))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     let budget = cfg.budget.total_bytes();
+    let health = match args.health_listen {
+        Some(addr) => Some(relay_server::health::bind(addr).await?),
+        None => None,
+    };
     let relay = Relay::bind(cfg)?;
     let addr = relay.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(
@@ -38,6 +60,14 @@ async fn run(args: Args) -> Result<(), String> {
         "relay listening (pin clients with --relay-cert-sha256)"
     );
     let (tx, rx) = watch::channel(false);
+    if let Some(listener) = health {
+        tracing::info!(addr = ?listener.local_addr().ok(), "health endpoint: /healthz, /metrics");
+        tokio::spawn(relay_server::health::serve(
+            listener,
+            relay.shared(),
+            rx.clone(),
+        ));
+    }
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("signal received");

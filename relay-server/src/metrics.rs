@@ -10,6 +10,7 @@ pub struct Metrics {
     pub transfers_committed: AtomicU64,
     pub transfers_failed: AtomicU64,
     pub azure_retries: AtomicU64,
+    pub commit_ms_total: AtomicU64,
 }
 
 impl Metrics {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use quinn::{Endpoint, EndpointConfig, TokioRuntime};
 use shared::blob::Storage;
 use shared::quic::{Windows, bind_udp};
-use shared::staging::{Budget, Mangle};
+use shared::staging::{Budget, Mangle, Pace};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -22,6 +22,9 @@ use crate::tls::Identity;
 pub struct TestHooks {
     /// Called on every received chunk before it is hashed (e.g. to flip a byte).
     pub mangle: Option<Mangle>,
+    /// Called on every received chunk with its offset and length; the transfer
+    /// waits as long as it says (a slow relay, to stop a test at a chosen point).
+    pub pace: Option<Pace>,
 }
 
 pub struct Config {
@@ -54,6 +57,14 @@ impl Shared {
     pub fn mangle(&self) -> Option<Mangle> {
         if cfg!(feature = "test-hooks") {
             self.hooks.mangle.clone()
+        } else {
+            None
+        }
+    }
+
+    pub fn pace(&self) -> Option<Pace> {
+        if cfg!(feature = "test-hooks") {
+            self.hooks.pace.clone()
         } else {
             None
         }

@@ -12,7 +12,9 @@ use shared::codec::{FrameError, read_frame, write_frame};
 use shared::limits::PROTOCOL_VERSION;
 use shared::plan::BlockPlan;
 use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
-use shared::publish::{Destination, commit_verified, preflight, stage_failure, storage_failure};
+use shared::publish::{
+    Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
+};
 use shared::resume::{ResumePoint, find_resume_point};
 use shared::staging::Stager;
 use tracing::Instrument;
@@ -164,10 +166,34 @@ async fn run(
         .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
     let writer = Arc::new(writer);
 
-    // Fail before any byte moves if the commit is bound to be refused.
-    preflight(&writer, &offer.overwrite)
-        .await
-        .map_err(Outcome::Rejected)?;
+    // Fail before any byte moves if the commit is bound to be refused; unless the
+    // client proved (with the SHA-256 of its whole file) that the blob already holds
+    // its bytes: then a re-run after an interrupted run is a success with nothing sent.
+    if let Err(f) = preflight(&writer, &offer.overwrite).await {
+        let present = match (&f.code, &offer.sha256) {
+            (Code::Exists, Some(sha)) => already_committed(&writer, offer.size, sha)
+                .await
+                .map_err(Outcome::Rejected)?,
+            _ => None,
+        };
+        let Some(props) = present else {
+            return Err(Outcome::Rejected(f));
+        };
+        tracing::info!(etag = %props.etag, "blob already holds these bytes; nothing to send");
+        return Ok(Receipt {
+            container: offer.container.clone(),
+            blob: offer.blob.clone(),
+            etag: props.etag,
+            size: props.size,
+            sha256: props.sha256.unwrap_or_default().to_ascii_lowercase(),
+            block_size: plan.block_size,
+            blocks: 0,
+            bytes_resumed: offer.size,
+            bytes_received: 0,
+            retries: writer.retries(),
+            timings: Timings::default(),
+        });
+    }
 
     let tag = TransferTag::derive(&offer.container, &offer.blob, offer.size, plan.block_size);
     let uncommitted = writer
@@ -238,7 +264,7 @@ async fn run(
         shared.blocks_in_flight,
     )
     .map_err(|e| failed(fail(Code::Internal, e.to_string())))?;
-    let mut stager = stager.with_mangle(shared.mangle());
+    let mut stager = stager.with_mangle(shared.mangle()).with_pace(shared.pace());
     let pumped = stager.pump(recv).await;
     Metrics::add(&shared.metrics.bytes_received, stager.offset());
     pumped.map_err(|e| failed(stage_failure(e)))?;
@@ -277,6 +303,7 @@ async fn run(
         .await
         .map_err(failed)?;
     let commit_ms = t_commit.elapsed().as_millis() as u64;
+    Metrics::add(&shared.metrics.commit_ms_total, commit_ms);
     Metrics::add(&shared.metrics.azure_retries, u64::from(writer.retries()));
     Ok(Receipt {
         container: offer.container.clone(),

@@ -56,7 +56,7 @@ impl Checkpoint {
 
     /// A hasher that continues from this checkpoint.
     pub fn restore(&self) -> Option<Sha256> {
-        if self.offset % 64 != 0 {
+        if !self.offset.is_multiple_of(64) {
             return None;
         }
         let mut full = SerializedState::<Sha256>::default();

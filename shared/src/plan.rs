@@ -99,7 +99,7 @@ mod tests {
         let p = plan(MAX_BLOB_SIZE);
         assert_eq!(p.block_size, MAX_BLOCK_SIZE);
         assert_eq!(p.block_count(), MAX_BLOCKS);
-        assert!(MAX_BLOB_SIZE > 190 * TIB);
+        const { assert!(MAX_BLOB_SIZE > 190 * TIB) };
         let p = plan(190 * TIB);
         assert!(p.block_count() <= MAX_BLOCKS);
         assert_eq!(p.block_size % MIB, 0);

@@ -103,8 +103,12 @@ pub enum Code {
     Truncated,
     /// Another upload to this blob committed first, or the etag changed.
     Conflict,
-    /// Azure Storage refused or failed; the message carries its reason.
+    /// Azure Storage failed transiently (after the relay's own retries); the
+    /// message carries its reason.
     Storage,
+    /// Azure Storage refused the request (a 4xx other than throttling or a
+    /// conflict, e.g. 403 or a missing container): trying again will not help.
+    StorageRefused,
     Internal,
 }
 

@@ -15,13 +15,35 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     }
 }
 
+/// Maps an Azure failure to a protocol code. Only transient ones (5xx, 408, 429,
+/// transport errors) become `Storage`, which clients retry; other 4xx would fail
+/// the same way again.
 pub fn storage_failure(e: &BlobError) -> Failure {
     let code = if e.is_conflict() {
         Code::Conflict
-    } else {
+    } else if e.is_retryable() {
         Code::Storage
+    } else {
+        Code::StorageRefused
     };
     fail(code, e.message.clone())
+}
+
+/// The committed blob, if it already holds exactly these bytes (same size and the
+/// verified SHA-256 we store in metadata). Lets a re-run, or a Put Block List retried
+/// after its response was lost, succeed instead of tripping over its own commit.
+pub async fn already_committed(
+    writer: &BlobWriter,
+    size: u64,
+    sha256_hex: &str,
+) -> Result<Option<BlobProperties>, Failure> {
+    let props = writer.properties().await.map_err(|e| storage_failure(&e))?;
+    Ok(props.filter(|p| {
+        p.size == size
+            && p.sha256
+                .as_deref()
+                .is_some_and(|h| h.eq_ignore_ascii_case(sha256_hex))
+    }))
 }
 
 pub fn stage_failure(e: StageError) -> Failure {
@@ -90,16 +112,24 @@ pub async fn commit_verified(
         }
     }
     let ids = staged.ids.iter().map(|id| id.to_vec()).collect();
-    writer
+    let committed = writer
         .commit(ids, &ours, dest.content_type, dest.metadata, dest.overwrite)
-        .await
-        .map_err(|e| {
-            let mut f = storage_failure(&e);
-            if f.code == Code::Conflict {
-                f.message = format!("another upload committed this blob first: {}", f.message);
-            }
-            f
-        })?;
+        .await;
+    if let Err(e) = committed {
+        let mut f = storage_failure(&e);
+        if f.code != Code::Conflict {
+            return Err(f);
+        }
+        // The condition failed. If the blob now holds exactly our bytes, the winner
+        // was our own earlier attempt (its response lost, then retried) or an
+        // identical upload: the outcome the user asked for, so not an error.
+        if let Some(props) = already_committed(writer, dest.size, &ours).await? {
+            tracing::info!(etag = %props.etag, "blob already holds these bytes");
+            return Ok(props);
+        }
+        f.message = format!("another upload committed this blob first: {}", f.message);
+        return Err(f);
+    }
     let props = writer
         .properties()
         .await

@@ -33,7 +33,7 @@ pub fn format_size(bytes: u64) -> String {
     for (mult, name) in units {
         if bytes >= mult {
             let v = bytes as f64 / mult as f64;
-            return if bytes % mult == 0 {
+            return if bytes.is_multiple_of(mult) {
                 format!("{} {name}", bytes / mult)
             } else {
                 format!("{v:.1} {name}")

@@ -69,6 +69,11 @@ impl Budget {
 /// Test-only fault hook: sees each chunk (with its file offset) before it is hashed.
 pub type Mangle = Arc<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 
+/// Test-only pacing hook: sees each received chunk's file offset and length and
+/// returns how long to wait before taking it, so fault tests can hold a transfer
+/// at a chosen point (a slow relay) and kill a process there.
+pub type Pace = Arc<dyn Fn(u64, usize) -> std::time::Duration + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
     #[error("reading the source failed: {0}")]
@@ -105,6 +110,7 @@ pub struct Stager {
     inflight: JoinSet<Result<(), BlobError>>,
     bytes_resumed: u64,
     mangle: Option<Mangle>,
+    pace: Option<Pace>,
 }
 
 impl Stager {
@@ -138,11 +144,17 @@ impl Stager {
             ids: start.ids,
             inflight: JoinSet::new(),
             mangle: None,
+            pace: None,
         })
     }
 
     pub fn with_mangle(mut self, mangle: Option<Mangle>) -> Self {
         self.mangle = mangle;
+        self
+    }
+
+    pub fn with_pace(mut self, pace: Option<Pace>) -> Self {
+        self.pace = pace;
         self
     }
 
@@ -168,6 +180,12 @@ impl Stager {
                         expected: self.plan.size,
                         got: self.offset,
                     });
+                }
+                if let Some(p) = &self.pace {
+                    let wait = p(self.offset, n);
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
                 }
                 if let Some(m) = &self.mangle {
                     m(self.offset, &mut buf[before..]);

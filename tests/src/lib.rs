@@ -53,10 +53,11 @@ pub fn binary(name: &str) -> PathBuf {
 pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duration) -> Output {
     let mut cmd = tokio::process::Command::new(binary("relay-client"));
     cmd.args(args).kill_on_drop(true);
+    // Only what the test passes: never a token from the caller's environment.
+    cmd.env_remove("RELAY_TOKEN");
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    cmd.env_remove("RELAY_TOKEN");
     match tokio::time::timeout(timeout, cmd.output()).await {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => panic!("cannot run relay-client: {e}"),

@@ -1,1 +1,370 @@
-//! Fault-injecting HTTP proxy between the relay and Azurite (see faults tests).
+//! Fault-injecting HTTP/1.1 proxy between the relay and Azurite (see the fault tests).
+//!
+//! Why its own proxy: the relay's retry rules (503 ServerBusy, OperationTimeout,
+//! 500, resets, stalls, a lost Put Block List response) only show against a storage
+//! endpoint that misbehaves on cue, and Azurite never does. The proxy reads each
+//! request whole, decides its fate from a seeded schedule (so a run is repeatable
+//! for a given arrival order), then answers with an Azure-style error, cuts the TCP
+//! connection, stalls, or forwards to Azurite. Every answer closes the connection
+//! (`Connection: close`), so responses never need parsing; the relay's HTTP client
+//! simply opens a new connection per request, which on loopback costs nothing.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The Azure operation a request is, from its method and `comp=` query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    PutBlock,
+    PutBlockList,
+    GetBlockList,
+    GetProperties,
+    Other,
+}
+
+impl Op {
+    fn classify(method: &str, target: &str) -> Self {
+        let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
+        let comp = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("comp="))
+            .unwrap_or("");
+        match (method, comp) {
+            ("PUT", "block") => Op::PutBlock,
+            ("PUT", "blocklist") => Op::PutBlockList,
+            ("GET", "blocklist") => Op::GetBlockList,
+            ("HEAD", "") => Op::GetProperties,
+            _ => Op::Other,
+        }
+    }
+}
+
+/// What happens to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// 503 ServerBusy, as Azure throttles.
+    ServerBusy,
+    /// 503 OperationTimeout.
+    OperationTimeout,
+    /// 500 InternalError.
+    InternalError,
+    /// Any other Azure error status and code (e.g. 403 AuthorizationFailure).
+    Status(u16, &'static str),
+    /// The connection is reset (RST) after the request was read; Azure never saw it.
+    Reset,
+    /// Forwarded and done by Azure, but the response is lost (RST instead).
+    LostResponse,
+    /// No answer for this long, then the connection closes (a read timeout if the
+    /// client's timeout is shorter).
+    Stall(Duration),
+    /// Forwarded after this delay (slow storage).
+    Delay(Duration),
+}
+
+/// Which requests fail, decided in arrival order.
+#[derive(Debug, Clone, Default)]
+pub struct Schedule {
+    /// Seed of the random draws below.
+    pub seed: u64,
+    /// Faults for the first requests of each operation, in order: an entry is used
+    /// by the next request of its `Op` and then consumed.
+    pub script: Vec<(Op, Fault)>,
+    /// After the script: each request of a listed `Op` draws once; the first entry
+    /// whose cumulative probability covers the draw applies.
+    pub chances: Vec<(Op, f64, Fault)>,
+    /// Every forwarded request of these operations waits this long first.
+    pub delays: Vec<(Op, Duration)>,
+}
+
+impl Schedule {
+    pub fn seeded(seed: u64) -> Self {
+        Self {
+            seed,
+            ..Default::default()
+        }
+    }
+}
+
+struct State {
+    schedule: Schedule,
+    rng: rand::rngs::StdRng,
+}
+
+impl State {
+    fn decide(&mut self, op: Op) -> Option<Fault> {
+        if let Some(i) = self.schedule.script.iter().position(|(o, _)| *o == op) {
+            return Some(self.schedule.script.remove(i).1);
+        }
+        let applicable: Vec<(f64, Fault)> = self
+            .schedule
+            .chances
+            .iter()
+            .filter(|(o, _, _)| *o == op)
+            .map(|(_, p, f)| (*p, f.clone()))
+            .collect();
+        if !applicable.is_empty() {
+            let draw: f64 = self.rng.random();
+            let mut acc = 0.0;
+            for (p, f) in applicable {
+                acc += p;
+                if draw < acc {
+                    return Some(f);
+                }
+            }
+        }
+        self.schedule
+            .delays
+            .iter()
+            .find(|(o, _)| *o == op)
+            .map(|(_, d)| Fault::Delay(*d))
+    }
+}
+
+/// Counts of what the proxy did, for assertions.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub forwarded: AtomicU64,
+    /// Requests that got an error status, a reset, a stall or a lost response.
+    pub faults: AtomicU64,
+}
+
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    pub stats: Arc<Stats>,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FaultProxy {
+    /// Listens on an ephemeral loopback port and forwards to `upstream`.
+    pub async fn start(upstream: SocketAddr, schedule: Schedule) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("proxy bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("proxy addr: {e}"));
+        let state = Arc::new(Mutex::new(State {
+            rng: rand::rngs::StdRng::seed_from_u64(schedule.seed),
+            schedule,
+        }));
+        let stats = Arc::new(Stats::default());
+        let (st, sx) = (state.clone(), stats.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(serve(sock, upstream, st.clone(), sx.clone()));
+            }
+        });
+        Self {
+            addr,
+            stats,
+            state,
+            task,
+        }
+    }
+
+    /// Storage URL for the development account through this proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}/{}", self.addr, crate::DEV_ACCOUNT)
+    }
+
+    /// Replaces the schedule (the random sequence continues).
+    pub fn set_schedule(&self, schedule: Schedule) {
+        if let Ok(mut s) = self.state.lock() {
+            s.schedule = schedule;
+        }
+    }
+
+    pub fn faults(&self) -> u64 {
+        self.stats.faults.load(Ordering::Relaxed)
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.stats.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One request per connection: read it whole, then apply its fate.
+async fn serve(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stats: Arc<Stats>,
+) {
+    let Some((head, body)) = read_request(&mut client).await else {
+        return;
+    };
+    stats.requests.fetch_add(1, Ordering::Relaxed);
+    let op = head
+        .lines()
+        .next()
+        .and_then(|l| {
+            let mut parts = l.split(' ');
+            Some(Op::classify(parts.next()?, parts.next()?))
+        })
+        .unwrap_or(Op::Other);
+    let fault = state.lock().ok().and_then(|mut s| s.decide(op));
+    if !matches!(fault, None | Some(Fault::Delay(_))) {
+        stats.faults.fetch_add(1, Ordering::Relaxed);
+    }
+    let (status, code, message) = match fault {
+        None => return forward(client, upstream, &head, &body, &stats, false).await,
+        Some(Fault::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            return forward(client, upstream, &head, &body, &stats, false).await;
+        }
+        Some(Fault::LostResponse) => {
+            return forward(client, upstream, &head, &body, &stats, true).await;
+        }
+        Some(Fault::Reset) => return reset(client),
+        Some(Fault::Stall(d)) => {
+            tokio::time::sleep(d).await;
+            return;
+        }
+        Some(Fault::ServerBusy) => (
+            503,
+            "ServerBusy",
+            "The server is currently unable to receive requests. Please retry your request.",
+        ),
+        Some(Fault::OperationTimeout) => (
+            503,
+            "OperationTimeout",
+            "The operation could not be completed within the permitted time.",
+        ),
+        Some(Fault::InternalError) => (
+            500,
+            "InternalError",
+            "The server encountered an internal error. Please retry the request.",
+        ),
+        Some(Fault::Status(s, c)) => (s, c, "Injected by the fault proxy."),
+    };
+    let body = format!(
+        "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code><Message>{message}\nRequestId:00000000-0000-0000-0000-000000000000\nTime:2026-01-01T00:00:00.0000000Z</Message></Error>"
+    );
+    let reply = format!(
+        "HTTP/1.1 {status} {code}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nx-ms-error-code: {code}\r\nx-ms-request-id: 00000000-0000-0000-0000-000000000000\r\nx-ms-version: 2025-11-05\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(reply.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+/// Reads the request head and its Content-Length body; `None` if the peer went away
+/// or sent something this proxy does not handle (it then just closes).
+async fn read_request(sock: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::with_capacity(8192);
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > 64 * 1024 {
+            return None;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).ok()?;
+    let mut len = 0usize;
+    for line in head.lines().skip(1) {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        if k.trim().eq_ignore_ascii_case("content-length") {
+            len = v.trim().parse().ok()?;
+        }
+        if k.trim().eq_ignore_ascii_case("transfer-encoding") {
+            // The Azure SDK sends sized bodies; chunked requests are not supported here.
+            return None;
+        }
+    }
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < len {
+        let mut chunk = vec![0u8; (len - body.len()).min(1 << 20)];
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some((head, body))
+}
+
+/// Sends the request to Azurite with `Connection: close` and copies the answer back
+/// until Azurite closes; with `lose`, the answer is dropped and the client reset.
+async fn forward(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    head: &str,
+    body: &[u8],
+    stats: &Stats,
+    lose: bool,
+) {
+    let Ok(mut up) = TcpStream::connect(upstream).await else {
+        return reset(client);
+    };
+    let mut out = String::with_capacity(head.len() + 32);
+    for line in head.trim_end_matches("\r\n").split("\r\n") {
+        if line
+            .split_once(':')
+            .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("connection"))
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    if up.write_all(out.as_bytes()).await.is_err() || up.write_all(body).await.is_err() {
+        return reset(client);
+    }
+    stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    if lose {
+        // Let Azure finish the operation, then make sure the caller never hears of it.
+        let mut sink = Vec::new();
+        let _ = up.read_to_end(&mut sink).await;
+        return reset(client);
+    }
+    let _ = tokio::io::copy(&mut up, &mut client).await;
+    let _ = client.shutdown().await;
+}
+
+/// Closes with RST rather than FIN, as a broken middlebox or a crashed front end would.
+fn reset(client: TcpStream) {
+    let _ = client.set_zero_linger();
+    drop(client);
+}
+
+/// A schedule with random 503s, 500s, resets and stalls on the three operations
+/// the relay retries, each with probability `p` per request in total.
+pub fn chaos(seed: u64, p: f64, stall: Duration) -> Schedule {
+    let mut chances = Vec::new();
+    for op in [Op::PutBlock, Op::PutBlockList, Op::GetBlockList] {
+        chances.push((op, p * 0.3, Fault::ServerBusy));
+        chances.push((op, p * 0.2, Fault::OperationTimeout));
+        chances.push((op, p * 0.2, Fault::InternalError));
+        chances.push((op, p * 0.2, Fault::Reset));
+        chances.push((op, p * 0.1, Fault::Stall(stall)));
+    }
+    Schedule {
+        seed,
+        chances,
+        ..Default::default()
+    }
+}

@@ -81,6 +81,11 @@ impl RelayHandle {
         ]
     }
 
+    /// Replaces the tokens file (the relay re-reads it when it changes).
+    pub fn rewrite_tokens(&self, text: &str) {
+        std::fs::write(self._tokens.path("tokens"), text).unwrap_or_else(|e| panic!("tokens: {e}"));
+    }
+
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;

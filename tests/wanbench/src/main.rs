@@ -1,1 +1,342 @@
-fn main() {}
+//! wanbench: relay vs. direct upload vs. the Python SDK on the same emulated
+//! WAN link (linklab), with Azurite and the relay in the `cloud` namespace
+//! and each client run as its own process in `site`.
+//!
+//! Layout: `plan` (what to run), `workload` (the files), `cloud` (Azurite,
+//! relay, blob checks), `client` (command lines and their JSON), `child`
+//! (capped runs, CPU and RSS), `bench` (the loop), `row` / `summary` /
+//! `plot` (results.json, Markdown, SVG).
+
+mod bench;
+mod child;
+mod client;
+mod cloud;
+mod plan;
+mod plot;
+mod row;
+mod summary;
+mod tcp_cc;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+use crate::plan::{Method, Plan, Profile, Workload};
+use crate::row::Row;
+
+const LONG_ABOUT: &str = "\
+Uploads the same files through the relay (QUIC), directly with relay-client \
+--direct (TCP cubic and bbr, 8 connections) and with the Python azure-storage-blob \
+SDK (max_concurrency=8), across a user-space emulated WAN link (linklab) between \
+two network namespaces: client in `site`, Azurite and relay-server in `cloud`. \
+Needs root, /dev/net/tun, iproute2, Azurite (npm ci) and release binaries \
+(cargo build --release --workspace --bins); scripts/wanbench does all of it.";
+
+const AFTER_HELP: &str = "\
+Examples:
+  # CI smoke test (2 profiles, small files, 1 repeat; exits 1 unless every row verified):
+  wanbench --quick --out /tmp/wanbench-quick
+  # Full run (5 profiles, 256 MiB + 200 x 256 KiB, 3 repeats, 120 s cap):
+  wanbench --out docs/bench
+  # One profile, two methods:
+  wanbench --profiles 100/0.01/200 --methods relay,direct-bbr --repeats 1
+  # Re-render tables and plot from saved results:
+  wanbench --render docs/bench/results.json --out docs/bench";
+
+#[derive(Parser, Debug)]
+#[command(name = "wanbench", about = "Blob Relay WAN-lab benchmark", long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+struct Args {
+    /// CI smoke test: 2 profiles, 32 MiB + 20 x 256 KiB, 1 repeat, 60 s cap.
+    #[arg(long)]
+    quick: bool,
+    /// Output directory for results.json, summary.md and goodput.svg.
+    #[arg(long, default_value = "docs/bench")]
+    out: PathBuf,
+    /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
+    #[arg(long, value_delimiter = ',')]
+    profiles: Vec<String>,
+    /// Methods: relay, relay-cubic, direct-cubic, direct-bbr, python-sdk, python-sdk-bbr.
+    #[arg(long, value_delimiter = ',')]
+    methods: Vec<String>,
+    /// Workloads: large, small.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Repeats of every (profile, workload, method).
+    #[arg(long)]
+    repeats: Option<u32>,
+    /// Kill a run after this many seconds and report goodput over the cap.
+    #[arg(long)]
+    cap_seconds: Option<u64>,
+    /// Size of the large file in MiB.
+    #[arg(long)]
+    large_mib: Option<u64>,
+    /// Number of small files.
+    #[arg(long)]
+    small_count: Option<usize>,
+    /// Size of each small file in KiB.
+    #[arg(long)]
+    small_kib: Option<u64>,
+    /// QUIC congestion controller of the `relay` row (client and relay).
+    #[arg(long, default_value = "bbr")]
+    relay_congestion: String,
+    /// Directory with relay-client and relay-server (default: next to wanbench).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Python with azure-storage-blob installed (scripts/wanbench makes a venv).
+    #[arg(
+        long,
+        env = "WANBENCH_PYTHON",
+        default_value = "/tmp/blob-relay-pyvenv/bin/python"
+    )]
+    python: PathBuf,
+    /// Scratch directory for files and logs (default: a new one under $TMPDIR).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Only re-render summary.md and goodput.svg from this results.json.
+    #[arg(long)]
+    render: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("wanbench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.render {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        let rows: Vec<Row> = serde_json::from_str(&text).context("parse results.json")?;
+        write_outputs(&args.out, &rows, None)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let plan = make_plan(&args)?;
+    linklab::check_privileges()?;
+    shared::install_crypto_provider();
+    let root = repo_root();
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => relay_tests::bin_dir(),
+    };
+    let cloud_bins = cloud::CloudBins {
+        azurite: existing(
+            root.join("node_modules/.bin/azurite-blob"),
+            "run `npm ci` in the repository root",
+        )?,
+        relay_server: existing(
+            bin_dir.join("relay-server"),
+            "build it: cargo build --release --workspace --bins",
+        )?,
+    };
+    let site_bins = client::SiteBins {
+        relay_client: existing(
+            bin_dir.join("relay-client"),
+            "build it: cargo build --release --workspace --bins",
+        )?,
+        python: args.python.clone(),
+        upload_py: existing(
+            root.join("tests/wanbench/py/upload.py"),
+            "missing from the checkout",
+        )?,
+    };
+    if plan.methods.iter().any(|m| m.is_python()) {
+        check_python(&site_bins.python)?;
+    }
+    let work = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("wanbench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
+    eprintln!(
+        "wanbench: {} runs ({} profiles x {} methods x {} workloads x {} repeats), cap {} s, work dir {}",
+        plan.runs(),
+        plan.profiles.len(),
+        plan.methods.len(),
+        plan.workloads.len(),
+        plan.repeats,
+        plan.cap.as_secs(),
+        work.display()
+    );
+    let ccs: Vec<&str> = plan.methods.iter().filter_map(|m| m.tcp_cc()).collect();
+    let _allow = tcp_cc::AllowGuard::ensure(&ccs)?;
+    let t0 = Instant::now();
+    let files = workload::Files::generate(&work.join("files"), &plan);
+    let mut rows: Vec<Row> = Vec::new();
+    let partial = args.out.join("results.partial.json");
+    let mut saved: Vec<Row> = Vec::new();
+    let mut on_row = |r: &Row| {
+        saved.push(r.clone());
+        // Best effort: a long run interrupted late still leaves its rows.
+        if let Ok(text) = serde_json::to_string_pretty(&saved) {
+            let _ = std::fs::write(&partial, text);
+        }
+    };
+    let mut bench = bench::Bench {
+        plan: &plan,
+        cloud_bins,
+        site_bins,
+        files: &files,
+        work: work.clone(),
+        on_row: &mut on_row,
+    };
+    for profile in &plan.profiles {
+        rows.extend(
+            bench
+                .run_profile(*profile)
+                .with_context(|| profile.label())?,
+        );
+    }
+    let elapsed = t0.elapsed();
+    write_outputs(&args.out, &rows, Some((&plan, elapsed)))?;
+    let _ = std::fs::remove_file(&partial);
+    if args.work_dir.is_none() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let bad: Vec<&Row> = rows.iter().filter(|r| !r.verified).collect();
+    eprintln!(
+        "wanbench: {} rows in {:.0} s, {} verified; results in {}",
+        rows.len(),
+        elapsed.as_secs_f64(),
+        rows.len() - bad.len(),
+        args.out.display()
+    );
+    // The smoke test's one assertion: every row verified its blobs.
+    if args.quick && !bad.is_empty() {
+        for r in bad {
+            eprintln!(
+                "wanbench: NOT VERIFIED: {} {} {} #{}: {}",
+                r.profile.label(),
+                r.workload,
+                r.method,
+                r.repeat,
+                r.error.as_deref().unwrap_or("?")
+            );
+        }
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn make_plan(args: &Args) -> anyhow::Result<Plan> {
+    let mut plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    if !args.profiles.is_empty() {
+        plan.profiles = args
+            .profiles
+            .iter()
+            .map(|s| Profile::parse(s))
+            .collect::<Result<_, _>>()?;
+    }
+    if !args.methods.is_empty() {
+        plan.methods = args
+            .methods
+            .iter()
+            .map(|s| Method::parse(s))
+            .collect::<Result<_, _>>()?;
+    }
+    if !args.workloads.is_empty() {
+        plan.workloads = args
+            .workloads
+            .iter()
+            .map(|s| Workload::parse(s))
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(n) = args.repeats {
+        plan.repeats = n.max(1);
+    }
+    if let Some(s) = args.cap_seconds {
+        plan.cap = Duration::from_secs(s.max(1));
+    }
+    if let Some(m) = args.large_mib {
+        plan.large_bytes = m.max(1) << 20;
+    }
+    if let Some(n) = args.small_count {
+        plan.small_count = n.max(1);
+    }
+    if let Some(k) = args.small_kib {
+        plan.small_bytes = k.max(1) << 10;
+    }
+    if !["cubic", "bbr", "newreno"].contains(&args.relay_congestion.as_str()) {
+        bail!("--relay-congestion must be cubic, bbr or newreno");
+    }
+    plan.relay_congestion = args.relay_congestion.clone();
+    Ok(plan)
+}
+
+/// The workspace root: tests/wanbench/../..
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn existing(p: PathBuf, hint: &str) -> anyhow::Result<PathBuf> {
+    if p.exists() {
+        Ok(p)
+    } else {
+        bail!("{}: not found ({hint})", p.display())
+    }
+}
+
+fn check_python(python: &Path) -> anyhow::Result<()> {
+    let out = std::process::Command::new(python)
+        .args(["-c", "import azure.storage.blob"])
+        .output()
+        .with_context(|| {
+            format!(
+                "{}: cannot run (make the venv: scripts/wanbench, or pass --python)",
+                python.display()
+            )
+        })?;
+    if !out.status.success() {
+        bail!(
+            "{}: azure-storage-blob is not importable (pip install -r tests/wanbench/requirements.txt)",
+            python.display()
+        );
+    }
+    Ok(())
+}
+
+/// results.json, summary.md (medians + every run) and goodput.svg.
+fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(rows).context("encode rows")?;
+    std::fs::write(out.join("results.json"), json + "\n").context("write results.json")?;
+    let groups = summary::groups(rows);
+    let mut md = String::from("# wanbench results\n\n");
+    if let Some((plan, elapsed)) = run {
+        md.push_str(&format!(
+            "Repeats {}, cap {} s, large file {} MiB, small files {} x {} KiB, relay QUIC controller {}; \
+             bench took {:.0} s.\n\n",
+            plan.repeats,
+            plan.cap.as_secs(),
+            plan.large_bytes >> 20,
+            plan.small_count,
+            plan.small_bytes >> 10,
+            plan.relay_congestion,
+            elapsed.as_secs_f64()
+        ));
+    }
+    md.push_str("## Medians\n\n");
+    md.push_str(&summary::summary_table(&groups));
+    md.push_str(
+        "\n† capped: at least one run hit the time cap; its time is the cap and its goodput counts \
+         only bytes that had reached storage.\n\n## Every run\n\n",
+    );
+    md.push_str(&summary::runs_table(rows));
+    std::fs::write(out.join("summary.md"), md).context("write summary.md")?;
+    plot::write(&groups, &out.join("goodput.svg"))?;
+    print!("{}", summary::summary_table(&groups));
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! The relay as operators run it: a separate process configured by flags, env or a
+//! TOML file, `--check-config`, `/healthz` and `/metrics`, and SIGTERM.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use relay_tests::azurite::shared_azurite;
+use relay_tests::files::{Scratch, write_random};
+use relay_tests::{DEV_KEY, binary, run_client, unique_container};
+
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
+    let dir = Scratch::new("checkcfg");
+    std::fs::write(dir.path("tokens"), "abcdefghijklmnop0001 data\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cfg = format!(
+        "listen = \"127.0.0.1:4433\"\nstorage_url = \"http://127.0.0.1:10000/devstoreaccount1\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\n",
+        dir.path("tokens").display()
+    );
+    std::fs::write(dir.path("relay.toml"), cfg).unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(binary("relay-server"))
+        .args([
+            "--config",
+            &dir.path("relay.toml").to_string_lossy(),
+            "--check-config",
+        ])
+        .env_clear()
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+
+    std::fs::write(
+        dir.path("bad.toml"),
+        "storage_url = \"x\"\nbogus_setting = 1\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(binary("relay-server"))
+        .args([
+            "--config",
+            &dir.path("bad.toml").to_string_lossy(),
+            "--check-config",
+        ])
+        .env_clear()
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setting \"bogus_setting\""));
+
+    // A key that is not base64 is caught before serving.
+    let out = Command::new(binary("relay-server"))
+        .args([
+            "--storage-url",
+            "http://127.0.0.1:1/devstoreaccount1",
+            "--account-key",
+            "not-base64!",
+        ])
+        .args([
+            "--tokens",
+            &dir.path("tokens").to_string_lossy(),
+            "--check-config",
+        ])
+        .env_clear()
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("base64"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_metrics_and_sigterm() {
+    let az = shared_azurite();
+    let container = unique_container("ops");
+    az.storage()
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = Scratch::new("ops");
+    let token = "ops-token-0123456789abcdef";
+    std::fs::write(dir.path("tokens"), format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));
+    let udp = format!("127.0.0.1:{}", free_port());
+    let health = format!("127.0.0.1:{}", free_port());
+    let fp = dir.path("fp");
+    // Flags from the environment, as systemd's EnvironmentFile gives them.
+    let mut relay = Command::new(binary("relay-server"))
+        .env("RELAY_LISTEN", &udp)
+        .env("RELAY_STORAGE_URL", az.url())
+        .env("RELAY_ACCOUNT_KEY", DEV_KEY)
+        .env("RELAY_TOKENS", dir.path("tokens"))
+        .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
+        .env("RELAY_HEALTH_LISTEN", &health)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t0 = Instant::now();
+    while http_get(&health, "/healthz").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "health endpoint never came up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(http_get(&health, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(http_get(&health, "/nope").map(|r| r.0), Some(404));
+    let fingerprint = std::fs::read_to_string(&fp)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+
+    let file = dir.path("m.bin");
+    write_random(&file, 3 << 20, 5);
+    let a: Vec<String> = [
+        "upload",
+        &file.to_string_lossy(),
+        "--relay",
+        &udp,
+        "--relay-cert-sha256",
+        &fingerprint,
+        "--to",
+        &container,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = run_client(&a, &[("RELAY_TOKEN", token)], Duration::from_secs(60)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, metrics) = http_get(&health, "/metrics").unwrap_or_else(|| panic!("no metrics"));
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("blob_relay_transfers_committed_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("blob_relay_bytes_committed_total {}", 3 << 20)),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("blob_relay_budget_in_use_bytes 0"),
+        "{metrics}"
+    );
+
+    unsafe {
+        libc::kill(relay.id() as i32, libc::SIGTERM);
+    }
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = relay.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "relay did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+}

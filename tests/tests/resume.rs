@@ -1,0 +1,462 @@
+//! Resume end-to-end: the real client killed at chosen points and run again, sources
+//! changed between and during attempts, and foreign or corrupt blocks in the
+//! uncommitted list. A relay in-process with small QUIC windows (so the client can
+//! never run far ahead of what the relay has read) and a pacing hook (so a transfer
+//! can be held where a test wants to kill it). Every outcome is checked by
+//! downloading and hashing the blob, or by its absence.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use relay_server::{Config, Relay, TestHooks};
+use relay_tests::azurite::shared_azurite;
+use relay_tests::files::{Scratch, sha256_file, write_random};
+use relay_tests::relay::TOKEN;
+use relay_tests::{binary, run_client, summary, unique_container};
+use sha2::Digest;
+use shared::blob::BlobWriter;
+use shared::block_id::{BlockId, TransferTag};
+use shared::checkpoint::Checkpoint;
+use shared::quic::Windows;
+use shared::staging::Pace;
+use tokio::sync::watch;
+
+const MIB: u64 = 1 << 20;
+const BLOCK: u64 = 5 * MIB;
+const T: Duration = Duration::from_secs(50);
+
+/// Where the relay's transfer is, and how it should behave; shared with its hook.
+#[derive(Default)]
+struct Control {
+    /// File offset after the last chunk the relay took.
+    received: AtomicU64,
+    /// Read at about 10 MiB/s (else full speed).
+    slow: AtomicBool,
+    /// Hold the file's last chunk for 3 s (after every byte arrived, before commit).
+    hold_last_of: AtomicU64,
+    /// Set while the last chunk is held.
+    holding: AtomicBool,
+}
+
+struct TestRelay {
+    args: Vec<String>,
+    control: Arc<Control>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: Scratch,
+}
+
+impl TestRelay {
+    fn start() -> Self {
+        shared::install_crypto_provider();
+        let dir = Scratch::new("resume-relay");
+        let tokens = dir.path("tokens");
+        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
+        let tokens =
+            relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
+        let mut cfg = Config::for_tests(shared_azurite().storage(), tokens, 256 * MIB)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Small windows: what the client has sent is at most ~2 MiB past what the
+        // relay has read, so a kill at a relay offset means the same at the client.
+        cfg.windows = Windows {
+            stream_window: 2 * MIB,
+            connection_window: 8 * MIB,
+            ..Windows::default()
+        };
+        let control = Arc::new(Control::default());
+        let c = control.clone();
+        let pace: Pace = Arc::new(move |offset, len| {
+            let end = offset + len as u64;
+            c.received.store(end, Ordering::SeqCst);
+            if end == c.hold_last_of.load(Ordering::SeqCst) {
+                c.holding.store(true, Ordering::SeqCst);
+                return Duration::from_secs(3);
+            }
+            if c.slow.load(Ordering::SeqCst) {
+                // ~10 MiB/s.
+                Duration::from_micros(len as u64 * 100_000 / MIB)
+            } else {
+                Duration::ZERO
+            }
+        });
+        cfg.hooks = TestHooks {
+            mangle: None,
+            pace: Some(pace),
+        };
+        let relay = Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
+        let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let args = vec![
+            "--relay".into(),
+            addr.to_string(),
+            "--relay-cert-sha256".into(),
+            relay.fingerprint().to_string(),
+            "--token".into(),
+            TOKEN.into(),
+        ];
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(relay.serve(rx));
+        Self {
+            args,
+            control,
+            stop,
+            task,
+            _dir: dir,
+        }
+    }
+
+    /// `upload FILE --to CONTAINER --json --block-size 5MiB` to this relay.
+    fn upload(&self, file: &std::path::Path, container: &str) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "upload".into(),
+            file.display().to_string(),
+            "--to".into(),
+            container.into(),
+            "--json".into(),
+            "--block-size".into(),
+            "5MiB".into(),
+        ];
+        a.extend(self.args.iter().cloned());
+        a
+    }
+
+    fn received(&self) -> u64 {
+        self.control.received.load(Ordering::SeqCst)
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+fn writer(container: &str, blob: &str) -> BlobWriter {
+    shared_azurite()
+        .storage()
+        .writer(container, blob)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn setup(tag: &str) -> (TestRelay, String, Scratch) {
+    let container = unique_container(tag);
+    shared_azurite()
+        .storage()
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (TestRelay::start(), container, Scratch::new(tag))
+}
+
+/// The committed blob's size and SHA-256 (downloaded and hashed).
+async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
+    let (n, h) = writer(container, blob)
+        .content_sha256()
+        .await
+        .unwrap_or_else(|e| panic!("download {blob}: {e}"));
+    (n, hex::encode(h))
+}
+
+async fn uncommitted(container: &str, blob: &str) -> Vec<(Vec<u8>, u64)> {
+    writer(container, blob)
+        .uncommitted_blocks()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until `blob` has `n` uncommitted blocks (the killed run's in-flight Put
+/// Blocks landing), then returns them.
+async fn wait_uncommitted(container: &str, blob: &str, n: usize) -> Vec<(Vec<u8>, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = uncommitted(container, blob).await;
+        if list.len() >= n || Instant::now() > deadline {
+            return list;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs the client and SIGKILLs it (by its own PID) `after` `ready()` holds.
+async fn run_and_kill(args: &[String], ready: impl Fn() -> bool, after: Duration) {
+    let mut child = tokio::process::Command::new(binary("relay-client"))
+        .args(args)
+        .env_remove("RELAY_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run relay-client: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("client ended ({status}) before the kill point");
+        }
+        assert!(Instant::now() < deadline, "kill point never reached");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(after).await;
+    child.kill().await.unwrap_or_else(|e| panic!("kill: {e}"));
+}
+
+fn committed_file(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let s = summary(out);
+    let f = s["files"][0].clone();
+    assert_eq!(f["status"], "committed", "{s}");
+    f
+}
+
+/// Kills the client once the relay has read `at` bytes, reruns, and checks that the
+/// rerun reused exactly `expect_blocks` blocks and committed the right bytes.
+async fn kill_and_rerun(tag: &str, size: u64, at: u64, expect_blocks: usize) {
+    let (relay, container, dir) = setup(tag).await;
+    let file = dir.path("f.bin");
+    let sha = write_random(&file, size, size ^ at);
+    relay.control.slow.store(true, Ordering::SeqCst);
+    let args = relay.upload(&file, &container);
+    run_and_kill(&args, || relay.received() >= at, Duration::ZERO).await;
+    let staged = wait_uncommitted(&container, "f.bin", expect_blocks).await;
+    // Nothing past the kill point can have been staged: the client was never more
+    // than the windows ahead, and a partial block is never staged.
+    assert_eq!(
+        staged.len(),
+        expect_blocks,
+        "blocks staged before the rerun"
+    );
+    assert!(
+        writer(&container, "f.bin")
+            .properties()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none(),
+        "a killed run must not commit"
+    );
+
+    relay.control.slow.store(false, Ordering::SeqCst);
+    let f = committed_file(&run_client(&args, &[], T).await);
+    let resumed = expect_blocks as u64 * BLOCK;
+    assert_eq!(f["bytes_resumed"], resumed, "{f}");
+    assert_eq!(f["bytes_sent"], size - resumed, "{f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    // Hygiene: the commit dropped every uncommitted block.
+    assert!(uncommitted(&container, "f.bin").await.is_empty());
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_killed_before_first_block_restarts_cleanly() {
+    kill_and_rerun("killfirst", 30 * MIB + 4321, MIB, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_killed_mid_block_resumes_at_last_staged_block() {
+    // Killed inside block 3 (the client at most ~3 MiB ahead): blocks 0-2 are
+    // reused, the rest is sent.
+    kill_and_rerun("killmid", 40 * MIB + 999, 16 * MIB, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_killed_in_last_block_resumes_before_it() {
+    // Every block but the 4.5 MiB last one is staged, nothing committed: only the
+    // tail is sent again.
+    kill_and_rerun("killlast", 30 * MIB + 9 * MIB / 2, 30 * MIB + MIB / 2, 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
+    let (relay, container, dir) = setup("killcommit").await;
+    let file = dir.path("f.bin");
+    let size = 20 * MIB + 3;
+    let sha = write_random(&file, size, 5);
+    relay.control.hold_last_of.store(size, Ordering::SeqCst);
+    let args = relay.upload(&file, &container);
+    // Killed while the relay holds the last chunk: every byte and (moments later)
+    // the Trailer are at the relay, so it verifies and commits without the client.
+    run_and_kill(
+        &args,
+        || relay.control.holding.load(Ordering::SeqCst),
+        Duration::from_millis(300),
+    )
+    .await;
+    let w = writer(&container, "f.bin");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while w
+        .properties()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "the relay never committed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The re-run of the same command: the blob exists, holds exactly this file, so
+    // the file is reported committed with nothing sent (not "exists").
+    let f = committed_file(&run_client(&args, &[], T).await);
+    assert_eq!(f["sha256"], sha.as_str());
+    assert_eq!(f["bytes_sent"], 0, "{f}");
+    assert_eq!(f["bytes_resumed"], size, "{f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+
+    // A different file under the same name is still refused.
+    write_random(&file, size, 6);
+    let out = run_client(&args, &[], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a blob with this name exists"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_changed_between_attempts_restarts_from_zero() {
+    let (relay, container, dir) = setup("changedbetween").await;
+    let file = dir.path("f.bin");
+    let size = 30 * MIB + 5;
+    write_random(&file, size, 11);
+    relay.control.slow.store(true, Ordering::SeqCst);
+    let args = relay.upload(&file, &container);
+    run_and_kill(&args, || relay.received() >= 12 * MIB, Duration::ZERO).await;
+    assert_eq!(wait_uncommitted(&container, "f.bin", 2).await.len(), 2);
+
+    // Same size, one byte different inside the staged prefix.
+    flip_byte(&file, 4 * MIB + 17);
+    let new_sha = sha256_file(&file);
+    relay.control.slow.store(false, Ordering::SeqCst);
+    let f = committed_file(&run_client(&args, &[], T).await);
+    assert_eq!(f["bytes_resumed"], 0, "{f}");
+    assert_eq!(f["bytes_sent"], size, "{f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, new_sha));
+    // The old attempt's blocks were dropped by the commit.
+    assert!(uncommitted(&container, "f.bin").await.is_empty());
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_changed_during_transfer_fails_and_commits_nothing() {
+    let (relay, container, dir) = setup("changedduring").await;
+    let file = dir.path("f.bin");
+    write_random(&file, 25 * MIB, 12);
+    relay.control.slow.store(true, Ordering::SeqCst);
+    let args = relay.upload(&file, &container);
+    let client = tokio::spawn({
+        let args = args.clone();
+        async move { run_client(&args, &[], T).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while relay.received() < 5 * MIB {
+        assert!(Instant::now() < deadline, "transfer never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Same size, a byte further on changes: only size and mtime can tell.
+    flip_byte(&file, 20 * MIB);
+    let out = client.await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("changed"), "{stderr}");
+    let f = &summary(&out)["files"][0];
+    assert_eq!(f["status"], "failed");
+    assert_eq!(f["error"]["code"], "source_changed");
+    assert_eq!(f["attempts"], 1, "a changed source is not retried");
+    assert!(
+        writer(&container, "f.bin")
+            .properties()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none(),
+        "nothing may be committed"
+    );
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_and_corrupt_blocks_never_reach_a_commit() {
+    let (relay, container, dir) = setup("foreign").await;
+    let file = dir.path("f.bin");
+    let size = 20 * MIB + 64;
+    let sha = write_random(&file, size, 13);
+    let block_size = BLOCK;
+    let tag = TransferTag::derive(&container, "f.bin", size, block_size);
+    let w = writer(&container, "f.bin");
+    let junk = bytes::Bytes::from(vec![0xA5u8; block_size as usize]);
+
+    // Garbage IDs of the right length.
+    for i in 0..3u8 {
+        w.stage_block(&[i; 64], junk.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Well-formed IDs of another transfer (another size: another tag).
+    let other = TransferTag::derive(&container, "f.bin", size + 1, block_size);
+    w.stage_block(&id(other, 0, &junk), junk.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Well-formed IDs of this very transfer whose checkpoints describe other bytes:
+    // the relay offers to resume at 10 MiB, the client's prefix does not match.
+    let mut h = sha2::Sha256::new();
+    for index in 0..2u32 {
+        h.update(&junk);
+        let cp = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
+        let raw = BlockId {
+            tag,
+            index,
+            checkpoint: cp,
+        }
+        .encode();
+        w.stage_block(&raw, junk.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // And a damaged copy of one (a flipped bit in its checkpoint).
+    let mut damaged = id(tag, 2, &junk);
+    damaged[30] ^= 1;
+    w.stage_block(&damaged, junk.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(uncommitted(&container, "f.bin").await.len(), 7);
+
+    let f = committed_file(&run_client(&relay.upload(&file, &container), &[], T).await);
+    assert_eq!(f["bytes_resumed"], 0, "{f}");
+    assert_eq!(f["bytes_sent"], size, "{f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    assert!(uncommitted(&container, "f.bin").await.is_empty());
+    relay.stop().await;
+}
+
+/// A well-formed ID for `index` whose checkpoint is the hash of `index + 1` copies of `data`.
+fn id(tag: TransferTag, index: u32, data: &[u8]) -> [u8; 64] {
+    let mut h = sha2::Sha256::new();
+    for _ in 0..=index {
+        h.update(data);
+    }
+    BlockId {
+        tag,
+        index,
+        checkpoint: Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary")),
+    }
+    .encode()
+}
+
+fn flip_byte(path: &std::path::Path, at: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open: {e}"));
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(at))
+        .and_then(|_| f.read_exact(&mut b))
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    b[0] ^= 0xFF;
+    f.seek(SeekFrom::Start(at))
+        .and_then(|_| f.write_all(&b))
+        .unwrap_or_else(|e| panic!("write: {e}"));
+}

@@ -1,0 +1,326 @@
+//! Runs the plan: per profile one lab with Azurite and the relay in `cloud`,
+//! then every (repeat, workload, method) in alternating order, each run as
+//! its own process in `site`, accounted and verified.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use linklab::{Lab, LabStats, LinkProfile, Side};
+
+use crate::child::{self, run_capped};
+use crate::client::{self, ClientReport, RunSpec, SiteBins};
+use crate::cloud::{self, Cloud, CloudBins};
+use crate::plan::{Method, Plan, Profile, Workload};
+use crate::row::{LinkDelta, Row};
+use crate::workload::Files;
+
+const CONTAINER: &str = "wanbench";
+
+pub struct Bench<'a> {
+    pub plan: &'a Plan,
+    pub cloud_bins: CloudBins,
+    pub site_bins: SiteBins,
+    pub files: &'a Files,
+    pub work: PathBuf,
+    /// Called after every row (the caller saves partial results).
+    pub on_row: &'a mut dyn FnMut(&Row),
+}
+
+impl Bench<'_> {
+    pub fn run_profile(&mut self, profile: Profile) -> anyhow::Result<Vec<Row>> {
+        let lab = Lab::start(LinkProfile::new(
+            profile.rtt_ms,
+            profile.loss,
+            profile.rate_mbit,
+        ))
+        .context("start the lab")?;
+        let dir = self.work.join(format!("logs-{}", slug(&profile.label())));
+        std::fs::create_dir_all(&dir).context("create log dir")?;
+        let mut cloud = Cloud::start(&lab, &self.cloud_bins, &self.plan.relay_congestion, &dir)?;
+        cloud::ensure_container(&lab, CONTAINER)?;
+        let storage_url = Cloud::storage_url_from_site(&lab);
+        let mut rows = Vec::new();
+        for repeat in 1..=self.plan.repeats {
+            for &workload in &self.plan.workloads {
+                // A B C D, A B C D, ...: slow drifts hit every method alike.
+                for &method in &self.plan.methods {
+                    cloud.check_alive()?;
+                    let row = self.run_one(
+                        &lab,
+                        &cloud,
+                        &storage_url,
+                        &dir,
+                        profile,
+                        method,
+                        workload,
+                        repeat,
+                    )?;
+                    eprintln!("{}", progress_line(&row));
+                    (self.on_row)(&row);
+                    rows.push(row);
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_one(
+        &self,
+        lab: &Lab,
+        cloud: &Cloud,
+        storage_url: &str,
+        dir: &Path,
+        profile: Profile,
+        method: Method,
+        workload: Workload,
+        repeat: u32,
+    ) -> anyhow::Result<Row> {
+        let prefix = format!("{}-{}-r{repeat}", method.name(), workload.name());
+        let congestion = match method.tcp_cc() {
+            Some(cc) => {
+                crate::tcp_cc::pin_site(lab, cc)?;
+                format!("tcp:{cc}")
+            }
+            None if method == Method::RelayCubic => "quic:cubic".into(),
+            None => format!("quic:{}", self.plan.relay_congestion),
+        };
+        let files = self.files.of(workload);
+        let stdout = dir.join(format!("{prefix}.json"));
+        let stderr = dir.join(format!("{prefix}.err"));
+        let spec = RunSpec {
+            method,
+            files: &files.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+            container: CONTAINER,
+            prefix: &prefix,
+            storage_url,
+            relay_congestion: &self.plan.relay_congestion,
+            stdout: &stdout,
+            stderr: &stderr,
+        };
+        let mut cmd = client::command(&self.site_bins, cloud, &spec)?;
+        lab.enter_on_spawn(Side::Site, &mut cmd)?;
+
+        let relay_pid = cloud.relay_pid();
+        let azurite_pid = cloud.azurite_pid();
+        child::reset_peak_rss(relay_pid)?;
+        let relay_cpu0 = child::cpu_seconds(relay_pid)?;
+        let azurite_cpu0 = child::cpu_seconds(azurite_pid)?;
+        let stats0 = lab.stats();
+        let done = run_capped(cmd, self.plan.cap)?;
+        let link = delta(&stats0, &lab.stats());
+        let relay_cpu_s = child::cpu_seconds(relay_pid)? - relay_cpu0;
+        let azurite_cpu_s = child::cpu_seconds(azurite_pid)? - azurite_cpu0;
+        let relay_peak = child::peak_rss_kib(relay_pid)?;
+
+        let out = std::fs::read_to_string(&stdout).unwrap_or_default();
+        let report = client::parse(method, &out);
+        let bytes = self.plan.workload_bytes(workload);
+        let expected_blobs: Vec<String> = files
+            .iter()
+            .map(|(p, _)| format!("{prefix}/{}", file_name(p)))
+            .collect();
+        let mut error = None;
+        let (verified, seconds, bytes_done, retries) = if done.capped {
+            // What reached storage by the cap; in-flight data is not counted.
+            let stored = cloud::stored_bytes(lab, CONTAINER, expected_blobs)?;
+            error = Some(format!("capped at {} s", self.plan.cap.as_secs()));
+            (false, done.wall.as_secs_f64(), stored, 0)
+        } else {
+            match report {
+                Ok(r) => {
+                    let (ok, why) = verify(lab, files, &r)?;
+                    if !ok {
+                        error = Some(why.unwrap_or_else(|| tail(&stderr)));
+                    }
+                    let done_bytes = if ok { bytes } else { r.bytes };
+                    (ok, r.seconds, done_bytes, r.retries)
+                }
+                Err(e) => {
+                    error = Some(format!("{e:#}: {}", tail(&stderr)));
+                    (false, done.wall.as_secs_f64(), 0, 0)
+                }
+            }
+        };
+        if done.capped {
+            // Let the relay / Azurite finish with the abandoned transfer.
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        let ceiling = profile.ceiling_mbit();
+        Ok(Row {
+            profile,
+            method: method.name().into(),
+            workload: workload.name().into(),
+            repeat,
+            files: files.len(),
+            bytes,
+            verified,
+            capped: done.capped,
+            exit_code: done.exit_code,
+            seconds,
+            wall_seconds: done.wall.as_secs_f64(),
+            bytes_done,
+            goodput_mbit: goodput_mbit(done.capped, bytes_done, &link, seconds),
+            link_ceiling_mbit: ceiling,
+            queue_loss_pct: link.queue_loss_pct(),
+            random_loss_pct: link.random_loss_pct(),
+            link,
+            client_cpu_s: done.cpu_s,
+            relay_cpu_s,
+            azurite_cpu_s,
+            peak_rss_mib: done.max_rss_kib as f64 / 1024.0,
+            relay_peak_rss_mib: relay_peak as f64 / 1024.0,
+            retries,
+            congestion,
+            error,
+        })
+    }
+}
+
+/// Client reported every file committed (matching our hash where it gives
+/// one), and each blob downloaded from storage hashes to the local SHA-256.
+fn verify(
+    lab: &Lab,
+    files: &[(PathBuf, String)],
+    r: &ClientReport,
+) -> anyhow::Result<(bool, Option<String>)> {
+    if !r.ok {
+        return Ok((false, Some("client reported failure".into())));
+    }
+    let by_name: HashMap<&str, &client::FileOutcome> = r
+        .files
+        .iter()
+        .map(|f| (file_name(Path::new(&f.path)), f))
+        .collect();
+    let mut to_check = Vec::new();
+    for (path, sha) in files {
+        let Some(f) = by_name.get(file_name(path)) else {
+            return Ok((
+                false,
+                Some(format!(
+                    "{} missing from the client's report",
+                    path.display()
+                )),
+            ));
+        };
+        if !f.committed {
+            return Ok((false, Some(format!("{} not committed", path.display()))));
+        }
+        if f.sha256
+            .as_deref()
+            .is_some_and(|s| !s.eq_ignore_ascii_case(sha))
+        {
+            return Ok((
+                false,
+                Some(format!("{}: client SHA-256 differs", path.display())),
+            ));
+        }
+        to_check.push((f.blob.clone(), sha.clone()));
+    }
+    let results = cloud::verify_blobs(lab, CONTAINER, to_check)?;
+    let bad = results.iter().filter(|ok| !**ok).count();
+    if bad > 0 {
+        return Ok((
+            false,
+            Some(format!("{bad} blobs failed the download hash check")),
+        ));
+    }
+    Ok((true, None))
+}
+
+/// Completed runs: payload bytes over the client's time. Capped runs: the
+/// bytes the link delivered to the cloud (IP bytes x 1448/1500, i.e. the
+/// payload share of full TCP segments) over the capped interval, because
+/// storage sees data only in whole blocks (16 MiB for relay-client) and
+/// would round a slow run down to zero.
+fn goodput_mbit(capped: bool, bytes_done: u64, link: &LinkDelta, seconds: f64) -> f64 {
+    if seconds <= 0.0 {
+        return 0.0;
+    }
+    let payload = if capped {
+        link.up_forwarded_bytes as f64 * 1448.0 / 1500.0
+    } else {
+        bytes_done as f64
+    };
+    payload * 8.0 / seconds / 1e6
+}
+
+fn delta(a: &LabStats, b: &LabStats) -> LinkDelta {
+    let (u0, u1, d0, d1) = (
+        &a.site_to_cloud,
+        &b.site_to_cloud,
+        &a.cloud_to_site,
+        &b.cloud_to_site,
+    );
+    LinkDelta {
+        up_forwarded_packets: u1.forwarded_packets - u0.forwarded_packets,
+        up_forwarded_bytes: u1.forwarded_bytes - u0.forwarded_bytes,
+        up_dropped_loss: u1.dropped_loss - u0.dropped_loss,
+        up_dropped_queue: u1.dropped_queue - u0.dropped_queue,
+        down_forwarded_packets: d1.forwarded_packets - d0.forwarded_packets,
+        down_dropped_loss: d1.dropped_loss - d0.dropped_loss,
+        down_dropped_queue: d1.dropped_queue - d0.dropped_queue,
+        emulator_faults: (u1.dropped_no_buffer
+            + u1.write_errors
+            + d1.dropped_no_buffer
+            + d1.write_errors)
+            - (u0.dropped_no_buffer + u0.write_errors + d0.dropped_no_buffer + d0.write_errors),
+    }
+}
+
+fn file_name(p: &Path) -> &str {
+    p.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+}
+
+/// Last line of a client's stderr, for the row's error.
+fn tail(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "no stderr".into())
+}
+
+pub fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+fn progress_line(r: &Row) -> String {
+    format!(
+        "wanbench: {:<16} {:<5} {:<14} #{} {:>8.2} s {:>7.1} Mbit/s {}{} q{:.2}% r{:.2}% cpu {:.1}/{:.1} s{}",
+        r.profile.label(),
+        r.workload,
+        r.method,
+        r.repeat,
+        r.seconds,
+        r.goodput_mbit,
+        if r.verified {
+            "verified"
+        } else {
+            "NOT-verified"
+        },
+        if r.capped { " capped" } else { "" },
+        r.queue_loss_pct,
+        r.random_loss_pct,
+        r.client_cpu_s,
+        r.relay_cpu_s,
+        r.error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default()
+    )
+}

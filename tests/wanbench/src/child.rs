@@ -1,0 +1,137 @@
+//! Runs one client process under a time cap and accounts for it.
+//!
+//! Why wait4 and not `Child::wait`: wait4 hands back the child's rusage
+//! (user + system CPU, peak RSS) at the moment it is reaped, covering its
+//! threads and any children it waited for, with no polling of /proc.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+/// How a capped run ended and what it cost.
+#[derive(Clone, Copy, Debug)]
+pub struct Finished {
+    /// Exit code; None when a signal ended it.
+    pub exit_code: Option<i32>,
+    /// Killed by us at the cap.
+    pub capped: bool,
+    /// Spawn to reaping.
+    pub wall: Duration,
+    /// utime + stime.
+    pub cpu_s: f64,
+    /// ru_maxrss (KiB on Linux).
+    pub max_rss_kib: u64,
+}
+
+/// Spawn `cmd` and wait for it at most `cap`; past that, SIGKILL it (by pid).
+pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
+    let t0 = Instant::now();
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("spawn {:?}", cmd.get_program()))?;
+    let pid = child.id() as libc::pid_t;
+    // We reap it ourselves with wait4; dropping Child neither waits nor kills.
+    drop(child);
+    let mut capped = false;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: rusage is plain data; wait4 only writes into it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let flags = if capped { 0 } else { libc::WNOHANG };
+        // SAFETY: pid is our own child, not yet reaped; pointers are valid.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut ru) };
+        if r == pid {
+            return Ok(Finished {
+                exit_code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+                capped,
+                wall: t0.elapsed(),
+                cpu_s: timeval_s(ru.ru_utime) + timeval_s(ru.ru_stime),
+                max_rss_kib: u64::try_from(ru.ru_maxrss).unwrap_or(0),
+            });
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e).context("wait4");
+        }
+        if t0.elapsed() >= cap {
+            // SAFETY: kill on our own unreaped child's pid (it cannot be reused yet).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            capped = true;
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn timeval_s(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
+}
+
+/// CPU seconds (utime + stime) a running process has used so far.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("read /proc/{pid}/stat"))?;
+    // The command name may contain spaces; fields resume after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state is field 3, utime field 14, stime field 15.
+    let tick = |i: usize| -> anyhow::Result<f64> {
+        let v = fields.get(i).context("short /proc stat")?;
+        Ok(v.parse::<u64>().context("bad /proc stat field")? as f64)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((tick(11)? + tick(12)?) / hz)
+}
+
+/// Peak resident set (VmHWM) of a running process, in KiB.
+pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmHWM in /proc status")
+}
+
+/// Reset VmHWM to the current RSS, so the next reading is this run's peak.
+pub fn reset_peak_rss(pid: u32) -> anyhow::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .with_context(|| format!("reset peak RSS of {pid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounts_a_short_child_and_caps_a_long_one() {
+        let mut c = Command::new("sh");
+        c.args(["-c", "exit 3"]);
+        let f = run_capped(c, Duration::from_secs(10)).expect("runs");
+        assert_eq!(f.exit_code, Some(3));
+        assert!(!f.capped);
+
+        let mut c = Command::new("sleep");
+        c.arg("30");
+        let f = run_capped(c, Duration::from_millis(200)).expect("runs");
+        assert!(f.capped);
+        assert_eq!(f.exit_code, None);
+        assert!(f.wall < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn reads_own_proc_counters() {
+        let me = std::process::id();
+        assert!(cpu_seconds(me).expect("stat") >= 0.0);
+        assert!(peak_rss_kib(me).expect("status") > 0);
+    }
+}

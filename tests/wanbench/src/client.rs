@@ -1,0 +1,180 @@
+//! The site side: the command line of each method and what its JSON says.
+//!
+//! relay-client (relay and --direct) and the Python SDK script print
+//! different JSON; both are read into one `ClientReport`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::Context;
+use relay_tests::{DEV_ACCOUNT, DEV_KEY};
+use serde_json::Value;
+
+use crate::cloud::{Cloud, TOKEN, strip_proxies};
+use crate::plan::Method;
+
+/// Programs the site side runs.
+pub struct SiteBins {
+    pub relay_client: PathBuf,
+    pub python: PathBuf,
+    pub upload_py: PathBuf,
+}
+
+/// Where one run writes and what it sends.
+pub struct RunSpec<'a> {
+    pub method: Method,
+    pub files: &'a [PathBuf],
+    pub container: &'a str,
+    /// Blob name prefix of this run (a fresh one per run).
+    pub prefix: &'a str,
+    pub storage_url: &'a str,
+    pub relay_congestion: &'a str,
+    pub stdout: &'a Path,
+    pub stderr: &'a Path,
+}
+
+/// The command for `spec` (not yet placed in a namespace).
+pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result<Command> {
+    let mut cmd;
+    match spec.method {
+        Method::Relay | Method::RelayCubic => {
+            let cc = if spec.method == Method::RelayCubic {
+                "cubic"
+            } else {
+                spec.relay_congestion
+            };
+            cmd = Command::new(&bins.relay_client);
+            cmd.arg("upload")
+                .args(spec.files)
+                .arg("--relay")
+                .arg(cloud.relay_addr.to_string())
+                .args(["--relay-cert-sha256", &cloud.fingerprint])
+                .args(["--congestion", cc])
+                .env("RELAY_TOKEN", TOKEN);
+        }
+        Method::DirectCubic | Method::DirectBbr => {
+            cmd = Command::new(&bins.relay_client);
+            cmd.arg("upload")
+                .args(spec.files)
+                .arg("--direct")
+                .args(["--storage-url", spec.storage_url])
+                .args(["--connections", "8"])
+                .env("RELAY_ACCOUNT_KEY", DEV_KEY);
+        }
+        Method::PythonSdk | Method::PythonSdkBbr => {
+            cmd = Command::new(&bins.python);
+            cmd.arg(&bins.upload_py)
+                .args(["--endpoint", spec.storage_url])
+                .args(["--account", DEV_ACCOUNT])
+                .args(["--key", DEV_KEY])
+                .args(["--container", spec.container])
+                .arg(format!("--prefix={}/", spec.prefix))
+                .args(["--parallel", "4", "--max-concurrency", "8"])
+                .args(spec.files);
+            strip_proxies(&mut cmd);
+            cmd.stdin(Stdio::null())
+                .stdout(file(spec.stdout)?)
+                .stderr(file(spec.stderr)?);
+            return Ok(cmd);
+        }
+    }
+    cmd.arg("--to")
+        .arg(format!("{}/{}", spec.container, spec.prefix))
+        .args(["--json", "--quiet"]);
+    strip_proxies(&mut cmd);
+    cmd.stdin(Stdio::null())
+        .stdout(file(spec.stdout)?)
+        .stderr(file(spec.stderr)?);
+    Ok(cmd)
+}
+
+fn file(p: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::File::create(p).with_context(|| format!("create {}", p.display()))
+}
+
+/// One file as the client reported it.
+#[derive(Clone, Debug)]
+pub struct FileOutcome {
+    pub path: String,
+    pub blob: String,
+    pub committed: bool,
+    /// The client's own end-to-end hash (relay-client only).
+    pub sha256: Option<String>,
+}
+
+/// A client's summary, whichever client it was.
+#[derive(Clone, Debug)]
+pub struct ClientReport {
+    pub ok: bool,
+    /// The client's own clock: start to the last verified commit.
+    pub seconds: f64,
+    pub bytes: u64,
+    pub retries: u64,
+    pub files: Vec<FileOutcome>,
+}
+
+/// Read the JSON a method printed.
+pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
+    let v: Value = serde_json::from_str(stdout.trim()).context("client printed no JSON summary")?;
+    let files = v
+        .get("files")
+        .and_then(Value::as_array)
+        .context("JSON has no files[]")?;
+    let text = |f: &Value, k: &str| f.get(k).and_then(Value::as_str).map(str::to_string);
+    let outcomes: Vec<FileOutcome> = files
+        .iter()
+        .map(|f| FileOutcome {
+            path: text(f, "path").unwrap_or_default(),
+            blob: text(f, "blob").unwrap_or_default(),
+            committed: text(f, "status").as_deref() == Some("committed"),
+            sha256: text(f, "sha256"),
+        })
+        .collect();
+    let (seconds, bytes, retries) = if method.is_python() {
+        (
+            v.get("seconds").and_then(Value::as_f64),
+            v.get("bytes").and_then(Value::as_u64),
+            v.get("retries").and_then(Value::as_u64).unwrap_or(0),
+        )
+    } else {
+        let t = v.get("totals").context("JSON has no totals")?;
+        let retries = files
+            .iter()
+            .filter_map(|f| f.get("retries").and_then(Value::as_u64))
+            .sum();
+        (
+            t.get("seconds").and_then(Value::as_f64),
+            t.get("bytes").and_then(Value::as_u64),
+            retries,
+        )
+    };
+    Ok(ClientReport {
+        ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
+        seconds: seconds.context("JSON has no seconds")?,
+        bytes: bytes.context("JSON has no bytes")?,
+        retries,
+        files: outcomes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_relay_client_and_python_summaries() {
+        let rc = r#"{"ok":true,"mode":"direct","files":[{"path":"/t/a.bin","container":"c",
+            "blob":"p/a.bin","status":"committed","bytes":5,"sha256":"ab","retries":2}],
+            "totals":{"files":1,"committed":1,"failed":0,"bytes":5,"seconds":1.5,"mbit_per_s":0.1}}"#;
+        let r = parse(Method::DirectBbr, rc).expect("parses");
+        assert!(r.ok);
+        assert_eq!((r.seconds, r.bytes, r.retries), (1.5, 5, 2));
+        assert_eq!(r.files[0].sha256.as_deref(), Some("ab"));
+
+        let py = r#"{"ok":false,"seconds":2.0,"bytes":0,"retries":1,
+            "files":[{"path":"a","blob":"p/a","bytes":5,"status":"failed","error":"x"}]}"#;
+        let r = parse(Method::PythonSdk, py).expect("parses");
+        assert!(!r.ok && !r.files[0].committed);
+        assert!(parse(Method::Relay, "not json").is_err());
+    }
+}

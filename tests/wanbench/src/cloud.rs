@@ -1,0 +1,266 @@
+//! The cloud side of one lab: Azurite and relay-server inside the cloud
+//! namespace, plus blob checks run from there (they never cross the link,
+//! so verification does not disturb the emulated path or its counters).
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use linklab::{Lab, Side};
+use relay_tests::{DEV_ACCOUNT, DEV_KEY};
+use shared::blob::{Storage, WriterOptions};
+use shared::credentials::{EntraSource, StorageAccess};
+use shared::protocol::Secret;
+
+const AZURITE_PORT: u16 = 10000;
+const RELAY_PORT: u16 = 4433;
+pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
+
+/// Paths of the programs the cloud side runs.
+pub struct CloudBins {
+    pub azurite: PathBuf,
+    pub relay_server: PathBuf,
+}
+
+/// A child we started; killed (by pid) and reaped on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Running Azurite + relay; both die with the lab (and with us: PDEATHSIG).
+pub struct Cloud {
+    // Drop order: relay first, then its storage.
+    relay: Proc,
+    azurite: Proc,
+    pub relay_addr: SocketAddr,
+    pub fingerprint: String,
+}
+
+impl Cloud {
+    pub fn start(
+        lab: &Lab,
+        bins: &CloudBins,
+        congestion: &str,
+        dir: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut az = Command::new(&bins.azurite);
+        az.args(["--blobHost", "0.0.0.0", "--blobPort"])
+            .arg(AZURITE_PORT.to_string())
+            .args([
+                "--inMemoryPersistence",
+                "--disableTelemetry",
+                "--skipApiVersionCheck",
+                "--silent",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log_file(dir, "azurite.log")?)
+            .stderr(log_file(dir, "azurite.err")?);
+        die_with_parent(&mut az);
+        let mut azurite = Proc(lab.spawn_in(Side::Cloud, az)?);
+        wait_for_tcp(lab, AZURITE_PORT, Duration::from_secs(60), &mut azurite.0)
+            .context("Azurite did not start (see azurite.err in the work dir)")?;
+        let relay_addr = SocketAddr::new(lab.addr(Side::Cloud).into(), RELAY_PORT);
+
+        let tokens = dir.join("tokens");
+        std::fs::write(&tokens, format!("{TOKEN}\n")).context("write tokens")?;
+        let fp_file = dir.join("relay.sha256");
+        let _ = std::fs::remove_file(&fp_file);
+        let mut relay = Command::new(&bins.relay_server);
+        relay
+            .arg("--listen")
+            .arg(relay_addr.to_string())
+            .arg("--storage-url")
+            .arg(format!("http://127.0.0.1:{AZURITE_PORT}/{DEV_ACCOUNT}"))
+            .arg("--tokens")
+            .arg(&tokens)
+            .arg("--cert-fingerprint-file")
+            .arg(&fp_file)
+            .args(["--congestion", congestion])
+            .env("RELAY_ACCOUNT_KEY", DEV_KEY)
+            .env_remove("RELAY_HEALTH_LISTEN")
+            .stdin(Stdio::null())
+            .stdout(log_file(dir, "relay.log")?)
+            .stderr(log_file(dir, "relay.err")?);
+        strip_proxies(&mut relay);
+        die_with_parent(&mut relay);
+        let mut relay = Proc(lab.spawn_in(Side::Cloud, relay)?);
+        let fingerprint = wait_for_fingerprint(&fp_file, &mut relay.0)?;
+        Ok(Cloud {
+            relay,
+            azurite,
+            relay_addr,
+            fingerprint,
+        })
+    }
+
+    pub fn azurite_pid(&self) -> u32 {
+        self.azurite.0.id()
+    }
+
+    pub fn relay_pid(&self) -> u32 {
+        self.relay.0.id()
+    }
+
+    /// Blob endpoint as seen from the site (across the link).
+    pub fn storage_url_from_site(lab: &Lab) -> String {
+        format!(
+            "http://{}:{AZURITE_PORT}/{DEV_ACCOUNT}",
+            lab.addr(Side::Cloud)
+        )
+    }
+
+    /// Both processes still running (a crash would poison later rows).
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.azurite.0.try_wait().context("azurite")? {
+            bail!("Azurite exited: {s}");
+        }
+        if let Some(s) = self.relay.0.try_wait().context("relay")? {
+            bail!("relay-server exited: {s} (see relay.err in the work dir)");
+        }
+        Ok(())
+    }
+}
+
+fn log_file(dir: &Path, name: &str) -> anyhow::Result<std::fs::File> {
+    std::fs::File::create(dir.join(name)).with_context(|| format!("create {name}"))
+}
+
+/// Children must not talk to a proxy: every address here is in the lab.
+pub fn strip_proxies(cmd: &mut Command) {
+    for k in [
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+    ] {
+        cmd.env_remove(k);
+    }
+}
+
+/// SIGKILL the child if we die (a killed bench must not leave servers behind).
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+fn wait_for_tcp(lab: &Lab, port: u16, limit: Duration, child: &mut Child) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let ok = lab.run_in(Side::Cloud, move || {
+            Ok(TcpStream::connect(("127.0.0.1", port)).is_ok())
+        })?;
+        if ok {
+            return Ok(());
+        }
+        if let Some(s) = child.try_wait()? {
+            bail!("exited early: {s}");
+        }
+        if Instant::now() > deadline {
+            bail!("nothing listens on port {port} after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_for_fingerprint(path: &Path, relay: &mut Child) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            let fp = s.trim().to_string();
+            if !fp.is_empty() {
+                return Ok(fp);
+            }
+        }
+        if let Some(s) = relay.try_wait()? {
+            bail!("relay-server exited at start: {s} (see relay.err in the work dir)");
+        }
+        if Instant::now() > deadline {
+            bail!("relay-server wrote no fingerprint within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Run `f` with a Storage on a thread inside the cloud namespace (its
+/// sockets are created there and reach Azurite over the cloud's loopback).
+pub fn with_storage<F, Fut, T>(lab: &Lab, f: F) -> anyhow::Result<T>
+where
+    F: FnOnce(Storage) -> Fut + Send + 'static,
+    Fut: Future<Output = anyhow::Result<T>>,
+    T: Send + 'static,
+{
+    lab.run_in(Side::Cloud, move || {
+        let url = format!("http://127.0.0.1:{AZURITE_PORT}/{DEV_ACCOUNT}");
+        let access =
+            StorageAccess::resolve(&url, Some(&Secret(DEV_KEY.into())), EntraSource::default())
+                .map_err(anyhow::Error::msg)?;
+        let storage =
+            Storage::new(access, &WriterOptions::default()).map_err(anyhow::Error::msg)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("tokio runtime")?;
+        rt.block_on(f(storage))
+    })
+}
+
+pub fn ensure_container(lab: &Lab, container: &str) -> anyhow::Result<()> {
+    let c = container.to_string();
+    with_storage(lab, move |s| async move {
+        s.ensure_container(&c).await?;
+        Ok(())
+    })
+}
+
+/// Download each blob and hash it; true where the SHA-256 matches.
+pub fn verify_blobs(
+    lab: &Lab,
+    container: &str,
+    blobs: Vec<(String, String)>,
+) -> anyhow::Result<Vec<bool>> {
+    let c = container.to_string();
+    with_storage(lab, move |s| async move {
+        let mut out = Vec::with_capacity(blobs.len());
+        for (blob, want) in blobs {
+            let ok = match s.writer(&c, &blob)?.content_sha256().await {
+                Ok((_, got)) => hex::encode(got) == want,
+                Err(_) => false,
+            };
+            out.push(ok);
+        }
+        Ok(out)
+    })
+}
+
+/// Bytes that reached storage for these blobs: the size of committed ones,
+/// the staged (uncommitted) blocks of the rest. What a capped run achieved.
+pub fn stored_bytes(lab: &Lab, container: &str, blobs: Vec<String>) -> anyhow::Result<u64> {
+    let c = container.to_string();
+    with_storage(lab, move |s| async move {
+        let mut total = 0u64;
+        for blob in blobs {
+            let w = s.writer(&c, &blob)?;
+            total += match w.properties().await? {
+                Some(p) => p.size,
+                None => w.uncommitted_blocks().await?.iter().map(|(_, n)| n).sum(),
+            };
+        }
+        Ok(total)
+    })
+}

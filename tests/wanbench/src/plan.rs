@@ -1,0 +1,256 @@
+//! What to run: link profiles, methods, workloads, repeats and the time cap.
+//! Kept apart from the I/O so `--quick` and the full plan are easy to read.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+
+/// One emulated path (both directions alike), as written in results.json.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub rtt_ms: f64,
+    /// Random loss per packet and direction, as a fraction (0.01 = 1 %).
+    pub loss: f64,
+    pub rate_mbit: f64,
+}
+
+impl Profile {
+    pub const fn new(rtt_ms: f64, loss: f64, rate_mbit: f64) -> Self {
+        Self {
+            rtt_ms,
+            loss,
+            rate_mbit,
+        }
+    }
+
+    /// TCP goodput ceiling: the rate counts IP bytes and a full MTU-1500
+    /// segment with timestamps carries 1448 payload bytes.
+    pub fn ceiling_mbit(&self) -> f64 {
+        self.rate_mbit * 1448.0 / 1500.0
+    }
+
+    /// Short label, e.g. `100ms 1% 200M`.
+    pub fn label(&self) -> String {
+        format!(
+            "{}ms {}% {}M",
+            self.rtt_ms,
+            round_pct(self.loss * 100.0),
+            self.rate_mbit
+        )
+    }
+
+    /// `RTT_MS/LOSS_FRACTION/RATE_MBIT`, e.g. `100/0.01/200`.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let [rtt, loss, rate] = parts.as_slice() else {
+            bail!("profile {s:?}: expected RTT_MS/LOSS/RATE_MBIT, e.g. 100/0.01/200");
+        };
+        let num = |v: &str, what: &str| -> anyhow::Result<f64> {
+            v.trim()
+                .parse::<f64>()
+                .with_context(|| format!("profile {s:?}: bad {what} {v:?}"))
+        };
+        let p = Self::new(
+            num(rtt, "rtt_ms")?,
+            num(loss, "loss")?,
+            num(rate, "rate_mbit")?,
+        );
+        if !(0.0..=1.0).contains(&p.loss) || p.rate_mbit <= 0.0 || p.rtt_ms < 0.0 {
+            bail!("profile {s:?}: loss must be a fraction in 0..=1, rate > 0, rtt >= 0");
+        }
+        Ok(p)
+    }
+}
+
+fn round_pct(p: f64) -> f64 {
+    (p * 1000.0).round() / 1000.0
+}
+
+/// The five profiles of the full run (issue 4).
+pub const FULL_PROFILES: [Profile; 5] = [
+    Profile::new(20.0, 0.0, 200.0),
+    Profile::new(100.0, 0.001, 200.0),
+    Profile::new(100.0, 0.01, 200.0),
+    Profile::new(200.0, 0.01, 200.0),
+    Profile::new(200.0, 0.05, 100.0),
+];
+
+/// `--quick`: a clean and a lossy path on which every method finishes well
+/// inside the cap, so CI can demand that every row verified its blobs.
+pub const QUICK_PROFILES: [Profile; 2] = [
+    Profile::new(20.0, 0.0, 200.0),
+    Profile::new(100.0, 0.01, 200.0),
+];
+
+/// How the files travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// relay-client through relay-server over QUIC (controller: `--relay-congestion`).
+    Relay,
+    /// Same, with QUIC Cubic on both ends (optional row).
+    RelayCubic,
+    /// relay-client --direct --connections 8, TCP cubic.
+    DirectCubic,
+    /// relay-client --direct --connections 8, TCP bbr.
+    DirectBbr,
+    /// Python azure-storage-blob, max_concurrency=8, TCP cubic.
+    PythonSdk,
+    /// Same with TCP bbr (optional row).
+    PythonSdkBbr,
+}
+
+impl Method {
+    pub const DEFAULT: [Method; 4] = [
+        Method::Relay,
+        Method::DirectCubic,
+        Method::DirectBbr,
+        Method::PythonSdk,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Relay => "relay",
+            Method::RelayCubic => "relay-cubic",
+            Method::DirectCubic => "direct-cubic",
+            Method::DirectBbr => "direct-bbr",
+            Method::PythonSdk => "python-sdk",
+            Method::PythonSdkBbr => "python-sdk-bbr",
+        }
+    }
+
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        let all = [
+            Method::Relay,
+            Method::RelayCubic,
+            Method::DirectCubic,
+            Method::DirectBbr,
+            Method::PythonSdk,
+            Method::PythonSdkBbr,
+        ];
+        all.into_iter()
+            .find(|m| m.name() == s.trim())
+            .with_context(|| {
+                let names: Vec<_> = all.iter().map(|m| m.name()).collect();
+                format!("unknown method {s:?} (one of {})", names.join(", "))
+            })
+    }
+
+    /// TCP congestion control the site namespace is pinned to (TCP methods only).
+    pub fn tcp_cc(self) -> Option<&'static str> {
+        match self {
+            Method::DirectCubic | Method::PythonSdk => Some("cubic"),
+            Method::DirectBbr | Method::PythonSdkBbr => Some("bbr"),
+            Method::Relay | Method::RelayCubic => None,
+        }
+    }
+
+    pub fn is_python(self) -> bool {
+        matches!(self, Method::PythonSdk | Method::PythonSdkBbr)
+    }
+}
+
+/// What is uploaded in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// One large file.
+    Large,
+    /// Many small files.
+    Small,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Large => "large",
+            Workload::Small => "small",
+        }
+    }
+
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        match s.trim() {
+            "large" => Ok(Workload::Large),
+            "small" => Ok(Workload::Small),
+            other => bail!("unknown workload {other:?} (large or small)"),
+        }
+    }
+}
+
+/// Everything a bench run does, resolved from the flags.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub profiles: Vec<Profile>,
+    pub methods: Vec<Method>,
+    pub workloads: Vec<Workload>,
+    pub repeats: u32,
+    /// A run still going at the cap is killed and reported over the capped interval.
+    pub cap: Duration,
+    pub large_bytes: u64,
+    pub small_count: usize,
+    pub small_bytes: u64,
+    /// QUIC controller for the `relay` row (client and relay).
+    pub relay_congestion: String,
+}
+
+impl Plan {
+    pub fn full() -> Self {
+        Self {
+            profiles: FULL_PROFILES.to_vec(),
+            methods: Method::DEFAULT.to_vec(),
+            workloads: vec![Workload::Large, Workload::Small],
+            repeats: 3,
+            cap: Duration::from_secs(120),
+            large_bytes: 256 << 20,
+            small_count: 200,
+            small_bytes: 256 << 10,
+            relay_congestion: "bbr".into(),
+        }
+    }
+
+    pub fn quick() -> Self {
+        Self {
+            profiles: QUICK_PROFILES.to_vec(),
+            repeats: 1,
+            cap: Duration::from_secs(60),
+            large_bytes: 32 << 20,
+            small_count: 20,
+            ..Self::full()
+        }
+    }
+
+    pub fn workload_bytes(&self, w: Workload) -> u64 {
+        match w {
+            Workload::Large => self.large_bytes,
+            Workload::Small => self.small_bytes * self.small_count as u64,
+        }
+    }
+
+    pub fn runs(&self) -> usize {
+        self.profiles.len() * self.methods.len() * self.workloads.len() * self.repeats as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_profiles_and_methods() {
+        let p = Profile::parse("100/0.01/200").expect("valid");
+        assert_eq!(p, Profile::new(100.0, 0.01, 200.0));
+        assert!(Profile::parse("100/2/200").is_err());
+        assert!(Profile::parse("100/0.01").is_err());
+        assert_eq!(
+            Method::parse("direct-bbr").expect("valid"),
+            Method::DirectBbr
+        );
+        assert!(Method::parse("azcopy").is_err());
+    }
+
+    #[test]
+    fn ceiling_is_payload_share_of_rate() {
+        let c = Profile::new(20.0, 0.0, 200.0).ceiling_mbit();
+        assert!((c - 193.066).abs() < 0.01, "{c}");
+        assert_eq!(Profile::new(100.0, 0.001, 200.0).label(), "100ms 0.1% 200M");
+    }
+}

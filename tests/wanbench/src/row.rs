@@ -1,0 +1,115 @@
+//! One measured run: the record written to results.json.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Profile;
+
+/// Lab counters over one run, per direction (`up` = site → cloud, the data
+/// direction; `down` carries ACKs and responses).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct LinkDelta {
+    pub up_forwarded_packets: u64,
+    pub up_forwarded_bytes: u64,
+    pub up_dropped_loss: u64,
+    pub up_dropped_queue: u64,
+    pub down_forwarded_packets: u64,
+    pub down_dropped_loss: u64,
+    pub down_dropped_queue: u64,
+    /// dropped_no_buffer + write_errors, both directions (should stay 0).
+    pub emulator_faults: u64,
+}
+
+impl LinkDelta {
+    fn up_offered(&self) -> u64 {
+        self.up_forwarded_packets + self.up_dropped_loss + self.up_dropped_queue
+    }
+
+    /// Share of the packets offered to the link (site → cloud) that the
+    /// drop-tail queue dropped: loss the sender caused itself.
+    pub fn queue_loss_pct(&self) -> f64 {
+        pct(self.up_dropped_queue, self.up_offered())
+    }
+
+    /// Share dropped by the emulated random loss.
+    pub fn random_loss_pct(&self) -> f64 {
+        pct(self.up_dropped_loss, self.up_offered())
+    }
+}
+
+fn pct(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        n as f64 * 100.0 / of as f64
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub profile: Profile,
+    pub method: String,
+    /// `large` (one file) or `small` (many files).
+    pub workload: String,
+    pub repeat: u32,
+    pub files: usize,
+    /// Payload bytes of the workload.
+    pub bytes: u64,
+    /// Client said ok, every local file was reported committed (with the
+    /// local SHA-256 where the client reports one), and the bench downloaded
+    /// every blob inside the cloud namespace and its SHA-256 matched.
+    pub verified: bool,
+    /// Killed at the time cap; `seconds` is then the capped interval and
+    /// `bytes_done` what had reached storage by then.
+    pub capped: bool,
+    /// The client's exit code (None: killed by a signal, e.g. at the cap).
+    pub exit_code: Option<i32>,
+    /// Completion time by the client's clock (relay-client: start to the
+    /// last verified commit; python-sdk: first request to last commit), or
+    /// the capped interval.
+    pub seconds: f64,
+    /// Process spawn to exit (includes process start and connection setup).
+    pub wall_seconds: f64,
+    /// Bytes in storage at the end: all of them, or for a capped run the
+    /// committed blobs plus staged blocks at the cap.
+    pub bytes_done: u64,
+    /// Completed: bytes × 8 / seconds. Capped: link-delivered IP bytes
+    /// (site → cloud) × 1448/1500 × 8 / capped seconds (an estimate).
+    pub goodput_mbit: f64,
+    /// rate × 1448 / 1500.
+    pub link_ceiling_mbit: f64,
+    pub queue_loss_pct: f64,
+    pub random_loss_pct: f64,
+    pub link: LinkDelta,
+    pub client_cpu_s: f64,
+    /// relay-server CPU over the run (relay rows; ~0 elsewhere).
+    pub relay_cpu_s: f64,
+    pub azurite_cpu_s: f64,
+    /// Client peak RSS (ru_maxrss).
+    pub peak_rss_mib: f64,
+    /// relay-server VmHWM over the run (reset before each run).
+    pub relay_peak_rss_mib: f64,
+    /// Retries the client counted (relay-client per file; Python SDK retry hook).
+    pub retries: u64,
+    /// Congestion control: `tcp:cubic`, `tcp:bbr`, `quic:bbr`, ...
+    pub congestion: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_shares_count_offered_packets() {
+        let d = LinkDelta {
+            up_forwarded_packets: 970,
+            up_dropped_loss: 10,
+            up_dropped_queue: 20,
+            ..Default::default()
+        };
+        assert!((d.random_loss_pct() - 1.0).abs() < 1e-9);
+        assert!((d.queue_loss_pct() - 2.0).abs() < 1e-9);
+        assert_eq!(LinkDelta::default().queue_loss_pct(), 0.0);
+    }
+}

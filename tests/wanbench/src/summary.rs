@@ -1,0 +1,195 @@
+//! Medians per (profile, workload, method) and the Markdown tables.
+
+use std::fmt::Write as _;
+
+use crate::plan::Profile;
+use crate::row::Row;
+
+/// One line of the summary table.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub profile: Profile,
+    pub workload: String,
+    pub method: String,
+    pub runs: usize,
+    pub verified: usize,
+    pub capped: usize,
+    pub seconds: f64,
+    pub goodput_mbit: f64,
+    pub goodput_min: f64,
+    pub goodput_max: f64,
+    pub ceiling_mbit: f64,
+    /// Median goodput over the median goodput of direct-cubic on the same link and files.
+    pub vs_direct_cubic: Option<f64>,
+    pub client_cpu_s: f64,
+    pub relay_cpu_s: f64,
+    pub peak_rss_mib: f64,
+    pub relay_peak_rss_mib: f64,
+    pub retries: f64,
+    pub queue_loss_pct: f64,
+    pub random_loss_pct: f64,
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Groups in first-seen order, which is the run order: profile, workload, method.
+pub fn groups(rows: &[Row]) -> Vec<Group> {
+    let mut keys: Vec<(Profile, String, String)> = Vec::new();
+    for r in rows {
+        let k = (r.profile, r.workload.clone(), r.method.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut out: Vec<Group> = keys
+        .iter()
+        .map(|(profile, workload, method)| {
+            let rs: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.profile == *profile && r.workload == *workload && r.method == *method)
+                .collect();
+            let m = |f: fn(&Row) -> f64| median(rs.iter().map(|r| f(r)).collect());
+            let gp: Vec<f64> = rs.iter().map(|r| r.goodput_mbit).collect();
+            Group {
+                profile: *profile,
+                workload: workload.clone(),
+                method: method.clone(),
+                runs: rs.len(),
+                verified: rs.iter().filter(|r| r.verified).count(),
+                capped: rs.iter().filter(|r| r.capped).count(),
+                seconds: m(|r| r.seconds),
+                goodput_mbit: median(gp.clone()),
+                goodput_min: gp.iter().copied().fold(f64::INFINITY, f64::min),
+                goodput_max: gp.iter().copied().fold(0.0, f64::max),
+                ceiling_mbit: profile.ceiling_mbit(),
+                vs_direct_cubic: None,
+                client_cpu_s: m(|r| r.client_cpu_s),
+                relay_cpu_s: m(|r| r.relay_cpu_s),
+                peak_rss_mib: m(|r| r.peak_rss_mib),
+                relay_peak_rss_mib: m(|r| r.relay_peak_rss_mib),
+                retries: m(|r| r.retries as f64),
+                queue_loss_pct: m(|r| r.queue_loss_pct),
+                random_loss_pct: m(|r| r.random_loss_pct),
+            }
+        })
+        .collect();
+    let baselines: Vec<(Profile, String, f64)> = out
+        .iter()
+        .filter(|g| g.method == "direct-cubic")
+        .map(|g| (g.profile, g.workload.clone(), g.goodput_mbit))
+        .collect();
+    for g in &mut out {
+        g.vs_direct_cubic = baselines
+            .iter()
+            .find(|(p, w, _)| *p == g.profile && *w == g.workload)
+            .and_then(|(_, _, base)| (*base > 0.0).then(|| g.goodput_mbit / base));
+    }
+    out
+}
+
+/// The summary table (medians).
+pub fn summary_table(groups: &[Group]) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | Client CPU s | Relay CPU s | Peak RSS MiB client / relay | Retries | Queue loss % | Random loss % |\n\
+         |---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for g in groups {
+        let is_relay = g.method.starts_with("relay");
+        let time = if g.capped > 0 {
+            format!("{:.1}†", g.seconds)
+        } else {
+            format!("{:.2}", g.seconds)
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {:.2} | {} | {:.0} / {} | {:.0} | {:.2} | {:.2} |",
+            g.profile.label(),
+            g.workload,
+            g.method,
+            g.verified,
+            g.runs,
+            g.capped,
+            time,
+            g.goodput_mbit,
+            g.goodput_min,
+            g.goodput_max,
+            g.goodput_mbit / g.ceiling_mbit * 100.0,
+            g.vs_direct_cubic
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or_else(|| "–".into()),
+            g.client_cpu_s,
+            if is_relay {
+                format!("{:.2}", g.relay_cpu_s)
+            } else {
+                "–".into()
+            },
+            g.peak_rss_mib,
+            if is_relay {
+                format!("{:.0}", g.relay_peak_rss_mib)
+            } else {
+                "–".into()
+            },
+            g.retries,
+            g.queue_loss_pct,
+            g.random_loss_pct,
+        );
+    }
+    s
+}
+
+/// Every run, in run order.
+pub fn runs_table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| Link | Files | Method | # | Verified | Capped | Time s | Wall s | Goodput Mbit/s | Client CPU s | Relay CPU s | Azurite CPU s | RSS MiB | Retries | Queue drops | Random drops | CC | Note |\n\
+         |---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {} | {} |",
+            r.profile.label(),
+            r.workload,
+            r.method,
+            r.repeat,
+            if r.verified { "yes" } else { "no" },
+            if r.capped { "yes" } else { "" },
+            r.seconds,
+            r.wall_seconds,
+            r.goodput_mbit,
+            r.client_cpu_s,
+            r.relay_cpu_s,
+            r.azurite_cpu_s,
+            r.peak_rss_mib,
+            r.retries,
+            r.link.up_dropped_queue,
+            r.link.up_dropped_loss,
+            r.congestion,
+            r.error.as_deref().unwrap_or("").replace('|', "/"),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+}
