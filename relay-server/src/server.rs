@@ -50,6 +50,8 @@ pub struct Shared {
     pub block_size: u64,
     pub blocks_in_flight: usize,
     pub metrics: Metrics,
+    /// Turns true when shutdown begins: transfers stop at their next block boundary.
+    pub stopping: watch::Receiver<bool>,
     hooks: TestHooks,
 }
 
@@ -73,6 +75,7 @@ impl Shared {
 
 pub struct Relay {
     endpoint: Endpoint,
+    stopping: watch::Sender<bool>,
     shared: Arc<Shared>,
     max_connections: usize,
     grace: Duration,
@@ -93,8 +96,10 @@ impl Relay {
             Arc::new(TokioRuntime),
         )
         .map_err(|e| format!("cannot start QUIC on {}: {e}", cfg.listen))?;
+        let (stopping, stopping_rx) = watch::channel(false);
         Ok(Self {
             endpoint,
+            stopping,
             fingerprint: cfg.identity.fingerprint.clone(),
             shared: Arc::new(Shared {
                 storage: cfg.storage,
@@ -103,6 +108,7 @@ impl Relay {
                 block_size: cfg.block_size,
                 blocks_in_flight: cfg.blocks_in_flight,
                 metrics: Metrics::default(),
+                stopping: stopping_rx,
                 hooks: cfg.hooks,
             }),
             max_connections: cfg.max_connections.max(1),
@@ -152,6 +158,10 @@ impl Relay {
             grace_s = self.grace.as_secs(),
             "shutting down: no new transfers"
         );
+        // Refuse new connections at once (clients retry elsewhere) and ask running
+        // transfers to stop at their next block boundary after in-flight blocks land.
+        self.endpoint.set_server_config(None);
+        let _ = self.stopping.send(true);
         let drained = tokio::time::timeout(self.grace, async {
             while conns.join_next().await.is_some() {}
         })

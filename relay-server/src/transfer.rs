@@ -24,6 +24,9 @@ use crate::server::Shared;
 
 /// How long a peer may take to send a control frame (Offer, Start).
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a peer may send no file bytes before its transfer is dropped (its
+/// block buffer goes back to the budget; staged blocks stay for a resume).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
@@ -255,6 +258,7 @@ async fn run(
     };
 
     let t_start = Instant::now();
+    let resumed_at = point.offset;
     let stager = Stager::new(
         writer.clone(),
         plan,
@@ -264,10 +268,18 @@ async fn run(
         shared.blocks_in_flight,
     )
     .map_err(|e| failed(fail(Code::Internal, e.to_string())))?;
-    let mut stager = stager.with_mangle(shared.mangle()).with_pace(shared.pace());
+    let mut stager = stager
+        .with_mangle(shared.mangle())
+        .with_pace(shared.pace())
+        .with_stop(shared.stopping.clone())
+        .with_idle_timeout(IDLE_TIMEOUT);
     let pumped = stager.pump(recv).await;
-    Metrics::add(&shared.metrics.bytes_received, stager.offset());
-    pumped.map_err(|e| failed(stage_failure(e)))?;
+    Metrics::add(&shared.metrics.bytes_received, stager.offset() - resumed_at);
+    if let Err(e) = pumped {
+        // Blocks already in flight are worth keeping: a resume reuses them.
+        stager.drain().await;
+        return Err(failed(stage_failure(e)));
+    }
     let receive_ms = t_start.elapsed().as_millis() as u64;
 
     let trailer = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(recv)).await {

@@ -61,6 +61,14 @@ pub fn stage_failure(e: StageError) -> Failure {
         StageError::Storage(e) => storage_failure(&e),
         StageError::BudgetTooSmall(_) => fail(Code::TooLarge, e.to_string()),
         StageError::Task(m) => fail(Code::Internal, m),
+        StageError::Stopped => fail(
+            Code::Busy,
+            "relay shutting down; staged blocks are kept, retry to resume",
+        ),
+        StageError::Stalled(s) => fail(
+            Code::Truncated,
+            format!("no bytes received for {s} s; nothing committed (the upload can resume)"),
+        ),
     }
 }
 

@@ -86,6 +86,11 @@ pub enum StageError {
     BudgetTooSmall(u64),
     #[error("staging task failed: {0}")]
     Task(String),
+    /// The process is shutting down; staged blocks stay for a resume.
+    #[error("stopped at a block boundary for shutdown")]
+    Stopped,
+    #[error("no bytes for {0} s")]
+    Stalled(u64),
 }
 
 /// What the stager produced: the full block list and the SHA-256 of every byte.
@@ -111,6 +116,8 @@ pub struct Stager {
     bytes_resumed: u64,
     mangle: Option<Mangle>,
     pace: Option<Pace>,
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
+    idle_timeout: Option<std::time::Duration>,
 }
 
 impl Stager {
@@ -145,6 +152,8 @@ impl Stager {
             inflight: JoinSet::new(),
             mangle: None,
             pace: None,
+            stop: None,
+            idle_timeout: None,
         })
     }
 
@@ -158,6 +167,19 @@ impl Stager {
         self
     }
 
+    /// Stop before the next block once `stop` turns true (graceful shutdown).
+    pub fn with_stop(mut self, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Give up when the source sends nothing for this long (a stalled peer would
+    /// otherwise hold its block's budget forever).
+    pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
+        self.idle_timeout = Some(idle);
+        self
+    }
+
     pub fn offset(&self) -> u64 {
         self.offset
     }
@@ -166,6 +188,9 @@ impl Stager {
     /// it fills. Back-pressure: no byte is read before its block's budget is granted.
     pub async fn pump<R: AsyncRead + Unpin>(&mut self, src: &mut R) -> Result<(), StageError> {
         while self.next_index < self.plan.block_count() {
+            if self.stop.as_ref().is_some_and(|s| *s.borrow()) {
+                return Err(StageError::Stopped);
+            }
             let index = self.next_index;
             let len = self.plan.block_len(index);
             let permit = self.budget.acquire(len).await?;
@@ -174,7 +199,14 @@ impl Stager {
             while (buf.len() as u64) < len {
                 let before = buf.len();
                 let want = (len as usize - before).min(1 << 20);
-                let n = (&mut *src).take(want as u64).read_buf(&mut buf).await?;
+                let mut limited = (&mut *src).take(want as u64);
+                let read = limited.read_buf(&mut buf);
+                let n = match self.idle_timeout {
+                    Some(idle) => tokio::time::timeout(idle, read)
+                        .await
+                        .map_err(|_| StageError::Stalled(idle.as_secs()))??,
+                    None => read.await?,
+                };
                 if n == 0 {
                     return Err(StageError::Truncated {
                         expected: self.plan.size,
@@ -228,6 +260,14 @@ impl Stager {
         match self.inflight.join_next().await {
             Some(done) => flatten(done),
             None => Ok(()),
+        }
+    }
+
+    /// Lets the blocks in flight finish staging (so a later resume reuses them) and
+    /// drops the rest; used when a transfer ends without a commit.
+    pub async fn drain(mut self) {
+        while !self.inflight.is_empty() {
+            let _ = self.join_one().await;
         }
     }
 

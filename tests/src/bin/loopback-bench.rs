@@ -65,6 +65,34 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// CPU seconds (user + system) a live process has used so far.
+fn cpu_s(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz.max(1.0)
+}
+
+/// CPU seconds used by waited-for children (the client runs), from getrusage.
+fn children_cpu_s() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    client: f64,
+    relay: f64,
+    azurite: f64,
+}
+
 fn upload(args: &[String], env: &[(&str, &str)]) -> Result<f64, String> {
     let mut cmd = Command::new(binary("relay-client"));
     cmd.args(args).stderr(Stdio::inherit());
@@ -146,6 +174,17 @@ fn run() -> Result<(), String> {
 
     let mut relay_s = Vec::new();
     let mut direct_s = Vec::new();
+    let (mut relay_cpu, mut direct_cpu) = (Cpu::default(), Cpu::default());
+    let snap = |relay_pid: u32| Cpu {
+        client: children_cpu_s(),
+        relay: cpu_s(relay_pid),
+        azurite: cpu_s(az.pid),
+    };
+    let add = |acc: &mut Cpu, a: Cpu, b: Cpu| {
+        acc.client += b.client - a.client;
+        acc.relay += b.relay - a.relay;
+        acc.azurite += b.azurite - a.azurite;
+    };
     let f = p(&file);
     for r in 0..a.repeats {
         let to = format!("bench/relay-{r}");
@@ -163,7 +202,9 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let c0 = snap(relay.id());
         let s = upload(&ra, &[("RELAY_TOKEN", token)])?;
+        add(&mut relay_cpu, c0, snap(relay.id()));
         eprintln!(
             "repeat {r}: relay  {:.2} s  {:.0} MB/s",
             s,
@@ -186,7 +227,9 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let c0 = snap(relay.id());
         let s = upload(&da, &[("RELAY_ACCOUNT_KEY", DEV_KEY)])?;
+        add(&mut direct_cpu, c0, snap(relay.id()));
         eprintln!(
             "repeat {r}: direct {:.2} s  {:.0} MB/s",
             s,
@@ -228,6 +271,15 @@ fn run() -> Result<(), String> {
         mbps(ds)
     );
     println!("ratio relay/direct: {:.2}", ds / rs);
+    let gib = (size as f64 / (1u64 << 30) as f64) * f64::from(a.repeats);
+    for (name, c) in [("relay", relay_cpu), ("direct", direct_cpu)] {
+        println!(
+            "{name:6} CPU s per GiB: client {:.2}, relay {:.2}, Azurite {:.2}",
+            c.client / gib,
+            c.relay / gib,
+            c.azurite / gib
+        );
+    }
     match rss {
         Some(m) => println!(
             "relay peak RSS: {m:.0} MiB (budget {} MiB + 64 MiB = {} MiB): {}",

@@ -108,6 +108,7 @@ impl Bench<'_> {
         child::reset_peak_rss(relay_pid)?;
         let relay_cpu0 = child::cpu_seconds(relay_pid)?;
         let azurite_cpu0 = child::cpu_seconds(azurite_pid)?;
+        let loadavg_1m = loadavg_1m();
         let stats0 = lab.stats();
         let done = run_capped(cmd, self.plan.cap)?;
         let link = delta(&stats0, &lab.stats());
@@ -174,6 +175,7 @@ impl Bench<'_> {
             relay_peak_rss_mib: relay_peak as f64 / 1024.0,
             retries,
             congestion,
+            loadavg_1m,
             error,
         })
     }
@@ -268,6 +270,13 @@ fn delta(a: &LabStats, b: &LabStats) -> LinkDelta {
             + d1.write_errors)
             - (u0.dropped_no_buffer + u0.write_errors + d0.dropped_no_buffer + d0.write_errors),
     }
+}
+
+fn loadavg_1m() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 fn file_name(p: &Path) -> &str {

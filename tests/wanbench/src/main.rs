@@ -50,12 +50,13 @@ Examples:
 #[derive(Parser, Debug)]
 #[command(name = "wanbench", about = "Blob Relay WAN-lab benchmark", long_about = LONG_ABOUT, after_help = AFTER_HELP)]
 struct Args {
-    /// CI smoke test: 2 profiles, 32 MiB + 20 x 256 KiB, 1 repeat, 60 s cap.
+    /// CI smoke test: 2 profiles, 16 MiB + 20 x 256 KiB, 1 repeat, 60 s cap.
     #[arg(long)]
     quick: bool,
-    /// Output directory for results.json, summary.md and goodput.svg.
-    #[arg(long, default_value = "docs/bench")]
-    out: PathBuf,
+    /// Output directory for results.json, summary.md and goodput.svg
+    /// [default: docs/bench; with --quick: $TMPDIR/wanbench-quick].
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
@@ -112,12 +113,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args) -> anyhow::Result<ExitCode> {
+fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    let out = args.out.take().unwrap_or_else(|| {
+        if args.quick {
+            std::env::temp_dir().join("wanbench-quick")
+        } else {
+            PathBuf::from("docs/bench")
+        }
+    });
     if let Some(path) = &args.render {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
         let rows: Vec<Row> = serde_json::from_str(&text).context("parse results.json")?;
-        write_outputs(&args.out, &rows, None)?;
+        write_outputs(&out, &rows, None)?;
         return Ok(ExitCode::SUCCESS);
     }
     let plan = make_plan(&args)?;
@@ -157,7 +165,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => std::env::temp_dir().join(format!("wanbench-{}", std::process::id())),
     };
     std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     eprintln!(
         "wanbench: {} runs ({} profiles x {} methods x {} workloads x {} repeats), cap {} s, work dir {}",
         plan.runs(),
@@ -173,7 +181,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let files = workload::Files::generate(&work.join("files"), &plan);
     let mut rows: Vec<Row> = Vec::new();
-    let partial = args.out.join("results.partial.json");
+    let partial = out.join("results.partial.json");
     let mut saved: Vec<Row> = Vec::new();
     let mut on_row = |r: &Row| {
         saved.push(r.clone());
@@ -198,7 +206,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let elapsed = t0.elapsed();
-    write_outputs(&args.out, &rows, Some((&plan, elapsed)))?;
+    write_outputs(&out, &rows, Some((&plan, elapsed)))?;
     let _ = std::fs::remove_file(&partial);
     if args.work_dir.is_none() {
         let _ = std::fs::remove_dir_all(&work);
@@ -209,7 +217,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         rows.len(),
         elapsed.as_secs_f64(),
         rows.len() - bad.len(),
-        args.out.display()
+        out.display()
     );
     // The smoke test's one assertion: every row verified its blobs.
     if args.quick && !bad.is_empty() {

@@ -77,10 +77,12 @@ pub const FULL_PROFILES: [Profile; 5] = [
 ];
 
 /// `--quick`: a clean and a lossy path on which every method finishes well
-/// inside the cap, so CI can demand that every row verified its blobs.
+/// inside the cap, so CI can demand that every row verified its blobs. (At
+/// 1 % loss a single cubic flow, which is what the Python SDK's one Put Blob
+/// of a file under 64 MiB gets, moves ~1.7 Mbit/s: too slow for a smoke test.)
 pub const QUICK_PROFILES: [Profile; 2] = [
     Profile::new(20.0, 0.0, 200.0),
-    Profile::new(100.0, 0.01, 200.0),
+    Profile::new(100.0, 0.001, 200.0),
 ];
 
 /// How the files travel.
@@ -212,7 +214,7 @@ impl Plan {
             profiles: QUICK_PROFILES.to_vec(),
             repeats: 1,
             cap: Duration::from_secs(60),
-            large_bytes: 32 << 20,
+            large_bytes: 16 << 20,
             small_count: 20,
             ..Self::full()
         }

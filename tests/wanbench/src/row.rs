@@ -92,6 +92,9 @@ pub struct Row {
     pub retries: u64,
     /// Congestion control: `tcp:cubic`, `tcp:bbr`, `quic:bbr`, ...
     pub congestion: String,
+    /// 1-minute load average when the run started (other work on the 2 cores).
+    #[serde(default)]
+    pub loadavg_1m: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -1,0 +1,376 @@
+//! The relay controller's model, pure and deterministic (quinn-proto style): events
+//! come in with the time they happened, the window comes out. No clock, no I/O.
+//!
+//! What it does, in BBR's terms but expressed as a window, because quinn 0.11
+//! paces at 1.25 × window / smoothed RTT and gives the controller no other knob:
+//! - **Startup**: the window grows by what is acknowledged (doubling per round
+//!   trip) until the queue starts to build (HyStart++-style: the round's smallest
+//!   RTT rises by min_rtt/8, clamped to 4–16 ms), or the delivery rate stops growing
+//!   by 25 % for three rounds, or a round loses more than `loss_tolerance`.
+//! - **ProbeBw**: window = gain × bottleneck bandwidth × min RTT, with the gain
+//!   cycling 1.25 (probe for more), 0.95 (drain that probe's queue so min RTT stays
+//!   fresh), then 1.1 for six phases (a small standing queue that covers ACK delay
+//!   and jitter). Each phase lasts one min RTT. The bandwidth is the largest
+//!   delivery rate of the last 10 rounds; the min RTT the smallest sample of the
+//!   last 5–10 s. The queue we add is at most 0.35 BDP, well inside a one-BDP
+//!   drop-tail buffer, so we inflict (almost) no loss on ourselves.
+//! - **Loss is not congestion** unless a round loses more than `loss_tolerance`
+//!   (default 15 %; random loss on real long paths is a few %): then the bandwidth
+//!   estimate restarts from what that round delivered.
+//! - **Fair mode** adds a TCP-Cubic-shaped cap that backs off (× 0.7, once per
+//!   round) on losses seen while the RTT is inflated by a queue (> min RTT + half
+//!   of it): that is when a loss-based flow shares the bottleneck with us. Random
+//!   loss on an empty queue still costs nothing.
+//! - **max_rate** caps the window at max_rate × min RTT, i.e. the sending rate.
+
+use std::time::{Duration, Instant};
+
+use super::delivery::Sampler;
+use super::filters::{MinRtt, RoundMax};
+
+/// Window gains of the ProbeBw cycle, one min RTT each.
+pub const GAIN_CYCLE: [f64; 8] = [1.25, 0.95, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1];
+/// Index of the drain phase, entered right after Startup.
+const DRAIN_PHASE: usize = 1;
+/// Startup ends when the bandwidth grew less than this factor for `STARTUP_FLAT_ROUNDS`.
+const STARTUP_GROWTH: f64 = 1.25;
+const STARTUP_FLAT_ROUNDS: u32 = 3;
+/// RTT samples a round needs before its minimum says anything about a queue.
+const HYSTART_MIN_SAMPLES: u32 = 8;
+const HYSTART_MIN_ETA: Duration = Duration::from_millis(4);
+const HYSTART_MAX_ETA: Duration = Duration::from_millis(16);
+/// Half of the min-RTT filter's span (see `MinRtt`).
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(5);
+/// Before any RTT sample (RFC 9002's initial RTT).
+const INITIAL_RTT: Duration = Duration::from_millis(333);
+/// Fair mode: Cubic's multiplicative decrease and its C constant (packets/s³).
+const FAIR_BETA: f64 = 0.7;
+const CUBIC_C: f64 = 0.4;
+/// Fair mode: a loss counts as congestion when the RTT exceeds min RTT by this
+/// fraction of min RTT (or `FAIR_QUEUE_MIN`, whichever is larger). Our own probe
+/// queue stays below 0.35 BDP, so only someone else's queue gets this high.
+const FAIR_QUEUE_FRACTION: f64 = 0.5;
+const FAIR_QUEUE_MIN: Duration = Duration::from_millis(4);
+
+/// Knobs of the relay controller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Params {
+    /// Window before anything is known, bytes.
+    pub initial_window: u64,
+    /// Upper bound on the sending rate, bytes per second.
+    pub max_rate: Option<u64>,
+    /// Yield to loss-based flows sharing the bottleneck (see module docs).
+    pub fair: bool,
+    /// Fraction of a round's packets that may be lost before the loss counts as
+    /// congestion.
+    pub loss_tolerance: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            // RFC 9002's recommendation for 1200-byte datagrams.
+            initial_window: 14_720,
+            max_rate: None,
+            fair: false,
+            loss_tolerance: 0.15,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Startup,
+    ProbeBw { phase: usize, since: Instant },
+}
+
+/// Fair mode's Cubic-shaped cap, in bytes.
+#[derive(Debug, Clone, Copy)]
+struct FairCap {
+    /// Window before the last backoff.
+    w_max: f64,
+    /// Seconds until the cap is back at `w_max`.
+    k: f64,
+    /// When the last backoff happened.
+    epoch: Instant,
+    last_backoff_round: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Model {
+    params: Params,
+    mtu: u64,
+    mode: Mode,
+    sampler: Sampler,
+    bw: RoundMax,
+    min_rtt: MinRtt,
+    latest_rtt: Option<Duration>,
+    in_flight: u64,
+    /// Round-trip counting: a round ends when a packet sent after it began is acked.
+    round: u64,
+    next_round_delivered: u64,
+    round_ended: bool,
+    round_min_rtt: Option<Duration>,
+    round_samples: u32,
+    round_acked: u64,
+    round_lost: u64,
+    round_max_rate: u64,
+    startup_window: u64,
+    full_bw: u64,
+    full_bw_rounds: u32,
+    fair: Option<FairCap>,
+    window: u64,
+}
+
+impl Model {
+    pub fn new(params: Params, mtu: u16) -> Self {
+        let mtu = u64::from(mtu).max(1200);
+        let mut m = Self {
+            params,
+            mtu,
+            mode: Mode::Startup,
+            sampler: Sampler::default(),
+            bw: RoundMax::default(),
+            min_rtt: MinRtt::new(MIN_RTT_WINDOW),
+            latest_rtt: None,
+            in_flight: 0,
+            round: 0,
+            next_round_delivered: 0,
+            round_ended: false,
+            round_min_rtt: None,
+            round_samples: 0,
+            round_acked: 0,
+            round_lost: 0,
+            round_max_rate: 0,
+            startup_window: params.initial_window,
+            full_bw: 0,
+            full_bw_rounds: 0,
+            fair: None,
+            window: params.initial_window,
+        };
+        m.window = m.compute_window(None);
+        m
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Bytes that may be in flight.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// Bottleneck bandwidth estimate, bytes per second.
+    pub fn bandwidth(&self) -> u64 {
+        self.bw.get()
+    }
+
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt.get()
+    }
+
+    /// Rate the window allows at the current gain, bytes per second (for metrics).
+    pub fn pacing_rate(&self) -> u64 {
+        let rtt = self.min_rtt.get().unwrap_or(INITIAL_RTT).as_secs_f64();
+        (self.window as f64 / rtt.max(1e-6)) as u64
+    }
+
+    fn min_window(&self) -> u64 {
+        4 * self.mtu
+    }
+
+    pub fn on_sent(&mut self, now: Instant) {
+        self.sampler.on_sent(now, self.in_flight == 0);
+    }
+
+    /// One ack-eliciting packet sent at `sent`, `bytes` long, was acknowledged.
+    pub fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool) {
+        self.in_flight = self.in_flight.saturating_sub(bytes);
+        let rtt = now.saturating_duration_since(sent);
+        self.min_rtt.update(now, rtt);
+        self.latest_rtt = Some(rtt);
+        self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
+        self.round_samples += 1;
+        self.round_acked += bytes;
+        if let Some(s) = self.sampler.on_ack(now, sent, bytes) {
+            if s.delivered_at_send >= self.next_round_delivered {
+                self.round_ended = true;
+            }
+            let min_rtt = self.min_rtt.get().unwrap_or(rtt);
+            // Shorter intervals than most of a round trip measure ack bursts, not the path.
+            let reliable = s.interval >= min_rtt * 3 / 4;
+            // While the application had nothing to send, a low rate says nothing about
+            // the path; a high one still does.
+            if reliable && (!app_limited || s.rate > self.bw.get()) {
+                self.bw.update(self.round, s.rate);
+                self.round_max_rate = self.round_max_rate.max(s.rate);
+            }
+        }
+        if self.mode == Mode::Startup && !app_limited {
+            self.startup_window = self.startup_window.saturating_add(bytes);
+            if self.queue_building() {
+                self.enter_probe_bw(now);
+            }
+        }
+    }
+
+    /// The end of one batch of acks (quinn processes an ACK frame as a batch).
+    pub fn on_end_acks(&mut self, now: Instant, in_flight: u64) {
+        self.in_flight = in_flight;
+        if self.round_ended {
+            self.end_round(now);
+        }
+        if let Mode::ProbeBw { phase, since } = self.mode {
+            let min_rtt = self.min_rtt.get().unwrap_or(INITIAL_RTT);
+            if now.saturating_duration_since(since) >= min_rtt {
+                self.mode = Mode::ProbeBw {
+                    phase: (phase + 1) % GAIN_CYCLE.len(),
+                    since: now,
+                };
+            }
+        }
+        self.window = self.compute_window(Some(now));
+    }
+
+    /// Packets sent up to `sent` were declared lost (`lost_bytes` = 0: an ECN mark).
+    pub fn on_congestion(&mut self, now: Instant, persistent: bool, lost_bytes: u64) {
+        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
+        self.round_lost += lost_bytes;
+        if persistent {
+            // Nothing got through for several PTOs: the path changed or went down.
+            // Start over rather than trust a model of a path that may be gone.
+            self.mode = Mode::Startup;
+            self.startup_window = self.min_window();
+            self.full_bw = 0;
+            self.full_bw_rounds = 0;
+            self.bw.reset(self.round, 0);
+        }
+        if self.params.fair && self.congestive(lost_bytes) {
+            let round = self.round;
+            let recent = self.fair.is_some_and(|f| f.last_backoff_round >= round);
+            if !recent {
+                let before = self.window as f64;
+                let pkts = before / self.mtu as f64;
+                self.fair = Some(FairCap {
+                    w_max: before,
+                    k: (pkts * (1.0 - FAIR_BETA) / CUBIC_C).cbrt(),
+                    epoch: now,
+                    last_backoff_round: round,
+                });
+            }
+        }
+        self.window = self.compute_window(Some(now));
+    }
+
+    pub fn on_mtu(&mut self, mtu: u16) {
+        self.mtu = u64::from(mtu).max(1200);
+        self.window = self.window.max(self.min_window());
+    }
+
+    /// Loss while the RTT shows a queue we did not build, or an ECN mark.
+    fn congestive(&self, lost_bytes: u64) -> bool {
+        if lost_bytes == 0 {
+            return true;
+        }
+        match (self.latest_rtt, self.min_rtt.get()) {
+            (Some(rtt), Some(min)) => {
+                let extra = min.mul_f64(FAIR_QUEUE_FRACTION).max(FAIR_QUEUE_MIN);
+                rtt > min + extra
+            }
+            _ => false,
+        }
+    }
+
+    /// HyStart++: this round's RTT floor rose above the path's by eta.
+    fn queue_building(&self) -> bool {
+        let (Some(round_min), Some(min)) = (self.round_min_rtt, self.min_rtt.get()) else {
+            return false;
+        };
+        let eta = (min / 8).clamp(HYSTART_MIN_ETA, HYSTART_MAX_ETA);
+        self.round_samples >= HYSTART_MIN_SAMPLES && round_min > min + eta
+    }
+
+    fn enter_probe_bw(&mut self, now: Instant) {
+        if self.bw.get() == 0 {
+            return; // nothing measured yet: keep growing
+        }
+        self.mode = Mode::ProbeBw {
+            phase: DRAIN_PHASE,
+            since: now,
+        };
+    }
+
+    fn end_round(&mut self, now: Instant) {
+        self.round_ended = false;
+        self.round += 1;
+        self.next_round_delivered = self.sampler.delivered();
+        self.bw.advance(self.round);
+        let total = self.round_acked + self.round_lost;
+        let loss = if total == 0 {
+            0.0
+        } else {
+            self.round_lost as f64 / total as f64
+        };
+        let heavy_loss = loss > self.params.loss_tolerance && self.round_lost > 2 * self.mtu;
+        match self.mode {
+            Mode::Startup => {
+                let bw = self.bw.get();
+                if bw as f64 >= self.full_bw as f64 * STARTUP_GROWTH {
+                    self.full_bw = bw;
+                    self.full_bw_rounds = 0;
+                } else {
+                    self.full_bw_rounds += 1;
+                }
+                if heavy_loss || self.full_bw_rounds >= STARTUP_FLAT_ROUNDS {
+                    self.enter_probe_bw(now);
+                }
+            }
+            Mode::ProbeBw { .. } => {
+                if heavy_loss {
+                    // Far more loss than random loss explains: what this round
+                    // delivered is all the path gives now; probe up from there.
+                    self.bw.reset(self.round, self.round_max_rate);
+                }
+            }
+        }
+        self.round_min_rtt = None;
+        self.round_samples = 0;
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.round_max_rate = 0;
+    }
+
+    fn compute_window(&mut self, now: Option<Instant>) -> u64 {
+        let min_rtt = self.min_rtt.get();
+        let rtt = min_rtt.unwrap_or(INITIAL_RTT).as_secs_f64();
+        let mut w = match self.mode {
+            Mode::Startup => self.startup_window,
+            Mode::ProbeBw { phase, .. } => {
+                let bdp = self.bw.get() as f64 * rtt;
+                (GAIN_CYCLE[phase] * bdp) as u64 + 2 * self.mtu
+            }
+        };
+        if let (Some(rate), Some(_)) = (self.params.max_rate, min_rtt) {
+            w = w.min((rate as f64 * rtt) as u64);
+        }
+        if let (Some(f), Some(now)) = (&self.fair, now) {
+            let t = now.saturating_duration_since(f.epoch).as_secs_f64();
+            let w_max_pkts = f.w_max / self.mtu as f64;
+            let cap_pkts = CUBIC_C * (t - f.k).powi(3) + w_max_pkts;
+            let cap = (cap_pkts.max(0.0) * self.mtu as f64) as u64;
+            // Once the cap is far above the model it no longer binds; stop it
+            // growing without bound so the next backoff starts from a sane value.
+            if cap > 2 * w.max(self.min_window()) {
+                self.fair = None;
+            } else {
+                w = w.min(cap);
+            }
+        }
+        w.max(self.min_window())
+    }
+}
