@@ -100,9 +100,20 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 10)]
     pub connect_timeout: u64,
 
-    /// QUIC congestion controller: cubic | bbr | newreno.
-    #[arg(long, default_value = "cubic")]
+    /// QUIC congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) |
+    /// cubic | bbr | newreno.
+    #[arg(long, default_value = "relay")]
     pub congestion: Congestion,
+
+    /// Cap the QUIC sending rate, in Mbit/s (like AzCopy's --cap-mbps); uses the
+    /// relay congestion controller.
+    #[arg(long, value_name = "MBIT", value_parser = shared::quic::parse_rate_mbit)]
+    pub max_rate: Option<f64>,
+
+    /// Share the bottleneck fairly with TCP flows (back off when a shared queue
+    /// drops packets); uses the relay congestion controller.
+    #[arg(long)]
+    pub fair: bool,
 
     /// QUIC send/receive window per stream.
     #[arg(long, default_value = "32MiB", value_parser = size)]
@@ -115,6 +126,11 @@ pub struct UploadArgs {
     /// Upload straight to Blob Storage over HTTPS (no relay).
     #[arg(long, requires = "storage_url")]
     pub direct: bool,
+
+    /// If the QUIC handshake to the relay fails (e.g. UDP blocked), use direct mode
+    /// instead (needs --storage-url and its credentials).
+    #[arg(long, value_name = "direct", value_parser = ["direct"], requires = "storage_url")]
+    pub fallback: Option<String>,
 
     /// With --direct: blob service URL (a SAS may be in the query).
     #[arg(long, env = "RELAY_STORAGE_URL")]

@@ -134,6 +134,22 @@ fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
     }
 }
 
+/// Direct mode from the flags: the same writer the relay uses, straight to storage.
+fn direct_mode(args: &UploadArgs) -> Result<Direct, SetupError> {
+    let url = args.storage_url.clone().unwrap_or_default();
+    let key = args.account_key.clone().map(Secret);
+    let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
+    let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
+    Ok(Direct {
+        storage,
+        budget: Budget::new(args.memory_budget),
+        connections: args.connections.max(1),
+        block_size: args
+            .block_size
+            .unwrap_or(shared::limits::DEFAULT_BLOCK_SIZE),
+    })
+}
+
 pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
     let t0 = Instant::now();
     let (container, prefix) =
@@ -155,20 +171,11 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         stream_window: args.stream_window,
         connection_window: args.connection_window,
         congestion: args.congestion,
+        max_rate_mbit: args.max_rate,
+        fair: args.fair,
     };
     let mode = if args.direct {
-        let url = args.storage_url.clone().unwrap_or_default();
-        let key = args.account_key.clone().map(Secret);
-        let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
-        let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
-        Mode::Direct(Direct {
-            storage,
-            budget: Budget::new(args.memory_budget),
-            connections: args.connections.max(1),
-            block_size: args
-                .block_size
-                .unwrap_or(shared::limits::DEFAULT_BLOCK_SIZE),
-        })
+        Mode::Direct(direct_mode(&args)?)
     } else {
         let relay = args.relay.clone().unwrap_or_default();
         if args.token.as_deref().unwrap_or_default().is_empty() {
@@ -189,8 +196,17 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
             current: Mutex::new(None),
         };
         // Connect once up front so a wrong address or certificate is one clear error.
-        link.get().await.map_err(|e| SetupError(e.message))?;
-        Mode::Relay(link)
+        match link.get().await {
+            Ok(_) => Mode::Relay(link),
+            Err(e) if args.fallback.is_some() => {
+                eprintln!(
+                    "relay-client: {}; falling back to direct upload (--fallback direct)",
+                    e.message
+                );
+                Mode::Direct(direct_mode(&args)?)
+            }
+            Err(e) => return Err(SetupError(e.message)),
+        }
     };
     let mode = Arc::new(mode);
 
@@ -267,7 +283,10 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
     if let Mode::Relay(link) = mode.as_ref() {
         link.connector.close().await;
     }
-    let name = if args.direct { "direct" } else { "relay" };
+    let name = match mode.as_ref() {
+        Mode::Direct(_) => "direct",
+        Mode::Relay(_) => "relay",
+    };
     Ok(Summary::new(name, files, t0.elapsed().as_secs_f64()))
 }
 
@@ -330,7 +349,7 @@ async fn one_file(
                 };
             }
             Err(e) if e.retryable && backoff.allows(tries) => {
-                let delay = backoff.delay(tries, rand_unit());
+                let delay = backoff.delay(tries, rand::random::<f64>());
                 tracing::warn!(path = %path, attempt = tries, ?delay, error = %e.message, "retrying");
                 tokio::time::sleep(delay).await;
             }
@@ -349,15 +368,6 @@ async fn one_file(
             }
         }
     }
-}
-
-fn rand_unit() -> f64 {
-    // Jitter only; quality does not matter.
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    f64::from(n % 1000) / 1000.0
 }
 
 fn failed_report(

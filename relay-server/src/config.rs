@@ -88,9 +88,18 @@ pub struct Args {
     #[arg(long, env = "RELAY_UDP_BUFFER", default_value = "16MiB", value_parser = size)]
     pub udp_buffer: u64,
 
-    /// Congestion controller: cubic | bbr | newreno.
-    #[arg(long, env = "RELAY_CONGESTION", default_value = "cubic")]
+    /// Congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) | cubic |
+    /// bbr | newreno.
+    #[arg(long, env = "RELAY_CONGESTION", default_value = "relay")]
     pub congestion: Congestion,
+
+    /// Cap the QUIC sending rate, in Mbit/s; uses the relay congestion controller.
+    #[arg(long, env = "RELAY_MAX_RATE", value_name = "MBIT", value_parser = shared::quic::parse_rate_mbit)]
+    pub max_rate: Option<f64>,
+
+    /// Share bottlenecks fairly with TCP flows; uses the relay congestion controller.
+    #[arg(long, env = "RELAY_FAIR")]
+    pub fair: bool,
 
     /// Most client connections at once.
     #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = 256)]

@@ -45,6 +45,8 @@ impl Config {
                 stream_window: args.stream_window,
                 connection_window: args.connection_window,
                 congestion: args.congestion,
+                max_rate_mbit: args.max_rate,
+                fair: args.fair,
             },
             udp_buffer: usize::try_from(args.udp_buffer).unwrap_or(usize::MAX),
             max_connections: args.max_connections,

@@ -11,6 +11,7 @@ pub mod blob_name;
 pub mod block_id;
 pub mod checkpoint;
 pub mod codec;
+pub mod congestion;
 pub mod credentials;
 pub mod limits;
 pub mod plan;

@@ -11,12 +11,16 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::limits::MIB;
 
+/// Which congestion controller QUIC uses. `Relay` is ours (`crate::congestion`):
+/// it fills long lossy paths where the loss-based ones collapse (see
+/// docs/TRANSPORT.md for the measurements).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Congestion {
-    #[default]
     Cubic,
     Bbr,
     NewReno,
+    #[default]
+    Relay,
 }
 
 impl std::str::FromStr for Congestion {
@@ -26,8 +30,9 @@ impl std::str::FromStr for Congestion {
             "cubic" => Ok(Self::Cubic),
             "bbr" => Ok(Self::Bbr),
             "newreno" => Ok(Self::NewReno),
+            "relay" => Ok(Self::Relay),
             _ => Err(format!(
-                "unknown congestion controller {s:?} (cubic | bbr | newreno)"
+                "unknown congestion controller {s:?} (relay | cubic | bbr | newreno)"
             )),
         }
     }
@@ -42,6 +47,12 @@ pub struct Windows {
     pub stream_window: u64,
     pub connection_window: u64,
     pub congestion: Congestion,
+    /// Cap on the sending rate, Mbit/s (like AzCopy's --cap-mbps). Only the relay
+    /// controller can honour it, so setting it selects that controller.
+    pub max_rate_mbit: Option<f64>,
+    /// Back off like TCP when a loss-based flow shares the bottleneck (relay
+    /// controller; setting it selects that controller).
+    pub fair: bool,
 }
 
 impl Default for Windows {
@@ -49,7 +60,9 @@ impl Default for Windows {
         Self {
             stream_window: 32 * MIB,
             connection_window: 256 * MIB,
-            congestion: Congestion::Cubic,
+            congestion: Congestion::Relay,
+            max_rate_mbit: None,
+            fair: false,
         }
     }
 }
@@ -74,7 +87,13 @@ impl Windows {
         let mut mtu = quinn::MtuDiscoveryConfig::default();
         mtu.upper_bound(8952);
         t.mtu_discovery_config(Some(mtu));
-        match self.congestion {
+        let congestion = if self.max_rate_mbit.is_some() || self.fair {
+            Congestion::Relay
+        } else {
+            self.congestion
+        };
+        match congestion {
+            Congestion::Relay => t.congestion_controller_factory(Arc::new(self.relay_config())),
             Congestion::Cubic => {
                 t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
             }
@@ -86,6 +105,37 @@ impl Windows {
             )),
         };
         t
+    }
+
+    /// The relay controller's settings for these windows.
+    pub fn relay_config(&self) -> crate::congestion::RelayConfig {
+        let max_rate = self
+            .max_rate_mbit
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(|r| (r * 1e6 / 8.0) as u64);
+        crate::congestion::RelayConfig {
+            params: crate::congestion::Params {
+                max_rate,
+                fair: self.fair,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Parses a `--max-rate` value: Mbit/s, a positive number (`150`, `2.5`).
+pub fn parse_rate_mbit(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches("Mbit/s")
+        .trim_end_matches("mbit")
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate in Mbit/s (e.g. 150 or 2.5)"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: the rate must be above 0 Mbit/s"))
     }
 }
 
@@ -141,6 +191,7 @@ mod tests {
             stream_window: 32 * MIB,
             connection_window: 256 * MIB,
             congestion: Congestion::Cubic,
+            ..Windows::default()
         };
         assert_eq!(w.max_streams(), 8);
         let tiny = Windows {
@@ -149,6 +200,21 @@ mod tests {
             ..w
         };
         assert_eq!(tiny.max_streams(), 1);
+    }
+
+    #[test]
+    fn congestion_names_and_rates_parse() {
+        assert_eq!("relay".parse::<Congestion>(), Ok(Congestion::Relay));
+        assert!("reno".parse::<Congestion>().is_err());
+        assert_eq!(parse_rate_mbit("150"), Ok(150.0));
+        assert_eq!(parse_rate_mbit("2.5mbit"), Ok(2.5));
+        assert!(parse_rate_mbit("0").is_err());
+        assert!(parse_rate_mbit("fast").is_err());
+        let w = Windows {
+            max_rate_mbit: Some(80.0),
+            ..Windows::default()
+        };
+        assert_eq!(w.relay_config().params.max_rate, Some(10_000_000));
     }
 
     #[test]

@@ -185,3 +185,91 @@ async fn health_metrics_and_sigterm() {
     };
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_certificate_from_a_ca_is_verified_by_name() {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let az = shared_azurite();
+    let container = unique_container("ca");
+    az.storage()
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = Scratch::new("ca");
+
+    // A private CA and a relay certificate for "relay.test" issued by it.
+    let mut ca_params =
+        CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap_or_else(|e| panic!("{e}"));
+    let leaf_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let leaf = CertificateParams::new(vec!["relay.test".to_string()])
+        .and_then(|p| p.signed_by(&leaf_key, &ca))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let write = |name: &str, text: String| {
+        let p = dir.path(name);
+        std::fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+        p
+    };
+    let ca_pem = write("ca.pem", ca.pem());
+    let cert_pem = write("cert.pem", leaf.pem());
+    let key_pem = write("key.pem", leaf_key.serialize_pem());
+    let tokens = write("tokens", format!("{}\n", relay_tests::relay::TOKEN));
+
+    shared::install_crypto_provider();
+    let store = relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
+    let mut cfg = relay_server::Config::for_tests(az.storage(), store, 64 << 20)
+        .unwrap_or_else(|e| panic!("{e}"));
+    cfg.identity = relay_server::tls::Identity::from_pem_files(&cert_pem, &key_pem)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let relay = relay_server::Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
+    let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(relay.serve(rx));
+
+    let file = dir.path("c.bin");
+    let sha = write_random(&file, 4096, 9);
+    let base: Vec<String> = [
+        "upload",
+        &file.to_string_lossy(),
+        "--relay",
+        &addr.to_string(),
+        "--to",
+        &container,
+        "--relay-ca",
+        &ca_pem.to_string_lossy(),
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let env = [("RELAY_TOKEN", relay_tests::relay::TOKEN)];
+
+    // The certificate names relay.test, not the IP we dial: refused unless we say the name.
+    let out = run_client(&base, &env, Duration::from_secs(60)).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut named = base.clone();
+    named.extend(["--server-name".to_string(), "relay.test".to_string()]);
+    let out = run_client(&named, &env, Duration::from_secs(60)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, got) = az
+        .storage()
+        .writer(&container, "c.bin")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .content_sha256()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(hex::encode(got), sha);
+    let _ = stop.send(true);
+    let _ = task.await;
+}

@@ -201,3 +201,100 @@ async fn two_clients_at_once() {
     assert_eq!(blob_sha(&container, "two.bin").await.1, s2);
     relay.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
+    let az = shared_azurite();
+    let container = unique_container("direct");
+    az.storage()
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = Scratch::new("direct");
+    let file = dir.path("d.bin");
+    let sha = write_random(&file, 11 << 20, 31);
+    let env = [("RELAY_ACCOUNT_KEY", relay_tests::DEV_KEY)];
+
+    // Direct: same planning and verify-then-commit, straight to storage.
+    let a = args(&[
+        "upload",
+        file.to_str().unwrap_or_default(),
+        "--direct",
+        "--storage-url",
+        &az.url(),
+        "--to",
+        &format!("{container}/direct"),
+        "--block-size",
+        "5MiB",
+        "--connections",
+        "3",
+        "--json",
+    ]);
+    let out = run_client(&a, &env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary(&out)["mode"], "direct");
+    assert_eq!(
+        blob_sha(&container, "direct/d.bin").await,
+        (11 << 20, sha.clone())
+    );
+
+    // A relay address where nothing answers (UDP blocked, say): fall back to direct.
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let dead_addr = dead
+        .local_addr()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .to_string();
+    let a = args(&[
+        "upload",
+        file.to_str().unwrap_or_default(),
+        "--relay",
+        &dead_addr,
+        "--insecure",
+        "--token",
+        "x-token-0123456789abcdef",
+        "--connect-timeout",
+        "2",
+        "--fallback",
+        "direct",
+        "--storage-url",
+        &az.url(),
+        "--to",
+        &format!("{container}/fallback"),
+        "--json",
+    ]);
+    let out = run_client(&a, &env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary(&out)["mode"], "direct");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("falling back to direct upload"));
+    assert_eq!(
+        blob_sha(&container, "fallback/d.bin").await,
+        (11 << 20, sha)
+    );
+
+    // Without --fallback the same dead relay is one clear setup error.
+    let a = args(&[
+        "upload",
+        file.to_str().unwrap_or_default(),
+        "--relay",
+        &dead_addr,
+        "--insecure",
+        "--token",
+        "x-token-0123456789abcdef",
+        "--connect-timeout",
+        "2",
+        "--to",
+        &container,
+    ]);
+    let out = run_client(&a, &[], T).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no QUIC handshake within 2 s"));
+    drop(dead);
+}

@@ -144,7 +144,7 @@ mod tests {
         }
         let rate = last.expect("sample").rate as f64;
         assert!((rate - 500_000.0).abs() / 500_000.0 < 0.05, "rate {rate}");
-        assert!(s.records.len() <= 51);
+        assert!(s.records.len() <= 52);
     }
 
     #[test]

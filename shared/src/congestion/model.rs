@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use super::delivery::Sampler;
-use super::filters::{MinRtt, RoundMax};
+use super::filters::{BW_WINDOW_ROUNDS, MinRtt, RoundMax};
 
 /// Window gains of the ProbeBw cycle, one min RTT each.
 pub const GAIN_CYCLE: [f64; 8] = [1.25, 0.95, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1];
@@ -39,6 +39,11 @@ const STARTUP_FLAT_ROUNDS: u32 = 3;
 const HYSTART_MIN_SAMPLES: u32 = 8;
 const HYSTART_MIN_ETA: Duration = Duration::from_millis(4);
 const HYSTART_MAX_ETA: Duration = Duration::from_millis(16);
+/// Bandwidth estimate after a round lost more than `loss_tolerance`.
+const HEAVY_LOSS_CUT: f64 = 0.85;
+/// Largest queueing delay of someone else's that the window makes room for, as a
+/// fraction of min RTT (BBR's cwnd cap of 2 × BDP, in other words).
+const MAX_FOREIGN_QUEUE: f64 = 1.0;
 /// Half of the min-RTT filter's span (see `MinRtt`).
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(5);
 /// Before any RTT sample (RFC 9002's initial RTT).
@@ -119,6 +124,12 @@ pub struct Model {
     full_bw: u64,
     full_bw_rounds: u32,
     fair: Option<FairCap>,
+    last_loss_cut_round: u64,
+    /// Smallest RTT seen in the gain cycle under way, and in the last whole one.
+    /// Our own queue drains in every cycle's 0.95 phase, so what the last cycle's
+    /// floor shows above min RTT is a queue someone else keeps standing.
+    cycle_min_rtt: Option<Duration>,
+    cycle_floor: Option<Duration>,
     window: u64,
 }
 
@@ -146,6 +157,9 @@ impl Model {
             full_bw: 0,
             full_bw_rounds: 0,
             fair: None,
+            last_loss_cut_round: 0,
+            cycle_min_rtt: None,
+            cycle_floor: None,
             window: params.initial_window,
         };
         m.window = m.compute_window(None);
@@ -186,6 +200,9 @@ impl Model {
 
     pub fn on_sent(&mut self, now: Instant) {
         self.sampler.on_sent(now, self.in_flight == 0);
+        // Only the first send after idle restarts sampling; the true count comes
+        // with the next `on_end_acks` (quinn's `on_sent` byte count is unusable).
+        self.in_flight = self.in_flight.max(1);
     }
 
     /// One ack-eliciting packet sent at `sent`, `bytes` long, was acknowledged.
@@ -197,6 +214,7 @@ impl Model {
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_samples += 1;
         self.round_acked += bytes;
+        self.cycle_min_rtt = Some(self.cycle_min_rtt.map_or(rtt, |m| m.min(rtt)));
         if let Some(s) = self.sampler.on_ack(now, sent, bytes) {
             if s.delivered_at_send >= self.next_round_delivered {
                 self.round_ended = true;
@@ -228,8 +246,12 @@ impl Model {
         if let Mode::ProbeBw { phase, since } = self.mode {
             let min_rtt = self.min_rtt.get().unwrap_or(INITIAL_RTT);
             if now.saturating_duration_since(since) >= min_rtt {
+                let next = (phase + 1) % GAIN_CYCLE.len();
+                if next == 0 {
+                    self.cycle_floor = self.cycle_min_rtt.take();
+                }
                 self.mode = Mode::ProbeBw {
-                    phase: (phase + 1) % GAIN_CYCLE.len(),
+                    phase: next,
                     since: now,
                 };
             }
@@ -326,15 +348,24 @@ impl Model {
                 } else {
                     self.full_bw_rounds += 1;
                 }
-                if heavy_loss || self.full_bw_rounds >= STARTUP_FLAT_ROUNDS {
+                // Heavy loss ends Startup only once the rate stopped growing too:
+                // random loss alone, however high, does not stop delivery from
+                // doubling, an overflowing (shallow) queue does.
+                let overflow = heavy_loss && self.full_bw_rounds > 0;
+                if overflow || self.full_bw_rounds >= STARTUP_FLAT_ROUNDS {
                     self.enter_probe_bw(now);
                 }
             }
             Mode::ProbeBw { .. } => {
-                if heavy_loss {
-                    // Far more loss than random loss explains: what this round
-                    // delivered is all the path gives now; probe up from there.
-                    self.bw.reset(self.round, self.round_max_rate);
+                let since_cut = self.round.saturating_sub(self.last_loss_cut_round);
+                if heavy_loss && since_cut >= BW_WINDOW_ROUNDS as u64 {
+                    // Far more loss than random loss explains: step the estimate
+                    // down once per filter window and let the probe phases find
+                    // out whether it was us. Cutting every round would collapse
+                    // on a path whose random loss alone exceeds the tolerance.
+                    let cut = (self.bw.get() as f64 * HEAVY_LOSS_CUT) as u64;
+                    self.bw.reset(self.round, cut);
+                    self.last_loss_cut_round = self.round;
                 }
             }
         }
@@ -351,7 +382,16 @@ impl Model {
         let mut w = match self.mode {
             Mode::Startup => self.startup_window,
             Mode::ProbeBw { phase, .. } => {
-                let bdp = self.bw.get() as f64 * rtt;
+                // Room for a queue someone else keeps standing: without it our
+                // window would buy ever less rate as their queue grows (a window
+                // of bw × min RTT over a doubled RTT is half the rate).
+                let foreign = match (self.cycle_floor, min_rtt) {
+                    (Some(floor), Some(min)) if floor > min => {
+                        (floor - min).as_secs_f64().min(MAX_FOREIGN_QUEUE * rtt)
+                    }
+                    _ => 0.0,
+                };
+                let bdp = self.bw.get() as f64 * (rtt + foreign);
                 (GAIN_CYCLE[phase] * bdp) as u64 + 2 * self.mtu
             }
         };
@@ -372,5 +412,121 @@ impl Model {
             }
         }
         w.max(self.min_window())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PKT: u64 = 1452;
+
+    /// Feeds a steady ack clock: `rate` bytes/s over a path of `rtt`, for `secs`
+    /// seconds, every packet acked one `rtt` after it was sent (no queue).
+    fn steady(m: &mut Model, t0: Instant, rtt: Duration, rate: f64, secs: f64) -> Instant {
+        let gap = Duration::from_secs_f64(PKT as f64 / rate);
+        let n = (secs * rate / PKT as f64) as u32;
+        let lag = (rtt.as_secs_f64() / gap.as_secs_f64()) as u32;
+        for i in 0..n {
+            let now = t0 + gap * i;
+            m.on_sent(now);
+            if i >= lag {
+                m.on_ack(now, t0 + gap * (i - lag), PKT, false);
+                m.on_end_acks(now, u64::from(lag) * PKT);
+            }
+        }
+        t0 + gap * n
+    }
+
+    fn probing() -> (Model, Instant) {
+        let mut m = Model::new(Params::default(), 1452);
+        let t0 = Instant::now();
+        let end = steady(&mut m, t0, Duration::from_millis(100), 5e6, 3.0);
+        (m, end)
+    }
+
+    #[test]
+    fn random_loss_does_not_shrink_the_window() {
+        let (mut m, now) = probing();
+        assert!(matches!(m.mode(), Mode::ProbeBw { .. }));
+        let before = m.window();
+        for _ in 0..20 {
+            m.on_congestion(now, false, PKT);
+        }
+        assert_eq!(m.window(), before);
+        // About one BDP (5 MB/s × 100 ms), times the phase's gain.
+        let bdp = 500_000.0;
+        let ratio = before as f64 / bdp;
+        assert!((0.9..1.4).contains(&ratio), "window/BDP {ratio}");
+    }
+
+    #[test]
+    fn fair_mode_backs_off_only_when_a_queue_stands() {
+        let mut m = Model::new(
+            Params {
+                fair: true,
+                ..Params::default()
+            },
+            1452,
+        );
+        let t0 = Instant::now();
+        let now = steady(&mut m, t0, Duration::from_millis(100), 5e6, 3.0);
+        let before = m.window();
+        m.on_congestion(now, false, PKT);
+        assert_eq!(m.window(), before, "loss on an empty queue is random loss");
+        // An ack that waited 80 ms in someone's queue, then a loss.
+        m.on_ack(now, now - Duration::from_millis(180), PKT, false);
+        m.on_congestion(now, false, PKT);
+        let after = m.window();
+        assert!((after as f64) < 0.75 * before as f64, "{after} vs {before}");
+        // At most once per round.
+        m.on_congestion(now, false, PKT);
+        assert_eq!(m.window(), after);
+    }
+
+    #[test]
+    fn persistent_congestion_starts_over() {
+        let (mut m, now) = probing();
+        m.on_congestion(now, true, 10 * PKT);
+        assert_eq!(m.mode(), Mode::Startup);
+        assert_eq!(m.window(), 4 * 1452);
+    }
+
+    #[test]
+    fn startup_ends_when_the_queue_builds() {
+        let mut m = Model::new(Params::default(), 1452);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // A first flight acked at the path's 100 ms, then a second one whose acks
+        // come 30 ms late: a queue is building.
+        let flight = |m: &mut Model, start: u64, n: u64, rtt: u64| {
+            for i in 0..n {
+                m.on_sent(t0 + ms(start + i));
+            }
+            for i in 0..n {
+                let sent = t0 + ms(start + i);
+                m.on_ack(sent + ms(rtt), sent, PKT, false);
+                m.on_end_acks(sent + ms(rtt), (n - i - 1) * PKT);
+            }
+        };
+        flight(&mut m, 0, 10, 100);
+        assert_eq!(m.mode(), Mode::Startup);
+        flight(&mut m, 200, 20, 130);
+        assert!(matches!(m.mode(), Mode::ProbeBw { .. }), "{:?}", m.mode());
+    }
+
+    #[test]
+    fn max_rate_caps_the_window() {
+        let mut m = Model::new(
+            Params {
+                max_rate: Some(1_000_000),
+                ..Params::default()
+            },
+            1452,
+        );
+        let t0 = Instant::now();
+        steady(&mut m, t0, Duration::from_millis(100), 5e6, 3.0);
+        // 1 MB/s × 100 ms.
+        assert!(m.window() <= 100_000, "{}", m.window());
     }
 }

@@ -17,6 +17,7 @@ struct Args {
     repeats: u32,
     budget_mib: u64,
     in_flight: u32,
+    congestion: String,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -25,10 +26,15 @@ fn parse_args() -> Result<Args, String> {
         repeats: 2,
         budget_mib: 512,
         in_flight: 4,
+        congestion: "cubic".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if flag == "--congestion" {
+            a.congestion = v;
+            continue;
+        }
         let n: u64 = v
             .parse()
             .map_err(|_| format!("{flag}: not a number: {v}"))?;
@@ -155,6 +161,7 @@ fn run() -> Result<(), String> {
         ])
         .args(["--memory-budget", &format!("{}MiB", a.budget_mib)])
         .args(["--blocks-in-flight", &a.in_flight.to_string()])
+        .args(["--congestion", &a.congestion])
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
@@ -198,6 +205,8 @@ fn run() -> Result<(), String> {
             "--to",
             &to,
             "--json",
+            "--congestion",
+            &a.congestion,
         ]
         .iter()
         .map(|s| s.to_string())
@@ -254,7 +263,12 @@ fn run() -> Result<(), String> {
 
     let med = |v: &mut Vec<f64>| {
         v.sort_by(|x, y| x.total_cmp(y));
-        v[v.len() / 2]
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
     };
     let (rs, ds) = (med(&mut relay_s), med(&mut direct_s));
     let mbps = |s: f64| size as f64 / s / 1e6;

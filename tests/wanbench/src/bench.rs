@@ -124,6 +124,7 @@ impl Bench<'_> {
             .map(|(p, _)| format!("{prefix}/{}", file_name(p)))
             .collect();
         let mut error = None;
+        let mut reattempts = 0;
         let (verified, seconds, bytes_done, retries) = if done.capped {
             // What reached storage by the cap; in-flight data is not counted.
             let stored = cloud::stored_bytes(lab, CONTAINER, expected_blobs)?;
@@ -132,6 +133,7 @@ impl Bench<'_> {
         } else {
             match report {
                 Ok(r) => {
+                    reattempts = r.reattempts;
                     let (ok, why) = verify(lab, files, &r)?;
                     if !ok {
                         error = Some(why.unwrap_or_else(|| tail(&stderr)));
@@ -174,6 +176,7 @@ impl Bench<'_> {
             peak_rss_mib: done.max_rss_kib as f64 / 1024.0,
             relay_peak_rss_mib: relay_peak as f64 / 1024.0,
             retries,
+            reattempts,
             congestion,
             loadavg_1m,
             error,

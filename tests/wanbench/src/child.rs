@@ -1,8 +1,9 @@
 //! Runs one client process under a time cap and accounts for it.
 //!
-//! Why wait4 and not `Child::wait`: wait4 hands back the child's rusage
-//! (user + system CPU, peak RSS) at the moment it is reaped, covering its
-//! threads and any children it waited for, with no polling of /proc.
+//! Why wait4 and not `Child::wait`: wait4 hands back the child's CPU time
+//! (user + system, its threads and the children it waited for) when it is
+//! reaped. Peak RSS comes from polling VmHWM instead: `ru_maxrss` also
+//! counts the forked copy of this (large) process before exec.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -20,7 +21,8 @@ pub struct Finished {
     pub wall: Duration,
     /// utime + stime.
     pub cpu_s: f64,
-    /// ru_maxrss (KiB on Linux).
+    /// VmHWM (KiB) at the last poll before exit: the program's own peak
+    /// (exec gives it a fresh memory map).
     pub max_rss_kib: u64,
 }
 
@@ -34,7 +36,12 @@ pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
     // We reap it ourselves with wait4; dropping Child neither waits nor kills.
     drop(child);
     let mut capped = false;
+    let mut hwm_kib = 0;
     loop {
+        // Monotonic while the program runs; the last reading is the one after exec.
+        if let Ok(kib) = peak_rss_kib(pid as u32) {
+            hwm_kib = kib;
+        }
         let mut status: libc::c_int = 0;
         // SAFETY: rusage is plain data; wait4 only writes into it.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -47,7 +54,7 @@ pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
                 capped,
                 wall: t0.elapsed(),
                 cpu_s: timeval_s(ru.ru_utime) + timeval_s(ru.ru_stime),
-                max_rss_kib: u64::try_from(ru.ru_maxrss).unwrap_or(0),
+                max_rss_kib: hwm_kib,
             });
         }
         if r < 0 {
@@ -126,6 +133,20 @@ mod tests {
         assert!(f.capped);
         assert_eq!(f.exit_code, None);
         assert!(f.wall < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn peak_rss_is_the_programs_own() {
+        // This process holds 256 MiB; the child's reading must not include it.
+        let _ballast = vec![1u8; 256 << 20];
+        let mut c = Command::new("sh");
+        c.args(["-c", "sleep 0.3"]);
+        let f = run_capped(c, Duration::from_secs(10)).expect("runs");
+        assert!(
+            f.max_rss_kib > 0 && f.max_rss_kib < 64 << 10,
+            "{}",
+            f.max_rss_kib
+        );
     }
 
     #[test]

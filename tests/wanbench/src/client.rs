@@ -110,6 +110,9 @@ pub struct ClientReport {
     pub seconds: f64,
     pub bytes: u64,
     pub retries: u64,
+    /// Attempts beyond the first, summed over files (relay-client restarts a
+    /// file after e.g. a lost connection; the Python SDK has no such count).
+    pub reattempts: u64,
     pub files: Vec<FileOutcome>,
 }
 
@@ -130,6 +133,11 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
             sha256: text(f, "sha256"),
         })
         .collect();
+    let reattempts = files
+        .iter()
+        .filter_map(|f| f.get("attempts").and_then(Value::as_u64))
+        .map(|a| a.saturating_sub(1))
+        .sum();
     let (seconds, bytes, retries) = if method.is_python() {
         (
             v.get("seconds").and_then(Value::as_f64),
@@ -153,6 +161,7 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
         seconds: seconds.context("JSON has no seconds")?,
         bytes: bytes.context("JSON has no bytes")?,
         retries,
+        reattempts,
         files: outcomes,
     })
 }
@@ -164,11 +173,14 @@ mod tests {
     #[test]
     fn reads_relay_client_and_python_summaries() {
         let rc = r#"{"ok":true,"mode":"direct","files":[{"path":"/t/a.bin","container":"c",
-            "blob":"p/a.bin","status":"committed","bytes":5,"sha256":"ab","retries":2}],
+            "blob":"p/a.bin","status":"committed","bytes":5,"sha256":"ab","retries":2,"attempts":3}],
             "totals":{"files":1,"committed":1,"failed":0,"bytes":5,"seconds":1.5,"mbit_per_s":0.1}}"#;
         let r = parse(Method::DirectBbr, rc).expect("parses");
         assert!(r.ok);
-        assert_eq!((r.seconds, r.bytes, r.retries), (1.5, 5, 2));
+        assert_eq!(
+            (r.seconds, r.bytes, r.retries, r.reattempts),
+            (1.5, 5, 2, 2)
+        );
         assert_eq!(r.files[0].sha256.as_deref(), Some("ab"));
 
         let py = r#"{"ok":false,"seconds":2.0,"bytes":0,"retries":1,

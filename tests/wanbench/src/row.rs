@@ -84,12 +84,15 @@ pub struct Row {
     /// relay-server CPU over the run (relay rows; ~0 elsewhere).
     pub relay_cpu_s: f64,
     pub azurite_cpu_s: f64,
-    /// Client peak RSS (ru_maxrss).
+    /// Client peak RSS: its VmHWM, polled every 20 ms.
     pub peak_rss_mib: f64,
     /// relay-server VmHWM over the run (reset before each run).
     pub relay_peak_rss_mib: f64,
     /// Retries the client counted (relay-client per file; Python SDK retry hook).
     pub retries: u64,
+    /// File attempts beyond the first (relay-client; e.g. after a lost connection).
+    #[serde(default)]
+    pub reattempts: u64,
     /// Congestion control: `tcp:cubic`, `tcp:bbr`, `quic:bbr`, ...
     pub congestion: String,
     /// 1-minute load average when the run started (other work on the 2 cores).

@@ -26,6 +26,7 @@ pub struct Group {
     pub peak_rss_mib: f64,
     pub relay_peak_rss_mib: f64,
     pub retries: f64,
+    pub reattempts: f64,
     pub queue_loss_pct: f64,
     pub random_loss_pct: f64,
 }
@@ -79,6 +80,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 peak_rss_mib: m(|r| r.peak_rss_mib),
                 relay_peak_rss_mib: m(|r| r.relay_peak_rss_mib),
                 retries: m(|r| r.retries as f64),
+                reattempts: m(|r| r.reattempts as f64),
                 queue_loss_pct: m(|r| r.queue_loss_pct),
                 random_loss_pct: m(|r| r.random_loss_pct),
             }
@@ -102,7 +104,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
 pub fn summary_table(groups: &[Group]) -> String {
     let mut s = String::new();
     s.push_str(
-        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | Client CPU s | Relay CPU s | Peak RSS MiB client / relay | Retries | Queue loss % | Random loss % |\n\
+        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | Client CPU s | Relay CPU s | Peak RSS MiB client / relay | Retries / re-attempts | Queue loss % | Random loss % |\n\
          |---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for g in groups {
@@ -114,7 +116,7 @@ pub fn summary_table(groups: &[Group]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {:.2} | {} | {:.0} / {} | {:.0} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {:.2} | {} | {:.0} / {} | {:.0} / {:.0} | {:.2} | {:.2} |",
             g.profile.label(),
             g.workload,
             g.method,
@@ -142,6 +144,7 @@ pub fn summary_table(groups: &[Group]) -> String {
                 "–".into()
             },
             g.retries,
+            g.reattempts,
             g.queue_loss_pct,
             g.random_loss_pct,
         );
@@ -152,13 +155,13 @@ pub fn summary_table(groups: &[Group]) -> String {
 /// Every run, in run order.
 pub fn runs_table(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| Link | Files | Method | # | Verified | Capped | Time s | Wall s | Goodput Mbit/s | Client CPU s | Relay CPU s | Azurite CPU s | RSS MiB | Retries | Queue drops | Random drops | CC | Note |\n\
-         |---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+        "| Link | Files | Method | # | Verified | Capped | Time s | Wall s | Goodput Mbit/s | Client CPU s | Relay CPU s | Azurite CPU s | RSS MiB | Retries | Re-attempts | Queue drops | Random drops | CC | Note |\n\
+         |---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} |",
             r.profile.label(),
             r.workload,
             r.method,
@@ -173,6 +176,7 @@ pub fn runs_table(rows: &[Row]) -> String {
             r.azurite_cpu_s,
             r.peak_rss_mib,
             r.retries,
+            r.reattempts,
             r.link.up_dropped_queue,
             r.link.up_dropped_loss,
             r.congestion,

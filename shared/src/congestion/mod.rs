@@ -1,0 +1,121 @@
+//! The relay's own congestion controller for quinn 0.11 (`--congestion relay`).
+//!
+//! Why: on long paths with random loss, loss-based controllers (quinn's Cubic and
+//! NewReno, like TCP Cubic) read every lost packet as congestion and collapse to a
+//! few Mbit/s; quinn 0.11's experimental BBR keeps a window of 2–3 × BDP while
+//! quinn paces at 1.25 × window / RTT, so it overfills a one-BDP bottleneck queue
+//! and loses 3–11 % of its own packets. This controller models the path (bottleneck
+//! bandwidth × min RTT) and expresses that as a window, treats random loss as
+//! non-congestive, and keeps its own queue small. See `model` for the rules and
+//! docs/TRANSPORT.md for the measurements behind them.
+//!
+//! `model` is the pure logic (time passed in); this file is the thin adapter to
+//! quinn's `Controller` trait and the factory quinn builds one controller per
+//! connection from.
+
+mod delivery;
+mod filters;
+mod model;
+#[cfg(test)]
+mod sim;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Instant;
+
+use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
+
+pub use model::{GAIN_CYCLE, Mode, Model, Params};
+
+/// Factory for `--congestion relay` (one `Relay` per connection).
+#[derive(Debug, Clone, Default)]
+pub struct RelayConfig {
+    pub params: Params,
+}
+
+impl ControllerFactory for RelayConfig {
+    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(Relay {
+            model: Model::new(self.params, current_mtu),
+        })
+    }
+}
+
+/// quinn's view of the model.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    model: Model,
+}
+
+impl Relay {
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+}
+
+impl Controller for Relay {
+    fn on_sent(&mut self, now: Instant, _bytes: u64, _last_packet_number: u64) {
+        // quinn 0.11 passes the size of the whole GSO buffer so far here, not of
+        // the packet; in-flight bytes come from `on_end_acks` instead.
+        self.model.on_sent(now);
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        _rtt: &quinn_proto::RttEstimator,
+    ) {
+        self.model.on_ack(now, sent, bytes, app_limited);
+    }
+
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        in_flight: u64,
+        _app_limited: bool,
+        _largest_packet_num_acked: Option<u64>,
+    ) {
+        self.model.on_end_acks(now, in_flight);
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        _sent: Instant,
+        is_persistent_congestion: bool,
+        lost_bytes: u64,
+    ) {
+        self.model
+            .on_congestion(now, is_persistent_congestion, lost_bytes);
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.model.on_mtu(new_mtu);
+    }
+
+    fn window(&self) -> u64 {
+        self.model.window()
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut m = ControllerMetrics::default();
+        m.congestion_window = self.model.window();
+        m.pacing_rate = Some(self.model.pacing_rate().saturating_mul(8));
+        m
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.model.params().initial_window
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
