@@ -10,7 +10,10 @@
 //! - **ProbeBw**: window = gain × bottleneck bandwidth × min RTT, with the gain
 //!   cycling 1.25 (probe for more), 0.95 (drain that probe's queue so min RTT stays
 //!   fresh), then 1.1 for six phases (a small standing queue that covers ACK delay
-//!   and jitter). Each phase lasts one min RTT. The bandwidth is the largest
+//!   and jitter), plus bw × 2 ms for late and batched acks (which dominate on
+//!   sub-millisecond paths), plus room for a queue someone else keeps standing
+//!   (the RTT floor of the last gain cycle above min RTT; our own queue drains in
+//!   the 0.95 phase). Each phase lasts one min RTT. The bandwidth is the largest
 //!   delivery rate of the last 10 rounds; the min RTT the smallest sample of the
 //!   last 5–10 s. The queue we add is at most 0.35 BDP, well inside a one-BDP
 //!   drop-tail buffer, so we inflict (almost) no loss on ourselves.
@@ -44,6 +47,11 @@ const HEAVY_LOSS_CUT: f64 = 0.85;
 /// Largest queueing delay of someone else's that the window makes room for, as a
 /// fraction of min RTT (BBR's cwnd cap of 2 × BDP, in other words).
 const MAX_FOREIGN_QUEUE: f64 = 1.0;
+/// Extra window for acks that arrive late or in bursts (delayed acks, batched
+/// processing, scheduling): negligible on a WAN, but on sub-millisecond paths
+/// (loopback, LAN) a window of bw × min RTT alone would starve the sender
+/// (measured: 0.5 Gbit/s instead of 6 Gbit/s on loopback).
+const ACK_ALLOWANCE: Duration = Duration::from_millis(2);
 /// Half of the min-RTT filter's span (see `MinRtt`).
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(5);
 /// Before any RTT sample (RFC 9002's initial RTT).
@@ -120,6 +128,8 @@ pub struct Model {
     round_acked: u64,
     round_lost: u64,
     round_max_rate: u64,
+    /// Some ack of this round came while the application had nothing to send.
+    round_app_limited: bool,
     startup_window: u64,
     full_bw: u64,
     full_bw_rounds: u32,
@@ -153,6 +163,7 @@ impl Model {
             round_acked: 0,
             round_lost: 0,
             round_max_rate: 0,
+            round_app_limited: false,
             startup_window: params.initial_window,
             full_bw: 0,
             full_bw_rounds: 0,
@@ -214,6 +225,7 @@ impl Model {
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_samples += 1;
         self.round_acked += bytes;
+        self.round_app_limited |= app_limited;
         self.cycle_min_rtt = Some(self.cycle_min_rtt.map_or(rtt, |m| m.min(rtt)));
         if let Some(s) = self.sampler.on_ack(now, sent, bytes) {
             if s.delivered_at_send >= self.next_round_delivered {
@@ -345,7 +357,10 @@ impl Model {
                 if bw as f64 >= self.full_bw as f64 * STARTUP_GROWTH {
                     self.full_bw = bw;
                     self.full_bw_rounds = 0;
-                } else {
+                } else if !self.round_app_limited {
+                    // A round the application left idle (the Offer/Plan exchange,
+                    // the relay waiting on Azure) says nothing about the path:
+                    // counting it would end Startup at a trickle.
                     self.full_bw_rounds += 1;
                 }
                 // Heavy loss ends Startup only once the rate stopped growing too:
@@ -374,6 +389,7 @@ impl Model {
         self.round_acked = 0;
         self.round_lost = 0;
         self.round_max_rate = 0;
+        self.round_app_limited = false;
     }
 
     fn compute_window(&mut self, now: Option<Instant>) -> u64 {
@@ -391,8 +407,9 @@ impl Model {
                     }
                     _ => 0.0,
                 };
-                let bdp = self.bw.get() as f64 * (rtt + foreign);
-                (GAIN_CYCLE[phase] * bdp) as u64 + 2 * self.mtu
+                let bw = self.bw.get() as f64;
+                let bdp = bw * (rtt + foreign);
+                (GAIN_CYCLE[phase] * bdp + bw * ACK_ALLOWANCE.as_secs_f64()) as u64 + 2 * self.mtu
             }
         };
         if let (Some(rate), Some(_)) = (self.params.max_rate, min_rtt) {

@@ -26,7 +26,7 @@ fn parse_args() -> Result<Args, String> {
         repeats: 2,
         budget_mib: 512,
         in_flight: 4,
-        congestion: "cubic".into(),
+        congestion: "relay".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {

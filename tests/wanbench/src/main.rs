@@ -82,7 +82,7 @@ struct Args {
     #[arg(long)]
     small_kib: Option<u64>,
     /// QUIC congestion controller of the `relay` row (client and relay).
-    #[arg(long, default_value = "bbr")]
+    #[arg(long, default_value = "relay")]
     relay_congestion: String,
     /// Directory with relay-client and relay-server (default: next to wanbench).
     #[arg(long)]
@@ -278,8 +278,8 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
     if let Some(k) = args.small_kib {
         plan.small_bytes = k.max(1) << 10;
     }
-    if !["cubic", "bbr", "newreno"].contains(&args.relay_congestion.as_str()) {
-        bail!("--relay-congestion must be cubic, bbr or newreno");
+    if !["relay", "cubic", "bbr", "newreno"].contains(&args.relay_congestion.as_str()) {
+        bail!("--relay-congestion must be relay, cubic, bbr or newreno");
     }
     plan.relay_congestion = args.relay_congestion.clone();
     Ok(plan)

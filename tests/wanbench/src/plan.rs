@@ -205,7 +205,7 @@ impl Plan {
             large_bytes: 256 << 20,
             small_count: 200,
             small_bytes: 256 << 10,
-            relay_congestion: "bbr".into(),
+            relay_congestion: "relay".into(),
         }
     }
 
