@@ -2,9 +2,11 @@
 //! block IDs, resume decisions, and the blob writer used by both the relay and the
 //! client's direct mode.
 //!
-//! Everything except `blob`, `credentials` and `staging` is pure logic without I/O,
-//! so the nasty cases (every block boundary, corrupt IDs, hostile names, retry
-//! schedules) are unit-tested in milliseconds.
+//! I/O lives in `blob`, `credentials`, `staging`, `publish` and `quic` (sockets);
+//! the rest (codec, planning, checkpoints, block IDs, resume, retry schedule, the
+//! congestion model) is pure logic, so the nasty cases (every block boundary,
+//! corrupt IDs, hostile names, retry storms, lossy links) are unit-tested in
+//! milliseconds.
 
 pub mod blob;
 pub mod blob_name;
