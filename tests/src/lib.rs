@@ -3,6 +3,7 @@
 //! demo and the loopback benchmark.
 
 pub mod azurite;
+pub mod blobs;
 pub mod files;
 pub mod proxy;
 pub mod relay;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use relay_client::connect::{Connector, Trust};
 use relay_server::TestHooks;
 use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::blob_exists;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, summary, unique_container};
@@ -23,17 +24,6 @@ async fn setup(tag: &str, opts: RelayOptions) -> (RelayHandle, String) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     (RelayHandle::start(storage, opts), container)
-}
-
-async fn blob_exists(container: &str, blob: &str) -> bool {
-    let w = shared_azurite()
-        .storage()
-        .writer(container, blob)
-        .unwrap_or_else(|e| panic!("{e}"));
-    w.properties()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .is_some()
 }
 
 async fn connect(relay: &RelayHandle) -> (Connector, quinn::Connection) {

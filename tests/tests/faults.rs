@@ -13,48 +13,16 @@ use std::time::{Duration, Instant};
 
 use relay_server::TestHooks;
 use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule, chaos};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
-use relay_tests::{DEV_KEY, binary, run_client, summary, unique_container};
-use shared::blob::{BlobWriter, WriterOptions};
+use relay_tests::{DEV_KEY, binary, run_client, summary};
+use shared::blob::WriterOptions;
 use shared::retry::Backoff;
 
 const MIB: u64 = 1 << 20;
 const T: Duration = Duration::from_secs(50);
-
-fn writer(container: &str, blob: &str) -> BlobWriter {
-    shared_azurite()
-        .storage()
-        .writer(container, blob)
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-async fn new_container(tag: &str) -> String {
-    let c = unique_container(tag);
-    shared_azurite()
-        .storage()
-        .ensure_container(&c)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    c
-}
-
-async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
-    let (n, h) = writer(container, blob)
-        .content_sha256()
-        .await
-        .unwrap_or_else(|e| panic!("download {blob}: {e}"));
-    (n, hex::encode(h))
-}
-
-async fn exists(container: &str, blob: &str) -> bool {
-    writer(container, blob)
-        .properties()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .is_some()
-}
 
 fn azurite_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], shared_azurite().port))
@@ -185,7 +153,7 @@ async fn azure_refusals_are_not_retried() {
         proxy.faults()
     );
     assert!(t0.elapsed() < Duration::from_secs(10));
-    assert!(!exists(&container, "f.bin").await);
+    assert!(!blob_exists(&container, "f.bin").await);
     relay.stop().await;
 }
 
@@ -477,7 +445,7 @@ async fn sigterm_drains_in_flight_blocks_and_client_resumes_on_a_new_relay() {
     // Staging went on after the signal (in-flight blocks were let finish).
     assert!(proxy.stats.forwarded.load(Ordering::Relaxed) > forwarded);
     assert!(
-        !exists(&container, "f.bin").await,
+        !blob_exists(&container, "f.bin").await,
         "nothing committed by the stopped relay"
     );
     let staged = writer(&container, "f.bin")

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use relay_server::{Config, Relay, TestHooks};
 use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::{blob_sha, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::relay::TOKEN;
 use relay_tests::{binary, run_client, summary, unique_container};
 use sha2::Digest;
-use shared::blob::BlobWriter;
 use shared::block_id::{BlockId, TransferTag};
 use shared::checkpoint::Checkpoint;
 use shared::quic::Windows;
@@ -131,13 +131,6 @@ impl TestRelay {
     }
 }
 
-fn writer(container: &str, blob: &str) -> BlobWriter {
-    shared_azurite()
-        .storage()
-        .writer(container, blob)
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
 async fn setup(tag: &str) -> (TestRelay, String, Scratch) {
     let container = unique_container(tag);
     shared_azurite()
@@ -149,14 +142,6 @@ async fn setup(tag: &str) -> (TestRelay, String, Scratch) {
 }
 
 /// The committed blob's size and SHA-256 (downloaded and hashed).
-async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
-    let (n, h) = writer(container, blob)
-        .content_sha256()
-        .await
-        .unwrap_or_else(|e| panic!("download {blob}: {e}"));
-    (n, hex::encode(h))
-}
-
 async fn uncommitted(container: &str, blob: &str) -> Vec<(Vec<u8>, u64)> {
     writer(container, blob)
         .uncommitted_blocks()

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::blob_sha;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{RelayHandle, RelayOptions};
 use relay_tests::{run_client, summary, unique_container};
@@ -12,18 +13,6 @@ const T: Duration = Duration::from_secs(120);
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
-}
-
-async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
-    let w = shared_azurite()
-        .storage()
-        .writer(container, blob)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (n, h) = w
-        .content_sha256()
-        .await
-        .unwrap_or_else(|e| panic!("download {blob}: {e}"));
-    (n, hex::encode(h))
 }
 
 async fn setup(tag: &str) -> (RelayHandle, String) {

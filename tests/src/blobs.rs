@@ -1,0 +1,42 @@
+//! Reading back what the tests uploaded: every assertion on a blob goes through
+//! Azurite, never through what the client or relay claimed.
+
+use shared::blob::BlobWriter;
+
+use crate::azurite::shared_azurite;
+
+pub fn writer(container: &str, blob: &str) -> BlobWriter {
+    shared_azurite()
+        .storage()
+        .writer(container, blob)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Downloads the committed blob: (length, SHA-256 hex).
+pub async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
+    let (n, h) = writer(container, blob)
+        .content_sha256()
+        .await
+        .unwrap_or_else(|e| panic!("download {blob}: {e}"));
+    (n, hex::encode(h))
+}
+
+/// Whether a committed blob of this name exists.
+pub async fn blob_exists(container: &str, blob: &str) -> bool {
+    writer(container, blob)
+        .properties()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .is_some()
+}
+
+/// A fresh container for one test.
+pub async fn new_container(tag: &str) -> String {
+    let c = crate::unique_container(tag);
+    shared_azurite()
+        .storage()
+        .ensure_container(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    c
+}
