@@ -115,6 +115,16 @@ pub struct UploadArgs {
     #[arg(long)]
     pub fair: bool,
 
+    /// Where measured path bandwidth and RTT are kept between runs, so the next
+    /// connection to the same relay starts warm [default:
+    /// ~/.cache/blob-relay/paths.json].
+    #[arg(long, value_name = "FILE", env = "RELAY_PATH_CACHE")]
+    pub path_cache: Option<std::path::PathBuf>,
+
+    /// Start cold: ignore the path cache's estimate (this run's is still saved).
+    #[arg(long)]
+    pub no_warm_start: bool,
+
     /// QUIC send/receive window per stream.
     #[arg(long, default_value = "32MiB", value_parser = size)]
     pub stream_window: u64,

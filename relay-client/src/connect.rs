@@ -144,9 +144,18 @@ impl Connector {
         udp_buffer: usize,
         v6: bool,
     ) -> Result<Self, String> {
+        Self::with_transport(trust, windows.transport(), udp_buffer, v6)
+    }
+
+    pub fn with_transport(
+        trust: &Trust,
+        transport: quinn::TransportConfig,
+        udp_buffer: usize,
+        v6: bool,
+    ) -> Result<Self, String> {
         let crypto = QuicClientConfig::try_from(tls_config(trust)?).map_err(|e| e.to_string())?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(windows.transport()));
+        config.transport_config(Arc::new(transport));
         let bind: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
             .parse()
             .map_err(|e| format!("{e}"))?;

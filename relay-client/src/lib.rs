@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod connect;
 pub mod direct;
+pub mod path_cache;
 pub mod report;
 pub mod send;
 pub mod source;

@@ -51,6 +51,9 @@ pub struct ErrorReport {
 pub struct Summary {
     pub ok: bool,
     pub mode: &'static str,
+    /// Relay mode: whether the connection started warm from the path cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_start: Option<bool>,
     pub files: Vec<FileReport>,
     pub totals: Totals,
 }
@@ -79,6 +82,7 @@ impl Summary {
         Self {
             ok: committed == files.len(),
             mode,
+            warm_start: None,
             totals: Totals {
                 files: files.len(),
                 committed,

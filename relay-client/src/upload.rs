@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quinn::Connection;
 use shared::blob::{Storage, WriterOptions};
+use shared::congestion::PathObserver;
 use shared::credentials::StorageAccess;
 use shared::protocol::{Overwrite, Secret};
-use shared::quic::Windows;
+use shared::quic::{PathMemory, Windows};
 use shared::retry::Backoff;
 use shared::staging::Budget;
 use tokio::sync::{Mutex, Semaphore};
@@ -21,6 +22,7 @@ use tokio::sync::{Mutex, Semaphore};
 use crate::cli::UploadArgs;
 use crate::connect::{Connector, Trust, resolve};
 use crate::direct::{Direct, upload_file};
+use crate::path_cache::{self, PathCache};
 use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status, Summary};
 use crate::send::{Options, Sent, send_file};
 use crate::walk::{Source, collect, parse_destination};
@@ -174,6 +176,7 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         max_rate_mbit: args.max_rate,
         fair: args.fair,
     };
+    let mut observed = None;
     let mode = if args.direct {
         Mode::Direct(direct_mode(&args)?)
     } else {
@@ -186,8 +189,15 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         let trust = trust(&args)?;
         let (addr, name) = resolve(&relay).await.map_err(SetupError)?;
         let name = args.server_name.clone().unwrap_or(name);
-        let connector =
-            Connector::new(&trust, &windows, 8 << 20, addr.is_ipv6()).map_err(SetupError)?;
+        let (memory, cache) = path_memory(&args, addr, &name);
+        let connector = Connector::with_transport(
+            &trust,
+            windows.transport_with(memory.clone()),
+            8 << 20,
+            addr.is_ipv6(),
+        )
+        .map_err(SetupError)?;
+        observed = Some((memory, cache));
         let link = RelayLink {
             connector,
             addr,
@@ -287,7 +297,34 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         Mode::Direct(_) => "direct",
         Mode::Relay(_) => "relay",
     };
-    Ok(Summary::new(name, files, t0.elapsed().as_secs_f64()))
+    let mut summary = Summary::new(name, files, t0.elapsed().as_secs_f64());
+    if let (Mode::Relay(_), Some((memory, cache))) = (mode.as_ref(), observed) {
+        summary.warm_start = memory.observer.as_ref().map(|o| o.warm_started());
+        if let (Some(cache), Some(estimate)) =
+            (cache, memory.observer.as_ref().and_then(|o| o.estimate()))
+        {
+            cache.save(estimate);
+        }
+    }
+    Ok(summary)
+}
+
+/// Warm start from the path cache (unless `--no-warm-start`), and an observer
+/// whose estimate is saved there after the run (also with `--no-warm-start`). Keyed by address and TLS name:
+/// another relay, or the same name elsewhere, is another path.
+fn path_memory(args: &UploadArgs, addr: SocketAddr, name: &str) -> (PathMemory, Option<PathCache>) {
+    let observer = Some(Arc::new(PathObserver::default()));
+    let cache = args
+        .path_cache
+        .clone()
+        .or_else(path_cache::default_file)
+        .map(|file| PathCache::new(file, format!("{addr} {name}")));
+    let warm = if args.no_warm_start {
+        None
+    } else {
+        cache.as_ref().and_then(PathCache::load)
+    };
+    (PathMemory { warm, observer }, cache)
 }
 
 async fn one_file(

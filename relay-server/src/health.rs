@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::server::Shared;
 
 pub const HEALTH_PATH: &str = "/healthz";
@@ -125,6 +125,12 @@ pub fn render(shared: &Shared) -> String {
             &m.bytes_received,
         ),
         (
+            "blob_relay_bytes_staged_total",
+            "counter",
+            "Bytes in blocks Azure accepted (Put Block succeeded).",
+            &m.bytes_staged,
+        ),
+        (
             "blob_relay_bytes_committed_total",
             "counter",
             "Bytes in committed, verified blobs.",
@@ -148,32 +154,31 @@ pub fn render(shared: &Shared) -> String {
             "Transfers rejected or failed (nothing committed).",
             &m.transfers_failed,
         ),
-        (
-            "blob_relay_azure_retries_total",
-            "counter",
-            "Azure requests retried.",
-            &m.azure_retries,
-        ),
     ];
     let mut out = String::new();
     for (name, kind, help, v) in rows {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n",
-            Metrics::get(v)
-        ));
+        metrics::render_value(&mut out, name, kind, help, Metrics::get(v));
     }
+    metrics::render_retries(&mut out, &m.azure_retries);
     let budget = &shared.budget;
-    out.push_str(&format!(
-        "# HELP blob_relay_budget_bytes Memory budget for block buffers.\n# TYPE blob_relay_budget_bytes gauge\nblob_relay_budget_bytes {}\n",
-        budget.total_bytes()
-    ));
-    out.push_str(&format!(
-        "# HELP blob_relay_budget_in_use_bytes Block buffers in use.\n# TYPE blob_relay_budget_in_use_bytes gauge\nblob_relay_budget_in_use_bytes {}\n",
-        budget.in_use_bytes()
-    ));
-    out.push_str(&format!(
-        "# HELP blob_relay_commit_seconds_total Time spent verifying and committing.\n# TYPE blob_relay_commit_seconds_total counter\nblob_relay_commit_seconds_total {:.3}\n",
-        Metrics::get(&m.commit_ms_total) as f64 / 1000.0
-    ));
+    metrics::render_value(
+        &mut out,
+        "blob_relay_budget_bytes",
+        "gauge",
+        "Memory budget for block buffers.",
+        budget.total_bytes(),
+    );
+    metrics::render_value(
+        &mut out,
+        "blob_relay_budget_in_use_bytes",
+        "gauge",
+        "Block buffers in use.",
+        budget.in_use_bytes(),
+    );
+    m.commit_seconds.render(
+        "blob_relay_commit_seconds",
+        "Time to verify and commit a blob (hash check, Put Block List and its retries, reading back its properties), per committed blob.",
+        &mut out,
+    );
     out
 }

@@ -34,6 +34,9 @@ fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     let cfg = Config::from_args(&args)?;
     if args.check_config {
+        // What Relay::bind would refuse, short of binding: e.g. a key that does
+        // not belong to the certificate.
+        cfg.identity.server_crypto()?;
         println!(
             "relay-server: configuration ok (listen {}, storage {:?}, certificate {})",
             args.listen,

@@ -1,16 +1,48 @@
-//! Counters the relay keeps for its logs and its health endpoint.
+//! Counters the relay keeps for its logs and its health endpoint, and the pieces of
+//! the Prometheus text format that are more than one line (labels, histograms).
 
+use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-#[derive(Debug, Default)]
+use shared::retry::RetryCounts;
+
+/// Upper bounds of the commit-latency buckets, in microseconds (0.05 s to 60 s):
+/// a commit is one Put Block List plus a hash comparison, normally tens of
+/// milliseconds; the tail shows Azure throttling and retries.
+pub const COMMIT_BUCKETS_US: [u64; 10] = [
+    50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000,
+    60_000_000,
+];
+
+#[derive(Debug)]
 pub struct Metrics {
     pub bytes_received: AtomicU64,
+    /// Shared with each transfer's stager, which adds every block Azure accepted.
+    pub bytes_staged: Arc<AtomicU64>,
     pub bytes_committed: AtomicU64,
     pub transfers_active: AtomicU64,
     pub transfers_committed: AtomicU64,
     pub transfers_failed: AtomicU64,
-    pub azure_retries: AtomicU64,
-    pub commit_ms_total: AtomicU64,
+    /// Shared with every blob writer of the relay's storage (see `Relay::bind`).
+    pub azure_retries: Arc<RetryCounts>,
+    pub commit_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            bytes_received: AtomicU64::default(),
+            bytes_staged: Arc::default(),
+            bytes_committed: AtomicU64::default(),
+            transfers_active: AtomicU64::default(),
+            transfers_committed: AtomicU64::default(),
+            transfers_failed: AtomicU64::default(),
+            azure_retries: Arc::default(),
+            commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
+        }
+    }
 }
 
 impl Metrics {
@@ -36,5 +68,222 @@ impl<'a> ActiveGuard<'a> {
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.0.transfers_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A Prometheus histogram of durations, lock-free. Each observation lands in one
+/// bucket (the first whose bound it does not exceed, or the overflow bucket);
+/// counts are made cumulative only when rendered. Kept in whole microseconds so
+/// the sum is an integer counter too.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds_us: &'static [u64],
+    /// One per bound, then the overflow (+Inf) bucket; not cumulative.
+    counts: Box<[AtomicU64]>,
+    sum_us: AtomicU64,
+}
+
+/// A consistent-enough copy of a histogram: `cumulative` ends with +Inf, whose
+/// count is `count` by construction (the sum may lag by observations in progress).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// `(upper bound in µs, observations <= bound)`; the last entry is +Inf (`None`).
+    pub cumulative: Vec<(Option<u64>, u64)>,
+    pub count: u64,
+    pub sum_us: u64,
+}
+
+impl Histogram {
+    /// `bounds_us` must be increasing.
+    pub fn new(bounds_us: &'static [u64]) -> Self {
+        debug_assert!(bounds_us.windows(2).all(|w| w[0] < w[1]));
+        Self {
+            bounds_us,
+            counts: (0..=bounds_us.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        // Prometheus buckets are "less than or equal": a value on a bound counts in it.
+        let i = self
+            .bounds_us
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(self.bounds_us.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut acc = 0u64;
+        let bounds = self.bounds_us.iter().map(|&b| Some(b)).chain([None]);
+        let cumulative = bounds
+            .zip(self.counts.iter())
+            .map(|(b, c)| {
+                acc += c.load(Ordering::Relaxed);
+                (b, acc)
+            })
+            .collect();
+        HistogramSnapshot {
+            cumulative,
+            count: acc,
+            sum_us: self.sum_us.load(Ordering::Relaxed),
+        }
+    }
+
+    /// HELP, TYPE, one `_bucket{le=...}` line per bound and +Inf, `_sum` (seconds)
+    /// and `_count`.
+    pub fn render(&self, name: &str, help: &str, out: &mut String) {
+        let s = self.snapshot();
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bound, n) in &s.cumulative {
+            let le = match bound {
+                Some(us) => seconds(*us),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_sum {}", seconds(s.sum_us));
+        let _ = writeln!(out, "{name}_count {}", s.count);
+    }
+}
+
+/// Microseconds as seconds in the shortest form (`50000` → `0.05`, `1000000` → `1`).
+fn seconds(us: u64) -> String {
+    (us as f64 / 1e6).to_string()
+}
+
+/// HELP, TYPE and one sample of an unlabeled counter or gauge.
+pub fn render_value(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
+/// Azure retries as one counter with a `status` label; every label is always
+/// present (at 0 too) so dashboards and alerts see each series from the start.
+pub fn render_retries(out: &mut String, counts: &RetryCounts) {
+    let name = "blob_relay_azure_retries_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Azure requests retried, by the HTTP status that caused the retry (none: no response, e.g. a reset connection or a timeout).\n# TYPE {name} counter"
+    );
+    for (label, n) in counts.snapshot() {
+        let _ = writeln!(out, "{name}{{status=\"{label}\"}} {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const B: [u64; 3] = [100_000, 1_000_000, 2_500_000];
+
+    #[test]
+    fn observations_land_in_the_first_bucket_they_fit() {
+        let h = Histogram::new(&B);
+        for ms in [0, 100, 101, 999, 1000, 1001, 2500, 2501, 60_000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let s = h.snapshot();
+        // <= 0.1 s: 0, 100 (on the bound); <= 1 s: + 101, 999, 1000; <= 2.5 s: + 1001, 2500.
+        assert_eq!(
+            s.cumulative,
+            vec![
+                (Some(100_000), 2),
+                (Some(1_000_000), 5),
+                (Some(2_500_000), 7),
+                (None, 9)
+            ]
+        );
+        assert_eq!(s.count, 9);
+        assert_eq!(
+            s.sum_us,
+            [0u64, 100, 101, 999, 1000, 1001, 2500, 2501, 60_000]
+                .iter()
+                .sum::<u64>()
+                * 1000
+        );
+    }
+
+    #[test]
+    fn sub_microsecond_and_huge_durations_are_counted() {
+        let h = Histogram::new(&B);
+        h.observe(Duration::from_nanos(1));
+        h.observe(Duration::MAX);
+        let s = h.snapshot();
+        assert_eq!(s.cumulative.first(), Some(&(Some(100_000), 1)));
+        assert_eq!(s.cumulative.last(), Some(&(None, 2)));
+    }
+
+    #[test]
+    fn renders_cumulative_buckets_sum_and_count() {
+        let h = Histogram::new(&B);
+        h.observe(Duration::from_millis(50));
+        h.observe(Duration::from_millis(1500));
+        h.observe(Duration::from_secs(3));
+        let mut out = String::new();
+        h.render("x_seconds", "Help text.", &mut out);
+        assert_eq!(
+            out,
+            "# HELP x_seconds Help text.\n# TYPE x_seconds histogram\n\
+             x_seconds_bucket{le=\"0.1\"} 1\n\
+             x_seconds_bucket{le=\"1\"} 1\n\
+             x_seconds_bucket{le=\"2.5\"} 2\n\
+             x_seconds_bucket{le=\"+Inf\"} 3\n\
+             x_seconds_sum 4.55\n\
+             x_seconds_count 3\n"
+        );
+    }
+
+    #[test]
+    fn empty_histogram_renders_every_bucket_at_zero() {
+        let h = Histogram::new(&COMMIT_BUCKETS_US);
+        let mut out = String::new();
+        h.render("c", "h", &mut out);
+        let les: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("c_bucket{le=\"")?.split('"').next())
+            .collect();
+        assert_eq!(
+            les,
+            [
+                "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"
+            ]
+        );
+        assert!(out.contains("c_sum 0\n") && out.contains("c_count 0\n"));
+        assert!(
+            out.lines()
+                .filter(|l| l.starts_with("c_bucket"))
+                .all(|l| l.ends_with(" 0"))
+        );
+    }
+
+    #[test]
+    fn retries_render_every_status_label() {
+        let c = RetryCounts::default();
+        c.record(Some(503));
+        c.record(None);
+        let mut out = String::new();
+        render_retries(&mut out, &c);
+        assert_eq!(
+            out.matches("# TYPE blob_relay_azure_retries_total counter")
+                .count(),
+            1
+        );
+        for label in shared::retry::RETRY_LABELS {
+            assert!(
+                out.contains(&format!(
+                    "blob_relay_azure_retries_total{{status=\"{label}\"}} "
+                )),
+                "{label}: {out}"
+            );
+        }
+        assert!(out.contains("blob_relay_azure_retries_total{status=\"503\"} 1\n"));
+        assert!(out.contains("blob_relay_azure_retries_total{status=\"none\"} 1\n"));
+        assert!(out.contains("blob_relay_azure_retries_total{status=\"500\"} 0\n"));
     }
 }

@@ -97,17 +97,20 @@ impl Relay {
         )
         .map_err(|e| format!("cannot start QUIC on {}: {e}", cfg.listen))?;
         let (stopping, stopping_rx) = watch::channel(false);
+        let metrics = Metrics::default();
+        // Every writer records its retries in the relay's metrics as they happen.
+        let storage = cfg.storage.with_retry_counts(metrics.azure_retries.clone());
         Ok(Self {
             endpoint,
             stopping,
             fingerprint: cfg.identity.fingerprint.clone(),
             shared: Arc::new(Shared {
-                storage: cfg.storage,
+                storage,
                 tokens: cfg.tokens,
                 budget: cfg.budget,
                 block_size: cfg.block_size,
                 blocks_in_flight: cfg.blocks_in_flight,
-                metrics: Metrics::default(),
+                metrics,
                 stopping: stopping_rx,
                 hooks: cfg.hooks,
             }),

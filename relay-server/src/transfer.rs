@@ -272,7 +272,8 @@ async fn run(
         .with_mangle(shared.mangle())
         .with_pace(shared.pace())
         .with_stop(shared.stopping.clone())
-        .with_idle_timeout(IDLE_TIMEOUT);
+        .with_idle_timeout(IDLE_TIMEOUT)
+        .with_staged_bytes(shared.metrics.bytes_staged.clone());
     let pumped = stager.pump(recv).await;
     Metrics::add(&shared.metrics.bytes_received, stager.offset() - resumed_at);
     if let Err(e) = pumped {
@@ -314,9 +315,9 @@ async fn run(
     let props = commit_verified(&writer, &staged, &expected, &dest)
         .await
         .map_err(failed)?;
-    let commit_ms = t_commit.elapsed().as_millis() as u64;
-    Metrics::add(&shared.metrics.commit_ms_total, commit_ms);
-    Metrics::add(&shared.metrics.azure_retries, u64::from(writer.retries()));
+    let commit_time = t_commit.elapsed();
+    let commit_ms = commit_time.as_millis() as u64;
+    shared.metrics.commit_seconds.observe(commit_time);
     Ok(Receipt {
         container: offer.container.clone(),
         blob: offer.blob.clone(),

@@ -24,7 +24,7 @@ use md5::{Digest, Md5};
 use crate::blob_name::SHA256_METADATA_KEY;
 use crate::credentials::{StorageAccess, StorageAuth};
 use crate::protocol::Overwrite;
-use crate::retry::{Backoff, is_retryable_status};
+use crate::retry::{Backoff, RetryCounts, is_retryable_status};
 
 /// An Azure failure, with the HTTP status and Azure's error code when there was a response.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -106,6 +106,8 @@ pub struct Storage {
     access: StorageAccess,
     transport: Transport,
     backoff: Backoff,
+    /// Where every writer also records its retries (the relay's metrics).
+    retry_counts: Option<Arc<RetryCounts>>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -127,7 +129,16 @@ impl Storage {
             access,
             transport: Transport::new(Arc::new(http)),
             backoff: opts.backoff,
+            retry_counts: None,
         })
+    }
+
+    /// Every writer opened from now on also counts its retries, by status, in
+    /// `counts`: live, while transfers run (a writer's own count only reaches its
+    /// transfer's Receipt).
+    pub fn with_retry_counts(mut self, counts: Arc<RetryCounts>) -> Self {
+        self.retry_counts = Some(counts);
+        self
     }
 
     pub fn access(&self) -> &StorageAccess {
@@ -185,6 +196,7 @@ impl Storage {
             blob,
             backoff: self.backoff,
             retries: Arc::new(AtomicU32::new(0)),
+            retry_counts: self.retry_counts.clone(),
         })
     }
 
@@ -236,6 +248,7 @@ pub struct BlobWriter {
     blob: BlobClient,
     backoff: Backoff,
     retries: Arc<AtomicU32>,
+    retry_counts: Option<Arc<RetryCounts>>,
 }
 
 impl BlobWriter {
@@ -261,6 +274,9 @@ impl BlobWriter {
                     let delay = self.backoff.delay(attempts, rand::random::<f64>());
                     tracing::warn!(op, attempts, ?delay, error = %e, "retrying Azure request");
                     self.retries.fetch_add(1, Ordering::Relaxed);
+                    if let Some(counts) = &self.retry_counts {
+                        counts.record(e.status);
+                    }
                     tokio::time::sleep(delay).await;
                 }
             }

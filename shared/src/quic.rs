@@ -73,6 +73,12 @@ impl Windows {
     }
 
     pub fn transport(&self) -> TransportConfig {
+        self.transport_with(PathMemory::default())
+    }
+
+    /// As `transport`, with warm start from (and reporting to) `memory` when the
+    /// relay controller is in use.
+    pub fn transport_with(&self, memory: PathMemory) -> TransportConfig {
         let mut t = TransportConfig::default();
         let var = |v: u64| VarInt::from_u64(v).unwrap_or(VarInt::MAX);
         t.stream_receive_window(var(self.stream_window));
@@ -93,7 +99,12 @@ impl Windows {
             self.congestion
         };
         match congestion {
-            Congestion::Relay => t.congestion_controller_factory(Arc::new(self.relay_config())),
+            Congestion::Relay => {
+                let mut config = self.relay_config();
+                config.params.warm = memory.warm;
+                config.observer = memory.observer;
+                t.congestion_controller_factory(Arc::new(config))
+            }
             Congestion::Cubic => {
                 t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
             }
@@ -119,8 +130,17 @@ impl Windows {
                 fair: self.fair,
                 ..Default::default()
             },
+            observer: None,
         }
     }
+}
+
+/// Warm start for one connection: what an earlier one measured, and where this
+/// one reports its own estimate.
+#[derive(Debug, Clone, Default)]
+pub struct PathMemory {
+    pub warm: Option<crate::congestion::PathEstimate>,
+    pub observer: Option<Arc<crate::congestion::PathObserver>>,
 }
 
 /// Parses a `--max-rate` value: Mbit/s, a positive number (`150`, `2.5`).

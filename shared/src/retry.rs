@@ -1,6 +1,8 @@
-//! Retry schedule for Azure requests: capped exponential backoff with full jitter.
-//! Pure: the caller supplies the random draw, so schedules are unit-tested.
+//! Retry schedule for Azure requests: capped exponential backoff with full jitter,
+//! and the counts of retries by cause. Pure: the caller supplies the random draw,
+//! so schedules are unit-tested.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
@@ -41,8 +43,56 @@ impl Backoff {
 }
 
 /// HTTP statuses worth retrying: timeouts, throttling and server errors.
+pub const RETRYABLE_STATUSES: [u16; 6] = [408, 429, 500, 502, 503, 504];
+
 pub fn is_retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
+    RETRYABLE_STATUSES.contains(&status)
+}
+
+/// Labels of the [`RetryCounts`] slots, in slot order: each retryable status, then
+/// `other` (any other status) and `none` (no response: reset, timeout, DNS...).
+pub const RETRY_LABELS: [&str; 8] = ["408", "429", "500", "502", "503", "504", "other", "none"];
+const OTHER: usize = RETRYABLE_STATUSES.len();
+const NONE: usize = OTHER + 1;
+
+/// Retries by their cause, one lock-free counter per label of [`RETRY_LABELS`].
+/// A fixed set, so a misbehaving endpoint cannot grow it (and so every series
+/// exists from the start, at 0). Shared by all writers of a process through an
+/// `Arc`, and read while transfers run.
+#[derive(Debug, Default)]
+pub struct RetryCounts {
+    slots: [AtomicU64; RETRY_LABELS.len()],
+}
+
+impl RetryCounts {
+    /// One retry caused by a response with `status`, or by no response at all.
+    pub fn record(&self, status: Option<u16>) {
+        self.slots[slot(status)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Retries counted under the label `status` falls into.
+    pub fn get(&self, status: Option<u16>) -> u64 {
+        self.slots[slot(status)].load(Ordering::Relaxed)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.snapshot().iter().map(|(_, n)| n).sum()
+    }
+
+    /// `(label, count)` for every label, zeros included.
+    pub fn snapshot(&self) -> [(&'static str, u64); RETRY_LABELS.len()] {
+        std::array::from_fn(|i| (RETRY_LABELS[i], self.slots[i].load(Ordering::Relaxed)))
+    }
+}
+
+fn slot(status: Option<u16>) -> usize {
+    match status {
+        None => NONE,
+        Some(s) => RETRYABLE_STATUSES
+            .iter()
+            .position(|&r| r == s)
+            .unwrap_or(OTHER),
+    }
 }
 
 #[cfg(test)]
@@ -74,5 +124,45 @@ mod tests {
         for s in [400, 403, 404, 409, 412] {
             assert!(!is_retryable_status(s));
         }
+    }
+
+    #[test]
+    fn retry_labels_name_the_retryable_statuses() {
+        for (i, s) in RETRYABLE_STATUSES.iter().enumerate() {
+            assert_eq!(RETRY_LABELS[i], s.to_string());
+        }
+        assert_eq!(RETRY_LABELS[OTHER], "other");
+        assert_eq!(RETRY_LABELS[NONE], "none");
+    }
+
+    #[test]
+    fn retries_are_counted_by_status() {
+        let c = RetryCounts::default();
+        assert!(c.snapshot().iter().all(|(_, n)| *n == 0));
+        assert_eq!(c.snapshot().len(), RETRY_LABELS.len());
+        for s in [
+            Some(503),
+            Some(503),
+            Some(500),
+            None,
+            Some(409),
+            Some(200),
+            Some(429),
+        ] {
+            c.record(s);
+        }
+        assert_eq!(c.get(Some(503)), 2);
+        assert_eq!(c.get(Some(500)), 1);
+        assert_eq!(c.get(Some(429)), 1);
+        assert_eq!(c.get(None), 1);
+        // Statuses outside the set share `other`.
+        assert_eq!(c.get(Some(409)), 2);
+        assert_eq!(c.get(Some(418)), 2);
+        assert_eq!(c.get(Some(502)), 0);
+        assert_eq!(c.total(), 7);
+        let snap = c.snapshot();
+        assert_eq!(snap[4], ("503", 2));
+        assert_eq!(snap[6], ("other", 2));
+        assert_eq!(snap[7], ("none", 1));
     }
 }

@@ -4,6 +4,7 @@
 //! (bytes from the file), so both publish by the same rules.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use sha2::{Digest, Sha256};
@@ -118,6 +119,7 @@ pub struct Stager {
     pace: Option<Pace>,
     stop: Option<tokio::sync::watch::Receiver<bool>>,
     idle_timeout: Option<std::time::Duration>,
+    staged_bytes: Option<Arc<AtomicU64>>,
 }
 
 impl Stager {
@@ -154,6 +156,7 @@ impl Stager {
             pace: None,
             stop: None,
             idle_timeout: None,
+            staged_bytes: None,
         })
     }
 
@@ -177,6 +180,13 @@ impl Stager {
     /// otherwise hold its block's budget forever).
     pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
         self.idle_timeout = Some(idle);
+        self
+    }
+
+    /// Adds the length of every block Azure accepted to `counter` as it lands
+    /// (the relay's bytes-staged metric, live while the file is still arriving).
+    pub fn with_staged_bytes(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.staged_bytes = Some(counter);
         self
     }
 
@@ -243,9 +253,15 @@ impl Stager {
             }
             let writer = self.writer.clone();
             let data = buf.freeze();
+            let staged_bytes = self.staged_bytes.clone();
             self.inflight.spawn(async move {
                 let res = writer.stage_block(&id, data).await;
                 drop(permit);
+                if res.is_ok()
+                    && let Some(c) = staged_bytes
+                {
+                    c.fetch_add(len, Ordering::Relaxed);
+                }
                 res
             });
             // Surface a failed block early rather than after the whole file.

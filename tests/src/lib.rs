@@ -56,6 +56,14 @@ pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duratio
     cmd.args(args).kill_on_drop(true);
     // Only what the test passes: never a token from the caller's environment.
     cmd.env_remove("RELAY_TOKEN");
+    // Keep the tests' path estimates (warm start) out of the user's cache.
+    cmd.env(
+        "RELAY_PATH_CACHE",
+        std::env::temp_dir().join(format!(
+            "blob-relay-tests-paths-{}.json",
+            std::process::id()
+        )),
+    );
     for (k, v) in envs {
         cmd.env(k, v);
     }

@@ -3,15 +3,18 @@ cloud-config that configures and starts the relay without any account key."""
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tfmodel import (
     DEPLOY,
+    REPO,
     TERRAFORM,
     TemplateError,
     render_template,
@@ -110,6 +113,101 @@ def test_relay_env_file(module):
     # No key, SAS or secret material inline: key and tokens are fetched at boot.
     lowered = text.lower().replace("# no account key:", "")
     assert not re.search(r"account[-_ ]?key|accountkey|[?&]sig=|-----begin", lowered)
+
+
+@pytest.fixture(scope="session")
+def relay_server_bin() -> Path:
+    """RELAY_SERVER_BIN, else a debug build from this checkout. Never a skip: a
+    relay that cannot be built or found fails the test."""
+    if given := os.environ.get("RELAY_SERVER_BIN"):
+        path = Path(given)
+    else:
+        cargo = shutil.which("cargo")
+        assert cargo, "cargo not on PATH: install Rust or set RELAY_SERVER_BIN"
+        subprocess.run([cargo, "build", "-q", "-p", "relay-server", "--bin", "relay-server"], cwd=REPO, check=True)
+        path = REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug" / "relay-server"
+    assert path.is_file() and os.access(path, os.X_OK), f"no relay-server binary at {path}"
+    return path
+
+
+def openssl(*args, cwd):
+    assert shutil.which("openssl"), "openssl is needed to make the test certificate"
+    return subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def relay_env_on_disk(module, tmp_path):
+    """The rendered relay.env with every absolute path moved under tmp_path, and
+    the files it names in place as blob-relay-fetch and systemd would leave them:
+    tokens (deploy/tokens.example's format), an ECDSA P-256 certificate and key
+    (what terraform/tls.tf issues), the fingerprint file's runtime directory."""
+    text, _ = rendered(module, "cloud-init-relay.yaml.tftpl")
+    env = env_file(write_file(yaml.safe_load(text), "/etc/blob-relay/relay.env"))
+    local = {k: str(tmp_path / v.lstrip("/")) if v.startswith("/") else v for k, v in env.items()}
+    moved = {k for k in env if env[k] != local[k]}
+    assert moved == {"RELAY_TOKENS", "RELAY_TLS_CERT", "RELAY_TLS_KEY", "RELAY_CERT_FINGERPRINT_FILE"}, moved
+    for k in moved:
+        Path(local[k]).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(DEPLOY / "tokens.example", local["RELAY_TOKENS"])
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", local["RELAY_TLS_KEY"], "-out", local["RELAY_TLS_CERT"], "-days", "2",
+            "-subj", "/CN=blob-relay", "-addext", "subjectAltName=IP:20.0.0.10", cwd=tmp_path)
+    return local
+
+
+def check_config(binary: Path, env: dict) -> subprocess.CompletedProcess:
+    # Only the relay's variables: nothing inherited (no PATH, HOME, RELAY_* of the
+    # caller), exactly as systemd's EnvironmentFile= gives them. The timeout would
+    # catch a check that reached for the network (IMDS) after all.
+    return subprocess.run([str(binary), "--check-config"], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_rendered_relay_env_passes_check_config(relay_server_bin, relay_env_on_disk, tmp_path):
+    env = relay_env_on_disk
+    r = check_config(relay_server_bin, env)
+    assert r.returncode == 0, r.stderr
+    assert "configuration ok" in r.stdout, r.stdout
+    # No account key: the VM's managed identity, built without any request to IMDS.
+    assert f"{env['RELAY_STORAGE_URL']}/ via entra-id" in r.stdout, r.stdout
+    # The certificate the relay would serve is the one on disk.
+    fp = openssl("x509", "-in", env["RELAY_TLS_CERT"], "-noout", "-fingerprint", "-sha256", cwd=tmp_path)
+    assert fp.strip().split("=", 1)[1] in r.stdout, (fp, r.stdout)
+    # A check only: nothing written.
+    assert not Path(env["RELAY_CERT_FINGERPRINT_FILE"]).exists()
+
+
+@pytest.mark.parametrize(
+    "change,complaint",
+    [
+        ({"RELAY_MEMORY_BUDGET": "banana"}, "--memory-budget"),
+        ({"RELAY_TOKENS": "/nonexistent/blob-relay/tokens"}, "cannot read tokens file"),
+        ({"RELAY_LISTEN": "0.0.0.0"}, "--listen"),
+        # Without a key or SAS the relay uses Entra ID, which needs https.
+        ({"RELAY_STORAGE_URL": f"http://{ACCOUNT}.blob.core.windows.net"}, "Entra ID needs https"),
+        ({"RELAY_TLS_KEY": None}, "--tls-key"),
+        ("other-key", "TLS certificate/key rejected"),
+        ("bad-tokens", "tokens file line 1"),
+    ],
+    ids=["budget", "tokens-missing", "listen", "http-entra", "key-unset", "key-mismatch", "tokens-invalid"],
+)
+def test_check_config_refuses_a_broken_relay_env(relay_server_bin, relay_env_on_disk, tmp_path, change, complaint):
+    """Negative controls: check-config really reads what the template configures."""
+    env = dict(relay_env_on_disk)
+    if change == "other-key":
+        other = tmp_path / "other-key.pem"
+        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(other), cwd=tmp_path)
+        env["RELAY_TLS_KEY"] = str(other)
+    elif change == "bad-tokens":
+        Path(env["RELAY_TOKENS"]).write_text("short\n")
+    else:
+        for k, v in change.items():
+            if v is None:
+                env.pop(k)
+            else:
+                env[k] = v
+    r = check_config(relay_server_bin, env)
+    assert r.returncode != 0, r.stdout
+    assert complaint in r.stderr, r.stderr
 
 
 def test_relay_files_are_the_deploy_files(module):

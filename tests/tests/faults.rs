@@ -69,6 +69,19 @@ fn in_process(relay: &RelayHandle) -> Vec<String> {
     ]
 }
 
+/// The relay's `blob_relay_azure_retries_total{status="..."}` samples, from the
+/// same text its /metrics endpoint serves.
+fn retries_by_status(relay: &RelayHandle) -> Vec<(String, u64)> {
+    let text = relay_server::health::render(&relay.shared);
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("blob_relay_azure_retries_total{status=\"")?;
+            let (label, n) = rest.split_once("\"} ")?;
+            Some((label.to_string(), n.parse().ok()?))
+        })
+        .collect()
+}
+
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -110,6 +123,34 @@ async fn azure_faults_are_retried_and_counted() {
     assert!(retries >= 7, "retries in the JSON: {retries}\n{s}");
     assert_eq!(f["attempts"], 1, "the relay absorbed every fault: {s}");
     assert!(proxy.faults() >= 8, "faults injected: {}", proxy.faults());
+    // The relay's metrics name each retry's cause: the scripted 500 (Get Block
+    // List), three 503s (ServerBusy, OperationTimeout, ServerBusy on Put Block
+    // List), and four without a response (reset, stall past the read timeout, two
+    // lost responses); seeded random faults only add to these.
+    let by_status = retries_by_status(&relay);
+    let count = |label: &str| {
+        by_status
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|(_, n)| *n)
+            .unwrap_or_else(|| panic!("no status=\"{label}\" series: {by_status:?}"))
+    };
+    assert_eq!(
+        by_status.len(),
+        shared::retry::RETRY_LABELS.len(),
+        "{by_status:?}"
+    );
+    assert!(count("500") >= 1, "{by_status:?}");
+    assert!(count("503") >= 3, "{by_status:?}");
+    assert!(count("none") >= 4, "{by_status:?}");
+    assert_eq!(
+        count("other"),
+        0,
+        "only retryable statuses are retried: {by_status:?}"
+    );
+    // One transfer, one writer: the relay-wide counts are this file's retries.
+    let total: u64 = by_status.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, retries, "{by_status:?}\n{s}");
     assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
     relay.stop().await;
 }

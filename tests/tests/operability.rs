@@ -23,6 +23,66 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// The value of the sample `series` (name and labels exactly as rendered), if present.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        let v = l.strip_prefix(series)?.strip_prefix(' ')?;
+        v.parse().ok()
+    })
+}
+
+/// `(le, cumulative count)` of every bucket of histogram `name`, in order.
+fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    metrics
+        .lines()
+        .filter_map(|l| {
+            let (le, rest) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, rest.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The histogram is well formed: bounds increase, counts are cumulative, the last
+/// bucket is +Inf and equals `_count`. Returns `_count`.
+fn checked_histogram(metrics: &str, name: &str) -> f64 {
+    assert_eq!(
+        metrics
+            .matches(&format!("# TYPE {name} histogram\n"))
+            .count(),
+        1,
+        "{metrics}"
+    );
+    let b = buckets(metrics, name);
+    assert!(b.len() >= 2, "{metrics}");
+    assert!(
+        b.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+        "{b:?}"
+    );
+    let count = sample(metrics, &format!("{name}_count")).unwrap_or(-1.0);
+    assert_eq!(b.last(), Some(&(f64::INFINITY, count)), "{metrics}");
+    let sum = sample(metrics, &format!("{name}_sum")).unwrap_or(-1.0);
+    assert!(sum.is_finite() && sum >= 0.0, "{metrics}");
+    count
+}
+
+/// Every status label of the retries counter is there, even at 0.
+fn checked_retries(metrics: &str) {
+    for label in shared::retry::RETRY_LABELS {
+        let series = format!("blob_relay_azure_retries_total{{status=\"{label}\"}}");
+        assert!(sample(metrics, &series).is_some(), "{series}: {metrics}");
+    }
+    assert!(
+        sample(metrics, "blob_relay_azure_retries_total").is_none(),
+        "no unlabeled series: {metrics}"
+    );
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -128,6 +188,19 @@ async fn health_metrics_and_sigterm() {
     }
     assert_eq!(http_get(&health, "/healthz").map(|r| r.0), Some(200));
     assert_eq!(http_get(&health, "/nope").map(|r| r.0), Some(404));
+    // Every series exists before the first transfer, so dashboards see zeros.
+    let (_, before) = http_get(&health, "/metrics").unwrap_or_else(|| panic!("no metrics"));
+    assert_eq!(
+        checked_histogram(&before, "blob_relay_commit_seconds"),
+        0.0,
+        "{before}"
+    );
+    checked_retries(&before);
+    assert_eq!(
+        sample(&before, "blob_relay_bytes_staged_total"),
+        Some(0.0),
+        "{before}"
+    );
     let fingerprint = std::fs::read_to_string(&fp)
         .unwrap_or_default()
         .trim()
@@ -168,6 +241,22 @@ async fn health_metrics_and_sigterm() {
         metrics.contains("blob_relay_budget_in_use_bytes 0"),
         "{metrics}"
     );
+    let size = f64::from(3u32 << 20);
+    assert_eq!(
+        sample(&metrics, "blob_relay_bytes_received_total"),
+        Some(size)
+    );
+    assert_eq!(
+        sample(&metrics, "blob_relay_bytes_staged_total"),
+        Some(size)
+    );
+    // One committed upload is one commit-latency observation.
+    assert_eq!(
+        checked_histogram(&metrics, "blob_relay_commit_seconds"),
+        1.0,
+        "{metrics}"
+    );
+    checked_retries(&metrics);
 
     unsafe {
         libc::kill(relay.id() as i32, libc::SIGTERM);

@@ -21,23 +21,67 @@ mod sim;
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 
-pub use model::{GAIN_CYCLE, Mode, Model, Params};
+pub use model::{GAIN_CYCLE, Mode, Model, Params, PathEstimate, Warm};
 
 /// Factory for `--congestion relay` (one `Relay` per connection).
 #[derive(Debug, Clone, Default)]
 pub struct RelayConfig {
     pub params: Params,
+    /// Receives the connection's path estimate, so the application can save it
+    /// for the next connection's warm start.
+    pub observer: Option<Arc<PathObserver>>,
 }
 
 impl ControllerFactory for RelayConfig {
     fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
         Box::new(Relay {
             model: Model::new(self.params, current_mtu),
+            observer: self.observer.clone(),
         })
+    }
+}
+
+/// The latest path estimate of a connection, readable from outside quinn (the
+/// controller lives inside quinn's connection state).
+#[derive(Debug, Default)]
+pub struct PathObserver {
+    bandwidth: AtomicU64,
+    min_rtt_us: AtomicU64,
+    warm_started: AtomicBool,
+}
+
+impl PathObserver {
+    pub fn estimate(&self) -> Option<PathEstimate> {
+        let bandwidth = self.bandwidth.load(Ordering::Relaxed);
+        let rtt = self.min_rtt_us.load(Ordering::Relaxed);
+        (bandwidth > 0 && rtt > 0).then(|| PathEstimate {
+            bandwidth,
+            min_rtt: Duration::from_micros(rtt),
+        })
+    }
+
+    /// Whether a connection started warm (jumped on a saved estimate).
+    pub fn warm_started(&self) -> bool {
+        self.warm_started.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, model: &Model) {
+        if let Some(e) = model.estimate() {
+            self.bandwidth.store(e.bandwidth, Ordering::Relaxed);
+            let us = u64::try_from(e.min_rtt.as_micros()).unwrap_or(u64::MAX);
+            self.min_rtt_us.store(us, Ordering::Relaxed);
+        }
+        if matches!(
+            model.warm(),
+            Warm::Jumped { .. } | Warm::Done { jumped: true }
+        ) {
+            self.warm_started.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -45,6 +89,7 @@ impl ControllerFactory for RelayConfig {
 #[derive(Debug, Clone)]
 pub struct Relay {
     model: Model,
+    observer: Option<Arc<PathObserver>>,
 }
 
 impl Relay {
@@ -79,6 +124,9 @@ impl Controller for Relay {
         _largest_packet_num_acked: Option<u64>,
     ) {
         self.model.on_end_acks(now, in_flight);
+        if let Some(o) = &self.observer {
+            o.record(&self.model);
+        }
     }
 
     fn on_congestion_event(

@@ -25,6 +25,12 @@
 //!   of it): that is when a loss-based flow shares the bottleneck with us. Random
 //!   loss on an empty queue still costs nothing.
 //! - **max_rate** caps the window at max_rate × min RTT, i.e. the sending rate.
+//! - **Warm start** (after draft-ietf-tsvwg-careful-resume): given what an earlier
+//!   connection measured on this path, Startup jumps to half of that BDP once the
+//!   first RTT sample confirms the path (RTT within ×2/3–×3/2 of the saved one),
+//!   instead of doubling up from 14.7 KB for ~8 round trips. If the round after the
+//!   jump loses more than `loss_tolerance` (less capacity than remembered), Startup
+//!   ends at once on what was actually delivered (the draft's safe retreat).
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +71,41 @@ const CUBIC_C: f64 = 0.4;
 const FAIR_QUEUE_FRACTION: f64 = 0.5;
 const FAIR_QUEUE_MIN: Duration = Duration::from_millis(4);
 
+/// Warm start accepts a saved path when the RTT now is within these factors of it.
+const WARM_RTT_RANGE: (f64, f64) = (2.0 / 3.0, 1.5);
+/// Warm start jumps to this fraction of the saved BDP (careful resume's half).
+const WARM_JUMP: f64 = 0.5;
+
+/// What a connection learned about its path: enough to start the next one warm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathEstimate {
+    /// Bottleneck bandwidth, bytes per second.
+    pub bandwidth: u64,
+    pub min_rtt: Duration,
+}
+
+impl PathEstimate {
+    /// Whether an RTT measured now says this is (still) the same path.
+    pub fn matches_rtt(&self, rtt: Duration) -> bool {
+        let saved = self.min_rtt.as_secs_f64();
+        let now = rtt.as_secs_f64();
+        saved > 0.0 && now >= saved * WARM_RTT_RANGE.0 && now <= saved * WARM_RTT_RANGE.1
+    }
+}
+
+/// Where warm start stands on this connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Warm {
+    /// Nothing saved: plain Startup.
+    Off,
+    /// Saved estimate waiting for the first RTT sample.
+    Pending(PathEstimate),
+    /// Jumped in this round; the next round validates it.
+    Jumped { round: u64 },
+    /// Jump validated (or the path did not match: `jumped` false).
+    Done { jumped: bool },
+}
+
 /// Knobs of the relay controller.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Params {
@@ -77,6 +118,8 @@ pub struct Params {
     /// Fraction of a round's packets that may be lost before the loss counts as
     /// congestion.
     pub loss_tolerance: f64,
+    /// What an earlier connection measured on this path (warm start).
+    pub warm: Option<PathEstimate>,
 }
 
 impl Default for Params {
@@ -87,6 +130,7 @@ impl Default for Params {
             max_rate: None,
             fair: false,
             loss_tolerance: 0.15,
+            warm: None,
         }
     }
 }
@@ -140,6 +184,7 @@ pub struct Model {
     /// floor shows above min RTT is a queue someone else keeps standing.
     cycle_min_rtt: Option<Duration>,
     cycle_floor: Option<Duration>,
+    warm: Warm,
     window: u64,
 }
 
@@ -171,6 +216,7 @@ impl Model {
             last_loss_cut_round: 0,
             cycle_min_rtt: None,
             cycle_floor: None,
+            warm: params.warm.map_or(Warm::Off, Warm::Pending),
             window: params.initial_window,
         };
         m.window = m.compute_window(None);
@@ -197,6 +243,21 @@ impl Model {
 
     pub fn min_rtt(&self) -> Option<Duration> {
         self.min_rtt.get()
+    }
+
+    pub fn warm(&self) -> Warm {
+        self.warm
+    }
+
+    /// The path as measured, once Startup is over (Startup's numbers are still
+    /// climbing, so they would make the next warm start too timid).
+    pub fn estimate(&self) -> Option<PathEstimate> {
+        match (self.mode, self.min_rtt.get(), self.bw.get()) {
+            (Mode::ProbeBw { .. }, Some(min_rtt), bandwidth) if bandwidth > 0 => {
+                Some(PathEstimate { bandwidth, min_rtt })
+            }
+            _ => None,
+        }
     }
 
     /// Rate the window allows at the current gain, bytes per second (for metrics).
@@ -240,6 +301,9 @@ impl Model {
                 self.bw.update(self.round, s.rate);
                 self.round_max_rate = self.round_max_rate.max(s.rate);
             }
+        }
+        if let Warm::Pending(saved) = self.warm {
+            self.warm_jump(saved, rtt);
         }
         if self.mode == Mode::Startup && !app_limited {
             self.startup_window = self.startup_window.saturating_add(bytes);
@@ -320,6 +384,18 @@ impl Model {
         }
     }
 
+    /// The first RTT sample decides: same path, jump to half its saved BDP at the
+    /// RTT measured now; otherwise forget the saved estimate.
+    fn warm_jump(&mut self, saved: PathEstimate, rtt: Duration) {
+        if self.mode != Mode::Startup || !saved.matches_rtt(rtt) {
+            self.warm = Warm::Done { jumped: false };
+            return;
+        }
+        let jump = (saved.bandwidth as f64 * rtt.as_secs_f64() * WARM_JUMP) as u64;
+        self.startup_window = self.startup_window.max(jump);
+        self.warm = Warm::Jumped { round: self.round };
+    }
+
     /// HyStart++: this round's RTT floor rose above the path's by eta.
     fn queue_building(&self) -> bool {
         let (Some(round_min), Some(min)) = (self.round_min_rtt, self.min_rtt.get()) else {
@@ -351,6 +427,18 @@ impl Model {
             self.round_lost as f64 / total as f64
         };
         let heavy_loss = loss > self.params.loss_tolerance && self.round_lost > 2 * self.mtu;
+        if let Warm::Jumped { round } = self.warm {
+            // The round after the jump's carried its packets: it validates them.
+            let ended = self.round - 1;
+            if ended > round {
+                self.warm = Warm::Done { jumped: true };
+                if heavy_loss && self.mode == Mode::Startup {
+                    // Safe retreat: the path has less room than remembered. Go
+                    // by what was delivered (ProbeBw) rather than keep doubling.
+                    self.enter_probe_bw(now);
+                }
+            }
+        }
         match self.mode {
             Mode::Startup => {
                 let bw = self.bw.get();

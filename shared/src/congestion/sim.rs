@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::model::{Model, Params};
+use super::model::{Model, Params, PathEstimate};
 
 const MTU: u16 = 1452;
 const PACKET: u64 = 1452;
@@ -146,6 +146,7 @@ struct Flow {
     /// Send times of this flow's packets that never arrive.
     doomed: VecDeque<Instant>,
     sent: u64,
+    early_bytes: u64,
     late_bytes: u64,
 }
 
@@ -156,7 +157,12 @@ struct Outcome {
     queue_drops: u64,
     /// Per flow: bytes acked in the second half of the run, per second.
     late_rate: Vec<f64>,
+    /// Per flow: bytes acked in the first `EARLY` of the run.
+    early_bytes: Vec<u64>,
 }
+
+/// The span over which startup speed is compared.
+const EARLY: Duration = Duration::from_secs(2);
 
 /// Runs the flows (all bulk, starting together) for `seconds` of simulated time.
 fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
@@ -172,6 +178,7 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
             next_send: t0,
             doomed: VecDeque::new(),
             sent: 0,
+            early_bytes: 0,
             late_bytes: 0,
         })
         .collect();
@@ -213,6 +220,9 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
             if at >= half {
                 f.late_bytes += PACKET;
             }
+            if at < t0 + EARLY {
+                f.early_bytes += PACKET;
+            }
             continue;
         };
         let f = &mut flows[i];
@@ -247,6 +257,7 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
         .iter()
         .map(|f| f.late_bytes as f64 / (seconds / 2.0))
         .collect();
+    out.early_bytes = flows.iter().map(|f| f.early_bytes).collect();
     out
 }
 
@@ -401,4 +412,74 @@ fn default_mode_against_cubic_is_reported() {
     // docs/TRANSPORT.md.
     let (r, c) = against_cubic(false, 20, 0.0, 40.0);
     assert!(r + c > 0.9);
+}
+
+/// (bytes acked in the first 2 s, queue drops / sent) of one relay flow over 6 s.
+fn startup(rtt_ms: u64, rate_mbit: f64, warm: Option<PathEstimate>) -> (u64, f64) {
+    let mut link = Link::new(rtt_ms, 0.01, rate_mbit);
+    let params = Params {
+        warm,
+        ..Params::default()
+    };
+    let o = run(&mut link, vec![relay(params)], 6.0);
+    let self_loss = o.queue_drops as f64 / o.sent as f64;
+    println!(
+        "{rtt_ms}ms/{rate_mbit}M warm {warm:?}: {} bytes in 2 s, queue drops {:.2} %",
+        o.early_bytes[0],
+        self_loss * 100.0
+    );
+    (o.early_bytes[0], self_loss)
+}
+
+fn saved(rate_mbit: f64, rtt_ms: u64) -> Option<PathEstimate> {
+    Some(PathEstimate {
+        bandwidth: (rate_mbit * 1e6 / 8.0) as u64,
+        min_rtt: Duration::from_millis(rtt_ms),
+    })
+}
+
+#[test]
+fn warm_start_skips_most_of_startup() {
+    let (cold, cold_loss) = startup(200, 40.0, None);
+    let (warm, warm_loss) = startup(200, 40.0, saved(40.0, 200));
+    // 2 s at 40 Mbit/s is 10 MB; cold Startup spends most of it doubling.
+    assert!(
+        warm as f64 > 1.4 * cold as f64,
+        "warm {warm} vs cold {cold}"
+    );
+    assert!(
+        warm_loss < 0.02 && cold_loss < 0.02,
+        "{warm_loss} {cold_loss}"
+    );
+}
+
+#[test]
+fn warm_start_retreats_when_the_path_shrank() {
+    // Saved on a path 8× faster: the jump overfills the queue once, then the
+    // flow must settle on what is delivered, not keep the remembered rate.
+    let mut link = Link::new(200, 0.01, 10.0);
+    let params = Params {
+        warm: saved(80.0, 200),
+        ..Params::default()
+    };
+    let o = run(&mut link, vec![relay(params)], 20.0);
+    let ratio = o.late_rate[0] / link.rate;
+    let self_loss = o.queue_drops as f64 / o.sent as f64;
+    println!(
+        "shrunk path: {:.1} % of link, queue drops {:.2} %",
+        ratio * 100.0,
+        self_loss * 100.0
+    );
+    assert!(ratio > 0.9, "goodput {ratio}");
+    assert!(self_loss < 0.05, "queue loss {self_loss}");
+}
+
+#[test]
+fn warm_start_ignores_another_path() {
+    // Saved at 20 ms; the path now has 200 ms: not the same path, no jump, so
+    // the first 2 s look like a cold start.
+    let (cold, _) = startup(200, 40.0, None);
+    let (other, _) = startup(200, 40.0, saved(40.0, 20));
+    let diff = (other as f64 - cold as f64).abs() / cold as f64;
+    assert!(diff < 0.1, "other path {other} vs cold {cold}");
 }

@@ -16,13 +16,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_client::connect::{Connector, Trust};
-use shared::quic::{Congestion, Windows, bind_udp, parse_rate_mbit};
+use shared::congestion::{PathEstimate, PathObserver};
+use shared::quic::{Congestion, PathMemory, Windows, bind_udp, parse_rate_mbit};
 
 const USAGE: &str = "usage:
   quicperf server --listen ADDR [--congestion C] [--udp-buffer-mib N]
   quicperf client --to ADDR [--seconds S] [--streams N] [--congestion C]
                   [--max-rate MBIT] [--fair] [--udp-buffer-mib N] [--progress]
-C: relay | cubic | bbr | newreno";
+                  [--warm MBIT@RTT_MS]
+C: relay | cubic | bbr | newreno
+--warm: start warm, as if an earlier connection had measured MBIT at RTT_MS
+        (relay-client's path cache does this between runs)";
 
 struct Args {
     server: bool,
@@ -32,6 +36,7 @@ struct Args {
     windows: Windows,
     udp_buffer: usize,
     progress: bool,
+    warm: Option<PathEstimate>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -49,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
         windows: Windows::default(),
         udp_buffer: 16 << 20,
         progress: false,
+        warm: None,
     };
     while let Some(flag) = it.next() {
         if flag == "--fair" {
@@ -71,6 +77,13 @@ fn parse_args() -> Result<Args, String> {
             "--congestion" => a.windows.congestion = v.parse::<Congestion>()?,
             "--max-rate" => a.windows.max_rate_mbit = Some(parse_rate_mbit(&v)?),
             "--udp-buffer-mib" => a.udp_buffer = (num(&v)? as usize) << 20,
+            "--warm" => {
+                let (mbit, rtt) = v.split_once('@').ok_or("--warm: MBIT@RTT_MS")?;
+                a.warm = Some(PathEstimate {
+                    bandwidth: (num(mbit)? * 1e6 / 8.0) as u64,
+                    min_rtt: Duration::from_secs_f64(num(rtt)? / 1e3),
+                });
+            }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
     }
@@ -160,7 +173,17 @@ async fn sink(mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
 
 async fn client(a: Args) -> Result<(), String> {
     let to = a.addr.ok_or("--to is required")?;
-    let connector = Connector::new(&Trust::Insecure, &a.windows, a.udp_buffer, to.is_ipv6())?;
+    let observer = Arc::new(PathObserver::default());
+    let memory = PathMemory {
+        warm: a.warm,
+        observer: Some(observer.clone()),
+    };
+    let connector = Connector::with_transport(
+        &Trust::Insecure,
+        a.windows.transport_with(memory),
+        a.udp_buffer,
+        to.is_ipv6(),
+    )?;
     let conn = connector
         .connect(to, "localhost", Duration::from_secs(10))
         .await?;
@@ -244,6 +267,9 @@ async fn client(a: Args) -> Result<(), String> {
         "cwnd": s.path.cwnd,
         "rtt_ms": s.path.rtt.as_secs_f64() * 1e3,
         "mtu": s.path.current_mtu,
+        "warm_start": observer.warm_started(),
+        "path_estimate_mbit": observer.estimate().map(|e| e.bandwidth as f64 * 8.0 / 1e6),
+        "path_min_rtt_ms": observer.estimate().map(|e| e.min_rtt.as_secs_f64() * 1e3),
         "client_cpu_cores_per_100mbit": per100(client_cpu, elapsed),
         "server_cpu_cores_per_100mbit": per100(server_cpu, secs),
     });

@@ -17,6 +17,8 @@ use crate::row::{LinkDelta, Row};
 use crate::workload::Files;
 
 const CONTAINER: &str = "wanbench";
+/// relay-client's path cache (warm start), one per profile's log dir.
+const PATH_CACHE: &str = "paths.json";
 
 pub struct Bench<'a> {
     pub plan: &'a Plan,
@@ -38,6 +40,8 @@ impl Bench<'_> {
         .context("start the lab")?;
         let dir = self.work.join(format!("logs-{}", slug(&profile.label())));
         std::fs::create_dir_all(&dir).context("create log dir")?;
+        // Every profile's first relay run starts cold, also in a reused --work-dir.
+        let _ = std::fs::remove_file(dir.join(PATH_CACHE));
         let mut cloud = Cloud::start(&lab, &self.cloud_bins, &self.plan.relay_congestion, &dir)?;
         cloud::ensure_container(&lab, CONTAINER)?;
         let storage_url = Cloud::storage_url_from_site(&lab);
@@ -85,6 +89,9 @@ impl Bench<'_> {
                 format!("tcp:{cc}")
             }
             None if method == Method::RelayCubic => "quic:cubic".into(),
+            None if method == Method::RelayCold => {
+                format!("quic:{} (cold)", self.plan.relay_congestion)
+            }
             None => format!("quic:{}", self.plan.relay_congestion),
         };
         let files = self.files.of(workload);
@@ -97,6 +104,7 @@ impl Bench<'_> {
             prefix: &prefix,
             storage_url,
             relay_congestion: &self.plan.relay_congestion,
+            path_cache: &dir.join(PATH_CACHE),
             stdout: &stdout,
             stderr: &stderr,
         };
@@ -125,6 +133,7 @@ impl Bench<'_> {
             .collect();
         let mut error = None;
         let mut reattempts = 0;
+        let mut warm_start = None;
         let (verified, seconds, bytes_done, retries) = if done.capped {
             // What reached storage by the cap; in-flight data is not counted.
             let stored = cloud::stored_bytes(lab, CONTAINER, expected_blobs)?;
@@ -134,6 +143,7 @@ impl Bench<'_> {
             match report {
                 Ok(r) => {
                     reattempts = r.reattempts;
+                    warm_start = r.warm_start;
                     let (ok, why) = verify(lab, files, &r)?;
                     if !ok {
                         error = Some(why.unwrap_or_else(|| tail(&stderr)));
@@ -177,6 +187,7 @@ impl Bench<'_> {
             relay_peak_rss_mib: relay_peak as f64 / 1024.0,
             retries,
             reattempts,
+            warm_start,
             congestion,
             loadavg_1m,
             error,

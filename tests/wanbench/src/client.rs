@@ -29,6 +29,8 @@ pub struct RunSpec<'a> {
     pub prefix: &'a str,
     pub storage_url: &'a str,
     pub relay_congestion: &'a str,
+    /// relay-client's path cache for this profile (warm start between runs).
+    pub path_cache: &'a Path,
     pub stdout: &'a Path,
     pub stderr: &'a Path,
 }
@@ -37,7 +39,7 @@ pub struct RunSpec<'a> {
 pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result<Command> {
     let mut cmd;
     match spec.method {
-        Method::Relay | Method::RelayCubic => {
+        Method::Relay | Method::RelayCubic | Method::RelayCold => {
             let cc = if spec.method == Method::RelayCubic {
                 "cubic"
             } else {
@@ -51,6 +53,10 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .args(["--relay-cert-sha256", &cloud.fingerprint])
                 .args(["--congestion", cc])
                 .env("RELAY_TOKEN", TOKEN);
+            cmd.arg("--path-cache").arg(spec.path_cache);
+            if spec.method != Method::Relay {
+                cmd.arg("--no-warm-start");
+            }
         }
         Method::DirectCubic | Method::DirectBbr => {
             cmd = Command::new(&bins.relay_client);
@@ -113,6 +119,8 @@ pub struct ClientReport {
     /// Attempts beyond the first, summed over files (relay-client restarts a
     /// file after e.g. a lost connection; the Python SDK has no such count).
     pub reattempts: u64,
+    /// relay-client in relay mode: whether the connection started warm.
+    pub warm_start: Option<bool>,
     pub files: Vec<FileOutcome>,
 }
 
@@ -162,6 +170,7 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
         bytes: bytes.context("JSON has no bytes")?,
         retries,
         reattempts,
+        warm_start: v.get("warm_start").and_then(Value::as_bool),
         files: outcomes,
     })
 }

@@ -60,7 +60,7 @@ struct Args {
     /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Methods: relay, relay-cubic, direct-cubic, direct-bbr, python-sdk, python-sdk-bbr.
+    /// Methods: relay, relay-cold, relay-cubic, direct-cubic, direct-bbr, python-sdk, python-sdk-bbr.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
     /// Workloads: large, small.

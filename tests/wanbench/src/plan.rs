@@ -92,6 +92,9 @@ pub enum Method {
     Relay,
     /// Same, with QUIC Cubic on both ends (optional row).
     RelayCubic,
+    /// Relay with `--no-warm-start`: the connection starts cold, as the first
+    /// upload to a relay does (optional row; it still saves its estimate).
+    RelayCold,
     /// relay-client --direct --connections 8, TCP cubic.
     DirectCubic,
     /// relay-client --direct --connections 8, TCP bbr.
@@ -114,6 +117,7 @@ impl Method {
         match self {
             Method::Relay => "relay",
             Method::RelayCubic => "relay-cubic",
+            Method::RelayCold => "relay-cold",
             Method::DirectCubic => "direct-cubic",
             Method::DirectBbr => "direct-bbr",
             Method::PythonSdk => "python-sdk",
@@ -125,6 +129,7 @@ impl Method {
         let all = [
             Method::Relay,
             Method::RelayCubic,
+            Method::RelayCold,
             Method::DirectCubic,
             Method::DirectBbr,
             Method::PythonSdk,
@@ -143,7 +148,7 @@ impl Method {
         match self {
             Method::DirectCubic | Method::PythonSdk => Some("cubic"),
             Method::DirectBbr | Method::PythonSdkBbr => Some("bbr"),
-            Method::Relay | Method::RelayCubic => None,
+            Method::Relay | Method::RelayCubic | Method::RelayCold => None,
         }
     }
 

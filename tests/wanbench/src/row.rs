@@ -93,6 +93,9 @@ pub struct Row {
     /// File attempts beyond the first (relay-client; e.g. after a lost connection).
     #[serde(default)]
     pub reattempts: u64,
+    /// relay-client: whether its connection started warm from the path cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_start: Option<bool>,
     /// Congestion control: `tcp:cubic`, `tcp:bbr`, `quic:bbr`, ...
     pub congestion: String,
     /// 1-minute load average when the run started (other work on the 2 cores).
