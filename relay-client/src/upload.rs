@@ -290,6 +290,9 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
             Clocks::default(),
         ));
     }
+    // Every file is verified and committed (or failed) here; closing the
+    // connection below is not part of the upload's time.
+    let seconds = t0.elapsed().as_secs_f64();
     if let Mode::Relay(link) = mode.as_ref() {
         link.connector.close().await;
     }
@@ -297,7 +300,7 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         Mode::Direct(_) => "direct",
         Mode::Relay(_) => "relay",
     };
-    let mut summary = Summary::new(name, files, t0.elapsed().as_secs_f64());
+    let mut summary = Summary::new(name, files, seconds);
     if let (Mode::Relay(_), Some((memory, cache))) = (mode.as_ref(), observed) {
         summary.warm_start = memory.observer.as_ref().map(|o| o.warm_started());
         if let (Some(cache), Some(estimate)) =

@@ -169,6 +169,8 @@ pub struct Model {
     round_ended: bool,
     round_min_rtt: Option<Duration>,
     round_samples: u32,
+    /// Consecutive RTT samples above min RTT + eta (Startup's early queue signal).
+    elevated: u32,
     round_acked: u64,
     round_lost: u64,
     round_max_rate: u64,
@@ -188,6 +190,11 @@ pub struct Model {
     window: u64,
 }
 
+/// HyStart++'s queue threshold: min RTT / 8, clamped to 4–16 ms.
+fn hystart_eta(min_rtt: Duration) -> Duration {
+    (min_rtt / 8).clamp(HYSTART_MIN_ETA, HYSTART_MAX_ETA)
+}
+
 impl Model {
     pub fn new(params: Params, mtu: u16) -> Self {
         let mtu = u64::from(mtu).max(1200);
@@ -205,6 +212,7 @@ impl Model {
             round_ended: false,
             round_min_rtt: None,
             round_samples: 0,
+            elevated: 0,
             round_acked: 0,
             round_lost: 0,
             round_max_rate: 0,
@@ -285,6 +293,10 @@ impl Model {
         self.latest_rtt = Some(rtt);
         self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
         self.round_samples += 1;
+        self.elevated = match self.min_rtt.get() {
+            Some(min) if rtt > min + hystart_eta(min) => self.elevated + 1,
+            _ => 0,
+        };
         self.round_acked += bytes;
         self.round_app_limited |= app_limited;
         self.cycle_min_rtt = Some(self.cycle_min_rtt.map_or(rtt, |m| m.min(rtt)));
@@ -397,12 +409,17 @@ impl Model {
     }
 
     /// HyStart++: this round's RTT floor rose above the path's by eta.
+    /// Also when the latest samples all are: a round's minimum is set by its
+    /// first acks (packets sent while the queue was still short), so on its own
+    /// it sees the queue a round late, after one more doubling has overfilled it.
     fn queue_building(&self) -> bool {
+        if self.elevated >= HYSTART_MIN_SAMPLES {
+            return true;
+        }
         let (Some(round_min), Some(min)) = (self.round_min_rtt, self.min_rtt.get()) else {
             return false;
         };
-        let eta = (min / 8).clamp(HYSTART_MIN_ETA, HYSTART_MAX_ETA);
-        self.round_samples >= HYSTART_MIN_SAMPLES && round_min > min + eta
+        self.round_samples >= HYSTART_MIN_SAMPLES && round_min > min + hystart_eta(min)
     }
 
     fn enter_probe_bw(&mut self, now: Instant) {
@@ -617,6 +634,29 @@ mod tests {
         flight(&mut m, 0, 10, 100);
         assert_eq!(m.mode(), Mode::Startup);
         flight(&mut m, 200, 20, 130);
+        assert!(matches!(m.mode(), Mode::ProbeBw { .. }), "{:?}", m.mode());
+    }
+
+    #[test]
+    fn startup_sees_a_queue_within_the_round() {
+        let mut m = Model::new(Params::default(), 1452);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // One flight, all sent before the first ack (one round): its first acks
+        // come at the path's 100 ms, the later ones 30 ms late. The round's
+        // minimum stays 100 ms; the run of late samples is the signal.
+        for i in 0..30 {
+            m.on_sent(t0 + ms(i));
+        }
+        for i in 0..30u64 {
+            let sent = t0 + ms(i);
+            let rtt = if i < 12 { 100 } else { 130 };
+            m.on_ack(sent + ms(rtt), sent, PKT, false);
+            m.on_end_acks(sent + ms(rtt), (29 - i) * PKT);
+            if i < 12 + HYSTART_MIN_SAMPLES as u64 - 1 {
+                assert_eq!(m.mode(), Mode::Startup, "ack {i}");
+            }
+        }
         assert!(matches!(m.mode(), Mode::ProbeBw { .. }), "{:?}", m.mode());
     }
 
