@@ -12,7 +12,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use shared::quic::{Windows, bind_udp};
+use shared::quic::{PathMemory, Windows, bind_udp};
 
 pub enum Trust {
     /// SHA-256 of the relay's DER certificate.
@@ -135,6 +135,9 @@ fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
 pub struct Connector {
     endpoint: Endpoint,
     config: quinn::ClientConfig,
+    /// With warm start: the windows and path memory each new connection's
+    /// transport is built from (see `connect`).
+    memory: Option<(Windows, PathMemory)>,
 }
 
 impl Connector {
@@ -167,7 +170,43 @@ impl Connector {
             Arc::new(TokioRuntime),
         )
         .map_err(|e| format!("cannot start QUIC: {e}"))?;
-        Ok(Self { endpoint, config })
+        Ok(Self {
+            endpoint,
+            config,
+            memory: None,
+        })
+    }
+
+    /// Connections start warm from `memory`; a reconnect during the run starts
+    /// from what the lost connection measured, when it got that far.
+    pub fn with_memory(
+        trust: &Trust,
+        windows: &Windows,
+        memory: PathMemory,
+        udp_buffer: usize,
+        v6: bool,
+    ) -> Result<Self, String> {
+        let mut c = Self::with_transport(
+            trust,
+            windows.transport_with(memory.clone()),
+            udp_buffer,
+            v6,
+        )?;
+        c.memory = Some((*windows, memory));
+        Ok(c)
+    }
+
+    fn config(&self) -> quinn::ClientConfig {
+        let mut config = self.config.clone();
+        if let Some((windows, memory)) = &self.memory {
+            let latest = memory.observer.as_ref().and_then(|o| o.estimate());
+            let memory = PathMemory {
+                warm: latest.or(memory.warm),
+                observer: memory.observer.clone(),
+            };
+            config.transport_config(Arc::new(windows.transport_with(memory)));
+        }
+        config
     }
 
     pub async fn connect(
@@ -178,7 +217,7 @@ impl Connector {
     ) -> Result<Connection, String> {
         let connecting = self
             .endpoint
-            .connect_with(self.config.clone(), addr, server_name)
+            .connect_with(self.config(), addr, server_name)
             .map_err(|e| format!("cannot connect to relay {addr}: {e}"))?;
         match tokio::time::timeout(timeout, connecting).await {
             Ok(Ok(c)) => Ok(c),

@@ -190,13 +190,9 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         let (addr, name) = resolve(&relay).await.map_err(SetupError)?;
         let name = args.server_name.clone().unwrap_or(name);
         let (memory, cache) = path_memory(&args, addr, &name);
-        let connector = Connector::with_transport(
-            &trust,
-            windows.transport_with(memory.clone()),
-            8 << 20,
-            addr.is_ipv6(),
-        )
-        .map_err(SetupError)?;
+        let connector =
+            Connector::with_memory(&trust, &windows, memory.clone(), 8 << 20, addr.is_ipv6())
+                .map_err(SetupError)?;
         observed = Some((memory, cache));
         let link = RelayLink {
             connector,

@@ -50,6 +50,7 @@ impl Bench<'_> {
             for &workload in &self.plan.workloads {
                 // A B C D, A B C D, ...: slow drifts hit every method alike.
                 for &method in &self.plan.methods {
+                    crate::interrupt::check()?;
                     cloud.check_alive()?;
                     let row = self.run_one(
                         &lab,

@@ -11,6 +11,7 @@ mod bench;
 mod child;
 mod client;
 mod cloud;
+mod interrupt;
 mod plan;
 mod plot;
 mod row;
@@ -130,6 +131,7 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let plan = make_plan(&args)?;
     linklab::check_privileges()?;
+    interrupt::install();
     shared::install_crypto_provider();
     let root = repo_root();
     let bin_dir = match &args.bin_dir {

@@ -19,8 +19,10 @@ pub struct Group {
     pub goodput_min: f64,
     pub goodput_max: f64,
     pub ceiling_mbit: f64,
-    /// Median goodput over the median goodput of direct-cubic on the same link and files.
+    /// Median goodput over the median goodput of direct-cubic (direct-bbr) on the
+    /// same link and files.
     pub vs_direct_cubic: Option<f64>,
+    pub vs_direct_bbr: Option<f64>,
     pub client_cpu_s: f64,
     pub relay_cpu_s: f64,
     pub peak_rss_mib: f64,
@@ -75,6 +77,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 goodput_max: gp.iter().copied().fold(0.0, f64::max),
                 ceiling_mbit: profile.ceiling_mbit(),
                 vs_direct_cubic: None,
+                vs_direct_bbr: None,
                 client_cpu_s: m(|r| r.client_cpu_s),
                 relay_cpu_s: m(|r| r.relay_cpu_s),
                 peak_rss_mib: m(|r| r.peak_rss_mib),
@@ -86,26 +89,39 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
             }
         })
         .collect();
-    let baselines: Vec<(Profile, String, f64)> = out
-        .iter()
-        .filter(|g| g.method == "direct-cubic")
-        .map(|g| (g.profile, g.workload.clone(), g.goodput_mbit))
-        .collect();
-    for g in &mut out {
-        g.vs_direct_cubic = baselines
-            .iter()
-            .find(|(p, w, _)| *p == g.profile && *w == g.workload)
-            .and_then(|(_, _, base)| (*base > 0.0).then(|| g.goodput_mbit / base));
+    let ratios = |method: &str| -> Vec<Option<f64>> {
+        out.iter()
+            .map(|g| {
+                out.iter()
+                    .find(|b| {
+                        b.method == method && b.profile == g.profile && b.workload == g.workload
+                    })
+                    .and_then(|b| (b.goodput_mbit > 0.0).then(|| g.goodput_mbit / b.goodput_mbit))
+            })
+            .collect()
+    };
+    let (cubic, bbr) = (ratios("direct-cubic"), ratios("direct-bbr"));
+    for ((g, c), b) in out.iter_mut().zip(cubic).zip(bbr) {
+        g.vs_direct_cubic = c;
+        g.vs_direct_bbr = b;
     }
     out
+}
+
+/// CPU cores per 100 Mbit/s of goodput over a run of `seconds`.
+fn cores_per_100mbit(cpu_s: f64, seconds: f64, goodput_mbit: f64) -> f64 {
+    if seconds <= 0.0 || goodput_mbit <= 0.0 {
+        return 0.0;
+    }
+    cpu_s / seconds / (goodput_mbit / 100.0)
 }
 
 /// The summary table (medians).
 pub fn summary_table(groups: &[Group]) -> String {
     let mut s = String::new();
     s.push_str(
-        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | Client CPU s | Relay CPU s | Peak RSS MiB client / relay | Retries / re-attempts | Queue loss % | Random loss % |\n\
-         |---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | × direct-bbr | Client CPU s | Relay CPU s | CPU cores per 100 Mbit/s client / relay | Peak RSS MiB client / relay | Retries / re-attempts | Queue loss % | Random loss % |\n\
+         |---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for g in groups {
         let is_relay = g.method.starts_with("relay");
@@ -116,7 +132,7 @@ pub fn summary_table(groups: &[Group]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {:.2} | {} | {:.0} / {} | {:.0} / {:.0} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {} | {:.2} | {} | {} | {:.0} / {} | {:.0} / {:.0} | {:.2} | {:.2} |",
             g.profile.label(),
             g.workload,
             g.method,
@@ -128,14 +144,25 @@ pub fn summary_table(groups: &[Group]) -> String {
             g.goodput_min,
             g.goodput_max,
             g.goodput_mbit / g.ceiling_mbit * 100.0,
-            g.vs_direct_cubic
-                .map(|x| format!("{x:.2}"))
-                .unwrap_or_else(|| "–".into()),
+            ratio(g.vs_direct_cubic),
+            ratio(g.vs_direct_bbr),
             g.client_cpu_s,
             if is_relay {
                 format!("{:.2}", g.relay_cpu_s)
             } else {
                 "–".into()
+            },
+            if is_relay {
+                format!(
+                    "{:.2} / {:.2}",
+                    cores_per_100mbit(g.client_cpu_s, g.seconds, g.goodput_mbit),
+                    cores_per_100mbit(g.relay_cpu_s, g.seconds, g.goodput_mbit)
+                )
+            } else {
+                format!(
+                    "{:.2} / –",
+                    cores_per_100mbit(g.client_cpu_s, g.seconds, g.goodput_mbit)
+                )
             },
             g.peak_rss_mib,
             if is_relay {
@@ -150,6 +177,10 @@ pub fn summary_table(groups: &[Group]) -> String {
         );
     }
     s
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map(|x| format!("{x:.2}")).unwrap_or_else(|| "–".into())
 }
 
 /// Every run, in run order.
@@ -179,7 +210,10 @@ pub fn runs_table(rows: &[Row]) -> String {
             r.reattempts,
             r.link.up_dropped_queue,
             r.link.up_dropped_loss,
-            r.congestion,
+            match r.warm_start {
+                Some(true) => format!("{} (warm)", r.congestion),
+                _ => r.congestion.clone(),
+            },
             r.error.as_deref().unwrap_or("").replace('|', "/"),
         );
     }
@@ -189,6 +223,13 @@ pub fn runs_table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_per_100mbit() {
+        // 2 s of CPU over 10 s at 200 Mbit/s: 0.2 cores for 2 × 100 Mbit/s.
+        assert!((cores_per_100mbit(2.0, 10.0, 200.0) - 0.1).abs() < 1e-12);
+        assert_eq!(cores_per_100mbit(1.0, 0.0, 100.0), 0.0);
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {
