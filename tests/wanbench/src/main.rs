@@ -341,8 +341,9 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     md.push_str("## Medians\n\n");
     md.push_str(&summary::summary_table(&groups));
     md.push_str(
-        "\n† capped: at least one run hit the time cap; its time is the cap and its goodput counts \
-         only bytes that had reached storage.\n\n## Every run\n\n",
+        "\n† capped: at least one run hit the time cap; its time is the cap and its goodput is \
+         estimated from the IP bytes the link delivered (× 1448/1500), since storage only sees \
+         whole blocks.\n\n## Every run\n\n",
     );
     md.push_str(&summary::runs_table(rows));
     std::fs::write(out.join("summary.md"), md).context("write summary.md")?;
