@@ -49,9 +49,21 @@ struct RelayLink {
     name: String,
     timeout: Duration,
     current: Mutex<Option<Connection>>,
+    /// Where this run's connections report their path estimate, and where it is
+    /// saved for the next run (warm start).
+    observer: Arc<PathObserver>,
+    cache: Option<PathCache>,
 }
 
 impl RelayLink {
+    /// Whether the connection started warm; saves what it measured.
+    fn remember_path(&self) -> bool {
+        if let (Some(cache), Some(estimate)) = (&self.cache, self.observer.estimate()) {
+            cache.save(estimate);
+        }
+        self.observer.warm_started()
+    }
+
     async fn get(&self) -> Result<Connection, FileError> {
         let mut cur = self.current.lock().await;
         if let Some(c) = cur.as_ref()
@@ -176,7 +188,6 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         max_rate_mbit: args.max_rate,
         fair: args.fair,
     };
-    let mut observed = None;
     let mode = if args.direct {
         Mode::Direct(direct_mode(&args)?)
     } else {
@@ -190,16 +201,17 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         let (addr, name) = resolve(&relay).await.map_err(SetupError)?;
         let name = args.server_name.clone().unwrap_or(name);
         let (memory, cache) = path_memory(&args, addr, &name);
-        let connector =
-            Connector::with_memory(&trust, &windows, memory.clone(), 8 << 20, addr.is_ipv6())
-                .map_err(SetupError)?;
-        observed = Some((memory, cache));
+        let observer = memory.observer.clone().unwrap_or_default();
+        let connector = Connector::with_memory(&trust, &windows, memory, 8 << 20, addr.is_ipv6())
+            .map_err(SetupError)?;
         let link = RelayLink {
             connector,
             addr,
             name,
             timeout: Duration::from_secs(args.connect_timeout),
             current: Mutex::new(None),
+            observer,
+            cache,
         };
         // Connect once up front so a wrong address or certificate is one clear error.
         match link.get().await {
@@ -289,28 +301,22 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
     // Every file is verified and committed (or failed) here; closing the
     // connection below is not part of the upload's time.
     let seconds = t0.elapsed().as_secs_f64();
-    if let Mode::Relay(link) = mode.as_ref() {
-        link.connector.close().await;
-    }
-    let name = match mode.as_ref() {
-        Mode::Direct(_) => "direct",
-        Mode::Relay(_) => "relay",
+    let (name, warm_start) = match mode.as_ref() {
+        Mode::Direct(_) => ("direct", None),
+        Mode::Relay(link) => {
+            link.connector.close().await;
+            ("relay", Some(link.remember_path()))
+        }
     };
     let mut summary = Summary::new(name, files, seconds);
-    if let (Mode::Relay(_), Some((memory, cache))) = (mode.as_ref(), observed) {
-        summary.warm_start = memory.observer.as_ref().map(|o| o.warm_started());
-        if let (Some(cache), Some(estimate)) =
-            (cache, memory.observer.as_ref().and_then(|o| o.estimate()))
-        {
-            cache.save(estimate);
-        }
-    }
+    summary.warm_start = warm_start;
     Ok(summary)
 }
 
 /// Warm start from the path cache (unless `--no-warm-start`), and an observer
-/// whose estimate is saved there after the run (also with `--no-warm-start`). Keyed by address and TLS name:
-/// another relay, or the same name elsewhere, is another path.
+/// whose estimate is saved there after the run (also with `--no-warm-start`).
+/// Keyed by address and TLS name: another relay, or the same name elsewhere, is
+/// another path.
 fn path_memory(args: &UploadArgs, addr: SocketAddr, name: &str) -> (PathMemory, Option<PathCache>) {
     let observer = Some(Arc::new(PathObserver::default()));
     let cache = args
