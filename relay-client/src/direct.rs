@@ -78,6 +78,7 @@ pub async fn upload_file(
                 transfer_ms: t0.elapsed().as_millis() as u64,
                 commit_ms: 0,
             },
+            relay_clocks: None,
         });
     }
 
@@ -164,6 +165,7 @@ pub async fn upload_file(
             transfer_ms: (t_sent - t0).as_millis() as u64,
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
+        relay_clocks: None,
     })
 }
 

@@ -2,7 +2,7 @@
 //! summary whose shape is a stable contract (`--json`).
 
 use serde::Serialize;
-use shared::protocol::Code;
+use shared::protocol::{Code, Timings};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Clocks {
@@ -30,6 +30,10 @@ pub struct FileReport {
     pub retries: u32,
     pub attempts: u32,
     pub clocks_ms: Clocks,
+    /// Relay mode: the relay's own clocks from its Receipt (receive, staging the
+    /// last blocks, hash check and commit), to tell the WAN from Azure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay_ms: Option<Timings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorReport>,
 }

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use shared::checkpoint::Checkpoint;
 use shared::codec::{FrameError, read_frame, write_frame};
 use shared::limits::PROTOCOL_VERSION;
-use shared::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer};
+use shared::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer, app_error};
 
 use crate::report::{Clocks, FileError};
 use crate::source::{Snapshot, hash_prefix, read_range};
@@ -36,6 +36,8 @@ pub struct Sent {
     pub bytes_sent: u64,
     pub retries: u32,
     pub clocks: Clocks,
+    /// The relay's clocks (none from a relay that moved no bytes).
+    pub relay_clocks: Option<shared::protocol::Timings>,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -87,8 +89,23 @@ async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// One Offer on a new stream. With `known_sha256` (the whole file's), the relay may
-/// answer with a Receipt straight away when the blob already holds these bytes.
+/// How one stream's attempt ended.
+enum Attempt {
+    Done(Sent),
+    /// The relay has staged blocks for this file and did not read our eager bytes.
+    ResumeOnNewStream,
+}
+
+/// Why the bytes stopped before the end.
+enum StreamEnd {
+    Source(FileError),
+    Write(quinn::WriteError),
+}
+
+/// One file: an eager Offer (bytes follow at once, a round trip saved), or, with
+/// `known_sha256` (the whole file's; the relay may answer with a Receipt and no
+/// bytes), a plain one. If the relay has staged blocks to resume from, it stops the
+/// eager stream and the file is offered again, plainly, on a new stream.
 async fn send_once(
     conn: &Connection,
     src: &Source,
@@ -96,6 +113,28 @@ async fn send_once(
     bar: &ProgressBar,
     known_sha256: Option<String>,
 ) -> Result<Sent, FileError> {
+    let eager = known_sha256.is_none();
+    if let Attempt::Done(sent) = attempt(conn, src, opts, bar, known_sha256.clone(), eager).await? {
+        return Ok(sent);
+    }
+    match attempt(conn, src, opts, bar, known_sha256, false).await? {
+        Attempt::Done(sent) => Ok(sent),
+        Attempt::ResumeOnNewStream => Err(FileError::new(
+            "protocol",
+            "the relay stopped a stream that was not eager",
+            false,
+        )),
+    }
+}
+
+async fn attempt(
+    conn: &Connection,
+    src: &Source,
+    opts: &Options,
+    bar: &ProgressBar,
+    known_sha256: Option<String>,
+    eager: bool,
+) -> Result<Attempt, FileError> {
     let t0 = Instant::now();
     let before = Snapshot::take(&src.path)
         .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
@@ -112,71 +151,71 @@ async fn send_once(
         overwrite: opts.overwrite.clone(),
         sha256: known_sha256.clone(),
         block_size: opts.block_size,
+        eager,
     };
     write_frame(&mut send, &Message::Offer(offer))
         .await
         .map_err(|e| frame_err("sending the Offer", e))?;
-    let plan = match read_frame(&mut recv)
-        .await
-        .map_err(|e| frame_err("reading the Plan", e))?
-    {
-        Message::Plan(p) => p,
-        Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
-        Message::Receipt(r) if known_sha256.is_some() => {
-            let sha256 = known_sha256.unwrap_or_default();
-            let _ = send.finish();
-            return verified(r, sha256, before.len, 0, t0, Instant::now());
-        }
-        other => {
-            return Err(FileError::new(
-                "protocol",
-                format!("expected a Plan, got {}", other.name()),
-                false,
-            ));
-        }
-    };
 
-    // Same-source check: resume only if our own prefix hashes to the relay's checkpoint.
-    let mut hasher = Sha256::new();
-    let mut start = 0;
-    if plan.resume_offset > 0 && plan.resume_offset <= before.len {
-        let theirs = Checkpoint::from_hex(&plan.checkpoint);
-        let ours = hash_prefix(src.path.clone(), plan.resume_offset)
+    let (start, hasher) = if eager {
+        (0, Sha256::new())
+    } else {
+        let plan = match read_frame(&mut recv)
             .await
-            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-        if theirs.is_some() && Checkpoint::of(&ours) == theirs {
-            hasher = ours;
-            start = plan.resume_offset;
-        } else {
-            tracing::info!(path = %src.path.display(), "staged blocks are from a different source; starting from zero");
-        }
-    }
+            .map_err(|e| frame_err("reading the Plan", e))?
+        {
+            Message::Plan(p) => p,
+            Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
+            Message::Receipt(r) if known_sha256.is_some() => {
+                let sha256 = known_sha256.unwrap_or_default();
+                let _ = send.finish();
+                return verified(r, sha256, before.len, 0, t0, Instant::now()).map(Attempt::Done);
+            }
+            other => return Err(unexpected("a Plan", &other)),
+        };
+        resume_from(src, &plan, before.len).await?
+    };
     write_frame(&mut send, &Message::Start(Start { offset: start }))
         .await
         .map_err(|e| frame_err("sending Start", e))?;
     bar.set_position(start);
 
-    let mut chunks = read_range(src.path.clone(), start, before.len - start);
-    while let Some(chunk) = chunks.recv().await {
-        let chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = send.reset(shared::protocol::app_error::CLIENT_ABORT.into());
-                return Err(changed_or(e));
-            }
-        };
-        hasher.update(&chunk);
-        let n = chunk.len() as u64;
-        if let Err(e) = send.write_chunk(chunk).await {
-            // The relay may have stopped us with a reason; prefer its message.
+    let streamed = if eager {
+        // The Plan comes back while the first round trip of bytes is on its way.
+        let (first, streamed) = tokio::join!(
+            read_frame(&mut recv),
+            stream_bytes(&mut send, src, start, before.len, hasher, bar)
+        );
+        match first.map_err(|e| frame_err("reading the Plan", e))? {
+            Message::Plan(p) => match streamed {
+                Err(StreamEnd::Write(quinn::WriteError::Stopped(code)))
+                    if p.resume_offset > 0
+                        && code.into_inner() == u64::from(app_error::RESUME_ON_NEW_STREAM) =>
+                {
+                    return Ok(Attempt::ResumeOnNewStream);
+                }
+                // The relay takes this stream from 0 (nothing staged, or a relay that
+                // predates eager offers restarting from zero).
+                other => other,
+            },
+            Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
+            other => return Err(unexpected("a Plan", &other)),
+        }
+    } else {
+        stream_bytes(&mut send, src, start, before.len, hasher, bar).await
+    };
+    let hasher = match streamed {
+        Ok(h) => h,
+        Err(StreamEnd::Source(e)) => return Err(e),
+        // The relay may have stopped us with a reason; prefer its message.
+        Err(StreamEnd::Write(e)) => {
             return Err(relay_reason(&mut recv).await.unwrap_or_else(|| lost(e)));
         }
-        bar.inc(n);
-    }
+    };
     let after = Snapshot::take(&src.path)
         .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
     if after != before {
-        let _ = send.reset(shared::protocol::app_error::CLIENT_ABORT.into());
+        let _ = send.reset(app_error::CLIENT_ABORT.into());
         return Err(FileError::new(
             "source_changed",
             "file changed while it was being sent (size or modification time); nothing committed",
@@ -201,15 +240,65 @@ async fn send_once(
     {
         Message::Receipt(r) => r,
         Message::Error(f) => return Err(FileError::from_relay(f.code, f.message)),
-        other => {
-            return Err(FileError::new(
-                "protocol",
-                format!("expected a Receipt, got {}", other.name()),
-                false,
-            ));
-        }
+        other => return Err(unexpected("a Receipt", &other)),
     };
-    verified(receipt, sha256, before.len, before.len - start, t0, t_sent)
+    verified(receipt, sha256, before.len, before.len - start, t0, t_sent).map(Attempt::Done)
+}
+
+fn unexpected(wanted: &str, got: &Message) -> FileError {
+    FileError::new(
+        "protocol",
+        format!("expected {wanted}, got {}", got.name()),
+        false,
+    )
+}
+
+/// Where to start after a Plan: its resume offset if our own prefix hashes to the
+/// relay's checkpoint (same-source check), else 0. Returns the hash state there.
+async fn resume_from(
+    src: &Source,
+    plan: &shared::protocol::Plan,
+    len: u64,
+) -> Result<(u64, Sha256), FileError> {
+    if plan.resume_offset == 0 || plan.resume_offset > len {
+        return Ok((0, Sha256::new()));
+    }
+    let theirs = Checkpoint::from_hex(&plan.checkpoint);
+    let ours = hash_prefix(src.path.clone(), plan.resume_offset)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    if theirs.is_some() && Checkpoint::of(&ours) == theirs {
+        Ok((plan.resume_offset, ours))
+    } else {
+        tracing::info!(path = %src.path.display(), "staged blocks are from a different source; starting from zero");
+        Ok((0, Sha256::new()))
+    }
+}
+
+/// Sends the file's bytes `[start, len)`, hashing them on the way.
+async fn stream_bytes(
+    send: &mut quinn::SendStream,
+    src: &Source,
+    start: u64,
+    len: u64,
+    mut hasher: Sha256,
+    bar: &ProgressBar,
+) -> Result<Sha256, StreamEnd> {
+    let mut chunks = read_range(src.path.clone(), start, len - start);
+    while let Some(chunk) = chunks.recv().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = send.reset(app_error::CLIENT_ABORT.into());
+                return Err(StreamEnd::Source(changed_or(e)));
+            }
+        };
+        hasher.update(&chunk);
+        let n = chunk.len() as u64;
+        send.write_chunk(chunk).await.map_err(StreamEnd::Write)?;
+        bar.inc(n);
+    }
+    Ok(hasher)
 }
 
 /// Accepts a Receipt only if it names exactly the bytes this client read.
@@ -231,6 +320,7 @@ fn verified(
             false,
         ));
     }
+    let relay_clocks = (receipt.bytes_received > 0).then(|| receipt.timings.clone());
     Ok(Sent {
         bytes: len,
         sha256,
@@ -243,6 +333,7 @@ fn verified(
             transfer_ms: (t_sent - t0).as_millis() as u64,
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
+        relay_clocks,
     })
 }
 

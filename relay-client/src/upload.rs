@@ -82,6 +82,47 @@ impl RelayLink {
     }
 }
 
+/// Per-second transport figures at debug level (`RELAY_LOG=relay_client::path=debug`):
+/// what an operator needs to tell a slow link from a slow relay.
+struct PathTrace {
+    enabled: bool,
+    at: Instant,
+    last: quinn::ConnectionStats,
+}
+
+impl PathTrace {
+    fn new(conn: &Connection) -> Self {
+        Self {
+            enabled: tracing::enabled!(target: "relay_client::path", tracing::Level::DEBUG),
+            at: Instant::now(),
+            last: conn.stats(),
+        }
+    }
+
+    fn tick(&mut self, conn: &Connection) {
+        if !self.enabled || self.at.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        let s = conn.stats();
+        let secs = self.at.elapsed().as_secs_f64();
+        tracing::debug!(
+            target: "relay_client::path",
+            tx_mbit = format!("{:.1}", (s.udp_tx.bytes - self.last.udp_tx.bytes) as f64 * 8.0 / secs / 1e6),
+            sent = s.path.sent_packets - self.last.path.sent_packets,
+            lost = s.path.lost_packets - self.last.path.lost_packets,
+            cwnd = s.path.cwnd,
+            rtt_ms = format!("{:.1}", s.path.rtt.as_secs_f64() * 1e3),
+            mtu = s.path.current_mtu,
+            // Flow control held us back (the relay reads too slowly).
+            blocked = (s.frame_tx.stream_data_blocked + s.frame_tx.data_blocked)
+                - (self.last.frame_tx.stream_data_blocked + self.last.frame_tx.data_blocked),
+            "path"
+        );
+        self.at = Instant::now();
+        self.last = s;
+    }
+}
+
 /// A relay that hears nothing from us for this long is gone (crashed, restarted,
 /// or its host is unreachable). Both ends send a keep-alive every 5 s, each
 /// answered by an ACK, so a live relay is never this quiet.
@@ -95,11 +136,13 @@ const RELAY_SILENT: Duration = Duration::from_secs(10);
 async fn watchdog(conn: Connection) {
     let mut acks = conn.stats().frame_rx.acks;
     let mut heard = Instant::now();
+    let mut trace = PathTrace::new(&conn);
     loop {
         tokio::select! {
             _ = conn.closed() => return,
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
+        trace.tick(&conn);
         let now = conn.stats().frame_rx.acks;
         if now != acks {
             acks = now;
@@ -387,6 +430,7 @@ async fn one_file(
                         wait_ms,
                         ..sent.clocks
                     },
+                    relay_ms: sent.relay_clocks,
                     error: None,
                 };
             }
@@ -433,6 +477,7 @@ fn failed_report(
         retries: 0,
         attempts,
         clocks_ms: clocks,
+        relay_ms: None,
         error: Some(ErrorReport {
             code: e.code,
             message: e.message,

@@ -44,13 +44,14 @@ pub async fn handle(shared: Arc<Shared>, mut send: SendStream, mut recv: RecvStr
                 Code::InvalidOffer,
                 format!("expected an Offer, got {}", other.name()),
             );
-            return reject(&shared, &mut send, f).await;
+            return reject(&shared, &mut send, &mut recv, f).await;
         }
         Ok(Err(FrameError::Closed)) => return,
         Ok(Err(e)) => {
             return reject(
                 &shared,
                 &mut send,
+                &mut recv,
                 fail(Code::InvalidOffer, format!("bad Offer: {e}")),
             )
             .await;
@@ -59,6 +60,7 @@ pub async fn handle(shared: Arc<Shared>, mut send: SendStream, mut recv: RecvStr
             return reject(
                 &shared,
                 &mut send,
+                &mut recv,
                 fail(Code::InvalidOffer, "no Offer within 30 s"),
             )
             .await;
@@ -75,13 +77,30 @@ async fn respond(shared: &Shared, offer: &Offer, send: &mut SendStream, recv: &m
         Ok(receipt) => {
             Metrics::add(&shared.metrics.transfers_committed, 1);
             Metrics::add(&shared.metrics.bytes_committed, receipt.size);
-            tracing::info!(etag = %receipt.etag, resumed = receipt.bytes_resumed, retries = receipt.retries, "committed");
+            let t = &receipt.timings;
+            tracing::info!(
+                etag = %receipt.etag,
+                resumed = receipt.bytes_resumed,
+                retries = receipt.retries,
+                receive_ms = t.receive_ms,
+                stage_wait_ms = t.stage_wait_ms,
+                commit_ms = t.commit_ms,
+                "committed"
+            );
             let _ = write_frame(send, &Message::Receipt(receipt)).await;
             let _ = send.finish();
         }
         Err(Outcome::Rejected(f)) => {
             tracing::info!(code = ?f.code, reason = %f.message, "rejected");
-            reject(shared, send, f).await;
+            reject(shared, send, recv, f).await;
+        }
+        Err(Outcome::ResumeOnNewStream { offset }) => {
+            tracing::info!(
+                offset,
+                "staged blocks found for an eager offer; the client resumes on a new stream"
+            );
+            let _ = recv.stop(shared::protocol::app_error::RESUME_ON_NEW_STREAM.into());
+            let _ = send.finish();
         }
         Err(Outcome::Failed(f)) => {
             Metrics::add(&shared.metrics.transfers_failed, 1);
@@ -94,8 +113,10 @@ async fn respond(shared: &Shared, offer: &Offer, send: &mut SendStream, recv: &m
     }
 }
 
-async fn reject(shared: &Shared, send: &mut SendStream, f: Failure) {
+/// Refuses a stream before its Plan. An eager client is already sending: stop it.
+async fn reject(shared: &Shared, send: &mut SendStream, recv: &mut RecvStream, f: Failure) {
     Metrics::add(&shared.metrics.transfers_failed, 1);
+    let _ = recv.stop(shared::protocol::app_error::REJECTED.into());
     let _ = write_frame(send, &Message::Reject(f)).await;
     let _ = send.finish();
 }
@@ -105,6 +126,10 @@ enum Outcome {
     Rejected(Failure),
     /// After the Plan.
     Failed(Failure),
+    /// An eager Offer for a file with staged blocks: the Plan offers them and this
+    /// stream's bytes (sent from 0) are not read; the client re-offers on a new
+    /// stream and resumes there.
+    ResumeOnNewStream { offset: u64 },
 }
 
 /// Everything the Offer must satisfy before any Azure call.
@@ -227,6 +252,11 @@ async fn run(
     )
     .await
     .map_err(|e| io_fail("sending the Plan", e))?;
+    if offer.eager && resume.offset > 0 {
+        return Err(Outcome::ResumeOnNewStream {
+            offset: resume.offset,
+        });
+    }
 
     let start = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(recv)).await {
         Ok(Ok(Message::Start(s))) => s,

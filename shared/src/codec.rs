@@ -106,6 +106,7 @@ mod tests {
             },
             sha256: None,
             block_size: Some(16 << 20),
+            eager: true,
         })
     }
 

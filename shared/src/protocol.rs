@@ -8,6 +8,14 @@
 //! ```
 //! Control messages are length-prefixed JSON frames (see `codec`); the file's bytes
 //! follow `Start` unframed, because their count is known from the Offer and Start.
+//!
+//! An **eager** Offer (`eager: true`) is followed at once by `Start{0}` and the
+//! bytes, without waiting for the Plan: a round trip less per file, which on a
+//! 200 ms path is worth more than the rare resume it complicates. If the relay has
+//! staged blocks to offer (`Plan.resume_offset > 0`), it stops the stream with
+//! `app_error::RESUME_ON_NEW_STREAM` and takes none of its bytes; the client then
+//! offers again, not eagerly, on a new stream and resumes as usual. A Reject also
+//! stops the stream, so an eager client wastes at most one round trip of bytes.
 
 use std::collections::BTreeMap;
 
@@ -56,6 +64,9 @@ pub struct Offer {
     /// Block size the client asks for; the relay may grow it (see `plan`).
     #[serde(default)]
     pub block_size: Option<u64>,
+    /// `Start{0}` and the bytes follow this Offer without waiting for the Plan.
+    #[serde(default)]
+    pub eager: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,4 +207,9 @@ pub mod app_error {
     pub const DONE: u32 = 0;
     /// The relay is shutting down.
     pub const SHUTDOWN: u32 = 3;
+    /// An eager stream the relay does not read: it has staged blocks to offer, so
+    /// the client re-offers (not eagerly) on a new stream and resumes there.
+    pub const RESUME_ON_NEW_STREAM: u32 = 4;
+    /// The relay refused the Offer (its Reject frame says why) and reads no bytes.
+    pub const REJECTED: u32 = 5;
 }

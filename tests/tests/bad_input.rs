@@ -49,6 +49,7 @@ fn offer(container: &str, blob: &str, size: u64) -> Offer {
         overwrite: Overwrite::Never,
         sha256: None,
         block_size: None,
+        eager: false,
     }
 }
 
@@ -143,6 +144,49 @@ async fn hostile_offers_are_rejected_with_reasons() {
 
     // The connection survives all of that: a good upload still works.
     assert!(!blob_exists(&container, "ok.bin").await);
+    relay.stop().await;
+}
+
+/// An eager Offer (bytes follow without waiting for the Plan) that the relay
+/// refuses: the Reject explains, and the stream is stopped so the client's bytes
+/// stop too (else its writes would block on flow control until a timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_eager_offer_stops_the_bytes() {
+    let (relay, container) = setup("eagerno", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay).await;
+    let size = 256 * 1024 * 1024;
+    let mut o = offer(&container, "eager.bin", size);
+    o.token = Secret("not-a-valid-token-at-all".into());
+    o.eager = true;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::Offer(o))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::Start(Start { offset: 0 }))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let chunk = bytes::Bytes::from(vec![7u8; 1 << 20]);
+    let writing = async {
+        for _ in 0..size >> 20 {
+            send.write_chunk(chunk.clone()).await?;
+        }
+        Ok::<(), quinn::WriteError>(())
+    };
+    let written = tokio::time::timeout(Duration::from_secs(20), writing)
+        .await
+        .unwrap_or_else(|_| panic!("the relay never stopped the refused stream"));
+    match written {
+        Err(quinn::WriteError::Stopped(code)) => assert_eq!(
+            code.into_inner(),
+            u64::from(shared::protocol::app_error::REJECTED)
+        ),
+        other => panic!("expected the stream stopped, got {other:?}"),
+    }
+    let answer = read_frame(&mut recv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rejected(&answer), Code::Unauthorized);
+    assert!(!blob_exists(&container, "eager.bin").await);
     relay.stop().await;
 }
 

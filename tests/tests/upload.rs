@@ -60,6 +60,10 @@ async fn multi_block_file_is_committed_and_verified() {
     assert_eq!(f["sha256"], sha.as_str());
     assert!(f["etag"].as_str().is_some_and(|e| !e.is_empty()));
     assert!(f["clocks_ms"]["transfer_ms"].is_u64());
+    // The relay's own clocks come back in the Receipt.
+    for k in ["receive_ms", "stage_wait_ms", "commit_ms"] {
+        assert!(f["relay_ms"][k].is_u64(), "relay_ms.{k} in {f}");
+    }
     let (n, got) = blob_sha(&container, "pre/big.bin").await;
     assert_eq!((n, got), (3 * (5 << 20) + 12_345, sha.clone()));
     // The verified hash is stored in metadata.
