@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::crypto::rustls::QuicClientConfig;
-use quinn::{Connection, Endpoint, EndpointConfig, TokioRuntime};
+use quinn::{Connection, Endpoint, TokioRuntime};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -164,7 +164,7 @@ impl Connector {
             .map_err(|e| format!("{e}"))?;
         let socket = bind_udp(bind, udp_buffer).map_err(|e| format!("cannot bind UDP: {e}"))?;
         let endpoint = Endpoint::new(
-            EndpointConfig::default(),
+            shared::quic::endpoint_config(),
             None,
             socket,
             Arc::new(TokioRuntime),

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{Endpoint, EndpointConfig, TokioRuntime};
+use quinn::{Endpoint, TokioRuntime};
 use shared::blob::Storage;
 use shared::quic::{Windows, bind_udp};
 use shared::staging::{Budget, Mangle, Pace};
@@ -90,7 +90,7 @@ impl Relay {
         let socket = bind_udp(cfg.listen, cfg.udp_buffer)
             .map_err(|e| format!("cannot bind UDP {}: {e}", cfg.listen))?;
         let endpoint = Endpoint::new(
-            EndpointConfig::default(),
+            shared::quic::endpoint_config(),
             Some(server),
             socket,
             Arc::new(TokioRuntime),

@@ -143,6 +143,20 @@ impl Windows {
     }
 }
 
+/// Endpoint settings both ends share. Connection IDs are 4 random bytes instead of
+/// quinn's 8: every packet carries the peer's, so on a bulk transfer the 4 bytes
+/// are 0.27 % of the link (about 0.1 s of a 1 GiB upload at 200 Mbit/s). 2^32 IDs
+/// are plenty for one relay's connections; quinn draws again on a collision.
+pub fn endpoint_config() -> quinn::EndpointConfig {
+    let mut config = quinn::EndpointConfig::default();
+    config.cid_generator(|| {
+        Box::new(quinn_proto::RandomConnectionIdGenerator::new(CID_LEN)) as Box<_>
+    });
+    config
+}
+
+const CID_LEN: usize = 4;
+
 /// Warm start for one connection: what an earlier one measured, and where this
 /// one reports its own estimate.
 #[derive(Debug, Clone, Default)]

@@ -121,7 +121,7 @@ async fn server(a: Args) -> Result<(), String> {
     cfg.transport_config(Arc::new(a.windows.transport()));
     let socket = bind_udp(listen, a.udp_buffer).map_err(|e| format!("bind {listen}: {e}"))?;
     let endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        shared::quic::endpoint_config(),
         Some(cfg),
         socket,
         Arc::new(quinn::TokioRuntime),
