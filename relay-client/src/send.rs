@@ -44,6 +44,10 @@ fn lost(e: impl std::fmt::Display) -> FileError {
     FileError::new("connection", format!("connection to relay lost: {e}"), true)
 }
 
+fn unreadable(e: std::io::Error) -> FileError {
+    FileError::new("source", format!("cannot read: {e}"), false)
+}
+
 fn frame_err(what: &str, e: FrameError) -> FileError {
     match e {
         FrameError::Io(_) | FrameError::Closed | FrameError::Truncated => FileError::new(
@@ -74,12 +78,11 @@ pub async fn send_file(
 }
 
 async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
-    let cannot = |e: std::io::Error| FileError::new("source", format!("cannot read: {e}"), false);
-    let before = Snapshot::take(&src.path).map_err(cannot)?;
+    let before = Snapshot::take(&src.path).map_err(unreadable)?;
     let h = hash_prefix(src.path.clone(), before.len)
         .await
-        .map_err(cannot)?;
-    if Snapshot::take(&src.path).map_err(cannot)? != before {
+        .map_err(unreadable)?;
+    if Snapshot::take(&src.path).map_err(unreadable)? != before {
         return Err(FileError::new(
             "source_changed",
             "file changed while it was being hashed; nothing committed",
@@ -136,8 +139,7 @@ async fn attempt(
     eager: bool,
 ) -> Result<Attempt, FileError> {
     let t0 = Instant::now();
-    let before = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    let before = Snapshot::take(&src.path).map_err(unreadable)?;
     bar.set_length(before.len);
     let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
     let offer = Offer {
@@ -212,8 +214,7 @@ async fn attempt(
             return Err(relay_reason(&mut recv).await.unwrap_or_else(|| lost(e)));
         }
     };
-    let after = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    let after = Snapshot::take(&src.path).map_err(unreadable)?;
     if after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
         return Err(FileError::new(
@@ -266,7 +267,7 @@ async fn resume_from(
     let theirs = Checkpoint::from_hex(&plan.checkpoint);
     let ours = hash_prefix(src.path.clone(), plan.resume_offset)
         .await
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        .map_err(unreadable)?;
     if theirs.is_some() && Checkpoint::of(&ours) == theirs {
         Ok((plan.resume_offset, ours))
     } else {

@@ -113,9 +113,6 @@ impl PathTrace {
             cwnd = s.path.cwnd,
             rtt_ms = format!("{:.1}", s.path.rtt.as_secs_f64() * 1e3),
             mtu = s.path.current_mtu,
-            // Flow control held us back (the relay reads too slowly).
-            blocked = (s.frame_tx.stream_data_blocked + s.frame_tx.data_blocked)
-                - (self.last.frame_tx.stream_data_blocked + self.last.frame_tx.data_blocked),
             "path"
         );
         self.at = Instant::now();
