@@ -161,6 +161,13 @@ pub struct UploadArgs {
     /// With --direct: memory for block buffers.
     #[arg(long, default_value = "512MiB", value_parser = size)]
     pub memory_budget: u64,
+
+    /// With --direct: the key that signs this user's block IDs and commit seals
+    /// (64 hex characters; created if missing). Direct mode resumes, and
+    /// recognises as already uploaded, only what this key signed. Default:
+    /// $XDG_STATE_HOME/blob-relay/direct-id.key (~/.local/state/...).
+    #[arg(long, env = "RELAY_ID_KEY_FILE")]
+    pub id_key_file: Option<std::path::PathBuf>,
 }
 
 const UPLOAD_EXAMPLES: &str = "Examples:

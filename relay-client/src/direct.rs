@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 use shared::blob::Storage;
-use shared::block_id::TransferTag;
+use shared::block_id::{IdSigner, TransferTag};
 use shared::checkpoint::Checkpoint;
+use shared::id_key::{IdKey, Owner};
 use shared::plan::BlockPlan;
 use shared::publish::{
     Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
@@ -24,6 +25,9 @@ use crate::walk::Source;
 
 pub struct Direct {
     pub storage: Storage,
+    /// Signs this user's block IDs and seals (see `direct_key`): direct mode
+    /// resumes, and treats as already committed, only what this key made.
+    pub id_key: IdKey,
     pub budget: Budget,
     pub connections: usize,
     pub block_size: u64,
@@ -50,6 +54,15 @@ pub async fn upload_file(
             .writer(&opts.container, &src.blob)
             .map_err(|e| relay_like(storage_failure(&e)))?,
     );
+    let dest = Destination {
+        container: &opts.container,
+        blob: &src.blob,
+        key: &d.id_key,
+        size: before.len,
+        content_type: opts.content_type.as_deref(),
+        metadata: &opts.metadata,
+        overwrite: &opts.overwrite,
+    };
     if let Err(f) = preflight(&writer, &opts.overwrite).await {
         // As through the relay: a re-run whose file is already the committed blob
         // succeeds with nothing sent.
@@ -60,7 +73,7 @@ pub async fn upload_file(
             .await
             .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
         let sha256 = hex::encode(sha2::Digest::finalize(ours));
-        let Some(props) = already_committed(&writer, before.len, &sha256)
+        let Some(props) = already_committed(&writer, &dest, &sha256)
             .await
             .map_err(relay_like)?
         else {
@@ -82,14 +95,22 @@ pub async fn upload_file(
         });
     }
 
-    let tag = TransferTag::derive(&opts.container, &src.blob, before.len, plan.block_size);
+    let tag = TransferTag::derive(
+        &d.id_key,
+        &Owner::direct(),
+        &opts.container,
+        &src.blob,
+        before.len,
+        plan.block_size,
+    );
+    let signer = IdSigner::new(d.id_key.clone(), tag);
     let uncommitted = writer
         .uncommitted_blocks()
         .await
         .map_err(|e| relay_like(storage_failure(&e)))?;
     let mut point = find_resume_point(
         &plan,
-        tag,
+        &signer,
         uncommitted.iter().map(|(i, s)| (i.as_slice(), *s)),
     );
     if point.offset > 0 {
@@ -116,7 +137,7 @@ pub async fn upload_file(
     let mut stager = Stager::new(
         writer.clone(),
         plan,
-        tag,
+        signer,
         point,
         d.budget.clone(),
         d.connections,
@@ -144,12 +165,6 @@ pub async fn upload_file(
             false,
         ));
     }
-    let dest = Destination {
-        size: before.len,
-        content_type: opts.content_type.as_deref(),
-        metadata: &opts.metadata,
-        overwrite: &opts.overwrite,
-    };
     let props = commit_verified(&writer, &staged, &[], &dest)
         .await
         .map_err(relay_like)?;

@@ -9,6 +9,7 @@ use quinn::Connection;
 use sha2::{Digest, Sha256};
 use shared::checkpoint::Checkpoint;
 use shared::codec::{FrameError, read_frame, write_frame};
+use shared::exchange::{EagerAnswer, eager_answer};
 use shared::limits::PROTOCOL_VERSION;
 use shared::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer, app_error};
 
@@ -99,16 +100,19 @@ enum Attempt {
     ResumeOnNewStream,
 }
 
-/// Why the bytes stopped before the end.
+/// Why the body (bytes and Trailer) stopped before the end.
 enum StreamEnd {
+    /// The source could not be read or changed: the file fails, nothing retried.
     Source(FileError),
-    Write(quinn::WriteError),
+    /// The stream or connection failed; the relay may have said why.
+    Transport(FileError),
 }
 
 /// One file: an eager Offer (bytes follow at once, a round trip saved), or, with
 /// `known_sha256` (the whole file's; the relay may answer with a Receipt and no
-/// bytes), a plain one. If the relay has staged blocks to resume from, it stops the
-/// eager stream and the file is offered again, plainly, on a new stream.
+/// bytes), a plain one. If the relay has staged blocks to resume from, it
+/// redirects the eager stream and the file is offered again, plainly, on a new
+/// stream (`shared::exchange`).
 async fn send_once(
     conn: &Connection,
     src: &Source,
@@ -124,7 +128,7 @@ async fn send_once(
         Attempt::Done(sent) => Ok(sent),
         Attempt::ResumeOnNewStream => Err(FileError::new(
             "protocol",
-            "the relay stopped a stream that was not eager",
+            "the relay redirected a stream that was not eager",
             false,
         )),
     }
@@ -159,8 +163,11 @@ async fn attempt(
         .await
         .map_err(|e| frame_err("sending the Offer", e))?;
 
-    let (start, hasher) = if eager {
-        (0, Sha256::new())
+    let (start, sha256) = if eager {
+        match eager_body(&mut send, &mut recv, src, &before, bar).await? {
+            Some(sha256) => (0, sha256),
+            None => return Ok(Attempt::ResumeOnNewStream),
+        }
     } else {
         let plan = match read_frame(&mut recv)
             .await
@@ -175,64 +182,20 @@ async fn attempt(
             }
             other => return Err(unexpected("a Plan", &other)),
         };
-        resume_from(src, &plan, before.len).await?
-    };
-    write_frame(&mut send, &Message::Start(Start { offset: start }))
-        .await
-        .map_err(|e| frame_err("sending Start", e))?;
-    bar.set_position(start);
-
-    let streamed = if eager {
-        // The Plan comes back while the first round trip of bytes is on its way.
-        let (first, streamed) = tokio::join!(
-            read_frame(&mut recv),
-            stream_bytes(&mut send, src, start, before.len, hasher, bar)
-        );
-        match first.map_err(|e| frame_err("reading the Plan", e))? {
-            Message::Plan(p) => match streamed {
-                Err(StreamEnd::Write(quinn::WriteError::Stopped(code)))
-                    if p.resume_offset > 0
-                        && code.into_inner() == u64::from(app_error::RESUME_ON_NEW_STREAM) =>
-                {
-                    return Ok(Attempt::ResumeOnNewStream);
-                }
-                // The relay takes this stream from 0 (nothing staged, or a relay that
-                // predates eager offers restarting from zero).
-                other => other,
-            },
-            Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
-            other => return Err(unexpected("a Plan", &other)),
-        }
-    } else {
-        stream_bytes(&mut send, src, start, before.len, hasher, bar).await
-    };
-    let hasher = match streamed {
-        Ok(h) => h,
-        Err(StreamEnd::Source(e)) => return Err(e),
-        // The relay may have stopped us with a reason; prefer its message.
-        Err(StreamEnd::Write(e)) => {
-            return Err(relay_reason(&mut recv).await.unwrap_or_else(|| lost(e)));
+        let (start, hasher) = resume_from(src, &plan, before.len).await?;
+        write_frame(&mut send, &Message::Start(Start { offset: start }))
+            .await
+            .map_err(|e| frame_err("sending Start", e))?;
+        bar.set_position(start);
+        match send_body(&mut send, src, start, &before, hasher, bar).await {
+            Ok(sha256) => (start, sha256),
+            Err(StreamEnd::Source(e)) => return Err(e),
+            // The relay may have stopped us with a reason; prefer its message.
+            Err(StreamEnd::Transport(e)) => {
+                return Err(relay_reason(&mut recv).await.unwrap_or(e));
+            }
         }
     };
-    let after = Snapshot::take(&src.path).map_err(unreadable)?;
-    if after != before {
-        let _ = send.reset(app_error::CLIENT_ABORT.into());
-        return Err(FileError::new(
-            "source_changed",
-            "file changed while it was being sent (size or modification time); nothing committed",
-            false,
-        ));
-    }
-    let sha256 = hex::encode(hasher.finalize());
-    write_frame(
-        &mut send,
-        &Message::Trailer(Trailer {
-            sha256: sha256.clone(),
-        }),
-    )
-    .await
-    .map_err(|e| frame_err("sending the Trailer", e))?;
-    let _ = send.finish();
     let t_sent = Instant::now();
 
     let receipt = match read_frame(&mut recv)
@@ -244,6 +207,105 @@ async fn attempt(
         other => return Err(unexpected("a Receipt", &other)),
     };
     verified(receipt, sha256, before.len, before.len - start, t0, t_sent).map(Attempt::Done)
+}
+
+/// The eager body: `Start{0}`, every byte and the Trailer go out at once, while the
+/// relay's first frame is awaited. That frame alone decides the stream
+/// (`shared::exchange`), whenever it arrives: before the first byte, mid-body, or
+/// after the Trailer. `None`: redirected, re-offer on a new stream.
+async fn eager_body(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    src: &Source,
+    before: &Snapshot,
+    bar: &ProgressBar,
+) -> Result<Option<String>, FileError> {
+    let mut body = Box::pin(async {
+        write_frame(send, &Message::Start(Start { offset: 0 }))
+            .await
+            .map_err(|e| StreamEnd::Transport(frame_err("sending Start", e)))?;
+        bar.set_position(0);
+        send_body(send, src, 0, before, Sha256::new(), bar).await
+    });
+    let mut reading = Box::pin(read_frame(recv));
+    let mut sent = None;
+    let first = loop {
+        tokio::select! {
+            frame = &mut reading => break frame,
+            // A failed write is not yet an answer: the relay's frame says why.
+            done = &mut body, if sent.is_none() => match done {
+                Err(StreamEnd::Source(e)) => return Err(e),
+                other => sent = Some(other),
+            },
+        }
+    };
+    let answer = match first {
+        Ok(frame) => eager_answer(&frame),
+        Err(e) => return Err(frame_err("reading the Plan", e)),
+    };
+    let sent = match (answer, sent) {
+        (EagerAnswer::Proceed, Some(sent)) => sent,
+        (EagerAnswer::Proceed, None) => body.await,
+        (EagerAnswer::Redirect { resume_offset }, _) => {
+            drop(body);
+            tracing::debug!(path = %src.path.display(), resume_offset, "relay has staged blocks; re-offering");
+            let _ = send.reset(app_error::RESUME_ON_NEW_STREAM.into());
+            return Ok(None);
+        }
+        (EagerAnswer::Refused(f), _) => {
+            drop(body);
+            let _ = send.reset(app_error::REJECTED.into());
+            return Err(FileError::from_relay(f.code, f.message));
+        }
+        (EagerAnswer::Unexpected(name), _) => {
+            return Err(FileError::new(
+                "protocol",
+                format!("expected a Plan, got {name}"),
+                false,
+            ));
+        }
+    };
+    match sent {
+        Ok(sha256) => Ok(Some(sha256)),
+        Err(StreamEnd::Source(e)) => Err(e),
+        Err(StreamEnd::Transport(e)) => {
+            drop(reading);
+            Err(relay_reason(recv).await.unwrap_or(e))
+        }
+    }
+}
+
+/// Sends bytes `[start, len)`, checks the source did not change, then the Trailer
+/// with the SHA-256 of the whole file; returns that SHA-256 (hex).
+async fn send_body(
+    send: &mut quinn::SendStream,
+    src: &Source,
+    start: u64,
+    before: &Snapshot,
+    hasher: Sha256,
+    bar: &ProgressBar,
+) -> Result<String, StreamEnd> {
+    let hasher = stream_bytes(send, src, start, before.len, hasher, bar).await?;
+    let after = Snapshot::take(&src.path).map_err(|e| StreamEnd::Source(unreadable(e)))?;
+    if &after != before {
+        let _ = send.reset(app_error::CLIENT_ABORT.into());
+        return Err(StreamEnd::Source(FileError::new(
+            "source_changed",
+            "file changed while it was being sent (size or modification time); nothing committed",
+            false,
+        )));
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    write_frame(
+        send,
+        &Message::Trailer(Trailer {
+            sha256: sha256.clone(),
+        }),
+    )
+    .await
+    .map_err(|e| StreamEnd::Transport(frame_err("sending the Trailer", e)))?;
+    let _ = send.finish();
+    Ok(sha256)
 }
 
 fn unexpected(wanted: &str, got: &Message) -> FileError {
@@ -296,7 +358,9 @@ async fn stream_bytes(
         };
         hasher.update(&chunk);
         let n = chunk.len() as u64;
-        send.write_chunk(chunk).await.map_err(StreamEnd::Write)?;
+        send.write_chunk(chunk)
+            .await
+            .map_err(|e| StreamEnd::Transport(lost(e)))?;
         bar.inc(n);
     }
     Ok(hasher)

@@ -188,14 +188,35 @@ fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
     }
 }
 
+/// Where direct mode keeps its key: `$XDG_STATE_HOME/blob-relay/direct-id.key`,
+/// else `~/.local/state/blob-relay/direct-id.key`.
+fn default_direct_key_file() -> Option<std::path::PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".local/state"))
+        })?;
+    Some(state.join("blob-relay/direct-id.key"))
+}
+
 /// Direct mode from the flags: the same writer the relay uses, straight to storage.
 fn direct_mode(args: &UploadArgs) -> Result<Direct, SetupError> {
     let url = args.storage_url.clone().unwrap_or_default();
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
     let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
+    let key_file = args
+        .id_key_file
+        .clone()
+        .or_else(default_direct_key_file)
+        .ok_or_else(|| {
+            SetupError("direct mode needs --id-key-file (no home directory to keep one in)".into())
+        })?;
+    let id_key = shared::id_key::IdKey::load_or_create(&key_file)
+        .map_err(|e| SetupError(format!("--id-key-file: {e}")))?;
     Ok(Direct {
         storage,
+        id_key,
         budget: Budget::new(args.memory_budget),
         connections: args.connections.max(1),
         block_size: args

@@ -101,9 +101,56 @@ pub struct Args {
     #[arg(long, env = "RELAY_FAIR")]
     pub fair: bool,
 
-    /// Most client connections at once.
-    #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = 256)]
+    /// Most authenticated client connections at once (each may buffer up to
+    /// --connection-window; see the memory bound in docs/SECURITY.md).
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = 32)]
     pub max_connections: usize,
+
+    /// Most connections that have not presented a valid Offer yet.
+    #[arg(long, env = "RELAY_MAX_PENDING", default_value_t = 128)]
+    pub max_pending: usize,
+
+    /// Most connections (pending or authenticated) from one source address.
+    #[arg(long, env = "RELAY_MAX_PER_ADDRESS", default_value_t = 32)]
+    pub max_per_address: usize,
+
+    /// Seconds a new connection has to present a valid Offer.
+    #[arg(long, env = "RELAY_AUTH_DEADLINE", default_value_t = 10)]
+    pub auth_deadline: u64,
+
+    /// Key that signs block IDs and commit seals (64 hex characters), the same on
+    /// every relay of a deployment so any relay resumes any transfer. Created
+    /// (random, mode 0600) if the file does not exist.
+    #[arg(
+        long,
+        env = "RELAY_ID_KEY_FILE",
+        required_unless_present = "id_key_ephemeral"
+    )]
+    pub id_key_file: Option<PathBuf>,
+
+    /// Use a random key for this process only (tests): staged blocks from before
+    /// a restart, or from other relays, are ignored and those uploads restart.
+    #[arg(long, env = "RELAY_ID_KEY_EPHEMERAL", conflicts_with = "id_key_file")]
+    pub id_key_ephemeral: bool,
+
+    /// Largest block a client may ask for (bounds one transfer's memory).
+    #[arg(long, env = "RELAY_MAX_BLOCK_SIZE", default_value = "128MiB", value_parser = size)]
+    pub max_block_size: u64,
+
+    /// Share of --memory-budget one token's transfers may hold at once (percent).
+    #[arg(long, env = "RELAY_TOKEN_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub token_share: u64,
+
+    /// Seconds a transfer waits for block memory before it is refused as busy
+    /// (retryable; staged blocks are kept).
+    #[arg(long, env = "RELAY_BUDGET_WAIT", default_value_t = 30)]
+    pub budget_wait: u64,
+
+    /// Upper bound for the relay's memory (the bound in docs/SECURITY.md); the
+    /// relay refuses to start if its configuration could exceed it. Default: 90 %
+    /// of the machine's memory.
+    #[arg(long, env = "RELAY_MEMORY_LIMIT", value_parser = size)]
+    pub memory_limit: Option<u64>,
 
     /// On SIGTERM, how long in-flight transfers may continue (seconds).
     #[arg(long, env = "RELAY_SHUTDOWN_GRACE", default_value_t = 30)]

@@ -175,6 +175,7 @@ pub fn render(shared: &Shared) -> String {
         "Block buffers in use.",
         budget.in_use_bytes(),
     );
+    crate::admission::render_metrics(&shared.admission, budget, &mut out);
     m.commit_seconds.render(
         "blob_relay_commit_seconds",
         "Time to verify and commit a blob (hash check, Put Block List and its retries, reading back its properties), per committed blob.",

@@ -2,6 +2,7 @@
 //! whole-file SHA-256 matches. The binary is a thin shell over this library so the
 //! end-to-end tests can run a real relay in-process.
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod health;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use shared::blob::{Storage, WriterOptions};
 use shared::credentials::StorageAccess;
+use shared::id_key::IdKey;
 use shared::protocol::Secret;
 use shared::quic::Windows;
 use shared::staging::Budget;
@@ -33,7 +35,11 @@ impl Config {
         };
         shared::plan::BlockPlan::new(0, args.block_size)
             .map_err(|e| format!("--block-size: {e}"))?;
-        Ok(Self {
+        let id_key = match &args.id_key_file {
+            Some(path) => IdKey::load_or_create(path).map_err(|e| format!("--id-key-file: {e}"))?,
+            None => IdKey::random(),
+        };
+        let cfg = Self {
             listen: args.listen,
             storage,
             tokens,
@@ -50,9 +56,47 @@ impl Config {
             },
             udp_buffer: usize::try_from(args.udp_buffer).unwrap_or(usize::MAX),
             max_connections: args.max_connections,
+            admission: admission::Limits {
+                max_pending: args.max_pending.max(1),
+                max_per_address: args.max_per_address.max(1),
+                auth_deadline: Duration::from_secs(args.auth_deadline.max(1)),
+                ..admission::Limits::default()
+            },
             grace: args.grace(),
+            id_key,
+            max_block_size: args.max_block_size,
+            token_share_percent: args.token_share,
+            budget_wait: Duration::from_secs(args.budget_wait.max(1)),
             hooks: TestHooks::default(),
-        })
+        };
+        let bound = cfg.memory_bound();
+        let limit = args
+            .memory_limit
+            .or_else(|| machine_memory().map(|m| m / 10 * 9));
+        if let Some(limit) = limit
+            && bound.total() > limit
+        {
+            return Err(format!(
+                "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
+                shared::size::format_size(bound.total()),
+                shared::size::format_size(limit)
+            ));
+        }
+        Ok(cfg)
+    }
+
+    /// The most memory this configuration lets the relay use, whatever its peers
+    /// do (docs/SECURITY.md, "Memory").
+    pub fn memory_bound(&self) -> MemoryBound {
+        let per_connection_state = PER_CONNECTION_OVERHEAD;
+        MemoryBound {
+            base: BASE_MEMORY,
+            budget: self.budget.total_bytes(),
+            authenticated: self.max_connections.max(1) as u64
+                * (self.windows.connection_window + per_connection_state),
+            pending: self.admission.max_pending.max(1) as u64
+                * (self.admission.window_before_auth + per_connection_state + INCOMING_BUFFER),
+        }
     }
 
     /// Defaults for tests and benchmarks: loopback, self-signed.
@@ -72,8 +116,59 @@ impl Config {
             windows: Windows::default(),
             udp_buffer: 8 << 20,
             max_connections: 64,
+            admission: admission::Limits::default(),
             grace: Duration::from_secs(5),
+            id_key: IdKey::random(),
+            max_block_size: 128 << 20,
+            token_share_percent: 50,
+            budget_wait: Duration::from_secs(30),
             hooks: TestHooks::default(),
         })
     }
+}
+
+/// Code, runtime, TLS state, logging and the health endpoint: measured idle RSS
+/// is ~10 MiB; the rest is headroom for allocator slack.
+pub const BASE_MEMORY: u64 = 64 << 20;
+/// Per connection beyond its receive window: quinn's connection state, send
+/// buffers of control frames, stream bookkeeping.
+pub const PER_CONNECTION_OVERHEAD: u64 = 1 << 20;
+/// What quinn may buffer for a connection attempt before it is accepted.
+pub const INCOMING_BUFFER: u64 = 64 << 10;
+
+/// The parts of the relay's memory bound.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryBound {
+    pub base: u64,
+    pub budget: u64,
+    pub authenticated: u64,
+    pub pending: u64,
+}
+
+impl MemoryBound {
+    pub fn total(&self) -> u64 {
+        self.base + self.budget + self.authenticated + self.pending
+    }
+}
+
+impl std::fmt::Display for MemoryBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use shared::size::format_size as s;
+        write!(
+            f,
+            "base {} + block budget {} + authenticated connections {} + pending connections {}",
+            s(self.base),
+            s(self.budget),
+            s(self.authenticated),
+            s(self.pending)
+        )
+    }
+}
+
+/// Total memory of this machine (Linux), if it can be read.
+fn machine_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

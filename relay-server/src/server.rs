@@ -2,16 +2,20 @@
 //! stream to a transfer, and shuts down gracefully (stop accepting, let in-flight
 //! transfers finish within a grace period, then close).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quinn::{Endpoint, TokioRuntime};
 use shared::blob::Storage;
+use shared::id_key::{IdKey, Owner};
 use shared::quic::{Windows, bind_udp};
 use shared::staging::{Budget, Mangle, Pace};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
+
+use crate::admission::{Admission, Limits as AdmissionLimits};
 
 use crate::auth::TokenStore;
 use crate::metrics::Metrics;
@@ -25,6 +29,10 @@ pub struct TestHooks {
     /// Called on every received chunk with its offset and length; the transfer
     /// waits as long as it says (a slow relay, to stop a test at a chosen point).
     pub pace: Option<Pace>,
+    /// Before sending a Plan, wait until the connection has received this many
+    /// bytes: makes "the Plan arrives after the client sent everything" (a long
+    /// path) deterministic on loopback.
+    pub hold_plan_until_received: Option<u64>,
 }
 
 pub struct Config {
@@ -38,7 +46,16 @@ pub struct Config {
     pub windows: Windows,
     pub udp_buffer: usize,
     pub max_connections: usize,
+    pub admission: AdmissionLimits,
     pub grace: Duration,
+    /// Signs block IDs and seals commits; shared by every relay of a deployment.
+    pub id_key: IdKey,
+    /// Largest block a transfer may use (bounds one transfer's share of memory).
+    pub max_block_size: u64,
+    /// Share of the budget one token's transfers may hold at once, in percent.
+    pub token_share_percent: u64,
+    /// How long a transfer waits for block memory before a retryable `busy`.
+    pub budget_wait: Duration,
     pub hooks: TestHooks,
 }
 
@@ -47,6 +64,13 @@ pub struct Shared {
     pub storage: Storage,
     pub tokens: TokenStore,
     pub budget: Budget,
+    /// Connection admission: pending and authenticated slots, refusals.
+    pub admission: Arc<Admission>,
+    pub id_key: IdKey,
+    pub max_block_size: u64,
+    pub budget_wait: Duration,
+    token_share_bytes: u64,
+    shares: Mutex<HashMap<Owner, Budget>>,
     pub block_size: u64,
     pub blocks_in_flight: usize,
     pub metrics: Metrics,
@@ -71,13 +95,36 @@ impl Shared {
             None
         }
     }
+
+    pub fn hold_plan_until_received(&self) -> Option<u64> {
+        if cfg!(feature = "test-hooks") {
+            self.hooks.hold_plan_until_received
+        } else {
+            None
+        }
+    }
+
+    /// The largest block a transfer may use: the configured cap, and never more
+    /// than one token's share of the budget.
+    pub fn max_block_bytes(&self) -> u64 {
+        self.max_block_size.min(self.token_share_bytes)
+    }
+
+    /// The budget share of one token (created on its first transfer; the number
+    /// of shares is bounded by the tokens file, not by peers).
+    pub fn share_of(&self, owner: &Owner) -> Budget {
+        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        shares
+            .entry(*owner)
+            .or_insert_with(|| Budget::new(self.token_share_bytes))
+            .clone()
+    }
 }
 
 pub struct Relay {
     endpoint: Endpoint,
     stopping: watch::Sender<bool>,
     shared: Arc<Shared>,
-    max_connections: usize,
     grace: Duration,
     fingerprint: String,
 }
@@ -86,7 +133,17 @@ impl Relay {
     pub fn bind(cfg: Config) -> Result<Self, String> {
         let crypto = cfg.identity.server_crypto()?;
         let mut server = quinn::ServerConfig::with_crypto(crypto);
-        server.transport_config(Arc::new(cfg.windows.transport()));
+        // Until a connection presents a valid Offer it gets small windows and few
+        // streams (`admission`); they are raised to `cfg.windows` afterwards.
+        server.transport_config(Arc::new(cfg.windows.transport_before_auth(
+            cfg.admission.window_before_auth,
+            cfg.admission.streams_before_auth,
+        )));
+        server.max_incoming(cfg.admission.max_pending.max(1));
+        // Early data is not used (no 0-RTT); keep what an unaccepted attempt may
+        // buffer small.
+        server.incoming_buffer_size(64 << 10);
+        server.incoming_buffer_size_total(cfg.admission.max_pending.max(1) as u64 * (64 << 10));
         let socket = bind_udp(cfg.listen, cfg.udp_buffer)
             .map_err(|e| format!("cannot bind UDP {}: {e}", cfg.listen))?;
         let endpoint = Endpoint::new(
@@ -100,21 +157,32 @@ impl Relay {
         let metrics = Metrics::default();
         // Every writer records its retries in the relay's metrics as they happen.
         let storage = cfg.storage.with_retry_counts(metrics.azure_retries.clone());
+        let token_share_bytes =
+            (cfg.budget.total_bytes() / 100 * cfg.token_share_percent.clamp(1, 100)).max(1 << 20);
         Ok(Self {
             endpoint,
             stopping,
             fingerprint: cfg.identity.fingerprint.clone(),
             shared: Arc::new(Shared {
+                admission: Arc::new(Admission::new(
+                    cfg.admission,
+                    cfg.max_connections.max(1),
+                    cfg.windows,
+                )),
                 storage,
                 tokens: cfg.tokens,
                 budget: cfg.budget,
+                id_key: cfg.id_key,
+                max_block_size: cfg.max_block_size,
+                budget_wait: cfg.budget_wait,
+                token_share_bytes,
+                shares: Mutex::new(HashMap::new()),
                 block_size: cfg.block_size,
                 blocks_in_flight: cfg.blocks_in_flight,
                 metrics,
                 stopping: stopping_rx,
                 hooks: cfg.hooks,
             }),
-            max_connections: cfg.max_connections.max(1),
             grace: cfg.grace,
         })
     }
@@ -131,9 +199,12 @@ impl Relay {
         self.shared.clone()
     }
 
+    pub fn admission(&self) -> Arc<Admission> {
+        self.shared.admission.clone()
+    }
+
     /// Serves until `shutdown` turns true, then drains.
     pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
-        let limit = Arc::new(Semaphore::new(self.max_connections));
         let mut conns = JoinSet::new();
         let for_conns = shutdown.clone();
         loop {
@@ -141,17 +212,10 @@ impl Relay {
                 _ = shutdown.wait_for(|s| *s) => break,
                 incoming = self.endpoint.accept() => {
                     let Some(incoming) = incoming else { break };
-                    let Ok(permit) = limit.clone().try_acquire_owned() else {
-                        tracing::warn!(remote = %incoming.remote_address(), "connection limit reached; refusing");
-                        incoming.refuse();
-                        continue;
-                    };
+                    let Some(pending) = self.shared.admission.admit(incoming) else { continue };
                     let shared = self.shared.clone();
                     let stop = for_conns.clone();
-                    conns.spawn(async move {
-                        serve_connection(shared, incoming, stop).await;
-                        drop(permit);
-                    });
+                    conns.spawn(serve_connection(shared, pending, stop));
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
@@ -183,31 +247,52 @@ impl Relay {
     }
 }
 
+/// One connection: until a stream presents a valid Offer it holds only a pending
+/// slot with small windows and a short deadline; then it is counted against
+/// `--max-connections` and its windows are raised.
 async fn serve_connection(
     shared: Arc<Shared>,
-    incoming: quinn::Incoming,
+    pending: crate::admission::Pending,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let remote = incoming.remote_address();
-    let conn = match incoming.await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::info!(%remote, error = %e, "handshake failed");
-            return;
-        }
+    let remote = pending.remote();
+    let Some((conn, mut admitted)) = pending.handshake().await else {
+        return;
     };
-    tracing::info!(%remote, "client connected");
+    tracing::debug!(%remote, "client connected");
+    let deadline = tokio::time::sleep(admitted.deadline());
+    tokio::pin!(deadline);
+    let gate = admitted.gate();
     let mut streams = JoinSet::new();
     loop {
         tokio::select! {
             // On shutdown stop taking new files; running ones continue.
             _ = shutdown.wait_for(|s| *s) => break,
+            _ = &mut deadline, if !admitted.is_authenticated() => {
+                tracing::info!(%remote, "no valid Offer in time; closing");
+                admitted.count_deadline_missed();
+                conn.close(shared::protocol::app_error::UNAUTHENTICATED.into(), b"no valid Offer in time");
+                break;
+            }
+            _ = gate.opened(), if !admitted.is_authenticated() => {
+                if let Err(why) = admitted.promote(&conn) {
+                    tracing::warn!(%remote, why, "connection limit reached; closing");
+                    conn.close(shared::protocol::app_error::BUSY.into(), why.as_bytes());
+                    break;
+                }
+            }
             s = conn.accept_bi() => match s {
                 Ok((send, recv)) => {
-                    streams.spawn(crate::transfer::handle(shared.clone(), send, recv));
+                    streams.spawn(crate::transfer::handle(
+                        shared.clone(),
+                        gate.clone(),
+                        conn.clone(),
+                        send,
+                        recv,
+                    ));
                 }
                 Err(e) => {
-                    tracing::info!(%remote, reason = %e, "client disconnected");
+                    tracing::debug!(%remote, reason = %e, "client disconnected");
                     break;
                 }
             },
@@ -216,4 +301,5 @@ async fn serve_connection(
     }
     while streams.join_next().await.is_some() {}
     conn.close(shared::protocol::app_error::DONE.into(), b"");
+    drop(admitted);
 }

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
 use shared::blob_name::{validate_blob_name, validate_container, validate_metadata};
-use shared::block_id::TransferTag;
+use shared::block_id::{IdSigner, TransferTag};
 use shared::codec::{FrameError, read_frame, write_frame};
+use shared::exchange::{RelayTakes, relay_takes};
+use shared::id_key::Owner;
 use shared::limits::PROTOCOL_VERSION;
 use shared::plan::BlockPlan;
 use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
@@ -16,9 +18,10 @@ use shared::publish::{
     Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
 };
 use shared::resume::{ResumePoint, find_resume_point};
-use shared::staging::Stager;
+use shared::staging::{StageLimits, Stager};
 use tracing::Instrument;
 
+use crate::admission::AuthGate;
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::server::Shared;
 
@@ -27,6 +30,11 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a peer may send no file bytes before its transfer is dropped (its
 /// block buffer goes back to the budget; staged blocks stay for a resume).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// A block that holds memory must fill at least this fast (plus `FILL_GRACE`):
+/// 64 KiB/s (0.5 Mbit/s per file). A peer trickling bytes into a held buffer is
+/// cut, its staged blocks stay for a resume.
+const MIN_FILL_BYTES_PER_S: u64 = 64 << 10;
+const FILL_GRACE: Duration = Duration::from_secs(60);
 
 fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
@@ -35,7 +43,13 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     }
 }
 
-pub async fn handle(shared: Arc<Shared>, mut send: SendStream, mut recv: RecvStream) {
+pub async fn handle(
+    shared: Arc<Shared>,
+    gate: Arc<AuthGate>,
+    conn: quinn::Connection,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
     let _active = ActiveGuard::new(&shared.metrics);
     let offer = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(&mut recv)).await {
         Ok(Ok(Message::Offer(o))) => o,
@@ -67,13 +81,27 @@ pub async fn handle(shared: Arc<Shared>, mut send: SendStream, mut recv: RecvStr
         }
     };
     let span = tracing::info_span!("transfer", container = %offer.container, blob = %offer.blob, size = offer.size);
-    respond(&shared, &offer, &mut send, &mut recv)
+    let link = Link { gate, conn };
+    respond(&shared, &link, &offer, &mut send, &mut recv)
         .instrument(span)
         .await;
 }
 
-async fn respond(shared: &Shared, offer: &Offer, send: &mut SendStream, recv: &mut RecvStream) {
-    match run(shared, offer, send, recv).await {
+/// The connection a stream belongs to: its authentication gate, and the
+/// connection itself (for the test hook that holds the Plan).
+struct Link {
+    gate: Arc<AuthGate>,
+    conn: quinn::Connection,
+}
+
+async fn respond(
+    shared: &Shared,
+    link: &Link,
+    offer: &Offer,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+) {
+    match run(shared, link, offer, send, recv).await {
         Ok(receipt) => {
             Metrics::add(&shared.metrics.transfers_committed, 1);
             Metrics::add(&shared.metrics.bytes_committed, receipt.size);
@@ -168,12 +196,13 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
         shared::plan::PlanError::TooLarge { .. } => fail(Code::TooLarge, e.to_string()),
         shared::plan::PlanError::BadBlockSize(_) => fail(Code::InvalidOffer, e.to_string()),
     })?;
-    if !shared.budget.fits(plan.block_size) {
+    if plan.block_size > shared.max_block_bytes() {
         return Err(fail(
             Code::TooLarge,
             format!(
-                "block size {} exceeds the relay's memory budget {}",
+                "block size {} exceeds the relay's largest block {} (its memory budget {})",
                 shared::size::format_size(plan.block_size),
+                shared::size::format_size(shared.max_block_bytes()),
                 shared::size::format_size(shared.budget.total_bytes())
             ),
         ));
@@ -183,23 +212,38 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
 
 async fn run(
     shared: &Shared,
+    link: &Link,
     offer: &Offer,
     send: &mut SendStream,
     recv: &mut RecvStream,
 ) -> Result<Receipt, Outcome> {
     let plan = validate(shared, offer).map_err(Outcome::Rejected)?;
+    // A valid Offer: the connection may now have its full windows and a
+    // connection slot (`admission`).
+    link.gate.open();
     let writer = shared
         .storage
         .writer(&offer.container, &offer.blob)
         .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
     let writer = Arc::new(writer);
+    // Resume state is private to the token that started the transfer.
+    let owner = Owner::of_token(&offer.token.0);
+    let dest = Destination {
+        container: &offer.container,
+        blob: &offer.blob,
+        key: &shared.id_key,
+        size: offer.size,
+        content_type: offer.content_type.as_deref(),
+        metadata: &offer.metadata,
+        overwrite: &offer.overwrite,
+    };
 
     // Fail before any byte moves if the commit is bound to be refused; unless the
     // client proved (with the SHA-256 of its whole file) that the blob already holds
     // its bytes: then a re-run after an interrupted run is a success with nothing sent.
     if let Err(f) = preflight(&writer, &offer.overwrite).await {
         let present = match (&f.code, &offer.sha256) {
-            (Code::Exists, Some(sha)) => already_committed(&writer, offer.size, sha)
+            (Code::Exists, Some(sha)) => already_committed(&writer, &dest, sha)
                 .await
                 .map_err(Outcome::Rejected)?,
             _ => None,
@@ -223,16 +267,27 @@ async fn run(
         });
     }
 
-    let tag = TransferTag::derive(&offer.container, &offer.blob, offer.size, plan.block_size);
+    let tag = TransferTag::derive(
+        &shared.id_key,
+        &owner,
+        &offer.container,
+        &offer.blob,
+        offer.size,
+        plan.block_size,
+    );
+    let signer = IdSigner::new(shared.id_key.clone(), tag);
     let uncommitted = writer
         .uncommitted_blocks()
         .await
         .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
     let resume = find_resume_point(
         &plan,
-        tag,
+        &signer,
         uncommitted.iter().map(|(id, s)| (id.as_slice(), *s)),
     );
+    if let Some(bytes) = shared.hold_plan_until_received() {
+        hold_until_received(&link.conn, bytes).await;
+    }
     let failed = Outcome::Failed;
     let io_fail = |what: &str, e: FrameError| {
         let code = match e {
@@ -252,9 +307,9 @@ async fn run(
     )
     .await
     .map_err(|e| io_fail("sending the Plan", e))?;
-    if offer.eager && resume.offset > 0 {
+    if let Some(RelayTakes::Redirect { resume_offset }) = relay_takes(offer.eager, resume.offset) {
         return Err(Outcome::ResumeOnNewStream {
-            offset: resume.offset,
+            offset: resume_offset,
         });
     }
 
@@ -292,7 +347,7 @@ async fn run(
     let stager = Stager::new(
         writer.clone(),
         plan,
-        tag,
+        signer,
         point,
         shared.budget.clone(),
         shared.blocks_in_flight,
@@ -302,7 +357,13 @@ async fn run(
         .with_mangle(shared.mangle())
         .with_pace(shared.pace())
         .with_stop(shared.stopping.clone())
-        .with_idle_timeout(IDLE_TIMEOUT)
+        .with_limits(StageLimits {
+            idle: Some(IDLE_TIMEOUT),
+            budget_wait: Some(shared.budget_wait),
+            min_fill_bytes_per_s: Some(MIN_FILL_BYTES_PER_S),
+            fill_grace: FILL_GRACE,
+        })
+        .with_share(shared.share_of(&owner))
         .with_staged_bytes(shared.metrics.bytes_staged.clone());
     let pumped = stager.pump(recv).await;
     Metrics::add(&shared.metrics.bytes_received, stager.offset() - resumed_at);
@@ -336,12 +397,6 @@ async fn run(
     if let Some(m) = &offer.sha256 {
         expected.push(("the manifest", m.as_str()));
     }
-    let dest = Destination {
-        size: offer.size,
-        content_type: offer.content_type.as_deref(),
-        metadata: &offer.metadata,
-        overwrite: &offer.overwrite,
-    };
     let props = commit_verified(&writer, &staged, &expected, &dest)
         .await
         .map_err(failed)?;
@@ -365,4 +420,13 @@ async fn run(
             commit_ms,
         },
     })
+}
+
+/// Test hook: waits (at most 30 s) until the connection has received `bytes`, so
+/// the Plan reaches the client only after it sent its whole eager body.
+async fn hold_until_received(conn: &quinn::Connection, bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while conn.stats().udp_rx.bytes < bytes && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -23,6 +23,7 @@ use md5::{Digest, Md5};
 
 use crate::blob_name::SHA256_METADATA_KEY;
 use crate::credentials::{StorageAccess, StorageAuth};
+use crate::id_key::SEAL_METADATA_KEY;
 use crate::protocol::Overwrite;
 use crate::retry::{Backoff, RetryCounts, is_retryable_status};
 
@@ -239,6 +240,8 @@ pub struct BlobProperties {
     pub etag: String,
     pub size: u64,
     pub sha256: Option<String>,
+    /// The relay's seal over name, size and SHA-256 (`id_key::IdKey::seal`).
+    pub seal: Option<String>,
 }
 
 /// Writes one blob. Every call retries transient failures on the writer's schedule
@@ -300,13 +303,19 @@ impl BlobWriter {
             .map(|e| e.to_string())
             .unwrap_or_default();
         let size = resp.content_length().map_err(bad)?.unwrap_or(0);
-        let sha256 = resp
-            .metadata()
-            .map_err(bad)?
-            .into_iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(SHA256_METADATA_KEY))
-            .map(|(_, v)| v);
-        Ok(Some(BlobProperties { etag, size, sha256 }))
+        let metadata = resp.metadata().map_err(bad)?;
+        let find = |key: &str| {
+            metadata
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v.clone())
+        };
+        Ok(Some(BlobProperties {
+            etag,
+            size,
+            sha256: find(SHA256_METADATA_KEY),
+            seal: find(SEAL_METADATA_KEY),
+        }))
     }
 
     /// Downloads the committed blob and hashes it as it streams (memory stays
@@ -385,18 +394,21 @@ impl BlobWriter {
         .map(|_| ())
     }
 
-    /// Put Block List: publishes exactly `ids`, with the verified SHA-256 in metadata.
+    /// Put Block List: publishes exactly `ids`, with the verified SHA-256 and the
+    /// relay's seal over it in metadata.
     /// Blocks staged under other IDs (older attempts) are discarded by Azure.
     pub async fn commit(
         &self,
         ids: Vec<Vec<u8>>,
         sha256_hex: &str,
+        seal: &str,
         content_type: Option<&str>,
         metadata: &std::collections::BTreeMap<String, String>,
         overwrite: &Overwrite,
     ) -> Result<String, BlobError> {
         let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
         meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
+        meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
         let (if_match, if_none_match) = match overwrite {
             Overwrite::Never => (None, Some(Etag::from("*"))),
             Overwrite::IfMatch { etag } => (Some(Etag::from(etag.clone())), None),

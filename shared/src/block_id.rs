@@ -1,21 +1,38 @@
-//! Block IDs that carry a transfer's resume state, so the relay keeps none.
+//! Block IDs that carry a transfer's resume state, so the relay keeps none; bound
+//! to their block's bytes and authenticated, so nobody else's block is ever
+//! resumed from or committed.
 //!
-//! Layout (64 bytes before base64, the most Azure allows; every ID of a blob has the
-//! same length, as Azure requires):
-//! `[0]` format version · `[1..17]` transfer tag · `[17..21]` block index (BE) ·
-//! `[21..61]` SHA-256 checkpoint after this block · `[61..64]` check bytes
-//! (SHA-256 of bytes 0..61), so a damaged or foreign ID is recognised and ignored.
-
-use sha2::{Digest, Sha256};
+//! Layout (64 bytes before base64, the most Azure allows; every ID of a blob has
+//! the same length, as Azure requires):
+//! `[0]` format version · `[1]` kind · `[2..6]` block index (BE) · `[6..46]` state ·
+//! `[46..64]` MAC: HMAC-SHA256 under the relays' key (`id_key`) over the transfer
+//! tag and bytes `0..46`, truncated to 144 bits.
+//!
+//! The state is what binds an ID to content ("same ID, same bytes"): a block that
+//! ends on a 64-byte boundary carries the SHA-256 chaining state after its last
+//! byte (which depends on every byte so far); a file's **last** block carries the
+//! SHA-256 of the whole file and its size. Two writers that stage different bytes
+//! therefore never share an ID, and a Put Block List commits exactly the bytes the
+//! relay hashed, whoever else stages into the same blob at the same time.
+//!
+//! The transfer tag (keyed, see `TransferTag::derive`) is not stored: the relay
+//! recomputes it from the Offer, so an ID verifies only for the same key, owner,
+//! destination, size and block size.
 
 use crate::checkpoint::{CHECKPOINT_LEN, Checkpoint};
+use crate::id_key::{IdKey, Owner};
 
 pub const BLOCK_ID_LEN: usize = 64;
-pub const BLOCK_ID_VERSION: u8 = 1;
+pub const BLOCK_ID_VERSION: u8 = 2;
 pub const TAG_LEN: usize = 16;
+const MAC_AT: usize = 46;
+const MAC_LEN: usize = BLOCK_ID_LEN - MAC_AT;
+const KIND_AFTER: u8 = 0;
+const KIND_FINAL: u8 = 1;
 
-/// Identifies one planned transfer: destination, size and block size. Blocks of an
-/// earlier attempt with another size or block size carry another tag and are never reused.
+/// Identifies one planned transfer: key, owner, destination, size and block size.
+/// Blocks of another owner, or an earlier attempt with another size or block
+/// size, verify under another tag and are never reused.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TransferTag(pub [u8; TAG_LEN]);
 
@@ -26,18 +43,24 @@ impl std::fmt::Debug for TransferTag {
 }
 
 impl TransferTag {
-    pub fn derive(container: &str, blob: &str, size: u64, block_size: u64) -> Self {
-        let mut h = Sha256::new();
-        h.update(b"blob-relay/transfer-tag/v1\0");
-        h.update(container.as_bytes());
-        h.update([0]);
-        h.update(blob.as_bytes());
-        h.update([0]);
-        h.update(size.to_be_bytes());
-        h.update(block_size.to_be_bytes());
-        let digest = h.finalize();
+    pub fn derive(
+        key: &IdKey,
+        owner: &Owner,
+        container: &str,
+        blob: &str,
+        size: u64,
+        block_size: u64,
+    ) -> Self {
+        let mac = key.mac(&[
+            b"blob-relay/transfer-tag/v2",
+            &owner.0,
+            container.as_bytes(),
+            blob.as_bytes(),
+            &size.to_be_bytes(),
+            &block_size.to_be_bytes(),
+        ]);
         let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&digest[..TAG_LEN]);
+        tag.copy_from_slice(&mac[..TAG_LEN]);
         Self(tag)
     }
 
@@ -46,97 +69,222 @@ impl TransferTag {
     }
 }
 
+/// What a block's ID says about the bytes up to and including it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockId {
-    pub tag: TransferTag,
-    pub index: u32,
-    /// Hash state after this block's last byte.
-    pub checkpoint: Checkpoint,
+pub enum BlockState {
+    /// Hash state after this block's last byte (the block ends on a 64-byte
+    /// boundary); the block can be resumed from.
+    After(Checkpoint),
+    /// The file's last block: the whole file's SHA-256 and size.
+    Final { sha256: [u8; 32], size: u64 },
 }
 
-impl BlockId {
-    pub fn encode(&self) -> [u8; BLOCK_ID_LEN] {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockId {
+    pub index: u32,
+    pub state: BlockState,
+}
+
+/// Encodes and verifies the IDs of one transfer.
+#[derive(Clone)]
+pub struct IdSigner {
+    key: IdKey,
+    tag: TransferTag,
+}
+
+impl std::fmt::Debug for IdSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IdSigner({:?})", self.tag)
+    }
+}
+
+impl IdSigner {
+    pub fn new(key: IdKey, tag: TransferTag) -> Self {
+        Self { key, tag }
+    }
+
+    pub fn tag(&self) -> TransferTag {
+        self.tag
+    }
+
+    fn mac(&self, body: &[u8]) -> [u8; 32] {
+        self.key
+            .mac(&[b"blob-relay/block-id/v2", &self.tag.0, body])
+    }
+
+    pub fn encode(&self, id: &BlockId) -> [u8; BLOCK_ID_LEN] {
         let mut out = [0u8; BLOCK_ID_LEN];
         out[0] = BLOCK_ID_VERSION;
-        out[1..17].copy_from_slice(&self.tag.0);
-        out[17..21].copy_from_slice(&self.index.to_be_bytes());
-        out[21..21 + CHECKPOINT_LEN].copy_from_slice(&self.checkpoint.to_bytes());
-        let check = Sha256::digest(&out[..61]);
-        out[61..].copy_from_slice(&check[..3]);
+        out[2..6].copy_from_slice(&id.index.to_be_bytes());
+        match id.state {
+            BlockState::After(cp) => {
+                out[1] = KIND_AFTER;
+                out[6..6 + CHECKPOINT_LEN].copy_from_slice(&cp.to_bytes());
+            }
+            BlockState::Final { sha256, size } => {
+                out[1] = KIND_FINAL;
+                out[6..38].copy_from_slice(&sha256);
+                out[38..46].copy_from_slice(&size.to_be_bytes());
+            }
+        }
+        let mac = self.mac(&out[..MAC_AT]);
+        out[MAC_AT..].copy_from_slice(&mac[..MAC_LEN]);
         out
     }
 
-    /// `None` for IDs that are not ours, of another version, or damaged.
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
+    /// `None` for IDs that are not this transfer's: another key, owner, tag or
+    /// version, damaged, or forged.
+    pub fn decode(&self, bytes: &[u8]) -> Option<BlockId> {
+        use subtle::ConstantTimeEq;
         if bytes.len() != BLOCK_ID_LEN || bytes[0] != BLOCK_ID_VERSION {
             return None;
         }
-        let check = Sha256::digest(&bytes[..61]);
-        if bytes[61..] != check[..3] {
+        let mac = self.mac(&bytes[..MAC_AT]);
+        if !bool::from(mac[..MAC_LEN].ct_eq(&bytes[MAC_AT..])) {
             return None;
         }
-        let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&bytes[1..17]);
-        let mut index = [0u8; 4];
-        index.copy_from_slice(&bytes[17..21]);
-        let checkpoint = Checkpoint::from_bytes(&bytes[21..21 + CHECKPOINT_LEN])?;
-        Some(Self {
-            tag: TransferTag(tag),
-            index: u32::from_be_bytes(index),
-            checkpoint,
-        })
+        let index = u32::from_be_bytes(bytes[2..6].try_into().ok()?);
+        let state = match bytes[1] {
+            KIND_AFTER => BlockState::After(Checkpoint::from_bytes(&bytes[6..MAC_AT])?),
+            KIND_FINAL => BlockState::Final {
+                sha256: bytes[6..38].try_into().ok()?,
+                size: u64::from_be_bytes(bytes[38..46].try_into().ok()?),
+            },
+            _ => return None,
+        };
+        Some(BlockId { index, state })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
+
+    fn key() -> IdKey {
+        IdKey::from_bytes([7; 32])
+    }
+
+    fn signer() -> IdSigner {
+        let tag = TransferTag::derive(
+            &key(),
+            &Owner::of_token("t"),
+            "c",
+            "a/b.bin",
+            1 << 30,
+            16 << 20,
+        );
+        IdSigner::new(key(), tag)
+    }
 
     fn sample() -> BlockId {
         let mut h = Sha256::new();
         h.update([7u8; 128]);
         BlockId {
-            tag: TransferTag::derive("c", "a/b.bin", 1 << 30, 16 << 20),
             index: 3,
-            checkpoint: Checkpoint::of(&h).expect("boundary"),
+            state: BlockState::After(Checkpoint::of(&h).expect("boundary")),
         }
     }
 
     #[test]
-    fn round_trip() {
-        let id = sample();
-        let bytes = id.encode();
-        assert_eq!(bytes.len(), BLOCK_ID_LEN);
-        assert_eq!(BlockId::decode(&bytes), Some(id));
+    fn round_trip_both_kinds() {
+        let s = signer();
+        for id in [
+            sample(),
+            BlockId {
+                index: 9,
+                state: BlockState::Final {
+                    sha256: [5; 32],
+                    size: 12345,
+                },
+            },
+        ] {
+            let bytes = s.encode(&id);
+            assert_eq!(bytes.len(), BLOCK_ID_LEN);
+            assert_eq!(s.decode(&bytes), Some(id));
+        }
     }
 
     #[test]
     fn any_flipped_bit_is_detected() {
-        let bytes = sample().encode();
+        let s = signer();
+        let bytes = s.encode(&sample());
         for i in 0..BLOCK_ID_LEN {
             let mut b = bytes;
             b[i] ^= 0x10;
-            assert_eq!(BlockId::decode(&b), None, "flip at byte {i}");
+            assert_eq!(s.decode(&b), None, "flip at byte {i}");
+        }
+    }
+
+    #[test]
+    fn other_keys_owners_and_transfers_do_not_verify() {
+        let bytes = signer().encode(&sample());
+        let other_key = IdKey::from_bytes([8; 32]);
+        let t = |k: &IdKey, owner: &str, blob: &str, size: u64| {
+            TransferTag::derive(k, &Owner::of_token(owner), "c", blob, size, 16 << 20)
+        };
+        for s in [
+            IdSigner::new(other_key.clone(), t(&other_key, "t", "a/b.bin", 1 << 30)),
+            IdSigner::new(key(), t(&key(), "someone-else", "a/b.bin", 1 << 30)),
+            IdSigner::new(key(), t(&key(), "t", "a/c.bin", 1 << 30)),
+            IdSigner::new(key(), t(&key(), "t", "a/b.bin", (1 << 30) + 1)),
+        ] {
+            assert_eq!(s.decode(&bytes), None);
         }
     }
 
     #[test]
     fn foreign_ids_are_ignored() {
-        assert_eq!(BlockId::decode(b"block-1"), None);
-        assert_eq!(BlockId::decode(&[0u8; 64]), None);
+        let s = signer();
+        assert_eq!(s.decode(b"block-1"), None);
+        assert_eq!(s.decode(&[0u8; 64]), None);
+        let mut v1 = [0u8; 64];
+        v1[0] = 1;
+        assert_eq!(s.decode(&v1), None);
     }
 
     #[test]
-    fn tag_depends_on_every_input() {
-        let base = TransferTag::derive("c", "b", 10, 16);
-        assert_ne!(base, TransferTag::derive("c2", "b", 10, 16));
-        assert_ne!(base, TransferTag::derive("c", "b2", 10, 16));
-        assert_ne!(base, TransferTag::derive("c", "b", 11, 16));
-        assert_ne!(base, TransferTag::derive("c", "b", 10, 17));
-        // The separator keeps ("ab","c") apart from ("a","bc").
+    fn tag_separates_its_inputs() {
+        let k = key();
+        let o = Owner::of_token("t");
+        let base = TransferTag::derive(&k, &o, "c", "b", 10, 16);
+        assert_ne!(base, TransferTag::derive(&k, &o, "c2", "b", 10, 16));
+        assert_ne!(base, TransferTag::derive(&k, &o, "c", "b2", 10, 16));
+        assert_ne!(base, TransferTag::derive(&k, &o, "c", "b", 11, 16));
+        assert_ne!(base, TransferTag::derive(&k, &o, "c", "b", 10, 17));
         assert_ne!(
-            TransferTag::derive("ab", "c", 1, 1),
-            TransferTag::derive("a", "bc", 1, 1)
+            base,
+            TransferTag::derive(&k, &Owner::direct(), "c", "b", 10, 16)
         );
+        assert_ne!(
+            TransferTag::derive(&k, &o, "ab", "c", 1, 1),
+            TransferTag::derive(&k, &o, "a", "bc", 1, 1)
+        );
+    }
+
+    #[test]
+    fn different_content_never_shares_an_id() {
+        // The same index of two files that differ only inside that block.
+        let s = signer();
+        let id_of = |fill: u8| {
+            let mut h = Sha256::new();
+            h.update([1u8; 64]);
+            h.update([fill; 64]);
+            s.encode(&BlockId {
+                index: 1,
+                state: BlockState::After(Checkpoint::of(&h).expect("boundary")),
+            })
+        };
+        assert_ne!(id_of(2), id_of(3));
+        let last = |sha: [u8; 32]| {
+            s.encode(&BlockId {
+                index: 0,
+                state: BlockState::Final {
+                    sha256: sha,
+                    size: 1000,
+                },
+            })
+        };
+        assert_ne!(last([1; 32]), last([2; 32]));
     }
 }

@@ -15,6 +15,8 @@ pub mod checkpoint;
 pub mod codec;
 pub mod congestion;
 pub mod credentials;
+pub mod exchange;
+pub mod id_key;
 pub mod limits;
 pub mod plan;
 pub mod protocol;

@@ -212,4 +212,8 @@ pub mod app_error {
     pub const RESUME_ON_NEW_STREAM: u32 = 4;
     /// The relay refused the Offer (its Reject frame says why) and reads no bytes.
     pub const REJECTED: u32 = 5;
+    /// Connection closed: no valid Offer within the relay's deadline.
+    pub const UNAUTHENTICATED: u32 = 6;
+    /// Connection closed: the relay is at its connection limit; retry later.
+    pub const BUSY: u32 = 7;
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::blob::{BlobError, BlobProperties, BlobWriter};
+use crate::id_key::IdKey;
 use crate::protocol::{Code, Failure, Overwrite};
 use crate::staging::{StageError, Staged};
 
@@ -29,21 +30,31 @@ pub fn storage_failure(e: &BlobError) -> Failure {
     fail(code, e.message.clone())
 }
 
-/// The committed blob, if it already holds exactly these bytes (same size and the
-/// verified SHA-256 we store in metadata). Lets a re-run, or a Put Block List retried
-/// after its response was lost, succeed instead of tripping over its own commit.
+/// The committed blob, if it already holds exactly these bytes: same size, the
+/// SHA-256 in metadata, and a seal over both that only a holder of `dest.key`
+/// could make (metadata alone is not enough: any storage writer can set it). Lets
+/// a re-run, or a Put Block List retried after its response was lost, succeed
+/// instead of tripping over its own commit.
 pub async fn already_committed(
     writer: &BlobWriter,
-    size: u64,
+    dest: &Destination<'_>,
     sha256_hex: &str,
 ) -> Result<Option<BlobProperties>, Failure> {
     let props = writer.properties().await.map_err(|e| storage_failure(&e))?;
-    Ok(props.filter(|p| {
-        p.size == size
-            && p.sha256
-                .as_deref()
-                .is_some_and(|h| h.eq_ignore_ascii_case(sha256_hex))
-    }))
+    Ok(props.filter(|p| sealed_as(p, dest, sha256_hex)))
+}
+
+/// Whether `props` carry our seal for `sha256_hex` at `dest`'s size and name.
+pub fn sealed_as(props: &BlobProperties, dest: &Destination<'_>, sha256_hex: &str) -> bool {
+    props.size == dest.size
+        && props
+            .sha256
+            .as_deref()
+            .is_some_and(|h| h.eq_ignore_ascii_case(sha256_hex))
+        && props.seal.as_deref().is_some_and(|seal| {
+            dest.key
+                .verify_seal(seal, dest.container, dest.blob, dest.size, sha256_hex)
+        })
 }
 
 pub fn stage_failure(e: StageError) -> Failure {
@@ -68,6 +79,18 @@ pub fn stage_failure(e: StageError) -> Failure {
         StageError::Stalled(s) => fail(
             Code::Truncated,
             format!("no bytes received for {s} s; nothing committed (the upload can resume)"),
+        ),
+        StageError::Busy(s) => fail(
+            Code::Busy,
+            format!(
+                "relay busy: no memory for the next block within {s} s; staged blocks are kept, retry to resume"
+            ),
+        ),
+        StageError::TooSlow { .. } => fail(
+            Code::Truncated,
+            format!(
+                "{e}: the link is slower than the relay's floor; staged blocks are kept (the upload can resume)"
+            ),
         ),
     }
 }
@@ -94,6 +117,10 @@ pub async fn preflight(writer: &BlobWriter, overwrite: &Overwrite) -> Result<(),
 
 /// What a destination blob must become.
 pub struct Destination<'a> {
+    pub container: &'a str,
+    pub blob: &'a str,
+    /// Seals the commit (and checks seals of earlier ones).
+    pub key: &'a IdKey,
     pub size: u64,
     pub content_type: Option<&'a str>,
     pub metadata: &'a BTreeMap<String, String>,
@@ -120,8 +147,16 @@ pub async fn commit_verified(
         }
     }
     let ids = staged.ids.iter().map(|id| id.to_vec()).collect();
+    let seal = dest.key.seal(dest.container, dest.blob, dest.size, &ours);
     let committed = writer
-        .commit(ids, &ours, dest.content_type, dest.metadata, dest.overwrite)
+        .commit(
+            ids,
+            &ours,
+            &seal,
+            dest.content_type,
+            dest.metadata,
+            dest.overwrite,
+        )
         .await;
     if let Err(e) = committed {
         let mut f = storage_failure(&e);
@@ -131,7 +166,7 @@ pub async fn commit_verified(
         // The condition failed. If the blob now holds exactly our bytes, the winner
         // was our own earlier attempt (its response lost, then retried) or an
         // identical upload: the outcome the user asked for, so not an error.
-        if let Some(props) = already_committed(writer, dest.size, &ours).await? {
+        if let Some(props) = already_committed(writer, dest, &ours).await? {
             tracing::info!(etag = %props.etag, "blob already holds these bytes");
             return Ok(props);
         }

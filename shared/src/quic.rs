@@ -76,6 +76,17 @@ impl Windows {
         self.transport_with(PathMemory::default())
     }
 
+    /// The relay's transport for a connection that has not authenticated yet: at
+    /// most `window` bytes unread and a few streams, raised after a valid Offer
+    /// (`Connection::set_receive_window`, `set_max_concurrent_bi_streams`).
+    pub fn transport_before_auth(&self, window: u64, streams: u64) -> TransportConfig {
+        let mut t = self.transport();
+        let var = |v: u64| VarInt::from_u64(v).unwrap_or(VarInt::MAX);
+        t.receive_window(var(window.min(self.connection_window)));
+        t.max_concurrent_bidi_streams(var(streams.clamp(1, self.max_streams())));
+        t
+    }
+
     /// As `transport`, with warm start from (and reporting to) `memory` when the
     /// relay controller is in use.
     pub fn transport_with(&self, memory: PathMemory) -> TransportConfig {

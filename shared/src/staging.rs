@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use sha2::{Digest, Sha256};
@@ -13,7 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::blob::{BlobError, BlobWriter};
-use crate::block_id::{BLOCK_ID_LEN, BlockId, TransferTag};
+use crate::block_id::{BLOCK_ID_LEN, BlockId, BlockState, IdSigner};
 use crate::checkpoint::Checkpoint;
 use crate::plan::BlockPlan;
 use crate::resume::ResumePoint;
@@ -28,6 +29,8 @@ const UNIT: u64 = 1024;
 pub struct Budget {
     sem: Arc<Semaphore>,
     total_bytes: u64,
+    /// Blocks waiting for memory right now (a gauge in /metrics).
+    waiting: Arc<AtomicU64>,
 }
 
 impl Budget {
@@ -36,7 +39,13 @@ impl Budget {
         Self {
             sem: Arc::new(Semaphore::new(units)),
             total_bytes,
+            waiting: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Blocks waiting for memory right now.
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     pub fn total_bytes(&self) -> u64 {
@@ -59,11 +68,39 @@ impl Budget {
         if !self.fits(bytes) {
             return Err(StageError::BudgetTooSmall(bytes));
         }
+        struct Waiting<'a>(&'a AtomicU64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&self.waiting);
         self.sem
             .clone()
             .acquire_many_owned(units)
             .await
             .map_err(|_| StageError::BudgetTooSmall(bytes))
+    }
+}
+
+/// Limits that keep one slow or hostile peer from holding memory others need.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StageLimits {
+    /// Give up when the source sends nothing for this long.
+    pub idle: Option<Duration>,
+    /// Give up (as retryable `Busy`) when a block's memory is not granted within this.
+    pub budget_wait: Option<Duration>,
+    /// A block must fill at least this fast once its memory is granted (plus
+    /// `fill_grace`); a peer trickling bytes into a held buffer is cut.
+    pub min_fill_bytes_per_s: Option<u64>,
+    pub fill_grace: Duration,
+}
+
+impl StageLimits {
+    fn fill_deadline(&self, len: u64) -> Option<Duration> {
+        let rate = self.min_fill_bytes_per_s?.max(1);
+        Some(self.fill_grace + Duration::from_secs(len.div_ceil(rate)))
     }
 }
 
@@ -92,6 +129,12 @@ pub enum StageError {
     Stopped,
     #[error("no bytes for {0} s")]
     Stalled(u64),
+    /// The memory for the next block was not granted in time (others hold it).
+    #[error("no memory for a block within {0} s")]
+    Busy(u64),
+    /// A block's bytes came slower than the configured floor while it held memory.
+    #[error("a block of {} did not fill within {} s", format_size(*.len), .secs)]
+    TooSlow { len: u64, secs: u64 },
 }
 
 /// What the stager produced: the full block list and the SHA-256 of every byte.
@@ -106,8 +149,10 @@ pub struct Staged {
 pub struct Stager {
     writer: Arc<BlobWriter>,
     plan: BlockPlan,
-    tag: TransferTag,
+    signer: IdSigner,
     budget: Budget,
+    /// The owner's (token's) share of the budget, taken before the global one.
+    share: Option<Budget>,
     max_inflight: usize,
     hasher: Sha256,
     offset: u64,
@@ -118,7 +163,7 @@ pub struct Stager {
     mangle: Option<Mangle>,
     pace: Option<Pace>,
     stop: Option<tokio::sync::watch::Receiver<bool>>,
-    idle_timeout: Option<std::time::Duration>,
+    limits: StageLimits,
     staged_bytes: Option<Arc<AtomicU64>>,
 }
 
@@ -128,7 +173,7 @@ impl Stager {
     pub fn new(
         writer: Arc<BlobWriter>,
         plan: BlockPlan,
-        tag: TransferTag,
+        signer: IdSigner,
         start: ResumePoint,
         budget: Budget,
         max_inflight: usize,
@@ -143,8 +188,9 @@ impl Stager {
         Ok(Self {
             writer,
             plan,
-            tag,
+            signer,
             budget,
+            share: None,
             max_inflight: max_inflight.max(1),
             hasher,
             offset: start.offset,
@@ -155,7 +201,7 @@ impl Stager {
             mangle: None,
             pace: None,
             stop: None,
-            idle_timeout: None,
+            limits: StageLimits::default(),
             staged_bytes: None,
         })
     }
@@ -176,11 +222,39 @@ impl Stager {
         self
     }
 
-    /// Give up when the source sends nothing for this long (a stalled peer would
-    /// otherwise hold its block's budget forever).
-    pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
-        self.idle_timeout = Some(idle);
+    /// Bounds on how long a peer may hold (or wait for) block memory.
+    pub fn with_limits(mut self, limits: StageLimits) -> Self {
+        self.limits = limits;
         self
+    }
+
+    /// Takes each block's memory from `share` (the owner's part) as well as from
+    /// the global budget, so one token cannot hold all of it.
+    pub fn with_share(mut self, share: Budget) -> Self {
+        self.share = Some(share);
+        self
+    }
+
+    /// Memory for one block: the owner's share first, then the global budget,
+    /// within the configured wait.
+    async fn acquire(&self, len: u64) -> Result<BlockPermit, StageError> {
+        let take = async {
+            let share = match &self.share {
+                Some(s) => Some(s.acquire(len).await?),
+                None => None,
+            };
+            let global = self.budget.acquire(len).await?;
+            Ok::<_, StageError>(BlockPermit {
+                _share: share,
+                _global: global,
+            })
+        };
+        match self.limits.budget_wait {
+            Some(wait) => tokio::time::timeout(wait, take)
+                .await
+                .map_err(|_| StageError::Busy(wait.as_secs()))?,
+            None => take.await,
+        }
     }
 
     /// Adds the length of every block Azure accepted to `counter` as it lands
@@ -203,20 +277,19 @@ impl Stager {
             }
             let index = self.next_index;
             let len = self.plan.block_len(index);
-            let permit = self.budget.acquire(len).await?;
+            let permit = self.acquire(len).await?;
             let mut buf = BytesMut::with_capacity(len as usize);
-            let start_cp = Checkpoint::of(&self.hasher);
+            let filled_by = self
+                .limits
+                .fill_deadline(len)
+                .map(|d| (tokio::time::Instant::now() + d, d));
             while (buf.len() as u64) < len {
                 let before = buf.len();
                 let want = (len as usize - before).min(1 << 20);
                 let mut limited = (&mut *src).take(want as u64);
-                let read = limited.read_buf(&mut buf);
-                let n = match self.idle_timeout {
-                    Some(idle) => tokio::time::timeout(idle, read)
-                        .await
-                        .map_err(|_| StageError::Stalled(idle.as_secs()))??,
-                    None => read.await?,
-                };
+                let n = self
+                    .read_within(limited.read_buf(&mut buf), len, filled_by)
+                    .await?;
                 if n == 0 {
                     return Err(StageError::Truncated {
                         expected: self.plan.size,
@@ -235,17 +308,20 @@ impl Stager {
                 self.hasher.update(&buf[before..]);
                 self.offset += n as u64;
             }
-            // A file's last block may end off a 64-byte boundary; its ID then carries
-            // the state at its start (it is never reused for resume anyway).
-            let checkpoint = Checkpoint::of(&self.hasher)
-                .or(start_cp)
-                .unwrap_or_else(Checkpoint::start);
-            let id = BlockId {
-                tag: self.tag,
+            // The ID binds the block's bytes: the hash state after it, or for the
+            // file's last block the whole file's SHA-256 (`block_id`).
+            let last = index + 1 == self.plan.block_count();
+            let state = match Checkpoint::of(&self.hasher) {
+                Some(cp) if !last => BlockState::After(cp),
+                _ => BlockState::Final {
+                    sha256: self.hasher.clone().finalize().into(),
+                    size: self.plan.size,
+                },
+            };
+            let id = self.signer.encode(&BlockId {
                 index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
-                checkpoint,
-            }
-            .encode();
+                state,
+            });
             self.ids.push(id);
             self.next_index += 1;
             while self.inflight.len() >= self.max_inflight {
@@ -270,6 +346,35 @@ impl Stager {
             }
         }
         Ok(())
+    }
+
+    /// One read, bounded by the idle timeout and the block's fill deadline.
+    async fn read_within(
+        &self,
+        read: impl Future<Output = std::io::Result<usize>>,
+        len: u64,
+        filled_by: Option<(tokio::time::Instant, Duration)>,
+    ) -> Result<usize, StageError> {
+        let idle = self.limits.idle;
+        let now = tokio::time::Instant::now();
+        let idle_at = idle.map(|d| now + d);
+        let until = match (idle_at, filled_by.map(|(at, _)| at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(until) = until else {
+            return Ok(read.await?);
+        };
+        match tokio::time::timeout_at(until, read).await {
+            Ok(n) => Ok(n?),
+            Err(_) => match filled_by {
+                Some((at, d)) if idle_at.is_none_or(|i| at <= i) => Err(StageError::TooSlow {
+                    len,
+                    secs: d.as_secs(),
+                }),
+                _ => Err(StageError::Stalled(idle.map(|d| d.as_secs()).unwrap_or(0))),
+            },
+        }
     }
 
     async fn join_one(&mut self) -> Result<(), StageError> {
@@ -300,6 +405,12 @@ impl Stager {
             bytes_received,
         })
     }
+}
+
+/// A block's memory: the owner's share and the global budget, returned together.
+struct BlockPermit {
+    _share: Option<OwnedSemaphorePermit>,
+    _global: OwnedSemaphorePermit,
 }
 
 fn flatten(done: Result<Result<(), BlobError>, tokio::task::JoinError>) -> Result<(), StageError> {

@@ -64,6 +64,14 @@ pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duratio
             std::process::id()
         )),
     );
+    // Direct mode's key (resume and seals) per test process, not in $HOME.
+    cmd.env(
+        "RELAY_ID_KEY_FILE",
+        std::env::temp_dir().join(format!(
+            "blob-relay-tests-direct-{}.key",
+            std::process::id()
+        )),
+    );
     for (k, v) in envs {
         cmd.env(k, v);
     }

@@ -321,6 +321,8 @@ impl RelaySite {
             DEV_KEY,
             "--tokens",
             &self.tokens.display().to_string(),
+            "--id-key-file",
+            &self.tokens.with_file_name("id.key").display().to_string(),
             "--tls-cert",
             &self.cert.display().to_string(),
             "--tls-key",

@@ -96,7 +96,7 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
     std::fs::write(dir.path("tokens"), "abcdefghijklmnop0001 data\n")
         .unwrap_or_else(|e| panic!("{e}"));
     let cfg = format!(
-        "listen = \"127.0.0.1:4433\"\nstorage_url = \"http://127.0.0.1:10000/devstoreaccount1\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\n",
+        "listen = \"127.0.0.1:4433\"\nstorage_url = \"http://127.0.0.1:10000/devstoreaccount1\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\nid_key_ephemeral = true\n",
         dir.path("tokens").display()
     );
     std::fs::write(dir.path("relay.toml"), cfg).unwrap_or_else(|e| panic!("{e}"));
@@ -144,6 +144,7 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
         .args([
             "--tokens",
             &dir.path("tokens").to_string_lossy(),
+            "--id-key-ephemeral",
             "--check-config",
         ])
         .env_clear()
@@ -173,6 +174,7 @@ async fn health_metrics_and_sigterm() {
         .env("RELAY_STORAGE_URL", az.url())
         .env("RELAY_ACCOUNT_KEY", DEV_KEY)
         .env("RELAY_TOKENS", dir.path("tokens"))
+        .env("RELAY_ID_KEY_FILE", dir.path("id.key"))
         .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
         .env("RELAY_HEALTH_LISTEN", &health)
         .stderr(Stdio::null())

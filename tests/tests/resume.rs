@@ -17,8 +17,9 @@ use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::relay::TOKEN;
 use relay_tests::{binary, run_client, summary, unique_container};
 use sha2::Digest;
-use shared::block_id::{BlockId, TransferTag};
+use shared::block_id::{BlockId, BlockState, IdSigner, TransferTag};
 use shared::checkpoint::Checkpoint;
+use shared::id_key::{IdKey, Owner};
 use shared::quic::Windows;
 use shared::staging::Pace;
 use tokio::sync::watch;
@@ -42,6 +43,8 @@ struct Control {
 
 struct TestRelay {
     args: Vec<String>,
+    /// The relay's block-ID key (to stage IDs that a relay would have made).
+    key: IdKey,
     control: Arc<Control>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -82,9 +85,10 @@ impl TestRelay {
             }
         });
         cfg.hooks = TestHooks {
-            mangle: None,
             pace: Some(pace),
+            ..TestHooks::default()
         };
+        let key = cfg.id_key.clone();
         let relay = Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
         let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
         let args = vec![
@@ -99,6 +103,7 @@ impl TestRelay {
         let task = tokio::spawn(relay.serve(rx));
         Self {
             args,
+            key,
             control,
             stop,
             task,
@@ -368,7 +373,7 @@ async fn foreign_and_corrupt_blocks_never_reach_a_commit() {
     let size = 20 * MIB + 64;
     let sha = write_random(&file, size, 13);
     let block_size = BLOCK;
-    let tag = TransferTag::derive(&container, "f.bin", size, block_size);
+    let ours = signer(&relay.key, TOKEN, &container, size, block_size);
     let w = writer(&container, "f.bin");
     let junk = bytes::Bytes::from(vec![0xA5u8; block_size as usize]);
 
@@ -379,28 +384,19 @@ async fn foreign_and_corrupt_blocks_never_reach_a_commit() {
             .unwrap_or_else(|e| panic!("{e}"));
     }
     // Well-formed IDs of another transfer (another size: another tag).
-    let other = TransferTag::derive(&container, "f.bin", size + 1, block_size);
-    w.stage_block(&id(other, 0, &junk), junk.clone())
+    let other = signer(&relay.key, TOKEN, &container, size + 1, block_size);
+    w.stage_block(&id(&other, 0, &junk), junk.clone())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     // Well-formed IDs of this very transfer whose checkpoints describe other bytes:
     // the relay offers to resume at 10 MiB, the client's prefix does not match.
-    let mut h = sha2::Sha256::new();
     for index in 0..2u32 {
-        h.update(&junk);
-        let cp = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
-        let raw = BlockId {
-            tag,
-            index,
-            checkpoint: cp,
-        }
-        .encode();
-        w.stage_block(&raw, junk.clone())
+        w.stage_block(&id(&ours, index, &junk), junk.clone())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
     // And a damaged copy of one (a flipped bit in its checkpoint).
-    let mut damaged = id(tag, 2, &junk);
+    let mut damaged = id(&ours, 2, &junk);
     damaged[30] ^= 1;
     w.stage_block(&damaged, junk.clone())
         .await
@@ -415,18 +411,65 @@ async fn foreign_and_corrupt_blocks_never_reach_a_commit() {
     relay.stop().await;
 }
 
+/// Finding 2 of the hostile review: a storage writer (SAS, no relay key) who knows
+/// a file stages junk under IDs whose checkpoints are the file's true prefix
+/// hashes. Unkeyed IDs made the next relay upload resume from them and commit the
+/// junk under the genuine SHA-256; IDs must verify under the relay's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_ids_with_the_true_prefix_hashes_are_not_resumed() {
+    let (relay, container, dir) = setup("forged").await;
+    let file = dir.path("f.bin");
+    let size = 3 * BLOCK + 100;
+    let sha = write_random(&file, size, 14);
+    let content = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
+    let junk = bytes::Bytes::from(vec![0x5Au8; BLOCK as usize]);
+    // Everything but the key is known or guessable: token, destination, sizes.
+    let forger = signer(&IdKey::random(), TOKEN, &container, size, BLOCK);
+    let w = writer(&container, "f.bin");
+    let mut h = sha2::Sha256::new();
+    for index in 0..2u32 {
+        let start = (index as u64 * BLOCK) as usize;
+        h.update(&content[start..start + BLOCK as usize]);
+        let raw = forger.encode(&BlockId {
+            index,
+            state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
+        });
+        w.stage_block(&raw, junk.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let f = committed_file(&run_client(&relay.upload(&file, &container), &[], T).await);
+    assert_eq!(
+        f["bytes_resumed"], 0,
+        "forged blocks must not be resumed: {f}"
+    );
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    relay.stop().await;
+}
+
+/// The signer a relay with `key` uses for `token`'s upload of `f.bin`.
+fn signer(key: &IdKey, token: &str, container: &str, size: u64, block_size: u64) -> IdSigner {
+    let tag = TransferTag::derive(
+        key,
+        &Owner::of_token(token),
+        container,
+        "f.bin",
+        size,
+        block_size,
+    );
+    IdSigner::new(key.clone(), tag)
+}
+
 /// A well-formed ID for `index` whose checkpoint is the hash of `index + 1` copies of `data`.
-fn id(tag: TransferTag, index: u32, data: &[u8]) -> [u8; 64] {
+fn id(signer: &IdSigner, index: u32, data: &[u8]) -> [u8; 64] {
     let mut h = sha2::Sha256::new();
     for _ in 0..=index {
         h.update(data);
     }
-    BlockId {
-        tag,
+    signer.encode(&BlockId {
         index,
-        checkpoint: Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary")),
-    }
-    .encode()
+        state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
+    })
 }
 
 fn flip_byte(path: &std::path::Path, at: u64) {

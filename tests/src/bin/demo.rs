@@ -81,6 +81,8 @@ fn run() -> Result<(), String> {
         .args([
             "--tokens",
             &path(&work.join("tokens")),
+            "--id-key-file",
+            &path(&work.join("id.key")),
             "--cert-fingerprint-file",
             &path(&fp_file),
         ])

@@ -156,6 +156,8 @@ fn run() -> Result<(), String> {
         .args([
             "--tokens",
             &p(&dir.path("tokens")),
+            "--id-key-file",
+            &p(&dir.path("id.key")),
             "--cert-fingerprint-file",
             &p(&fp),
         ])

@@ -82,6 +82,7 @@ impl Cloud {
             .arg(format!("http://127.0.0.1:{AZURITE_PORT}/{DEV_ACCOUNT}"))
             .arg("--tokens")
             .arg(&tokens)
+            .arg("--id-key-ephemeral")
             .arg("--cert-fingerprint-file")
             .arg(&fp_file)
             .args(["--congestion", congestion])

@@ -1,0 +1,213 @@
+//! The secret that makes resume state trustworthy.
+//!
+//! Anyone who can write to the storage account (a SAS holder, direct mode's
+//! credentials) can stage blocks under any ID and set any metadata. Resume reads
+//! the hash midstate from block IDs, and "already committed" from blob metadata,
+//! so both carry a MAC under a key only relays hold: IDs and seals made without it
+//! are ignored. The key is shared by every relay of a deployment (`--id-key-file`),
+//! so any relay resumes any transfer; direct mode keeps a key of its own per user.
+//!
+//! The MAC inputs also name the **owner** (the token that started a transfer), so
+//! another token never learns or continues someone else's transfer.
+
+use std::path::Path;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::{Digest, Sha256};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Bytes of a key; written as 64 hex characters.
+pub const ID_KEY_LEN: usize = 32;
+
+/// Metadata name of the seal the relay sets on every blob it commits.
+pub const SEAL_METADATA_KEY: &str = "relay_seal";
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct IdKey([u8; ID_KEY_LEN]);
+
+impl std::fmt::Debug for IdKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdKey(..)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdKeyError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{0}: expected exactly 64 hex characters (a 256-bit key; make one with `openssl rand -hex 32`)"
+    )]
+    Format(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl IdKey {
+    pub fn from_bytes(bytes: [u8; ID_KEY_LEN]) -> Self {
+        Self(bytes)
+    }
+
+    /// A fresh random key (tests, and direct mode's first run).
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    pub fn from_hex(text: &str, what: &str) -> Result<Self, IdKeyError> {
+        let bytes = hex::decode(text.trim()).map_err(|_| IdKeyError::Format(what.into()))?;
+        let key: [u8; ID_KEY_LEN] = bytes
+            .try_into()
+            .map_err(|_| IdKeyError::Format(what.into()))?;
+        Ok(Self(key))
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    pub fn load(path: &Path) -> Result<Self, IdKeyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| IdKeyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_hex(&text, &path.display().to_string())
+    }
+
+    /// Loads the key at `path`, creating it (mode 0600) on first use.
+    pub fn load_or_create(path: &Path) -> Result<Self, IdKeyError> {
+        if path.exists() {
+            return Self::load(path);
+        }
+        let key = Self::random();
+        let write = |path: &Path| -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            std::io::Write::write_all(&mut opts.open(path)?, key.to_hex().as_bytes())
+        };
+        match write(path) {
+            Ok(()) => Ok(key),
+            // Another process created it first: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::load(path),
+            Err(source) => Err(IdKeyError::Write {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    pub(crate) fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        // HMAC accepts keys of any length; 32 bytes cannot fail.
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+        for p in parts {
+            // Length-prefixed, so ("ab","c") and ("a","bc") differ.
+            mac.update(&(p.len() as u64).to_be_bytes());
+            mac.update(p);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The seal stored with a committed blob: proof that a holder of this key
+    /// verified that `sha256_hex` is the SHA-256 of this blob's `size` bytes.
+    pub fn seal(&self, container: &str, blob: &str, size: u64, sha256_hex: &str) -> String {
+        let mac = self.mac(&[
+            b"blob-relay/seal/v1",
+            container.as_bytes(),
+            blob.as_bytes(),
+            &size.to_be_bytes(),
+            sha256_hex.to_ascii_lowercase().as_bytes(),
+        ]);
+        hex::encode(&mac[..16])
+    }
+
+    /// Whether `seal` is this key's seal for these facts (constant time).
+    pub fn verify_seal(
+        &self,
+        seal: &str,
+        container: &str,
+        blob: &str,
+        size: u64,
+        sha256_hex: &str,
+    ) -> bool {
+        use subtle::ConstantTimeEq;
+        let ours = self.seal(container, blob, size, sha256_hex);
+        ours.as_bytes().ct_eq(seal.as_bytes()).into()
+    }
+}
+
+/// Who may see and continue a transfer's resume state: the SHA-256 of the token
+/// that started it (direct mode: a fixed owner, its key is per user anyway).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner(pub [u8; 32]);
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Owner({})", hex::encode(&self.0[..4]))
+    }
+}
+
+impl Owner {
+    pub fn of_token(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    pub fn direct() -> Self {
+        Self(Sha256::digest(b"blob-relay/direct-mode").into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_bad_keys() {
+        let k = IdKey::random();
+        assert_eq!(IdKey::from_hex(&k.to_hex(), "k").ok(), Some(k.clone()));
+        assert!(IdKey::from_hex(&format!(" {}\n", k.to_hex()), "k").is_ok());
+        assert!(IdKey::from_hex("abcd", "k").is_err());
+        assert!(IdKey::from_hex(&"zz".repeat(32), "k").is_err());
+        assert!(format!("{k:?}").contains(".."), "never printed");
+    }
+
+    #[test]
+    fn seal_binds_every_fact_and_the_key() {
+        let k = IdKey::random();
+        let s = k.seal("c", "b", 10, "AB");
+        assert!(k.verify_seal(&s, "c", "b", 10, "ab"));
+        assert!(!k.verify_seal(&s, "c2", "b", 10, "ab"));
+        assert!(!k.verify_seal(&s, "c", "b2", 10, "ab"));
+        assert!(!k.verify_seal(&s, "c", "b", 11, "ab"));
+        assert!(!k.verify_seal(&s, "c", "b", 10, "ac"));
+        assert!(!IdKey::random().verify_seal(&s, "c", "b", 10, "ab"));
+        assert!(!k.verify_seal("", "c", "b", 10, "ab"));
+    }
+
+    #[test]
+    fn load_or_create_keeps_the_first_key() {
+        let dir = std::env::temp_dir().join(format!("idkey-test-{}", std::process::id()));
+        let path = dir.join("sub/key");
+        let a = IdKey::load_or_create(&path).expect("create");
+        let b = IdKey::load_or_create(&path).expect("load");
+        assert_eq!(a, b);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o077, 0, "no access for group or others");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
