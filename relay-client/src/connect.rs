@@ -132,6 +132,29 @@ fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     Ok(roots)
 }
 
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectError {
+    /// The relay refused for now (too many connections); try again later.
+    #[error("{0}")]
+    Busy(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A refusal the relay gives when it is full: QUIC's CONNECTION_REFUSED at
+/// accept, or our `BUSY` close after the handshake.
+pub fn is_busy(e: &quinn::ConnectionError) -> bool {
+    match e {
+        quinn::ConnectionError::ConnectionClosed(c) => {
+            c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
+        }
+        quinn::ConnectionError::ApplicationClosed(c) => {
+            c.error_code == quinn::VarInt::from_u32(shared::protocol::app_error::BUSY)
+        }
+        _ => false,
+    }
+}
+
 pub struct Connector {
     endpoint: Endpoint,
     config: quinn::ClientConfig,
@@ -156,12 +179,23 @@ impl Connector {
         udp_buffer: usize,
         v6: bool,
     ) -> Result<Self, String> {
-        let crypto = QuicClientConfig::try_from(tls_config(trust)?).map_err(|e| e.to_string())?;
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport));
         let bind: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
             .parse()
             .map_err(|e| format!("{e}"))?;
+        Self::bound_at(trust, transport, udp_buffer, bind)
+    }
+
+    /// As `with_transport`, from a chosen local address (tests use several
+    /// loopback addresses to play several hosts).
+    pub fn bound_at(
+        trust: &Trust,
+        transport: quinn::TransportConfig,
+        udp_buffer: usize,
+        bind: SocketAddr,
+    ) -> Result<Self, String> {
+        let crypto = QuicClientConfig::try_from(tls_config(trust)?).map_err(|e| e.to_string())?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(transport));
         let socket = bind_udp(bind, udp_buffer).map_err(|e| format!("cannot bind UDP: {e}"))?;
         let endpoint = Endpoint::new(
             shared::quic::endpoint_config(),
@@ -214,18 +248,23 @@ impl Connector {
         addr: SocketAddr,
         server_name: &str,
         timeout: Duration,
-    ) -> Result<Connection, String> {
+    ) -> Result<Connection, ConnectError> {
         let connecting = self
             .endpoint
             .connect_with(self.config(), addr, server_name)
-            .map_err(|e| format!("cannot connect to relay {addr}: {e}"))?;
+            .map_err(|e| ConnectError::Failed(format!("cannot connect to relay {addr}: {e}")))?;
         match tokio::time::timeout(timeout, connecting).await {
             Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(format!("cannot connect to relay {addr}: {e}")),
-            Err(_) => Err(format!(
+            Ok(Err(e)) if is_busy(&e) => Err(ConnectError::Busy(format!(
+                "relay {addr} is busy ({e}); retrying later"
+            ))),
+            Ok(Err(e)) => Err(ConnectError::Failed(format!(
+                "cannot connect to relay {addr}: {e}"
+            ))),
+            Err(_) => Err(ConnectError::Failed(format!(
                 "cannot connect to relay {addr}: no QUIC handshake within {} s (is UDP blocked?)",
                 timeout.as_secs()
-            )),
+            ))),
         }
     }
 

@@ -20,7 +20,7 @@ use shared::staging::Budget;
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::cli::UploadArgs;
-use crate::connect::{Connector, Trust, resolve};
+use crate::connect::{ConnectError, Connector, Trust, resolve};
 use crate::direct::{Direct, upload_file};
 use crate::path_cache::{self, PathCache};
 use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status, Summary};
@@ -71,11 +71,25 @@ impl RelayLink {
         {
             return Ok(c.clone());
         }
-        let c = self
-            .connector
-            .connect(self.addr, &self.name, self.timeout)
-            .await
-            .map_err(|m| FileError::new("connection", m, true))?;
+        // A busy relay (connection limit) is asked again with backoff: it says
+        // "later", not "no".
+        let backoff = Backoff {
+            initial: Duration::from_millis(500),
+            cap: Duration::from_secs(8),
+            max_attempts: 6,
+        };
+        let mut tries = 0;
+        let c = loop {
+            tries += 1;
+            match self.connector.connect(self.addr, &self.name, self.timeout).await {
+                Ok(c) => break c,
+                Err(ConnectError::Busy(m)) if backoff.allows(tries) => {
+                    tracing::warn!(attempt = tries, "{m}");
+                    tokio::time::sleep(backoff.delay(tries, rand::random::<f64>())).await;
+                }
+                Err(e) => return Err(FileError::new("connection", e.to_string(), true)),
+            }
+        };
         *cur = Some(c.clone());
         tokio::spawn(watchdog(c.clone()));
         Ok(c)

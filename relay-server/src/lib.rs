@@ -20,7 +20,7 @@ use shared::protocol::Secret;
 use shared::quic::Windows;
 use shared::staging::Budget;
 
-pub use server::{Config, Relay, TestHooks};
+pub use server::{BlockFill, Config, Relay, TestHooks};
 
 impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
@@ -67,6 +67,7 @@ impl Config {
             max_block_size: args.max_block_size,
             token_share_percent: args.token_share,
             budget_wait: Duration::from_secs(args.budget_wait.max(1)),
+            block_fill: server::BlockFill::default(),
             hooks: TestHooks::default(),
         };
         let bound = cfg.memory_bound();
@@ -122,6 +123,7 @@ impl Config {
             max_block_size: 128 << 20,
             token_share_percent: 50,
             budget_wait: Duration::from_secs(30),
+            block_fill: server::BlockFill::default(),
             hooks: TestHooks::default(),
         })
     }

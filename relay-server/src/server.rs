@@ -56,7 +56,27 @@ pub struct Config {
     pub token_share_percent: u64,
     /// How long a transfer waits for block memory before a retryable `busy`.
     pub budget_wait: Duration,
+    pub block_fill: BlockFill,
     pub hooks: TestHooks,
+}
+
+/// A block that holds memory must fill at least `min_bytes_per_s` fast, after
+/// `grace`: a peer trickling bytes into a held buffer is cut (its staged blocks
+/// stay for a resume).
+#[derive(Debug, Clone, Copy)]
+pub struct BlockFill {
+    pub min_bytes_per_s: u64,
+    pub grace: Duration,
+}
+
+impl Default for BlockFill {
+    /// 64 KiB/s (0.5 Mbit/s per file) after a minute.
+    fn default() -> Self {
+        Self {
+            min_bytes_per_s: 64 << 10,
+            grace: Duration::from_secs(60),
+        }
+    }
 }
 
 /// State every transfer reads.
@@ -69,6 +89,7 @@ pub struct Shared {
     pub id_key: IdKey,
     pub max_block_size: u64,
     pub budget_wait: Duration,
+    pub block_fill: BlockFill,
     token_share_bytes: u64,
     shares: Mutex<HashMap<Owner, Budget>>,
     pub block_size: u64,
@@ -175,6 +196,7 @@ impl Relay {
                 id_key: cfg.id_key,
                 max_block_size: cfg.max_block_size,
                 budget_wait: cfg.budget_wait,
+                block_fill: cfg.block_fill,
                 token_share_bytes,
                 shares: Mutex::new(HashMap::new()),
                 block_size: cfg.block_size,

@@ -30,11 +30,7 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a peer may send no file bytes before its transfer is dropped (its
 /// block buffer goes back to the budget; staged blocks stay for a resume).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// A block that holds memory must fill at least this fast (plus `FILL_GRACE`):
-/// 64 KiB/s (0.5 Mbit/s per file). A peer trickling bytes into a held buffer is
-/// cut, its staged blocks stay for a resume.
-const MIN_FILL_BYTES_PER_S: u64 = 64 << 10;
-const FILL_GRACE: Duration = Duration::from_secs(60);
+
 
 fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
@@ -360,8 +356,8 @@ async fn run(
         .with_limits(StageLimits {
             idle: Some(IDLE_TIMEOUT),
             budget_wait: Some(shared.budget_wait),
-            min_fill_bytes_per_s: Some(MIN_FILL_BYTES_PER_S),
-            fill_grace: FILL_GRACE,
+            min_fill_bytes_per_s: Some(shared.block_fill.min_bytes_per_s),
+            fill_grace: shared.block_fill.grace,
         })
         .with_share(shared.share_of(&owner))
         .with_staged_bytes(shared.metrics.bytes_staged.clone());

@@ -24,6 +24,8 @@ pub struct RelayOptions {
     pub hooks: TestHooks,
     /// Containers the limited token may write.
     pub limited_to: String,
+    /// Anything else about the relay's configuration (limits, windows, key).
+    pub configure: Option<Box<dyn FnOnce(&mut Config) + Send>>,
 }
 
 impl Default for RelayOptions {
@@ -32,6 +34,7 @@ impl Default for RelayOptions {
             memory_budget: 256 << 20,
             hooks: TestHooks::default(),
             limited_to: "allowed-only".into(),
+            configure: None,
         }
     }
 }
@@ -51,6 +54,9 @@ impl RelayHandle {
         let mut cfg = Config::for_tests(storage, tokens, opts.memory_budget)
             .unwrap_or_else(|e| panic!("{e}"));
         cfg.hooks = opts.hooks;
+        if let Some(configure) = opts.configure {
+            configure(&mut cfg);
+        }
         let relay = Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
         let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
         let fingerprint = relay.fingerprint().to_string();

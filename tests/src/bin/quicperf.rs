@@ -186,7 +186,8 @@ async fn client(a: Args) -> Result<(), String> {
     )?;
     let conn = connector
         .connect(to, "localhost", Duration::from_secs(10))
-        .await?;
+        .await
+        .map_err(|e| e.to_string())?;
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(a.seconds);
