@@ -124,9 +124,9 @@ resource "azurerm_linux_virtual_machine_scale_set" "relay" {
   }
 
   network_interface {
-    name                           = "relay"
-    primary                        = true
-    accelerated_networking_enabled = true
+    name                          = "relay"
+    primary                       = true
+    enable_accelerated_networking = true # still enable_* in scale sets (all 4.x)
 
     ip_configuration {
       name                                   = "primary"
