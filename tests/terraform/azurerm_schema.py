@@ -5,7 +5,7 @@ terraform cannot download providers here, so `terraform validate` cannot tell
 us that an argument was renamed. This script reads the schema maps of the
 resource types that terraform/ uses straight from the provider's source at
 given tags and writes, for each tag, every argument and nested block with its
-required / computed-only flags:
+required / computed-only / ForceNew flags:
 
     python3 tests/terraform/azurerm_schema.py --repo PROVIDER_GIT_DIR \\
         [--tag v4.77.0 --tag v4.81.0] [--out tests/terraform/azurerm_schema.json]
@@ -146,8 +146,19 @@ class GoFile:
 
 
 class Func:
-    def __init__(self, file: GoFile, recv: str | None, name: str, body: str):
+    def __init__(self, file: GoFile, recv: str | None, name: str, body: str, params: list[str] | None = None):
         self.file, self.recv, self.name, self.body = file, recv, name, body
+        self.params = params or []
+
+    def bind(self, args: list[str]) -> "Func":
+        """This function with literal bool arguments substituted for its
+        parameters (e.g. base64.OptionalSchema(false) -> ForceNew: false)."""
+        if not args or len(args) != len(self.params) or not all(a in ("true", "false") for a in args):
+            return self
+        body = self.body
+        for name, value in zip(self.params, args):
+            body = re.sub(rf"\b{name}\b", value, body)
+        return Func(self.file, self.recv, f"{self.name}({', '.join(args)})", body)
 
     def __repr__(self):
         return f"{self.file.path}:{self.name}"
@@ -176,7 +187,9 @@ class Source:
                         continue
                     break
                 body = gf.text[j : close_of(gf.text, j) + 1]
-                self.funcs[(d, m.group(1), m.group(2))] = Func(gf, m.group(1), m.group(2), body)
+                plist = gf.text[m.end() : close_of(gf.text, m.end() - 1)]
+                params = [p.split()[0] for p in split_top(plist) if p.split()]
+                self.funcs[(d, m.group(1), m.group(2))] = Func(gf, m.group(1), m.group(2), body, params)
 
     def func(self, d: str, name: str, recv: str | None = None) -> Func:
         try:
@@ -330,17 +343,24 @@ class Evaluator:
         if expr.startswith("{"):
             f = fields(expr)
             required, optional, computed = (flag(f.get(k)) for k in ("Required", "Optional", "Computed"))
+            try:
+                force_new = flag(f.get("ForceNew"))
+            except SchemaError:
+                force_new = None  # depends on a helper's parameter: unknown
             elem = f.get("Elem", "")
             if m := RESOURCE_LIT.match(elem):
-                return "blocks", {"required": required, "node": self.resource(ctx, elem[m.end() :])}
+                return "blocks", {"required": required, "force_new": force_new,
+                                  "node": self.resource(ctx, elem[m.end() :])}
             if elem and (m := CALL.match(elem)):
                 fn = self.src.resolve_call(ctx, m.group(1))
                 ret = self.returned(fn)
                 if RESOURCE_LIT.match(ret[0]):
-                    return "blocks", {"required": required, "node": self.resource(fn, RESOURCE_LIT.sub("", ret[0]))}
-            return "args", {"required": required, "computed_only": computed and not optional and not required}
+                    return "blocks", {"required": required, "force_new": force_new,
+                                      "node": self.resource(fn, RESOURCE_LIT.sub("", ret[0]))}
+            return "args", {"required": required, "force_new": force_new,
+                            "computed_only": computed and not optional and not required}
         if m := CALL.match(expr):
-            fn = self.src.resolve_call(ctx, m.group(1))
+            fn = self.src.resolve_call(ctx, m.group(1)).bind(split_top(m.group(2)))
             return self.schema_func(fn)
         raise SchemaError(f"{ctx}: cannot read schema {expr[:80]!r}")
 
