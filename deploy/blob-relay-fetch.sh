@@ -24,9 +24,13 @@
 # propagating (403), no outbound path yet or IMDS not ready are all retried
 # until they succeed: the VM may boot before Terraform has written the
 # artifacts, and Azure documents up to 10 minutes for a role assignment.
+#
+# BLOB_RELAY_ROOT (environment, default empty) prefixes every path: for
+# tests only.
 set -euo pipefail
 
-declare -A binary=([relay]=/usr/local/bin/relay-server [client]=/usr/local/bin/relay-client)
+root=${BLOB_RELAY_ROOT:-}
+declare -A binary=([relay]=$root/usr/local/bin/relay-server [client]=$root/usr/local/bin/relay-client)
 
 usage() {
     echo "usage: blob-relay-fetch relay|client | blob-relay-fetch needed relay|client" >&2
@@ -43,7 +47,7 @@ role=${1:-relay}
 [ -n "${binary[$role]:-}" ] || usage
 
 # shellcheck disable=SC1091
-. /etc/blob-relay/fetch.env
+. "$root/etc/blob-relay/fetch.env"
 : "${BLOB_RELAY_ARTIFACTS_URL:?missing in /etc/blob-relay/fetch.env}"
 api_version=${BLOB_RELAY_STORAGE_API_VERSION:-2023-11-03}
 timeout_s=${BLOB_RELAY_FETCH_TIMEOUT_S:-0}
@@ -85,7 +89,7 @@ download() {
 
 # place BLOB DEST MODE OWNER: atomic replace of DEST.
 place() {
-    local blob=$1 dest=$2 mode=$3 owner=$4
+    local blob=$1 dest=$root$2 mode=$3 owner=$4
     install -D -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$work/$blob" "$dest.new"
     mv -f "$dest.new" "$dest"
     echo "blob-relay-fetch: $blob -> $dest"
@@ -114,9 +118,9 @@ relay)
 client)
     fetch client-token /etc/blob-relay/client-token 0600 root:root
     fetch relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
-    openssl x509 -in /etc/blob-relay/relay-cert.pem -outform DER | sha256sum | cut -d' ' -f1 \
-        >/etc/blob-relay/relay-cert-sha256.new
-    mv -f /etc/blob-relay/relay-cert-sha256.new /etc/blob-relay/relay-cert-sha256
+    openssl x509 -in "$root/etc/blob-relay/relay-cert.pem" -outform DER | sha256sum | cut -d' ' -f1 \
+        >"$root/etc/blob-relay/relay-cert-sha256.new"
+    mv -f "$root/etc/blob-relay/relay-cert-sha256.new" "$root/etc/blob-relay/relay-cert-sha256"
     fetch relay-client /usr/local/bin/relay-client 0755 root:root
     ;;
 esac

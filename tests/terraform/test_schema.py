@@ -245,3 +245,60 @@ def test_go_reader_refuses_what_it_cannot_evaluate():
     body = "{\n\tif features.FivePointOh() && x {\n\t\ty = 1\n\t}\n}"
     with pytest.raises(SchemaError):
         active_in_4x(body, body.index("y ="))
+
+
+# --- what forces replacement ----------------------------------------------------
+
+FILE_FUNCS = ("file(", "filebase64(", "filemd5(", "filesha256(", "templatefile(")
+LOCAL_STATE = ("local_file.", "local_sensitive_file.")
+
+
+def _expand(module, value, depth=0) -> str:
+    """Source text of an expression with local.X references inlined."""
+    text = value.text if hasattr(value, "text") else str(value)
+    if depth > 10:
+        return text
+    local_values = module.locals()
+    for name in set(re.findall(r"\blocal\.(\w+)", text)):
+        if name in local_values:
+            text += " " + _expand(module, local_values[name], depth + 1)
+    return text
+
+
+def _force_new_args(module):
+    """(resource, argument, expanded expression) for every top-level azurerm
+    argument that is ForceNew in any snapshot version."""
+    for r in module.resources():
+        if not r.type.startswith("azurerm_"):
+            continue
+        for key, value in r.body.items():
+            if any(SNAPSHOT["tags"][t]["resources"][r.type]["args"].get(key, {}).get("force_new") for t in TAGS):
+                yield r, key, _expand(module, value)
+
+
+def test_a_fresh_checkout_replaces_nothing(module):
+    """Issue 18 #6: nothing ForceNew may depend on a file that only exists
+    after an apply on this machine (local_file drops out of state when its
+    file is missing, which makes everything derived from it unknown)."""
+    for r, key, text in _force_new_args(module):
+        assert not any(s in text for s in LOCAL_STATE), f"{r.address}.{key} depends on local state: {text[:200]}"
+    from tfmodel import templatefile_calls
+
+    for name, args in templatefile_calls(module).items():
+        for key, value in args.items():
+            assert not any(s in _expand(module, value) for s in LOCAL_STATE), (name, key)
+
+
+def test_file_driven_replacements_are_documented(module):
+    """Every resource that a ForceNew argument derived from a repository file
+    (deploy/*, templates, binaries) can replace is named in docs/DEPLOY.md."""
+    doc = (TERRAFORM.parent / "docs/DEPLOY.md").read_text()
+    section = doc.split("## What replaces what", 1)
+    assert len(section) == 2, "docs/DEPLOY.md has no 'What replaces what' section"
+    found = set()
+    for r, key, text in _force_new_args(module):
+        if any(f in text for f in FILE_FUNCS):
+            found.add(r.address)
+            assert f"`{r.address}`" in section[1], f"{r.address} ({key}) missing from 'What replaces what'"
+    assert "azurerm_linux_virtual_machine.relay" in found  # custom_data is ForceNew on a VM
+    assert "azurerm_linux_virtual_machine_scale_set.relay" not in found  # updated in place
