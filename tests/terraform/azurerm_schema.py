@@ -8,7 +8,8 @@ given tags and writes, for each tag, every argument and nested block with its
 required / computed-only / ForceNew flags:
 
     python3 tests/terraform/azurerm_schema.py --repo PROVIDER_GIT_DIR \\
-        [--tag v4.77.0 --tag v4.81.0] [--out tests/terraform/azurerm_schema.json]
+        [--tag v4.77.0 --tag v4.81.0] [--out tests/terraform/azurerm_schema.json] \\
+        [--other tls=DIR --other random=DIR --other local=DIR --other time=DIR]
 
 PROVIDER_GIT_DIR is a clone (bare or not) of
 github.com/hashicorp/terraform-provider-azurerm. Without --tag the floor of
@@ -17,7 +18,11 @@ test_schema.py then fails on any argument or block in terraform/*.tf that
 one of the snapshot's versions does not have, and on a required argument
 that is missing.
 
-The reader understands the shapes the provider uses for these resources:
+--other adds the plugin-framework providers (tls, random, local, time) at
+the floor of their pins and their newest release of the same major version
+(their schema.Schema{Attributes/Blocks} literals).
+
+The azurerm reader understands the shapes the provider uses for these resources:
 schema map literals, `Elem: &pluginsdk.Resource{Schema: ...}`, helper
 functions returning a *Schema or a schema map (in the same package, another
 internal package or vendored go-azure-helpers), typed resources'
@@ -528,10 +533,105 @@ def provider_schema(src: Source, ev: Evaluator) -> dict:
     return ev.schema_map(fn, lit)
 
 
+# --- plugin-framework providers (tls, random, local, time) ------------------
+
+FW_ATTR = re.compile(r"^(?:schema|[a-z]+schema)\.(\w+Attribute)\s*(?=\{)")
+FW_BLOCK = re.compile(r"^(?:schema|[a-z]+schema)\.(ListNestedBlock|SetNestedBlock|SingleNestedBlock)\s*(?=\{)")
+
+
+class FrameworkEvaluator:
+    """Schemas written with terraform-plugin-framework: schema.Schema{
+    Attributes: map[string]schema.Attribute{...}, Blocks: ...}."""
+
+    def __init__(self, src: Source):
+        self.src = src
+
+    def _expr(self, ctx: Func, expr: str) -> tuple[Func, str]:
+        expr = expr.strip()
+        if m := CALL.match(expr):
+            fn = self.src.resolve_call(ctx, m.group(1))
+            (ret, *_) = Evaluator(self.src).returned(fn)
+            return self._expr(fn, ret)
+        return ctx, expr
+
+    def schema_lit(self, ctx: Func, expr: str) -> dict:
+        ctx, expr = self._expr(ctx, expr)
+        m = re.match(r"^(?:schema|[a-z]+schema)\.(?:Schema|NestedBlockObject|SingleNestedBlock)\s*(?=\{)", expr)
+        if not m:
+            raise SchemaError(f"{ctx}: cannot read framework schema {expr[:80]!r}")
+        f = fields(expr[m.end():])
+        node = {"args": {}, "blocks": {}}
+        if "Attributes" in f:
+            ctx2, attrs = self._expr(ctx, f["Attributes"])
+            lit = attrs[attrs.index("{"):]
+            for part in split_top(lit[1:-1]):
+                am = re.match(r'^"([a-z0-9_]+)"\s*:\s*(.*)$', part, re.S)
+                if not am:
+                    raise SchemaError(f"{ctx2}: unexpected attribute entry {part[:80]!r}")
+                c3, value = self._expr(ctx2, am.group(2))
+                vm = FW_ATTR.match(value)
+                if not vm:
+                    raise SchemaError(f"{c3}: cannot read attribute {value[:80]!r}")
+                af = fields(value[vm.end():])
+                required, optional, computed = (af.get(k) == "true" for k in ("Required", "Optional", "Computed"))
+                node["args"][am.group(1)] = {
+                    "required": required,
+                    "computed_only": computed and not optional and not required,
+                    "force_new": "RequiresReplace" in af.get("PlanModifiers", ""),
+                }
+        if "Blocks" in f:
+            ctx2, blocks = self._expr(ctx, f["Blocks"])
+            lit = blocks[blocks.index("{"):]
+            for part in split_top(lit[1:-1]):
+                bm = re.match(r'^"([a-z0-9_]+)"\s*:\s*(.*)$', part, re.S)
+                if not bm:
+                    raise SchemaError(f"{ctx2}: unexpected block entry {part[:80]!r}")
+                c3, value = self._expr(ctx2, bm.group(2))
+                vm = FW_BLOCK.match(value)
+                if not vm:
+                    raise SchemaError(f"{c3}: cannot read block {value[:80]!r}")
+                bf = fields(value[vm.end():])
+                inner = bf["NestedObject"] if "NestedObject" in bf else value
+                node["blocks"][bm.group(1)] = {
+                    "required": False,
+                    "force_new": "RequiresReplace" in bf.get("PlanModifiers", ""),
+                    "node": self.schema_lit(c3, inner),
+                }
+        return node
+
+
+def framework_resources(src: Source, prefix: str, types: set[str]) -> dict:
+    out = {}
+    for (d, recv, name), fn in src.funcs.items():
+        if name != "Metadata" or not recv:
+            continue
+        m = re.search(r'resp\.TypeName\s*=\s*req\.ProviderTypeName\s*\+\s*"(\w+)"', fn.body)
+        if not m or f"{prefix}{m.group(1)}" not in types:
+            continue
+        schema_fn = src.func(d, "Schema", recv)
+        if "resource.SchemaRequest" not in schema_fn.file.text[: schema_fn.file.text.find(schema_fn.body)][-300:]:
+            continue  # a data source with the same name
+        sm = re.search(r"resp\.Schema\s*=\s*", schema_fn.body)
+        if not sm:
+            raise SchemaError(f"{schema_fn}: no resp.Schema =")
+        i = sm.end()
+        j = i
+        while schema_fn.body[j] not in "\n;":
+            if schema_fn.body[j] in "{([":
+                j = close_of(schema_fn.body, j) + 1
+                continue
+            j += 1
+        out[f"{prefix}{m.group(1)}"] = FrameworkEvaluator(src).schema_lit(schema_fn, schema_fn.body[i:j])
+    missing = types - set(out)
+    if missing:
+        raise SchemaError(f"not found: {sorted(missing)}")
+    return out
+
+
 # --- inputs -----------------------------------------------------------------
 
-def load_tag(git_dir: str, tag: str) -> dict[str, str]:
-    paths = ["internal", "vendor/github.com/hashicorp/go-azure-helpers/resourcemanager/commonschema"]
+def load_tag(git_dir: str, tag: str, paths: list[str] | None = None) -> dict[str, str]:
+    paths = paths or ["internal", "vendor/github.com/hashicorp/go-azure-helpers/resourcemanager/commonschema"]
     tar = subprocess.run(["git", "-C", git_dir, "archive", "--format=tar", tag, *paths],
                          check=True, capture_output=True).stdout
     files = {}
@@ -552,12 +652,28 @@ def used_types() -> tuple[set[str], set[str]]:
     return res, data
 
 
-def version_floor() -> str:
+def version_floor(provider: str = "azurerm") -> str:
     text = (REPO / "terraform" / "versions.tf").read_text()
-    m = re.search(r'azurerm\s*=\s*\{[^}]*version\s*=\s*"[^"]*>=\s*(\d+\.\d+\.\d+)', text, re.S)
+    m = re.search(rf'\b{provider}\s*=\s*\{{[^}}]*version\s*=\s*"[^"]*>=\s*(\d+\.\d+\.\d+)', text, re.S)
     if not m:
-        raise SchemaError("no azurerm lower bound in terraform/versions.tf")
+        raise SchemaError(f"no {provider} lower bound in terraform/versions.tf")
     return "v" + m.group(1)
+
+
+def other_snapshot(provider: str, git_dir: str) -> dict:
+    """tls / random / local / time: resource types used, at the floor and the
+    newest release of the same major version."""
+    text = "\n".join(p.read_text() for p in (REPO / "terraform").glob("*.tf"))
+    types = set(re.findall(rf'^resource\s+"({provider}_\w+)"', text, re.M))
+    floor = version_floor(provider)
+    out = {"source": f"https://github.com/hashicorp/terraform-provider-{provider}", "tags": {}}
+    for tag in (floor, newest_tag(git_dir, int(floor[1:].split(".")[0]))):
+        commit = subprocess.run(["git", "-C", git_dir, "rev-parse", f"{tag}^{{commit}}"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        src = Source(load_tag(git_dir, tag, ["internal"]))
+        out["tags"][tag] = {"commit": commit, "resources": framework_resources(src, provider, types)}
+        print(f"{provider} {tag} ({commit[:12]}): {len(types)} resources", file=sys.stderr)
+    return out
 
 
 def newest_tag(git_dir: str, major: int) -> str:
@@ -591,10 +707,18 @@ def main(argv=None):
     ap.add_argument("--repo", required=True, help="git dir of a terraform-provider-azurerm clone")
     ap.add_argument("--tag", action="append", help="tag to read (repeat); default: floor and newest 4.x")
     ap.add_argument("--type", action="append", default=[], help="extra resource type to include")
+    ap.add_argument("--other", action="append", default=[], metavar="NAME=GIT_DIR",
+                    help="clone of terraform-provider-NAME (tls, random, local, time); "
+                         "providers not given keep their entries from the current snapshot")
     ap.add_argument("--out", default=str(HERE / "azurerm_schema.json"))
     args = ap.parse_args(argv)
     tags = args.tag or [version_floor(), newest_tag(args.repo, int(version_floor()[1:].split(".")[0]))]
     snap = snapshot(args.repo, tags, args.type)
+    old = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    snap["providers"] = old.get("providers", {})
+    for spec in args.other:
+        name, _, git_dir = spec.partition("=")
+        snap["providers"][name] = other_snapshot(name, git_dir)
     Path(args.out).write_text(json.dumps(snap, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 

@@ -107,6 +107,53 @@ def check_module(parsed: dict[str, dict], tag: str) -> list[str]:
     return problems
 
 
+OTHER = SNAPSHOT.get("providers", {})
+
+
+def check_other(parsed: dict[str, dict], provider: str, tag: str) -> list[str]:
+    schema = OTHER[provider]["tags"][tag]["resources"]
+    problems = []
+    for fname, doc in parsed.items():
+        for block in doc.get("resource", []):
+            for rtype, named in block.items():
+                rtype = _unq(rtype)
+                if not rtype.startswith(provider + "_"):
+                    continue
+                for name, body in named.items():
+                    where = f"{provider} {tag} {fname} resource.{rtype}.{_unq(name)}"
+                    if rtype not in schema:
+                        problems.append(f"{where}: type not in the snapshot (refresh it)")
+                        continue
+                    problems += check_body({k: v for k, v in body.items() if k not in META}, schema[rtype], where)
+    return problems
+
+
+OTHER_CASES = [(p, t) for p in sorted(OTHER) for t in OTHER[p]["tags"]]
+
+
+@pytest.mark.parametrize("provider,tag", OTHER_CASES)
+def test_every_argument_exists_in_the_other_providers(parsed_raw, provider, tag):
+    problems = check_other(parsed_raw, provider, tag)
+    assert not problems, "\n".join(problems)
+
+
+def test_other_providers_are_covered_at_their_floor(parsed_raw):
+    text = (TERRAFORM / "versions.tf").read_text()
+    used = {_unq(t).split("_")[0] for doc in parsed_raw.values() for b in doc.get("resource", []) for t in b}
+    for provider in sorted(used - {"azurerm", "terraform"}):
+        m = re.search(rf'\b{provider}\s*=\s*\{{[^}}]*version\s*=\s*"\s*>=\s*(\d+\.\d+\.\d+)', text, re.S)
+        assert m, provider
+        assert provider in OTHER, f"{provider} not in the snapshot: refresh with --other {provider}=DIR"
+        assert f"v{m.group(1)}" in OTHER[provider]["tags"], f"{provider}: floor v{m.group(1)} not in the snapshot"
+        assert len(OTHER[provider]["tags"]) >= 2
+
+
+@pytest.mark.parametrize("provider,tag", [c for c in OTHER_CASES if c[0] == "time"])
+def test_other_providers_catch_a_misspelt_argument(provider, tag):
+    doc = hcl2.loads('resource "time_sleep" "x" {\n  create_duration = "1s"\n  trigger = {}\n}\n')
+    assert any("no argument 'trigger'" in p for p in check_other({"t.tf": doc}, provider, tag))
+
+
 @pytest.fixture(scope="module")
 def parsed_raw():
     out = {}

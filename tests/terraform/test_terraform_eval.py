@@ -124,3 +124,17 @@ def test_scale_set_switch(module, tmp_path):
     three, err3 = run_tf(tmp_path / "three", {"relay_count": 3}, extra_tf=extra)
     assert one == {"scale_set": False}, err
     assert three == {"scale_set": True}, err3
+
+
+def test_tfvars_example_passes_validation(tmp_path):
+    """The documented starting point is accepted as it stands."""
+    import hcl2
+
+    with (TERRAFORM / "terraform.tfvars.example").open() as fh:
+        raw = hcl2.load(fh)
+    values = {k: (v[1:-1] if isinstance(v, str) and v[:1] == v[-1:] == '"' else
+                  [x[1:-1] if isinstance(x, str) and x[:1] == '"' else x for x in v] if isinstance(v, list) else v)
+              for k, v in raw.items() if not k.startswith("__")}
+    assert {"deployer_principal_ids", "storage_ip_rules", "admin_cidrs"} <= set(values)
+    outputs, err = run_tf(tmp_path, values, extra_tf='output "n" { value = length(var.deployer_principal_ids) }\n')
+    assert outputs == {"n": 1}, err
