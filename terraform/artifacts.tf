@@ -49,6 +49,14 @@ resource "azurerm_storage_account" "artifacts" {
   }
 
   tags = var.tags
+
+  lifecycle {
+    # Terraform itself writes and reads the artifacts through this firewall.
+    precondition {
+      condition     = length(var.storage_ip_rules) + length(var.storage_subnet_ids) > 0
+      error_message = "Set storage_ip_rules (the public IPv4 address Terraform runs from, outside the deployment's region) or storage_subnet_ids (its subnet, inside the region): otherwise the storage firewall blocks Terraform's own uploads of the boot artifacts."
+    }
+  }
 }
 
 resource "azurerm_storage_container" "relay_boot" {

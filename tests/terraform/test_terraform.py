@@ -325,6 +325,12 @@ def test_storage_firewalls_use_the_validated_ip_rules(module, name):
     assert "admin_cidrs" not in str(rules)
 
 
+def test_artifacts_firewall_needs_a_way_in_for_terraform(module):
+    sa = module.resource("azurerm_storage_account", "artifacts").body
+    (pre,) = sa["lifecycle"][0]["precondition"]
+    assert pre["condition"] == Expr("length(var.storage_ip_rules) + length(var.storage_subnet_ids) > 0")
+
+
 def test_provider_skips_unused_storage_data_plane(module):
     (_, provider), = list(module.blocks("provider"))
     (features,) = provider["azurerm"]["features"]
