@@ -45,7 +45,7 @@ variable "allowed_client_cidrs" {
 }
 
 variable "admin_cidrs" {
-  description = "Source CIDRs (IPv4 or IPv6, private ranges allowed) for SSH to the VMs. Storage access is storage_ip_rules / storage_subnet_ids."
+  description = "Source CIDRs for SSH to the VMs (private ranges allowed, e.g. over a VPN or a peered VNet). Storage access is storage_ip_rules / storage_subnet_ids."
   type        = list(string)
 
   validation {
