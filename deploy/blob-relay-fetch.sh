@@ -1,27 +1,58 @@
 #!/bin/bash
-# blob-relay-fetch: copies the relay's boot artifacts from the private
-# artifacts container to this VM, authenticating with the VM's system-assigned
+# blob-relay-fetch: copies a VM's boot artifacts from its private container in
+# the artifacts storage account, authenticating with the VM's system-assigned
 # managed identity (no key, no SAS). Installed by cloud-init as
-# /usr/local/sbin/blob-relay-fetch; run as root.
+# /usr/local/sbin/blob-relay-fetch and run as root by
+# blob-relay-fetch@ROLE.service on every boot that lacks the role's binary.
 #
-#   blob-relay-fetch relay    relay-server, certificate, key, tokens
-#   blob-relay-fetch client   relay-client and the first client token
+#   blob-relay-fetch relay    certificate, key, tokens, block-ID key, then
+#                             relay-server (last: its presence means done)
+#   blob-relay-fetch client   client token, relay certificate (and its pin
+#                             /etc/blob-relay/relay-cert-sha256), then
+#                             relay-client
+#   blob-relay-fetch needed ROLE
+#                             exit 0 if ROLE's binary is missing (the unit's
+#                             ExecCondition), 1 if it is there
 #
 # Configuration: /etc/blob-relay/fetch.env
-#   BLOB_RELAY_ARTIFACTS_URL=https://ACCOUNT.blob.core.windows.net/relay-artifacts
+#   BLOB_RELAY_ARTIFACTS_URL=https://ACCOUNT.blob.core.windows.net/CONTAINER
 #   BLOB_RELAY_STORAGE_API_VERSION=2023-11-03   (x-ms-version)
-#   BLOB_RELAY_FETCH_TIMEOUT_S=1200             (optional)
+#   BLOB_RELAY_FETCH_TIMEOUT_S=0                (optional; 0: retry forever)
+#   BLOB_RELAY_FETCH_RETRY_S=15                 (optional)
 #
-# The role assignment of a new VM can take minutes to reach storage, so
-# 401/403 answers are retried until the timeout.
+# A missing blob (404: apply still uploading), a role assignment still
+# propagating (403), no outbound path yet or IMDS not ready are all retried
+# until they succeed: the VM may boot before Terraform has written the
+# artifacts, and Azure documents up to 10 minutes for a role assignment.
+#
+# BLOB_RELAY_ROOT (environment, default empty) prefixes every path: for
+# tests only.
 set -euo pipefail
 
+root=${BLOB_RELAY_ROOT:-}
+declare -A binary=([relay]=$root/usr/local/bin/relay-server [client]=$root/usr/local/bin/relay-client)
+
+usage() {
+    echo "usage: blob-relay-fetch relay|client | blob-relay-fetch needed relay|client" >&2
+    exit 2
+}
+
+if [ "${1:-}" = needed ]; then
+    [ -n "${2:-}" ] && [ -n "${binary[$2]:-}" ] || usage
+    [ ! -e "${binary[$2]}" ]
+    exit
+fi
+
 role=${1:-relay}
+[ -n "${binary[$role]:-}" ] || usage
+
 # shellcheck disable=SC1091
-. /etc/blob-relay/fetch.env
+. "$root/etc/blob-relay/fetch.env"
 : "${BLOB_RELAY_ARTIFACTS_URL:?missing in /etc/blob-relay/fetch.env}"
 api_version=${BLOB_RELAY_STORAGE_API_VERSION:-2023-11-03}
-deadline=$(($(date +%s) + ${BLOB_RELAY_FETCH_TIMEOUT_S:-1200}))
+timeout_s=${BLOB_RELAY_FETCH_TIMEOUT_S:-0}
+retry_s=${BLOB_RELAY_FETCH_RETRY_S:-15}
+deadline=$(($(date +%s) + timeout_s))
 imds='http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fstorage.azure.com%2F'
 
 work=$(mktemp -d)
@@ -39,41 +70,57 @@ print("Authorization: Bearer " + json.load(sys.stdin)["access_token"])
 ' >"$work/auth" || return 1
 }
 
-# fetch BLOB DEST MODE OWNER: atomic replace of DEST.
-fetch() {
-    local blob=$1 dest=$2 mode=$3 owner=$4 tmp
-    tmp="$work/$blob"
+# download BLOB: into $work/BLOB, retried until it succeeds (or the optional
+# deadline passes).
+download() {
+    local blob=$1
     until refresh_token &&
         curl -fsS --max-time 900 --retry 3 \
             -H @"$work/auth" -H "x-ms-version: $api_version" \
-            -o "$tmp" "$BLOB_RELAY_ARTIFACTS_URL/$blob"; do
-        if [ "$(date +%s)" -ge "$deadline" ]; then
-            echo "blob-relay-fetch: $blob: still not readable, giving up" >&2
+            -o "$work/$blob" "$BLOB_RELAY_ARTIFACTS_URL/$blob"; do
+        if [ "$timeout_s" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
+            echo "blob-relay-fetch: $blob: still not readable after ${timeout_s} s, giving up" >&2
             exit 1
         fi
-        echo "blob-relay-fetch: $blob: not readable yet (role assignment propagating?), retrying in 15 s" >&2
-        sleep 15
+        echo "blob-relay-fetch: $blob: not readable yet (not uploaded, role assignment propagating, or no network?), retrying in ${retry_s} s" >&2
+        sleep "$retry_s"
     done
-    install -D -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$dest"
+}
+
+# place BLOB DEST MODE OWNER: atomic replace of DEST.
+place() {
+    local blob=$1 dest=$root$2 mode=$3 owner=$4
+    install -D -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$work/$blob" "$dest.new"
+    mv -f "$dest.new" "$dest"
     echo "blob-relay-fetch: $blob -> $dest"
+}
+
+fetch() {
+    download "$1"
+    place "$@"
 }
 
 case "$role" in
 relay)
-    fetch relay-server /usr/local/bin/relay-server 0755 root:root
     fetch relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
     fetch relay-key.pem /etc/blob-relay/relay-key.pem 0640 root:blob-relay
     fetch tokens /etc/blob-relay/tokens 0640 root:blob-relay
+    # Block-ID MAC key: exactly 64 hex digits (surrounding whitespace is
+    # ignored). Readable by the relay, writable by root only.
+    download relay-id-key
+    if ! tr -d ' \t\r\n' <"$work/relay-id-key" | grep -Eqx '[0-9A-Fa-f]{64}'; then
+        echo "blob-relay-fetch: relay-id-key is not 64 hex digits; not installing it" >&2
+        exit 1
+    fi
+    place relay-id-key /etc/blob-relay/relay-id-key 0640 root:blob-relay
+    fetch relay-server /usr/local/bin/relay-server 0755 root:root
     ;;
 client)
+    fetch client-token /etc/blob-relay/client-token 0600 root:root
+    fetch relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
+    openssl x509 -in "$root/etc/blob-relay/relay-cert.pem" -outform DER | sha256sum | cut -d' ' -f1 \
+        >"$root/etc/blob-relay/relay-cert-sha256.new"
+    mv -f "$root/etc/blob-relay/relay-cert-sha256.new" "$root/etc/blob-relay/relay-cert-sha256"
     fetch relay-client /usr/local/bin/relay-client 0755 root:root
-    fetch tokens "$work/client-tokens" 0600 root:root
-    # First field of the first line: the token, without its container list.
-    install -D -m 0600 /dev/null /etc/blob-relay/client-token
-    head -n1 "$work/client-tokens" | cut -d' ' -f1 >/etc/blob-relay/client-token
-    ;;
-*)
-    echo "usage: blob-relay-fetch relay|client" >&2
-    exit 2
     ;;
 esac

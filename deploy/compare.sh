@@ -21,12 +21,14 @@
 #   --dry-run         print what would run; generate and upload nothing
 #
 # Settings (environment or env file):
-#   BENCH_RELAY, BENCH_RELAY_CERT_SHA256, BENCH_STORAGE_URL, BENCH_CONTAINER,
+#   BENCH_RELAY, BENCH_RELAY_CERT_SHA256 (or BENCH_RELAY_CERT_SHA256_FILE,
+#   written at boot by blob-relay-fetch), BENCH_STORAGE_URL, BENCH_CONTAINER,
 #   BENCH_TOKEN_FILE (or RELAY_TOKEN), BENCH_SOURCE_REGION,
 #   BENCH_SOURCE_VM_SIZE, BENCH_RELAY_REGION, BENCH_RELAY_VM_SIZE,
 #   BENCH_RELAY_COUNT.
 # Direct uploads and AzCopy authenticate with the VM's managed identity
-# (Storage Blob Data Contributor on the account, granted by terraform/).
+# (Storage Blob Data Contributor on the upload container, granted by
+# terraform/).
 set -euo pipefail
 
 env_file=/etc/blob-relay/bench.env
@@ -61,6 +63,10 @@ done
 if [ -f "$env_file" ]; then
     # shellcheck disable=SC1090
     . "$env_file"
+fi
+if [ -z "${BENCH_RELAY_CERT_SHA256:-}" ] && [ -n "${BENCH_RELAY_CERT_SHA256_FILE:-}" ] &&
+    [ -r "$BENCH_RELAY_CERT_SHA256_FILE" ]; then
+    BENCH_RELAY_CERT_SHA256=$(tr -d ' \n' <"$BENCH_RELAY_CERT_SHA256_FILE")
 fi
 for v in BENCH_RELAY BENCH_RELAY_CERT_SHA256 BENCH_STORAGE_URL BENCH_CONTAINER; do
     [ -n "${!v:-}" ] || die "$v is not set (env file $env_file)"

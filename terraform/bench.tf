@@ -1,7 +1,15 @@
 # Optional benchmark source (bench_source_region set): a VM in a far region
 # with relay-client, for deploy/compare.sh (relay vs direct vs AzCopy). Its
-# identity may write blobs to the account (direct uploads need that too),
-# and its public IP is let through the storage firewall and the relay NSG.
+# identity may write the upload container (direct uploads need that) and
+# read the bench-boot container; its public IP is let through the storage
+# firewalls and the relay NSG. It must be in another region than the
+# storage accounts: IP rules do not apply to traffic from the same region.
+#
+# custom_data is ForceNew: it holds only values that change when the
+# deployment itself changes (relay address, count, sizes, regions, deploy/
+# files), nothing derived from files outside the repository or from local
+# state, so a fresh checkout plans no replacement. The certificate pin is
+# computed on the VM from the certificate it fetches.
 
 locals {
   bench_enabled = var.bench_source_region != null
@@ -103,10 +111,9 @@ resource "azurerm_linux_virtual_machine" "bench" {
   tags                            = var.tags
 
   custom_data = base64encode(templatefile("${path.module}/templates/cloud-init-bench.yaml.tftpl", {
-    artifacts_url       = local.artifacts_url
+    artifacts_url       = "${local.artifacts_url}/${local.bench_boot_container}"
     storage_api_version = local.storage_api_version
     relay_address       = local.relay_address
-    relay_cert_sha256   = local_file.relay_cert_der.content_sha256
     storage_url         = local.storage_url
     container           = var.container_name
     source_region       = var.bench_source_region
@@ -115,6 +122,7 @@ resource "azurerm_linux_virtual_machine" "bench" {
     relay_vm_size       = var.vm_size
     relay_count         = var.relay_count
     fetch_script_b64    = filebase64("${path.module}/../deploy/blob-relay-fetch.sh")
+    fetch_unit_b64      = filebase64("${path.module}/../deploy/blob-relay-fetch@.service")
     compare_script_b64  = filebase64("${path.module}/../deploy/compare.sh")
     sysctl_conf_b64     = filebase64("${path.module}/../deploy/sysctl.d/60-blob-relay.conf")
   }))
@@ -142,16 +150,19 @@ resource "azurerm_linux_virtual_machine" "bench" {
 
   boot_diagnostics {}
 
-  depends_on = [
-    azurerm_storage_blob.relay_client,
-    azurerm_storage_blob.relay_tokens,
-  ]
+  lifecycle {
+    precondition {
+      condition     = local.bench_location_key != local.location_key
+      error_message = "bench_source_region must differ from location: storage firewall IP rules do not apply to clients in the account's own region, so the benchmark VM would get 403 from storage (and would not measure a long-distance upload anyway)."
+    }
+  }
 }
 
-resource "azurerm_role_assignment" "bench_vm_blob" {
+# Direct uploads (relay-client --direct, AzCopy) write the upload container.
+resource "azurerm_role_assignment" "bench_uploads" {
   count = local.bench_enabled ? 1 : 0
 
-  scope                = azurerm_storage_account.this.id
+  scope                = azurerm_storage_container.uploads.id
   role_definition_name = "Storage Blob Data Contributor"
   principal_id         = azurerm_linux_virtual_machine.bench[0].identity[0].principal_id
   principal_type       = "ServicePrincipal"

@@ -1,23 +1,35 @@
 # The relay: one VM with its own public IP (relay_count = 1), or a scale set
 # behind a Standard Load Balancer (relay_count > 1, see scale_set.tf). Either
-# way each instance has a system-assigned managed identity holding
-# Storage Blob Data Contributor on the storage account and nothing else.
+# way the instances share one system-assigned identity's roles: Storage Blob
+# Data Contributor on the upload container (storage.tf) and Storage Blob
+# Data Reader on the relay-boot container of the artifacts account
+# (artifacts.tf). Nothing else.
+#
+# custom_data is ForceNew on a single VM: editing anything rendered into it
+# (the deploy/ files, ports, relay_memory_budget, the storage account names)
+# replaces the VM. docs/DEPLOY.md lists what replaces what.
 
 locals {
   storage_api_version = "2023-11-03"
-  artifacts_url       = "${local.storage_url}/${local.artifacts_container}"
 
   relay_custom_data = base64encode(templatefile("${path.module}/templates/cloud-init-relay.yaml.tftpl", {
     relay_port          = var.relay_port
     health_port         = var.health_port
     storage_url         = local.storage_url
     memory_budget       = var.relay_memory_budget
-    artifacts_url       = local.artifacts_url
+    artifacts_url       = "${local.artifacts_url}/${local.relay_boot_container}"
     storage_api_version = local.storage_api_version
     fetch_script_b64    = filebase64("${path.module}/../deploy/blob-relay-fetch.sh")
+    fetch_unit_b64      = filebase64("${path.module}/../deploy/blob-relay-fetch@.service")
     systemd_unit_b64    = filebase64("${path.module}/../deploy/relay-server.service")
+    systemd_dropin_b64  = filebase64("${path.module}/../deploy/relay-server.service.d/10-fetch.conf")
     sysctl_conf_b64     = filebase64("${path.module}/../deploy/sysctl.d/60-blob-relay.conf")
   }))
+
+  relay_principal_id = (local.scale_set
+    ? azurerm_linux_virtual_machine_scale_set.relay[0].identity[0].principal_id
+    : azurerm_linux_virtual_machine.relay[0].identity[0].principal_id
+  )
 }
 
 resource "azurerm_network_interface" "relay" {
@@ -75,23 +87,4 @@ resource "azurerm_linux_virtual_machine" "relay" {
   }
 
   boot_diagnostics {}
-
-  # The VM fetches these at first boot; upload them before it starts.
-  depends_on = [
-    azurerm_storage_blob.relay_server,
-    azurerm_storage_blob.relay_cert,
-    azurerm_storage_blob.relay_key,
-    azurerm_storage_blob.relay_tokens,
-  ]
-}
-
-# Data-plane access to the one storage account: no Contributor, no
-# subscription or resource-group scope.
-resource "azurerm_role_assignment" "relay_vm_blob" {
-  count = local.scale_set ? 0 : 1
-
-  scope                = azurerm_storage_account.this.id
-  role_definition_name = "Storage Blob Data Contributor"
-  principal_id         = azurerm_linux_virtual_machine.relay[0].identity[0].principal_id
-  principal_type       = "ServicePrincipal"
 }

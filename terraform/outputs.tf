@@ -8,7 +8,7 @@ output "relay_address" {
 
 output "relay_cert_sha256" {
   description = "SHA-256 of the relay certificate's DER encoding, lowercase hex (for --relay-cert-sha256). Equals `terraform output -raw relay_cert_pem | openssl x509 -outform DER | sha256sum`."
-  value       = local_file.relay_cert_der.content_sha256
+  value       = terraform_data.relay_cert_sha256.output
 }
 
 output "relay_cert_pem" {
@@ -24,7 +24,7 @@ output "client_token" {
 
 output "client_command" {
   description = "Ready-to-use upload command; run it where `terraform output` works for this state (the token is read from the sensitive output, never printed here)."
-  value       = "RELAY_TOKEN=\"$(terraform -chdir=${abspath(path.module)} output -raw client_token)\" relay-client upload PATH... --relay ${local.relay_address} --to ${var.container_name} --relay-cert-sha256 ${local_file.relay_cert_der.content_sha256}"
+  value       = "RELAY_TOKEN=\"$(terraform -chdir=${abspath(path.module)} output -raw client_token)\" relay-client upload PATH... --relay ${local.relay_address} --to ${var.container_name} --relay-cert-sha256 ${terraform_data.relay_cert_sha256.output}"
 }
 
 output "storage_url" {
@@ -33,8 +33,13 @@ output "storage_url" {
 }
 
 output "storage_account_name" {
-  description = "Name of the storage account."
+  description = "Name of the storage account holding the uploads."
   value       = azurerm_storage_account.this.name
+}
+
+output "artifacts_account_name" {
+  description = "Name of the storage account the VMs boot from (containers relay-boot and bench-boot; only deployer_principal_ids can write it)."
+  value       = azurerm_storage_account.artifacts.name
 }
 
 output "container" {
@@ -48,7 +53,7 @@ output "resource_group" {
 }
 
 output "ssh_relay" {
-  description = "SSH to the single relay VM (null with a scale set: use the instances' private IPs through a jump host, or az vmss run-command)."
+  description = "SSH to the single relay VM (null with a scale set: its instances have no public IP and extension operations, hence Run Command, are disabled; reimage an instance to repair it, or reach its private IP through a jump host in the VNet)."
   value       = local.scale_set ? null : "ssh ${var.admin_username}@${azurerm_public_ip.relay[0].ip_address}"
 }
 

@@ -3,6 +3,9 @@
 # stays on one relay while the client's address and port do not change; the
 # probe takes a relay out of rotation when GET /healthz fails.
 #
+# custom_data changes update the scale set in place and reach an instance
+# when it is reimaged or created (upgrade_mode Manual), never by replacing it.
+#
 # Any relay can continue any transfer: the resume state (block IDs with the
 # transfer tag, index and hash checkpoint) lives in the blob's uncommitted
 # block list in Azure, not on the relay. A client that reconnects after a
@@ -124,9 +127,9 @@ resource "azurerm_linux_virtual_machine_scale_set" "relay" {
   }
 
   network_interface {
-    name                           = "relay"
-    primary                        = true
-    accelerated_networking_enabled = true
+    name                          = "relay"
+    primary                       = true
+    enable_accelerated_networking = true # still enable_* in scale sets (all 4.x)
 
     ip_configuration {
       name                                   = "primary"
@@ -138,20 +141,11 @@ resource "azurerm_linux_virtual_machine_scale_set" "relay" {
 
   boot_diagnostics {}
 
+  # The instances' first apt update and artifact fetch go out through the
+  # outbound rule: create it first. (The boot artifacts need no ordering:
+  # blob-relay-fetch retries until they are there and readable.)
   depends_on = [
     azurerm_lb_rule.relay_udp,
-    azurerm_storage_blob.relay_server,
-    azurerm_storage_blob.relay_cert,
-    azurerm_storage_blob.relay_key,
-    azurerm_storage_blob.relay_tokens,
+    azurerm_lb_outbound_rule.relay,
   ]
-}
-
-resource "azurerm_role_assignment" "relay_vmss_blob" {
-  count = local.scale_set ? 1 : 0
-
-  scope                = azurerm_storage_account.this.id
-  role_definition_name = "Storage Blob Data Contributor"
-  principal_id         = azurerm_linux_virtual_machine_scale_set.relay[0].identity[0].principal_id
-  principal_type       = "ServicePrincipal"
 }

@@ -42,9 +42,35 @@ resource "local_file" "relay_cert_der" {
   file_permission = "0644"
 }
 
+# The file is not in git: in a fresh checkout (or another operator's) the
+# local provider drops local_file from state and plans to write it again,
+# and its content_sha256 is unknown until apply. The fingerprint is
+# therefore kept here, replaced only with the certificate itself, so that a
+# fresh checkout changes no output and nothing that uses the pin.
+resource "terraform_data" "relay_cert_sha256" {
+  triggers_replace = tls_self_signed_cert.relay.cert_pem
+  input            = local_file.relay_cert_der.content_sha256
+
+  lifecycle {
+    ignore_changes = [input]
+  }
+}
+
 # One client token. The relay's tokens file line is "TOKEN CONTAINER[,...]":
 # this token may write only to var.container_name.
 resource "random_password" "client_token" {
   length  = 48
   special = false
+}
+
+# The key all relays of this deployment MAC block IDs with, so that resume
+# state read back from Azure's uncommitted block list is trusted only if a
+# relay wrote it. 32 bytes, handed to the relays as 64 hex digits through the
+# relay-boot container (RELAY_ID_KEY_FILE). Changing relay_id_key_generation
+# rotates it: transfers in progress then restart from zero.
+resource "random_bytes" "relay_id_key" {
+  length = 32
+  keepers = {
+    generation = var.relay_id_key_generation
+  }
 }

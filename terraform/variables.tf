@@ -2,7 +2,7 @@
 # that the NSG, the load balancer and the cloud-init config agree.
 
 variable "subscription_id" {
-  description = "Azure subscription ID. null: taken from ARM_SUBSCRIPTION_ID."
+  description = "Azure subscription ID. null: ARM_SUBSCRIPTION_ID, else the Azure CLI's current account."
   type        = string
   default     = null
 }
@@ -45,14 +45,87 @@ variable "allowed_client_cidrs" {
 }
 
 variable "admin_cidrs" {
-  description = "Source CIDRs for SSH to the VMs and for Terraform's own blob uploads through the storage firewall (the machine running terraform apply must be inside one)."
+  description = "Source CIDRs for SSH to the VMs (private ranges allowed, e.g. over a VPN or a peered VNet). Storage access is storage_ip_rules / storage_subnet_ids."
   type        = list(string)
 
   validation {
     condition = length(var.admin_cidrs) > 0 && alltrue([
-      for c in var.admin_cidrs : can(cidrhost(c, 0)) && !contains(["0.0.0.0/0", "*", "Internet", "Any"], c)
+      for c in var.admin_cidrs : can(cidrhost(c, 0)) && !contains(["0.0.0.0/0", "::/0", "*", "Internet", "Any"], c)
     ])
     error_message = "admin_cidrs must be a non-empty list of CIDRs and must not open SSH to the whole Internet."
+  }
+}
+
+# Storage firewall. IP rules take public IPv4 only (no private ranges, no
+# IPv6, no /31 or /32 prefixes: single addresses go bare, a /31 becomes its
+# two addresses), and they do not apply to clients in the storage account's
+# own region, whose traffic reaches storage from private addresses: those
+# (Cloud Shell, a CI runner or an operator VM in `location`) come in through
+# a subnet with the Microsoft.Storage service endpoint, storage_subnet_ids.
+variable "storage_ip_rules" {
+  description = "Public IPv4 addresses or CIDRs (prefix /8 to /32) let through both storage firewalls: where terraform plan/apply runs (outside `location`) and where people read uploads from."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition = alltrue([
+      for c in var.storage_ip_rules : can(regex("^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}(/([0-9]|[12][0-9]|3[0-2]))?$", c))
+    ])
+    error_message = "storage_ip_rules: each entry must be an IPv4 address or IPv4 CIDR (storage firewall IP rules do not accept IPv6)."
+  }
+
+  validation {
+    condition = alltrue([
+      for c in var.storage_ip_rules : !can(regex("^(0\\.|10\\.|127\\.|169\\.254\\.|172\\.(1[6-9]|2[0-9]|3[01])\\.|192\\.168\\.|100\\.(6[4-9]|[7-9][0-9]|1[01][0-9]|12[0-7])\\.|22[4-9]\\.|2[3-5][0-9]\\.)", c))
+    ])
+    error_message = "storage_ip_rules: private, loopback, link-local, CGNAT and multicast/reserved ranges are rejected by the storage firewall. A client that reaches storage from a private address (a VNet, a VPN, or anything in the account's own region) needs storage_subnet_ids instead."
+  }
+
+  validation {
+    condition = alltrue([
+      for c in var.storage_ip_rules : !strcontains(c, "/") || try(tonumber(split("/", c)[1]) >= 8, false)
+    ])
+    error_message = "storage_ip_rules: prefixes shorter than /8 are refused (use the ranges you actually need)."
+  }
+}
+
+variable "storage_subnet_ids" {
+  description = "Extra subnet IDs (each with the Microsoft.Storage service endpoint) let through both storage firewalls: for terraform or operators running inside Azure in the account's region (Cloud Shell VNet, self-hosted runner)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition = alltrue([
+      for id in var.storage_subnet_ids : can(regex("(?i)^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\\.Network/virtualNetworks/[^/]+/subnets/[^/]+$", id))
+    ])
+    error_message = "storage_subnet_ids: each entry must be a subnet resource ID (/subscriptions/.../subnets/NAME)."
+  }
+}
+
+# Who may manage the deployment's data plane. Terraform writes the boot
+# artifacts with Entra ID (shared keys are off) and reads them back on every
+# plan, so every operator (or a group holding them) is listed here, rather
+# than whoever happened to run apply last.
+variable "deployer_principal_ids" {
+  description = "Entra ID object IDs (users, groups or service principals) that run terraform plan/apply. Each gets Storage Blob Data Contributor on the artifacts account and Storage Blob Data Reader on the upload container."
+  type        = list(string)
+
+  validation {
+    condition = length(var.deployer_principal_ids) > 0 && alltrue([
+      for id in var.deployer_principal_ids : can(regex("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", id))
+    ])
+    error_message = "deployer_principal_ids must be a non-empty list of object IDs (GUIDs), e.g. from `az ad signed-in-user show --query id -o tsv` or `az ad group show -g GROUP --query id -o tsv`."
+  }
+}
+
+variable "rbac_propagation_wait" {
+  description = "How long to wait after granting the deployers their blob role before Terraform writes blobs (Azure documents up to 10 minutes for role assignments to take effect). Waited again only when those assignments change."
+  type        = string
+  default     = "10m"
+
+  validation {
+    condition     = can(regex("^[0-9]+(s|m)$", var.rbac_propagation_wait))
+    error_message = "rbac_propagation_wait must be a duration such as 600s or 10m."
   }
 }
 
@@ -111,6 +184,12 @@ variable "blob_soft_delete_days" {
 
 # --- relay -------------------------------------------------------------------
 
+variable "relay_id_key_generation" {
+  description = "Generation of the key the relays MAC block IDs with (RELAY_ID_KEY_FILE). Change it to rotate the key: uploads in progress then restart from zero."
+  type        = number
+  default     = 1
+}
+
 variable "relay_port" {
   description = "UDP port of the relay (QUIC)."
   type        = number
@@ -130,7 +209,7 @@ variable "relay_memory_budget" {
 }
 
 variable "relay_binary_path" {
-  description = "Local path of the relay-server binary (cargo build --release). null: <repo>/target/release/relay-server."
+  description = "Local path of the stripped relay-server binary (deploy/build-release.sh). null: <repo>/target/dist/relay-server."
   type        = string
   default     = null
 }
@@ -189,7 +268,7 @@ variable "vm_image" {
 # --- comparative benchmark ---------------------------------------------------
 
 variable "bench_source_region" {
-  description = "If set, a source VM in this (far) region, with relay-client installed, for deploy/compare.sh. null: none."
+  description = "If set, a source VM in this (far) region, with relay-client installed, for deploy/compare.sh. Must differ from location (storage IP rules do not apply within a region). null: none."
   type        = string
   default     = null
 }
@@ -201,7 +280,7 @@ variable "bench_vm_size" {
 }
 
 variable "client_binary_path" {
-  description = "Local path of the relay-client binary for the benchmark VM. null: <repo>/target/release/relay-client."
+  description = "Local path of the stripped relay-client binary for the benchmark VM (deploy/build-release.sh). null: <repo>/target/dist/relay-client."
   type        = string
   default     = null
 }

@@ -1,18 +1,22 @@
-# Provider pins. azurerm 4.x is required: the resources below use 4.x argument
-# names (accelerated_networking_enabled, storage_account_id on containers,
-# https_traffic_only_enabled) and 4.x's mandatory subscription_id handling.
+# Provider pins. azurerm >= 4.77.0: blobs name their container by
+# storage_container_id (4.77; storage_account_name / storage_container_name
+# are deprecated there), and the subscription falls back to the Azure CLI's
+# current account (4.35). Every azurerm argument below is checked against
+# the provider's schema at both ends of this range by
+# tests/terraform/test_schema.py (snapshot: tests/terraform/azurerm_schema.json).
 terraform {
   required_version = ">= 1.6.0"
 
   required_providers {
     azurerm = {
       source  = "hashicorp/azurerm"
-      version = ">= 4.14.0, < 5.0.0"
+      version = ">= 4.77.0, < 5.0.0"
     }
     tls = {
       source  = "hashicorp/tls"
       version = ">= 4.0.5, < 5.0.0"
     }
+    # random_bytes (the relays' block-ID key) needs 3.6.0.
     random = {
       source  = "hashicorp/random"
       version = ">= 3.6.0, < 4.0.0"
@@ -34,12 +38,21 @@ terraform {
 }
 
 provider "azurerm" {
-  features {}
+  features {
+    storage {
+      # The storage accounts are managed through Azure Resource Manager
+      # only: no polling of the queue and static-website data-plane
+      # endpoints (unused here) on create, and no data-plane reads of them on
+      # every refresh (which needed a blob role and a way through the
+      # firewall for anyone running plan).
+      data_plane_available = false
+    }
+  }
 
-  # null: taken from ARM_SUBSCRIPTION_ID or the Azure CLI's current account.
+  # null: ARM_SUBSCRIPTION_ID, else the Azure CLI's current account.
   subscription_id = var.subscription_id
 
-  # Shared-key access is disabled on the account, so blob and container data
-  # operations must use Entra ID.
+  # Shared-key access is disabled on the accounts, so the blob data
+  # operations (the boot artifacts) use Entra ID.
   storage_use_azuread = true
 }

@@ -2,9 +2,11 @@
 cloud-config that configures and starts the relay without any account key."""
 
 import base64
+import functools
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,9 +25,11 @@ from tfmodel import (
 )
 
 ACCOUNT = "blobrelayab12cd"
+ARTIFACTS_ACCOUNT = "blobrelaybootab12cd"
 RELAY_FLAGS = {  # relay-server's flags as RELAY_<FLAG> variables
     "RELAY_LISTEN", "RELAY_STORAGE_URL", "RELAY_ACCOUNT_KEY", "RELAY_TLS_CERT", "RELAY_TLS_KEY",
     "RELAY_CERT_FINGERPRINT_FILE", "RELAY_TOKENS", "RELAY_MEMORY_BUDGET", "RELAY_HEALTH_LISTEN",
+    "RELAY_ID_KEY_FILE",
 }
 
 
@@ -33,6 +37,13 @@ def evaluate(module, text: str):
     """Value of a templatefile argument, for the few expression shapes the
     module uses. Unknown shapes fail: extend this when adding arguments."""
     text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        # A string template: "${local.a}/${local.b}".
+        return re.sub(r"\$\{([^}]+)\}", lambda m: str(evaluate(module, m.group(1))), text[1:-1])
+    if m := re.fullmatch(r"local\.(\w+_container)", text):
+        value = module.locals()[m.group(1)]
+        assert isinstance(value, str), value
+        return value
     if m := re.fullmatch(r"var\.(\w+)", text):
         value = module.default(m.group(1))
         if value is None and m.group(1) == "bench_source_region":
@@ -42,10 +53,9 @@ def evaluate(module, text: str):
         return base64.b64encode((TERRAFORM / m.group(1)).read_bytes()).decode()
     samples = {
         "local.storage_url": f"https://{ACCOUNT}.blob.core.windows.net",
-        "local.artifacts_url": f"https://{ACCOUNT}.blob.core.windows.net/relay-artifacts",
+        "local.artifacts_url": f"https://{ARTIFACTS_ACCOUNT}.blob.core.windows.net",
         "local.storage_api_version": module.locals()["storage_api_version"],
         "local.relay_address": "20.0.0.10:4433",
-        "local_file.relay_cert_der.content_sha256": "ab" * 32,
     }
     if text in samples:
         return samples[text]
@@ -109,6 +119,7 @@ def test_relay_env_file(module):
     assert env["RELAY_HEALTH_LISTEN"].endswith(":9090")
     assert env["RELAY_TLS_CERT"] and env["RELAY_TLS_KEY"]
     assert env["RELAY_MEMORY_BUDGET"] == module.default("relay_memory_budget")
+    assert env["RELAY_ID_KEY_FILE"] == "/etc/blob-relay/relay-id-key"
     assert "RELAY_ACCOUNT_KEY" not in env
     # No key, SAS or secret material inline: key and tokens are fetched at boot.
     lowered = text.lower().replace("# no account key:", "")
@@ -145,20 +156,37 @@ def relay_env_on_disk(module, tmp_path):
     env = env_file(write_file(yaml.safe_load(text), "/etc/blob-relay/relay.env"))
     local = {k: str(tmp_path / v.lstrip("/")) if v.startswith("/") else v for k, v in env.items()}
     moved = {k for k in env if env[k] != local[k]}
-    assert moved == {"RELAY_TOKENS", "RELAY_TLS_CERT", "RELAY_TLS_KEY", "RELAY_CERT_FINGERPRINT_FILE"}, moved
+    assert moved == {"RELAY_TOKENS", "RELAY_TLS_CERT", "RELAY_TLS_KEY", "RELAY_CERT_FINGERPRINT_FILE",
+                     "RELAY_ID_KEY_FILE"}, moved
     for k in moved:
         Path(local[k]).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(DEPLOY / "tokens.example", local["RELAY_TOKENS"])
+    # What terraform's random_bytes(32).hex becomes in the relay-boot blob.
+    key = Path(local["RELAY_ID_KEY_FILE"])
+    key.write_text(secrets.token_hex(32) + "\n")
+    key.chmod(0o600)
     openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", local["RELAY_TLS_KEY"], "-out", local["RELAY_TLS_CERT"], "-days", "2",
             "-subj", "/CN=blob-relay", "-addext", "subjectAltName=IP:20.0.0.10", cwd=tmp_path)
     return local
 
 
+@functools.cache
+def supports_id_key(binary: Path) -> bool:
+    """Whether this relay-server has --id-key-file (issue 11). Until it does,
+    RELAY_ID_KEY_FILE is left out of --check-config (the template and the
+    fetch script are checked regardless)."""
+    r = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60, env={})
+    assert r.returncode == 0, r.stderr
+    return "--id-key-file" in r.stdout
+
+
 def check_config(binary: Path, env: dict) -> subprocess.CompletedProcess:
     # Only the relay's variables: nothing inherited (no PATH, HOME, RELAY_* of the
     # caller), exactly as systemd's EnvironmentFile= gives them. The timeout would
     # catch a check that reached for the network (IMDS) after all.
+    if not supports_id_key(binary):
+        env = {k: v for k, v in env.items() if k != "RELAY_ID_KEY_FILE"}
     return subprocess.run([str(binary), "--check-config"], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -210,23 +238,44 @@ def test_check_config_refuses_a_broken_relay_env(relay_server_bin, relay_env_on_
     assert complaint in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("content", ["ab" * 31 + "\n", "zz" * 32 + "\n", ""], ids=["short", "not-hex", "empty"])
+def test_check_config_refuses_a_bad_id_key(relay_server_bin, relay_env_on_disk, content):
+    """Runs once relay-server has --id-key-file (issue 11); skipped before."""
+    if not supports_id_key(relay_server_bin):
+        pytest.skip("relay-server has no --id-key-file yet")
+    Path(relay_env_on_disk["RELAY_ID_KEY_FILE"]).write_text(content)
+    r = check_config(relay_server_bin, relay_env_on_disk)
+    assert r.returncode != 0, r.stdout
+
+
 def test_relay_files_are_the_deploy_files(module):
     text, _ = rendered(module, "cloud-init-relay.yaml.tftpl")
     cfg = yaml.safe_load(text)
     assert write_file(cfg, "/etc/systemd/system/relay-server.service") == (DEPLOY / "relay-server.service").read_text()
     assert write_file(cfg, "/etc/sysctl.d/60-blob-relay.conf") == (DEPLOY / "sysctl.d/60-blob-relay.conf").read_text()
     assert write_file(cfg, "/usr/local/sbin/blob-relay-fetch") == (DEPLOY / "blob-relay-fetch.sh").read_text()
+    assert write_file(cfg, "/etc/systemd/system/blob-relay-fetch@.service") == \
+        (DEPLOY / "blob-relay-fetch@.service").read_text()
+    assert write_file(cfg, "/etc/systemd/system/relay-server.service.d/10-fetch.conf") == \
+        (DEPLOY / "relay-server.service.d/10-fetch.conf").read_text()
     fetch = env_file(write_file(cfg, "/etc/blob-relay/fetch.env"))
-    assert fetch["BLOB_RELAY_ARTIFACTS_URL"].startswith("https://")
+    # The relays read the relay-boot container of the artifacts account, not
+    # the account they upload to.
+    assert fetch["BLOB_RELAY_ARTIFACTS_URL"] == f"https://{ARTIFACTS_ACCOUNT}.blob.core.windows.net/relay-boot"
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", fetch["BLOB_RELAY_STORAGE_API_VERSION"])
 
 
 def test_relay_boot_sequence(module):
     text, _ = rendered(module, "cloud-init-relay.yaml.tftpl")
     cmds = [" ".join(map(str, c)) if isinstance(c, list) else c for c in yaml.safe_load(text)["runcmd"]]
-    order = ["sysctl --system", "useradd --system", "blob-relay-fetch relay", "systemctl enable --now relay-server.service"]
+    order = ["sysctl --system", "useradd --system", "systemctl daemon-reload",
+             "systemctl enable blob-relay-fetch@relay.service relay-server.service",
+             "systemctl start --no-block relay-server.service"]
     positions = [next(i for i, c in enumerate(cmds) if o in c) for o in order]
     assert positions == sorted(positions), cmds
+    # The fetch is not a one-shot runcmd any more: it is the unit, which
+    # retries, and on later boots runs again while the binary is missing.
+    assert not any(re.search(r"blob-relay-fetch\s+(relay|client)\b", c) for c in cmds), cmds
 
 
 def test_bench_env_file(module):
@@ -234,7 +283,14 @@ def test_bench_env_file(module):
     cfg = yaml.safe_load(text)
     env = env_file(write_file(cfg, "/etc/blob-relay/bench.env"))
     assert env["BENCH_RELAY"].endswith(":4433")
-    assert re.fullmatch(r"[0-9a-f]{64}", env["BENCH_RELAY_CERT_SHA256"])
+    # The pin is computed on the VM from the certificate it fetches: nothing
+    # in custom_data depends on local files or local state.
+    assert "BENCH_RELAY_CERT_SHA256" not in env
+    assert env["BENCH_RELAY_CERT_SHA256_FILE"] == "/etc/blob-relay/relay-cert-sha256"
+    fetch = env_file(write_file(cfg, "/etc/blob-relay/fetch.env"))
+    assert fetch["BLOB_RELAY_ARTIFACTS_URL"] == f"https://{ARTIFACTS_ACCOUNT}.blob.core.windows.net/bench-boot"
+    cmds = [" ".join(map(str, c)) if isinstance(c, list) else c for c in cfg["runcmd"]]
+    assert "systemctl enable blob-relay-fetch@client.service" in cmds
     assert env["BENCH_STORAGE_URL"].startswith("https://")
     assert write_file(cfg, "/usr/local/bin/blob-relay-compare") == (DEPLOY / "compare.sh").read_text()
     assert "token" not in json.dumps(cfg).lower().replace("bench_token_file", "").replace("client-token", "")

