@@ -81,7 +81,11 @@ impl RelayLink {
         let mut tries = 0;
         let c = loop {
             tries += 1;
-            match self.connector.connect(self.addr, &self.name, self.timeout).await {
+            match self
+                .connector
+                .connect(self.addr, &self.name, self.timeout)
+                .await
+            {
                 Ok(c) => break c,
                 Err(ConnectError::Busy(m)) if backoff.allows(tries) => {
                     tracing::warn!(attempt = tries, "{m}");

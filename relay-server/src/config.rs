@@ -133,6 +133,16 @@ pub struct Args {
     #[arg(long, env = "RELAY_ID_KEY_EPHEMERAL", conflicts_with = "id_key_file")]
     pub id_key_ephemeral: bool,
 
+    /// Containers no upload may write, whatever a token grants: where the
+    /// deployment keeps the relay's binary, keys and tokens.
+    #[arg(
+        long,
+        env = "RELAY_RESERVED_CONTAINERS",
+        value_delimiter = ',',
+        default_value = "relay-boot,bench-boot,relay-artifacts"
+    )]
+    pub reserved_containers: Vec<String>,
+
     /// Largest block a client may ask for (bounds one transfer's memory).
     #[arg(long, env = "RELAY_MAX_BLOCK_SIZE", default_value = "128MiB", value_parser = size)]
     pub max_block_size: u64,

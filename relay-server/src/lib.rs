@@ -68,6 +68,7 @@ impl Config {
             token_share_percent: args.token_share,
             budget_wait: Duration::from_secs(args.budget_wait.max(1)),
             block_fill: server::BlockFill::default(),
+            reserved_containers: args.reserved_containers.clone(),
             hooks: TestHooks::default(),
         };
         let bound = cfg.memory_bound();
@@ -124,6 +125,7 @@ impl Config {
             token_share_percent: 50,
             budget_wait: Duration::from_secs(30),
             block_fill: server::BlockFill::default(),
+            reserved_containers: vec!["relay-boot".into()],
             hooks: TestHooks::default(),
         })
     }

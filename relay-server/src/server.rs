@@ -57,6 +57,8 @@ pub struct Config {
     /// How long a transfer waits for block memory before a retryable `busy`.
     pub budget_wait: Duration,
     pub block_fill: BlockFill,
+    /// Containers no upload may write (the deployment's boot artifacts).
+    pub reserved_containers: Vec<String>,
     pub hooks: TestHooks,
 }
 
@@ -90,6 +92,7 @@ pub struct Shared {
     pub max_block_size: u64,
     pub budget_wait: Duration,
     pub block_fill: BlockFill,
+    pub reserved_containers: Vec<String>,
     token_share_bytes: u64,
     shares: Mutex<HashMap<Owner, Budget>>,
     pub block_size: u64,
@@ -178,8 +181,10 @@ impl Relay {
         let metrics = Metrics::default();
         // Every writer records its retries in the relay's metrics as they happen.
         let storage = cfg.storage.with_retry_counts(metrics.azure_retries.clone());
-        let token_share_bytes =
-            (cfg.budget.total_bytes() / 100 * cfg.token_share_percent.clamp(1, 100)).max(1 << 20);
+        // Multiply first: 50 % of 64 MiB is exactly 32 MiB (two 16 MiB blocks).
+        let token_share_bytes = (u128::from(cfg.budget.total_bytes())
+            * u128::from(cfg.token_share_percent.clamp(1, 100))
+            / 100) as u64;
         Ok(Self {
             endpoint,
             stopping,
@@ -197,6 +202,7 @@ impl Relay {
                 max_block_size: cfg.max_block_size,
                 budget_wait: cfg.budget_wait,
                 block_fill: cfg.block_fill,
+                reserved_containers: cfg.reserved_containers,
                 token_share_bytes,
                 shares: Mutex::new(HashMap::new()),
                 block_size: cfg.block_size,

@@ -31,7 +31,6 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// block buffer goes back to the budget; staged blocks stay for a resume).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
-
 fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
         code,
@@ -175,6 +174,17 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
             crate::auth::AuthError::Container(_) => fail(Code::Forbidden, e.to_string()),
         })?;
     validate_container(&offer.container).map_err(|m| fail(Code::InvalidName, m))?;
+    if shared.reserved_containers.contains(&offer.container) {
+        // The deployment's own files (the relay binary, keys, tokens) live there:
+        // no upload may ever write them, whatever a token's grant says.
+        return Err(fail(
+            Code::Forbidden,
+            format!(
+                "container {:?} is reserved for the relay's own files",
+                offer.container
+            ),
+        ));
+    }
     validate_blob_name(&offer.blob).map_err(|m| fail(Code::InvalidName, m))?;
     validate_metadata(&offer.metadata).map_err(|m| fail(Code::InvalidOffer, m))?;
     if let Some(h) = &offer.sha256
