@@ -19,13 +19,16 @@ pub struct RelayHandle {
     _tokens: crate::files::Scratch,
 }
 
+/// Changes a test makes to the relay's configuration before it starts.
+pub type Configure = Box<dyn FnOnce(&mut Config) + Send>;
+
 pub struct RelayOptions {
     pub memory_budget: u64,
     pub hooks: TestHooks,
     /// Containers the limited token may write.
     pub limited_to: String,
     /// Anything else about the relay's configuration (limits, windows, key).
-    pub configure: Option<Box<dyn FnOnce(&mut Config) + Send>>,
+    pub configure: Option<Configure>,
 }
 
 impl Default for RelayOptions {
