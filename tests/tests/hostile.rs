@@ -508,3 +508,147 @@ async fn one_token_cannot_hold_the_budget() {
     );
     relay.stop().await;
 }
+
+/// A storage co-writer publishes other bytes under the file's name with the
+/// file's SHA-256 in metadata (anyone with a SAS can). "Already committed" must not
+/// rest on that: the relay and direct mode both refuse (exists), unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_sha256_metadata_is_not_already_committed() {
+    let container = new_container("forgedmeta").await;
+    let relay = relay_with(&container, |_| {});
+    let dir = Scratch::new("forgedmeta");
+    let file = dir.path("f.bin");
+    let size = 2 * MIB + 5;
+    let sha = write_random(&file, size, 61);
+    let junk = bytes::Bytes::from(vec![0x33u8; size as usize]);
+    let w = writer(&container, "f.bin");
+    w.stage_block(&[9u8; 64], junk.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    w.commit(
+        vec![vec![9u8; 64]],
+        &sha,
+        "00000000000000000000000000000000",
+        None,
+        &Default::default(),
+        &Overwrite::Always,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let forged = blob_sha(&container, "f.bin").await;
+
+    let out = run_client(&upload_args(&relay, &file, &container, TOKEN), &[], T).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary(&out)["files"][0]["error"]["code"], "exists");
+    let direct = [
+        "upload",
+        &file.display().to_string(),
+        "--json",
+        "--direct",
+        "--storage-url",
+        &shared_azurite().url(),
+        "--account-key",
+        relay_tests::DEV_KEY,
+        "--to",
+        &container,
+    ]
+    .map(str::to_string);
+    let out = run_client(&direct, &[], T).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary(&out)["files"][0]["error"]["code"], "exists");
+    assert_eq!(
+        blob_sha(&container, "f.bin").await,
+        forged,
+        "left as it was"
+    );
+    assert_ne!(forged.1, sha);
+    relay.stop().await;
+}
+
+/// Direct mode's rule: it resumes, and calls already committed, only what its own
+/// key (one per user, `--id-key-file`) signed. Genuine staged blocks are resumed;
+/// blocks with the true prefix hashes under another key are not; a re-run of a
+/// committed file is recognised by its seal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_resumes_only_its_own_blocks() {
+    let container = new_container("directkey").await;
+    let dir = Scratch::new("directkey");
+    let key_file = dir.path("direct.key");
+    let key = shared::id_key::IdKey::load_or_create(&key_file).unwrap_or_else(|e| panic!("{e}"));
+    let args = |file: &std::path::Path| {
+        [
+            "upload",
+            &file.display().to_string(),
+            "--json",
+            "--direct",
+            "--block-size",
+            "5MiB",
+            "--storage-url",
+            &shared_azurite().url(),
+            "--account-key",
+            relay_tests::DEV_KEY,
+            "--to",
+            &container,
+            "--id-key-file",
+            &key_file.display().to_string(),
+        ]
+        .map(str::to_string)
+    };
+    for (name, signer_key, resumed) in [
+        ("own.bin", key.clone(), 10 * MIB),
+        ("other.bin", shared::id_key::IdKey::random(), 0),
+    ] {
+        let file = dir.path(name);
+        let size = 3 * 5 * MIB + 7;
+        let sha = write_random(&file, size, 71);
+        let content = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
+        let tag = TransferTag::derive(
+            &signer_key,
+            &Owner::direct(),
+            &container,
+            name,
+            size,
+            5 * MIB,
+        );
+        let signer = IdSigner::new(signer_key, tag);
+        let w = writer(&container, name);
+        let mut h = sha2::Sha256::new();
+        for index in 0..2usize {
+            let block = &content[index * 5 * MIB as usize..(index + 1) * 5 * MIB as usize];
+            h.update(block);
+            let id = signer.encode(&BlockId {
+                index: index as u32,
+                state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
+            });
+            // Own key: the genuine bytes. Another key: junk under the true hashes.
+            let data = if resumed > 0 {
+                bytes::Bytes::copy_from_slice(block)
+            } else {
+                bytes::Bytes::from(vec![0xEEu8; block.len()])
+            };
+            w.stage_block(&id, data)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let out = run_client(&args(&file), &[], T).await;
+        let f = &summary(&out)["files"][0];
+        assert_eq!(f["status"], "committed", "{f}");
+        assert_eq!(f["bytes_resumed"], resumed, "{name}: {f}");
+        assert_eq!(blob_sha(&container, name).await, (size, sha.clone()));
+        // A re-run finds it committed (sealed with the same key): nothing sent.
+        let out = run_client(&args(&file), &[], T).await;
+        let f = &summary(&out)["files"][0];
+        assert_eq!(f["status"], "committed", "{f}");
+        assert_eq!(f["bytes_sent"], 0, "{f}");
+    }
+}
