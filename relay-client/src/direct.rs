@@ -86,6 +86,7 @@ pub async fn upload_file(
             bytes_resumed: before.len,
             bytes_sent: 0,
             retries: writer.retries(),
+            storage_requests: writer.requests(),
             clocks: Clocks {
                 wait_ms: 0,
                 transfer_ms: t0.elapsed().as_millis() as u64,
@@ -175,6 +176,7 @@ pub async fn upload_file(
         bytes_resumed: staged.bytes_resumed,
         bytes_sent: staged.bytes_received,
         retries: writer.retries(),
+        storage_requests: writer.requests(),
         clocks: Clocks {
             wait_ms: 0,
             transfer_ms: (t_sent - t0).as_millis() as u64,

@@ -28,6 +28,9 @@ pub struct FileReport {
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
     pub retries: u32,
+    /// Storage requests the file cost (the relay's count from its Receipt, or
+    /// direct mode's own), retries included.
+    pub storage_requests: u32,
     pub attempts: u32,
     pub clocks_ms: Clocks,
     /// Relay mode: the relay's own clocks from its Receipt (receive, staging the

@@ -36,6 +36,7 @@ pub struct Sent {
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
     pub retries: u32,
+    pub storage_requests: u32,
     pub clocks: Clocks,
     /// The relay's clocks (none from a relay that moved no bytes).
     pub relay_clocks: Option<shared::protocol::Timings>,
@@ -393,6 +394,7 @@ fn verified(
         bytes_resumed: receipt.bytes_resumed,
         bytes_sent,
         retries: receipt.retries,
+        storage_requests: receipt.requests,
         clocks: Clocks {
             wait_ms: 0,
             transfer_ms: (t_sent - t0).as_millis() as u64,

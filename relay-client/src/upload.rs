@@ -461,6 +461,7 @@ async fn one_file(
                     bytes_resumed: sent.bytes_resumed,
                     bytes_sent: sent.bytes_sent,
                     retries: sent.retries,
+                    storage_requests: sent.storage_requests,
                     attempts: tries,
                     clocks_ms: Clocks {
                         wait_ms,
@@ -511,6 +512,7 @@ fn failed_report(
         bytes_resumed: 0,
         bytes_sent: 0,
         retries: 0,
+        storage_requests: 0,
         attempts,
         clocks_ms: clocks,
         relay_ms: None,

@@ -176,6 +176,13 @@ pub fn render(shared: &Shared) -> String {
         budget.in_use_bytes(),
     );
     crate::admission::render_metrics(&shared.admission, budget, &mut out);
+    metrics::render_value(
+        &mut out,
+        "blob_relay_storage_requests_total",
+        "counter",
+        "Storage requests sent (retries included).",
+        Metrics::get(&m.storage_requests),
+    );
     m.commit_seconds.render(
         "blob_relay_commit_seconds",
         "Time to verify and commit a blob (hash check, Put Block List and its retries, reading back its properties), per committed blob.",

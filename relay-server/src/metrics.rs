@@ -27,6 +27,8 @@ pub struct Metrics {
     pub transfers_failed: AtomicU64,
     /// Shared with every blob writer of the relay's storage (see `Relay::bind`).
     pub azure_retries: Arc<RetryCounts>,
+    /// Every storage request sent (retries included), shared likewise.
+    pub storage_requests: Arc<AtomicU64>,
     pub commit_seconds: Histogram,
 }
 
@@ -40,6 +42,7 @@ impl Default for Metrics {
             transfers_committed: AtomicU64::default(),
             transfers_failed: AtomicU64::default(),
             azure_retries: Arc::default(),
+            storage_requests: Arc::default(),
             commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
         }
     }

@@ -269,6 +269,7 @@ async fn run(
             bytes_resumed: offer.size,
             bytes_received: 0,
             retries: writer.retries(),
+            requests: writer.requests(),
             timings: Timings::default(),
         });
     }
@@ -282,10 +283,16 @@ async fn run(
         plan.block_size,
     );
     let signer = IdSigner::new(shared.id_key.clone(), tag);
-    let uncommitted = writer
-        .uncommitted_blocks()
-        .await
-        .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
+    // A file of one block has nothing to resume (its only block is its last):
+    // no block list to read, one Put Blob later.
+    let uncommitted = if plan.block_count() > 1 {
+        writer
+            .uncommitted_blocks()
+            .await
+            .map_err(|e| Outcome::Rejected(storage_failure(&e)))?
+    } else {
+        Vec::new()
+    };
     let resume = find_resume_point(
         &plan,
         &signer,
@@ -420,6 +427,7 @@ async fn run(
         bytes_resumed: staged.bytes_resumed,
         bytes_received: staged.bytes_received,
         retries: writer.retries(),
+        requests: writer.requests(),
         timings: Timings {
             receive_ms,
             stage_wait_ms,

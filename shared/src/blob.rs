@@ -5,14 +5,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Transport};
 use azure_storage_blob::models::{
     BlobClientGetPropertiesResultHeaders, BlockBlobClientCommitBlockListOptions,
     BlockBlobClientCommitBlockListResultHeaders, BlockBlobClientGetBlockListOptions,
-    BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList,
+    BlockBlobClientStageBlockOptions, BlockBlobClientUploadOptions, BlockListType, BlockLookupList,
 };
 use azure_storage_blob::{
     BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
@@ -109,6 +109,8 @@ pub struct Storage {
     backoff: Backoff,
     /// Where every writer also records its retries (the relay's metrics).
     retry_counts: Option<Arc<RetryCounts>>,
+    /// Where every writer also counts its requests (the relay's metrics).
+    request_count: Option<Arc<AtomicU64>>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -131,6 +133,7 @@ impl Storage {
             transport: Transport::new(Arc::new(http)),
             backoff: opts.backoff,
             retry_counts: None,
+            request_count: None,
         })
     }
 
@@ -139,6 +142,12 @@ impl Storage {
     /// transfer's Receipt).
     pub fn with_retry_counts(mut self, counts: Arc<RetryCounts>) -> Self {
         self.retry_counts = Some(counts);
+        self
+    }
+
+    /// Every writer opened from now on also adds each request it sends to `count`.
+    pub fn with_request_count(mut self, count: Arc<AtomicU64>) -> Self {
+        self.request_count = Some(count);
         self
     }
 
@@ -198,6 +207,8 @@ impl Storage {
             backoff: self.backoff,
             retries: Arc::new(AtomicU32::new(0)),
             retry_counts: self.retry_counts.clone(),
+            requests: Arc::new(AtomicU32::new(0)),
+            request_count: self.request_count.clone(),
         })
     }
 
@@ -252,11 +263,18 @@ pub struct BlobWriter {
     backoff: Backoff,
     retries: Arc<AtomicU32>,
     retry_counts: Option<Arc<RetryCounts>>,
+    requests: Arc<AtomicU32>,
+    request_count: Option<Arc<AtomicU64>>,
 }
 
 impl BlobWriter {
     pub fn retries(&self) -> u32 {
         self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Storage requests this writer sent (retries included).
+    pub fn requests(&self) -> u32 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     async fn with_retry<T, F, Fut>(&self, op: &str, mut call: F) -> Result<T, BlobError>
@@ -267,6 +285,10 @@ impl BlobWriter {
         let mut attempts = 0;
         loop {
             attempts += 1;
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = &self.request_count {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
             match call().await {
                 Ok(v) => return Ok(v),
                 Err(e) => {
@@ -394,6 +416,51 @@ impl BlobWriter {
         .map(|_| ())
     }
 
+    /// Put Blob: publishes a file that fits in one block with a single request,
+    /// under the same rules as a commit (called only after its SHA-256 matched;
+    /// the condition from `overwrite`; the SHA-256 and the seal in metadata). The
+    /// body's MD5 goes along as the blob's Content-MD5 (`x-ms-blob-content-md5`),
+    /// which the service checks against what arrived, so it doubles as the
+    /// transport checksum and lets other tools verify the blob.
+    pub async fn put_blob(
+        &self,
+        data: Bytes,
+        sha256_hex: &str,
+        seal: &str,
+        content_type: Option<&str>,
+        metadata: &std::collections::BTreeMap<String, String>,
+        overwrite: &Overwrite,
+    ) -> Result<String, BlobError> {
+        let md5 = Md5::digest(&data).to_vec();
+        let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
+        meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
+        meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
+        let (if_match, if_none_match) = conditions(overwrite);
+        // One request whatever the size: the partition is the whole body.
+        let partition = std::num::NonZero::new(data.len().max(1) as u64);
+        let result = self
+            .with_retry("Put Blob", || {
+                let opts = BlockBlobClientUploadOptions {
+                    blob_content_md5: Some(md5.clone()),
+                    blob_content_type: content_type.map(str::to_string),
+                    metadata: Some(meta.clone()),
+                    if_match: if_match.clone(),
+                    if_none_match: if_none_match.clone(),
+                    partition_size: partition,
+                    parallel: std::num::NonZero::new(1),
+                    ..Default::default()
+                };
+                self.block.upload(
+                    <RequestContent<azure_core::Bytes, NoFormat> as From<Bytes>>::from(
+                        data.clone(),
+                    ),
+                    Some(opts),
+                )
+            })
+            .await?;
+        Ok(result.etag.map(|e| e.to_string()).unwrap_or_default())
+    }
+
     /// Put Block List: publishes exactly `ids`, with the verified SHA-256 and the
     /// relay's seal over it in metadata.
     /// Blocks staged under other IDs (older attempts) are discarded by Azure.
@@ -409,11 +476,7 @@ impl BlobWriter {
         let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
         meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
         meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
-        let (if_match, if_none_match) = match overwrite {
-            Overwrite::Never => (None, Some(Etag::from("*"))),
-            Overwrite::IfMatch { etag } => (Some(Etag::from(etag.clone())), None),
-            Overwrite::Always => (None, None),
-        };
+        let (if_match, if_none_match) = conditions(overwrite);
         let list = BlockLookupList {
             committed: None,
             latest: Some(ids),
@@ -441,5 +504,14 @@ impl BlobWriter {
             .map(|e| e.to_string())
             .unwrap_or_default();
         Ok(etag)
+    }
+}
+
+/// `If-Match` / `If-None-Match` for a commit under `overwrite`.
+fn conditions(overwrite: &Overwrite) -> (Option<Etag>, Option<Etag>) {
+    match overwrite {
+        Overwrite::Never => (None, Some(Etag::from("*"))),
+        Overwrite::IfMatch { etag } => (Some(Etag::from(etag.clone())), None),
+        Overwrite::Always => (None, None),
     }
 }

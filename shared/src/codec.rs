@@ -139,6 +139,7 @@ mod tests {
                 bytes_resumed: 0,
                 bytes_received: 1,
                 retries: 0,
+                requests: 2,
                 timings: Timings::default(),
             }),
             Message::Error(Failure {

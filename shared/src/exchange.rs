@@ -113,6 +113,7 @@ mod tests {
             bytes_resumed: 0,
             bytes_received: 0,
             retries: 0,
+            requests: 0,
             timings: Timings::default(),
         });
         assert_eq!(eager_answer(&receipt), EagerAnswer::Unexpected("Receipt"));

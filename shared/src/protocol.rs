@@ -168,6 +168,10 @@ pub struct Receipt {
     pub bytes_received: u64,
     /// Azure requests retried while staging and committing.
     pub retries: u32,
+    /// Storage requests this file cost the relay (retries included): 2 for a
+    /// file that fits in one block (existence check, Put Blob).
+    #[serde(default)]
+    pub requests: u32,
     pub timings: Timings,
 }
 

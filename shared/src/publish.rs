@@ -146,39 +146,87 @@ pub async fn commit_verified(
             ));
         }
     }
-    let ids = staged.ids.iter().map(|id| id.to_vec()).collect();
     let seal = dest.key.seal(dest.container, dest.blob, dest.size, &ours);
-    let committed = writer
-        .commit(
-            ids,
-            &ours,
-            &seal,
-            dest.content_type,
-            dest.metadata,
-            dest.overwrite,
-        )
-        .await;
-    if let Err(e) = committed {
-        let mut f = storage_failure(&e);
-        if f.code != Code::Conflict {
-            return Err(f);
+    let committed = match &staged.single {
+        Some(single) => {
+            writer
+                .put_blob(
+                    single.data.clone(),
+                    &ours,
+                    &seal,
+                    dest.content_type,
+                    dest.metadata,
+                    dest.overwrite,
+                )
+                .await
         }
-        // The condition failed. If the blob now holds exactly our bytes, the winner
-        // was our own earlier attempt (its response lost, then retried) or an
-        // identical upload: the outcome the user asked for, so not an error.
-        if let Some(props) = already_committed(writer, dest, &ours).await? {
-            tracing::info!(etag = %props.etag, "blob already holds these bytes");
-            return Ok(props);
+        None => {
+            let ids = staged.ids.iter().map(|id| id.to_vec()).collect();
+            writer
+                .commit(
+                    ids,
+                    &ours,
+                    &seal,
+                    dest.content_type,
+                    dest.metadata,
+                    dest.overwrite,
+                )
+                .await
         }
-        f.message = format!("another upload committed this blob first: {}", f.message);
+    };
+    let etag = match committed {
+        Ok(etag) => etag,
+        Err(e) => return conflict_or(writer, dest, &ours, e).await,
+    };
+    if staged.single.is_some() {
+        // One request: Put Blob returned the etag, and its MD5 was checked by
+        // the service; reading properties back would double the requests of
+        // every small file.
+        return Ok(BlobProperties {
+            etag,
+            size: dest.size,
+            sha256: Some(ours),
+            seal: Some(seal),
+        });
+    }
+    read_back(writer, dest, &ours).await
+}
+
+/// After a refused commit: success if the blob already holds exactly our bytes
+/// (sealed), else the refusal.
+async fn conflict_or(
+    writer: &BlobWriter,
+    dest: &Destination<'_>,
+    ours: &str,
+    e: BlobError,
+) -> Result<BlobProperties, Failure> {
+    let mut f = storage_failure(&e);
+    if f.code != Code::Conflict {
         return Err(f);
     }
+    // The condition failed. If the blob now holds exactly our bytes, the winner
+    // was our own earlier attempt (its response lost, then retried) or an
+    // identical upload: the outcome the user asked for, so not an error.
+    if let Some(props) = already_committed(writer, dest, ours).await? {
+        tracing::info!(etag = %props.etag, "blob already holds these bytes");
+        return Ok(props);
+    }
+    f.message = format!("another upload committed this blob first: {}", f.message);
+    Err(f)
+}
+
+/// Reads the committed blob's properties and checks size and SHA-256.
+async fn read_back(
+    writer: &BlobWriter,
+    dest: &Destination<'_>,
+    ours: &str,
+) -> Result<BlobProperties, Failure> {
     let props = writer
         .properties()
         .await
         .map_err(|e| storage_failure(&e))?
         .ok_or_else(|| fail(Code::Storage, "the committed blob is not readable"))?;
-    if props.size != dest.size || props.sha256.as_deref() != Some(ours.as_str()) {
+    if props.size != dest.size || props.sha256.as_deref() != Some(ours) {
         return Err(fail(
             Code::Storage,
             format!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -137,10 +137,14 @@ pub enum StageError {
     TooSlow { len: u64, secs: u64 },
 }
 
-/// What the stager produced: the full block list and the SHA-256 of every byte.
+/// What the stager produced: the full block list (or, for a file that fits in
+/// one block, its bytes for a single Put Blob) and the SHA-256 of every byte.
 #[derive(Debug)]
 pub struct Staged {
     pub ids: Vec<[u8; BLOCK_ID_LEN]>,
+    /// A file of at most one block: its bytes, still under their budget permit,
+    /// published with one Put Blob after verification instead of being staged.
+    pub single: Option<SingleBlob>,
     pub sha256: [u8; 32],
     pub bytes_resumed: u64,
     pub bytes_received: u64,
@@ -165,6 +169,20 @@ pub struct Stager {
     stop: Option<tokio::sync::watch::Receiver<bool>>,
     limits: StageLimits,
     staged_bytes: Option<Arc<AtomicU64>>,
+    /// Set for files of at most one block: their bytes are kept, not staged.
+    single: Option<SingleBlob>,
+}
+
+/// The bytes of a one-block file and the memory they hold.
+pub struct SingleBlob {
+    pub data: Bytes,
+    _permit: Option<BlockPermit>,
+}
+
+impl std::fmt::Debug for SingleBlob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SingleBlob({} bytes)", self.data.len())
+    }
 }
 
 impl Stager {
@@ -203,6 +221,7 @@ impl Stager {
             stop: None,
             limits: StageLimits::default(),
             staged_bytes: None,
+            single: None,
         })
     }
 
@@ -322,8 +341,16 @@ impl Stager {
                 index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
                 state,
             });
-            self.ids.push(id);
             self.next_index += 1;
+            if self.plan.block_count() == 1 {
+                // Published later with one Put Blob, after verification.
+                self.single = Some(SingleBlob {
+                    data: buf.freeze(),
+                    _permit: Some(permit),
+                });
+                continue;
+            }
+            self.ids.push(id);
             while self.inflight.len() >= self.max_inflight {
                 self.join_one().await?;
             }
@@ -398,8 +425,18 @@ impl Stager {
             self.join_one().await?;
         }
         let bytes_received = self.offset - self.bytes_resumed;
+        let single = match (self.single, self.plan.block_count()) {
+            (Some(s), _) => Some(s),
+            // An empty file: an empty Put Blob.
+            (None, 0) => Some(SingleBlob {
+                data: Bytes::new(),
+                _permit: None,
+            }),
+            (None, _) => None,
+        };
         Ok(Staged {
             ids: self.ids,
+            single,
             sha256: self.hasher.finalize().into(),
             bytes_resumed: self.bytes_resumed,
             bytes_received,
