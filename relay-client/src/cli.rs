@@ -60,8 +60,10 @@ pub struct UploadArgs {
     #[arg(long)]
     pub insecure: bool,
 
-    /// Files in flight at once.
-    #[arg(long, default_value_t = 4)]
+    /// Most files in flight at once. Fewer are when large: each file in flight
+    /// counts min(its size, --stream-window) against --connection-window, so
+    /// many small files fill a long path while large ones never overrun it.
+    #[arg(long, default_value_t = 128)]
     pub parallel: usize,
 
     /// Replace existing blobs unconditionally (default: never overwrite).

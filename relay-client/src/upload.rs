@@ -327,21 +327,28 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
 
+    // Files in flight: at most --parallel, and at most what the relay's windows
+    // take at once (each file counts min(size, stream window)); so many small files
+    // fill the path while a few large ones never overrun the connection window.
     let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
+    let window = InFlight::new(&windows);
     let mut tasks = tokio::task::JoinSet::new();
+    let mut reports = Vec::new();
     for (i, src) in sources.into_iter().enumerate() {
-        let (mode, opts, slots, multi, total) = (
-            mode.clone(),
-            opts.clone(),
-            slots.clone(),
-            multi.clone(),
-            total.clone(),
-        );
+        let size = std::fs::metadata(&src.path).map(|m| m.len()).unwrap_or(0);
+        let (slot, share) = tokio::join!(slots.clone().acquire_owned(), window.acquire(size));
+        let wait_ms = t0.elapsed().as_millis() as u64;
+        // Collect what finished meanwhile, so memory follows files in flight.
+        while let Some(done) = tasks.try_join_next() {
+            match done {
+                Ok(r) => reports.push(r),
+                Err(e) => return Err(SetupError(format!("internal error: {e}"))),
+            }
+        }
+        let (mode, opts, multi, total) = (mode.clone(), opts.clone(), multi.clone(), total.clone());
         let attempts = args.attempts.max(1);
         tasks.spawn(async move {
-            let queued = Instant::now();
-            let _slot = slots.acquire_owned().await;
-            let wait_ms = queued.elapsed().as_millis() as u64;
+            let _slot = (slot, share);
             let bar = multi.insert_before(&total, ProgressBar::new(0));
             bar.set_style(
                 ProgressStyle::with_template(
@@ -357,7 +364,6 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
             (i, report)
         });
     }
-    let mut reports = Vec::new();
     while let Some(done) = tasks.join_next().await {
         match done {
             Ok(r) => reports.push(r),
@@ -520,5 +526,42 @@ fn failed_report(
             code: e.code,
             message: e.message,
         }),
+    }
+}
+
+/// Bytes in flight against the relay's connection window, in 64 KiB units: a file
+/// takes min(size, stream window), at least one unit.
+struct InFlight {
+    units: Arc<Semaphore>,
+    stream_units: u64,
+    total_units: u64,
+}
+
+const IN_FLIGHT_UNIT: u64 = 64 << 10;
+
+impl InFlight {
+    fn new(windows: &Windows) -> Self {
+        let total_units = (windows.connection_window / IN_FLIGHT_UNIT).max(1);
+        Self {
+            units: Arc::new(Semaphore::new(total_units as usize)),
+            stream_units: (windows.stream_window / IN_FLIGHT_UNIT).clamp(1, total_units),
+            total_units,
+        }
+    }
+
+    fn units_for(&self, size: u64) -> u32 {
+        let units = size
+            .div_ceil(IN_FLIGHT_UNIT)
+            .clamp(1, self.stream_units)
+            .min(self.total_units);
+        u32::try_from(units).unwrap_or(u32::MAX)
+    }
+
+    async fn acquire(&self, size: u64) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.units
+            .clone()
+            .acquire_many_owned(self.units_for(size))
+            .await
+            .ok()
     }
 }

@@ -11,6 +11,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::limits::MIB;
 
+/// Concurrent streams (files) per connection.
+pub const MAX_STREAMS: u64 = 128;
+
 /// Which congestion controller QUIC uses. `Relay` is ours (`crate::congestion`):
 /// it fills long lossy paths where the loss-based ones collapse (see
 /// docs/TRANSPORT.md for the measurements).
@@ -39,9 +42,8 @@ impl std::str::FromStr for Congestion {
 }
 
 /// Window sizes in bytes. The connection window is what one peer may have
-/// unread at the relay; streams per connection are limited to
-/// `connection_window / stream_window` so every stream can always fill its own
-/// window (no stream starves another while it waits for the memory budget).
+/// unread at the relay (once authenticated; before, `transport_before_auth`);
+/// the stream window what one file may. See `max_streams` for the stream count.
 #[derive(Debug, Clone, Copy)]
 pub struct Windows {
     pub stream_window: u64,
@@ -68,8 +70,14 @@ impl Default for Windows {
 }
 
 impl Windows {
+    /// Streams a peer may have open at once. Not `connection_window /
+    /// stream_window`: small files need many streams to fill a long path, and a
+    /// file's bytes cannot take more than its own size. Large files in flight are
+    /// bounded by the client (`relay-client`'s in-flight accounting keeps their
+    /// stream windows within the connection window); a client that opens more
+    /// only slows its own connection, whose window is its alone.
     pub fn max_streams(&self) -> u64 {
-        (self.connection_window / self.stream_window.max(1)).clamp(1, 1024)
+        MAX_STREAMS
     }
 
     pub fn transport(&self) -> TransportConfig {
@@ -239,20 +247,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn streams_fit_the_connection_window() {
-        let w = Windows {
-            stream_window: 32 * MIB,
-            connection_window: 256 * MIB,
-            congestion: Congestion::Cubic,
-            ..Windows::default()
-        };
-        assert_eq!(w.max_streams(), 8);
+    fn many_streams_whatever_the_windows() {
+        let w = Windows::default();
+        assert_eq!(w.max_streams(), MAX_STREAMS);
+        assert!(MAX_STREAMS >= 64, "small files need many streams in flight");
         let tiny = Windows {
             stream_window: 64 * MIB,
             connection_window: 16 * MIB,
             ..w
         };
-        assert_eq!(tiny.max_streams(), 1);
+        assert_eq!(tiny.max_streams(), MAX_STREAMS);
     }
 
     #[test]
