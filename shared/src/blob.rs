@@ -88,6 +88,24 @@ pub struct WriterOptions {
     /// Longest quiet time on one request before it is abandoned (and retried).
     pub read_timeout: Duration,
     pub max_idle_per_host: usize,
+    /// Idle pooled connections are closed after this; below the server's own
+    /// keep-alive timeout (Azurite/Node: 5 s), so a request is never sent on a
+    /// connection the server is closing (that race shows as a transport error
+    /// without a status, and the request is lost).
+    pub pool_idle_timeout: Duration,
+    /// A whole request's deadline is `request_base + body / min_body_rate`: a
+    /// stalled body upload, or a server that never answers, is abandoned and
+    /// retried within seconds, while a large block on a slow path still fits.
+    pub request_base: Duration,
+    pub min_body_bytes_per_s: u64,
+}
+
+impl WriterOptions {
+    /// The deadline of one request carrying `body_bytes`.
+    pub fn request_deadline(&self, body_bytes: u64) -> Duration {
+        self.request_base
+            + Duration::from_secs(body_bytes.div_ceil(self.min_body_bytes_per_s.max(1)))
+    }
 }
 
 impl Default for WriterOptions {
@@ -95,8 +113,11 @@ impl Default for WriterOptions {
         Self {
             backoff: Backoff::default(),
             connect_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(60),
+            read_timeout: Duration::from_secs(15),
             max_idle_per_host: 64,
+            pool_idle_timeout: Duration::from_secs(4),
+            request_base: Duration::from_secs(15),
+            min_body_bytes_per_s: 1 << 20,
         }
     }
 }
@@ -111,6 +132,7 @@ pub struct Storage {
     retry_counts: Option<Arc<RetryCounts>>,
     /// Where every writer also counts its requests (the relay's metrics).
     request_count: Option<Arc<AtomicU64>>,
+    options: WriterOptions,
 }
 
 impl std::fmt::Debug for Storage {
@@ -125,6 +147,7 @@ impl Storage {
             .connect_timeout(opts.connect_timeout)
             .read_timeout(opts.read_timeout)
             .pool_max_idle_per_host(opts.max_idle_per_host)
+            .pool_idle_timeout(opts.pool_idle_timeout)
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
@@ -134,6 +157,7 @@ impl Storage {
             backoff: opts.backoff,
             retry_counts: None,
             request_count: None,
+            options: opts.clone(),
         })
     }
 
@@ -209,6 +233,7 @@ impl Storage {
             retry_counts: self.retry_counts.clone(),
             requests: Arc::new(AtomicU32::new(0)),
             request_count: self.request_count.clone(),
+            options: self.options.clone(),
         })
     }
 
@@ -265,6 +290,7 @@ pub struct BlobWriter {
     retry_counts: Option<Arc<RetryCounts>>,
     requests: Arc<AtomicU32>,
     request_count: Option<Arc<AtomicU64>>,
+    options: WriterOptions,
 }
 
 impl BlobWriter {
@@ -277,7 +303,14 @@ impl BlobWriter {
         self.requests.load(Ordering::Relaxed)
     }
 
-    async fn with_retry<T, F, Fut>(&self, op: &str, mut call: F) -> Result<T, BlobError>
+    /// Sends `call` until it succeeds, fails for good, or the backoff gives up;
+    /// each attempt within its deadline for a body of `body_bytes`.
+    async fn with_retry<T, F, Fut>(
+        &self,
+        op: &str,
+        body_bytes: u64,
+        mut call: F,
+    ) -> Result<T, BlobError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = azure_core::Result<T>>,
@@ -289,10 +322,18 @@ impl BlobWriter {
             if let Some(c) = &self.request_count {
                 c.fetch_add(1, Ordering::Relaxed);
             }
-            match call().await {
+            let deadline = self.options.request_deadline(body_bytes);
+            let outcome = match tokio::time::timeout(deadline, call()).await {
+                Ok(r) => r.map_err(|e| BlobError::from_azure(op, e)),
+                Err(_) => Err(BlobError {
+                    status: None,
+                    code: Some("Timeout".into()),
+                    message: format!("{op}: no answer within {} s", deadline.as_secs()),
+                }),
+            };
+            match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    let e = BlobError::from_azure(op, e);
                     if !e.is_retryable() || !self.backoff.allows(attempts) {
                         return Err(e);
                     }
@@ -311,7 +352,7 @@ impl BlobWriter {
     /// Properties, or `None` if the blob does not exist.
     pub async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
         let res = self
-            .with_retry("Get Blob Properties", || self.blob.get_properties(None))
+            .with_retry("Get Blob Properties", 0, || self.blob.get_properties(None))
             .await;
         let resp = match res {
             Ok(r) => r,
@@ -364,7 +405,7 @@ impl BlobWriter {
     /// Uncommitted blocks as (raw ID, size); empty if the blob has none or does not exist.
     pub async fn uncommitted_blocks(&self) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
         let res = self
-            .with_retry("Get Block List", || {
+            .with_retry("Get Block List", 0, || {
                 self.block.get_block_list(
                     BlockListType::Uncommitted,
                     Some(BlockBlobClientGetBlockListOptions::default()),
@@ -400,7 +441,7 @@ impl BlobWriter {
                 })?
         };
         let len = data.len() as u64;
-        self.with_retry("Put Block", || {
+        self.with_retry("Put Block", len, || {
             let opts = BlockBlobClientStageBlockOptions {
                 transactional_content_md5: Some(md5.clone()),
                 ..Default::default()
@@ -439,7 +480,7 @@ impl BlobWriter {
         // One request whatever the size: the partition is the whole body.
         let partition = std::num::NonZero::new(data.len().max(1) as u64);
         let result = self
-            .with_retry("Put Blob", || {
+            .with_retry("Put Blob", data.len() as u64, || {
                 let opts = BlockBlobClientUploadOptions {
                     blob_content_md5: Some(md5.clone()),
                     blob_content_type: content_type.map(str::to_string),
@@ -477,13 +518,15 @@ impl BlobWriter {
         meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
         meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
         let (if_match, if_none_match) = conditions(overwrite);
+        // The service's work grows with the list: give it time per block.
+        let commit_weight = ids.len() as u64 * 1024;
         let list = BlockLookupList {
             committed: None,
             latest: Some(ids),
             uncommitted: None,
         };
         let resp = self
-            .with_retry("Put Block List", || {
+            .with_retry("Put Block List", commit_weight, || {
                 let opts = BlockBlobClientCommitBlockListOptions {
                     blob_content_type: content_type.map(str::to_string),
                     metadata: Some(meta.clone()),
