@@ -83,11 +83,9 @@ fn checked_retries(metrics: &str) {
     );
 }
 
+/// Listening ports the relay process is told to use (see `reserved_port`).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
+    relay_tests::reserved_port()
 }
 
 #[test]
