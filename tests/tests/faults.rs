@@ -513,7 +513,10 @@ async fn sigterm_drains_in_flight_blocks_and_client_resumes_on_a_new_relay() {
         put_blocks,
         "a Put Block was abandoned by the shutdown"
     );
-    assert_eq!(staged as u64, put_blocks, "every forwarded Put Block is staged");
+    assert_eq!(
+        staged as u64, put_blocks,
+        "every forwarded Put Block is staged"
+    );
 
     let second = site.start(2, &proxy.url(), 30).await;
     let out = client.await.unwrap_or_else(|e| panic!("{e}"));

@@ -179,7 +179,8 @@ async fn health_metrics_and_sigterm() {
     let t0 = Instant::now();
     while http_get(&health, "/healthz").is_none() {
         assert!(
-            t0.elapsed() < Duration::from_secs(20),
+            // A bound against hangs only.
+            t0.elapsed() < Duration::from_secs(60),
             "health endpoint never came up"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -265,7 +266,8 @@ async fn health_metrics_and_sigterm() {
             break s;
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(20),
+            // A bound against hangs only.
+            t0.elapsed() < Duration::from_secs(60),
             "relay did not stop on SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(50));

@@ -115,8 +115,8 @@ impl TestRelay {
         std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
         let tokens =
             relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
-        let mut cfg = Config::for_tests(storage, tokens, 256 * MIB)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut cfg =
+            Config::for_tests(storage, tokens, 256 * MIB).unwrap_or_else(|e| panic!("{e}"));
         // Small windows: what the client has sent is at most ~2 MiB past what the
         // relay has read, so a kill at a relay offset means the same at the client.
         cfg.windows = Windows {

@@ -152,7 +152,11 @@ fn goodput(c: &Calibration, cc: &str) -> anyhow::Result<String> {
          \"counters\":{}}}",
         c.rate_mbit,
         c.rtt_ms.min(20.0),
-        if ceiling > 0.0 { goodput / ceiling } else { 0.0 },
+        if ceiling > 0.0 {
+            goodput / ceiling
+        } else {
+            0.0
+        },
         lab.stats().site_to_cloud.to_json()
     ))
 }

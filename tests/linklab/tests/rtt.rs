@@ -58,7 +58,9 @@ fn udp_echo_rtt_is_never_below_the_configured_rtt() {
         let sent = Instant::now();
         probe.send_to(&seq.to_le_bytes(), echo_addr).unwrap();
         let mut buf = [0u8; 64];
-        let n = probe.recv(&mut buf).expect("echo reply (no loss configured)");
+        let n = probe
+            .recv(&mut buf)
+            .expect("echo reply (no loss configured)");
         // One probe in flight at a time, no loss: the reply is this probe's.
         assert_eq!(&buf[..n], &seq.to_le_bytes());
         rtts_ms.push(sent.elapsed().as_secs_f64() * 1e3);
