@@ -29,19 +29,26 @@ fn azurite_addr() -> SocketAddr {
 }
 
 /// Relay-side HTTP settings for fault tests: quick retries, and a read timeout
-/// shorter than the proxy's stalls so a stall is a timeout, then a retry.
+/// far shorter than the proxy's stalls (which never answer) so a stall is always
+/// a timeout, then a retry. The timeouts are far longer than Azurite takes on a
+/// busy machine, and the attempts many more than the faults any one request can
+/// meet (5 scripted, then 15 % random ones: twenty in a row is below 1e-9), so
+/// a healthy request never fails for being slow or unlucky.
 fn quick_writer() -> WriterOptions {
     WriterOptions {
         backoff: Backoff {
             initial: Duration::from_millis(20),
             cap: Duration::from_millis(300),
-            max_attempts: 8,
+            max_attempts: 20,
         },
-        connect_timeout: Duration::from_secs(2),
-        read_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(10),
+        read_timeout: Duration::from_secs(10),
         ..WriterOptions::default()
     }
 }
+
+/// Longer than any read timeout here: a stalled request is never answered.
+const STALL: Duration = Duration::from_secs(600);
 
 fn upload_args(file: &Path, to: &str, relay: &[String]) -> Vec<String> {
     let mut a: Vec<String> = vec![
@@ -92,13 +99,13 @@ async fn azure_faults_are_retried_and_counted() {
     // Scripted faults make sure each kind happens at least once (including a Put
     // Block List whose response is lost after Azure committed), then seeded random
     // faults on 15 % of the requests the relay retries.
-    let mut schedule = chaos(0x5eed, 0.15, Duration::from_secs(3));
+    let mut schedule = chaos(0x5eed, 0.15, STALL);
     schedule.script = vec![
         (Op::GetBlockList, Fault::InternalError),
         (Op::PutBlock, Fault::ServerBusy),
         (Op::PutBlock, Fault::OperationTimeout),
         (Op::PutBlock, Fault::Reset),
-        (Op::PutBlock, Fault::Stall(Duration::from_secs(3))),
+        (Op::PutBlock, Fault::Stall(STALL)),
         (Op::PutBlock, Fault::LostResponse),
         (Op::PutBlockList, Fault::ServerBusy),
         (Op::PutBlockList, Fault::LostResponse),
