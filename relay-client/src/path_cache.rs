@@ -166,6 +166,8 @@ mod tests {
     #[test]
     fn a_file_round_trips_and_garbage_is_ignored() {
         let dir = std::env::temp_dir().join(format!("path-cache-{}", std::process::id()));
+        // A crashed run of an earlier process with this PID may have left it.
+        let _ = std::fs::remove_dir_all(&dir);
         let file = dir.join("sub").join("paths.json");
         let cache = PathCache::new(file.clone(), "10.0.0.1:4433 relay".into());
         assert_eq!(cache.load(), None);

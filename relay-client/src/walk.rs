@@ -144,6 +144,8 @@ mod tests {
     #[test]
     fn directory_keeps_its_name() {
         let root = std::env::temp_dir().join(format!("walk-{}", std::process::id()));
+        // A crashed run of an earlier process with this PID may have left it.
+        let _ = std::fs::remove_dir_all(&root);
         let data = root.join("data");
         std::fs::create_dir_all(data.join("sub")).expect("mkdir");
         std::fs::write(data.join("a.txt"), b"a").expect("write");

@@ -184,6 +184,8 @@ mod tests {
     #[test]
     fn checks_token_and_container() {
         let dir = std::env::temp_dir().join(format!("relay-auth-{}", std::process::id()));
+        // A crashed run of an earlier process with this PID may have left it.
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         let p = dir.join("tokens");
         std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklmnop0002 data\n").expect("write");

@@ -1,7 +1,6 @@
 //! One in-memory Azurite per test process (it keeps freed data for minutes, so
 //! sharing one across runs would grow). It dies with the process (PDEATHSIG).
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -48,13 +47,6 @@ pub fn azurite_bin() -> PathBuf {
     p
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
-
 /// Starts Azurite once per process, from a thread that lives as long as the
 /// process, so PDEATHSIG fires only when the test process ends.
 pub fn shared_azurite() -> &'static Azurite {
@@ -62,7 +54,7 @@ pub fn shared_azurite() -> &'static Azurite {
     AZ.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let started = start(free_port());
+            let started = start(crate::reserved_port());
             let _ = tx.send(started);
             loop {
                 std::thread::park();

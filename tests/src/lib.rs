@@ -106,3 +106,44 @@ pub fn unique_container(tag: &str) -> String {
         .collect();
     format!("t{}-{tag}-{n}", std::process::id())
 }
+
+/// A loopback port, free for both TCP and UDP right now, for a server that must
+/// listen on an address known before it starts (Azurite, a relay process that is
+/// restarted on the same address).
+///
+/// Why not the kernel's `bind(0)` and release: that port comes from the ephemeral
+/// range, where every outgoing connection and every QUIC client of a concurrent
+/// test also gets its port, so it can be taken again before our server binds it.
+/// Ports below the ephemeral range are never handed out by the kernel; within this
+/// process no port is handed out twice.
+pub fn reserved_port() -> u16 {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // Start at 20000 (above well-known services); below `low`, or fall back to
+    // 20000..30000 if the ephemeral range was moved down that far.
+    let (from, to) = if low > 21_000 {
+        (20_000, low)
+    } else {
+        (20_000, 30_000)
+    };
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    for _ in 0..10_000 {
+        let port = rand::random_range(from..to);
+        if given.contains(&port) {
+            continue;
+        }
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok();
+        if free {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {from}..{to}");
+}

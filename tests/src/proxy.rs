@@ -29,6 +29,18 @@ pub enum Op {
 }
 
 impl Op {
+    const ALL: [Op; 5] = [
+        Op::PutBlock,
+        Op::PutBlockList,
+        Op::GetBlockList,
+        Op::GetProperties,
+        Op::Other,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
     fn classify(method: &str, target: &str) -> Self {
         let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
         let comp = query
@@ -133,12 +145,46 @@ pub struct Stats {
     pub forwarded: AtomicU64,
     /// Requests that got an error status, a reset, a stall or a lost response.
     pub faults: AtomicU64,
+    /// Per `Op` (indexed by `Op as usize`): requests read whole.
+    requests_by_op: [AtomicU64; Op::ALL.len()],
+    /// Per `Op`: requests forwarded to Azurite (body written; the answer may
+    /// still be on its way).
+    forwarded_by_op: [AtomicU64; Op::ALL.len()],
+    /// Per `Op`: forwarded requests whose whole answer reached the relay.
+    answered_by_op: [AtomicU64; Op::ALL.len()],
+    /// Requests waiting at the gate (`FaultProxy::hold`) right now.
+    pub held: AtomicU64,
+}
+
+impl Stats {
+    pub fn requests_of(&self, op: Op) -> u64 {
+        self.requests_by_op[op.index()].load(Ordering::SeqCst)
+    }
+
+    pub fn forwarded_of(&self, op: Op) -> u64 {
+        self.forwarded_by_op[op.index()].load(Ordering::SeqCst)
+    }
+
+    pub fn answered_of(&self, op: Op) -> u64 {
+        self.answered_by_op[op.index()].load(Ordering::SeqCst)
+    }
+}
+
+/// Holds requests of chosen operations until released, so a test can act while
+/// the relay is known to be at that step (e.g. committing), whatever the timing.
+#[derive(Debug)]
+struct Gate {
+    /// Operations held while the gate is closed.
+    ops: Mutex<Vec<Op>>,
+    /// True once released: everything held goes on, nothing more is held.
+    open: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct FaultProxy {
     pub addr: SocketAddr,
     pub stats: Arc<Stats>,
     state: Arc<Mutex<State>>,
+    gate: Arc<Gate>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -156,17 +202,47 @@ impl FaultProxy {
             schedule,
         }));
         let stats = Arc::new(Stats::default());
-        let (st, sx) = (state.clone(), stats.clone());
+        let gate = Arc::new(Gate {
+            ops: Mutex::new(Vec::new()),
+            open: tokio::sync::watch::Sender::new(false),
+        });
+        let (st, sx, gx) = (state.clone(), stats.clone(), gate.clone());
         let task = tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
-                tokio::spawn(serve(sock, upstream, st.clone(), sx.clone()));
+                tokio::spawn(serve(sock, upstream, st.clone(), sx.clone(), gx.clone()));
             }
         });
         Self {
             addr,
             stats,
             state,
+            gate,
             task,
+        }
+    }
+
+    /// From now on, requests of `op` wait (after being read whole, before their
+    /// fate is decided) until `release`. `stats.held` counts the waiting ones.
+    pub fn hold(&self, op: Op) {
+        if let Ok(mut ops) = self.gate.ops.lock() {
+            ops.push(op);
+        }
+    }
+
+    /// Lets every held request go on; nothing is held any more.
+    pub fn release(&self) {
+        self.gate.open.send_replace(true);
+    }
+
+    /// Waits (up to `limit`, a guard against hangs) until `n` requests are held.
+    pub async fn wait_held(&self, n: u64, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.stats.held.load(Ordering::SeqCst) < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {n} requests held within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -203,6 +279,7 @@ async fn serve(
     upstream: SocketAddr,
     state: Arc<Mutex<State>>,
     stats: Arc<Stats>,
+    gate: Arc<Gate>,
 ) {
     let Some((head, body)) = read_request(&mut client).await else {
         return;
@@ -216,18 +293,26 @@ async fn serve(
             Some(Op::classify(parts.next()?, parts.next()?))
         })
         .unwrap_or(Op::Other);
+    stats.requests_by_op[op.index()].fetch_add(1, Ordering::SeqCst);
+    let held = !*gate.open.borrow() && gate.ops.lock().is_ok_and(|ops| ops.contains(&op));
+    if held {
+        let mut open = gate.open.subscribe();
+        stats.held.fetch_add(1, Ordering::SeqCst);
+        let _ = open.wait_for(|o| *o).await;
+        stats.held.fetch_sub(1, Ordering::SeqCst);
+    }
     let fault = state.lock().ok().and_then(|mut s| s.decide(op));
     if !matches!(fault, None | Some(Fault::Delay(_))) {
         stats.faults.fetch_add(1, Ordering::Relaxed);
     }
     let (status, code, message) = match fault {
-        None => return forward(client, upstream, &head, &body, &stats, false).await,
+        None => return forward(client, upstream, op, &head, &body, &stats, false).await,
         Some(Fault::Delay(d)) => {
             tokio::time::sleep(d).await;
-            return forward(client, upstream, &head, &body, &stats, false).await;
+            return forward(client, upstream, op, &head, &body, &stats, false).await;
         }
         Some(Fault::LostResponse) => {
-            return forward(client, upstream, &head, &body, &stats, true).await;
+            return forward(client, upstream, op, &head, &body, &stats, true).await;
         }
         Some(Fault::Reset) => return reset(client),
         Some(Fault::Stall(d)) => {
@@ -311,6 +396,7 @@ async fn read_request(sock: &mut TcpStream) -> Option<(String, Vec<u8>)> {
 async fn forward(
     mut client: TcpStream,
     upstream: SocketAddr,
+    op: Op,
     head: &str,
     body: &[u8],
     stats: &Stats,
@@ -335,14 +421,17 @@ async fn forward(
         return reset(client);
     }
     stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    stats.forwarded_by_op[op.index()].fetch_add(1, Ordering::SeqCst);
     if lose {
         // Let Azure finish the operation, then make sure the caller never hears of it.
         let mut sink = Vec::new();
         let _ = up.read_to_end(&mut sink).await;
         return reset(client);
     }
-    let _ = tokio::io::copy(&mut up, &mut client).await;
-    let _ = client.shutdown().await;
+    let copied = tokio::io::copy(&mut up, &mut client).await;
+    if copied.is_ok() && client.shutdown().await.is_ok() {
+        stats.answered_by_op[op.index()].fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// Closes with RST rather than FIN, as a broken middlebox or a crashed front end would.

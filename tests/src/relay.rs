@@ -90,9 +90,22 @@ impl RelayHandle {
         ]
     }
 
-    /// Replaces the tokens file (the relay re-reads it when it changes).
+    /// Replaces the tokens file (the relay re-reads it when its mtime changes; the
+    /// new mtime is made to differ even on a file system with a coarse clock).
     pub fn rewrite_tokens(&self, text: &str) {
-        std::fs::write(self._tokens.path("tokens"), text).unwrap_or_else(|e| panic!("tokens: {e}"));
+        let path = self._tokens.path("tokens");
+        let before = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("tokens: {e}"));
+        let after = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        if let Some(before) = before
+            && after <= Some(before)
+        {
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(before + std::time::Duration::from_secs(1)))
+                .unwrap_or_else(|e| panic!("tokens mtime: {e}"));
+        }
     }
 
     pub async fn stop(self) {

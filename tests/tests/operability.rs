@@ -83,11 +83,9 @@ fn checked_retries(metrics: &str) {
     );
 }
 
+/// Listening ports the relay process is told to use (see `reserved_port`).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
+    relay_tests::reserved_port()
 }
 
 #[test]
@@ -183,7 +181,8 @@ async fn health_metrics_and_sigterm() {
     let t0 = Instant::now();
     while http_get(&health, "/healthz").is_none() {
         assert!(
-            t0.elapsed() < Duration::from_secs(20),
+            // A bound against hangs only.
+            t0.elapsed() < Duration::from_secs(60),
             "health endpoint never came up"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -269,7 +268,8 @@ async fn health_metrics_and_sigterm() {
             break s;
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(20),
+            // A bound against hangs only.
+            t0.elapsed() < Duration::from_secs(60),
             "relay did not stop on SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(50));

@@ -1,10 +1,12 @@
 //! Resume end-to-end: the real client killed at chosen points and run again, sources
 //! changed between and during attempts, and foreign or corrupt blocks in the
 //! uncommitted list. A relay in-process with small QUIC windows (so the client can
-//! never run far ahead of what the relay has read) and a pacing hook (so a transfer
-//! can be held where a test wants to kill it). Every outcome is checked by
-//! downloading and hashing the blob, or by its absence.
+//! never run far ahead of what the relay has read) and a pacing hook that holds the
+//! transfer at a chosen offset until the test lets it go (so a kill lands exactly
+//! there, however slow the machine). Every outcome is checked by downloading and
+//! hashing the blob, or by its absence.
 
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,6 +16,7 @@ use relay_server::{Config, Relay, TestHooks};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
+use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::TOKEN;
 use relay_tests::{binary, run_client, summary, unique_container};
 use sha2::Digest;
@@ -26,19 +29,71 @@ use tokio::sync::watch;
 
 const MIB: u64 = 1 << 20;
 const BLOCK: u64 = 5 * MIB;
-const T: Duration = Duration::from_secs(50);
+/// A bound against hangs only.
+const T: Duration = Duration::from_secs(120);
 
 /// Where the relay's transfer is, and how it should behave; shared with its hook.
-#[derive(Default)]
 struct Control {
     /// File offset after the last chunk the relay took.
     received: AtomicU64,
-    /// Read at about 10 MiB/s (else full speed).
-    slow: AtomicBool,
-    /// Hold the file's last chunk for 3 s (after every byte arrived, before commit).
-    hold_last_of: AtomicU64,
-    /// Set while the last chunk is held.
+    /// The first chunk that reaches this offset (u64::MAX: none) is held: the relay
+    /// reads nothing more on that transfer until `release`. One transfer only: the
+    /// gate disarms when it closes, so a re-run passes freely.
+    gate_at: AtomicU64,
+    /// Set once a transfer is held at the gate.
     holding: AtomicBool,
+    /// Lets the held transfer go on.
+    released: AtomicBool,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self {
+            received: AtomicU64::new(0),
+            gate_at: AtomicU64::new(u64::MAX),
+            holding: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Control {
+    /// Holds the next transfer once the relay has taken `offset` bytes of it.
+    fn gate_at(&self, offset: u64) {
+        self.gate_at.store(offset, Ordering::SeqCst);
+    }
+
+    fn holding(&self) -> bool {
+        self.holding.load(Ordering::SeqCst)
+    }
+
+    fn release(&self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+
+    /// Called by the pace hook with the offset after a chunk.
+    fn at(&self, end: u64) {
+        self.received.store(end, Ordering::SeqCst);
+        let gate = self.gate_at.load(Ordering::SeqCst);
+        if end < gate
+            || self
+                .gate_at
+                .compare_exchange(gate, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return;
+        }
+        self.holding.store(true, Ordering::SeqCst);
+        // The hook is synchronous: block this task's thread (tokio moves the
+        // runtime's other work elsewhere) until released. The bound only keeps a
+        // broken test from hanging forever.
+        tokio::task::block_in_place(|| {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while !self.released.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+    }
 }
 
 struct TestRelay {
@@ -53,14 +108,18 @@ struct TestRelay {
 
 impl TestRelay {
     fn start() -> Self {
+        Self::start_on(shared_azurite().storage())
+    }
+
+    fn start_on(storage: shared::blob::Storage) -> Self {
         shared::install_crypto_provider();
         let dir = Scratch::new("resume-relay");
         let tokens = dir.path("tokens");
         std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
         let tokens =
             relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
-        let mut cfg = Config::for_tests(shared_azurite().storage(), tokens, 256 * MIB)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut cfg =
+            Config::for_tests(storage, tokens, 256 * MIB).unwrap_or_else(|e| panic!("{e}"));
         // Small windows: what the client has sent is at most ~2 MiB past what the
         // relay has read, so a kill at a relay offset means the same at the client.
         cfg.windows = Windows {
@@ -71,18 +130,8 @@ impl TestRelay {
         let control = Arc::new(Control::default());
         let c = control.clone();
         let pace: Pace = Arc::new(move |offset, len| {
-            let end = offset + len as u64;
-            c.received.store(end, Ordering::SeqCst);
-            if end == c.hold_last_of.load(Ordering::SeqCst) {
-                c.holding.store(true, Ordering::SeqCst);
-                return Duration::from_secs(3);
-            }
-            if c.slow.load(Ordering::SeqCst) {
-                // ~10 MiB/s.
-                Duration::from_micros(len as u64 * 100_000 / MIB)
-            } else {
-                Duration::ZERO
-            }
+            c.at(offset + len as u64);
+            Duration::ZERO
         });
         cfg.hooks = TestHooks {
             pace: Some(pace),
@@ -131,6 +180,8 @@ impl TestRelay {
     }
 
     async fn stop(self) {
+        // A transfer still held (a test that failed early) must not hold the relay.
+        self.control.release();
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
     }
@@ -155,9 +206,10 @@ async fn uncommitted(container: &str, blob: &str) -> Vec<(Vec<u8>, u64)> {
 }
 
 /// Waits until `blob` has `n` uncommitted blocks (the killed run's in-flight Put
-/// Blocks landing), then returns them.
+/// Blocks landing), then returns them; after a bound against hangs, returns what
+/// there is.
 async fn wait_uncommitted(container: &str, blob: &str, n: usize) -> Vec<(Vec<u8>, u64)> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let list = uncommitted(container, blob).await;
         if list.len() >= n || Instant::now() > deadline {
@@ -167,8 +219,8 @@ async fn wait_uncommitted(container: &str, blob: &str, n: usize) -> Vec<(Vec<u8>
     }
 }
 
-/// Runs the client and SIGKILLs it (by its own PID) `after` `ready()` holds.
-async fn run_and_kill(args: &[String], ready: impl Fn() -> bool, after: Duration) {
+/// Runs the client and SIGKILLs it (by its own PID) once `ready()` holds.
+async fn run_and_kill(args: &[String], ready: impl Fn() -> bool) {
     let mut child = tokio::process::Command::new(binary("relay-client"))
         .args(args)
         .env_remove("RELAY_TOKEN")
@@ -177,7 +229,8 @@ async fn run_and_kill(args: &[String], ready: impl Fn() -> bool, after: Duration
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run relay-client: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // A bound against hangs only.
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !ready() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("client ended ({status}) before the kill point");
@@ -185,7 +238,6 @@ async fn run_and_kill(args: &[String], ready: impl Fn() -> bool, after: Duration
         assert!(Instant::now() < deadline, "kill point never reached");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    tokio::time::sleep(after).await;
     child.kill().await.unwrap_or_else(|e| panic!("kill: {e}"));
 }
 
@@ -208,12 +260,15 @@ async fn kill_and_rerun(tag: &str, size: u64, at: u64, expect_blocks: usize) {
     let (relay, container, dir) = setup(tag).await;
     let file = dir.path("f.bin");
     let sha = write_random(&file, size, size ^ at);
-    relay.control.slow.store(true, Ordering::SeqCst);
+    relay.control.gate_at(at);
     let args = relay.upload(&file, &container);
-    run_and_kill(&args, || relay.received() >= at, Duration::ZERO).await;
+    run_and_kill(&args, || relay.control.holding()).await;
+    assert!(relay.received() >= at);
     let staged = wait_uncommitted(&container, "f.bin", expect_blocks).await;
-    // Nothing past the kill point can have been staged: the client was never more
-    // than the windows ahead, and a partial block is never staged.
+    // Nothing past the kill point can have been staged: the relay is held there, and
+    // a partial block is never staged. (It stays held until the end: a relay that
+    // staged a block from the bytes still buffered after the kill would be right
+    // too, but then the count below would depend on timing.)
     assert_eq!(
         staged.len(),
         expect_blocks,
@@ -228,7 +283,6 @@ async fn kill_and_rerun(tag: &str, size: u64, at: u64, expect_blocks: usize) {
         "a killed run must not commit"
     );
 
-    relay.control.slow.store(false, Ordering::SeqCst);
     let f = committed_file(&run_client(&args, &[], T).await);
     let resumed = expect_blocks as u64 * BLOCK;
     assert_eq!(f["bytes_resumed"], resumed, "{f}");
@@ -260,22 +314,36 @@ async fn client_killed_in_last_block_resumes_before_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
-    let (relay, container, dir) = setup("killcommit").await;
+    // The relay's storage goes through a proxy that holds its Put Block List: when
+    // one is held, the relay has every byte and the Trailer and is committing, and
+    // the client cannot have its Receipt yet. The client is killed right there.
+    let proxy = FaultProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], shared_azurite().port)),
+        Schedule::seeded(1),
+    )
+    .await;
+    proxy.hold(Op::PutBlockList);
+    let container = unique_container("killcommit");
+    shared_azurite()
+        .storage()
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let relay = TestRelay::start_on(
+        shared_azurite().storage_at(&proxy.url(), shared::blob::WriterOptions::default()),
+    );
+    let dir = Scratch::new("killcommit");
     let file = dir.path("f.bin");
     let size = 20 * MIB + 3;
     let sha = write_random(&file, size, 5);
-    relay.control.hold_last_of.store(size, Ordering::SeqCst);
     let args = relay.upload(&file, &container);
-    // Killed while the relay holds the last chunk: every byte and (moments later)
-    // the Trailer are at the relay, so it verifies and commits without the client.
-    run_and_kill(
-        &args,
-        || relay.control.holding.load(Ordering::SeqCst),
-        Duration::from_millis(300),
-    )
-    .await;
+    run_and_kill(&args, || proxy.stats.held.load(Ordering::SeqCst) >= 1).await;
+    assert_eq!(relay.received(), size, "every byte was at the relay");
+    // The relay commits without the client.
+    proxy.release();
     let w = writer(&container, "f.bin");
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // A bound against hangs only.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while w
         .properties()
         .await
@@ -283,7 +351,7 @@ async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
         .is_none()
     {
         assert!(Instant::now() < deadline, "the relay never committed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The re-run of the same command: the blob exists, holds exactly this file, so
     // the file is reported committed with nothing sent (not "exists").
@@ -311,15 +379,14 @@ async fn source_changed_between_attempts_restarts_from_zero() {
     let file = dir.path("f.bin");
     let size = 30 * MIB + 5;
     write_random(&file, size, 11);
-    relay.control.slow.store(true, Ordering::SeqCst);
+    relay.control.gate_at(12 * MIB);
     let args = relay.upload(&file, &container);
-    run_and_kill(&args, || relay.received() >= 12 * MIB, Duration::ZERO).await;
+    run_and_kill(&args, || relay.control.holding()).await;
     assert_eq!(wait_uncommitted(&container, "f.bin", 2).await.len(), 2);
 
     // Same size, one byte different inside the staged prefix.
     flip_byte(&file, 4 * MIB + 17);
     let new_sha = sha256_file(&file);
-    relay.control.slow.store(false, Ordering::SeqCst);
     let f = committed_file(&run_client(&args, &[], T).await);
     assert_eq!(f["bytes_resumed"], 0, "{f}");
     assert_eq!(f["bytes_sent"], size, "{f}");
@@ -334,19 +401,24 @@ async fn source_changed_during_transfer_fails_and_commits_nothing() {
     let (relay, container, dir) = setup("changedduring").await;
     let file = dir.path("f.bin");
     write_random(&file, 25 * MIB, 12);
-    relay.control.slow.store(true, Ordering::SeqCst);
+    // Held at 5 MiB: the client, never more than the windows ahead, has not read
+    // the byte at 20 MiB when it changes.
+    relay.control.gate_at(5 * MIB);
     let args = relay.upload(&file, &container);
     let client = tokio::spawn({
         let args = args.clone();
         async move { run_client(&args, &[], T).await }
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while relay.received() < 5 * MIB {
+    // A bound against hangs only.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !relay.control.holding() {
         assert!(Instant::now() < deadline, "transfer never started");
+        assert!(!client.is_finished(), "the client ended before 5 MiB");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Same size, a byte further on changes: only size and mtime can tell.
     flip_byte(&file, 20 * MIB);
+    relay.control.release();
     let out = client.await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -7,8 +7,10 @@
 //!
 //! Layout: `link` is the pure model (time passed in, unit-tested), `tun` and
 //! `netns` the system plumbing, `forwarder` the I/O loop, `lab` the guard
-//! object, `tcp_tool` a small iperf with per-socket congestion control.
+//! object, `tcp_tool` a small iperf with per-socket congestion control,
+//! `calibrate` the accuracy report (`linklab calibrate`).
 
+pub mod calibrate;
 pub mod forwarder;
 pub mod lab;
 pub mod link;

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use linklab::{Lab, LinkProfile, netns, tcp_tool};
+use linklab::{Lab, LinkProfile, calibrate, netns, tcp_tool};
 
 #[derive(Parser)]
 #[command(
@@ -16,6 +16,7 @@ use linklab::{Lab, LinkProfile, netns, tcp_tool};
         linklab up --rtt-ms 100 --loss 0.01 --rate-mbit 200\n  \
         ip netns exec brl-cloud-PID-0 linklab tcp-sink --listen 10.77.0.2:5201\n  \
         ip netns exec brl-site-PID-0 linklab tcp-send --to 10.77.0.2:5201 --seconds 10 --cc bbr\n  \
+        linklab calibrate\n  \
         linklab cleanup"
 )]
 struct Cli {
@@ -44,6 +45,30 @@ enum Cmd {
         /// Seed of the loss RNG.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Measure and report (JSON lines) how closely the emulator reproduces a
+    /// profile on this machine: RTT, loss, TCP goodput against the ceiling.
+    ///
+    /// A report, not a test: accuracy depends on the machine's load.
+    Calibrate {
+        #[arg(long, default_value_t = 50.0)]
+        rtt_ms: f64,
+        #[arg(long, default_value_t = 0.02)]
+        loss: f64,
+        #[arg(long, default_value_t = 100.0)]
+        rate_mbit: f64,
+        /// UDP echo probes for the RTT.
+        #[arg(long, default_value_t = 40)]
+        probes: u32,
+        /// UDP datagrams for the loss.
+        #[arg(long, default_value_t = 10_000)]
+        packets: u64,
+        /// Seconds of each TCP flow.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Congestion controls to measure, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "cubic,bbr")]
+        cc: Vec<String>,
     },
     /// Delete brl-* namespaces whose owning process is gone.
     Cleanup {
@@ -86,6 +111,23 @@ fn main() -> ExitCode {
             rate_mbit,
             queue_bytes,
             seed,
+        }),
+        Cmd::Calibrate {
+            rtt_ms,
+            loss,
+            rate_mbit,
+            probes,
+            packets,
+            seconds,
+            cc,
+        } => calibrate::run(&calibrate::Calibration {
+            rtt_ms,
+            loss,
+            rate_mbit,
+            probes,
+            packets,
+            seconds,
+            ccs: cc,
         }),
         Cmd::Cleanup { all } => netns::cleanup(all).map(|deleted| {
             for name in deleted {

@@ -93,12 +93,13 @@ fn receive(mut stream: TcpStream) -> anyhow::Result<FlowReport> {
 }
 
 /// Send for `seconds` to `to` with congestion control `cc`; returns the
-/// sink's measurement. Retries the connect for up to 5 s (sink starting).
+/// sink's measurement. Retries the connect for up to 30 s (sink starting on a
+/// busy machine).
 pub fn send(to: SocketAddr, seconds: f64, cc: &str) -> anyhow::Result<FlowReport> {
     if !(seconds.is_finite() && seconds > 0.0) {
         bail!("tcp-send: --seconds must be > 0");
     }
-    let mut stream = connect_with_retry(to, Duration::from_secs(5))?;
+    let mut stream = connect_with_retry(to, Duration::from_secs(30))?;
     set_congestion_control(&stream, cc)?;
     let actual = congestion_control(&stream)?;
     if actual != cc {

@@ -25,7 +25,7 @@ fn drop_deletes_namespaces_and_kills_members() {
     cmd.arg("30");
     let mut child = lab.spawn_in(Side::Cloud, cmd).unwrap();
     drop(lab);
-    let status = common::wait_bounded(&mut child, Duration::from_secs(5));
+    let status = common::wait_bounded(&mut child, Duration::from_secs(30));
     assert!(
         status.is_some_and(|s| !s.success()),
         "member process was killed"
