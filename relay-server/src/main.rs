@@ -37,11 +37,13 @@ async fn run(args: Args) -> Result<(), String> {
         // What Relay::bind would refuse, short of binding: e.g. a key that does
         // not belong to the certificate.
         cfg.identity.server_crypto()?;
+        let bound = cfg.memory_bound();
         println!(
-            "relay-server: configuration ok (listen {}, storage {:?}, certificate {})",
+            "relay-server: configuration ok (listen {}, storage {:?}, certificate {}, memory bound {}: {bound})",
             args.listen,
             cfg.storage.access(),
-            cfg.identity.fingerprint
+            cfg.identity.fingerprint,
+            shared::size::format_size(bound.total()),
         );
         return Ok(());
     }
@@ -50,6 +52,7 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     let budget = cfg.budget.total_bytes();
+    let bound = cfg.memory_bound();
     let health = match args.health_listen {
         Some(addr) => Some(relay_server::health::bind(addr).await?),
         None => None,
@@ -60,6 +63,7 @@ async fn run(args: Args) -> Result<(), String> {
         %addr,
         fingerprint = relay.fingerprint(),
         memory_budget = %shared::size::format_size(budget),
+        memory_bound = %shared::size::format_size(bound.total()),
         "relay listening (pin clients with --relay-cert-sha256)"
     );
     let (tx, rx) = watch::channel(false);
