@@ -5,7 +5,9 @@
 pub mod auth;
 pub mod config;
 pub mod health;
+pub mod http;
 pub mod metrics;
+pub mod rejections;
 pub mod server;
 pub mod tls;
 pub mod transfer;

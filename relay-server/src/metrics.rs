@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use shared::retry::RetryCounts;
 
+use crate::rejections::Rejections;
+
 /// Upper bounds of the commit-latency buckets, in microseconds (0.05 s to 60 s):
 /// a commit is one Put Block List plus a hash comparison, normally tens of
 /// milliseconds; the tail shows Azure throttling and retries.
@@ -28,6 +30,8 @@ pub struct Metrics {
     /// Shared with every blob writer of the relay's storage (see `Relay::bind`).
     pub azure_retries: Arc<RetryCounts>,
     pub commit_seconds: Histogram,
+    /// Streams refused before their Plan, by reason; also rate-limits their log.
+    pub rejections: Rejections,
 }
 
 impl Default for Metrics {
@@ -41,6 +45,7 @@ impl Default for Metrics {
             transfers_failed: AtomicU64::default(),
             azure_retries: Arc::default(),
             commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
+            rejections: Rejections::default(),
         }
     }
 }
