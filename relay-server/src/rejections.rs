@@ -215,7 +215,7 @@ impl Rejections {
                 if suppressed > 0 {
                     log_suppressed(suppressed);
                 }
-                tracing::info!(reason = reason.label(), message = %safe(message), "rejected");
+                tracing::info!(reason = reason.label(), detail = %safe(message), "rejected");
             }
             Verdict::Summary { suppressed } => log_suppressed(suppressed),
             Verdict::Quiet => {}
