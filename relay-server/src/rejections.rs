@@ -1,15 +1,16 @@
 //! Streams the relay refused, counted by reason for `/metrics` and logged at a
 //! bounded rate. Refusals are what an unauthenticated peer can make the relay do
 //! as fast as it can open streams, so each costs a counter increment and, at most
-//! `RATE_PER_SEC` times a second, one log line; the rest are summed into a
-//! periodic "suppressed" line.
+//! `RATE_PER_SEC` times a second (after a burst of `BURST`), one log line. The
+//! rest are counted: the next logged line says how many it follows, and when no
+//! line could be logged for `SUMMARY_EVERY`, a "suppressed" line says so.
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use shared::logsafe::safe;
+use shared::logsafe::{MAX_LOG_CHARS, safe_to};
 use shared::protocol::Code;
 
 /// Why a stream was refused: before its Offer was parsed (the frame layer), or
@@ -121,7 +122,7 @@ pub const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 /// What to log for one rejection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Log it; first say how many were suppressed since the last line (if any).
+    /// Log it, with how many were suppressed since the last line.
     Log { suppressed: u64 },
     /// Do not log it, but say how many were suppressed (this one included).
     Summary { suppressed: u64 },
@@ -211,11 +212,18 @@ impl Rejections {
             .unwrap_or_else(|p| p.into_inner())
             .admit(Instant::now());
         match verdict {
+            // The message is the relay's, with at most a short, escaped excerpt of
+            // the peer's input (see `blob_name`); room for the excerpt and the reason.
+            Verdict::Log { suppressed: 0 } => {
+                tracing::info!(reason = reason.label(), detail = %safe_to(message, 3 * MAX_LOG_CHARS), "rejected");
+            }
             Verdict::Log { suppressed } => {
-                if suppressed > 0 {
-                    log_suppressed(suppressed);
-                }
-                tracing::info!(reason = reason.label(), detail = %safe(message), "rejected");
+                tracing::info!(
+                    reason = reason.label(),
+                    detail = %safe_to(message, 3 * MAX_LOG_CHARS),
+                    not_logged_before = suppressed,
+                    "rejected (rejections between this and the previous line were counted, not logged)"
+                );
             }
             Verdict::Summary { suppressed } => log_suppressed(suppressed),
             Verdict::Quiet => {}
@@ -242,7 +250,7 @@ impl Rejections {
 fn log_suppressed(n: u64) {
     tracing::warn!(
         suppressed = n,
-        "rejections not logged (rate limit); blob_relay_rejections_total counts every one"
+        "rejections counted, not logged (rate limit); blob_relay_rejections_total counts every one"
     );
 }
 
