@@ -363,6 +363,16 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
     let _ = task.await;
 }
 
+/// Kills the relay if the test fails before it stopped it.
+struct Reaper(std::process::Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits for a child to exit after SIGTERM.
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     unsafe {
@@ -404,18 +414,20 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
     let health = format!("127.0.0.1:{}", free_port());
     let fp = dir.path("fp");
     let log = std::fs::File::create(dir.path("relay.log")).unwrap_or_else(|e| panic!("{e}"));
-    let mut relay = Command::new(binary("relay-server"))
-        .env("RELAY_LISTEN", &udp)
-        .env("RELAY_STORAGE_URL", az.url())
-        .env("RELAY_ACCOUNT_KEY", DEV_KEY)
-        .env("RELAY_TOKENS", dir.path("tokens"))
-        .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
-        .env("RELAY_HEALTH_LISTEN", &health)
-        .env_remove("RELAY_LOG")
-        .env_remove("NO_COLOR")
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut relay = Reaper(
+        Command::new(binary("relay-server"))
+            .env("RELAY_LISTEN", &udp)
+            .env("RELAY_STORAGE_URL", az.url())
+            .env("RELAY_ACCOUNT_KEY", DEV_KEY)
+            .env("RELAY_TOKENS", dir.path("tokens"))
+            .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
+            .env("RELAY_HEALTH_LISTEN", &health)
+            .env_remove("RELAY_LOG")
+            .env_remove("NO_COLOR")
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
     let t0 = Instant::now();
     while http_get(&health, "/healthz").is_none() {
         assert!(
@@ -497,7 +509,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         "{metrics}"
     );
     conn.close(0u32.into(), b"");
-    assert!(terminate(&mut relay).success());
+    assert!(terminate(&mut relay.0).success());
 
     let text = std::fs::read_to_string(dir.path("relay.log")).unwrap_or_else(|e| panic!("{e}"));
     assert!(!text.contains('\u{1b}'), "ESC in the log:\n{text}");
