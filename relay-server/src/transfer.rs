@@ -10,7 +10,7 @@ use shared::blob_name::{validate_blob_name, validate_container, validate_metadat
 use shared::block_id::TransferTag;
 use shared::codec::{FrameError, read_frame, write_frame};
 use shared::limits::PROTOCOL_VERSION;
-use shared::logsafe::safe;
+use shared::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use shared::plan::BlockPlan;
 use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
 use shared::publish::{
@@ -127,7 +127,8 @@ async fn respond(shared: &Shared, offer: &Offer, send: &mut SendStream, recv: &m
         }
         Err(Outcome::Failed(f)) => {
             Metrics::add(&shared.metrics.transfers_failed, 1);
-            tracing::warn!(code = ?f.code, reason = %safe(&f.message), "failed; nothing committed");
+            // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
+            tracing::warn!(code = ?f.code, reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
             let _ = write_frame(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
