@@ -1,7 +1,11 @@
-//! Bearer tokens from a file: `TOKEN [container,container...]` per line, `#` comments.
-//! Only SHA-256 digests of tokens are kept, compared in constant time; the file is
-//! re-read when it changes, so removing a line revokes (expires) that token.
+//! Bearer tokens from a file (format and rules in `tokens_file`). Only SHA-256
+//! digests of tokens are kept, compared in constant time. The file is re-read
+//! when it changes, and what it lists then is exactly what is accepted: removing a
+//! line revokes (expires) that token, a line that breaks a rule is skipped and
+//! logged, and a file that cannot be read or lists no valid token makes the relay
+//! refuse every Offer (loudly) rather than keep tokens the file may no longer list.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -9,11 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Grant {
-    AnyContainer,
-    Containers(Vec<String>),
-}
+pub use crate::tokens_file::{Grant, Parsed, Rule, Skipped, parse_tokens};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthError {
@@ -32,55 +32,33 @@ impl std::fmt::Display for AuthError {
     }
 }
 
+/// Why the tokens file cannot be used at start.
+#[derive(Debug, thiserror::Error)]
+pub enum TokensError {
+    #[error("cannot read tokens file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("tokens file {} lists no valid token{}", path.display(), skipped_note(skipped))]
+    NoTokens {
+        path: PathBuf,
+        skipped: Vec<Skipped>,
+    },
+}
+
+fn skipped_note(skipped: &[Skipped]) -> String {
+    if skipped.is_empty() {
+        return String::new();
+    }
+    let lines: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
+    format!(" (skipped {})", lines.join("; "))
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     digest: [u8; 32],
     grant: Grant,
-}
-
-/// Parses a tokens file; errors name the line.
-pub fn parse_tokens(text: &str) -> Result<Vec<(String, Grant)>, String> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut parts = line.split_whitespace();
-        let token = parts.next().unwrap_or_default();
-        if token.len() < 16 {
-            return Err(format!(
-                "tokens file line {}: token shorter than 16 characters",
-                n + 1
-            ));
-        }
-        let grant = match parts.next() {
-            None => Grant::AnyContainer,
-            Some(list) => {
-                let cs: Vec<String> = list
-                    .split(',')
-                    .filter(|c| !c.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                for c in &cs {
-                    shared::blob_name::validate_container(c)
-                        .map_err(|e| format!("tokens file line {}: {e}", n + 1))?;
-                }
-                Grant::Containers(cs)
-            }
-        };
-        if parts.next().is_some() {
-            return Err(format!(
-                "tokens file line {}: expected TOKEN [containers]",
-                n + 1
-            ));
-        }
-        out.push((token.to_string(), grant));
-    }
-    if out.is_empty() {
-        return Err("tokens file has no tokens".into());
-    }
-    Ok(out)
 }
 
 pub struct TokenStore {
@@ -90,45 +68,70 @@ pub struct TokenStore {
 
 struct State {
     entries: Vec<Entry>,
-    mtime: Option<SystemTime>,
+    /// What the file looked like when it was read; `None` if unreadable.
+    stamp: Option<Stamp>,
+    /// The file changed shortly before it was read (a writer may not have been
+    /// done): read it again at the next check even if the stamp is the same.
+    settling: bool,
     checked: Instant,
 }
 
-/// How often the file's mtime is looked at.
+/// A change to any of these makes the file re-read. The length and inode catch
+/// rewrites within the mtime's resolution and replacement by rename.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    mtime: Option<SystemTime>,
+    len: u64,
+    ino: u64,
+}
+
+/// How often the file's stamp is looked at.
 const RECHECK: Duration = Duration::from_secs(2);
 
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        mtime: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
+}
+
 impl TokenStore {
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let (entries, mtime) = read(path)?;
+    /// Reads the file; skipped lines are logged. Refuses a file that cannot be
+    /// read or lists no valid token (the relay would refuse everyone).
+    pub fn load(path: &Path) -> Result<Self, TokensError> {
+        let (parsed, stamp) = read(path)?;
+        log_skipped(path, &parsed.skipped);
+        if parsed.tokens.is_empty() {
+            return Err(TokensError::NoTokens {
+                path: path.to_path_buf(),
+                skipped: parsed.skipped,
+            });
+        }
         Ok(Self {
             path: path.to_path_buf(),
             state: Mutex::new(State {
-                entries,
-                mtime,
+                entries: entries(parsed),
+                settling: is_settling(stamp),
+                stamp,
                 checked: Instant::now(),
             }),
         })
+    }
+
+    /// Re-reads the file now, whether or not it changed.
+    pub fn reload(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.refresh(&mut st);
     }
 
     pub fn check(&self, token: &str, container: &str) -> Result<(), AuthError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.checked.elapsed() >= RECHECK {
             st.checked = Instant::now();
-            let mtime = std::fs::metadata(&self.path)
-                .and_then(|m| m.modified())
-                .ok();
-            if mtime != st.mtime {
-                match read(&self.path) {
-                    Ok((entries, m)) => {
-                        tracing::info!(path = %self.path.display(), tokens = entries.len(), "tokens reloaded");
-                        st.entries = entries;
-                        st.mtime = m;
-                    }
-                    // Keep serving the last good list rather than locking everyone out.
-                    Err(e) => {
-                        tracing::error!(error = %e, "tokens file unreadable; keeping previous tokens")
-                    }
-                }
+            if st.settling || stamp(&self.path) != st.stamp {
+                self.refresh(&mut st);
             }
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
@@ -146,48 +149,87 @@ impl TokenStore {
             Some(Grant::Containers(_)) => Err(AuthError::Container(container.to_string())),
         }
     }
+
+    /// Replaces the tokens with what the file lists now; never keeps old ones.
+    fn refresh(&self, st: &mut State) {
+        let path = self.path.display();
+        match read(&self.path) {
+            Ok((parsed, stamp)) => {
+                let (valid, skipped) = (parsed.tokens.len(), parsed.skipped.len());
+                // Only log what is news: a settling file is read again unchanged.
+                if stamp != st.stamp {
+                    log_skipped(&self.path, &parsed.skipped);
+                    if valid == 0 {
+                        tracing::error!(%path, skipped, "tokens file lists no valid token: every Offer is refused until it is fixed");
+                    } else {
+                        tracing::info!(%path, tokens = valid, skipped, "tokens reloaded");
+                    }
+                }
+                st.entries = entries(parsed);
+                st.settling = is_settling(stamp);
+                st.stamp = stamp;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "every Offer is refused until the tokens file can be read");
+                st.entries.clear();
+                st.settling = false;
+                st.stamp = None;
+            }
+        }
+    }
 }
 
-fn read(path: &Path) -> Result<(Vec<Entry>, Option<SystemTime>), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read tokens file {}: {e}", path.display()))?;
-    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let entries = parse_tokens(&text)?
+/// A file modified less than `RECHECK` before now may still be being written.
+fn is_settling(stamp: Option<Stamp>) -> bool {
+    let Some(mtime) = stamp.and_then(|s| s.mtime) else {
+        return false;
+    };
+    SystemTime::now()
+        .duration_since(mtime)
+        .map_or(true, |age| age < RECHECK)
+}
+
+fn log_skipped(path: &Path, skipped: &[Skipped]) {
+    for s in skipped {
+        tracing::warn!(path = %path.display(), line = s.line, rule = %s.rule, "tokens file: line skipped");
+    }
+}
+
+fn entries(parsed: Parsed) -> Vec<Entry> {
+    parsed
+        .tokens
         .into_iter()
         .map(|(t, grant)| Entry {
             digest: Sha256::digest(t.as_bytes()).into(),
             grant,
         })
-        .collect();
-    Ok((entries, mtime))
+        .collect()
+}
+
+fn read(path: &Path) -> Result<(Parsed, Option<Stamp>), TokensError> {
+    // The stamp first: a write after it is seen (as a changed stamp) next time.
+    let stamp = stamp(path);
+    let bytes = std::fs::read(path).map_err(|source| TokensError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    // Invalid UTF-8 spoils only its own line (Rule::Charset), not the file.
+    Ok((parse_tokens(&String::from_utf8_lossy(&bytes)), stamp))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_grants_and_comments() {
-        let t = parse_tokens("# ops\nabcdefghijklmnop0001\nabcdefghijklmnop0002 data,logs\n")
-            .expect("ok");
-        assert_eq!(t[0].1, Grant::AnyContainer);
-        assert_eq!(
-            t[1].1,
-            Grant::Containers(vec!["data".into(), "logs".into()])
-        );
-        assert!(parse_tokens("short").is_err());
-        assert!(parse_tokens("").is_err());
-        assert!(parse_tokens("abcdefghijklmnop0001 Bad_Container").is_err());
-        assert!(parse_tokens("abcdefghijklmnop0001 data extra").is_err());
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("relay-auth-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir.join("tokens")
     }
 
     #[test]
     fn checks_token_and_container() {
-        let dir = std::env::temp_dir().join(format!("relay-auth-{}", std::process::id()));
-        // A crashed run of an earlier process with this PID may have left it.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let p = dir.join("tokens");
+        let p = scratch("check");
         std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklmnop0002 data\n").expect("write");
         let s = TokenStore::load(&p).expect("load");
         assert_eq!(s.check("abcdefghijklmnop0001", "any"), Ok(()));
@@ -197,6 +239,59 @@ mod tests {
             Err(AuthError::Container("other".into()))
         );
         assert_eq!(s.check("nope", "data"), Err(AuthError::Unknown));
-        let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
+    }
+
+    #[test]
+    fn a_bad_line_does_not_keep_removed_tokens() {
+        let p = scratch("badline");
+        std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklmnop0002\n").expect("write");
+        let s = TokenStore::load(&p).expect("load");
+        assert_eq!(s.check("abcdefghijklmnop0002", "data"), Ok(()));
+        // 0002 removed, and a typo (13 characters) added.
+        std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklm\n").expect("write");
+        s.reload();
+        assert_eq!(s.check("abcdefghijklmnop0001", "data"), Ok(()));
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "data"),
+            Err(AuthError::Unknown)
+        );
+        assert_eq!(s.check("abcdefghijklm", "data"), Err(AuthError::Unknown));
+        let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
+    }
+
+    #[test]
+    fn no_valid_token_refuses_everyone_at_run_time_and_fails_at_start() {
+        let p = scratch("none");
+        std::fs::write(&p, "abcdefghijklmnop0001\n").expect("write");
+        let s = TokenStore::load(&p).expect("load");
+        std::fs::write(&p, "# all gone\nshort\n").expect("write");
+        s.reload();
+        assert_eq!(
+            s.check("abcdefghijklmnop0001", "data"),
+            Err(AuthError::Unknown)
+        );
+        // Unreadable: refused too, not the old list.
+        std::fs::write(&p, "abcdefghijklmnop0001\n").expect("write");
+        s.reload();
+        assert_eq!(s.check("abcdefghijklmnop0001", "data"), Ok(()));
+        std::fs::remove_file(&p).expect("rm");
+        s.reload();
+        assert_eq!(
+            s.check("abcdefghijklmnop0001", "data"),
+            Err(AuthError::Unknown)
+        );
+        // At start the same file is an error that names the skipped lines.
+        std::fs::write(&p, "# all gone\nshort\n").expect("write");
+        let e = TokenStore::load(&p).err().expect("no tokens").to_string();
+        assert!(
+            e.contains("lists no valid token") && e.contains("line 2: token shorter than 16"),
+            "{e}"
+        );
+        assert!(!e.contains("short\n") && !e.contains(": short"), "{e}");
+        std::fs::remove_file(&p).expect("rm");
+        let e = TokenStore::load(&p).err().expect("missing").to_string();
+        assert!(e.contains("cannot read tokens file"), "{e}");
+        let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 }

@@ -59,8 +59,9 @@ pub struct Args {
     )]
     pub tls_names: Vec<String>,
 
-    /// Tokens file: one token per line, optionally followed by a space and a
-    /// comma-separated list of containers it may write. Re-read when it changes.
+    /// Tokens file: one token (16-256 visible ASCII characters) per line, optionally
+    /// followed by a space and a comma-separated list of containers it may write.
+    /// Re-read when it changes; invalid lines are skipped and logged.
     #[arg(long, env = "RELAY_TOKENS")]
     pub tokens: PathBuf,
 

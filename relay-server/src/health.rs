@@ -1,16 +1,16 @@
 //! `/healthz` and Prometheus `/metrics` on a separate TCP port, for load-balancer
-//! probes and monitoring. A deliberately tiny HTTP/1.1 responder: GET only, one
-//! request per connection, bounded request size and time.
+//! probes and monitoring, served by hyper under the limits in `http`: GET only,
+//! one request per connection, bounded connections and time.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use hyper::{Method, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::http::{self, Limits, Page};
 use crate::metrics::{self, Metrics};
 use crate::server::Shared;
 
@@ -22,96 +22,39 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot bind health endpoint {addr}: {e}"))
 }
 
-/// Serves until shutdown; reports 503 on /healthz once shutdown began, so a load
+/// Serves until shutdown, then for 30 s more with 503 on /healthz, so a load
 /// balancer drains this relay while its transfers finish.
-pub async fn serve(
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) {
+    serve_with(listener, shared, shutdown, Limits::default()).await;
+}
+
+pub async fn serve_with(
     listener: TcpListener,
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+    limits: Limits,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.changed() => {
-                if *shutdown.borrow() { continue_draining(&listener, &shared).await; return; }
-                continue;
-            }
-        };
-        let Ok((stream, _)) = accepted else { continue };
-        let shared = shared.clone();
-        let draining = *shutdown.borrow();
-        tokio::spawn(async move {
-            let _ =
-                tokio::time::timeout(Duration::from_secs(5), respond(stream, &shared, draining))
-                    .await;
-        });
-    }
+    let draining = shutdown.clone();
+    let handler =
+        move |method: &Method, path: &str| page(&shared, *draining.borrow(), method, path);
+    http::serve(listener, limits, Arc::new(handler), shutdown).await;
 }
 
-/// After shutdown starts, keep answering (503 on /healthz) for the grace period's sake.
-async fn continue_draining(listener: &TcpListener, shared: &Arc<Shared>) {
-    let deadline = tokio::time::sleep(Duration::from_secs(30));
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            _ = &mut deadline => return,
-            a = listener.accept() => {
-                if let Ok((stream, _)) = a {
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        let _ = tokio::time::timeout(Duration::from_secs(5), respond(stream, &shared, true)).await;
-                    });
-                }
-            }
-        }
+/// The answer to one request.
+fn page(shared: &Shared, draining: bool, method: &Method, path: &str) -> Page {
+    if method != Method::GET {
+        return Page::text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
     }
-}
-
-async fn respond(
-    mut stream: tokio::net::TcpStream,
-    shared: &Shared,
-    draining: bool,
-) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 4096];
-    let mut n = 0;
-    // Read until the end of the headers (or the buffer is full: then it's refused).
-    while n < buf.len() {
-        let m = stream.read(&mut buf[n..]).await?;
-        if m == 0 {
-            break;
-        }
-        n += m;
-        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
+    match path {
+        HEALTH_PATH if draining => Page::text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
+        HEALTH_PATH => Page::text(StatusCode::OK, "ok\n"),
+        "/metrics" => Page {
+            status: StatusCode::OK,
+            content_type: "text/plain; version=0.0.4",
+            body: render(shared),
+        },
+        _ => Page::text(StatusCode::NOT_FOUND, "not found\n"),
     }
-    let head = String::from_utf8_lossy(&buf[..n]);
-    let mut parts = head.lines().next().unwrap_or_default().split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let (status, ctype, body) = match (method, path) {
-        ("GET", HEALTH_PATH) if draining => (
-            "503 Service Unavailable",
-            "text/plain",
-            "draining\n".to_string(),
-        ),
-        ("GET", HEALTH_PATH) => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(shared)),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET only\n".to_string(),
-        ),
-    };
-    let resp = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(resp.as_bytes()).await?;
-    stream.shutdown().await
 }
 
 /// Prometheus text format.
@@ -160,6 +103,7 @@ pub fn render(shared: &Shared) -> String {
         metrics::render_value(&mut out, name, kind, help, Metrics::get(v));
     }
     metrics::render_retries(&mut out, &m.azure_retries);
+    m.rejections.render(&mut out);
     let budget = &shared.budget;
     metrics::render_value(
         &mut out,

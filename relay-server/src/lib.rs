@@ -6,9 +6,12 @@ pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod health;
+pub mod http;
 pub mod metrics;
+pub mod rejections;
 pub mod server;
 pub mod tls;
+pub mod tokens_file;
 pub mod transfer;
 
 use std::time::Duration;
@@ -28,7 +31,7 @@ impl Config {
         let key = args.account_key.clone().map(Secret);
         let access = StorageAccess::resolve(&args.storage_url, key.as_ref(), args.entra)?;
         let storage = Storage::new(access, &WriterOptions::default())?;
-        let tokens = auth::TokenStore::load(&args.tokens)?;
+        let tokens = auth::TokenStore::load(&args.tokens).map_err(|e| e.to_string())?;
         let identity = match (&args.tls_cert, &args.tls_key) {
             (Some(c), Some(k)) => tls::Identity::from_pem_files(c, k)?,
             _ => tls::Identity::self_signed(args.tls_names.clone())?,

@@ -103,8 +103,12 @@ async fn wait_for_signal() {
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only for a person at a terminal: in journald or a file an
+        // ESC byte is noise, and a log a reader can trust has none.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use shared::retry::RetryCounts;
 
+use crate::rejections::Rejections;
+
 /// Upper bounds of the commit-latency buckets, in microseconds (0.05 s to 60 s):
 /// a commit is one Put Block List plus a hash comparison, normally tens of
 /// milliseconds; the tail shows Azure throttling and retries.
@@ -30,6 +32,8 @@ pub struct Metrics {
     /// Every storage request sent (retries included), shared likewise.
     pub storage_requests: Arc<AtomicU64>,
     pub commit_seconds: Histogram,
+    /// Streams refused before their Plan, by reason; also rate-limits their log.
+    pub rejections: Rejections,
 }
 
 impl Default for Metrics {
@@ -44,6 +48,7 @@ impl Default for Metrics {
             azure_retries: Arc::default(),
             storage_requests: Arc::default(),
             commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
+            rejections: Rejections::default(),
         }
     }
 }

@@ -12,6 +12,7 @@ use shared::codec::{FrameError, read_frame, write_frame};
 use shared::exchange::{RelayTakes, relay_takes};
 use shared::id_key::Owner;
 use shared::limits::PROTOCOL_VERSION;
+use shared::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use shared::plan::BlockPlan;
 use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
 use shared::publish::{
@@ -23,6 +24,7 @@ use tracing::Instrument;
 
 use crate::admission::AuthGate;
 use crate::metrics::{ActiveGuard, Metrics};
+use crate::rejections::Reason;
 use crate::server::Shared;
 
 /// How long a peer may take to send a control frame (Offer, Start).
@@ -46,40 +48,62 @@ pub async fn handle(
     mut recv: RecvStream,
 ) {
     let _active = ActiveGuard::new(&shared.metrics);
-    let offer = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(&mut recv)).await {
-        Ok(Ok(Message::Offer(o))) => o,
-        Ok(Ok(other)) => {
-            let f = fail(
+    let refused = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(&mut recv)).await {
+        Ok(Ok(Message::Offer(o))) => match check_names(&o) {
+            Ok(()) => Ok(o),
+            Err(f) => Err((Reason::Code(f.code), f)),
+        },
+        Ok(Ok(other)) => Err((
+            Reason::NotOffer,
+            fail(
                 Code::InvalidOffer,
                 format!("expected an Offer, got {}", other.name()),
-            );
-            return reject(&shared, &mut send, &mut recv, f).await;
+            ),
+        )),
+        // Nothing was sent and nobody waits for an answer; counted all the same.
+        Ok(Err(FrameError::Closed)) => {
+            shared
+                .metrics
+                .rejections
+                .record(Reason::ClosedEarly, "stream ended before an Offer");
+            return;
         }
-        Ok(Err(FrameError::Closed)) => return,
-        Ok(Err(e)) => {
-            return reject(
-                &shared,
-                &mut send,
-                &mut recv,
-                fail(Code::InvalidOffer, format!("bad Offer: {e}")),
-            )
-            .await;
-        }
-        Err(_) => {
-            return reject(
-                &shared,
-                &mut send,
-                &mut recv,
-                fail(Code::InvalidOffer, "no Offer within 30 s"),
-            )
-            .await;
-        }
+        Ok(Err(e @ (FrameError::Truncated | FrameError::Io(_)))) => Err((
+            Reason::ClosedEarly,
+            fail(Code::InvalidOffer, format!("bad Offer: {e}")),
+        )),
+        Ok(Err(e)) => Err((
+            Reason::BadFrame,
+            fail(Code::InvalidOffer, format!("bad Offer: {e}")),
+        )),
+        Err(_) => Err((
+            Reason::OfferTimeout,
+            fail(Code::InvalidOffer, "no Offer within 30 s"),
+        )),
     };
-    let span = tracing::info_span!("transfer", container = %offer.container, blob = %offer.blob, size = offer.size);
+    let offer = match refused {
+        Ok(o) => o,
+        Err((reason, f)) => return reject(&shared, &mut send, &mut recv, reason, f).await,
+    };
+    // Names are valid here (no control or bidi characters); still escaped and cut,
+    // since a valid blob name may be 1024 characters.
+    let span = tracing::info_span!(
+        "transfer",
+        container = %safe(&offer.container),
+        blob = %safe(&offer.blob),
+        size = offer.size
+    );
     let link = Link { gate, conn };
     respond(&shared, &link, &offer, &mut send, &mut recv)
         .instrument(span)
         .await;
+}
+
+/// The names in an Offer, checked before they go anywhere near a log span.
+/// (`validate` checks them again, with the rest of the Offer.)
+fn check_names(offer: &Offer) -> Result<(), Failure> {
+    validate_container(&offer.container).map_err(|m| fail(Code::InvalidName, m))?;
+    validate_blob_name(&offer.blob).map_err(|m| fail(Code::InvalidName, m))
 }
 
 /// The connection a stream belongs to: its authentication gate, and the
@@ -114,8 +138,7 @@ async fn respond(
             let _ = send.finish();
         }
         Err(Outcome::Rejected(f)) => {
-            tracing::info!(code = ?f.code, reason = %f.message, "rejected");
-            reject(shared, send, recv, f).await;
+            reject(shared, send, recv, Reason::Code(f.code), f).await;
         }
         Err(Outcome::ResumeOnNewStream { offset }) => {
             tracing::info!(
@@ -127,7 +150,8 @@ async fn respond(
         }
         Err(Outcome::Failed(f)) => {
             Metrics::add(&shared.metrics.transfers_failed, 1);
-            tracing::warn!(code = ?f.code, reason = %f.message, "failed; nothing committed");
+            // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
+            tracing::warn!(code = ?f.code, reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
             let _ = write_frame(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
@@ -137,8 +161,17 @@ async fn respond(
 }
 
 /// Refuses a stream before its Plan. An eager client is already sending: stop it.
-async fn reject(shared: &Shared, send: &mut SendStream, recv: &mut RecvStream, f: Failure) {
+/// Counted by reason and logged at a bounded rate (a peer can cause these as fast
+/// as it opens streams).
+async fn reject(
+    shared: &Shared,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    reason: Reason,
+    f: Failure,
+) {
     Metrics::add(&shared.metrics.transfers_failed, 1);
+    shared.metrics.rejections.record(reason, &f.message);
     let _ = recv.stop(shared::protocol::app_error::REJECTED.into());
     let _ = write_frame(send, &Message::Reject(f)).await;
     let _ = send.finish();

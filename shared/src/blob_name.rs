@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::limits::{MAX_BLOB_NAME_CHARS, MAX_METADATA_BYTES};
+use crate::logsafe::{is_bidi_control, safe_to};
 
 /// Metadata key the relay writes itself; clients may not set it.
 pub const SHA256_METADATA_KEY: &str = "sha256";
@@ -11,6 +12,12 @@ pub const SHA256_METADATA_KEY: &str = "sha256";
 /// Azure container names: 3-63 of `a-z0-9-`, starting with a letter or digit,
 /// no `--`, not ending in `-`.
 pub fn validate_container(name: &str) -> Result<(), String> {
+    if let Some(c) = bidi(name) {
+        return Err(format!(
+            "invalid container name \"{}\": contains a bidirectional-control character ({c})",
+            shown(name)
+        ));
+    }
     let ok_chars = name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
@@ -21,16 +28,18 @@ pub fn validate_container(name: &str) -> Result<(), String> {
         || name.contains("--")
     {
         return Err(format!(
-            "invalid container name {name:?}: use 3-63 lowercase letters, digits and single hyphens"
+            "invalid container name \"{}\": use 3-63 lowercase letters, digits and single hyphens",
+            shown(name)
         ));
     }
     Ok(())
 }
 
-/// Blob names we accept: 1-1024 characters; no control characters or backslashes;
-/// no empty, `.` or `..` segments; no trailing `/` or `.`; at most 254 segments.
+/// Blob names we accept: 1-1024 characters; no control, bidirectional-control
+/// characters or backslashes; no empty, `.` or `..` segments; no trailing `/` or
+/// `.`; at most 254 segments.
 pub fn validate_blob_name(name: &str) -> Result<(), String> {
-    let fail = |why: &str| Err(format!("invalid blob name {:?}: {why}", truncate(name)));
+    let fail = |why: &str| Err(format!("invalid blob name \"{}\": {why}", shown(name)));
     if name.is_empty() {
         return fail("empty");
     }
@@ -39,6 +48,10 @@ pub fn validate_blob_name(name: &str) -> Result<(), String> {
     }
     if name.chars().any(char::is_control) {
         return fail("contains a control character");
+    }
+    if let Some(c) = bidi(name) {
+        // They reorder what people read: `invoice\u{202e}fdp.exe` shows as `invoiceexe.pdf`.
+        return fail(&format!("contains a bidirectional-control character ({c})"));
     }
     if name.contains('\\') {
         return fail("contains a backslash (use / between segments)");
@@ -73,11 +86,17 @@ pub fn validate_metadata(meta: &BTreeMap<String, String>) -> Result<(), String> 
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ident {
             return Err(format!(
-                "invalid metadata name {k:?}: use letters, digits and '_'"
+                "invalid metadata name \"{}\": use letters, digits and '_'",
+                shown(k)
             ));
         }
         if k.eq_ignore_ascii_case(SHA256_METADATA_KEY) {
             return Err("metadata name 'sha256' is reserved for the verified hash".into());
+        }
+        if let Some(c) = bidi(v) {
+            return Err(format!(
+                "metadata value for {k:?} contains a bidirectional-control character ({c})"
+            ));
         }
         if !v.chars().all(|c| c.is_ascii() && !c.is_ascii_control()) {
             return Err(format!("metadata value for {k:?} must be printable ASCII"));
@@ -90,8 +109,17 @@ pub fn validate_metadata(meta: &BTreeMap<String, String>) -> Result<(), String> 
     Ok(())
 }
 
-fn truncate(name: &str) -> String {
-    name.chars().take(80).collect()
+/// A name as it may appear in an error message: the message reaches the relay's
+/// log and the client's terminal, so escaped and cut short.
+fn shown(name: &str) -> String {
+    safe_to(name, 80).to_string()
+}
+
+/// The first bidirectional-control character in `s`, as `U+XXXX`.
+fn bidi(s: &str) -> Option<String> {
+    s.chars()
+        .find(|&c| is_bidi_control(c))
+        .map(|c| format!("U+{:04X}", c as u32))
 }
 
 #[cfg(test)]
@@ -128,6 +156,39 @@ mod tests {
         }
         let deep = vec!["d"; 255].join("/");
         assert!(validate_blob_name(&deep).is_err());
+    }
+
+    #[test]
+    fn bidi_controls_are_refused_with_a_clear_message() {
+        for c in [
+            '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}',
+        ] {
+            let name = format!("invoice{c}fdp.exe");
+            let e = validate_blob_name(&name).expect_err("bidi blob name");
+            assert!(e.contains("bidirectional-control character (U+"), "{e}");
+            assert!(
+                !e.contains(c),
+                "the message must not carry the raw character: {e}"
+            );
+            let e = validate_container(&format!("ab{c}c")).expect_err("bidi container");
+            assert!(e.contains("bidirectional-control"), "{e}");
+            assert!(!e.contains(c), "{e}");
+            let meta: BTreeMap<_, _> = [("k".into(), format!("v{c}"))].into();
+            let e = validate_metadata(&meta).expect_err("bidi metadata");
+            assert!(e.contains("bidirectional-control"), "{e}");
+        }
+        let e = validate_blob_name("a\u{202e}b").expect_err("bidi");
+        assert!(e.contains("U+202E"), "{e}");
+    }
+
+    #[test]
+    fn messages_never_carry_raw_control_characters() {
+        let e = validate_blob_name("x\ncommitted\u{1b}[2J").expect_err("control");
+        assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e}");
+        let long = format!("{}\n", "a".repeat(60_000));
+        let e = validate_blob_name(&long).expect_err("long");
+        assert!(e.len() < 200, "{} bytes", e.len());
     }
 
     #[test]

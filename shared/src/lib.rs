@@ -18,6 +18,7 @@ pub mod credentials;
 pub mod exchange;
 pub mod id_key;
 pub mod limits;
+pub mod logsafe;
 pub mod plan;
 pub mod protocol;
 pub mod publish;

@@ -490,3 +490,179 @@ async fn removed_token_expires_without_restart() {
     let _ = container;
     relay.stop().await;
 }
+
+/// The sample `series` of the relay's /metrics text (name and labels as rendered).
+fn metric(relay: &RelayHandle, series: &str) -> Option<u64> {
+    let text = relay_server::health::render(&relay.shared);
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn rejections(relay: &RelayHandle, reason: &str) -> Option<u64> {
+    metric(
+        relay,
+        &format!("blob_relay_rejections_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// Issue 11, finding 7: streams refused before an Offer was parsed (bad frame,
+/// another message first, ended early) are counted by reason in /metrics, and
+/// so are refused Offers, by their code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_streams_are_counted_by_reason() {
+    let (relay, container) = setup("reasons", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay).await;
+    for r in [
+        "bad_frame",
+        "not_offer",
+        "offer_timeout",
+        "closed_early",
+        "unauthorized",
+    ] {
+        assert_eq!(rejections(&relay, r), Some(0), "{r}");
+    }
+
+    // Garbage where the Offer should be. (The count is taken before the Reject
+    // is written, so it is there once the Reject arrived.)
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    let mut bad = 9u32.to_be_bytes().to_vec();
+    bad.extend_from_slice(b"{garbage}");
+    send.write_all(&bad).await.unwrap_or_else(|e| panic!("{e}"));
+    let m = read_frame(&mut recv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rejected(&m), Code::InvalidOffer);
+    assert_eq!(rejections(&relay, "bad_frame"), Some(1));
+
+    // A Start before any Offer.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::Start(Start { offset: 0 }))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m = read_frame(&mut recv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rejected(&m), Code::InvalidOffer);
+    assert_eq!(rejections(&relay, "not_offer"), Some(1));
+
+    // Half a length prefix, then the end of the stream.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    send.write_all(&[0, 0])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = send.finish();
+    let m = read_frame(&mut recv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rejected(&m), Code::InvalidOffer);
+    assert_eq!(rejections(&relay, "closed_early"), Some(1));
+
+    // Refused Offers count under their code.
+    let mut o = offer(&container, "ok.bin", 10);
+    o.token = Secret("not-a-valid-token-at-all".into());
+    assert_eq!(rejected(&answer(&conn, o).await), Code::Unauthorized);
+    assert_eq!(rejections(&relay, "unauthorized"), Some(1));
+    let o = offer(&container, "a\nb", 10);
+    assert_eq!(rejected(&answer(&conn, o).await), Code::InvalidName);
+    assert_eq!(rejections(&relay, "invalid_name"), Some(1));
+
+    // A stream ended with nothing on it gets no answer (nobody reads one), so
+    // wait for the count rather than for a reply.
+    let (mut send, _recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    let _ = send.finish();
+    let counted = async {
+        while rejections(&relay, "closed_early") != Some(2) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), counted)
+        .await
+        .unwrap_or_else(|_| panic!("an empty stream was not counted"));
+    assert_eq!(rejections(&relay, "bad_frame"), Some(1));
+    relay.stop().await;
+}
+
+/// Issue 11, finding 9: names with bidirectional-control characters (which make
+/// `invoice\u{202e}fdp.exe` read as `invoiceexe.pdf`) are refused with a clear
+/// message, by the relay and by the client before it sends anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_names_are_refused_with_a_clear_message() {
+    let (relay, container) = setup("bidi", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay).await;
+    for c in ['\u{202e}', '\u{2066}', '\u{200f}', '\u{61c}'] {
+        let name = format!("invoice{c}fdp.exe");
+        match answer(&conn, offer(&container, &name, 10)).await {
+            Message::Reject(f) => {
+                assert_eq!(f.code, Code::InvalidName);
+                assert!(f.message.contains("bidirectional-control"), "{}", f.message);
+                assert!(!f.message.contains(c), "raw {c:?} in {}", f.message);
+            }
+            other => panic!("{name:?}: expected a Reject, got {other:?}"),
+        }
+        let mut o = offer(&container, "ok.bin", 10);
+        o.metadata.insert("note".into(), format!("a{c}b"));
+        match answer(&conn, o).await {
+            Message::Reject(f) => assert!(f.message.contains("bidirectional-control"), "{f:?}"),
+            other => panic!("expected a Reject, got {other:?}"),
+        }
+        assert!(!blob_exists(&container, &name).await);
+    }
+
+    // The real client refuses such a file by itself, with the reason.
+    let dir = Scratch::new("bidi");
+    let file = dir.path("invoice\u{202e}fdp.exe");
+    write_random(&file, 100, 4);
+    let mut a: Vec<String> = vec![
+        "upload".into(),
+        file.to_string_lossy().into_owned(),
+        "--json".into(),
+    ];
+    a.extend(relay.client_args(&container));
+    let out = run_client(&a, &[], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let s = summary(&out);
+    assert_eq!(s["files"][0]["error"]["code"], "invalid_name", "{s}");
+    let msg = s["files"][0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        msg.contains("bidirectional-control character (U+202E)"),
+        "{msg}"
+    );
+    assert!(!blob_exists(&container, "invoice\u{202e}fdp.exe").await);
+    relay.stop().await;
+}
+
+/// Issue 11, finding 9: a tokens file with one line that breaks a rule (a
+/// 13-character token) is not a reason to keep serving the previous tokens: the
+/// token it no longer lists is refused, the tokens it lists still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_tokens_line_does_not_keep_a_removed_token() {
+    let (relay, container) = setup("badline", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay).await;
+    let mut limited = offer("allowed-only", "x.bin", 1);
+    limited.token = Secret(LIMITED_TOKEN.into());
+    let auth_refused = |m: &Message| matches!(m, Message::Reject(f) if matches!(f.code, Code::Unauthorized | Code::Forbidden));
+    assert!(!auth_refused(&answer(&conn, limited.clone()).await));
+
+    // LIMITED_TOKEN removed; a typo added. The relay looks at the file every 2 s:
+    // ask until it has (a relay keeping the old tokens never refuses).
+    relay.rewrite_tokens(&format!("# ops\nshort-13-char\n{TOKEN}\n"));
+    let revoked = async {
+        loop {
+            let m = answer(&conn, limited.clone()).await;
+            if auth_refused(&m) {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let m = tokio::time::timeout(Duration::from_secs(30), revoked)
+        .await
+        .unwrap_or_else(|_| panic!("the removed token is still accepted"));
+    assert_eq!(rejected(&m), Code::Unauthorized);
+    // The valid line still stands.
+    let m = answer(&conn, offer(&container, "still.bin", 1)).await;
+    assert!(matches!(m, Message::Plan(_)), "{m:?}");
+    relay.stop().await;
+}

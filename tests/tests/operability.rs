@@ -364,3 +364,173 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
     let _ = stop.send(true);
     let _ = task.await;
 }
+
+/// Kills the relay if the test fails before it stopped it.
+struct Reaper(std::process::Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for a child to exit after SIGTERM.
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "relay did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 11, finding 7, against the relay binary and its real log: blob names
+/// from unauthenticated and authenticated Offers cannot forge log lines or put
+/// terminal escapes in the log, 60 KB names do not make 60 KB log lines, and the
+/// refusals are in /metrics by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_cannot_forge_or_flood_the_log() {
+    use relay_client::connect::{Connector, Trust};
+    use shared::codec::{read_frame, write_frame};
+    use shared::protocol::{Code, Message, Offer, Overwrite, Secret};
+
+    let az = shared_azurite();
+    let container = unique_container("logs");
+    az.storage()
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = Scratch::new("logs");
+    let token = "logs-token-0123456789abcdef";
+    std::fs::write(dir.path("tokens"), format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));
+    let udp = format!("127.0.0.1:{}", free_port());
+    let health = format!("127.0.0.1:{}", free_port());
+    let fp = dir.path("fp");
+    let log = std::fs::File::create(dir.path("relay.log")).unwrap_or_else(|e| panic!("{e}"));
+    let mut relay = Reaper(
+        Command::new(binary("relay-server"))
+            .env("RELAY_LISTEN", &udp)
+            .env("RELAY_STORAGE_URL", az.url())
+            .env("RELAY_ACCOUNT_KEY", DEV_KEY)
+            .env("RELAY_TOKENS", dir.path("tokens"))
+            .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
+            .env("RELAY_HEALTH_LISTEN", &health)
+            .env_remove("RELAY_LOG")
+            .env_remove("NO_COLOR")
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let t0 = Instant::now();
+    while http_get(&health, "/healthz").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "health endpoint never came up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let fingerprint = std::fs::read_to_string(&fp).unwrap_or_default();
+    let pin = shared::tls::parse_fingerprint(fingerprint.trim()).unwrap_or_else(|e| panic!("{e}"));
+    let connector = Connector::new(&Trust::Pinned(pin), &Default::default(), 1 << 20, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = udp.parse().unwrap_or_else(|e| panic!("{e}"));
+    let conn = connector
+        .connect(addr, "localhost", Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let offer = |tok: &str, container: &str, blob: &str| Offer {
+        version: shared::limits::PROTOCOL_VERSION,
+        token: Secret(tok.into()),
+        container: container.into(),
+        blob: blob.into(),
+        size: 10,
+        content_type: None,
+        metadata: Default::default(),
+        overwrite: Overwrite::Never,
+        sha256: None,
+        block_size: None,
+        eager: false,
+    };
+    let refused = |o: Offer| {
+        let conn = conn.clone();
+        async move {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+            write_frame(&mut send, &Message::Offer(o))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            match read_frame(&mut recv).await {
+                Ok(Message::Reject(f)) => f.code,
+                other => panic!("expected a Reject, got {other:?}"),
+            }
+        }
+    };
+
+    // A newline, a forged `committed` line and terminal escapes in the name.
+    let forged =
+        "x.bin\n2026-12-01T00:00:00.000000Z  INFO committed FORGED\u{1b}[2J\u{1b}]0;t\u{7}";
+    for tok in [token, "not-a-valid-token-at-all"] {
+        assert_eq!(
+            refused(offer(tok, &container, forged)).await,
+            Code::InvalidName
+        );
+        let c = format!("{container}\nFORGED\u{1b}[31m");
+        assert_eq!(refused(offer(tok, &c, "ok.bin")).await, Code::InvalidName);
+    }
+    // Long names, many times.
+    let long = format!("{}\u{1b}", "n".repeat(60_000));
+    for _ in 0..100 {
+        assert_eq!(
+            refused(offer("not-a-valid-token-at-all", &container, &long)).await,
+            Code::InvalidName
+        );
+    }
+    let (_, metrics) = http_get(&health, "/metrics").unwrap_or_else(|| panic!("no metrics"));
+    assert_eq!(
+        sample(
+            &metrics,
+            "blob_relay_rejections_total{reason=\"invalid_name\"}"
+        ),
+        Some(104.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "blob_relay_rejections_total{reason=\"bad_frame\"}"
+        ),
+        Some(0.0),
+        "{metrics}"
+    );
+    conn.close(0u32.into(), b"");
+    assert!(terminate(&mut relay.0).success());
+
+    let text = std::fs::read_to_string(dir.path("relay.log")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!text.contains('\u{1b}'), "ESC in the log:\n{text}");
+    assert!(!text.contains('\u{7}'), "BEL in the log:\n{text}");
+    // The forged line exists only inside the rejection, escaped.
+    assert!(
+        text.contains("FORGED"),
+        "the rejections were not logged:\n{text}"
+    );
+    for line in text.lines() {
+        assert!(
+            !line.starts_with("2026-12-01T00:00:00.000000Z") && !line.starts_with("FORGED"),
+            "forged line: {line}"
+        );
+        if line.contains("FORGED") {
+            assert!(line.contains("rejected") && line.contains("\\n"), "{line}");
+        }
+        assert!(line.len() <= 1024, "{} bytes: {line:.200}", line.len());
+    }
+    // 100 refusals of 60 KB names: a few KB of log, not megabytes.
+    assert!(text.len() < 100_000, "{} bytes of log", text.len());
+}

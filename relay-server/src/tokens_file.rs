@@ -1,0 +1,196 @@
+//! The tokens file's format: `TOKEN [container,container...]` per line, `#`
+//! comments. A line that breaks a rule is skipped and reported (its number and the
+//! rule, never its text: the text may be a token); the other lines stand. So an
+//! edit with one typo still revokes what it removed.
+
+use shared::blob_name::validate_container;
+
+/// Shortest token we accept: guessing one must be hopeless.
+pub const MIN_TOKEN_CHARS: usize = 16;
+/// Longest token we accept.
+pub const MAX_TOKEN_CHARS: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    AnyContainer,
+    Containers(Vec<String>),
+}
+
+/// The rule a skipped line broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rule {
+    #[error("token shorter than {MIN_TOKEN_CHARS} characters")]
+    TooShort,
+    #[error("token longer than {MAX_TOKEN_CHARS} characters")]
+    TooLong,
+    #[error("token has a character other than visible ASCII ('!' to '~')")]
+    Charset,
+    /// Which container of the list (1-based); its name is not repeated, in case
+    /// the "list" is in fact the second half of a token split by a space.
+    #[error(
+        "container {0} of the list is not a valid container name (3-63 lowercase letters, digits and single hyphens)"
+    )]
+    Container(usize),
+    #[error("container list is empty (leave it out to allow any container)")]
+    EmptyList,
+    #[error("more than two fields (expected TOKEN [container,container...])")]
+    ExtraFields,
+}
+
+/// A skipped line: its number in the file (1-based) and the rule it broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {rule}")]
+pub struct Skipped {
+    pub line: usize,
+    pub rule: Rule,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub tokens: Vec<(String, Grant)>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// Parses a tokens file: every valid line is a token, every invalid one is in
+/// `skipped`. An empty result is the caller's to judge.
+pub fn parse_tokens(text: &str) -> Parsed {
+    let mut out = Parsed::default();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match parse_line(line) {
+            Ok(t) => out.tokens.push(t),
+            Err(rule) => out.skipped.push(Skipped { line: n + 1, rule }),
+        }
+    }
+    out
+}
+
+fn parse_line(line: &str) -> Result<(String, Grant), Rule> {
+    let mut parts = line.split_whitespace();
+    let token = parts.next().unwrap_or_default();
+    let list = parts.next();
+    if parts.next().is_some() {
+        return Err(Rule::ExtraFields);
+    }
+    if !token.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(Rule::Charset);
+    }
+    // Visible ASCII: bytes are characters.
+    if token.len() < MIN_TOKEN_CHARS {
+        return Err(Rule::TooShort);
+    }
+    if token.len() > MAX_TOKEN_CHARS {
+        return Err(Rule::TooLong);
+    }
+    let grant = match list {
+        None => Grant::AnyContainer,
+        Some(list) => {
+            let cs: Vec<String> = list
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect();
+            if cs.is_empty() {
+                return Err(Rule::EmptyList);
+            }
+            if let Some(i) = cs.iter().position(|c| validate_container(c).is_err()) {
+                return Err(Rule::Container(i + 1));
+            }
+            Grant::Containers(cs)
+        }
+    };
+    Ok((token.to_string(), grant))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grants_and_comments() {
+        let p = parse_tokens("# ops\nabcdefghijklmnop0001\n  abcdefghijklmnop0002 data,logs\n\n");
+        assert_eq!(p.skipped, []);
+        assert_eq!(
+            p.tokens[0],
+            ("abcdefghijklmnop0001".into(), Grant::AnyContainer)
+        );
+        assert_eq!(
+            p.tokens[1].1,
+            Grant::Containers(vec!["data".into(), "logs".into()])
+        );
+        assert_eq!(parse_tokens(""), Parsed::default());
+    }
+
+    #[test]
+    fn a_bad_line_is_skipped_with_its_number_and_rule_and_the_rest_stands() {
+        let text = "\
+abcdefghijklmnop0001
+short-13-char
+abcdefghijklmnop0002 Bad_Container
+abcdefghijklmnop0003 data extra
+abcdefghijklmnop0004 data,
+tökenwithümlautsxx
+abcdefghijklmnop0005 ,
+abcdefghijklmnop0006 data,x
+abcdefghijklmnop0007
+";
+        let p = parse_tokens(text);
+        let kept: Vec<&str> = p.tokens.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            kept,
+            [
+                "abcdefghijklmnop0001",
+                "abcdefghijklmnop0004",
+                "abcdefghijklmnop0007"
+            ]
+        );
+        assert_eq!(
+            p.skipped,
+            [
+                Skipped {
+                    line: 2,
+                    rule: Rule::TooShort
+                },
+                Skipped {
+                    line: 3,
+                    rule: Rule::Container(1)
+                },
+                Skipped {
+                    line: 4,
+                    rule: Rule::ExtraFields
+                },
+                Skipped {
+                    line: 6,
+                    rule: Rule::Charset
+                },
+                Skipped {
+                    line: 7,
+                    rule: Rule::EmptyList
+                },
+                Skipped {
+                    line: 8,
+                    rule: Rule::Container(2)
+                },
+            ]
+        );
+        assert!(parse_tokens(&"x".repeat(257)).skipped[0].rule == Rule::TooLong);
+        assert!(parse_tokens(&"x".repeat(256)).skipped.is_empty());
+        assert!(parse_tokens(&"x".repeat(16)).skipped.is_empty());
+    }
+
+    #[test]
+    fn reports_never_contain_the_line() {
+        let secret = "s3cr3t-but-short";
+        let text = format!("{secret}x data extra\n{} data\nab Bad\n", "q".repeat(10));
+        for s in parse_tokens(&text).skipped {
+            let msg = s.to_string();
+            assert!(msg.starts_with(&format!("line {}: ", s.line)), "{msg}");
+            for word in [secret, "qqqqqqqqqq", "Bad", "extra", "data"] {
+                assert!(!msg.contains(word), "{msg}");
+            }
+        }
+    }
+}
