@@ -21,7 +21,8 @@ pub fn validate_container(name: &str) -> Result<(), String> {
         || name.contains("--")
     {
         return Err(format!(
-            "invalid container name {name:?}: use 3-63 lowercase letters, digits and single hyphens"
+            "invalid container name {:?}: use 3-63 lowercase letters, digits and single hyphens",
+            truncate(name)
         ));
     }
     Ok(())
@@ -73,14 +74,18 @@ pub fn validate_metadata(meta: &BTreeMap<String, String>) -> Result<(), String> 
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ident {
             return Err(format!(
-                "invalid metadata name {k:?}: use letters, digits and '_'"
+                "invalid metadata name {:?}: use letters, digits and '_'",
+                truncate(k)
             ));
         }
         if k.eq_ignore_ascii_case(SHA256_METADATA_KEY) {
             return Err("metadata name 'sha256' is reserved for the verified hash".into());
         }
         if !v.chars().all(|c| c.is_ascii() && !c.is_ascii_control()) {
-            return Err(format!("metadata value for {k:?} must be printable ASCII"));
+            return Err(format!(
+                "metadata value for {:?} must be printable ASCII",
+                truncate(k)
+            ));
         }
         total += k.len() + v.len();
     }
@@ -90,6 +95,8 @@ pub fn validate_metadata(meta: &BTreeMap<String, String>) -> Result<(), String> 
     Ok(())
 }
 
+/// Names are echoed in Reject reasons, which must fit in a frame: at most 80
+/// characters of them (a Debug-quoted control character takes up to 10 bytes).
 fn truncate(name: &str) -> String {
     name.chars().take(80).collect()
 }

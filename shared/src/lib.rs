@@ -16,6 +16,7 @@ pub mod codec;
 pub mod congestion;
 pub mod credentials;
 pub mod limits;
+pub mod offer_rules;
 pub mod plan;
 pub mod protocol;
 pub mod publish;
