@@ -338,7 +338,7 @@ pub fn metadata_ok(meta: &BTreeMap<String, String>) -> bool {
             .bytes()
             .enumerate()
             .all(|(i, c)| c == b'_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
-        if k.is_empty() || !ident || k.to_ascii_lowercase() == "sha256" {
+        if k.is_empty() || !ident || k.eq_ignore_ascii_case("sha256") {
             return false;
         }
         if !v.bytes().all(|c| (0x20..0x7f).contains(&c)) {
