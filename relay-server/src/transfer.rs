@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
-use shared::blob_name::{validate_blob_name, validate_container, validate_metadata};
+use shared::blob_name::{validate_blob_name, validate_container};
 use shared::block_id::{IdSigner, TransferTag};
 use shared::codec::{FrameError, read_frame, write_frame};
 use shared::exchange::{RelayTakes, relay_takes};
 use shared::id_key::Owner;
-use shared::limits::PROTOCOL_VERSION;
 use shared::logsafe::{MAX_LOG_CHARS, safe, safe_to};
+use shared::offer_rules::{OfferLimits, check_offer, check_version};
 use shared::plan::BlockPlan;
 use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
 use shared::publish::{
@@ -188,17 +188,10 @@ enum Outcome {
     ResumeOnNewStream { offset: u64 },
 }
 
-/// Everything the Offer must satisfy before any Azure call.
+/// Everything the Offer must satisfy before any Azure call: its version, then the
+/// token, then the rest of `shared::offer_rules`.
 fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
-    if offer.version != PROTOCOL_VERSION {
-        return Err(fail(
-            Code::UnsupportedVersion,
-            format!(
-                "protocol version {} not supported (relay speaks {PROTOCOL_VERSION})",
-                offer.version
-            ),
-        ));
-    }
+    check_version(offer)?;
     shared
         .tokens
         .check(&offer.token.0, &offer.container)
@@ -206,7 +199,6 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
             crate::auth::AuthError::Unknown => fail(Code::Unauthorized, e.to_string()),
             crate::auth::AuthError::Container(_) => fail(Code::Forbidden, e.to_string()),
         })?;
-    validate_container(&offer.container).map_err(|m| fail(Code::InvalidName, m))?;
     if shared.reserved_containers.contains(&offer.container) {
         // The deployment's own files (the relay binary, keys, tokens) live there:
         // no upload may ever write them, whatever a token's grant says.
@@ -218,35 +210,11 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
             ),
         ));
     }
-    validate_blob_name(&offer.blob).map_err(|m| fail(Code::InvalidName, m))?;
-    validate_metadata(&offer.metadata).map_err(|m| fail(Code::InvalidOffer, m))?;
-    if let Some(h) = &offer.sha256
-        && (h.len() != 64 || hex::decode(h).is_err())
-    {
-        return Err(fail(Code::InvalidOffer, "sha256 must be 64 hex digits"));
-    }
-    if let Some(ct) = &offer.content_type
-        && (ct.len() > 256 || ct.chars().any(|c| c.is_control()))
-    {
-        return Err(fail(Code::InvalidOffer, "invalid content type"));
-    }
-    let requested = offer.block_size.unwrap_or(shared.block_size);
-    let plan = BlockPlan::new(offer.size, requested).map_err(|e| match e {
-        shared::plan::PlanError::TooLarge { .. } => fail(Code::TooLarge, e.to_string()),
-        shared::plan::PlanError::BadBlockSize(_) => fail(Code::InvalidOffer, e.to_string()),
-    })?;
-    if plan.block_size > shared.max_block_bytes() {
-        return Err(fail(
-            Code::TooLarge,
-            format!(
-                "block size {} exceeds the relay's largest block {} (its memory budget {})",
-                shared::size::format_size(plan.block_size),
-                shared::size::format_size(shared.max_block_bytes()),
-                shared::size::format_size(shared.budget.total_bytes())
-            ),
-        ));
-    }
-    Ok(plan)
+    let limits = OfferLimits {
+        default_block_size: shared.block_size,
+        max_block_bytes: shared.max_block_bytes(),
+    };
+    check_offer(offer, &limits)
 }
 
 async fn run(

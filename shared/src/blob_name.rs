@@ -99,7 +99,10 @@ pub fn validate_metadata(meta: &BTreeMap<String, String>) -> Result<(), String> 
             ));
         }
         if !v.chars().all(|c| c.is_ascii() && !c.is_ascii_control()) {
-            return Err(format!("metadata value for {k:?} must be printable ASCII"));
+            return Err(format!(
+                "metadata value for \"{}\" must be printable ASCII",
+                shown(k)
+            ));
         }
         total += k.len() + v.len();
     }

@@ -23,8 +23,22 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+/// Longest reason kept from a JSON error. serde_json quotes offending strings and
+/// variant names from the frame (Debug-escaped, up to 7 bytes per byte once
+/// JSON-escaped again), and the relay sends `bad Offer: {reason}` back in a Reject,
+/// which must itself fit in a frame.
+const MAX_REASON_CHARS: usize = 256;
+
+fn malformed(e: &serde_json::Error) -> FrameError {
+    let text = e.to_string();
+    FrameError::Malformed(match text.char_indices().nth(MAX_REASON_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    })
+}
+
 pub fn encode(msg: &Message) -> Result<Vec<u8>, FrameError> {
-    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    let body = serde_json::to_vec(msg).map_err(|e| malformed(&e))?;
     if body.len() > MAX_FRAME_LEN {
         return Err(FrameError::TooLong(body.len()));
     }
@@ -46,8 +60,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, FrameError> {
     if buf.len() < 4 + len {
         return Ok(None);
     }
-    let msg = serde_json::from_slice(&buf[4..4 + len])
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    let msg = serde_json::from_slice(&buf[4..4 + len]).map_err(|e| malformed(&e))?;
     Ok(Some((msg, 4 + len)))
 }
 
@@ -75,7 +88,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Message, Fram
         std::io::ErrorKind::UnexpectedEof => FrameError::Truncated,
         _ => FrameError::Io(e),
     })?;
-    serde_json::from_slice(&body).map_err(|e| FrameError::Malformed(e.to_string()))
+    serde_json::from_slice(&body).map_err(|e| malformed(&e))
 }
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(
@@ -174,6 +187,30 @@ mod tests {
         let mut unknown = 22u32.to_be_bytes().to_vec();
         unknown.extend_from_slice(br#"{"type":"Teleport"}   "#);
         assert!(matches!(decode(&unknown), Err(FrameError::Malformed(_))));
+    }
+
+    /// Found with the fuzz targets' "every Reject fits a frame" check: serde_json
+    /// quotes a bad string from the frame in its error, the relay answers
+    /// `bad Offer: {error}` in a Reject, and a 10,000-byte string of DEL characters
+    /// (7 bytes each once quoted and JSON-escaped) made that Reject too long to send,
+    /// so the client heard nothing. See docs/FUZZING.md.
+    #[test]
+    fn malformed_reason_fits_a_reject() {
+        let body = format!(
+            r#"{{"type":"offer","version":1,"token":"t","container":"c","blob":"b","size":"{}"}}"#,
+            "\u{7f}".repeat(10_000)
+        );
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(body.as_bytes());
+        let Err(e @ FrameError::Malformed(_)) = decode(&frame) else {
+            panic!("a string size must be malformed");
+        };
+        let reject = Message::Reject(Failure {
+            code: Code::InvalidOffer,
+            message: format!("bad Offer: {e}"),
+        });
+        let bytes = encode(&reject).expect("the Reject fits a frame");
+        assert!(bytes.len() < 2048, "{} bytes", bytes.len());
     }
 
     #[test]

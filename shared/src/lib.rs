@@ -19,6 +19,7 @@ pub mod exchange;
 pub mod id_key;
 pub mod limits;
 pub mod logsafe;
+pub mod offer_rules;
 pub mod plan;
 pub mod protocol;
 pub mod publish;

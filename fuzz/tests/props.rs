@@ -1,0 +1,134 @@
+//! Property tests on stable Rust without the fuzzer: the same properties as the
+//! libFuzzer targets (`blob_relay_fuzz::check_*`), on inputs proptest generates
+//! (valid frames cut, flipped, spliced and re-headed; Offers from random bytes and
+//! from edits of a good one). `scripts/fuzz` runs these when cargo-fuzz is missing;
+//! PROPTEST_CASES sets the number of cases per test (default 256).
+
+use arbitrary::{Arbitrary, Unstructured};
+use blob_relay_fuzz::{
+    Num, OfferInput, check_frame_bytes, check_offer_input, round_trip, seed_messages,
+};
+use proptest::prelude::*;
+use shared::codec::encode;
+
+fn seed_frames() -> Vec<Vec<u8>> {
+    seed_messages()
+        .iter()
+        .map(|m| encode(m).expect("seed frames encode"))
+        .collect()
+}
+
+#[test]
+fn seeds_hold_the_properties() {
+    for m in seed_messages() {
+        round_trip(&m);
+    }
+    for f in seed_frames() {
+        check_frame_bytes(&f);
+    }
+}
+
+/// A valid frame, then one edit.
+fn edited_frame() -> impl Strategy<Value = Vec<u8>> {
+    let n = seed_frames().len();
+    (
+        0..n,
+        0u8..5,
+        any::<prop::sample::Index>(),
+        any::<u8>(),
+        prop::collection::vec(any::<u8>(), 0..16),
+    )
+        .prop_map(|(which, edit, at, byte, tail)| {
+            let mut f = seed_frames().swap_remove(which);
+            let i = at.index(f.len());
+            match edit {
+                0 => f.truncate(i),
+                1 => f[i] ^= byte.max(1),
+                2 => f.extend_from_slice(&tail),
+                3 => {
+                    f.splice(i..i, tail);
+                    // Keep the header consistent so the JSON itself is tested.
+                    let len = (f.len() - 4) as u32;
+                    f[..4].copy_from_slice(&len.to_be_bytes());
+                }
+                _ => f[..4].copy_from_slice(&(u32::from(byte) << (at.index(4) * 8)).to_be_bytes()),
+            }
+            f
+        })
+}
+
+proptest! {
+    #[test]
+    fn codec_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..256)) {
+        check_frame_bytes(&data);
+    }
+
+    #[test]
+    fn codec_on_edited_frames(data in edited_frame()) {
+        check_frame_bytes(&data);
+    }
+
+    #[test]
+    fn offer_from_random_bytes(data in prop::collection::vec(any::<u8>(), 0..512)) {
+        if let Ok(input) = OfferInput::arbitrary(&mut Unstructured::new(&data)) {
+            check_offer_input(&input);
+        }
+    }
+
+    #[test]
+    fn offer_edits_of_a_good_one(
+        container in prop::sample::select(vec!["data", "ab", "a-b-c", "a--b", "Data", "-ab", "x9z"]),
+        blob in "[a-z./\\\\\u{1}é]{0,12}",
+        size in prop_oneof![any::<u64>(), 0u64..(1 << 40), Just(blob_relay_fuzz_max_blob())],
+        block_mib in prop::option::of(0u16..4100),
+        budget_mib in 0u16..5000,
+        meta_key in "[a-zA-Z_0-9]{0,8}",
+        meta_value in "[ -~\u{7}ü]{0,8}",
+        sha in prop::option::of("[0-9a-fA-Fg]{63,65}"),
+        content_type in prop::option::of("[a-z/+\r\n]{0,10}"),
+    ) {
+        let input = OfferInput {
+            version: 1,
+            container: container.into(),
+            blob,
+            size: Num::Raw(size),
+            content_type,
+            metadata: vec![(meta_key, meta_value)],
+            sha256: sha,
+            block_size: block_mib.map(|mib| Num::Mib { mib, delta: 0 }),
+            eager: false,
+            default_block_size: Num::Mib { mib: 16, delta: 0 },
+            max_block_bytes: Num::Mib { mib: budget_mib, delta: 0 },
+        };
+        check_offer_input(&input);
+    }
+}
+
+fn blob_relay_fuzz_max_blob() -> u64 {
+    shared::limits::MAX_BLOB_SIZE
+}
+
+/// The codec target's committed seed corpus (`seeds/codec/`) is one encoded frame of
+/// each seed message; `WRITE_SEEDS=1 cargo test --test props` rewrites it.
+#[test]
+fn seed_files_are_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/codec");
+    let write = std::env::var_os("WRITE_SEEDS").is_some();
+    if write {
+        std::fs::create_dir_all(&dir).expect("seed dir");
+    }
+    for (i, (m, frame)) in seed_messages().iter().zip(seed_frames()).enumerate() {
+        let path = dir.join(format!("{i}-{}.bin", m.name().to_ascii_lowercase()));
+        if write {
+            std::fs::write(&path, &frame).expect("write seed");
+        }
+        let on_disk = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (WRITE_SEEDS=1 writes it)", path.display()));
+        assert_eq!(
+            on_disk,
+            frame,
+            "{} is stale (WRITE_SEEDS=1)",
+            path.display()
+        );
+    }
+}
