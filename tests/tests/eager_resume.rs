@@ -160,7 +160,10 @@ async fn stage_first_blocks(key: &IdKey, file: &std::path::Path, container: &str
 /// One row of the table: a file of `size`, `k` blocks staged by a killed run, a
 /// rerun whose Plan arrives late (`hold`) or early.
 async fn rerun_finishes(tag: &str, size: u64, k: u64, hold: bool) {
-    assert!(size < 32 * MIB, "the whole eager body must fit the stream window");
+    assert!(
+        size < 32 * MIB,
+        "the whole eager body must fit the stream window"
+    );
     let container = unique_container(tag);
     shared_azurite()
         .storage()
