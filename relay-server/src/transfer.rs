@@ -414,6 +414,10 @@ async fn run(
     let props = commit_verified(&writer, &staged, &expected, &dest)
         .await
         .map_err(failed)?;
+    if staged.single.is_some() {
+        // A one-block file reaches Azure in its Put Blob: count it as staged.
+        Metrics::add(&shared.metrics.bytes_staged, offer.size);
+    }
     let commit_time = t_commit.elapsed();
     let commit_ms = commit_time.as_millis() as u64;
     shared.metrics.commit_seconds.observe(commit_time);

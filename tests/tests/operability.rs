@@ -424,6 +424,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
             .env("RELAY_TOKENS", dir.path("tokens"))
             .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
             .env("RELAY_HEALTH_LISTEN", &health)
+            .env("RELAY_ID_KEY_EPHEMERAL", "true")
             .env_remove("RELAY_LOG")
             .env_remove("NO_COLOR")
             .stderr(log)
