@@ -187,6 +187,10 @@ def check_config(binary: Path, env: dict) -> subprocess.CompletedProcess:
     # catch a check that reached for the network (IMDS) after all.
     if not supports_id_key(binary):
         env = {k: v for k, v in env.items() if k != "RELAY_ID_KEY_FILE"}
+    # The relay checks its memory bound against the machine it runs on (90 % of
+    # RAM by default); the VM the template is for has more than this test host,
+    # so check against the VM's memory instead.
+    env = {"RELAY_MEMORY_LIMIT": "64GiB", **env}
     return subprocess.run([str(binary), "--check-config"], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -214,7 +218,7 @@ def test_rendered_relay_env_passes_check_config(relay_server_bin, relay_env_on_d
         ({"RELAY_STORAGE_URL": f"http://{ACCOUNT}.blob.core.windows.net"}, "Entra ID needs https"),
         ({"RELAY_TLS_KEY": None}, "--tls-key"),
         ("other-key", "TLS certificate/key rejected"),
-        ("bad-tokens", "tokens file line 1"),
+        ("bad-tokens", "skipped line 1"),
     ],
     ids=["budget", "tokens-missing", "listen", "http-entra", "key-unset", "key-mismatch", "tokens-invalid"],
 )
