@@ -1,35 +1,13 @@
 //! The relay as operators run it: a separate process configured by flags, env or a
 //! TOML file, `--check-config`, `/healthz` and `/metrics`, and SIGTERM.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::files::{Scratch, write_random};
+use relay_tests::http::{get as http_get, sample};
 use relay_tests::{DEV_KEY, binary, run_client, unique_container};
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
-}
-
-/// The value of the sample `series` (name and labels exactly as rendered), if present.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|l| {
-        let v = l.strip_prefix(series)?.strip_prefix(' ')?;
-        v.parse().ok()
-    })
-}
 
 /// `(le, cumulative count)` of every bucket of histogram `name`, in order.
 fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
