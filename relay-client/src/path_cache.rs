@@ -2,7 +2,7 @@
 //! between runs, so the next connection starts warm: the relay controller jumps
 //! to half the saved BDP once the first RTT sample confirms the path, instead of
 //! doubling up from 14.7 KB for ~8 round trips (1.6 s at 200 ms). See
-//! `shared::congestion` (warm start) and docs/TRANSPORT.md.
+//! `relay_transport::congestion` (warm start) and docs/TRANSPORT.md.
 //!
 //! The file is a small JSON map; losing or corrupting it costs only a cold start,
 //! so every error here is logged and ignored, never fatal to an upload.
@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use relay_transport::congestion::PathEstimate;
 use serde::{Deserialize, Serialize};
-use shared::congestion::PathEstimate;
 
 /// Older estimates are ignored: paths and their load change over a day.
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
