@@ -42,7 +42,7 @@ fn lookup(entries: &Entries, key: &str, now_unix: u64) -> Option<PathEstimate> {
 }
 
 fn initial_window() -> u64 {
-    shared::congestion::Params::default().initial_window
+    relay_transport::congestion::Params::default().initial_window
 }
 
 /// Records `estimate` for `key`, keeping at most `MAX_ENTRIES` (newest win).

@@ -308,7 +308,7 @@ async fn serve_connection(
             }
             _ = evicted.opened(), if !admitted.is_authenticated() => {
                 tracing::debug!(%remote, "evicted: pending slots full and it had no valid Offer yet");
-                conn.close(shared::protocol::app_error::UNAUTHENTICATED.into(), b"evicted: too many connections without a valid Offer");
+                conn.close(relay_proto::protocol::app_error::UNAUTHENTICATED.into(), b"evicted: too many connections without a valid Offer");
                 break;
             }
             _ = gate.opened(), if !admitted.is_authenticated() => {
