@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
+use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
+use relay_pipeline::upload::Upload;
 use relay_proto::blob_name::{validate_blob_name, validate_container};
-use relay_proto::block_id::{IdSigner, TransferTag};
 use relay_proto::codec::FrameError;
 use relay_proto::exchange::{RelayTakes, relay_takes};
 use relay_proto::id_key::Owner;
@@ -15,11 +16,9 @@ use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
 use relay_proto::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
-use relay_proto::resume::{ResumePoint, find_resume_point};
-use relay_storage::publish::{
-    Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
-};
-use relay_storage::staging::{StageLimits, Stager};
+use relay_proto::resume::ResumePoint;
+use relay_storage::publish::{Destination, PublishError};
+use relay_storage::staging::StageLimits;
 use relay_transport::frames::{read_frame, write_frame};
 use tracing::Instrument;
 
@@ -236,6 +235,7 @@ async fn run(
     let writer = Arc::new(writer);
     // Resume state is private to the token that started the transfer.
     let owner = Owner::of_token(&offer.token.0);
+    let condition = condition(&offer.overwrite);
     let dest = Destination {
         container: &offer.container,
         blob: &offer.blob,
@@ -243,63 +243,44 @@ async fn run(
         size: offer.size,
         content_type: offer.content_type.as_deref(),
         metadata: &offer.metadata,
-        overwrite: &offer.overwrite,
+        condition: &condition,
     };
+    let upload = Upload::new(writer.clone(), dest, plan, &owner);
 
     // Fail before any byte moves if the commit is bound to be refused; unless the
     // client proved (with the SHA-256 of its whole file) that the blob already holds
     // its bytes: then a re-run after an interrupted run is a success with nothing sent.
-    if let Err(f) = preflight(&writer, &offer.overwrite).await {
-        let present = match (&f.code, &offer.sha256) {
-            (Code::Exists, Some(sha)) => already_committed(&writer, &dest, sha)
-                .await
-                .map_err(Outcome::Rejected)?,
-            _ => None,
-        };
-        let Some(props) = present else {
-            return Err(Outcome::Rejected(f));
-        };
-        tracing::info!(etag = %props.etag, "blob already holds these bytes; nothing to send");
-        return Ok(Receipt {
-            container: offer.container.clone(),
-            blob: offer.blob.clone(),
-            etag: props.etag,
-            size: props.size,
-            sha256: props.sha256.unwrap_or_default().to_ascii_lowercase(),
-            block_size: plan.block_size,
-            blocks: 0,
-            bytes_resumed: offer.size,
-            bytes_received: 0,
-            retries: writer.retries(),
-            requests: writer.requests(),
-            timings: Timings::default(),
-        });
-    }
-
-    let tag = TransferTag::derive(
-        &shared.id_key,
-        &owner,
-        &offer.container,
-        &offer.blob,
-        offer.size,
-        plan.block_size,
-    );
-    let signer = IdSigner::new(shared.id_key.clone(), tag);
-    // A file of one block has nothing to resume (its only block is its last):
-    // no block list to read, one Put Blob later.
-    let uncommitted = if plan.block_count() > 1 {
-        writer
-            .uncommitted_blocks()
-            .await
-            .map_err(|e| Outcome::Rejected(storage_failure(&e)))?
-    } else {
-        Vec::new()
+    let resume = match upload.prepare().await {
+        Ok(resume) => resume,
+        Err(e) => {
+            let present = match (&e, &offer.sha256) {
+                (PublishError::Exists, Some(sha)) => upload
+                    .already_committed(sha)
+                    .await
+                    .map_err(|e| Outcome::Rejected(publish_failure(e)))?,
+                _ => None,
+            };
+            let Some(props) = present else {
+                return Err(Outcome::Rejected(publish_failure(e)));
+            };
+            tracing::info!(etag = %props.etag, "blob already holds these bytes; nothing to send");
+            return Ok(Receipt {
+                container: offer.container.clone(),
+                blob: offer.blob.clone(),
+                etag: props.etag,
+                size: props.size,
+                sha256: props.sha256.unwrap_or_default().to_ascii_lowercase(),
+                block_size: plan.block_size,
+                blocks: 0,
+                bytes_resumed: offer.size,
+                bytes_received: 0,
+                retries: writer.retries(),
+                requests: writer.requests(),
+                timings: Timings::default(),
+            });
+        }
     };
-    let resume = find_resume_point(
-        &plan,
-        &signer,
-        uncommitted.iter().map(|(id, s)| (id.as_slice(), *s)),
-    );
+    let tag = upload.tag();
     if let Some(bytes) = shared.hold_plan_until_received() {
         hold_until_received(&link.conn, bytes).await;
     }
@@ -359,15 +340,9 @@ async fn run(
 
     let t_start = Instant::now();
     let resumed_at = point.offset;
-    let stager = Stager::new(
-        writer.clone(),
-        plan,
-        signer,
-        point,
-        shared.budget.clone(),
-        shared.blocks_in_flight,
-    )
-    .map_err(|e| failed(fail(Code::Internal, e.to_string())))?;
+    let stager = upload
+        .stager(point, shared.budget.clone(), shared.blocks_in_flight)
+        .map_err(|e| failed(fail(Code::Internal, e.to_string())))?;
     let mut stager = stager
         .with_mangle(shared.mangle())
         .with_pace(shared.pace())
@@ -412,9 +387,10 @@ async fn run(
     if let Some(m) = &offer.sha256 {
         expected.push(("the manifest", m.as_str()));
     }
-    let props = commit_verified(&writer, &staged, &expected, &dest)
+    let props = upload
+        .commit(&staged, &expected)
         .await
-        .map_err(failed)?;
+        .map_err(|e| failed(publish_failure(e)))?;
     if staged.single.is_some() {
         // A one-block file reaches Azure in its Put Blob: count it as staged.
         Metrics::add(&shared.metrics.bytes_staged, offer.size);
