@@ -177,7 +177,7 @@ pub fn render_retries(out: &mut String, counts: &RetryCounts) {
     let name = "blob_relay_azure_retries_total";
     let _ = writeln!(
         out,
-        "# HELP {name} Azure requests retried, by the HTTP status that caused the retry (none: no response, e.g. a reset connection or a timeout).\n# TYPE {name} counter"
+        "# HELP {name} Azure requests retried, by cause: the HTTP status, or transport (no response: a reset or closed connection) or timeout (no answer within the deadline).\n# TYPE {name} counter"
     );
     for (label, n) in counts.snapshot() {
         let _ = writeln!(out, "{name}{{status=\"{label}\"}} {n}");
@@ -291,7 +291,7 @@ mod tests {
             );
         }
         assert!(out.contains("blob_relay_azure_retries_total{status=\"503\"} 1\n"));
-        assert!(out.contains("blob_relay_azure_retries_total{status=\"none\"} 1\n"));
+        assert!(out.contains("blob_relay_azure_retries_total{status=\"transport\"} 1\n"));
         assert!(out.contains("blob_relay_azure_retries_total{status=\"500\"} 0\n"));
     }
 }

@@ -27,6 +27,9 @@ use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
+/// `BlobError::code` of a request that missed its deadline (no status).
+pub const TIMEOUT_CODE: &str = "Timeout";
+
 /// An Azure failure, with the HTTP status and Azure's error code when there was a response.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -327,7 +330,7 @@ impl BlobWriter {
                 Ok(r) => r.map_err(|e| BlobError::from_azure(op, e)),
                 Err(_) => Err(BlobError {
                     status: None,
-                    code: Some("Timeout".into()),
+                    code: Some(TIMEOUT_CODE.into()),
                     message: format!("{op}: no answer within {} s", deadline.as_secs()),
                 }),
             };
@@ -341,7 +344,11 @@ impl BlobWriter {
                     tracing::warn!(op, attempts, ?delay, error = %e, "retrying Azure request");
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     if let Some(counts) = &self.retry_counts {
-                        counts.record(e.status);
+                        if e.code.as_deref() == Some(TIMEOUT_CODE) && e.status.is_none() {
+                            counts.record_timeout();
+                        } else {
+                            counts.record(e.status);
+                        }
                     }
                     tokio::time::sleep(delay).await;
                 }
