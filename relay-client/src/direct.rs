@@ -93,15 +93,7 @@ pub async fn upload_file(
         .await
         .map_err(|e| relay_like(stage_failure(e)))?;
     let t_sent = Instant::now();
-    let after = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-    if after != before {
-        return Err(FileError::new(
-            "source_changed",
-            "file changed while it was being sent (size or modification time); nothing committed",
-            false,
-        ));
-    }
+    unchanged(src, &before)?;
     let props = upload
         .commit(&staged, &[])
         .await
@@ -121,6 +113,21 @@ pub async fn upload_file(
         },
         relay_clocks: None,
     })
+}
+
+/// Fails the file if it changed (size or modification time) while it was read:
+/// what was staged may not be the file's bytes at any one moment.
+fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
+    let after = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    if &after != before {
+        return Err(FileError::new(
+            "source_changed",
+            "file changed while it was being sent (size or modification time); nothing committed",
+            false,
+        ));
+    }
+    Ok(())
 }
 
 /// Whether our own first `point.offset` bytes hash to the staged blocks'
