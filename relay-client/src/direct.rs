@@ -73,27 +73,10 @@ pub async fn upload_file(
         }
         Err(e) => return Err(relay_like(publish_failure(e))),
     };
-    if point.offset > 0 {
-        let ours = hash_prefix(src.path.clone(), point.offset)
-            .await
-            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-        if Checkpoint::of(&ours) != Some(point.checkpoint) {
-            point = ResumePoint::fresh();
-        }
+    if point.offset > 0 && !same_prefix(src, &point).await? {
+        point = ResumePoint::fresh();
     }
-    let start = point.offset;
-    bar.set_position(start);
-
-    let mut file = tokio::fs::File::open(&src.path)
-        .await
-        .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
-    file.seek(std::io::SeekFrom::Start(start))
-        .await
-        .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
-    let mut reader = ProgressReader {
-        inner: file,
-        bar: bar.clone(),
-    };
+    let mut reader = open_at(src, point.offset, bar).await?;
     let mut stager = upload
         .stager(point, d.budget.clone(), d.connections)
         .map_err(|e| relay_like(stage_failure(e)))?;
@@ -110,15 +93,7 @@ pub async fn upload_file(
         .await
         .map_err(|e| relay_like(stage_failure(e)))?;
     let t_sent = Instant::now();
-    let after = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-    if after != before {
-        return Err(FileError::new(
-            "source_changed",
-            "file changed while it was being sent (size or modification time); nothing committed",
-            false,
-        ));
-    }
+    unchanged(src, &before)?;
     let props = upload
         .commit(&staged, &[])
         .await
@@ -137,6 +112,49 @@ pub async fn upload_file(
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
         relay_clocks: None,
+    })
+}
+
+/// Fails the file if it changed (size or modification time) while it was read:
+/// what was staged may not be the file's bytes at any one moment.
+fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
+    let after = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    if &after != before {
+        return Err(FileError::new(
+            "source_changed",
+            "file changed while it was being sent (size or modification time); nothing committed",
+            false,
+        ));
+    }
+    Ok(())
+}
+
+/// Whether our own first `point.offset` bytes hash to the staged blocks'
+/// checkpoint (resume only the same source).
+async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileError> {
+    let ours = hash_prefix(src.path.clone(), point.offset)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    Ok(Checkpoint::of(&ours) == Some(point.checkpoint))
+}
+
+/// The file, read from `start`, advancing the progress bar.
+async fn open_at(
+    src: &Source,
+    start: u64,
+    bar: &ProgressBar,
+) -> Result<ProgressReader<tokio::fs::File>, FileError> {
+    bar.set_position(start);
+    let mut file = tokio::fs::File::open(&src.path)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
+    file.seek(std::io::SeekFrom::Start(start))
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
+    Ok(ProgressReader {
+        inner: file,
+        bar: bar.clone(),
     })
 }
 

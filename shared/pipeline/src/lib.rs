@@ -10,3 +10,5 @@ pub mod upload;
 
 #[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod upload_tests;

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
 
 use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Transport};
 use azure_storage_blob::models::{
@@ -16,114 +15,19 @@ use azure_storage_blob::models::{
 };
 use azure_storage_blob::{
     BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
-    BlockBlobClient, BlockBlobClientOptions, StorageError,
+    BlockBlobClient, BlockBlobClientOptions,
 };
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
 use crate::credentials::{StorageAccess, StorageAuth};
-use crate::retry::{Backoff, RetryCounts, is_retryable_status};
+use crate::retry::{Backoff, RetryCounts};
 use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
-/// `BlobError::code` of a request that missed its deadline (no status).
-pub const TIMEOUT_CODE: &str = "Timeout";
-
-/// An Azure failure, with the HTTP status and Azure's error code when there was a response.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct BlobError {
-    pub status: Option<u16>,
-    pub code: Option<String>,
-    pub message: String,
-}
-
-impl BlobError {
-    fn from_azure(op: &str, err: azure_core::Error) -> Self {
-        let status = err.http_status().map(u16::from);
-        match StorageError::try_from(err) {
-            Ok(se) => {
-                let code = se.error_code.as_ref().map(|c| c.to_string());
-                let what = se
-                    .message
-                    .as_deref()
-                    .map(|m| m.lines().next().unwrap_or(m).to_string())
-                    .unwrap_or_default();
-                Self {
-                    status,
-                    message: format!(
-                        "Azure {op} failed: {} {}{}",
-                        u16::from(se.status_code),
-                        code.as_deref().unwrap_or(""),
-                        if what.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({what})")
-                        }
-                    ),
-                    code,
-                }
-            }
-            Err(e) => Self {
-                status,
-                code: None,
-                message: format!("Azure {op} failed: {e}"),
-            },
-        }
-    }
-
-    /// Transport failures (no status) and throttling/server errors are retried.
-    pub fn is_retryable(&self) -> bool {
-        self.status.is_none_or(is_retryable_status)
-    }
-
-    pub fn is_conflict(&self) -> bool {
-        matches!(self.status, Some(409 | 412))
-    }
-}
-
-/// Settings for the HTTP side.
-#[derive(Debug, Clone)]
-pub struct WriterOptions {
-    pub backoff: Backoff,
-    pub connect_timeout: Duration,
-    /// Longest quiet time on one request before it is abandoned (and retried).
-    pub read_timeout: Duration,
-    pub max_idle_per_host: usize,
-    /// Idle pooled connections are closed after this; below the server's own
-    /// keep-alive timeout (Azurite/Node: 5 s), so a request is never sent on a
-    /// connection the server is closing (that race shows as a transport error
-    /// without a status, and the request is lost).
-    pub pool_idle_timeout: Duration,
-    /// A whole request's deadline is `request_base + body / min_body_rate`: a
-    /// stalled body upload, or a server that never answers, is abandoned and
-    /// retried within seconds, while a large block on a slow path still fits.
-    pub request_base: Duration,
-    pub min_body_bytes_per_s: u64,
-}
-
-impl WriterOptions {
-    /// The deadline of one request carrying `body_bytes`.
-    pub fn request_deadline(&self, body_bytes: u64) -> Duration {
-        self.request_base
-            + Duration::from_secs(body_bytes.div_ceil(self.min_body_bytes_per_s.max(1)))
-    }
-}
-
-impl Default for WriterOptions {
-    fn default() -> Self {
-        Self {
-            backoff: Backoff::default(),
-            connect_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(15),
-            max_idle_per_host: 64,
-            pool_idle_timeout: Duration::from_secs(4),
-            request_base: Duration::from_secs(15),
-            min_body_bytes_per_s: 1 << 20,
-        }
-    }
-}
+pub use crate::error::{BlobError, TIMEOUT_CODE};
+pub use crate::options::WriterOptions;
 
 /// Opens blob writers against one storage account; cheap to clone.
 #[derive(Clone)]

@@ -10,7 +10,9 @@
 
 pub mod blob;
 pub mod credentials;
+pub mod error;
 pub mod memory;
+pub mod options;
 pub mod publish;
 pub mod retry;
 pub mod sas;

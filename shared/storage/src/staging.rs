@@ -328,20 +328,7 @@ impl Stager {
                 self.hasher.update(&buf[before..]);
                 self.offset += n as u64;
             }
-            // The ID binds the block's bytes: the hash state after it, or for the
-            // file's last block the whole file's SHA-256 (`block_id`).
-            let last = index + 1 == self.plan.block_count();
-            let state = match Checkpoint::of(&self.hasher) {
-                Some(cp) if !last => BlockState::After(cp),
-                _ => BlockState::Final {
-                    sha256: self.hasher.clone().finalize().into(),
-                    size: self.plan.size,
-                },
-            };
-            let id = self.signer.encode(&BlockId {
-                index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
-                state,
-            });
+            let id = self.block_id(index)?;
             self.next_index += 1;
             if self.plan.block_count() == 1 {
                 // Published later with one Put Blob, after verification.
@@ -374,6 +361,24 @@ impl Stager {
             }
         }
         Ok(())
+    }
+
+    /// The ID of block `index`, all of whose bytes have been hashed. It binds the
+    /// block's bytes: the hash state after it, or for the file's last block the
+    /// whole file's SHA-256 (`block_id`).
+    fn block_id(&self, index: u64) -> Result<[u8; BLOCK_ID_LEN], StageError> {
+        let last = index + 1 == self.plan.block_count();
+        let state = match Checkpoint::of(&self.hasher) {
+            Some(cp) if !last => BlockState::After(cp),
+            _ => BlockState::Final {
+                sha256: self.hasher.clone().finalize().into(),
+                size: self.plan.size,
+            },
+        };
+        Ok(self.signer.encode(&BlockId {
+            index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+            state,
+        }))
     }
 
     /// One read, bounded by the idle timeout and the block's fill deadline.
