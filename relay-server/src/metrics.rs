@@ -20,7 +20,9 @@ pub const COMMIT_BUCKETS_US: [u64; 10] = [
 
 #[derive(Debug)]
 pub struct Metrics {
-    pub bytes_received: AtomicU64,
+    /// Shared with each transfer's stager, which adds bytes as it reads them (a
+    /// live rate, not a total booked when the transfer ends).
+    pub bytes_received: Arc<AtomicU64>,
     /// Shared with each transfer's stager, which adds every block Azure accepted.
     pub bytes_staged: Arc<AtomicU64>,
     pub bytes_committed: AtomicU64,
@@ -39,7 +41,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self {
-            bytes_received: AtomicU64::default(),
+            bytes_received: Arc::default(),
             bytes_staged: Arc::default(),
             bytes_committed: AtomicU64::default(),
             transfers_active: AtomicU64::default(),

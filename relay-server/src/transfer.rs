@@ -368,7 +368,6 @@ impl Io<'_> {
             }
             ResumePoint::fresh()
         };
-        let resumed_at = point.offset;
         let stager = self
             .upload
             .stager(point, shared.budget.clone(), shared.blocks_in_flight)
@@ -384,9 +383,9 @@ impl Io<'_> {
                 fill_grace: shared.block_fill.grace,
             })
             .with_share(shared.share_of(&self.owner))
-            .with_staged_bytes(shared.metrics.bytes_staged.clone());
+            .with_staged_bytes(shared.metrics.bytes_staged.clone())
+            .with_received_bytes(shared.metrics.bytes_received.clone());
         let pumped = stager.pump(recv).await;
-        Metrics::add(&shared.metrics.bytes_received, stager.offset() - resumed_at);
         if let Err(e) = pumped {
             // Blocks already in flight are worth keeping: a resume reuses them.
             stager.drain().await;

@@ -120,3 +120,45 @@ async fn blocks_of_another_owner_key_or_size_are_not_resumed() {
         assert_eq!(point.offset, 0, "{name}");
     }
 }
+
+/// The relay's bytes-received metric moves as bytes arrive, not when the
+/// transfer ends: with half the file sent and the stream still open, the
+/// counter already holds every byte read.
+#[tokio::test]
+async fn received_bytes_are_counted_as_they_arrive() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::AsyncWriteExt;
+
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let meta = BTreeMap::new();
+    let data = data();
+    let owner = Owner::of_token("t");
+    let (up, _) = upload(&account, &key, &meta, &owner, data.len() as u64);
+    let point = up.prepare().await.expect("prepare");
+    let received = Arc::new(AtomicU64::new(0));
+    let mut stager = up
+        .stager(point, Budget::new(1 << 20), 1)
+        .expect("stager")
+        .with_received_bytes(received.clone());
+    let (mut client, mut relay_side) = tokio::io::duplex(64 << 10);
+    let half = data.len() / 2;
+    client.write_all(&data[..half]).await.expect("write");
+    // The stream stays open: the transfer is in the middle of the file.
+    let pumping = async {
+        let r = stager.pump(&mut relay_side).await;
+        (r, stager)
+    };
+    let watch = async {
+        while received.load(Ordering::Relaxed) < half as u64 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(received.load(Ordering::Relaxed), half as u64);
+        client.write_all(&data[half..]).await.expect("write");
+        drop(client);
+    };
+    let ((pumped, stager), ()) = tokio::join!(pumping, watch);
+    pumped.expect("pump");
+    stager.drain().await;
+    assert_eq!(received.load(Ordering::Relaxed), data.len() as u64);
+}

@@ -170,6 +170,7 @@ pub struct Stager {
     stop: Option<tokio::sync::watch::Receiver<bool>>,
     limits: StageLimits,
     staged_bytes: Option<Arc<AtomicU64>>,
+    received_bytes: Option<Arc<AtomicU64>>,
     /// Set for files of at most one block: their bytes are kept, not staged.
     single: Option<SingleBlob>,
 }
@@ -222,6 +223,7 @@ impl Stager {
             stop: None,
             limits: StageLimits::default(),
             staged_bytes: None,
+            received_bytes: None,
             single: None,
         })
     }
@@ -284,6 +286,13 @@ impl Stager {
         self
     }
 
+    /// Adds every byte read from the source to `counter` as it is read (the
+    /// relay's bytes-received metric, live while the file arrives).
+    pub fn with_received_bytes(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.received_bytes = Some(counter);
+        self
+    }
+
     pub fn offset(&self) -> u64 {
         self.offset
     }
@@ -327,6 +336,9 @@ impl Stager {
                 }
                 self.hasher.update(&buf[before..]);
                 self.offset += n as u64;
+                if let Some(c) = &self.received_bytes {
+                    c.fetch_add(n as u64, Ordering::Relaxed);
+                }
             }
             let id = self.block_id(index)?;
             self.next_index += 1;
