@@ -93,6 +93,7 @@ pub async fn upload_file(
                 commit_ms: 0,
             },
             relay_clocks: None,
+            identical: true,
         });
     }
 
@@ -166,7 +167,14 @@ pub async fn upload_file(
             false,
         ));
     }
-    let props = commit_verified(&writer, &staged, &[], &dest)
+    // A manifest's hash (`--checksums`) is a precondition of the commit.
+    let manifest: Vec<(&str, &str)> = src
+        .sha256
+        .as_deref()
+        .map(|h| ("the manifest", h))
+        .into_iter()
+        .collect();
+    let props = commit_verified(&writer, &staged, &manifest, &dest)
         .await
         .map_err(relay_like)?;
     Ok(Sent {
@@ -183,6 +191,7 @@ pub async fn upload_file(
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
         relay_clocks: None,
+        identical: false,
     })
 }
 

@@ -40,6 +40,9 @@ pub struct Sent {
     pub clocks: Clocks,
     /// The relay's clocks (none from a relay that moved no bytes).
     pub relay_clocks: Option<shared::protocol::Timings>,
+    /// The blob already held exactly these bytes (the relay checked its seal):
+    /// nothing was sent or committed.
+    pub identical: bool,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -67,11 +70,14 @@ pub async fn send_file(
     opts: &Options,
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
-    match send_once(conn, src, opts, bar, None).await {
+    // With a manifest's hash (`--checksums`) the first Offer already carries it.
+    match send_once(conn, src, opts, bar, src.sha256.clone()).await {
         // A blob by this name exists. If an earlier run (killed after the relay got
         // every byte) committed this very file, the re-run is done: prove it with
         // the file's SHA-256 and let the relay compare it with the blob's.
-        Err(e) if e.code == "exists" && opts.overwrite == Overwrite::Never => {
+        Err(e)
+            if e.code == "exists" && opts.overwrite == Overwrite::Never && src.sha256.is_none() =>
+        {
             let sha256 = whole_file_sha256(src).await?;
             send_once(conn, src, opts, bar, Some(sha256)).await
         }
@@ -179,7 +185,12 @@ async fn attempt(
             Message::Receipt(r) if known_sha256.is_some() => {
                 let sha256 = known_sha256.unwrap_or_default();
                 let _ = send.finish();
-                return verified(r, sha256, before.len, 0, t0, Instant::now()).map(Attempt::Done);
+                return verified(r, sha256, before.len, 0, t0, Instant::now()).map(|sent| {
+                    Attempt::Done(Sent {
+                        identical: true,
+                        ..sent
+                    })
+                });
             }
             other => return Err(unexpected("a Plan", &other)),
         };
@@ -401,6 +412,7 @@ fn verified(
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
         relay_clocks,
+        identical: false,
     })
 }
 
