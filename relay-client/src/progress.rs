@@ -158,6 +158,10 @@ impl Reporter {
 
     fn print_result(&self, f: &FileReport) {
         match self.output {
+            // Failures still get their line on stderr, as before `--json` existed.
+            Output::Json if f.status == Status::Failed => {
+                self.multi.suspend(|| eprintln!("{}", text_line(f)));
+            }
             Output::Json => {}
             Output::JsonLines => {
                 let event = json!({"event": "file", "file": f});

@@ -44,7 +44,10 @@ pub async fn run(
     let walk_opts = walk_options(&args, &dest.prefix)?;
     let mode = tokio::select! {
         m = setup::mode(&args, &dest.container) => m?,
-        _ = interrupt.wait() => return Err(SetupError("interrupted before the upload started; nothing was sent".into())),
+        _ = interrupt.wait() => {
+            let name = if args.direct { "direct" } else { "relay" };
+            return Ok(Outcome::Interrupted { summary: reporter.summary(name), in_flight: 0, in_flight_bytes: 0 });
+        }
     };
     let mode = Arc::new(mode);
     let replace = (args.overwrite == OverwriteMode::IfDifferent).then(|| {
@@ -65,7 +68,8 @@ pub async fn run(
     let ticker = reporter.tick_every(args.status_interval).map(|every| {
         let r = reporter.clone();
         tokio::spawn(async move {
-            let mut t = tokio::time::interval(every);
+            // The first line after one interval, not at once: a short run needs none.
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 t.tick().await;

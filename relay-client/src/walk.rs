@@ -146,13 +146,16 @@ impl Walk {
             });
             return None;
         }
+        let Some(name) = file_name(&arg) else {
+            return Some(invalid_utf8(arg));
+        };
+        if !self.opts.filter.admits(&name) {
+            return None;
+        }
         if !meta.is_file() {
             return Some(not_regular(arg, meta.file_type().is_symlink()));
         }
-        match file_name(&arg) {
-            Some(name) => self.file(arg, &[&name], &name, meta.len()),
-            None => Some(invalid_utf8(arg)),
-        }
+        self.file(arg, &[&name], meta.len())
     }
 
     /// The next entry of the directory being walked; `None` when it is done.
@@ -167,13 +170,6 @@ impl Walk {
             return Some(None);
         }
         let path = entry.path().to_path_buf();
-        if !ft.is_file() {
-            return Some(Some(not_regular(path, ft.is_symlink())));
-        }
-        let size = match entry.metadata() {
-            Ok(m) => m.len(),
-            Err(e) => return Some(Some(walk_error(&dir.root, e))),
-        };
         let Ok(rel) = path.strip_prefix(&dir.root) else {
             return Some(None);
         };
@@ -185,16 +181,24 @@ impl Walk {
             return Some(Some(invalid_utf8(path)));
         };
         let relative = segs.join("/");
+        // Filters first: what the user left out is not reported at all.
+        if !self.opts.filter.admits(&relative) {
+            return Some(None);
+        }
+        if !ft.is_file() {
+            return Some(Some(not_regular(path, ft.is_symlink())));
+        }
+        let size = match entry.metadata() {
+            Ok(m) => m.len(),
+            Err(e) => return Some(Some(walk_error(&dir.root, e))),
+        };
         let names: Vec<String> = dir.base.iter().cloned().chain(segs).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        Some(self.file(path.clone(), &refs, &relative, size))
+        Some(self.file(path.clone(), &refs, size))
     }
 
-    /// A regular file: filters, the manifest, then its blob name (once).
-    fn file(&mut self, path: PathBuf, segs: &[&str], relative: &str, size: u64) -> Option<Found> {
-        if !self.opts.filter.admits(relative) {
-            return None;
-        }
+    /// A regular file that passed the filters: the manifest, then its blob name (once).
+    fn file(&mut self, path: PathBuf, segs: &[&str], size: u64) -> Option<Found> {
         let sha256 = match &self.opts.manifest {
             None => None,
             Some(m) => match m.lookup(&path) {
