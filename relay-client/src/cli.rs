@@ -24,7 +24,7 @@ pub struct Cli {
 pub enum Command {
     /// Upload files and directories; each blob is committed only after its SHA-256 is verified.
     #[command(after_long_help = UPLOAD_EXAMPLES)]
-    Upload(UploadArgs),
+    Upload(Box<UploadArgs>),
     /// Print a shell completion script (e.g. `relay-client completions bash >
     /// /etc/bash_completion.d/relay-client`).
     Completions {

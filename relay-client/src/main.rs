@@ -40,7 +40,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Upload(args) => upload(args, &argv),
+        Command::Upload(args) => upload(*args, &argv),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
