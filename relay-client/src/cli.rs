@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use shared::credentials::EntraSource;
-use shared::quic::Congestion;
+use relay_storage::credentials::EntraSource;
+use relay_transport::quic::Congestion;
 
 use crate::units::{block_size, size};
 
@@ -181,7 +181,7 @@ pub struct UploadArgs {
 
     /// Cap the QUIC sending rate, in Mbit/s (like AzCopy's --cap-mbps); uses the
     /// relay congestion controller.
-    #[arg(long, alias = "cap-mbps", value_name = "MBIT", value_parser = shared::quic::parse_rate_mbit)]
+    #[arg(long, alias = "cap-mbps", value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
     pub max_rate: Option<f64>,
 
     /// Share the bottleneck fairly with TCP flows (back off when a shared queue

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use shared::retry::Backoff;
+use relay_storage::retry::Backoff;
 
 use crate::direct::upload_file;
 use crate::probe::{self, Verdict};
@@ -54,7 +54,7 @@ async fn report_of(
     bar: &ProgressBar,
     wait_ms: u64,
 ) -> Result<FileReport, FileError> {
-    shared::blob_name::validate_blob_name(&src.blob)
+    relay_proto::blob_name::validate_blob_name(&src.blob)
         .map_err(|m| FileError::new("invalid_name", m, false))?;
     readable(src)?;
     let opts = with_content_type(&job.opts, src);

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use shared::quic::Windows;
+use relay_transport::quic::Windows;
 use tokio::sync::Semaphore;
 
 /// Bytes in flight against the relay's connection window, in 64 KiB units: a file

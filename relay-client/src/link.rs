@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::Connection;
-use shared::congestion::PathObserver;
-use shared::retry::Backoff;
+use relay_storage::retry::Backoff;
+use relay_transport::congestion::PathObserver;
 use tokio::sync::Mutex;
 
 use crate::connect::{ConnectError, Connector};
@@ -42,7 +42,7 @@ impl RelayLink {
     pub async fn abort(&self) {
         if let Some(c) = self.current.lock().await.as_ref() {
             c.close(
-                shared::protocol::app_error::CLIENT_ABORT.into(),
+                relay_proto::protocol::app_error::CLIENT_ABORT.into(),
                 b"interrupted",
             );
         }
@@ -153,7 +153,7 @@ async fn watchdog(conn: Connection) {
                 "relay not responding; reconnecting"
             );
             conn.close(
-                shared::protocol::app_error::CLIENT_ABORT.into(),
+                relay_proto::protocol::app_error::CLIENT_ABORT.into(),
                 b"relay not responding",
             );
             return;

@@ -93,7 +93,7 @@ fn print_error(output: Output, code: &str, kind: &str, message: &str) {
 }
 
 fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let output = if args.json {
         Output::Json
     } else if args.json_lines {
@@ -148,7 +148,7 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
                 t.committed,
                 t.skipped,
                 t.failed,
-                shared::size::format_size(in_flight_bytes),
+                relay_proto::size::format_size(in_flight_bytes),
             );
             eprintln!(
                 "relay-client: to resume, run the same command (committed files are skipped as identical):\n  {}",

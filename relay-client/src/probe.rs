@@ -6,10 +6,10 @@
 //! run against the blob's properties with this user's key.
 
 use quinn::Connection;
-use shared::codec::{read_frame, write_frame};
-use shared::limits::PROTOCOL_VERSION;
-use shared::protocol::{Code, Message, Offer, Overwrite, app_error};
-use shared::publish::{Destination, sealed_as, storage_failure};
+use relay_proto::limits::PROTOCOL_VERSION;
+use relay_proto::protocol::{Code, Message, Offer, Overwrite, app_error};
+use relay_storage::publish::{Destination, sealed_as, storage_failure};
+use relay_transport::frames::{read_frame, write_frame};
 
 use crate::direct::Direct;
 use crate::report::FileError;
@@ -119,6 +119,6 @@ pub async fn direct(d: &Direct, src: &Source, opts: &Options) -> Result<Verdict,
     })
 }
 
-fn relay_like(f: shared::protocol::Failure) -> FileError {
+fn relay_like(f: relay_proto::protocol::Failure) -> FileError {
     FileError::from_relay(f.code, f.message)
 }

@@ -14,8 +14,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use relay_proto::size::format_size;
 use serde_json::json;
-use shared::size::format_size;
 
 use crate::report::{FileReport, Status, Summary, Totals};
 

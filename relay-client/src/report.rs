@@ -3,8 +3,8 @@
 //! per-file report is kept: the summary's totals are a running tally, so memory
 //! does not grow with the number of files.
 
+use relay_proto::protocol::{Code, Timings};
 use serde::Serialize;
-use shared::protocol::{Code, Timings};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Clocks {

@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::blob::{Storage, WriterOptions};
-use shared::congestion::PathObserver;
-use shared::credentials::StorageAccess;
-use shared::protocol::{Overwrite, Secret};
-use shared::quic::{PathMemory, Windows};
-use shared::staging::Budget;
+use relay_proto::protocol::{Overwrite, Secret};
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::StorageAccess;
+use relay_storage::staging::Budget;
+use relay_transport::congestion::PathObserver;
+use relay_transport::quic::{PathMemory, Windows};
 use tokio::sync::Mutex;
 
 use crate::cli::{OverwriteMode, UploadArgs};
@@ -84,7 +84,7 @@ fn storage_account(args: &UploadArgs) -> Result<Option<String>, SetupError> {
              (https://ACCOUNT.blob.core.windows.net) and put the container in --to"
         )));
     }
-    Ok(shared::credentials::account_name(&url))
+    Ok(relay_storage::credentials::account_name(&url))
 }
 
 pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupError> {
@@ -122,13 +122,13 @@ fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupErr
             .ok_or_else(|| SetupError(format!("--metadata {item:?}: expected KEY=VALUE")))?;
         out.insert(k.to_string(), v.to_string());
     }
-    shared::blob_name::validate_metadata(&out).map_err(SetupError)?;
+    relay_proto::blob_name::validate_metadata(&out).map_err(SetupError)?;
     Ok(out)
 }
 
 fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
     match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
-        (Some(fp), None, false) => Ok(Trust::Pinned(shared::tls::parse_fingerprint(fp).map_err(SetupError)?)),
+        (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp).map_err(SetupError)?)),
         (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
         (None, None, true) => {
             eprintln!("relay-client: WARNING: --insecure: the relay is not verified; anyone on the path can read and alter this upload");
@@ -174,7 +174,7 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         .ok_or_else(|| {
             SetupError("direct mode needs --id-key-file (no home directory to keep one in)".into())
         })?;
-    let id_key = shared::id_key::IdKey::load_or_create(&key_file)
+    let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)
         .map_err(|e| SetupError(format!("--id-key-file: {e}")))?;
     Ok(Direct {
         storage,
@@ -183,7 +183,7 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         connections: args.connections.max(1),
         block_size: args
             .block_size
-            .unwrap_or(shared::limits::DEFAULT_BLOCK_SIZE),
+            .unwrap_or(relay_proto::limits::DEFAULT_BLOCK_SIZE),
     })
 }
 

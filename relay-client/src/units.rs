@@ -3,7 +3,7 @@
 //! the upload cannot use is a usage error (exit 2) that says why, never a per-file
 //! failure later.
 
-use shared::limits::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use relay_proto::limits::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 const EXPLAIN: &str = "units: KiB/MiB/GiB/TiB = 1024-based (K/M/G/T too), KB/MB/GB/TB = 1000-based, a bare number = bytes";
 

@@ -52,7 +52,7 @@ pub async fn run(
     let mode = Arc::new(mode);
     let replace = (args.overwrite == OverwriteMode::IfDifferent).then(|| {
         let mut o = opts.clone();
-        o.overwrite = shared::protocol::Overwrite::Always;
+        o.overwrite = relay_proto::protocol::Overwrite::Always;
         o
     });
     let job = Arc::new(Job {

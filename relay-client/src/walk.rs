@@ -79,7 +79,7 @@ pub fn parse_destination(to: &str) -> Result<Destination, String> {
     };
     let path = path.trim_start_matches('/');
     let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
-    shared::blob_name::validate_container(container)?;
+    relay_proto::blob_name::validate_container(container)?;
     Ok(Destination {
         account,
         container: container.to_string(),

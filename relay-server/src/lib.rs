@@ -16,12 +16,12 @@ pub mod transfer;
 
 use std::time::Duration;
 
-use shared::blob::{Storage, WriterOptions};
-use shared::credentials::StorageAccess;
-use shared::id_key::IdKey;
-use shared::protocol::Secret;
-use shared::quic::Windows;
-use shared::staging::Budget;
+use relay_proto::id_key::IdKey;
+use relay_proto::protocol::Secret;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::StorageAccess;
+use relay_storage::staging::Budget;
+use relay_transport::quic::Windows;
 
 pub use server::{BlockFill, Config, Relay, TestHooks};
 
@@ -36,7 +36,7 @@ impl Config {
             (Some(c), Some(k)) => tls::Identity::from_pem_files(c, k)?,
             _ => tls::Identity::self_signed(args.tls_names.clone())?,
         };
-        shared::plan::BlockPlan::new(0, args.block_size)
+        relay_proto::plan::BlockPlan::new(0, args.block_size)
             .map_err(|e| format!("--block-size: {e}"))?;
         let id_key = match &args.id_key_file {
             Some(path) => IdKey::load_or_create(path).map_err(|e| format!("--id-key-file: {e}"))?,
@@ -83,8 +83,8 @@ impl Config {
         {
             return Err(format!(
                 "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
-                shared::size::format_size(bound.total()),
-                shared::size::format_size(limit)
+                relay_proto::size::format_size(bound.total()),
+                relay_proto::size::format_size(limit)
             ));
         }
         Ok(cfg)
@@ -116,7 +116,7 @@ impl Config {
             tokens,
             identity: tls::Identity::self_signed(vec!["localhost".into()])?,
             budget: Budget::new(memory_budget),
-            block_size: shared::limits::DEFAULT_BLOCK_SIZE,
+            block_size: relay_proto::limits::DEFAULT_BLOCK_SIZE,
             blocks_in_flight: 4,
             windows: Windows::default(),
             udp_buffer: 8 << 20,
@@ -160,7 +160,7 @@ impl MemoryBound {
 
 impl std::fmt::Display for MemoryBound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use shared::size::format_size as s;
+        use relay_proto::size::format_size as s;
         write!(
             f,
             "base {} + block budget {} + authenticated connections {} + pending connections {}",

@@ -11,7 +11,7 @@ fn main() -> std::process::ExitCode {
     }
     let args = Args::parse_from(argv);
     init_logging(&args.log_format);
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -43,7 +43,7 @@ async fn run(args: Args) -> Result<(), String> {
             args.listen,
             cfg.storage.access(),
             cfg.identity.fingerprint,
-            shared::size::format_size(bound.total()),
+            relay_proto::size::format_size(bound.total()),
         );
         return Ok(());
     }
@@ -62,8 +62,8 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!(
         %addr,
         fingerprint = relay.fingerprint(),
-        memory_budget = %shared::size::format_size(budget),
-        memory_bound = %shared::size::format_size(bound.total()),
+        memory_budget = %relay_proto::size::format_size(budget),
+        memory_bound = %relay_proto::size::format_size(bound.total()),
         "relay listening (pin clients with --relay-cert-sha256)"
     );
     let (tx, rx) = watch::channel(false);

@@ -5,6 +5,7 @@
 pub mod azurite;
 pub mod blobs;
 pub mod files;
+pub mod http;
 pub mod proxy;
 pub mod relay;
 

@@ -224,7 +224,7 @@ async fn skip_rests_on_the_relays_seal_not_on_metadata() {
             "forged-seal",
             None,
             &std::collections::BTreeMap::new(),
-            &shared::protocol::Overwrite::Never,
+            &relay_proto::protocol::Overwrite::Never,
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));

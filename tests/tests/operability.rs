@@ -1,35 +1,13 @@
 //! The relay as operators run it: a separate process configured by flags, env or a
 //! TOML file, `--check-config`, `/healthz` and `/metrics`, and SIGTERM.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::files::{Scratch, write_random};
+use relay_tests::http::{get as http_get, sample};
 use relay_tests::{DEV_KEY, binary, run_client, unique_container};
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
-}
-
-/// The value of the sample `series` (name and labels exactly as rendered), if present.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|l| {
-        let v = l.strip_prefix(series)?.strip_prefix(' ')?;
-        v.parse().ok()
-    })
-}
 
 /// `(le, cumulative count)` of every bucket of histogram `name`, in order.
 fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
@@ -73,7 +51,7 @@ fn checked_histogram(metrics: &str, name: &str) -> f64 {
 
 /// Every status label of the retries counter is there, even at 0.
 fn checked_retries(metrics: &str) {
-    for label in shared::retry::RETRY_LABELS {
+    for label in relay_storage::retry::RETRY_LABELS {
         let series = format!("blob_relay_azure_retries_total{{status=\"{label}\"}}");
         assert!(sample(metrics, &series).is_some(), "{series}: {metrics}");
     }
@@ -308,7 +286,7 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
     let key_pem = write("key.pem", leaf_key.serialize_pem());
     let tokens = write("tokens", format!("{}\n", relay_tests::relay::TOKEN));
 
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let store = relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
     let mut cfg = relay_server::Config::for_tests(az.storage(), store, 64 << 20)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -400,8 +378,8 @@ fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_names_cannot_forge_or_flood_the_log() {
     use relay_client::connect::{Connector, Trust};
-    use shared::codec::{read_frame, write_frame};
-    use shared::protocol::{Code, Message, Offer, Overwrite, Secret};
+    use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret};
+    use relay_transport::frames::{read_frame, write_frame};
 
     let az = shared_azurite();
     let container = unique_container("logs");
@@ -440,7 +418,8 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let fingerprint = std::fs::read_to_string(&fp).unwrap_or_default();
-    let pin = shared::tls::parse_fingerprint(fingerprint.trim()).unwrap_or_else(|e| panic!("{e}"));
+    let pin = relay_transport::tls::parse_fingerprint(fingerprint.trim())
+        .unwrap_or_else(|e| panic!("{e}"));
     let connector = Connector::new(&Trust::Pinned(pin), &Default::default(), 1 << 20, false)
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = udp.parse().unwrap_or_else(|e| panic!("{e}"));
@@ -449,7 +428,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let offer = |tok: &str, container: &str, blob: &str| Offer {
-        version: shared::limits::PROTOCOL_VERSION,
+        version: relay_proto::limits::PROTOCOL_VERSION,
         token: Secret(tok.into()),
         container: container.into(),
         blob: blob.into(),
