@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod path_cache;
 pub mod probe;
 pub mod progress;
+pub mod rate;
 pub mod report;
 pub mod send;
 pub mod setup;

@@ -370,11 +370,16 @@ async fn stream_bytes(
             }
         };
         hasher.update(&chunk);
-        let n = chunk.len() as u64;
-        send.write_chunk(chunk)
-            .await
-            .map_err(|e| StreamEnd::Transport(lost(e)))?;
-        bar.inc(n);
+        // Under `--max-rate` the chunk goes out in metered pieces (`crate::rate`).
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let piece = crate::rate::next_piece(&mut rest).await;
+            let n = piece.len() as u64;
+            send.write_chunk(piece)
+                .await
+                .map_err(|e| StreamEnd::Transport(lost(e)))?;
+            bar.inc(n);
+        }
     }
     Ok(hasher)
 }

@@ -198,6 +198,9 @@ pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError
             "--create-container works with --direct only (a relay writes into containers its operator made)".into(),
         ));
     }
+    if let Some(rate) = args.max_rate {
+        crate::rate::set_cap(rate);
+    }
     let relay = args.relay.clone().unwrap_or_default();
     if args.token.as_deref().unwrap_or_default().is_empty() {
         return Err(SetupError(
