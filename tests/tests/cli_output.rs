@@ -123,29 +123,60 @@ fn two_files(dir: &Scratch) -> (String, String, String, String) {
     (s(&small), sha_small, s(&big), sha_big)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_stream_as_files_finish_with_status_lines_without_a_terminal() {
-    let container = new_container("stream").await;
+/// Two files uploaded by a running client whose big file's commit is held.
+struct Held {
+    container: String,
+    proxy: FaultProxy,
+    relay: RelayHandle,
+    dir: Scratch,
+    sha_small: String,
+    sha_big: String,
+    child: tokio::process::Child,
+    out: mpsc::UnboundedReceiver<String>,
+    err: mpsc::UnboundedReceiver<String>,
+}
+
+async fn held_upload(tag: &str, extra: &[&str]) -> Held {
+    let container = new_container(tag).await;
     let (proxy, relay) = held_relay().await;
-    let dir = Scratch::new("stream");
+    let dir = Scratch::new(tag);
     let (small, sha_small, big, sha_big) = two_files(&dir);
-    let mut a = strings(&[
-        "upload",
-        &small,
-        &big,
-        "--block-size",
-        "5MiB",
-        "--status-interval",
-        "0.05",
-    ]);
+    let mut a = strings(&["upload", &small, &big, "--block-size", "5MiB"]);
+    a.extend(strings(extra));
     a.extend(relay.client_args(&container));
     let mut child = client_command(&a, &[])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
-    let mut err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    let out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+    let err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    Held {
+        container,
+        proxy,
+        relay,
+        dir,
+        sha_small,
+        sha_big,
+        child,
+        out,
+        err,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_stream_as_files_finish_with_status_lines_without_a_terminal() {
+    let Held {
+        container,
+        proxy,
+        relay,
+        dir: _dir,
+        sha_small,
+        sha_big,
+        mut child,
+        mut out,
+        mut err,
+    } = held_upload("results_st", &["--status-interval", "0.05"]).await;
 
     // The small file's line arrives while the big one cannot have finished.
     let seen = until(&mut out, "small.txt").await;
@@ -188,27 +219,17 @@ async fn results_stream_as_files_finish_with_status_lines_without_a_terminal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_lines_events_follow_progress() {
-    let container = new_container("jsonl").await;
-    let (proxy, relay) = held_relay().await;
-    let dir = Scratch::new("jsonl");
-    let (small, sha_small, big, _) = two_files(&dir);
-    let mut a = strings(&[
-        "upload",
-        &small,
-        &big,
-        "--block-size",
-        "5MiB",
-        "--json-lines",
-        "--status-interval",
-        "0.05",
-    ]);
-    a.extend(relay.client_args(&container));
-    let mut child = client_command(&a, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+    let Held {
+        proxy,
+        relay,
+        dir: _dir,
+        sha_small,
+        mut child,
+        mut out,
+        // Kept open: a closed stderr would fail the client's writes to it.
+        err: _err,
+        ..
+    } = held_upload("json_lines", &["--json-lines", "--status-interval", "0.05"]).await;
     let seen = until(&mut out, "small.txt").await;
     proxy.wait_held(1, T).await;
     let events: Vec<serde_json::Value> = seen
@@ -241,27 +262,17 @@ async fn json_lines_events_follow_progress() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
-    let container = new_container("ctrlc").await;
-    let (proxy, relay) = held_relay().await;
-    let dir = Scratch::new("ctrlc");
-    let (small, sha_small, big, sha_big) = two_files(&dir);
-    let mut a = strings(&[
-        "upload",
-        &small,
-        &big,
-        "--block-size",
-        "5MiB",
-        "--status-interval",
-        "0",
-    ]);
-    a.extend(relay.client_args(&container));
-    let mut child = client_command(&a, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
-    let mut err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    let Held {
+        container,
+        proxy,
+        relay,
+        dir,
+        sha_small,
+        sha_big,
+        mut child,
+        mut out,
+        mut err,
+    } = held_upload("ctrl_c_sto", &["--status-interval", "0"]).await;
     until(&mut out, "small.txt").await;
     proxy.wait_held(1, T).await;
     let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
