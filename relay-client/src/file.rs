@@ -89,8 +89,10 @@ async fn report_of(
         relay_ms: sent.relay_clocks,
         error: None,
     };
-    if sent.identical {
-        // The relay's seal says the blob holds exactly these bytes: nothing moved.
+    // The relay's seal says the blob holds exactly these bytes. On a first attempt
+    // that is an earlier run's work: skipped. After a retry it may be this run's
+    // own commit whose Receipt was lost: committed, as it is.
+    if sent.identical && tries == 1 {
         r.status = Status::Skipped;
         r.reason = Some("identical".into());
         r.bytes_resumed = 0;
