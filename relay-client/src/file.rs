@@ -31,17 +31,20 @@ pub async fn one_file(job: &Job, reporter: &Reporter, src: Source, wait_ms: u64)
     let bar = reporter.start(&src.blob);
     let report = match report_of(job, &src, &bar, wait_ms).await {
         Ok(r) => r,
-        Err(e) => {
+        Err((e, attempts)) => {
             if let Some(fatal) = fatal(&e, &job.opts.container) {
                 bar.finish_and_clear();
                 return Some(fatal);
             }
-            failed(
+            let mut r = failed(
                 &src.path.display().to_string(),
                 &job.opts.container,
                 &src.blob,
                 e,
-            )
+            );
+            r.attempts = attempts;
+            r.clocks_ms.wait_ms = wait_ms;
+            r
         }
     };
     reporter.finish_file(Some(&bar), report, src.size);
@@ -53,16 +56,18 @@ async fn report_of(
     src: &Source,
     bar: &ProgressBar,
     wait_ms: u64,
-) -> Result<FileReport, FileError> {
+) -> Result<FileReport, (FileError, u32)> {
+    // Checks before any attempt: a failure here costs none.
+    let before = |e: FileError| (e, 0);
     relay_proto::blob_name::validate_blob_name(&src.blob)
-        .map_err(|m| FileError::new("invalid_name", m, false))?;
-    readable(src)?;
+        .map_err(|m| before(FileError::new("invalid_name", m, false)))?;
+    readable(src).map_err(before)?;
     let opts = with_content_type(&job.opts, src);
     if job.dry_run {
-        return planned(job, src, &opts).await;
+        return planned(job, src, &opts).await.map_err(|e| (e, 1));
     }
     let (sent, tries) = match with_retries(job, src, &opts, bar).await {
-        Err(e) if e.code == "exists" && job.replace.is_some() => {
+        Err((e, _)) if e.code == "exists" && job.replace.is_some() => {
             let replace = job.replace.as_ref().map(|r| with_content_type(r, src));
             with_retries(job, src, replace.as_ref().unwrap_or(&opts), bar).await?
         }
@@ -130,7 +135,7 @@ async fn with_retries(
     src: &Source,
     opts: &Options,
     bar: &ProgressBar,
-) -> Result<(Sent, u32), FileError> {
+) -> Result<(Sent, u32), (FileError, u32)> {
     let backoff = Backoff {
         initial: Duration::from_millis(500),
         cap: Duration::from_secs(15),
@@ -153,7 +158,7 @@ async fn with_retries(
                 tracing::warn!(path = %src.path.display(), attempt = tries, ?delay, error = %e.message, "retrying");
                 tokio::time::sleep(delay).await;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err((e, tries)),
         }
     }
 }

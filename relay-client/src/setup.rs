@@ -160,6 +160,7 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
     storage_account(args)?;
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
+    check_access(&access, container).await?;
     let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
     if args.create_container && !args.dry_run {
         storage
@@ -184,6 +185,30 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         block_size: args
             .block_size
             .unwrap_or(relay_proto::limits::DEFAULT_BLOCK_SIZE),
+    })
+}
+
+/// One quick request with the credentials before any file: a missing or wrong
+/// credential fails here with its cause in seconds, instead of every file
+/// retrying it as if it were a transient error.
+async fn check_access(access: &StorageAccess, container: &str) -> Result<(), SetupError> {
+    let quick = WriterOptions {
+        backoff: relay_storage::retry::Backoff {
+            initial: Duration::from_millis(200),
+            cap: Duration::from_secs(1),
+            max_attempts: 2,
+        },
+        ..WriterOptions::default()
+    };
+    let probe = Storage::new(access.clone(), &quick).map_err(SetupError)?;
+    let writer = probe
+        .writer(container, ".relay-client-access-check")
+        .map_err(|e| SetupError(e.to_string()))?;
+    writer.properties().await.map(|_| ()).map_err(|e| {
+        SetupError(format!(
+            "cannot use the storage credentials ({e}); give --account-key, a SAS in \
+             --storage-url, or sign in for --entra cli (az login)"
+        ))
     })
 }
 

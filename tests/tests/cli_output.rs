@@ -408,6 +408,33 @@ async fn refusals_and_bad_flags_are_one_clear_error() {
     assert_eq!(v["ok"], false);
     assert_eq!(v["error"]["code"], "setup");
 
+    // Direct mode with a wrong account key: one setup error with the cause, at
+    // once, not a retry per file.
+    let mut d = strings(&["upload"]);
+    d.extend(files.iter().cloned());
+    let url = shared_azurite().url();
+    let wrong_key = "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ==";
+    d.extend(strings(&[
+        "--direct",
+        "--storage-url",
+        &url,
+        "--account-key",
+        wrong_key,
+        "--to",
+        &container,
+    ]));
+    let out = run_client(&d, &[], T).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot use the storage credentials"), "{err}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("relay-client:"))
+            .count(),
+        1,
+        "{err}"
+    );
+
     // Size flags: usage errors (exit 2) that explain units, also as JSON.
     for (flag, says) in [
         ("1MiB", "5MiB to 4000MiB"),

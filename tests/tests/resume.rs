@@ -356,7 +356,11 @@ async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
     // The re-run of the same command: the blob exists, holds exactly this file, so
     // the file is reported skipped (identical) with nothing sent (not "exists").
     let out = run_client(&args, &[], T).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let f = summary(&out)["files"][0].clone();
     assert_eq!(f["status"], "skipped", "{f}");
     assert_eq!(f["reason"], "identical", "{f}");
