@@ -3,10 +3,10 @@
 //! first segment (`upload data/ --to c/p` gives `p/data/...`). Blob names use `/`.
 //!
 //! The walk is an iterator: it yields one entry at a time, so 100,000 files cost
-//! the memory of one (plus the set of blob names it has seen, which catches two
+//! the memory of one (plus 16 bytes of hash per blob name it has seen, which catches two
 //! sources mapping to one blob before either is sent).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -103,7 +103,10 @@ pub struct Walk {
     args: VecDeque<PathBuf>,
     dir: Option<DirWalk>,
     /// Blob name -> the source that took it.
-    seen: HashMap<String, PathBuf>,
+    /// 128 bits of SHA-256 of each blob name given out: a few MiB for 100,000
+    /// files, where the names themselves would cost tens (a false match needs a
+    /// 128-bit collision).
+    seen: HashSet<u128>,
 }
 
 struct DirWalk {
@@ -119,7 +122,7 @@ impl Walk {
             opts,
             args: paths.iter().cloned().collect(),
             dir: None,
-            seen: HashMap::new(),
+            seen: HashSet::new(),
         }
     }
 
@@ -213,17 +216,15 @@ impl Walk {
             },
         };
         let blob = blob_name(&self.opts.prefix, segs);
-        if let Some(first) = self.seen.get(&blob) {
+        if !self.seen.insert(name_hash(&blob)) {
             return Some(Found::Failed {
                 message: format!(
-                    "same destination blob {blob:?} as {}; not uploaded",
-                    first.display()
+                    "same destination blob {blob:?} as an earlier source; not uploaded"
                 ),
                 path,
                 code: "duplicate_destination",
             });
         }
-        self.seen.insert(blob.clone(), path.clone());
         Some(Found::File(Source {
             path,
             blob,
@@ -307,6 +308,13 @@ fn walk_error(root: &Path, e: walkdir::Error) -> Found {
             message: format!("cannot read: {e}"),
         },
     }
+}
+
+fn name_hash(blob: &str) -> u128 {
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(blob.as_bytes());
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
 }
 
 fn file_name(p: &Path) -> Option<String> {
