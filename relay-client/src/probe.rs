@@ -6,9 +6,10 @@
 //! run against the blob's properties with this user's key.
 
 use quinn::Connection;
+use relay_pipeline::failure::{condition, storage_failure};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Code, Message, Offer, Overwrite, app_error};
-use relay_storage::publish::{Destination, sealed_as, storage_failure};
+use relay_storage::publish::{Destination, sealed_as};
 use relay_transport::frames::{read_frame, write_frame};
 
 use crate::direct::Direct;
@@ -101,6 +102,7 @@ pub async fn direct(d: &Direct, src: &Source, opts: &Options) -> Result<Verdict,
         return Ok(Verdict::Upload { resume_offset: 0 });
     };
     let (size, sha256) = sha256_of(src).await?;
+    let condition = condition(&opts.overwrite);
     let dest = Destination {
         container: &opts.container,
         blob: &src.blob,
@@ -108,7 +110,7 @@ pub async fn direct(d: &Direct, src: &Source, opts: &Options) -> Result<Verdict,
         size,
         content_type: None,
         metadata: &opts.metadata,
-        overwrite: &opts.overwrite,
+        condition: &condition,
     };
     if sealed_as(&props, &dest, &sha256) {
         return Ok(Verdict::Identical);

@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod rejections;
 pub mod server;
+pub mod state;
 pub mod tls;
 pub mod tokens_file;
 pub mod transfer;

@@ -6,6 +6,7 @@ pub mod azurite;
 pub mod blobs;
 pub mod files;
 pub mod http;
+pub mod load;
 pub mod proxy;
 pub mod relay;
 

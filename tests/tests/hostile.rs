@@ -14,6 +14,7 @@ use relay_proto::id_key::Owner;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start};
 use relay_server::{BlockFill, Config};
+use relay_storage::store::{Commit, Condition};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
@@ -527,11 +528,13 @@ async fn forged_sha256_metadata_is_not_already_committed() {
         .unwrap_or_else(|e| panic!("{e}"));
     w.commit(
         vec![vec![9u8; 64]],
-        &sha,
-        "00000000000000000000000000000000",
-        None,
-        &Default::default(),
-        &Overwrite::Always,
+        &Commit {
+            sha256_hex: &sha,
+            seal: "00000000000000000000000000000000",
+            content_type: None,
+            metadata: &Default::default(),
+            condition: &Condition::Always,
+        },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));

@@ -23,9 +23,9 @@ use md5::{Digest, Md5};
 
 use crate::credentials::{StorageAccess, StorageAuth};
 use crate::retry::{Backoff, RetryCounts, is_retryable_status};
+use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
-use relay_proto::protocol::Overwrite;
 
 /// An Azure failure, with the HTTP status and Azure's error code when there was a response.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -463,27 +463,17 @@ impl BlobWriter {
     /// body's MD5 goes along as the blob's Content-MD5 (`x-ms-blob-content-md5`),
     /// which the service checks against what arrived, so it doubles as the
     /// transport checksum and lets other tools verify the blob.
-    pub async fn put_blob(
-        &self,
-        data: Bytes,
-        sha256_hex: &str,
-        seal: &str,
-        content_type: Option<&str>,
-        metadata: &std::collections::BTreeMap<String, String>,
-        overwrite: &Overwrite,
-    ) -> Result<String, BlobError> {
+    pub async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
         let md5 = Md5::digest(&data).to_vec();
-        let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
-        meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
-        meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
-        let (if_match, if_none_match) = conditions(overwrite);
+        let meta = commit_metadata(commit);
+        let (if_match, if_none_match) = conditions(commit.condition);
         // One request whatever the size: the partition is the whole body.
         let partition = std::num::NonZero::new(data.len().max(1) as u64);
         let result = self
             .with_retry("Put Blob", data.len() as u64, || {
                 let opts = BlockBlobClientUploadOptions {
                     blob_content_md5: Some(md5.clone()),
-                    blob_content_type: content_type.map(str::to_string),
+                    blob_content_type: commit.content_type.map(str::to_string),
                     metadata: Some(meta.clone()),
                     if_match: if_match.clone(),
                     if_none_match: if_none_match.clone(),
@@ -508,16 +498,10 @@ impl BlobWriter {
     pub async fn commit(
         &self,
         ids: Vec<Vec<u8>>,
-        sha256_hex: &str,
-        seal: &str,
-        content_type: Option<&str>,
-        metadata: &std::collections::BTreeMap<String, String>,
-        overwrite: &Overwrite,
+        commit: &Commit<'_>,
     ) -> Result<String, BlobError> {
-        let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
-        meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
-        meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
-        let (if_match, if_none_match) = conditions(overwrite);
+        let meta = commit_metadata(commit);
+        let (if_match, if_none_match) = conditions(commit.condition);
         // The service's work grows with the list: give it time per block.
         let commit_weight = ids.len() as u64 * 1024;
         let list = BlockLookupList {
@@ -528,7 +512,7 @@ impl BlobWriter {
         let resp = self
             .with_retry("Put Block List", commit_weight, || {
                 let opts = BlockBlobClientCommitBlockListOptions {
-                    blob_content_type: content_type.map(str::to_string),
+                    blob_content_type: commit.content_type.map(str::to_string),
                     metadata: Some(meta.clone()),
                     if_match: if_match.clone(),
                     if_none_match: if_none_match.clone(),
@@ -550,11 +534,57 @@ impl BlobWriter {
     }
 }
 
-/// `If-Match` / `If-None-Match` for a commit under `overwrite`.
-fn conditions(overwrite: &Overwrite) -> (Option<Etag>, Option<Etag>) {
-    match overwrite {
-        Overwrite::Never => (None, Some(Etag::from("*"))),
-        Overwrite::IfMatch { etag } => (Some(Etag::from(etag.clone())), None),
-        Overwrite::Always => (None, None),
+/// `If-Match` / `If-None-Match` for a commit under `condition`.
+fn conditions(condition: &Condition) -> (Option<Etag>, Option<Etag>) {
+    match condition {
+        Condition::IfAbsent => (None, Some(Etag::from("*"))),
+        Condition::IfMatch(etag) => (Some(Etag::from(etag.clone())), None),
+        Condition::Always => (None, None),
+    }
+}
+
+/// The user's metadata plus the verified SHA-256 and the seal over it.
+fn commit_metadata(commit: &Commit<'_>) -> HashMap<String, String> {
+    let mut meta: HashMap<String, String> = commit.metadata.clone().into_iter().collect();
+    meta.insert(
+        SHA256_METADATA_KEY.to_string(),
+        commit.sha256_hex.to_string(),
+    );
+    meta.insert(SEAL_METADATA_KEY.to_string(), commit.seal.to_string());
+    meta
+}
+
+#[async_trait::async_trait]
+impl BlobStore for BlobWriter {
+    async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
+        BlobWriter::properties(self).await
+    }
+
+    async fn uncommitted_blocks(&self) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
+        BlobWriter::uncommitted_blocks(self).await
+    }
+
+    async fn stage_block(&self, id: &[u8], data: Bytes) -> Result<(), BlobError> {
+        BlobWriter::stage_block(self, id, data).await
+    }
+
+    async fn commit_blocks(
+        &self,
+        ids: Vec<Vec<u8>>,
+        commit: &Commit<'_>,
+    ) -> Result<String, BlobError> {
+        self.commit(ids, commit).await
+    }
+
+    async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
+        BlobWriter::put_blob(self, data, commit).await
+    }
+
+    fn retries(&self) -> u32 {
+        BlobWriter::retries(self)
+    }
+
+    fn requests(&self) -> u32 {
+        BlobWriter::requests(self)
     }
 }

@@ -13,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::blob::{BlobError, BlobWriter};
+use crate::blob::BlobError;
+use crate::store::BlobStore;
 use relay_proto::block_id::{BLOCK_ID_LEN, BlockId, BlockState, IdSigner};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::plan::BlockPlan;
@@ -151,7 +152,7 @@ pub struct Staged {
 }
 
 pub struct Stager {
-    writer: Arc<BlobWriter>,
+    writer: Arc<dyn BlobStore>,
     plan: BlockPlan,
     signer: IdSigner,
     budget: Budget,
@@ -189,7 +190,7 @@ impl Stager {
     /// Starts at `start` (the resume point, or a fresh start when the client's prefix
     /// did not match the checkpoint).
     pub fn new(
-        writer: Arc<BlobWriter>,
+        writer: Arc<dyn BlobStore>,
         plan: BlockPlan,
         signer: IdSigner,
         start: ResumePoint,
