@@ -268,3 +268,38 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         error: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(name: &str) -> Source {
+        Source {
+            path: name.into(),
+            blob: name.into(),
+            size: 0,
+            sha256: None,
+        }
+    }
+
+    #[test]
+    fn content_type_from_the_extension_unless_given() {
+        let opts = Options {
+            token: relay_proto::protocol::Secret(String::new()),
+            container: "c".into(),
+            overwrite: relay_proto::protocol::Overwrite::Never,
+            block_size: None,
+            content_type: None,
+            metadata: Default::default(),
+        };
+        let t = |o: &Options, n: &str| with_content_type(o, &src(n)).content_type;
+        assert_eq!(t(&opts, "a/notes.txt").as_deref(), Some("text/plain"));
+        assert_eq!(t(&opts, "x.json").as_deref(), Some("application/json"));
+        assert_eq!(t(&opts, "blob.zzzunknown"), None);
+        let given = Options {
+            content_type: Some("application/x-mine".into()),
+            ..opts
+        };
+        assert_eq!(t(&given, "a.txt").as_deref(), Some("application/x-mine"));
+    }
+}
