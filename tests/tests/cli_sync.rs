@@ -217,15 +217,16 @@ async fn skip_rests_on_the_relays_seal_not_on_metadata() {
     let sha = write_random(&file, 4000, 9);
     // Another writer (anyone with a SAS) puts other bytes under the name, with
     // our file's hash in `sha256` metadata and a seal it had to make up.
+    let meta = std::collections::BTreeMap::new();
+    let forged = relay_storage::store::Commit {
+        sha256_hex: &sha,
+        seal: "forged-seal",
+        content_type: None,
+        metadata: &meta,
+        condition: &relay_storage::store::Condition::IfAbsent,
+    };
     relay_tests::blobs::writer(&container, "x.bin")
-        .put_blob(
-            bytes::Bytes::from(vec![7u8; 4000]),
-            &sha,
-            "forged-seal",
-            None,
-            &std::collections::BTreeMap::new(),
-            &relay_proto::protocol::Overwrite::Never,
-        )
+        .put_blob(bytes::Bytes::from(vec![7u8; 4000]), &forged)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let (code, v, _) = upload(&relay, &container, &[s(&file)], &[]).await;
