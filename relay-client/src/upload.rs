@@ -65,18 +65,7 @@ pub async fn run(
 
     spawn_count(&args, walk_opts.clone(), reporter.clone());
     let mut found = spawn_walk(&args, walk_opts);
-    let ticker = reporter.tick_every(args.status_interval).map(|every| {
-        let r = reporter.clone();
-        tokio::spawn(async move {
-            // The first line after one interval, not at once: a short run needs none.
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                t.tick().await;
-                r.tick();
-            }
-        })
-    });
+    let ticker = spawn_ticker(&reporter, args.status_interval);
 
     let t0 = Instant::now();
     let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
@@ -121,6 +110,25 @@ pub async fn run(
         t.abort();
     }
     finish(stop, tasks, &mode, &reporter).await
+}
+
+/// Status lines (or bar redraws) at the reporter's pace, until aborted.
+fn spawn_ticker(
+    reporter: &Arc<Reporter>,
+    status_interval: f64,
+) -> Option<tokio::task::JoinHandle<()>> {
+    reporter.tick_every(status_interval).map(|every| {
+        let r = reporter.clone();
+        tokio::spawn(async move {
+            // The first line after one interval, not at once: a short run needs none.
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                r.tick();
+            }
+        })
+    })
 }
 
 enum Stop {
