@@ -2,19 +2,20 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use relay_proto::size::parse_size;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use relay_storage::credentials::EntraSource;
 use relay_transport::quic::Congestion;
 
-fn size(s: &str) -> Result<u64, String> {
-    parse_size(s)
-}
+use crate::units::{block_size, size};
 
 /// Uploads files to Azure Blob Storage through a Blob Relay (QUIC), or directly.
 #[derive(Debug, Parser)]
 #[command(name = "relay-client", version, about)]
 pub struct Cli {
+    /// More detail on stderr (-v: info, -vv: debug); RELAY_LOG overrides.
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -23,7 +24,30 @@ pub struct Cli {
 pub enum Command {
     /// Upload files and directories; each blob is committed only after its SHA-256 is verified.
     #[command(after_long_help = UPLOAD_EXAMPLES)]
-    Upload(UploadArgs),
+    Upload(Box<UploadArgs>),
+    /// Print a shell completion script (e.g. `relay-client completions bash >
+    /// /etc/bash_completion.d/relay-client`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout: `relay-client man | man -l -`.
+    Man,
+}
+
+/// What to do when the destination blob exists (`--overwrite[=MODE]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OverwriteMode {
+    /// Refuse the file (exit 1); a file identical to the blob the relay sealed is skipped.
+    #[value(alias = "false")]
+    Never,
+    /// Replace the blob.
+    #[value(alias = "true")]
+    Always,
+    /// Skip the file when the relay's verified record says the blob holds exactly
+    /// these bytes (size and SHA-256); replace it otherwise.
+    #[value(alias = "ifSourceDifferent")]
+    IfDifferent,
 }
 
 #[derive(Debug, Args)]
@@ -32,7 +56,8 @@ pub struct UploadArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
 
-    /// Destination: CONTAINER or CONTAINER/PREFIX.
+    /// Destination: CONTAINER, CONTAINER/PREFIX, or a blob URL
+    /// https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX.
     #[arg(long)]
     pub to: String,
 
@@ -66,27 +91,74 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 128)]
     pub parallel: usize,
 
-    /// Replace existing blobs unconditionally (default: never overwrite).
-    #[arg(long, conflicts_with = "if_match")]
-    pub overwrite: bool,
+    /// When the blob exists: never (refuse; identical files are skipped) |
+    /// always (replace) | if-different (skip identical files, replace changed
+    /// ones). `--overwrite` alone means always.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "never",
+        default_missing_value = "always",
+        conflicts_with = "if_match"
+    )]
+    pub overwrite: OverwriteMode,
+
+    /// Show what would be uploaded, skipped or refused, writing nothing
+    /// (the relay is asked; each file is hashed to compare with the blob's record).
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Upload only files whose path below the given directory matches GLOB
+    /// (repeatable; `*` also matches `/`, e.g. `*.txt`, `logs/**/2026-*`).
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+
+    /// Leave out files whose relative path matches GLOB (repeatable; wins over --include).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+
+    /// Follow symbolic links (a link that loops back is skipped). Default: links
+    /// and other non-regular files are skipped.
+    #[arg(long)]
+    pub follow_symlinks: bool,
+
+    /// SHA256SUMS file (as `sha256sum` writes it; paths relative to the file):
+    /// each listed file's hash is a precondition of its commit. Files it does not
+    /// list are reported and not uploaded.
+    #[arg(long, value_name = "FILE")]
+    pub checksums: Option<PathBuf>,
 
     /// Replace an existing blob only if its ETag is still this one.
     #[arg(long, value_name = "ETAG")]
     pub if_match: Option<String>,
 
-    /// Print one JSON summary on stdout instead of text.
-    #[arg(long)]
+    /// Print one JSON summary on stdout instead of text (setup errors too).
+    #[arg(long, conflicts_with = "json_lines")]
     pub json: bool,
+
+    /// Print one JSON event per line on stdout as things happen (file results,
+    /// periodic status, the summary last), for tools that follow progress.
+    #[arg(long)]
+    pub json_lines: bool,
+
+    /// Seconds between status lines when stderr is not a terminal (0: none).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub status_interval: f64,
 
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
 
-    /// Block size (the relay grows it for files over 50,000 blocks).
-    #[arg(long, value_parser = size)]
+    /// Block size, 5MiB to 4000MiB (the relay grows it for files over 50,000
+    /// blocks). MiB = 1048576 bytes; MB = 1000000 bytes.
+    #[arg(long, value_parser = block_size)]
     pub block_size: Option<u64>,
 
-    /// Content type stored on every blob.
+    /// Content type stored on every blob (default: guessed from each file's
+    /// extension, application/octet-stream when unknown).
     #[arg(long)]
     pub content_type: Option<String>,
 
@@ -99,7 +171,7 @@ pub struct UploadArgs {
     pub attempts: u32,
 
     /// Seconds to wait for the QUIC handshake.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 5)]
     pub connect_timeout: u64,
 
     /// QUIC congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) |
@@ -109,7 +181,7 @@ pub struct UploadArgs {
 
     /// Cap the QUIC sending rate, in Mbit/s (like AzCopy's --cap-mbps); uses the
     /// relay congestion controller.
-    #[arg(long, value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
+    #[arg(long, alias = "cap-mbps", value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
     pub max_rate: Option<f64>,
 
     /// Share the bottleneck fairly with TCP flows (back off when a shared queue
@@ -156,6 +228,10 @@ pub struct UploadArgs {
     #[arg(long, default_value = "cli")]
     pub entra: EntraSource,
 
+    /// With --direct: create the container if it does not exist.
+    #[arg(long)]
+    pub create_container: bool,
+
     /// With --direct: Put Block requests in flight per file.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
@@ -181,8 +257,13 @@ const UPLOAD_EXAMPLES: &str = "Examples:
   # Straight to storage (baseline, or where UDP is blocked):
   relay-client upload data/ --direct --storage-url https://ACCT.blob.core.windows.net --to lab/2026
 
+  # Sync: upload what is new or changed, skip identical files, only *.csv:
+  relay-client upload data/ --relay HOST:4433 --to lab --overwrite=if-different --include '*.csv'
+
   # For scripts:
   relay-client upload x.bin --relay HOST:4433 --to c --json | jq '.files[] | {blob, sha256, etag}'
 
-Exit status: 0 when every file was committed and verified; 1 when any file failed
-(one line per failed file on stderr); 2 for usage or setup errors.";
+Exit status: 0 when every file was committed and verified or skipped; 1 when any
+file failed (one line per failed file on stderr); 2 for usage or setup errors (one
+message: bad flags, relay unreachable, token or grant refused, missing container);
+130 when interrupted (Ctrl-C; the message says how to resume).";

@@ -262,8 +262,10 @@ impl Connector {
                 "cannot connect to relay {addr}: {e}"
             ))),
             Err(_) => Err(ConnectError::Failed(format!(
-                "cannot connect to relay {addr}: no QUIC handshake within {} s (is UDP blocked?)",
-                timeout.as_secs()
+                "no answer from relay {addr} within {} s: is relay-server listening on UDP port {}? \
+                 (a firewall may also block UDP; --fallback direct uploads over HTTPS instead)",
+                timeout.as_secs(),
+                addr.port()
             ))),
         }
     }

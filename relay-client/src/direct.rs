@@ -94,8 +94,15 @@ pub async fn upload_file(
         .map_err(|e| relay_like(stage_failure(e)))?;
     let t_sent = Instant::now();
     unchanged(src, &before)?;
+    // A manifest's hash (`--checksums`) is a precondition of the commit.
+    let manifest: Vec<(&str, &str)> = src
+        .sha256
+        .as_deref()
+        .map(|h| ("the manifest", h))
+        .into_iter()
+        .collect();
     let props = upload
-        .commit(&staged, &[])
+        .commit(&staged, &manifest)
         .await
         .map_err(|e| relay_like(publish_failure(e)))?;
     Ok(Sent {
@@ -112,6 +119,7 @@ pub async fn upload_file(
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
         relay_clocks: None,
+        identical: false,
     })
 }
 
@@ -192,6 +200,7 @@ async fn already_there(
             commit_ms: 0,
         },
         relay_clocks: None,
+        identical: true,
     })
 }
 

@@ -1,86 +1,182 @@
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use clap::Parser;
-use relay_client::cli::{Cli, Command};
-use relay_client::report::{Status, Summary};
+use clap::{CommandFactory, Parser};
+use relay_client::cli::{Cli, Command, UploadArgs};
+use relay_client::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
+use relay_client::progress::{Output, Reporter, summary_line};
+use relay_client::report::Summary;
+use relay_client::upload::Outcome;
+use serde_json::json;
+
+const EXIT_FAILED: u8 = 1;
+const EXIT_SETUP: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        // Scripts that asked for JSON get their usage error as JSON too.
+        Err(e) if e.use_stderr() && wants_json(&argv) => {
+            print_error(
+                json_output(&argv),
+                "usage",
+                &e.kind().to_string(),
+                &e.to_string(),
+            );
+            return ExitCode::from(EXIT_SETUP);
+        }
+        Err(e) => e.exit(),
+    };
+    let default_level = match cli.verbose {
+        0 => "warn",
+        1 => "warn,relay_client=info,shared=info",
+        _ => "info,relay_client=debug,shared=debug",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    relay_transport::install_crypto_provider();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("relay-client: cannot start the runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
     match cli.command {
-        Command::Upload(args) => {
-            let json = args.json;
-            match rt.block_on(relay_client::upload::run(args)) {
-                Ok(summary) => print_summary(&summary, json),
+        Command::Upload(args) => upload(*args, &argv),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "relay-client",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("relay-client: {e}");
-                    ExitCode::from(2)
+                    eprintln!("relay-client: cannot write the man page: {e}");
+                    ExitCode::from(EXIT_FAILED)
                 }
             }
         }
     }
 }
 
-fn print_summary(s: &Summary, json: bool) -> ExitCode {
-    if json {
-        match serde_json::to_string_pretty(s) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("relay-client: cannot encode the summary: {e}"),
-        }
+fn wants_json(argv: &[String]) -> bool {
+    argv.iter().any(|a| a == "--json" || a == "--json-lines")
+}
+
+fn json_output(argv: &[String]) -> Output {
+    if argv.iter().any(|a| a == "--json-lines") {
+        Output::JsonLines
     } else {
-        for f in s.files.iter().filter(|f| f.status == Status::Committed) {
+        Output::Json
+    }
+}
+
+/// A run-stopping error: one message, in the output form the user asked for.
+fn print_error(output: Output, code: &str, kind: &str, message: &str) {
+    let message = message.trim_end();
+    match output {
+        Output::Text => eprintln!("relay-client: {message}"),
+        Output::Json => {
+            let v = json!({"ok": false, "error": {"code": code, "kind": kind, "message": message}});
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Output::JsonLines => {
             println!(
-                "committed  {}/{}  {} bytes  sha256 {}  etag {}{}",
-                f.container,
-                f.blob,
-                f.bytes,
-                f.sha256.as_deref().unwrap_or(""),
-                f.etag.as_deref().unwrap_or(""),
-                if f.bytes_resumed > 0 {
-                    format!("  (resumed at {})", f.bytes_resumed)
-                } else {
-                    String::new()
-                }
+                "{}",
+                json!({"event": "error", "code": code, "kind": kind, "message": message})
             );
         }
-        let t = &s.totals;
-        println!(
-            "{} of {} files committed and verified, {} in {:.1} s ({:.1} Mbit/s, {})",
-            t.committed,
-            t.files,
-            relay_proto::size::format_size(t.bytes),
-            t.seconds,
-            t.mbit_per_s,
-            s.mode
-        );
     }
-    for f in s.files.iter().filter(|f| f.status == Status::Failed) {
-        let why = f
-            .error
-            .as_ref()
-            .map(|e| e.message.as_str())
-            .unwrap_or("failed");
-        eprintln!("relay-client: {}: {why}", f.path);
-    }
-    if s.ok {
-        ExitCode::SUCCESS
+}
+
+fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
+    relay_transport::install_crypto_provider();
+    let output = if args.json {
+        Output::Json
+    } else if args.json_lines {
+        Output::JsonLines
     } else {
-        ExitCode::from(1)
+        Output::Text
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            print_error(
+                output,
+                "setup",
+                "runtime",
+                &format!("cannot start the runtime: {e}"),
+            );
+            return ExitCode::from(EXIT_SETUP);
+        }
+    };
+    let reporter = Arc::new(Reporter::new(output, args.quiet));
+    let outcome = rt.block_on(async {
+        let interrupt = Interrupt::install();
+        relay_client::upload::run(args, reporter, interrupt).await
+    });
+    // Tasks still blocked on the file system must not hold the exit.
+    rt.shutdown_background();
+    match outcome {
+        Ok(Outcome::Done(summary)) => {
+            print_summary(&summary, output);
+            if summary.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_FAILED)
+            }
+        }
+        Ok(Outcome::Interrupted {
+            mut summary,
+            in_flight,
+            in_flight_bytes,
+        }) => {
+            summary.ok = false;
+            summary.interrupted = true;
+            print_summary(&summary, output);
+            let t = &summary.totals;
+            eprintln!(
+                "relay-client: interrupted: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
+                 ({} sent for them; what the relay staged is kept and resumed, and a file whose commit \
+                 was already under way may be committed)",
+                t.committed,
+                t.skipped,
+                t.failed,
+                relay_proto::size::format_size(in_flight_bytes),
+            );
+            eprintln!(
+                "relay-client: to resume, run the same command (committed files are skipped as identical):\n  {}",
+                rerun_command(argv)
+            );
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(e) => {
+            print_error(output, "setup", "setup", &e.to_string());
+            ExitCode::from(EXIT_SETUP)
+        }
+    }
+}
+
+fn print_summary(s: &Summary, output: Output) {
+    match output {
+        Output::Json => match serde_json::to_string_pretty(s) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("relay-client: cannot encode the summary: {e}"),
+        },
+        Output::JsonLines => {
+            let mut v = serde_json::to_value(s).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("files");
+                o.insert("event".into(), "summary".into());
+            }
+            println!("{v}");
+        }
+        Output::Text => println!("{}", summary_line(s)),
     }
 }

@@ -1,5 +1,7 @@
-//! What the client tells people and scripts: one line per failed file, and a JSON
-//! summary whose shape is a stable contract (`--json`).
+//! What the client tells people and scripts: a line per file as it finishes, and a
+//! JSON summary whose shape is a stable contract (`--json`). Without `--json` no
+//! per-file report is kept: the summary's totals are a running tally, so memory
+//! does not grow with the number of files.
 
 use relay_proto::protocol::{Code, Timings};
 use serde::Serialize;
@@ -20,6 +22,10 @@ pub struct FileReport {
     pub container: String,
     pub blob: String,
     pub status: Status,
+    /// Why a file was skipped (`identical`, `not a regular file`, ...) or, in a
+    /// dry run, what would happen to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
@@ -45,6 +51,10 @@ pub struct FileReport {
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Committed,
+    /// Not uploaded and nothing wrong: identical to the blob, or not a regular file.
+    Skipped,
+    /// `--dry-run`: `reason` says what an upload would do.
+    Planned,
     Failed,
 }
 
@@ -61,47 +71,72 @@ pub struct Summary {
     /// Relay mode: whether the connection started warm from the path cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm_start: Option<bool>,
+    /// Stopped by Ctrl-C before every file was done.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Every file's report with `--json`; empty otherwise (the totals still count all).
     pub files: Vec<FileReport>,
     pub totals: Totals,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
     pub files: usize,
     pub committed: usize,
+    pub skipped: usize,
+    /// `--dry-run`: files that were looked at.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub planned: usize,
     pub failed: usize,
+    /// Bytes of the committed files (skipped files are left out).
     pub bytes: u64,
+    /// Bytes this run actually sent (resumed and skipped bytes are not).
+    pub bytes_sent: u64,
     pub seconds: f64,
+    /// `bytes` over `seconds` (skipped files count neither bytes nor time of their own).
     pub mbit_per_s: f64,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Totals {
+    /// Counts one finished file.
+    pub fn add(&mut self, f: &FileReport) {
+        self.files += 1;
+        self.bytes_sent += f.bytes_sent;
+        match f.status {
+            Status::Committed => {
+                self.committed += 1;
+                self.bytes += f.bytes;
+            }
+            Status::Skipped => self.skipped += 1,
+            Status::Planned => self.planned += 1,
+            Status::Failed => self.failed += 1,
+        }
+    }
+
+    pub fn finish(mut self, seconds: f64) -> Self {
+        self.seconds = seconds;
+        self.mbit_per_s = if seconds > 0.0 {
+            self.bytes as f64 * 8.0 / seconds / 1e6
+        } else {
+            0.0
+        };
+        self
+    }
+}
+
 impl Summary {
-    pub fn new(mode: &'static str, files: Vec<FileReport>, seconds: f64) -> Self {
-        let committed = files
-            .iter()
-            .filter(|f| f.status == Status::Committed)
-            .count();
-        let bytes: u64 = files
-            .iter()
-            .filter(|f| f.status == Status::Committed)
-            .map(|f| f.bytes)
-            .sum();
+    /// `files` is empty unless the caller kept the reports (`--json`).
+    pub fn new(mode: &'static str, files: Vec<FileReport>, totals: Totals) -> Self {
         Self {
-            ok: committed == files.len(),
+            ok: totals.failed == 0,
             mode,
             warm_start: None,
-            totals: Totals {
-                files: files.len(),
-                committed,
-                failed: files.len() - committed,
-                bytes,
-                seconds,
-                mbit_per_s: if seconds > 0.0 {
-                    bytes as f64 * 8.0 / seconds / 1e6
-                } else {
-                    0.0
-                },
-            },
+            interrupted: false,
+            totals,
             files,
         }
     }

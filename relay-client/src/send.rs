@@ -49,6 +49,9 @@ pub struct Sent {
     pub clocks: Clocks,
     /// The relay's clocks (none from a relay that moved no bytes).
     pub relay_clocks: Option<relay_proto::protocol::Timings>,
+    /// The blob already held exactly these bytes (the relay checked its seal):
+    /// nothing was sent or committed.
+    pub identical: bool,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -78,7 +81,9 @@ pub async fn send_file(
 ) -> Result<Sent, FileError> {
     let size = Snapshot::take(&src.path).map_err(unreadable)?.len;
     let may_overwrite = opts.overwrite != Overwrite::Never;
-    let (mut session, mut action) = ClientSession::new(size, may_overwrite);
+    // With a manifest's hash (`--checksums`) the first Offer already carries it.
+    let (mut session, mut action) =
+        ClientSession::with_sha256(size, may_overwrite, src.sha256.clone());
     let mut last: Option<Stream> = None;
     loop {
         let event = match action {
@@ -122,6 +127,8 @@ struct Stream {
     sha256: String,
     len: u64,
     bytes_sent: u64,
+    /// The relay answered the Offer's SHA-256 with a Receipt, no bytes sent.
+    identical: bool,
     t0: Instant,
     t_sent: Instant,
 }
@@ -143,6 +150,7 @@ impl Stream {
                 commit_ms: self.t_sent.elapsed().as_millis() as u64,
             },
             relay_clocks,
+            identical: self.identical,
         }
     }
 }
@@ -191,6 +199,7 @@ async fn attempt(
         sha256: known_sha256.clone().unwrap_or_default(),
         len: before.len,
         bytes_sent: 0,
+        identical: false,
         t0,
         t_sent: t0,
     };
@@ -206,6 +215,8 @@ async fn attempt(
         }
         Body::Ended(end) => {
             stream.t_sent = Instant::now();
+            // A Receipt instead of a Plan: the blob already holds this file.
+            stream.identical = matches!(end, StreamEnd::Receipt { .. });
             return Ok((end, stream));
         }
     };
@@ -422,11 +433,16 @@ async fn stream_bytes(
             }
         };
         hasher.update(&chunk);
-        let n = chunk.len() as u64;
-        send.write_chunk(chunk)
-            .await
-            .map_err(|e| BodyEnd::Transport(lost(e)))?;
-        bar.inc(n);
+        // Under `--max-rate` the chunk goes out in metered pieces (`crate::rate`).
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let piece = crate::rate::next_piece(&mut rest).await;
+            let n = piece.len() as u64;
+            send.write_chunk(piece)
+                .await
+                .map_err(|e| BodyEnd::Transport(lost(e)))?;
+            bar.inc(n);
+        }
     }
     Ok(hasher)
 }

@@ -1,21 +1,90 @@
 //! Turns command-line paths into (source file, blob name) pairs, the way `cp -r`
 //! and AzCopy do: a file keeps its name; a directory keeps its own name as the
 //! first segment (`upload data/ --to c/p` gives `p/data/...`). Blob names use `/`.
+//!
+//! The walk is an iterator: it yields one entry at a time, so 100,000 files cost
+//! the memory of one (plus 16 bytes of hash per blob name it has seen, which catches two
+//! sources mapping to one blob before either is sent).
 
+use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::filter::Filter;
+use crate::manifest::Manifest;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
     pub path: PathBuf,
     pub blob: String,
+    /// Size when walked (the upload snapshots it again before sending).
+    pub size: u64,
+    /// The file's SHA-256 from `--checksums`: the relay commits only these bytes.
+    pub sha256: Option<String>,
 }
 
-/// Splits `CONTAINER[/PREFIX]`.
-pub fn parse_destination(to: &str) -> Result<(String, String), String> {
-    let to = to.trim_start_matches('/');
-    let (container, prefix) = to.split_once('/').unwrap_or((to, ""));
+/// One thing the walk found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    File(Source),
+    /// Not uploaded, not an error (a FIFO, a link not followed, a link loop).
+    Skipped {
+        path: PathBuf,
+        reason: String,
+    },
+    /// Not uploaded, and the user must hear of it (exit 1).
+    Failed {
+        path: PathBuf,
+        code: &'static str,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct WalkOptions {
+    pub prefix: String,
+    pub filter: Filter,
+    pub follow_symlinks: bool,
+    pub manifest: Option<Arc<Manifest>>,
+}
+
+/// Where a blob name may be given: `CONTAINER[/PREFIX]` or a blob URL
+/// `https://ACCOUNT.blob.core.windows.net/CONTAINER[/PREFIX]` (then also the account).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub account: Option<String>,
+    pub container: String,
+    pub prefix: String,
+}
+
+/// Splits `CONTAINER[/PREFIX]`, or a blob URL.
+pub fn parse_destination(to: &str) -> Result<Destination, String> {
+    let (account, path) = match to.split_once("://") {
+        Some((scheme, rest)) => {
+            if scheme != "https" && scheme != "http" {
+                return Err(format!(
+                    "{to:?}: expected CONTAINER[/PREFIX] or an https:// blob URL"
+                ));
+            }
+            let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+            if path.contains('?') {
+                return Err(format!(
+                    "{to:?}: leave the SAS out of --to (the relay holds the storage credentials)"
+                ));
+            }
+            let account = host.split('.').next().unwrap_or_default().to_string();
+            (Some(account), path)
+        }
+        None => (None, to),
+    };
+    let path = path.trim_start_matches('/');
+    let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
     relay_proto::blob_name::validate_container(container)?;
-    Ok((container.to_string(), prefix.trim_matches('/').to_string()))
+    Ok(Destination {
+        account,
+        container: container.to_string(),
+        prefix: prefix.trim_matches('/').to_string(),
+    })
 }
 
 /// Joins prefix and relative segments with `/`.
@@ -28,90 +97,224 @@ pub fn blob_name(prefix: &str, relative: &[&str]) -> String {
     parts.join("/")
 }
 
-/// Walks every argument; symlinks and special files are reported, not followed.
-/// Errors are per path so one unreadable entry does not stop the rest.
-pub fn collect(paths: &[PathBuf], prefix: &str) -> (Vec<Source>, Vec<(PathBuf, String)>) {
-    let mut out = Vec::new();
-    let mut errors = Vec::new();
-    for arg in paths {
-        let meta = match std::fs::symlink_metadata(arg) {
-            Ok(m) => m,
-            Err(e) => {
-                errors.push((arg.clone(), format!("cannot read: {e}")));
-                continue;
-            }
-        };
-        if meta.is_file() {
-            match file_name(arg) {
-                Some(name) => out.push(Source {
-                    path: arg.clone(),
-                    blob: blob_name(prefix, &[&name]),
-                }),
-                None => errors.push((arg.clone(), "file name is not valid UTF-8".into())),
-            }
-        } else if meta.is_dir() {
-            let base = std::fs::canonicalize(arg).ok().and_then(|p| file_name(&p));
-            walk_dir(arg, prefix, base.as_deref(), &mut out, &mut errors);
-        } else {
-            errors.push((
-                arg.clone(),
-                "not a regular file or directory (symlinks are not followed)".into(),
-            ));
-        }
-    }
-    (out, errors)
+/// The walk over every argument, in order; directories sorted by name.
+pub struct Walk {
+    opts: WalkOptions,
+    args: VecDeque<PathBuf>,
+    dir: Option<DirWalk>,
+    /// Blob name -> the source that took it.
+    /// 128 bits of SHA-256 of each blob name given out: a few MiB for 100,000
+    /// files, where the names themselves would cost tens (a false match needs a
+    /// 128-bit collision).
+    seen: HashSet<u128>,
 }
 
-fn walk_dir(
-    root: &Path,
-    prefix: &str,
-    base: Option<&str>,
-    out: &mut Vec<Source>,
-    errors: &mut Vec<(PathBuf, String)>,
-) {
-    let walker = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .sort_by_file_name();
-    for entry in walker {
-        let entry = match entry {
+struct DirWalk {
+    root: PathBuf,
+    /// The directory's own name, the first segment of its blobs.
+    base: Option<String>,
+    entries: walkdir::IntoIter,
+}
+
+impl Walk {
+    pub fn new(paths: &[PathBuf], opts: WalkOptions) -> Self {
+        Self {
+            opts,
+            args: paths.iter().cloned().collect(),
+            dir: None,
+            seen: HashSet::new(),
+        }
+    }
+
+    fn argument(&mut self, arg: PathBuf) -> Option<Found> {
+        let meta = if self.opts.follow_symlinks {
+            std::fs::metadata(&arg)
+        } else {
+            std::fs::symlink_metadata(&arg)
+        };
+        let meta = match meta {
+            Ok(m) => m,
+            Err(e) => return Some(io_failure(arg, "cannot read", &e)),
+        };
+        if meta.is_dir() {
+            let base = std::fs::canonicalize(&arg).ok().and_then(|p| file_name(&p));
+            let entries = walkdir::WalkDir::new(&arg)
+                .follow_links(self.opts.follow_symlinks)
+                .sort_by_file_name()
+                .into_iter();
+            self.dir = Some(DirWalk {
+                root: arg,
+                base,
+                entries,
+            });
+            return None;
+        }
+        let Some(name) = file_name(&arg) else {
+            return Some(invalid_utf8(arg));
+        };
+        if !self.opts.filter.admits(&name) {
+            return None;
+        }
+        if !meta.is_file() {
+            return Some(not_regular(arg, meta.file_type().is_symlink()));
+        }
+        self.file(arg, &[&name], meta.len())
+    }
+
+    /// The next entry of the directory being walked; `None` when it is done.
+    fn dir_entry(&mut self) -> Option<Option<Found>> {
+        let dir = self.dir.as_mut()?;
+        let entry = match dir.entries.next()? {
             Ok(e) => e,
-            Err(e) => {
-                let p = e
-                    .path()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| root.to_path_buf());
-                errors.push((p, format!("cannot read: {e}")));
-                continue;
-            }
+            Err(e) => return Some(Some(walk_error(&dir.root, e))),
         };
         let ft = entry.file_type();
         if ft.is_dir() {
-            continue;
+            return Some(None);
+        }
+        let path = entry.path().to_path_buf();
+        let Ok(rel) = path.strip_prefix(&dir.root) else {
+            return Some(None);
+        };
+        let segs: Option<Vec<String>> = rel
+            .components()
+            .map(|c| c.as_os_str().to_str().map(str::to_string))
+            .collect();
+        let Some(segs) = segs else {
+            return Some(Some(invalid_utf8(path)));
+        };
+        let relative = segs.join("/");
+        // Filters first: what the user left out is not reported at all.
+        if !self.opts.filter.admits(&relative) {
+            return Some(None);
         }
         if !ft.is_file() {
-            errors.push((
-                entry.path().to_path_buf(),
-                "skipped: not a regular file (symlinks are not followed)".into(),
-            ));
-            continue;
+            return Some(Some(not_regular(path, ft.is_symlink())));
         }
-        let Ok(rel) = entry.path().strip_prefix(root) else {
-            continue;
+        let size = match entry.metadata() {
+            Ok(m) => m.len(),
+            Err(e) => return Some(Some(walk_error(&dir.root, e))),
         };
-        let segs: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
-        match segs {
-            Some(mut segs) => {
-                if let Some(b) = base {
-                    segs.insert(0, b);
+        let names: Vec<String> = dir.base.iter().cloned().chain(segs).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        Some(self.file(path.clone(), &refs, size))
+    }
+
+    /// A regular file that passed the filters: the manifest, then its blob name (once).
+    fn file(&mut self, path: PathBuf, segs: &[&str], size: u64) -> Option<Found> {
+        let sha256 = match &self.opts.manifest {
+            None => None,
+            Some(m) => match m.lookup(&path) {
+                Some(h) => Some(h.to_string()),
+                None => {
+                    return Some(Found::Failed {
+                        message: format!("not listed in {}; not uploaded", m.file().display()),
+                        path,
+                        code: "not_in_manifest",
+                    });
                 }
-                out.push(Source {
-                    path: entry.path().to_path_buf(),
-                    blob: blob_name(prefix, &segs),
-                });
+            },
+        };
+        let blob = blob_name(&self.opts.prefix, segs);
+        if !self.seen.insert(name_hash(&blob)) {
+            return Some(Found::Failed {
+                message: format!(
+                    "same destination blob {blob:?} as an earlier source; not uploaded"
+                ),
+                path,
+                code: "duplicate_destination",
+            });
+        }
+        Some(Found::File(Source {
+            path,
+            blob,
+            size,
+            sha256,
+        }))
+    }
+}
+
+impl Iterator for Walk {
+    type Item = Found;
+
+    fn next(&mut self) -> Option<Found> {
+        loop {
+            match self.dir_entry() {
+                Some(Some(found)) => return Some(found),
+                Some(None) => continue,
+                None => self.dir = None,
             }
-            None => errors.push((entry.path().to_path_buf(), "path is not valid UTF-8".into())),
+            let arg = self.args.pop_front()?;
+            if let Some(found) = self.argument(arg) {
+                return Some(found);
+            }
         }
     }
+}
+
+fn not_regular(path: PathBuf, symlink: bool) -> Found {
+    let reason = if symlink {
+        "symbolic link (add --follow-symlinks to follow it)"
+    } else {
+        "not a regular file"
+    };
+    Found::Skipped {
+        path,
+        reason: reason.into(),
+    }
+}
+
+fn invalid_utf8(path: PathBuf) -> Found {
+    Found::Failed {
+        path,
+        code: "source",
+        message: "path is not valid UTF-8; not uploaded".into(),
+    }
+}
+
+fn io_failure(path: PathBuf, what: &str, e: &std::io::Error) -> Found {
+    let message = if e.kind() == std::io::ErrorKind::PermissionDenied {
+        format!("permission denied: {what} it (check its permissions)")
+    } else {
+        format!("{what}: {e}")
+    };
+    Found::Failed {
+        path,
+        code: "source",
+        message,
+    }
+}
+
+fn walk_error(root: &Path, e: walkdir::Error) -> Found {
+    let path = e
+        .path()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| root.to_path_buf());
+    if let Some(ancestor) = e.loop_ancestor() {
+        return Found::Skipped {
+            path,
+            reason: format!("symbolic link loops back to {}", ancestor.display()),
+        };
+    }
+    match e.io_error() {
+        Some(io) if io.kind() == std::io::ErrorKind::NotFound => Found::Skipped {
+            path,
+            reason: "broken symbolic link".into(),
+        },
+        Some(io) => io_failure(path, "cannot read", io),
+        None => Found::Failed {
+            path,
+            code: "source",
+            message: format!("cannot read: {e}"),
+        },
+    }
+}
+
+fn name_hash(blob: &str) -> u128 {
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(blob.as_bytes());
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
 }
 
 fn file_name(p: &Path) -> Option<String> {
@@ -124,12 +327,24 @@ mod tests {
 
     #[test]
     fn destinations() {
-        assert_eq!(parse_destination("c1x"), Ok(("c1x".into(), "".into())));
-        assert_eq!(
-            parse_destination("data/a/b/"),
-            Ok(("data".into(), "a/b".into()))
-        );
+        let d = |c: &str, p: &str| Destination {
+            account: None,
+            container: c.into(),
+            prefix: p.into(),
+        };
+        assert_eq!(parse_destination("c1x"), Ok(d("c1x", "")));
+        assert_eq!(parse_destination("data/a/b/"), Ok(d("data", "a/b")));
         assert!(parse_destination("Bad").is_err());
+        let url = parse_destination("https://acct.blob.core.windows.net/data/x/y");
+        assert_eq!(
+            url,
+            Ok(Destination {
+                account: Some("acct".into()),
+                ..d("data", "x/y")
+            })
+        );
+        assert!(parse_destination("https://acct.blob.core.windows.net/data?sv=1").is_err());
+        assert!(parse_destination("ftp://x/y").is_err());
     }
 
     #[test]
@@ -141,23 +356,104 @@ mod tests {
         );
     }
 
-    #[test]
-    fn directory_keeps_its_name() {
-        let root = std::env::temp_dir().join(format!("walk-{}", std::process::id()));
+    fn scratch(tag: &str) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("walk-{tag}-{}", std::process::id()));
         // A crashed run of an earlier process with this PID may have left it.
         let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("mkdir");
+        root
+    }
+
+    fn files(found: &[Found]) -> Vec<&str> {
+        found
+            .iter()
+            .filter_map(|f| match f {
+                Found::File(s) => Some(s.blob.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn directory_keeps_its_name() {
+        let root = scratch("name");
         let data = root.join("data");
         std::fs::create_dir_all(data.join("sub")).expect("mkdir");
         std::fs::write(data.join("a.txt"), b"a").expect("write");
         std::fs::write(data.join("sub/b.txt"), b"b").expect("write");
         std::fs::write(root.join("top.bin"), b"t").expect("write");
-        let (found, errors) = collect(
+        let opts = WalkOptions {
+            prefix: "p".into(),
+            ..Default::default()
+        };
+        let found: Vec<Found> = Walk::new(
             &[data.clone(), root.join("top.bin"), root.join("missing")],
-            "p",
+            opts,
+        )
+        .collect();
+        assert_eq!(
+            files(&found),
+            ["p/data/a.txt", "p/data/sub/b.txt", "p/top.bin"]
         );
-        let blobs: Vec<_> = found.iter().map(|s| s.blob.as_str()).collect();
-        assert_eq!(blobs, ["p/data/a.txt", "p/data/sub/b.txt", "p/top.bin"]);
-        assert_eq!(errors.len(), 1);
+        assert_eq!(found.len(), 4);
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn duplicates_are_caught_while_walking() {
+        let root = scratch("dup");
+        std::fs::create_dir_all(root.join("a")).expect("mkdir");
+        std::fs::write(root.join("x.bin"), b"1").expect("write");
+        std::fs::write(root.join("a/x.bin"), b"2").expect("write");
+        let found: Vec<Found> = Walk::new(
+            &[root.join("x.bin"), root.join("a/x.bin")],
+            Default::default(),
+        )
+        .collect();
+        assert_eq!(files(&found), ["x.bin"]);
+        assert!(
+            matches!(
+                &found[1],
+                Found::Failed {
+                    code: "duplicate_destination",
+                    ..
+                }
+            ),
+            "{found:?}"
+        );
+        let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn links_are_skipped_or_followed_without_looping() {
+        let root = scratch("links");
+        let data = root.join("data");
+        std::fs::create_dir_all(data.join("sub")).expect("mkdir");
+        std::fs::write(data.join("sub/f.txt"), b"f").expect("write");
+        std::os::unix::fs::symlink(data.join("sub/f.txt"), data.join("link.txt")).expect("ln");
+        std::os::unix::fs::symlink(&data, data.join("sub/loop")).expect("ln");
+        let plain: Vec<Found> =
+            Walk::new(std::slice::from_ref(&data), Default::default()).collect();
+        assert_eq!(files(&plain), ["data/sub/f.txt"]);
+        assert_eq!(
+            plain
+                .iter()
+                .filter(|f| matches!(f, Found::Skipped { .. }))
+                .count(),
+            2
+        );
+        let opts = WalkOptions {
+            follow_symlinks: true,
+            ..Default::default()
+        };
+        let followed: Vec<Found> = Walk::new(std::slice::from_ref(&data), opts).collect();
+        assert_eq!(files(&followed), ["data/link.txt", "data/sub/f.txt"]);
+        assert!(
+            followed.iter().any(
+                |f| matches!(f, Found::Skipped { reason, .. } if reason.contains("loops back"))
+            ),
+            "{followed:?}"
+        );
         let _ = std::fs::remove_dir_all(root);
     }
 }

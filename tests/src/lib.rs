@@ -53,8 +53,9 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// Runs the real `relay-client` with `args`, bounded in time.
-pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duration) -> Output {
+/// The real `relay-client` with `args`, in the tests' environment, not started
+/// (for tests that watch its output while it runs, or signal it).
+pub fn client_command(args: &[String], envs: &[(&str, &str)]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(binary("relay-client"));
     cmd.args(args).kill_on_drop(true);
     // Only what the test passes: never a token from the caller's environment.
@@ -78,6 +79,12 @@ pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duratio
     for (k, v) in envs {
         cmd.env(k, v);
     }
+    cmd
+}
+
+/// Runs the real `relay-client` with `args`, bounded in time.
+pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duration) -> Output {
+    let mut cmd = client_command(args, envs);
     match tokio::time::timeout(timeout, cmd.output()).await {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => panic!("cannot run relay-client: {e}"),

@@ -382,26 +382,27 @@ async fn cli_errors_are_clear() {
         a
     };
 
-    // Unknown token.
+    // Unknown token: one setup error (exit 2), whatever the number of files.
     let out = run_client(&base("wrong-token-0123456789", &container), &[], T).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let e = stderr(&out);
     assert!(
-        e.contains("f.bin: refused: unknown or expired token"),
+        e.contains("the relay refused the token (refused: unknown or expired token)"),
         "{e}"
     );
 
-    // A token limited to another container.
+    // A token limited to another container: also a setup error.
     let out = run_client(&base(LIMITED_TOKEN, &container), &[], T).await;
+    assert_eq!(out.status.code(), Some(2));
     let e = stderr(&out);
     assert!(e.contains("may not write container"), "{e}");
 
-    // Azure's own error passes through with the file named (container missing).
+    // A missing container is one setup error that says so.
     let out = run_client(&base(TOKEN, "no-such-container"), &[], T).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let e = stderr(&out);
     assert!(
-        e.contains("f.bin") && e.contains("ContainerNotFound"),
+        e.contains("container \"no-such-container\" does not exist"),
         "{e}"
     );
 

@@ -619,10 +619,12 @@ async fn direct_mode_resumes_only_its_own_blocks() {
         assert_eq!(f["status"], "committed", "{f}");
         assert_eq!(f["bytes_resumed"], resumed, "{name}: {f}");
         assert_eq!(blob_sha(&container, name).await, (size, sha.clone()));
-        // A re-run finds it committed (sealed with the same key): nothing sent.
+        // A re-run finds it committed (sealed with the same key): skipped as
+        // identical, nothing sent.
         let out = run_client(&args(&file), &[], T).await;
         let f = &summary(&out)["files"][0];
-        assert_eq!(f["status"], "committed", "{f}");
+        assert_eq!(f["status"], "skipped", "{f}");
+        assert_eq!(f["reason"], "identical", "{f}");
         assert_eq!(f["bytes_sent"], 0, "{f}");
     }
 }

@@ -328,11 +328,18 @@ async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The re-run of the same command: the blob exists, holds exactly this file, so
-    // the file is reported committed with nothing sent (not "exists").
-    let f = committed_file(&run_client(&args, &[], T).await);
+    // the file is reported skipped (identical) with nothing sent (not "exists").
+    let out = run_client(&args, &[], T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = summary(&out)["files"][0].clone();
+    assert_eq!(f["status"], "skipped", "{f}");
+    assert_eq!(f["reason"], "identical", "{f}");
     assert_eq!(f["sha256"], sha.as_str());
     assert_eq!(f["bytes_sent"], 0, "{f}");
-    assert_eq!(f["bytes_resumed"], size, "{f}");
     assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
 
     // A different file under the same name is still refused.

@@ -96,6 +96,29 @@ impl ClientSession {
         (s, first)
     }
 
+    /// A file whose whole SHA-256 is known before any byte is read (a checksum
+    /// manifest): the first Offer is plain and carries it, so the relay can
+    /// answer with a Receipt if the blob already holds exactly this file, and
+    /// commits nothing else.
+    pub fn with_sha256(size: u64, may_overwrite: bool, sha256: Option<String>) -> (Self, Action) {
+        let Some(sha256) = sha256 else {
+            return Self::new(size, may_overwrite);
+        };
+        let s = Self {
+            size,
+            may_overwrite,
+            state: State::Offered {
+                eager: false,
+                with_sha: true,
+            },
+        };
+        let first = Action::Offer {
+            eager: false,
+            sha256: Some(sha256),
+        };
+        (s, first)
+    }
+
     pub fn handle(&mut self, event: Event) -> Action {
         let action = match (self.state, event) {
             (State::Offered { eager, with_sha }, Event::Stream(end)) => {

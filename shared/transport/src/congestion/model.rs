@@ -24,7 +24,11 @@
 //!   round) on losses seen while the RTT is inflated by a queue (> min RTT + half
 //!   of it): that is when a loss-based flow shares the bottleneck with us. Random
 //!   loss on an empty queue still costs nothing.
-//! - **max_rate** caps the window at max_rate × min RTT, i.e. the sending rate.
+//! - **max_rate** bounds the window at max_rate × (min RTT + `RATE_ACK_ALLOWANCE`):
+//!   room for the peer's ACK delay, without which a short path (loopback: RTT
+//!   tens of µs, ACK delay up to 25 ms) runs far below the rate. The window is then
+//!   no exact cap (prompt ACKs let it run above); the client meters its writes to
+//!   the rate (`relay-client`'s `rate.rs`), and this bound keeps bursts small.
 //! - **Warm start** (after draft-ietf-tsvwg-careful-resume): given what an earlier
 //!   connection measured on this path, Startup jumps to half of that BDP once the
 //!   first RTT sample confirms the path (RTT within ×2/3–×3/2 of the saved one),
@@ -58,6 +62,10 @@ const MAX_FOREIGN_QUEUE: f64 = 1.0;
 /// (loopback, LAN) a window of bw × min RTT alone would starve the sender
 /// (measured: 0.5 Gbit/s instead of 6 Gbit/s on loopback).
 const ACK_ALLOWANCE: Duration = Duration::from_millis(2);
+
+/// With `max_rate`: the peer's ACK delay the window leaves room for (QUIC's
+/// default max_ack_delay).
+const RATE_ACK_ALLOWANCE: Duration = Duration::from_millis(25);
 /// Half of the min-RTT filter's span (see `MinRtt`).
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(5);
 /// Before any RTT sample (RFC 9002's initial RTT).
@@ -548,7 +556,7 @@ impl Model {
             }
         };
         if let (Some(rate), Some(_)) = (self.params.max_rate, min_rtt) {
-            w = w.min((rate as f64 * rtt) as u64);
+            w = w.min((rate as f64 * (rtt + RATE_ACK_ALLOWANCE.as_secs_f64())) as u64);
         }
         if let (Some(f), Some(now)) = (&self.fair, now) {
             let t = now.saturating_duration_since(f.epoch).as_secs_f64();
@@ -701,7 +709,7 @@ mod tests {
         );
         let t0 = Instant::now();
         steady(&mut m, t0, Duration::from_millis(100), 5e6, 3.0);
-        // 1 MB/s × 100 ms.
-        assert!(m.window() <= 100_000, "{}", m.window());
+        // 1 MB/s × (100 ms + 25 ms of ACK delay).
+        assert!(m.window() <= 125_000, "{}", m.window());
     }
 }

@@ -430,7 +430,14 @@ fn max_rate_caps_the_sending_rate() {
     };
     let o = run(&mut link, vec![relay(params)], 10.0);
     let rate = o.late_rate[0];
-    assert!(rate <= cap * 1.02 && rate >= cap * 0.9, "rate {rate}");
+    // The window leaves room for 25 ms of ACK delay the simulated peer does not
+    // take: at most cap × (100 + 25) / 100 here. The exact cap is the client's
+    // metering of its writes (relay-client `rate.rs`); this bound keeps the
+    // window from starving the rate, and from bursting far above it.
+    assert!(
+        rate <= cap * 1.25 * 1.02 && rate >= cap * 0.9,
+        "rate {rate}"
+    );
 }
 
 #[test]

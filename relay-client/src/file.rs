@@ -1,0 +1,305 @@
+//! One file from the walk to its report: checks that need no network (name,
+//! readable), the upload with retries and capped backoff (reconnecting and
+//! resuming), `--overwrite=if-different`'s second step, and `--dry-run`.
+
+use std::time::Duration;
+
+use indicatif::ProgressBar;
+use relay_storage::retry::Backoff;
+
+use crate::direct::upload_file;
+use crate::probe::{self, Verdict};
+use crate::progress::Reporter;
+use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status};
+use crate::send::{Options, Sent, send_file};
+use crate::setup::Mode;
+use crate::walk::{Found, Source};
+
+/// What every file of a run shares.
+pub struct Job {
+    pub mode: std::sync::Arc<Mode>,
+    pub opts: Options,
+    /// `--overwrite=if-different`: the options that replace a blob whose bytes differ.
+    pub replace: Option<Options>,
+    pub attempts: u32,
+    pub dry_run: bool,
+}
+
+/// Uploads (or probes) one file and reports it; returns a message when the
+/// refusal is one every file would get, so the run stops with one setup error.
+pub async fn one_file(job: &Job, reporter: &Reporter, src: Source, wait_ms: u64) -> Option<String> {
+    let bar = reporter.start(&src.blob);
+    let report = match report_of(job, &src, &bar, wait_ms).await {
+        Ok(r) => r,
+        Err((e, attempts)) => {
+            if let Some(fatal) = fatal(&e, &job.opts.container) {
+                bar.finish_and_clear();
+                return Some(fatal);
+            }
+            let mut r = failed(
+                &src.path.display().to_string(),
+                &job.opts.container,
+                &src.blob,
+                e,
+            );
+            r.attempts = attempts;
+            r.clocks_ms.wait_ms = wait_ms;
+            r
+        }
+    };
+    reporter.finish_file(Some(&bar), report, src.size);
+    None
+}
+
+async fn report_of(
+    job: &Job,
+    src: &Source,
+    bar: &ProgressBar,
+    wait_ms: u64,
+) -> Result<FileReport, (FileError, u32)> {
+    // Checks before any attempt: a failure here costs none.
+    let before = |e: FileError| (e, 0);
+    relay_proto::blob_name::validate_blob_name(&src.blob)
+        .map_err(|m| before(FileError::new("invalid_name", m, false)))?;
+    readable(src).map_err(before)?;
+    let opts = with_content_type(&job.opts, src);
+    if job.dry_run {
+        return planned(job, src, &opts).await.map_err(|e| (e, 1));
+    }
+    let (sent, tries) = match with_retries(job, src, &opts, bar).await {
+        Err((e, _)) if e.code == "exists" && job.replace.is_some() => {
+            let replace = job.replace.as_ref().map(|r| with_content_type(r, src));
+            with_retries(job, src, replace.as_ref().unwrap_or(&opts), bar).await?
+        }
+        other => other?,
+    };
+    let mut r = FileReport {
+        path: src.path.display().to_string(),
+        container: job.opts.container.clone(),
+        blob: src.blob.clone(),
+        status: Status::Committed,
+        reason: None,
+        bytes: sent.bytes,
+        sha256: Some(sent.sha256),
+        etag: Some(sent.etag),
+        bytes_resumed: sent.bytes_resumed,
+        bytes_sent: sent.bytes_sent,
+        retries: sent.retries,
+        storage_requests: sent.storage_requests,
+        attempts: tries,
+        clocks_ms: Clocks {
+            wait_ms,
+            ..sent.clocks
+        },
+        relay_ms: sent.relay_clocks,
+        error: None,
+    };
+    // The relay's seal says the blob holds exactly these bytes. On a first attempt
+    // that is an earlier run's work: skipped. After a retry it may be this run's
+    // own commit whose Receipt was lost: committed, as it is.
+    if sent.identical && tries == 1 {
+        r.status = Status::Skipped;
+        r.reason = Some("identical".into());
+        r.bytes_resumed = 0;
+    }
+    Ok(r)
+}
+
+/// Fails fast, and says why, on a file this user cannot read.
+fn readable(src: &Source) -> Result<(), FileError> {
+    match std::fs::File::open(&src.path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(FileError::new(
+            "source",
+            "permission denied: cannot open it for reading (check its permissions)",
+            false,
+        )),
+        Err(e) => Err(FileError::new("source", format!("cannot read: {e}"), false)),
+    }
+}
+
+/// `--content-type` if given, else a type from the file's extension (as AzCopy
+/// and rclone do), else none (the service's default, application/octet-stream).
+fn with_content_type(opts: &Options, src: &Source) -> Options {
+    let mut o = opts.clone();
+    if o.content_type.is_none() {
+        o.content_type = mime_guess::from_path(&src.path)
+            .first_raw()
+            .map(str::to_string);
+    }
+    o
+}
+
+async fn with_retries(
+    job: &Job,
+    src: &Source,
+    opts: &Options,
+    bar: &ProgressBar,
+) -> Result<(Sent, u32), (FileError, u32)> {
+    let backoff = Backoff {
+        initial: Duration::from_millis(500),
+        cap: Duration::from_secs(15),
+        max_attempts: job.attempts,
+    };
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let res = match job.mode.as_ref() {
+            Mode::Relay(link) => match link.get().await {
+                Ok(conn) => send_file(&conn, src, opts, bar).await,
+                Err(e) => Err(e),
+            },
+            Mode::Direct(d) => upload_file(d, src, opts, bar).await,
+        };
+        match res {
+            Ok(sent) => return Ok((sent, tries)),
+            Err(e) if e.retryable && backoff.allows(tries) => {
+                let delay = backoff.delay(tries, rand::random::<f64>());
+                tracing::warn!(path = %src.path.display(), attempt = tries, ?delay, error = %e.message, "retrying");
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err((e, tries)),
+        }
+    }
+}
+
+/// `--dry-run`: what would happen, from the relay's (or storage's) own answer.
+async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, FileError> {
+    let verdict = match job.mode.as_ref() {
+        Mode::Relay(link) => probe::through_relay(&link.get().await?, src, opts).await?,
+        Mode::Direct(d) => probe::direct(d, src, opts).await?,
+    };
+    let reason = match verdict {
+        Verdict::Identical => "would skip (identical)".to_string(),
+        Verdict::Exists if job.replace.is_some() => "would replace (the blob differs)".into(),
+        Verdict::Exists => "would refuse (a blob with this name exists; see --overwrite)".into(),
+        Verdict::Upload { resume_offset: 0 } => format!("would upload {} bytes", src.size),
+        Verdict::Upload { resume_offset } => {
+            format!(
+                "would upload {} bytes (resuming at {resume_offset})",
+                src.size
+            )
+        }
+    };
+    let mut r = blank(
+        &src.path.display().to_string(),
+        &opts.container,
+        &src.blob,
+        Status::Planned,
+    );
+    r.reason = Some(reason);
+    r.bytes = src.size;
+    Ok(r)
+}
+
+/// A refusal that every other file would get too.
+fn fatal(e: &FileError, container: &str) -> Option<String> {
+    match e.code.as_str() {
+        "unauthorized" => Some(format!(
+            "the relay refused the token ({}); check --token or RELAY_TOKEN",
+            e.message
+        )),
+        "forbidden" => Some(format!(
+            "the relay refused container {container:?} for this token ({})",
+            e.message
+        )),
+        "storage_refused" if e.message.contains("ContainerNotFound") => Some(format!(
+            "container {container:?} does not exist; create it first \
+             (with --direct, --create-container does)"
+        )),
+        _ => None,
+    }
+}
+
+/// A walk entry that is not a file to upload: skipped, or failed.
+pub fn walk_report(found: Found, container: &str) -> FileReport {
+    match found {
+        Found::Skipped { path, reason } => {
+            let mut r = blank(&path.display().to_string(), container, "", Status::Skipped);
+            r.reason = Some(reason);
+            r
+        }
+        Found::Failed {
+            path,
+            code,
+            message,
+        } => failed(
+            &path.display().to_string(),
+            container,
+            "",
+            FileError::new(code, message, false),
+        ),
+        Found::File(src) => failed(
+            &src.path.display().to_string(),
+            container,
+            &src.blob,
+            FileError::new("internal", "a file reached the walk report", false),
+        ),
+    }
+}
+
+pub fn failed(path: &str, container: &str, blob: &str, e: FileError) -> FileReport {
+    FileReport {
+        error: Some(ErrorReport {
+            code: e.code,
+            message: e.message,
+        }),
+        ..blank(path, container, blob, Status::Failed)
+    }
+}
+
+fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport {
+    FileReport {
+        path: path.to_string(),
+        container: container.to_string(),
+        blob: blob.to_string(),
+        status,
+        reason: None,
+        bytes: 0,
+        sha256: None,
+        etag: None,
+        bytes_resumed: 0,
+        bytes_sent: 0,
+        retries: 0,
+        storage_requests: 0,
+        attempts: 0,
+        clocks_ms: Clocks::default(),
+        relay_ms: None,
+        error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(name: &str) -> Source {
+        Source {
+            path: name.into(),
+            blob: name.into(),
+            size: 0,
+            sha256: None,
+        }
+    }
+
+    #[test]
+    fn content_type_from_the_extension_unless_given() {
+        let opts = Options {
+            token: relay_proto::protocol::Secret(String::new()),
+            container: "c".into(),
+            overwrite: relay_proto::protocol::Overwrite::Never,
+            block_size: None,
+            content_type: None,
+            metadata: Default::default(),
+        };
+        let t = |o: &Options, n: &str| with_content_type(o, &src(n)).content_type;
+        assert_eq!(t(&opts, "a/notes.txt").as_deref(), Some("text/plain"));
+        assert_eq!(t(&opts, "x.json").as_deref(), Some("application/json"));
+        assert_eq!(t(&opts, "blob.zzzunknown"), None);
+        let given = Options {
+            content_type: Some("application/x-mine".into()),
+            ..opts
+        };
+        assert_eq!(t(&given, "a.txt").as_deref(), Some("application/x-mine"));
+    }
+}

@@ -1,0 +1,119 @@
+//! Ctrl-C: the first stops the upload cleanly (no new files, in-flight streams
+//! reset, the connection closed, a report of what is committed and the command
+//! that resumes); a second exits at once. Exit status 130 either way, as shells
+//! expect of SIGINT.
+
+use tokio::sync::watch;
+
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Clone)]
+pub struct Interrupt {
+    rx: watch::Receiver<bool>,
+}
+
+impl Interrupt {
+    /// Takes over SIGINT for the rest of the process.
+    pub fn install() -> Self {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_err() {
+                return; // no signal handling here: the default (exit) stays
+            }
+            let _ = tx.send(true);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nrelay-client: interrupted again; exiting now");
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        });
+        Self { rx }
+    }
+
+    /// Never fires (library callers and tests that do not want signals).
+    pub fn never() -> Self {
+        let (tx, rx) = watch::channel(false);
+        std::mem::forget(tx);
+        Self { rx }
+    }
+
+    pub fn fired(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// Resolves once Ctrl-C was pressed.
+    pub async fn wait(&mut self) {
+        while !*self.rx.borrow_and_update() {
+            if self.rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// The command line as typed, quoted for a POSIX shell, with secrets replaced by
+/// the environment variable that can carry them.
+pub fn rerun_command(args: &[String]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut hide_next: Option<&str> = None;
+    for a in args {
+        if let Some(var) = hide_next.take() {
+            out.push(format!("\"${var}\""));
+            continue;
+        }
+        let secret = [
+            ("--token", "RELAY_TOKEN"),
+            ("--account-key", "RELAY_ACCOUNT_KEY"),
+        ]
+        .into_iter()
+        .find(|(flag, _)| a == flag || a.starts_with(&format!("{flag}=")));
+        match secret {
+            Some((flag, var)) if a == flag => {
+                hide_next = Some(var);
+                out.push(a.clone());
+            }
+            Some((flag, var)) => out.push(format!("{flag}=\"${var}\"")),
+            None => out.push(quote(a)),
+        }
+    }
+    out.join(" ")
+}
+
+fn quote(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./:=@%+-,".contains(&b));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rerun_is_quoted_and_hides_secrets() {
+        let args: Vec<String> = [
+            "relay-client",
+            "upload",
+            "my data/",
+            "--token",
+            "s3cret",
+            "--account-key=k3y",
+            "--include",
+            "*.txt",
+            "--to",
+            "c/p",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            rerun_command(&args),
+            "relay-client upload 'my data/' --token \"$RELAY_TOKEN\" \
+             --account-key=\"$RELAY_ACCOUNT_KEY\" --include '*.txt' --to c/p"
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! What a person or a tool sees while an upload runs: each file's result line the
+//! moment it finishes; on a terminal, per-file bars under a total bar; without
+//! one, a status line every `--status-interval` seconds (files done/total, bytes,
+//! rate, ETA), as AzCopy prints; with `--json-lines`, one JSON event per line.
+//!
+//! Every byte count shown is the same quantity: a file's bar counts the bytes
+//! the client has handed to the transport for it (from its resume offset on),
+//! and the total is the sum of finished files (their whole size, whatever became
+//! of them) and the bars of the files in flight, so the total never disagrees
+//! with the bars under it.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use relay_proto::size::format_size;
+use serde_json::json;
+
+use crate::report::{FileReport, Status, Summary, Totals};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    /// One summary at the end (`--json`): per-file reports are kept for it.
+    Json,
+    /// One event per line (`--json-lines`).
+    JsonLines,
+}
+
+/// Files and bytes the walk found so far; `complete` once it has finished.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Found {
+    pub files: u64,
+    pub bytes: u64,
+    pub complete: bool,
+}
+
+struct State {
+    totals: Totals,
+    kept: Vec<FileReport>,
+    /// Sizes of finished files (uploaded, skipped or failed).
+    done_bytes: u64,
+    found: Found,
+    active: Vec<ProgressBar>,
+}
+
+pub struct Reporter {
+    output: Output,
+    bars: bool,
+    multi: MultiProgress,
+    total: ProgressBar,
+    t0: Instant,
+    state: Mutex<State>,
+}
+
+/// A snapshot for a status line.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub files_done: usize,
+    pub found: Found,
+    pub bytes_done: u64,
+    /// The part of `bytes_done` that belongs to files still in flight.
+    pub in_flight_bytes: u64,
+    pub seconds: f64,
+}
+
+impl Progress {
+    fn rate_bytes(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes_done as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    fn eta_seconds(&self) -> Option<u64> {
+        let left = self.found.bytes.saturating_sub(self.bytes_done);
+        let rate = self.rate_bytes();
+        (self.found.complete && rate > 0.0).then(|| (left as f64 / rate).ceil() as u64)
+    }
+}
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+impl Reporter {
+    /// Bars only on a terminal (stderr), never with JSON output or `--quiet`.
+    pub fn new(output: Output, quiet: bool) -> Self {
+        let bars = output == Output::Text && !quiet && std::io::stderr().is_terminal();
+        let multi = MultiProgress::with_draw_target(if bars {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        });
+        let total = multi.add(ProgressBar::new(0));
+        total.set_style(style(
+            "total {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
+        ));
+        Self {
+            output,
+            bars,
+            multi,
+            total,
+            t0: Instant::now(),
+            state: Mutex::new(State {
+                totals: Totals::default(),
+                kept: Vec::new(),
+                done_bytes: 0,
+                found: Found::default(),
+                active: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn bars(&self) -> bool {
+        self.bars
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while printing must not hide every later result.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_found(&self, found: Found) {
+        self.state().found = found;
+    }
+
+    /// A bar for a file starting now (drawn only on a terminal).
+    pub fn start(&self, blob: &str) -> ProgressBar {
+        let bar = self.multi.insert_before(&self.total, ProgressBar::new(0));
+        bar.set_style(style(
+            "{prefix:40!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec}",
+        ));
+        bar.set_prefix(blob.to_string());
+        self.state().active.push(bar.clone());
+        bar
+    }
+
+    /// A file is done: its line now, then the tally.
+    pub fn finish_file(&self, bar: Option<&ProgressBar>, report: FileReport, size: u64) {
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+            self.multi.remove(bar);
+        }
+        self.print_result(&report);
+        let mut st = self.state();
+        if bar.is_some() {
+            st.active.retain(|b| !b.is_finished());
+        }
+        st.done_bytes += size;
+        st.totals.add(&report);
+        if self.output == Output::Json {
+            st.kept.push(report);
+        }
+    }
+
+    fn print_result(&self, f: &FileReport) {
+        match self.output {
+            // Failures still get their line on stderr, as before `--json` existed.
+            Output::Json if f.status == Status::Failed => {
+                self.multi.suspend(|| eprintln!("{}", text_line(f)));
+            }
+            Output::Json => {}
+            Output::JsonLines => {
+                let event = json!({"event": "file", "file": f});
+                println!("{event}");
+            }
+            Output::Text => {
+                let line = text_line(f);
+                let to_stderr = f.status == Status::Failed;
+                self.multi.suspend(|| {
+                    if to_stderr {
+                        eprintln!("{line}");
+                    } else {
+                        println!("{line}");
+                    }
+                });
+            }
+        }
+    }
+
+    pub fn progress(&self) -> Progress {
+        let st = self.state();
+        let in_flight: u64 = st.active.iter().map(ProgressBar::position).sum();
+        Progress {
+            files_done: st.totals.files,
+            found: st.found,
+            bytes_done: st.done_bytes + in_flight,
+            in_flight_bytes: in_flight,
+            seconds: self.t0.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Redraws the total bar (terminal) or prints a status line (otherwise).
+    pub fn tick(&self) {
+        let p = self.progress();
+        if self.bars {
+            self.total.set_length(p.found.bytes);
+            self.total.set_position(p.bytes_done);
+            self.total
+                .set_message(format!("{}/{} files", p.files_done, files_total(&p.found)));
+            return;
+        }
+        match self.output {
+            Output::Text => eprintln!("{}", status_line(&p)),
+            Output::JsonLines => {
+                let event = json!({
+                    "event": "status",
+                    "files_done": p.files_done,
+                    "files_total": p.found.files,
+                    "walk_complete": p.found.complete,
+                    "bytes_done": p.bytes_done,
+                    "bytes_total": p.found.bytes,
+                    "seconds": p.seconds,
+                    "eta_seconds": p.eta_seconds(),
+                });
+                println!("{event}");
+            }
+            Output::Json => {}
+        }
+    }
+
+    /// How often `tick` should run: often on a terminal, else the status interval.
+    pub fn tick_every(&self, status_interval: f64) -> Option<Duration> {
+        if self.bars {
+            return Some(Duration::from_millis(200));
+        }
+        (status_interval > 0.0 && self.output != Output::Json)
+            .then(|| Duration::from_secs_f64(status_interval))
+    }
+
+    /// Prints above the bars (or plainly) on stderr.
+    pub fn note(&self, line: &str) {
+        self.multi.suspend(|| eprintln!("{line}"));
+    }
+
+    /// Clears the bars; the totals so far and the kept reports.
+    pub fn summary(&self, mode: &'static str) -> Summary {
+        self.total.finish_and_clear();
+        let mut st = self.state();
+        for b in st.active.drain(..) {
+            b.finish_and_clear();
+        }
+        let totals = st.totals.clone().finish(self.t0.elapsed().as_secs_f64());
+        Summary::new(mode, std::mem::take(&mut st.kept), totals)
+    }
+}
+
+fn files_total(found: &Found) -> String {
+    if found.complete {
+        found.files.to_string()
+    } else {
+        format!("{}+", found.files)
+    }
+}
+
+/// `status: 12/40 files, 1.2 GiB/3.0 GiB, 95.3 Mbit/s, eta 2m10s`.
+pub fn status_line(p: &Progress) -> String {
+    let eta = match p.eta_seconds() {
+        Some(s) => format!("{}m{:02}s", s / 60, s % 60),
+        None => "?".into(),
+    };
+    format!(
+        "status: {}/{} files, {}/{}, {:.1} Mbit/s, eta {eta}",
+        p.files_done,
+        files_total(&p.found),
+        format_size(p.bytes_done),
+        format_size(p.found.bytes),
+        p.rate_bytes() * 8.0 / 1e6,
+    )
+}
+
+/// One line per finished file, as `rg` prints errors: scripts can grep them.
+pub fn text_line(f: &FileReport) -> String {
+    let reason = f.reason.as_deref().unwrap_or_default();
+    match f.status {
+        Status::Committed => format!(
+            "committed  {}/{}  {} bytes  sha256 {}  etag {}{}",
+            f.container,
+            f.blob,
+            f.bytes,
+            f.sha256.as_deref().unwrap_or(""),
+            f.etag.as_deref().unwrap_or(""),
+            if f.bytes_resumed > 0 {
+                format!("  (resumed at {})", f.bytes_resumed)
+            } else {
+                String::new()
+            }
+        ),
+        Status::Skipped if f.blob.is_empty() => format!("skipped    {}  ({reason})", f.path),
+        Status::Skipped => format!("skipped    {}/{}  ({reason})", f.container, f.blob),
+        Status::Planned => format!("dry-run    {}/{}  {reason}", f.container, f.blob),
+        Status::Failed => {
+            let why = f
+                .error
+                .as_ref()
+                .map(|e| e.message.as_str())
+                .unwrap_or("failed");
+            format!("relay-client: {}: {why}", f.path)
+        }
+    }
+}
+
+/// The last line of a text run.
+pub fn summary_line(s: &Summary) -> String {
+    let t = &s.totals;
+    let mut line = format!(
+        "{} of {} files committed and verified",
+        t.committed, t.files
+    );
+    if t.skipped > 0 {
+        line.push_str(&format!(", {} skipped", t.skipped));
+    }
+    if t.planned > 0 {
+        line.push_str(&format!(
+            ", {} looked at (dry run: nothing written)",
+            t.planned
+        ));
+    }
+    if t.failed > 0 {
+        line.push_str(&format!(", {} failed", t.failed));
+    }
+    line.push_str(&format!(
+        ", {} in {:.1} s ({:.1} Mbit/s, {})",
+        format_size(t.bytes),
+        t.seconds,
+        t.mbit_per_s,
+        s.mode
+    ));
+    line
+}

@@ -1,0 +1,281 @@
+//! Everything decided before the first file moves: destination, per-file options,
+//! how to trust the relay, direct mode's storage and key, the relay connection.
+//! Each problem here is one `SetupError` (exit status 2), said once, not per file.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_proto::protocol::{Overwrite, Secret};
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::StorageAccess;
+use relay_storage::staging::Budget;
+use relay_transport::congestion::PathObserver;
+use relay_transport::quic::{PathMemory, Windows};
+use tokio::sync::Mutex;
+
+use crate::cli::{OverwriteMode, UploadArgs};
+use crate::connect::{Connector, Trust, resolve};
+use crate::direct::Direct;
+use crate::link::RelayLink;
+use crate::path_cache::{self, PathCache};
+use crate::send::Options;
+use crate::walk::{Destination, parse_destination};
+
+/// A setup problem that stops the whole command (exit status 2).
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub enum Mode {
+    Relay(RelayLink),
+    Direct(Direct),
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Relay(_) => "relay",
+            Mode::Direct(_) => "direct",
+        }
+    }
+}
+
+pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
+    let dest = parse_destination(&args.to).map_err(|e| SetupError(format!("--to: {e}")))?;
+    if let (Some(theirs), true) = (&dest.account, args.direct) {
+        let ours = storage_account(args)?;
+        if ours.as_deref() != Some(theirs.as_str()) {
+            return Err(SetupError(format!(
+                "--to names account {theirs:?} but --storage-url is account {}",
+                ours.as_deref().unwrap_or("(unknown)")
+            )));
+        }
+    }
+    Ok(dest)
+}
+
+/// The account of `--storage-url`; a URL that also names a container is refused,
+/// so `--to` is never silently nested one level deeper.
+fn storage_account(args: &UploadArgs) -> Result<Option<String>, SetupError> {
+    let Some(text) = &args.storage_url else {
+        return Ok(None);
+    };
+    let url =
+        url::Url::parse(text).map_err(|e| SetupError(format!("--storage-url {text:?}: {e}")))?;
+    let host = url.host_str().unwrap_or_default();
+    // Azurite and other emulators are path-style: the first segment is the account.
+    let path_style = host.parse::<std::net::IpAddr>().is_ok() || host == "localhost";
+    let segments = url
+        .path_segments()
+        .map(|s| s.filter(|s| !s.is_empty()).count())
+        .unwrap_or(0);
+    if segments > usize::from(path_style) {
+        let mut service = url.clone();
+        service.set_query(None);
+        return Err(SetupError(format!(
+            "--storage-url {service} names a container or path; give the account's service URL \
+             (https://ACCOUNT.blob.core.windows.net) and put the container in --to"
+        )));
+    }
+    Ok(relay_storage::credentials::account_name(&url))
+}
+
+pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupError> {
+    let overwrite = match (&args.if_match, args.overwrite) {
+        (Some(etag), _) => Overwrite::IfMatch { etag: etag.clone() },
+        (None, OverwriteMode::Always) => Overwrite::Always,
+        // if-different starts as never: the relay then checks its seal on the blob.
+        (None, OverwriteMode::Never | OverwriteMode::IfDifferent) => Overwrite::Never,
+    };
+    Ok(Options {
+        token: Secret(args.token.clone().unwrap_or_default()),
+        container: dest.container.clone(),
+        overwrite,
+        block_size: args.block_size,
+        content_type: args.content_type.clone(),
+        metadata: parse_metadata(&args.metadata)?,
+    })
+}
+
+pub fn windows(args: &UploadArgs) -> Windows {
+    Windows {
+        stream_window: args.stream_window,
+        connection_window: args.connection_window,
+        congestion: args.congestion,
+        max_rate_mbit: args.max_rate,
+        fair: args.fair,
+    }
+}
+
+fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupError> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| SetupError(format!("--metadata {item:?}: expected KEY=VALUE")))?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    relay_proto::blob_name::validate_metadata(&out).map_err(SetupError)?;
+    Ok(out)
+}
+
+fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
+    match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
+        (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp).map_err(SetupError)?)),
+        (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
+        (None, None, true) => {
+            eprintln!("relay-client: WARNING: --insecure: the relay is not verified; anyone on the path can read and alter this upload");
+            Ok(Trust::Insecure)
+        }
+        (None, None, false) => Err(SetupError(
+            "say how to trust the relay: --relay-cert-sha256 HEX, --relay-ca PEM, or (labs only) --insecure".into(),
+        )),
+        _ => Err(SetupError(
+            "use only one of --relay-cert-sha256, --relay-ca and --insecure".into(),
+        )),
+    }
+}
+
+/// Where direct mode keeps its key: `$XDG_STATE_HOME/blob-relay/direct-id.key`,
+/// else `~/.local/state/blob-relay/direct-id.key`.
+fn default_direct_key_file() -> Option<std::path::PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".local/state"))
+        })?;
+    Some(state.join("blob-relay/direct-id.key"))
+}
+
+/// Direct mode from the flags: the same writer the relay uses, straight to storage.
+pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, SetupError> {
+    let url = args.storage_url.clone().unwrap_or_default();
+    storage_account(args)?;
+    let key = args.account_key.clone().map(Secret);
+    let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
+    check_access(&access, container).await?;
+    let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
+    if args.create_container && !args.dry_run {
+        storage
+            .ensure_container(container)
+            .await
+            .map_err(|e| SetupError(format!("--create-container {container}: {e}")))?;
+    }
+    let key_file = args
+        .id_key_file
+        .clone()
+        .or_else(default_direct_key_file)
+        .ok_or_else(|| {
+            SetupError("direct mode needs --id-key-file (no home directory to keep one in)".into())
+        })?;
+    let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)
+        .map_err(|e| SetupError(format!("--id-key-file: {e}")))?;
+    Ok(Direct {
+        storage,
+        id_key,
+        budget: Budget::new(args.memory_budget),
+        connections: args.connections.max(1),
+        block_size: args
+            .block_size
+            .unwrap_or(relay_proto::limits::DEFAULT_BLOCK_SIZE),
+    })
+}
+
+/// One quick request with the credentials before any file: a missing or wrong
+/// credential fails here with its cause in seconds, instead of every file
+/// retrying it as if it were a transient error.
+async fn check_access(access: &StorageAccess, container: &str) -> Result<(), SetupError> {
+    let quick = WriterOptions {
+        backoff: relay_storage::retry::Backoff {
+            initial: Duration::from_millis(200),
+            cap: Duration::from_secs(1),
+            max_attempts: 2,
+        },
+        ..WriterOptions::default()
+    };
+    let probe = Storage::new(access.clone(), &quick).map_err(SetupError)?;
+    let writer = probe
+        .writer(container, ".relay-client-access-check")
+        .map_err(|e| SetupError(e.to_string()))?;
+    writer.properties().await.map(|_| ()).map_err(|e| {
+        SetupError(format!(
+            "cannot use the storage credentials ({e}); give --account-key, a SAS in \
+             --storage-url, or sign in for --entra cli (az login)"
+        ))
+    })
+}
+
+/// Relay mode, connected once up front so a wrong address or certificate is one
+/// clear error; `--fallback direct` turns a failed handshake into direct mode.
+pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError> {
+    if args.direct {
+        return Ok(Mode::Direct(direct_mode(args, container).await?));
+    }
+    if args.create_container {
+        return Err(SetupError(
+            "--create-container works with --direct only (a relay writes into containers its operator made)".into(),
+        ));
+    }
+    if let Some(rate) = args.max_rate {
+        crate::rate::set_cap(rate);
+    }
+    let relay = args.relay.clone().unwrap_or_default();
+    if args.token.as_deref().unwrap_or_default().is_empty() {
+        return Err(SetupError(
+            "a token is needed: --token T or RELAY_TOKEN".into(),
+        ));
+    }
+    let trust = trust(args)?;
+    let (addr, name) = resolve(&relay).await.map_err(SetupError)?;
+    let name = args.server_name.clone().unwrap_or(name);
+    let (memory, cache) = path_memory(args, addr, &name);
+    let observer = memory.observer.clone().unwrap_or_default();
+    let connector = Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())
+        .map_err(SetupError)?;
+    let link = RelayLink {
+        connector,
+        addr,
+        name,
+        timeout: Duration::from_secs(args.connect_timeout),
+        current: Mutex::new(None),
+        observer,
+        cache,
+    };
+    match link.get().await {
+        Ok(_) => Ok(Mode::Relay(link)),
+        Err(e) if args.fallback.is_some() => {
+            eprintln!(
+                "relay-client: {}; falling back to direct upload (--fallback direct)",
+                e.message
+            );
+            Ok(Mode::Direct(direct_mode(args, container).await?))
+        }
+        Err(e) => Err(SetupError(e.message)),
+    }
+}
+
+/// Warm start from the path cache (unless `--no-warm-start`), and an observer
+/// whose estimate is saved there after the run (also with `--no-warm-start`).
+/// Keyed by address and TLS name: another relay, or the same name elsewhere, is
+/// another path.
+fn path_memory(args: &UploadArgs, addr: SocketAddr, name: &str) -> (PathMemory, Option<PathCache>) {
+    let observer = Some(Arc::new(PathObserver::default()));
+    let cache = args
+        .path_cache
+        .clone()
+        .or_else(path_cache::default_file)
+        .map(|file| PathCache::new(file, format!("{addr} {name}")));
+    let warm = if args.no_warm_start {
+        None
+    } else {
+        cache.as_ref().and_then(PathCache::load)
+    };
+    (PathMemory { warm, observer }, cache)
+}
