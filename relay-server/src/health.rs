@@ -1,6 +1,8 @@
 //! `/healthz` and Prometheus `/metrics` on a separate TCP port, for load-balancer
 //! probes and monitoring, served by hyper under the limits in `http`: GET only,
-//! one request per connection, bounded connections and time.
+//! one request per connection, bounded connections and time. `/healthz` answers
+//! 503 while the relay drains and while its last storage check (`probe`, run in
+//! the background) failed, with the cause in the body.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::http::{self, Limits, Page};
 use crate::metrics::{self, Metrics};
+use crate::probe::{Reachability, StorageHealth};
 use crate::server::Shared;
 
 pub const HEALTH_PATH: &str = "/healthz";
@@ -24,37 +27,83 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 
 /// Serves until shutdown, then for 30 s more with 503 on /healthz, so a load
 /// balancer drains this relay while its transfers finish.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) {
-    serve_with(listener, shared, shutdown, Limits::default()).await;
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    storage: Arc<StorageHealth>,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_with(listener, shared, storage, shutdown, Limits::default()).await;
 }
 
 pub async fn serve_with(
     listener: TcpListener,
     shared: Arc<Shared>,
+    storage: Arc<StorageHealth>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
 ) {
     let draining = shutdown.clone();
-    let handler =
-        move |method: &Method, path: &str| page(&shared, *draining.borrow(), method, path);
+    let handler = move |method: &Method, path: &str| {
+        page(&shared, &storage.get(), *draining.borrow(), method, path)
+    };
     http::serve(listener, limits, Arc::new(handler), shutdown).await;
 }
 
 /// The answer to one request.
-fn page(shared: &Shared, draining: bool, method: &Method, path: &str) -> Page {
+fn page(
+    shared: &Shared,
+    storage: &Reachability,
+    draining: bool,
+    method: &Method,
+    path: &str,
+) -> Page {
     if method != Method::GET {
         return Page::text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
     }
     match path {
-        HEALTH_PATH if draining => Page::text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
-        HEALTH_PATH => Page::text(StatusCode::OK, "ok\n"),
-        "/metrics" => Page {
-            status: StatusCode::OK,
-            content_type: "text/plain; version=0.0.4",
-            body: render(shared),
-        },
+        HEALTH_PATH => health(storage, draining),
+        "/metrics" => {
+            let mut body = render(shared);
+            render_storage(storage, &mut body);
+            Page {
+                status: StatusCode::OK,
+                content_type: "text/plain; version=0.0.4",
+                body,
+            }
+        }
         _ => Page::text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// First line: `ok`, `draining` or `storage unreachable`; then the storage
+/// state. Not ready (503) when draining or when storage cannot be reached: this
+/// relay could not commit anything, so a load balancer should send clients to
+/// another. Before the first check ends the relay counts as ready.
+pub fn health(storage: &Reachability, draining: bool) -> Page {
+    let storage_line = match storage {
+        Reachability::Unknown => "storage: not checked yet".to_string(),
+        Reachability::Reachable => "storage: reachable".to_string(),
+        Reachability::Unreachable(cause) => format!("storage: unreachable: {cause}"),
+    };
+    let (status, first) = match (draining, storage) {
+        (true, _) => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
+        (false, Reachability::Unreachable(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "storage unreachable")
+        }
+        (false, _) => (StatusCode::OK, "ok"),
+    };
+    Page::text(status, format!("{first}\n{storage_line}\n"))
+}
+
+fn render_storage(storage: &Reachability, out: &mut String) {
+    metrics::render_value(
+        out,
+        "blob_relay_storage_reachable",
+        "gauge",
+        "1 if the last storage check (every --storage-check-interval) succeeded, else 0.",
+        u64::from(*storage == Reachability::Reachable),
+    );
 }
 
 /// Prometheus text format.

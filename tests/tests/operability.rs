@@ -1,27 +1,12 @@
 //! The relay as operators run it: a separate process configured by flags, env or a
 //! TOML file, `--check-config`, `/healthz` and `/metrics`, and SIGTERM.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::{DEV_KEY, binary, run_client, unique_container};
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
-}
+use relay_tests::{DEV_KEY, binary, http_get, run_client, unique_container};
 
 /// The value of the sample `series` (name and labels exactly as rendered), if present.
 fn sample(metrics: &str, series: &str) -> Option<f64> {
@@ -88,66 +73,92 @@ fn free_port() -> u16 {
     relay_tests::reserved_port()
 }
 
+/// `relay-server ARGS --check-config` with an empty environment but `envs`.
+fn check_config(args: &[&str], envs: &[(&str, &std::path::Path)]) -> std::process::Output {
+    Command::new(binary("relay-server"))
+        .args(args)
+        .arg("--check-config")
+        .env_clear()
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
 fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
+    let az = shared_azurite();
     let dir = Scratch::new("checkcfg");
     std::fs::write(dir.path("tokens"), "abcdefghijklmnop0001 data\n")
         .unwrap_or_else(|e| panic!("{e}"));
     let cfg = format!(
-        "listen = \"127.0.0.1:4433\"\nstorage_url = \"http://127.0.0.1:10000/devstoreaccount1\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\nid_key_ephemeral = true\n",
-        dir.path("tokens").display()
+        "listen = \"127.0.0.1:4433\"\nstorage_url = \"{}\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\nid_key_ephemeral = true\nstate_dir = \"{}\"\n",
+        az.url(),
+        dir.path("tokens").display(),
+        dir.path("state").display()
     );
     std::fs::write(dir.path("relay.toml"), cfg).unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(binary("relay-server"))
-        .args([
-            "--config",
-            &dir.path("relay.toml").to_string_lossy(),
-            "--check-config",
-        ])
-        .env_clear()
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let toml = dir.path("relay.toml").to_string_lossy().into_owned();
+    let out = check_config(&["--config", &toml], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("configuration ok"), "{stdout}");
+    assert!(stdout.contains("reachable"), "{stdout}");
+    // Operator lines carry no Debug text.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        !stdout.contains("Some(") && !stdout.contains("StorageAccess("),
+        "{stdout}"
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+    // A check makes nothing: the certificate is made by the first real start.
+    assert!(!dir.path("state").exists());
+
+    // A flag overrides the file: a storage port nobody listens on fails the
+    // check, with the cause.
+    let out = check_config(
+        &[
+            "--config",
+            &toml,
+            "--storage-url",
+            &format!("http://127.0.0.1:{}/devstoreaccount1", free_port()),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not usable") && stderr.contains("\"data\""),
+        "{stderr}"
+    );
+
+    // So does a key storage does not accept (valid base64, wrong secret).
+    let wrong = DEV_KEY.replace("Eby8", "Xby8");
+    let out = check_config(&["--config", &toml, "--account-key", &wrong], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("403"), "{stderr}");
 
     std::fs::write(
         dir.path("bad.toml"),
         "storage_url = \"x\"\nbogus_setting = 1\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(binary("relay-server"))
-        .args([
-            "--config",
-            &dir.path("bad.toml").to_string_lossy(),
-            "--check-config",
-        ])
-        .env_clear()
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = check_config(&["--config", &dir.path("bad.toml").to_string_lossy()], &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setting \"bogus_setting\""));
 
     // A key that is not base64 is caught before serving.
-    let out = Command::new(binary("relay-server"))
-        .args([
+    let out = check_config(
+        &[
             "--storage-url",
             "http://127.0.0.1:1/devstoreaccount1",
             "--account-key",
             "not-base64!",
-        ])
-        .args([
             "--tokens",
             &dir.path("tokens").to_string_lossy(),
             "--id-key-ephemeral",
-            "--check-config",
-        ])
-        .env_clear()
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        ],
+        &[("RELAY_STATE_DIR", &dir.path("state"))],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("base64"));
 }
@@ -173,6 +184,7 @@ async fn health_metrics_and_sigterm() {
         .env("RELAY_ACCOUNT_KEY", DEV_KEY)
         .env("RELAY_TOKENS", dir.path("tokens"))
         .env("RELAY_ID_KEY_FILE", dir.path("id.key"))
+        .env("RELAY_STATE_DIR", dir.path("state"))
         .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
         .env("RELAY_HEALTH_LISTEN", &health)
         .stderr(Stdio::null())
@@ -425,6 +437,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
             .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
             .env("RELAY_HEALTH_LISTEN", &health)
             .env("RELAY_ID_KEY_EPHEMERAL", "true")
+            .env("RELAY_STATE_DIR", dir.path("state"))
             .env_remove("RELAY_LOG")
             .env_remove("NO_COLOR")
             .stderr(log)
