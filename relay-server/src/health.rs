@@ -143,7 +143,7 @@ pub fn render(shared: &Shared) -> String {
         (
             "blob_relay_transfers_failed_total",
             "counter",
-            "Transfers rejected or failed (nothing committed).",
+            "Transfers rejected or failed (nothing committed); by code and class in blob_relay_failures_total.",
             &m.transfers_failed,
         ),
     ];
@@ -153,6 +153,7 @@ pub fn render(shared: &Shared) -> String {
     }
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
+    m.failures.render(&mut out);
     let budget = &shared.budget;
     metrics::render_value(
         &mut out,

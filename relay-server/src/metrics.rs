@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use shared::retry::RetryCounts;
 
-use crate::rejections::Rejections;
+use crate::failures::Failures;
+use crate::rejections::{Reason, Rejections};
 
 /// Upper bounds of the commit-latency buckets, in microseconds (0.05 s to 60 s):
 /// a commit is one Put Block List plus a hash comparison, normally tens of
@@ -34,6 +35,8 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     /// Streams refused before their Plan, by reason; also rate-limits their log.
     pub rejections: Rejections,
+    /// Every transfer that ended without a commit, by code and class.
+    pub failures: Failures,
 }
 
 impl Default for Metrics {
@@ -49,6 +52,7 @@ impl Default for Metrics {
             storage_requests: Arc::default(),
             commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
             rejections: Rejections::default(),
+            failures: Failures::default(),
         }
     }
 }
@@ -60,6 +64,12 @@ impl Metrics {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// A transfer ended without a commit: the total and the labelled count.
+    pub fn failed(&self, reason: Reason) {
+        self.transfers_failed.fetch_add(1, Ordering::Relaxed);
+        self.failures.record(reason);
     }
 }
 

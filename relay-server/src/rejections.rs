@@ -87,7 +87,7 @@ impl Reason {
     }
 
     /// Index into the counters: frame reasons first, then codes.
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Reason::Code(c) => FRAME_REASONS.len() + code_index(c),
             other => FRAME_REASONS
@@ -98,14 +98,14 @@ impl Reason {
     }
 
     /// Every reason once, in counter order.
-    fn all() -> impl Iterator<Item = Reason> {
+    pub(crate) fn all() -> impl Iterator<Item = Reason> {
         FRAME_REASONS
             .into_iter()
             .chain(CODES.into_iter().map(Reason::Code))
     }
 }
 
-const REASON_COUNT: usize = FRAME_REASONS.len() + CODES.len();
+pub(crate) const REASON_COUNT: usize = FRAME_REASONS.len() + CODES.len();
 
 fn code_index(code: Code) -> usize {
     // Every code is in CODES (see `code_label`); the fallback is never taken.

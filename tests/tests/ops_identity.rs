@@ -206,8 +206,8 @@ fn checked_health(health: &str) -> (u16, String) {
     }
 }
 
-#[test]
-fn healthz_reports_storage_reachability() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_reports_storage_reachability_and_failures_are_classed() {
     let az = shared_azurite();
     let dir = Scratch::new("healthz");
     let tokens = dir.path("tokens");
