@@ -14,8 +14,17 @@
 //!
 //! Every connection, in either stage, also holds one of its source address's
 //! `max_per_address` slots, so one host cannot take every pending slot.
+//!
+//! When every pending slot is taken, a newcomer is not refused: the oldest
+//! pending connection of the address holding the most pending slots is evicted
+//! (closed with `UNAUTHENTICATED`) and the newcomer takes its slot, as SYN-flood
+//! defences drop the oldest half-open connection. Peers holding slots without
+//! authenticating therefore cannot lock legitimate clients out: a real client
+//! presents its Offer within a round trip of its handshake, while an attacker
+//! would have to cycle every pending slot faster than that, each new connection
+//! costing it a Retry round trip once many are pending.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +33,33 @@ use std::time::Duration;
 use quinn::{Connection, Incoming, VarInt};
 use shared::quic::Windows;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// The pending connections, oldest first; the slot count is the length.
+#[derive(Default)]
+struct PendingSet {
+    next_id: u64,
+    entries: VecDeque<PendingEntry>,
+}
+
+struct PendingEntry {
+    id: u64,
+    ip: IpAddr,
+    evict: Arc<Latch>,
+}
+
+impl PendingSet {
+    /// The entry to evict for a newcomer: the oldest of the address with the
+    /// most pending connections (so a host flooding the relay evicts itself).
+    fn victim(&self) -> Option<usize> {
+        let mut per_ip: HashMap<IpAddr, usize> = HashMap::new();
+        for e in &self.entries {
+            *per_ip.entry(e.ip).or_insert(0) += 1;
+        }
+        let most = per_ip.values().copied().max()?;
+        // `entries` is oldest first, so the first match is that address's oldest.
+        self.entries.iter().position(|e| per_ip[&e.ip] == most)
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -64,7 +100,8 @@ impl Limits {
 /// Counts of refusals, for `/metrics` (cheap, lock-free).
 #[derive(Debug, Default)]
 pub struct Refusals {
-    pub pending_full: std::sync::atomic::AtomicU64,
+    /// Pending connections closed to make room for a newcomer.
+    pub evicted: std::sync::atomic::AtomicU64,
     pub per_address: std::sync::atomic::AtomicU64,
     pub retry_sent: std::sync::atomic::AtomicU64,
     pub connections_full: std::sync::atomic::AtomicU64,
@@ -74,7 +111,7 @@ pub struct Refusals {
 pub struct Admission {
     limits: Limits,
     windows: Windows,
-    pending: Arc<Semaphore>,
+    pending: Mutex<PendingSet>,
     authenticated: Arc<Semaphore>,
     max_connections: usize,
     per_address: Mutex<HashMap<IpAddr, usize>>,
@@ -86,7 +123,7 @@ impl Admission {
         Self {
             limits,
             windows,
-            pending: Arc::new(Semaphore::new(limits.max_pending.max(1))),
+            pending: Mutex::new(PendingSet::default()),
             authenticated: Arc::new(Semaphore::new(max_connections.max(1))),
             max_connections: max_connections.max(1),
             per_address: Mutex::new(HashMap::new()),
@@ -95,7 +132,38 @@ impl Admission {
     }
 
     pub fn pending_now(&self) -> usize {
-        self.limits.max_pending.max(1) - self.pending.available_permits()
+        self.pending_set().entries.len()
+    }
+
+    fn pending_set(&self) -> std::sync::MutexGuard<'_, PendingSet> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a pending slot for `ip`, evicting the oldest pending connection of
+    /// the busiest address if every slot is taken.
+    fn take_pending(self: &Arc<Self>, ip: IpAddr) -> PendingSlot {
+        let mut set = self.pending_set();
+        if set.entries.len() >= self.limits.max_pending.max(1)
+            && let Some(i) = set.victim()
+            && let Some(victim) = set.entries.remove(i)
+        {
+            self.refusals.evicted.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(ip = %victim.ip, "pending slots full; evicting the oldest of the busiest address");
+            victim.evict.open();
+        }
+        let id = set.next_id;
+        set.next_id += 1;
+        let evict = Arc::new(Latch::default());
+        set.entries.push_back(PendingEntry {
+            id,
+            ip,
+            evict: evict.clone(),
+        });
+        PendingSlot {
+            admission: self.clone(),
+            id,
+            evict,
+        }
     }
 
     pub fn authenticated_now(&self) -> usize {
@@ -116,29 +184,41 @@ impl Admission {
             }
             return None;
         }
-        let Ok(pending) = self.pending.clone().try_acquire_owned() else {
-            self.refusals.pending_full.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%remote, "too many unauthenticated connections; refusing");
-            incoming.refuse();
-            return None;
-        };
         let Some(address) = AddressSlot::take(self, remote.ip()) else {
             self.refusals.per_address.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%remote, "too many connections from this address; refusing");
             incoming.refuse();
             return None;
         };
+        let pending = self.take_pending(remote.ip());
         Some(Pending {
             incoming,
             remote,
             admitted: Admitted {
                 admission: self.clone(),
-                gate: Arc::new(AuthGate::default()),
+                gate: Arc::new(Latch::default()),
                 pending: Some(pending),
                 connection: None,
                 _address: address,
             },
         })
+    }
+}
+
+/// A pending slot; returned on drop unless it was evicted (then the newcomer
+/// that evicted it already holds it).
+struct PendingSlot {
+    admission: Arc<Admission>,
+    id: u64,
+    evict: Arc<Latch>,
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        let mut set = self.admission.pending_set();
+        if let Some(i) = set.entries.iter().position(|e| e.id == self.id) {
+            set.entries.remove(i);
+        }
     }
 }
 
@@ -197,14 +277,21 @@ impl Pending {
     /// Completes the handshake within the authentication deadline.
     pub async fn handshake(self) -> Option<(Connection, Admitted)> {
         let deadline = self.admitted.admission.limits.auth_deadline;
-        match tokio::time::timeout(deadline, self.incoming).await {
-            Ok(Ok(conn)) => Some((conn, self.admitted)),
-            Ok(Err(e)) => {
-                tracing::debug!(remote = %self.remote, error = %e, "handshake failed");
-                None
-            }
-            Err(_) => {
-                tracing::debug!(remote = %self.remote, "handshake not done in time");
+        let evicted = self.admitted.eviction();
+        tokio::select! {
+            r = tokio::time::timeout(deadline, self.incoming) => match r {
+                Ok(Ok(conn)) => Some((conn, self.admitted)),
+                Ok(Err(e)) => {
+                    tracing::debug!(remote = %self.remote, error = %e, "handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(remote = %self.remote, "handshake not done in time");
+                    None
+                }
+            },
+            _ = evicted.opened() => {
+                tracing::debug!(remote = %self.remote, "evicted during its handshake");
                 None
             }
         }
@@ -212,17 +299,20 @@ impl Pending {
 }
 
 /// Opened by the first valid Offer on a connection.
+pub type AuthGate = Latch;
+
+/// A one-way signal: opened once, seen by every waiter, before or after.
 #[derive(Debug, Default)]
-pub struct AuthGate {
+pub struct Latch {
     open: AtomicBool,
     notify: Notify,
 }
 
-impl AuthGate {
+impl Latch {
     pub fn open(&self) {
         if !self.open.swap(true, Ordering::AcqRel) {
-            // notify_one keeps a permit if nobody waits yet.
-            self.notify.notify_one();
+            // Wakes every current waiter; later ones see `open` and never wait.
+            self.notify.notify_waiters();
         }
     }
 
@@ -231,8 +321,15 @@ impl AuthGate {
     }
 
     pub async fn opened(&self) {
-        while !self.is_open() {
-            self.notify.notified().await;
+        loop {
+            // Registered before the check, so an `open` in between still wakes us.
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_open() {
+                return;
+            }
+            notified.await;
         }
     }
 }
@@ -241,7 +338,7 @@ impl AuthGate {
 pub struct Admitted {
     admission: Arc<Admission>,
     gate: Arc<AuthGate>,
-    pending: Option<OwnedSemaphorePermit>,
+    pending: Option<PendingSlot>,
     connection: Option<OwnedSemaphorePermit>,
     _address: AddressSlot,
 }
@@ -254,6 +351,14 @@ impl Admitted {
 
     pub fn gate(&self) -> Arc<AuthGate> {
         self.gate.clone()
+    }
+
+    /// Opened if a newcomer evicted this connection while it was pending.
+    pub fn eviction(&self) -> Arc<Latch> {
+        self.pending
+            .as_ref()
+            .map(|p| p.evict.clone())
+            .unwrap_or_default()
     }
 
     pub fn is_authenticated(&self) -> bool {
@@ -316,7 +421,7 @@ pub fn render_metrics(a: &Admission, budget: &shared::staging::Budget, out: &mut
         ),
     );
     for (reason, v) in [
-        ("pending_full", get(&r.pending_full)),
+        ("evicted_oldest_pending", get(&r.evicted)),
         ("per_address", get(&r.per_address)),
         ("connections_full", get(&r.connections_full)),
         ("no_offer_in_time", get(&r.auth_deadline)),
@@ -334,4 +439,49 @@ pub fn render_metrics(a: &Admission, budget: &shared::staging::Budget, out: &mut
         "Blocks waiting for memory from the budget right now.",
         budget.waiting(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(ips: &[&str]) -> PendingSet {
+        let mut s = PendingSet::default();
+        for ip in ips {
+            let id = s.next_id;
+            s.next_id += 1;
+            s.entries.push_back(PendingEntry {
+                id,
+                ip: ip.parse().unwrap_or_else(|e| panic!("{e}")),
+                evict: Arc::default(),
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn the_victim_is_the_oldest_of_the_busiest_address() {
+        // 10.0.0.1 is oldest overall, but 10.0.0.2 holds the most slots.
+        let s = set(&["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.2", "10.0.0.2"]);
+        assert_eq!(s.victim(), Some(1));
+        // A tie: the oldest of the tied addresses.
+        let s = set(&["10.0.0.3", "10.0.0.1", "10.0.0.1", "10.0.0.3"]);
+        assert_eq!(s.victim(), Some(0));
+        assert_eq!(set(&[]).victim(), None);
+    }
+
+    #[tokio::test]
+    async fn a_latch_wakes_waiters_before_and_after_it_opens() {
+        let latch = Arc::new(Latch::default());
+        let waiter = {
+            let l = latch.clone();
+            tokio::spawn(async move { l.opened().await })
+        };
+        tokio::task::yield_now().await;
+        latch.open();
+        waiter.await.unwrap_or_else(|e| panic!("{e}"));
+        // Opened already: returns at once, any number of times.
+        latch.opened().await;
+        latch.opened().await;
+    }
 }

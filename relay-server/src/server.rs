@@ -294,6 +294,7 @@ async fn serve_connection(
     let deadline = tokio::time::sleep(admitted.deadline());
     tokio::pin!(deadline);
     let gate = admitted.gate();
+    let evicted = admitted.eviction();
     let mut streams = JoinSet::new();
     loop {
         tokio::select! {
@@ -303,6 +304,11 @@ async fn serve_connection(
                 tracing::info!(%remote, "no valid Offer in time; closing");
                 admitted.count_deadline_missed();
                 conn.close(shared::protocol::app_error::UNAUTHENTICATED.into(), b"no valid Offer in time");
+                break;
+            }
+            _ = evicted.opened(), if !admitted.is_authenticated() => {
+                tracing::debug!(%remote, "evicted: pending slots full and it had no valid Offer yet");
+                conn.close(shared::protocol::app_error::UNAUTHENTICATED.into(), b"evicted: too many connections without a valid Offer");
                 break;
             }
             _ = gate.opened(), if !admitted.is_authenticated() => {

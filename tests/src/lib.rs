@@ -5,6 +5,7 @@
 pub mod azurite;
 pub mod blobs;
 pub mod files;
+pub mod http;
 pub mod proxy;
 pub mod relay;
 
@@ -146,21 +147,4 @@ pub fn reserved_port() -> u16 {
         }
     }
     panic!("no free loopback port in {from}..{to}");
-}
-
-/// `GET path` on a relay's health endpoint: (status, body), or `None` if it
-/// does not answer.
-pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
 }

@@ -6,15 +6,8 @@ use std::time::{Duration, Instant};
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::{DEV_KEY, binary, http_get, run_client, unique_container};
-
-/// The value of the sample `series` (name and labels exactly as rendered), if present.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|l| {
-        let v = l.strip_prefix(series)?.strip_prefix(' ')?;
-        v.parse().ok()
-    })
-}
+use relay_tests::http::{get as http_get, sample};
+use relay_tests::{DEV_KEY, binary, run_client, unique_container};
 
 /// `(le, cumulative count)` of every bucket of histogram `name`, in order.
 fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::{DEV_KEY, binary, http_get, reserved_port, run_client};
+use relay_tests::http::get as http_get;
+use relay_tests::{DEV_KEY, binary, reserved_port, run_client};
 
 /// Kills the relay if the test ends early.
 struct Relay(Child);
