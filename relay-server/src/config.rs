@@ -10,10 +10,11 @@ use clap::Parser;
 use shared::credentials::EntraSource;
 use shared::limits::DEFAULT_BLOCK_SIZE;
 use shared::quic::Congestion;
-use shared::size::parse_size;
+use shared::size::parse_byte_size;
 
+/// Byte sizes: SI (`1GB` = 10^9) and IEC (`1GiB` = 2^30) units.
 fn size(s: &str) -> Result<u64, String> {
-    parse_size(s)
+    parse_byte_size(s)
 }
 
 /// Receives files over QUIC and stages them as large blocks into Azure Blob Storage;
