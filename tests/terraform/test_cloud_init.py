@@ -265,6 +265,8 @@ def test_relay_files_are_the_deploy_files(module):
         (DEPLOY / "blob-relay-fetch@.service").read_text()
     assert write_file(cfg, "/etc/systemd/system/relay-server.service.d/10-fetch.conf") == \
         (DEPLOY / "relay-server.service.d/10-fetch.conf").read_text()
+    for unit in ("blob-relay-tokens.service", "blob-relay-tokens.timer"):
+        assert write_file(cfg, f"/etc/systemd/system/{unit}") == (DEPLOY / unit).read_text()
     fetch = env_file(write_file(cfg, "/etc/blob-relay/fetch.env"))
     # The relays read the relay-boot container of the artifacts account, not
     # the account they upload to.
@@ -280,6 +282,9 @@ def test_relay_boot_sequence(module):
              "systemctl start --no-block relay-server.service"]
     positions = [next(i for i, c in enumerate(cmds) if o in c) for o in order]
     assert positions == sorted(positions), cmds
+    # Token changes reach running relays through the timer (no reimage).
+    assert any("enable" in c and "blob-relay-tokens.timer" in c for c in cmds), cmds
+    assert any("start" in c and "blob-relay-tokens.timer" in c for c in cmds), cmds
     # The fetch is not a one-shot runcmd any more: it is the unit, which
     # retries, and on later boots runs again while the binary is missing.
     assert not any(re.search(r"blob-relay-fetch\s+(relay|client)\b", c) for c in cmds), cmds
