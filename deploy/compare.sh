@@ -118,7 +118,7 @@ upload_relay() {
 
 upload_direct() {
     run relay-client upload "$data"/file-*.bin \
-        --direct --storage-url "$BENCH_STORAGE_URL" \
+        --direct --storage-url "$BENCH_STORAGE_URL" --entra managed-identity \
         --to "$BENCH_CONTAINER/$prefix/direct-$1"
 }
 

@@ -227,7 +227,8 @@ def test_compare_dry_run(tmp_path):
     cmds = r.stdout
     assert "relay-client upload" in cmds and "--relay 20.0.0.10:4433" in cmds
     assert f"--relay-cert-sha256 {'ab' * 32}" in cmds
-    assert "--direct --storage-url https://blobrelayab12cd.blob.core.windows.net" in cmds
+    # The VM has no Azure CLI: the direct upload must use its managed identity.
+    assert "--direct --storage-url https://blobrelayab12cd.blob.core.windows.net --entra managed-identity" in cmds
     assert "azcopy copy" in cmds
     assert not (tmp_path / "work").exists(), "dry run must not generate files"
     md = report.read_text()
