@@ -1,4 +1,4 @@
-//! `shared::codec::decode` (and `read_frame`) on arbitrary bytes; see
+//! `relay_proto::codec::decode` (and `read_frame`) on arbitrary bytes; see
 //! `blob_relay_fuzz::check_frame_bytes` for what is asserted.
 #![no_main]
 

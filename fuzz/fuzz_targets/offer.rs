@@ -1,4 +1,4 @@
-//! `shared::offer_rules::check_offer` on arbitrary Offers and relay limits; see
+//! `relay_proto::offer_rules::check_offer` on arbitrary Offers and relay limits; see
 //! `blob_relay_fuzz::check_offer_input` for what is asserted.
 #![no_main]
 

@@ -12,13 +12,14 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use arbitrary::Arbitrary;
-use shared::codec::{FrameError, decode, encode, read_frame};
-use shared::limits::{
+use relay_proto::codec::{FrameError, decode, encode};
+use relay_transport::frames::read_frame;
+use relay_proto::limits::{
     DEFAULT_BLOCK_SIZE, HIGH_THROUGHPUT_THRESHOLD, MAX_BLOB_SIZE, MAX_BLOCK_SIZE, MAX_BLOCKS,
     MAX_FRAME_LEN, MIB, MIN_BLOCK_SIZE, PROTOCOL_VERSION,
 };
-use shared::offer_rules::{OfferLimits, check_offer};
-use shared::protocol::{Code, Failure, Message, Offer, Overwrite, Secret};
+use relay_proto::offer_rules::{OfferLimits, check_offer};
+use relay_proto::protocol::{Code, Failure, Message, Offer, Overwrite, Secret};
 
 /// The relay's defaults: 16 MiB blocks and a 1 GiB memory budget.
 pub const RELAY_LIMITS: OfferLimits = OfferLimits {
@@ -185,7 +186,7 @@ impl Num {
 }
 
 /// An Offer and the relay's limits, as the fuzzer builds them (a mirror of
-/// `shared::protocol::Offer`, which does not derive `Arbitrary`).
+/// `relay_proto::protocol::Offer`, which does not derive `Arbitrary`).
 #[derive(Debug, Clone, Arbitrary)]
 pub struct OfferInput {
     pub version: u32,
@@ -263,7 +264,7 @@ pub fn check_offer_input(input: &OfferInput) {
     }
 }
 
-/// The Offer rules restated independently of `shared` (from the protocol docs and
+/// The Offer rules restated independently of `relay-proto` (from the protocol docs and
 /// Azure's limits), in the relay's order: what `check_offer` should answer, as
 /// the planned block size or the Reject's code.
 pub fn expected_outcome(offer: &Offer, limits: &OfferLimits) -> Result<u64, Code> {
@@ -351,7 +352,7 @@ pub fn metadata_ok(meta: &BTreeMap<String, String>) -> bool {
 
 /// One valid frame of every message type: the codec target's seed corpus.
 pub fn seed_messages() -> Vec<Message> {
-    use shared::protocol::{Plan, Receipt, Start, Timings, Trailer};
+    use relay_proto::protocol::{Plan, Receipt, Start, Timings, Trailer};
     let offer = Offer {
         version: PROTOCOL_VERSION,
         token: Secret("token".into()),
@@ -404,6 +405,7 @@ pub fn seed_messages() -> Vec<Message> {
             bytes_resumed: 0,
             bytes_received: 123_456_789,
             retries: 1,
+            requests: 9,
             timings: Timings {
                 receive_ms: 1,
                 stage_wait_ms: 2,

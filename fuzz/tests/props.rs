@@ -9,7 +9,7 @@ use blob_relay_fuzz::{
     Num, OfferInput, check_frame_bytes, check_offer_input, round_trip, seed_messages,
 };
 use proptest::prelude::*;
-use shared::codec::encode;
+use relay_proto::codec::encode;
 
 fn seed_frames() -> Vec<Vec<u8>> {
     seed_messages()
@@ -105,7 +105,7 @@ proptest! {
 }
 
 fn blob_relay_fuzz_max_blob() -> u64 {
-    shared::limits::MAX_BLOB_SIZE
+    relay_proto::limits::MAX_BLOB_SIZE
 }
 
 /// The codec target's committed seed corpus (`seeds/codec/`) is one encoded frame of

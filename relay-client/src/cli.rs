@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use shared::credentials::EntraSource;
-use shared::quic::Congestion;
-use shared::size::parse_size;
+use relay_proto::size::parse_size;
+use relay_storage::credentials::EntraSource;
+use relay_transport::quic::Congestion;
 
 fn size(s: &str) -> Result<u64, String> {
     parse_size(s)
@@ -109,7 +109,7 @@ pub struct UploadArgs {
 
     /// Cap the QUIC sending rate, in Mbit/s (like AzCopy's --cap-mbps); uses the
     /// relay congestion controller.
-    #[arg(long, value_name = "MBIT", value_parser = shared::quic::parse_rate_mbit)]
+    #[arg(long, value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
     pub max_rate: Option<f64>,
 
     /// Share the bottleneck fairly with TCP flows (back off when a shared queue

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, Endpoint, TokioRuntime};
+use relay_transport::quic::{PathMemory, Windows, bind_udp};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use shared::quic::{PathMemory, Windows, bind_udp};
 
 pub enum Trust {
     /// SHA-256 of the relay's DER certificate.
@@ -41,14 +41,14 @@ impl ServerCertVerifier for PinVerifier {
         let Some(pin) = self.pin else {
             return Ok(ServerCertVerified::assertion());
         };
-        let got = shared::tls::fingerprint(end_entity);
+        let got = relay_transport::tls::fingerprint(end_entity);
         if got == pin {
             Ok(ServerCertVerified::assertion())
         } else {
             Err(rustls::Error::General(format!(
                 "relay certificate fingerprint {} does not match --relay-cert-sha256 {}",
-                shared::tls::format_fingerprint(&got),
-                shared::tls::format_fingerprint(&pin)
+                relay_transport::tls::format_fingerprint(&got),
+                relay_transport::tls::format_fingerprint(&pin)
             )))
         }
     }
@@ -112,7 +112,7 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, String> {
             .with_root_certificates(load_roots(path)?)
             .with_no_client_auth(),
     };
-    cfg.alpn_protocols = vec![shared::limits::ALPN.to_vec()];
+    cfg.alpn_protocols = vec![relay_proto::limits::ALPN.to_vec()];
     Ok(cfg)
 }
 
@@ -149,7 +149,7 @@ pub fn is_busy(e: &quinn::ConnectionError) -> bool {
             c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED
         }
         quinn::ConnectionError::ApplicationClosed(c) => {
-            c.error_code == quinn::VarInt::from_u32(shared::protocol::app_error::BUSY)
+            c.error_code == quinn::VarInt::from_u32(relay_proto::protocol::app_error::BUSY)
         }
         _ => false,
     }
@@ -198,7 +198,7 @@ impl Connector {
         config.transport_config(Arc::new(transport));
         let socket = bind_udp(bind, udp_buffer).map_err(|e| format!("cannot bind UDP: {e}"))?;
         let endpoint = Endpoint::new(
-            shared::quic::endpoint_config(),
+            relay_transport::quic::endpoint_config(),
             None,
             socket,
             Arc::new(TokioRuntime),
@@ -273,7 +273,7 @@ impl Connector {
     /// left to deliver, and a lost close only leaves the relay to time out.
     pub async fn close(&self) {
         self.endpoint
-            .close(shared::protocol::app_error::DONE.into(), b"");
+            .close(relay_proto::protocol::app_error::DONE.into(), b"");
         let _ = tokio::time::timeout(Duration::from_millis(100), self.endpoint.wait_idle()).await;
     }
 }

@@ -6,16 +6,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
-use shared::blob::Storage;
-use shared::block_id::{IdSigner, TransferTag};
-use shared::checkpoint::Checkpoint;
-use shared::id_key::{IdKey, Owner};
-use shared::plan::BlockPlan;
-use shared::publish::{
+use relay_proto::block_id::{IdSigner, TransferTag};
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::id_key::{IdKey, Owner};
+use relay_proto::plan::BlockPlan;
+use relay_proto::resume::{ResumePoint, find_resume_point};
+use relay_storage::blob::Storage;
+use relay_storage::publish::{
     Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
 };
-use shared::resume::{ResumePoint, find_resume_point};
-use shared::staging::{Budget, Stager};
+use relay_storage::staging::{Budget, Stager};
 use tokio::io::AsyncSeekExt;
 
 use crate::report::{Clocks, FileError};
@@ -33,7 +33,7 @@ pub struct Direct {
     pub block_size: u64,
 }
 
-fn relay_like(f: shared::protocol::Failure) -> FileError {
+fn relay_like(f: relay_proto::protocol::Failure) -> FileError {
     FileError::from_relay(f.code, f.message)
 }
 
@@ -66,7 +66,7 @@ pub async fn upload_file(
     if let Err(f) = preflight(&writer, &opts.overwrite).await {
         // As through the relay: a re-run whose file is already the committed blob
         // succeeds with nothing sent.
-        if f.code != shared::protocol::Code::Exists {
+        if f.code != relay_proto::protocol::Code::Exists {
             return Err(relay_like(f));
         }
         let ours = hash_prefix(src.path.clone(), before.len)
@@ -145,7 +145,7 @@ pub async fn upload_file(
     )
     .map_err(|e| relay_like(stage_failure(e)))?;
     stager.pump(&mut reader).await.map_err(|e| match e {
-        shared::staging::StageError::Truncated { .. } => FileError::new(
+        relay_storage::staging::StageError::Truncated { .. } => FileError::new(
             "source_changed",
             "file shrank while it was being read; nothing committed",
             false,

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -64,7 +64,7 @@ fn print_summary(s: &Summary, json: bool) -> ExitCode {
             "{} of {} files committed and verified, {} in {:.1} s ({:.1} Mbit/s, {})",
             t.committed,
             t.files,
-            shared::size::format_size(t.bytes),
+            relay_proto::size::format_size(t.bytes),
             t.seconds,
             t.mbit_per_s,
             s.mode

@@ -2,7 +2,7 @@
 //! between runs, so the next connection starts warm: the relay controller jumps
 //! to half the saved BDP once the first RTT sample confirms the path, instead of
 //! doubling up from 14.7 KB for ~8 round trips (1.6 s at 200 ms). See
-//! `shared::congestion` (warm start) and docs/TRANSPORT.md.
+//! `relay_transport::congestion` (warm start) and docs/TRANSPORT.md.
 //!
 //! The file is a small JSON map; losing or corrupting it costs only a cold start,
 //! so every error here is logged and ignored, never fatal to an upload.
@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use relay_transport::congestion::PathEstimate;
 use serde::{Deserialize, Serialize};
-use shared::congestion::PathEstimate;
 
 /// Older estimates are ignored: paths and their load change over a day.
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -32,12 +32,17 @@ type Entries = BTreeMap<String, Entry>;
 fn lookup(entries: &Entries, key: &str, now_unix: u64) -> Option<PathEstimate> {
     let e = entries.get(key)?;
     let age = now_unix.checked_sub(e.saved_unix)?;
-    (age <= MAX_AGE.as_secs() && e.bandwidth_bytes_per_s > 0 && e.min_rtt_us > 0).then(|| {
-        PathEstimate {
-            bandwidth: e.bandwidth_bytes_per_s,
-            min_rtt: Duration::from_micros(e.min_rtt_us),
-        }
-    })
+    let estimate = PathEstimate {
+        bandwidth: e.bandwidth_bytes_per_s,
+        min_rtt: Duration::from_micros(e.min_rtt_us),
+    };
+    // Entries written before estimates were checked may hold what an idle
+    // connection measured (bytes per second); those must not seed a start.
+    (age <= MAX_AGE.as_secs() && estimate.plausible(initial_window())).then_some(estimate)
+}
+
+fn initial_window() -> u64 {
+    relay_transport::congestion::Params::default().initial_window
 }
 
 /// Records `estimate` for `key`, keeping at most `MAX_ENTRIES` (newest win).
@@ -100,6 +105,10 @@ impl PathCache {
     /// Saves `estimate` (read-modify-write; a concurrent client may win the race,
     /// which only costs it an older estimate).
     pub fn save(&self, estimate: PathEstimate) {
+        if !estimate.plausible(initial_window()) {
+            tracing::debug!(?estimate, "not saving an implausible path estimate");
+            return;
+        }
         let mut entries = read(&self.file);
         remember(&mut entries, &self.key, estimate, now_unix());
         if let Err(e) = write(&self.file, &entries) {
@@ -150,6 +159,26 @@ mod tests {
         assert_eq!(lookup(&m, "relay:4433", late), None);
         // A clock that went backwards is not trusted either.
         assert_eq!(lookup(&m, "relay:4433", 999), None);
+    }
+
+    #[test]
+    fn implausible_estimates_are_neither_used_nor_saved() {
+        // What an idle connection measured (7 B/s), as older clients saved it.
+        let idle = PathEstimate {
+            bandwidth: 7,
+            min_rtt: Duration::from_millis(200),
+        };
+        let mut m = Entries::new();
+        remember(&mut m, "relay:4433", idle, 1_000);
+        assert_eq!(lookup(&m, "relay:4433", 1_000), None);
+
+        let dir = std::env::temp_dir().join(format!("path-cache-idle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = PathCache::new(dir.join("paths.json"), "relay".into());
+        cache.save(est(150, 200));
+        cache.save(idle);
+        assert_eq!(cache.load(), Some(est(150, 200)), "the good estimate stays");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

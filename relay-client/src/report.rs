@@ -1,8 +1,8 @@
 //! What the client tells people and scripts: one line per failed file, and a JSON
 //! summary whose shape is a stable contract (`--json`).
 
+use relay_proto::protocol::{Code, Timings};
 use serde::Serialize;
-use shared::protocol::{Code, Timings};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Clocks {

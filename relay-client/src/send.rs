@@ -6,12 +6,13 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 use quinn::Connection;
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::codec::FrameError;
+use relay_proto::exchange::{EagerAnswer, eager_answer};
+use relay_proto::limits::PROTOCOL_VERSION;
+use relay_proto::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer, app_error};
+use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
-use shared::checkpoint::Checkpoint;
-use shared::codec::{FrameError, read_frame, write_frame};
-use shared::exchange::{EagerAnswer, eager_answer};
-use shared::limits::PROTOCOL_VERSION;
-use shared::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer, app_error};
 
 use crate::report::{Clocks, FileError};
 use crate::source::{Snapshot, hash_prefix, read_range};
@@ -39,7 +40,7 @@ pub struct Sent {
     pub storage_requests: u32,
     pub clocks: Clocks,
     /// The relay's clocks (none from a relay that moved no bytes).
-    pub relay_clocks: Option<shared::protocol::Timings>,
+    pub relay_clocks: Option<relay_proto::protocol::Timings>,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -113,7 +114,7 @@ enum StreamEnd {
 /// `known_sha256` (the whole file's; the relay may answer with a Receipt and no
 /// bytes), a plain one. If the relay has staged blocks to resume from, it
 /// redirects the eager stream and the file is offered again, plainly, on a new
-/// stream (`shared::exchange`).
+/// stream (`relay_proto::exchange`).
 async fn send_once(
     conn: &Connection,
     src: &Source,
@@ -212,7 +213,7 @@ async fn attempt(
 
 /// The eager body: `Start{0}`, every byte and the Trailer go out at once, while the
 /// relay's first frame is awaited. That frame alone decides the stream
-/// (`shared::exchange`), whenever it arrives: before the first byte, mid-body, or
+/// (`relay_proto::exchange`), whenever it arrives: before the first byte, mid-body, or
 /// after the Trailer. `None`: redirected, re-offer on a new stream.
 async fn eager_body(
     send: &mut quinn::SendStream,
@@ -321,7 +322,7 @@ fn unexpected(wanted: &str, got: &Message) -> FileError {
 /// relay's checkpoint (same-source check), else 0. Returns the hash state there.
 async fn resume_from(
     src: &Source,
-    plan: &shared::protocol::Plan,
+    plan: &relay_proto::protocol::Plan,
     len: u64,
 ) -> Result<(u64, Sha256), FileError> {
     if plan.resume_offset == 0 || plan.resume_offset > len {
@@ -369,7 +370,7 @@ async fn stream_bytes(
 
 /// Accepts a Receipt only if it names exactly the bytes this client read.
 fn verified(
-    receipt: shared::protocol::Receipt,
+    receipt: relay_proto::protocol::Receipt,
     sha256: String,
     len: u64,
     bytes_sent: u64,

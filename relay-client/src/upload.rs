@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quinn::Connection;
-use shared::blob::{Storage, WriterOptions};
-use shared::congestion::PathObserver;
-use shared::credentials::StorageAccess;
-use shared::protocol::{Overwrite, Secret};
-use shared::quic::{PathMemory, Windows};
-use shared::retry::Backoff;
-use shared::staging::Budget;
+use relay_proto::protocol::{Overwrite, Secret};
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::StorageAccess;
+use relay_storage::retry::Backoff;
+use relay_storage::staging::Budget;
+use relay_transport::congestion::PathObserver;
+use relay_transport::quic::{PathMemory, Windows};
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::cli::UploadArgs;
@@ -169,7 +169,7 @@ async fn watchdog(conn: Connection) {
                 "relay not responding; reconnecting"
             );
             conn.close(
-                shared::protocol::app_error::CLIENT_ABORT.into(),
+                relay_proto::protocol::app_error::CLIENT_ABORT.into(),
                 b"relay not responding",
             );
             return;
@@ -185,13 +185,13 @@ fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupErr
             .ok_or_else(|| SetupError(format!("--metadata {item:?}: expected KEY=VALUE")))?;
         out.insert(k.to_string(), v.to_string());
     }
-    shared::blob_name::validate_metadata(&out).map_err(SetupError)?;
+    relay_proto::blob_name::validate_metadata(&out).map_err(SetupError)?;
     Ok(out)
 }
 
 fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
     match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
-        (Some(fp), None, false) => Ok(Trust::Pinned(shared::tls::parse_fingerprint(fp).map_err(SetupError)?)),
+        (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp).map_err(SetupError)?)),
         (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
         (None, None, true) => {
             eprintln!("relay-client: WARNING: --insecure: the relay is not verified; anyone on the path can read and alter this upload");
@@ -230,7 +230,7 @@ fn direct_mode(args: &UploadArgs) -> Result<Direct, SetupError> {
         .ok_or_else(|| {
             SetupError("direct mode needs --id-key-file (no home directory to keep one in)".into())
         })?;
-    let id_key = shared::id_key::IdKey::load_or_create(&key_file)
+    let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)
         .map_err(|e| SetupError(format!("--id-key-file: {e}")))?;
     Ok(Direct {
         storage,
@@ -239,7 +239,7 @@ fn direct_mode(args: &UploadArgs) -> Result<Direct, SetupError> {
         connections: args.connections.max(1),
         block_size: args
             .block_size
-            .unwrap_or(shared::limits::DEFAULT_BLOCK_SIZE),
+            .unwrap_or(relay_proto::limits::DEFAULT_BLOCK_SIZE),
     })
 }
 
@@ -426,7 +426,7 @@ async fn one_file(
     wait_ms: u64,
 ) -> FileReport {
     let path = src.path.display().to_string();
-    if let Err(m) = shared::blob_name::validate_blob_name(&src.blob) {
+    if let Err(m) = relay_proto::blob_name::validate_blob_name(&src.blob) {
         return failed_report(
             &path,
             &opts.container,

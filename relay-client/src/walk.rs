@@ -14,7 +14,7 @@ pub struct Source {
 pub fn parse_destination(to: &str) -> Result<(String, String), String> {
     let to = to.trim_start_matches('/');
     let (container, prefix) = to.split_once('/').unwrap_or((to, ""));
-    shared::blob_name::validate_container(container)?;
+    relay_proto::blob_name::validate_container(container)?;
     Ok((container.to_string(), prefix.trim_matches('/').to_string()))
 }
 

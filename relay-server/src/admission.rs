@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quinn::{Connection, Incoming, VarInt};
-use shared::quic::Windows;
+use relay_transport::quic::Windows;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// The pending connections, oldest first; the slot count is the length.
@@ -396,7 +396,7 @@ impl Admitted {
 }
 
 /// Admission and budget-wait series for `/metrics`.
-pub fn render_metrics(a: &Admission, budget: &shared::staging::Budget, out: &mut String) {
+pub fn render_metrics(a: &Admission, budget: &relay_storage::staging::Budget, out: &mut String) {
     use crate::metrics::render_value;
     let r = &a.refusals;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args as ClapArgs, Subcommand};
-use shared::blob_name::validate_container;
+use relay_proto::blob_name::validate_container;
 
 use crate::config::Args;
 use crate::state::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir};

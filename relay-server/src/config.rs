@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use shared::credentials::EntraSource;
-use shared::limits::DEFAULT_BLOCK_SIZE;
-use shared::quic::Congestion;
-use shared::size::parse_byte_size;
+use relay_proto::limits::DEFAULT_BLOCK_SIZE;
+use relay_proto::size::parse_byte_size;
+use relay_storage::credentials::EntraSource;
+use relay_transport::quic::Congestion;
 
 /// Byte sizes: SI (`1GB` = 10^9) and IEC (`1GiB` = 2^30) units.
 fn size(s: &str) -> Result<u64, String> {
@@ -120,7 +120,7 @@ pub struct Args {
     pub congestion: Congestion,
 
     /// Cap the QUIC sending rate, in Mbit/s; uses the relay congestion controller.
-    #[arg(long, env = "RELAY_MAX_RATE", value_name = "MBIT", value_parser = shared::quic::parse_rate_mbit)]
+    #[arg(long, env = "RELAY_MAX_RATE", value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
     pub max_rate: Option<f64>,
 
     /// Share bottlenecks fairly with TCP flows; uses the relay congestion controller.

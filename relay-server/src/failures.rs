@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use shared::protocol::Code;
+use relay_proto::protocol::Code;
 
 use crate::rejections::{REASON_COUNT, Reason};
 

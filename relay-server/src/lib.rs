@@ -20,12 +20,12 @@ pub mod transfer;
 
 use std::time::Duration;
 
-use shared::blob::{Storage, WriterOptions};
-use shared::credentials::StorageAccess;
-use shared::id_key::IdKey;
-use shared::protocol::Secret;
-use shared::quic::Windows;
-use shared::staging::Budget;
+use relay_proto::id_key::IdKey;
+use relay_proto::protocol::Secret;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::StorageAccess;
+use relay_storage::staging::Budget;
+use relay_transport::quic::Windows;
 
 pub use server::{BlockFill, Config, Relay, TestHooks};
 
@@ -41,7 +41,7 @@ impl Config {
         let storage = Storage::new(access, &WriterOptions::default())?;
         let tokens_path = args.tokens.as_deref().ok_or("--tokens is required")?;
         let tokens = auth::TokenStore::load(tokens_path).map_err(|e| e.to_string())?;
-        shared::plan::BlockPlan::new(0, args.block_size)
+        relay_proto::plan::BlockPlan::new(0, args.block_size)
             .map_err(|e| format!("--block-size: {e}"))?;
         let identity = identity(args)?;
         let id_key = if args.id_key_ephemeral {
@@ -94,8 +94,8 @@ impl Config {
         {
             return Err(format!(
                 "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
-                shared::size::format_size(bound.total()),
-                shared::size::format_size(limit)
+                relay_proto::size::format_size(bound.total()),
+                relay_proto::size::format_size(limit)
             ));
         }
         Ok(cfg)
@@ -127,7 +127,7 @@ impl Config {
             tokens,
             identity: tls::Identity::self_signed(vec!["localhost".into()])?,
             budget: Budget::new(memory_budget),
-            block_size: shared::limits::DEFAULT_BLOCK_SIZE,
+            block_size: relay_proto::limits::DEFAULT_BLOCK_SIZE,
             blocks_in_flight: 4,
             windows: Windows::default(),
             udp_buffer: 8 << 20,
@@ -149,8 +149,8 @@ impl Config {
 /// secrets, no Debug text.
 pub fn describe_storage(access: &StorageAccess) -> String {
     let how = match &access.auth {
-        shared::credentials::StorageAuth::Entra(_) => "Entra ID",
-        shared::credentials::StorageAuth::Sas(_) => "SAS",
+        relay_storage::credentials::StorageAuth::Entra(_) => "Entra ID",
+        relay_storage::credentials::StorageAuth::Sas(_) => "SAS",
     };
     format!("{} via {how}", access.service_url)
 }
@@ -208,7 +208,7 @@ impl MemoryBound {
 
 impl std::fmt::Display for MemoryBound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use shared::size::format_size as s;
+        use relay_proto::size::format_size as s;
         write!(
             f,
             "base {} + block budget {} + authenticated connections {} + pending connections {}",

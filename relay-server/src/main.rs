@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(args.log_format);
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     if let Some(command) = &args.command {
         return match relay_server::commands::run(command, &args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -71,8 +71,8 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!(
         %addr,
         fingerprint = relay.fingerprint(),
-        memory_budget = %shared::size::format_size(budget),
-        memory_bound = %shared::size::format_size(bound.total()),
+        memory_budget = %relay_proto::size::format_size(budget),
+        memory_bound = %relay_proto::size::format_size(bound.total()),
         "relay listening (pin clients with --relay-cert-sha256)"
     );
     let (tx, rx) = watch::channel(false);
@@ -115,7 +115,7 @@ async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result
         "relay-server: configuration ok (listen {}, certificate {}, memory bound {}: {bound})",
         args.listen,
         cfg.identity.fingerprint,
-        shared::size::format_size(bound.total()),
+        relay_proto::size::format_size(bound.total()),
     );
     let storage = relay_server::describe_storage(cfg.storage.access());
     let what = format!("Get Blob Properties in container {:?}", probe.container());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use shared::retry::RetryCounts;
+use relay_storage::retry::RetryCounts;
 
 use crate::failures::Failures;
 use crate::rejections::{Reason, Rejections};
@@ -292,7 +292,7 @@ mod tests {
                 .count(),
             1
         );
-        for label in shared::retry::RETRY_LABELS {
+        for label in relay_storage::retry::RETRY_LABELS {
             assert!(
                 out.contains(&format!(
                     "blob_relay_azure_retries_total{{status=\"{label}\"}} "

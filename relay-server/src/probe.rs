@@ -8,9 +8,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use shared::blob::{Storage, WriterOptions};
-use shared::credentials::{StorageAccess, StorageAuth};
-use shared::retry::Backoff;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::{StorageAccess, StorageAuth};
+use relay_storage::retry::Backoff;
 use tokio::sync::watch;
 
 /// The blob the probe asks about; never written.

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use shared::logsafe::{MAX_LOG_CHARS, safe_to};
-use shared::protocol::Code;
+use relay_proto::logsafe::{MAX_LOG_CHARS, safe_to};
+use relay_proto::protocol::Code;
 
 /// Why a stream was refused: before its Offer was parsed (the frame layer), or
 /// after (the Reject's code).

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quinn::{Endpoint, TokioRuntime};
-use shared::blob::Storage;
-use shared::id_key::{IdKey, Owner};
-use shared::quic::{Windows, bind_udp};
-use shared::staging::{Budget, Mangle, Pace};
+use relay_proto::id_key::{IdKey, Owner};
+use relay_storage::blob::Storage;
+use relay_storage::staging::{Budget, Mangle, Pace};
+use relay_transport::quic::{Windows, bind_udp};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -171,7 +171,7 @@ impl Relay {
         let socket = bind_udp(cfg.listen, cfg.udp_buffer)
             .map_err(|e| format!("cannot bind UDP {}: {e}", cfg.listen))?;
         let endpoint = Endpoint::new(
-            shared::quic::endpoint_config(),
+            relay_transport::quic::endpoint_config(),
             Some(server),
             socket,
             Arc::new(TokioRuntime),
@@ -270,7 +270,7 @@ impl Relay {
             );
         }
         self.endpoint.close(
-            shared::protocol::app_error::SHUTDOWN.into(),
+            relay_proto::protocol::app_error::SHUTDOWN.into(),
             b"relay shutting down",
         );
         conns.shutdown().await;
@@ -303,18 +303,18 @@ async fn serve_connection(
             _ = &mut deadline, if !admitted.is_authenticated() => {
                 tracing::info!(%remote, "no valid Offer in time; closing");
                 admitted.count_deadline_missed();
-                conn.close(shared::protocol::app_error::UNAUTHENTICATED.into(), b"no valid Offer in time");
+                conn.close(relay_proto::protocol::app_error::UNAUTHENTICATED.into(), b"no valid Offer in time");
                 break;
             }
             _ = evicted.opened(), if !admitted.is_authenticated() => {
                 tracing::debug!(%remote, "evicted: pending slots full and it had no valid Offer yet");
-                conn.close(shared::protocol::app_error::UNAUTHENTICATED.into(), b"evicted: too many connections without a valid Offer");
+                conn.close(relay_proto::protocol::app_error::UNAUTHENTICATED.into(), b"evicted: too many connections without a valid Offer");
                 break;
             }
             _ = gate.opened(), if !admitted.is_authenticated() => {
                 if let Err(why) = admitted.promote(&conn) {
                     tracing::warn!(%remote, why, "connection limit reached; closing");
-                    conn.close(shared::protocol::app_error::BUSY.into(), why.as_bytes());
+                    conn.close(relay_proto::protocol::app_error::BUSY.into(), why.as_bytes());
                     break;
                 }
             }
@@ -337,6 +337,6 @@ async fn serve_connection(
         }
     }
     while streams.join_next().await.is_some() {}
-    conn.close(shared::protocol::app_error::DONE.into(), b"");
+    conn.close(relay_proto::protocol::app_error::DONE.into(), b"");
     drop(admitted);
 }

@@ -29,7 +29,8 @@ impl Identity {
         let leaf = certs
             .first()
             .ok_or_else(|| format!("no certificate in {}", cert.display()))?;
-        let fingerprint = shared::tls::format_fingerprint(&shared::tls::fingerprint(leaf));
+        let fingerprint =
+            relay_transport::tls::format_fingerprint(&relay_transport::tls::fingerprint(leaf));
         Ok(Self {
             certs,
             key,
@@ -49,7 +50,8 @@ impl Identity {
             .map_err(|e| format!("cannot generate a certificate: {e}"))?;
         let (cert_pem, key_pem) = (ck.cert.pem(), ck.signing_key.serialize_pem());
         let der = ck.cert.der().clone();
-        let fingerprint = shared::tls::format_fingerprint(&shared::tls::fingerprint(&der));
+        let fingerprint =
+            relay_transport::tls::format_fingerprint(&relay_transport::tls::fingerprint(&der));
         let key = PrivateKeyDer::try_from(ck.signing_key.serialize_der())
             .map_err(|e| format!("cannot encode the generated key: {e}"))?;
         let id = Self {
@@ -68,7 +70,7 @@ impl Identity {
             .with_no_client_auth()
             .with_single_cert(self.certs.clone(), self.key.clone_key())
             .map_err(|e| format!("TLS certificate/key rejected: {e}"))?;
-        cfg.alpn_protocols = vec![shared::limits::ALPN.to_vec()];
+        cfg.alpn_protocols = vec![relay_proto::limits::ALPN.to_vec()];
         cfg.max_early_data_size = 0;
         let q = quinn::crypto::rustls::QuicServerConfig::try_from(cfg)
             .map_err(|e| format!("TLS config unusable for QUIC: {e}"))?;

@@ -3,7 +3,7 @@
 //! rule, never its text: the text may be a token); the other lines stand. So an
 //! edit with one typo still revokes what it removed.
 
-use shared::blob_name::validate_container;
+use relay_proto::blob_name::validate_container;
 
 /// Shortest token we accept: guessing one must be hopeless.
 pub const MIN_TOKEN_CHARS: usize = 16;

@@ -6,20 +6,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
-use shared::blob_name::{validate_blob_name, validate_container};
-use shared::block_id::{IdSigner, TransferTag};
-use shared::codec::{FrameError, read_frame, write_frame};
-use shared::exchange::{RelayTakes, relay_takes};
-use shared::id_key::Owner;
-use shared::logsafe::{MAX_LOG_CHARS, safe, safe_to};
-use shared::offer_rules::{OfferLimits, check_offer, check_version};
-use shared::plan::BlockPlan;
-use shared::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
-use shared::publish::{
+use relay_proto::blob_name::{validate_blob_name, validate_container};
+use relay_proto::block_id::{IdSigner, TransferTag};
+use relay_proto::codec::FrameError;
+use relay_proto::exchange::{RelayTakes, relay_takes};
+use relay_proto::id_key::Owner;
+use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
+use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
+use relay_proto::plan::BlockPlan;
+use relay_proto::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
+use relay_proto::resume::{ResumePoint, find_resume_point};
+use relay_storage::publish::{
     Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
 };
-use shared::resume::{ResumePoint, find_resume_point};
-use shared::staging::{StageLimits, Stager};
+use relay_storage::staging::{StageLimits, Stager};
+use relay_transport::frames::{read_frame, write_frame};
 use tracing::Instrument;
 
 use crate::admission::AuthGate;
@@ -145,7 +146,7 @@ async fn respond(
                 offset,
                 "staged blocks found for an eager offer; the client resumes on a new stream"
             );
-            let _ = recv.stop(shared::protocol::app_error::RESUME_ON_NEW_STREAM.into());
+            let _ = recv.stop(relay_proto::protocol::app_error::RESUME_ON_NEW_STREAM.into());
             let _ = send.finish();
         }
         Err(Outcome::Failed(f)) => {
@@ -155,7 +156,7 @@ async fn respond(
             let _ = write_frame(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
-            let _ = recv.stop(shared::protocol::app_error::PROTOCOL.into());
+            let _ = recv.stop(relay_proto::protocol::app_error::PROTOCOL.into());
         }
     }
 }
@@ -172,7 +173,7 @@ async fn reject(
 ) {
     shared.metrics.failed(reason);
     shared.metrics.rejections.record(reason, &f.message);
-    let _ = recv.stop(shared::protocol::app_error::REJECTED.into());
+    let _ = recv.stop(relay_proto::protocol::app_error::REJECTED.into());
     let _ = write_frame(send, &Message::Reject(f)).await;
     let _ = send.finish();
 }
@@ -189,7 +190,7 @@ enum Outcome {
 }
 
 /// Everything the Offer must satisfy before any Azure call: its version, then the
-/// token, then the rest of `shared::offer_rules`.
+/// token, then the rest of `relay_proto::offer_rules`.
 fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
     check_version(offer)?;
     shared

@@ -6,9 +6,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use shared::blob::{Storage, WriterOptions};
-use shared::credentials::{EntraSource, StorageAccess};
-use shared::protocol::Secret;
+use relay_proto::protocol::Secret;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::{EntraSource, StorageAccess};
 
 pub struct Azurite {
     pub port: u16,

@@ -1,7 +1,7 @@
 //! Reading back what the tests uploaded: every assertion on a blob goes through
 //! Azurite, never through what the client or relay claimed.
 
-use shared::blob::BlobWriter;
+use relay_storage::blob::BlobWriter;
 
 use crate::azurite::shared_azurite;
 

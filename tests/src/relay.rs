@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use relay_server::{Config, Relay, TestHooks};
-use shared::blob::Storage;
+use relay_storage::blob::Storage;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -44,7 +44,7 @@ impl Default for RelayOptions {
 
 impl RelayHandle {
     pub fn start(storage: Storage, opts: RelayOptions) -> Self {
-        shared::install_crypto_provider();
+        relay_transport::install_crypto_provider();
         let dir = crate::files::Scratch::new("tokens");
         let tokens_path = dir.path("tokens");
         std::fs::write(

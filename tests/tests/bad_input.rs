@@ -4,15 +4,16 @@
 use std::time::Duration;
 
 use relay_client::connect::{Connector, Trust};
+use relay_proto::codec::encode;
+use relay_proto::limits::{MAX_FRAME_LEN, PROTOCOL_VERSION};
+use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start, Trailer};
 use relay_server::TestHooks;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::blob_exists;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, summary, unique_container};
-use shared::codec::{encode, read_frame, write_frame};
-use shared::limits::{MAX_FRAME_LEN, PROTOCOL_VERSION};
-use shared::protocol::{Code, Message, Offer, Overwrite, Secret, Start, Trailer};
+use relay_transport::frames::{read_frame, write_frame};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -27,7 +28,8 @@ async fn setup(tag: &str, opts: RelayOptions) -> (RelayHandle, String) {
 }
 
 async fn connect(relay: &RelayHandle) -> (Connector, quinn::Connection) {
-    let fp = shared::tls::parse_fingerprint(&relay.fingerprint).unwrap_or_else(|e| panic!("{e}"));
+    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
+        .unwrap_or_else(|e| panic!("{e}"));
     let c = Connector::new(&Trust::Pinned(fp), &Default::default(), 1 << 20, false)
         .unwrap_or_else(|e| panic!("{e}"));
     let conn = c
@@ -188,7 +190,7 @@ async fn refused_eager_offer_stops_the_bytes() {
     match written {
         Err(quinn::WriteError::Stopped(code)) => assert_eq!(
             code.into_inner(),
-            u64::from(shared::protocol::app_error::REJECTED)
+            u64::from(relay_proto::protocol::app_error::REJECTED)
         ),
         other => panic!("expected the stream stopped, got {other:?}"),
     }

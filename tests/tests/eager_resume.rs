@@ -14,14 +14,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relay_proto::id_key::IdKey;
 use relay_server::{Config, Relay, TestHooks};
+use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, writer};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::TOKEN;
 use relay_tests::{binary, run_client, summary, unique_container};
-use shared::id_key::IdKey;
-use shared::staging::Pace;
 use tokio::sync::watch;
 
 const MIB: u64 = 1 << 20;
@@ -38,7 +38,7 @@ impl TestRelay {
     /// A relay with `key`; `stall_from`: the transfer stalls (long) at the first
     /// chunk at or past that offset; `hold`: the Plan waits for that many bytes.
     fn start(key: &IdKey, stall_from: Option<u64>, hold: Option<u64>, dir: &Scratch) -> Self {
-        shared::install_crypto_provider();
+        relay_transport::install_crypto_provider();
         let tokens = dir.path(&format!("tokens-{}", rand_tag()));
         std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
         let tokens =

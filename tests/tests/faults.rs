@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_server::TestHooks;
+use relay_storage::blob::WriterOptions;
+use relay_storage::retry::Backoff;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule, chaos};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{DEV_KEY, binary, run_client, summary};
-use shared::blob::WriterOptions;
-use shared::retry::Backoff;
 
 const MIB: u64 = 1 << 20;
 /// A bound against hangs only; every upload here takes seconds.
@@ -144,7 +144,7 @@ async fn azure_faults_are_retried_and_counted() {
     };
     assert_eq!(
         by_status.len(),
-        shared::retry::RETRY_LABELS.len(),
+        relay_storage::retry::RETRY_LABELS.len(),
         "{by_status:?}"
     );
     assert!(count("500") >= 1, "{by_status:?}");
@@ -295,7 +295,9 @@ impl RelaySite {
         std::fs::write(&cert, ck.cert.pem()).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("{e}"));
-        let fingerprint = shared::tls::format_fingerprint(&shared::tls::fingerprint(ck.cert.der()));
+        let fingerprint = relay_transport::tls::format_fingerprint(
+            &relay_transport::tls::fingerprint(ck.cert.der()),
+        );
         // Both relays of a site listen here; never an ephemeral port, which a
         // concurrent test's client could take while no relay is running.
         let port = relay_tests::reserved_port();

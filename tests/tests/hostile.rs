@@ -8,19 +8,19 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use relay_client::connect::{Connector, Trust};
+use relay_proto::block_id::{BlockId, BlockState, IdSigner, TransferTag};
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::id_key::Owner;
+use relay_proto::limits::PROTOCOL_VERSION;
+use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start};
 use relay_server::{BlockFill, Config};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, summary};
+use relay_transport::frames::{read_frame, write_frame};
 use sha2::Digest;
-use shared::block_id::{BlockId, BlockState, IdSigner, TransferTag};
-use shared::checkpoint::Checkpoint;
-use shared::codec::{read_frame, write_frame};
-use shared::id_key::Owner;
-use shared::limits::PROTOCOL_VERSION;
-use shared::protocol::{Code, Message, Offer, Overwrite, Secret, Start};
 
 const MIB: u64 = 1 << 20;
 const T: Duration = Duration::from_secs(120);
@@ -66,11 +66,11 @@ async fn raw_connect(
     relay: &RelayHandle,
     from: &str,
 ) -> Result<(Connector, quinn::Connection), String> {
-    let fp = shared::tls::parse_fingerprint(&relay.fingerprint)?;
+    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)?;
     let bind: SocketAddr = format!("{from}:0").parse().map_err(|e| format!("{e}"))?;
     let c = Connector::bound_at(
         &Trust::Pinned(fp),
-        shared::quic::Windows::default().transport(),
+        relay_transport::quic::Windows::default().transport(),
         1 << 20,
         bind,
     )?;
@@ -334,7 +334,7 @@ async fn unauthenticated_peers_cannot_lock_others_out() {
         match why {
             quinn::ConnectionError::ApplicationClosed(c) => assert_eq!(
                 c.error_code,
-                quinn::VarInt::from_u32(shared::protocol::app_error::UNAUTHENTICATED)
+                quinn::VarInt::from_u32(relay_proto::protocol::app_error::UNAUTHENTICATED)
             ),
             other => panic!("unexpected close: {other}"),
         }
@@ -349,7 +349,7 @@ async fn unauthenticated_peers_cannot_lock_others_out() {
 #[test]
 fn pre_auth_credit_is_small_and_raised_only_by_a_valid_offer() {
     let limits = relay_server::admission::Limits::default();
-    let windows = shared::quic::Windows::default();
+    let windows = relay_transport::quic::Windows::default();
     assert!(limits.window_before_auth <= MIB);
     assert!(limits.window_before_auth < windows.connection_window / 16);
     assert!(limits.streams_before_auth <= 4);
@@ -584,7 +584,8 @@ async fn direct_mode_resumes_only_its_own_blocks() {
     let container = new_container("directkey").await;
     let dir = Scratch::new("directkey");
     let key_file = dir.path("direct.key");
-    let key = shared::id_key::IdKey::load_or_create(&key_file).unwrap_or_else(|e| panic!("{e}"));
+    let key =
+        relay_proto::id_key::IdKey::load_or_create(&key_file).unwrap_or_else(|e| panic!("{e}"));
     let args = |file: &std::path::Path| {
         [
             "upload",
@@ -606,7 +607,7 @@ async fn direct_mode_resumes_only_its_own_blocks() {
     };
     for (name, signer_key, resumed) in [
         ("own.bin", key.clone(), 10 * MIB),
-        ("other.bin", shared::id_key::IdKey::random(), 0),
+        ("other.bin", relay_proto::id_key::IdKey::random(), 0),
     ] {
         let file = dir.path(name);
         let size = 3 * 5 * MIB + 7;

@@ -51,11 +51,11 @@ async fn half_sent_frames(
     fingerprint: &str,
     from: &str,
 ) -> Option<(Connector, quinn::Connection, Vec<quinn::SendStream>)> {
-    let fp = shared::tls::parse_fingerprint(fingerprint).ok()?;
+    let fp = relay_transport::tls::parse_fingerprint(fingerprint).ok()?;
     let bind = format!("{from}:0").parse().ok()?;
     let c = Connector::bound_at(
         &Trust::Pinned(fp),
-        shared::quic::Windows::default().transport(),
+        relay_transport::quic::Windows::default().transport(),
         1 << 20,
         bind,
     )
@@ -65,7 +65,7 @@ async fn half_sent_frames(
         .await
         .ok()?;
     let mut streams = Vec::new();
-    let body_len = shared::limits::MAX_FRAME_LEN as u32;
+    let body_len = relay_proto::limits::MAX_FRAME_LEN as u32;
     for _ in 0..4 {
         let Ok(Ok((mut send, _recv))) =
             tokio::time::timeout(Duration::from_secs(2), conn.open_bi()).await

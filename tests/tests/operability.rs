@@ -51,7 +51,7 @@ fn checked_histogram(metrics: &str, name: &str) -> f64 {
 
 /// Every status label of the retries counter is there, even at 0.
 fn checked_retries(metrics: &str) {
-    for label in shared::retry::RETRY_LABELS {
+    for label in relay_storage::retry::RETRY_LABELS {
         let series = format!("blob_relay_azure_retries_total{{status=\"{label}\"}}");
         assert!(sample(metrics, &series).is_some(), "{series}: {metrics}");
     }
@@ -313,7 +313,7 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
     let key_pem = write("key.pem", leaf_key.serialize_pem());
     let tokens = write("tokens", format!("{}\n", relay_tests::relay::TOKEN));
 
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let store = relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
     let mut cfg = relay_server::Config::for_tests(az.storage(), store, 64 << 20)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -405,8 +405,8 @@ fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_names_cannot_forge_or_flood_the_log() {
     use relay_client::connect::{Connector, Trust};
-    use shared::codec::{read_frame, write_frame};
-    use shared::protocol::{Code, Message, Offer, Overwrite, Secret};
+    use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret};
+    use relay_transport::frames::{read_frame, write_frame};
 
     let az = shared_azurite();
     let container = unique_container("logs");
@@ -446,7 +446,8 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let fingerprint = std::fs::read_to_string(&fp).unwrap_or_default();
-    let pin = shared::tls::parse_fingerprint(fingerprint.trim()).unwrap_or_else(|e| panic!("{e}"));
+    let pin = relay_transport::tls::parse_fingerprint(fingerprint.trim())
+        .unwrap_or_else(|e| panic!("{e}"));
     let connector = Connector::new(&Trust::Pinned(pin), &Default::default(), 1 << 20, false)
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = udp.parse().unwrap_or_else(|e| panic!("{e}"));
@@ -455,7 +456,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let offer = |tok: &str, container: &str, blob: &str| Offer {
-        version: shared::limits::PROTOCOL_VERSION,
+        version: relay_proto::limits::PROTOCOL_VERSION,
         token: Secret(tok.into()),
         container: container.into(),
         blob: blob.into(),

@@ -12,19 +12,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use relay_proto::block_id::{BlockId, BlockState, IdSigner, TransferTag};
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::id_key::{IdKey, Owner};
 use relay_server::{Config, Relay, TestHooks};
+use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::TOKEN;
 use relay_tests::{binary, run_client, summary, unique_container};
+use relay_transport::quic::Windows;
 use sha2::Digest;
-use shared::block_id::{BlockId, BlockState, IdSigner, TransferTag};
-use shared::checkpoint::Checkpoint;
-use shared::id_key::{IdKey, Owner};
-use shared::quic::Windows;
-use shared::staging::Pace;
 use tokio::sync::watch;
 
 const MIB: u64 = 1 << 20;
@@ -111,8 +111,8 @@ impl TestRelay {
         Self::start_on(shared_azurite().storage())
     }
 
-    fn start_on(storage: shared::blob::Storage) -> Self {
-        shared::install_crypto_provider();
+    fn start_on(storage: relay_storage::blob::Storage) -> Self {
+        relay_transport::install_crypto_provider();
         let dir = Scratch::new("resume-relay");
         let tokens = dir.path("tokens");
         std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
@@ -330,7 +330,7 @@ async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let relay = TestRelay::start_on(
-        shared_azurite().storage_at(&proxy.url(), shared::blob::WriterOptions::default()),
+        shared_azurite().storage_at(&proxy.url(), relay_storage::blob::WriterOptions::default()),
     );
     let dir = Scratch::new("killcommit");
     let file = dir.path("f.bin");

@@ -24,7 +24,7 @@ fn free_udp_port() -> Result<u16, String> {
 }
 
 fn run() -> Result<(), String> {
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let work = PathBuf::from(".demo");
     let _ = std::fs::remove_dir_all(&work);
     let data = work.join("data");

@@ -123,7 +123,7 @@ fn upload(args: &[String], env: &[(&str, &str)]) -> Result<f64, String> {
 
 fn run() -> Result<(), String> {
     let a = parse_args()?;
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let dir = relay_tests::files::Scratch::new("bench");
     let file = dir.path("bench.bin");
     let size = a.size_mib << 20;

@@ -8,7 +8,7 @@
 //! ip netns exec brl-cloud-… quicperf server --listen 10.77.0.2:4500
 //! ip netns exec brl-site-…  quicperf client --to 10.77.0.2:4500 --seconds 20 --congestion relay
 //! ```
-//! The client prints one JSON line. Both use `shared::quic::Windows::transport()`,
+//! The client prints one JSON line. Both use `relay_transport::quic::Windows::transport()`,
 //! exactly what relay-client and relay-server use.
 
 use std::net::SocketAddr;
@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_client::connect::{Connector, Trust};
-use shared::congestion::{PathEstimate, PathObserver};
-use shared::quic::{Congestion, PathMemory, Windows, bind_udp, parse_rate_mbit};
+use relay_transport::congestion::{PathEstimate, PathObserver};
+use relay_transport::quic::{Congestion, PathMemory, Windows, bind_udp, parse_rate_mbit};
 
 const USAGE: &str = "usage:
   quicperf server --listen ADDR [--congestion C] [--udp-buffer-mib N]
@@ -102,7 +102,7 @@ fn cpu_seconds() -> f64 {
 
 #[tokio::main]
 async fn main() {
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let res = match parse_args() {
         Ok(a) if a.server => server(a).await,
         Ok(a) => client(a).await,
@@ -121,7 +121,7 @@ async fn server(a: Args) -> Result<(), String> {
     cfg.transport_config(Arc::new(a.windows.transport()));
     let socket = bind_udp(listen, a.udp_buffer).map_err(|e| format!("bind {listen}: {e}"))?;
     let endpoint = quinn::Endpoint::new(
-        shared::quic::endpoint_config(),
+        relay_transport::quic::endpoint_config(),
         Some(cfg),
         socket,
         Arc::new(quinn::TokioRuntime),

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use linklab::{Lab, Side};
+use relay_proto::protocol::Secret;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::{EntraSource, StorageAccess};
 use relay_tests::{DEV_ACCOUNT, DEV_KEY};
-use shared::blob::{Storage, WriterOptions};
-use shared::credentials::{EntraSource, StorageAccess};
-use shared::protocol::Secret;
 
 const AZURITE_PORT: u16 = 10000;
 const RELAY_PORT: u16 = 4433;

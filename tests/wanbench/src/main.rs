@@ -132,7 +132,7 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let plan = make_plan(&args)?;
     linklab::check_privileges()?;
     interrupt::install();
-    shared::install_crypto_provider();
+    relay_transport::install_crypto_provider();
     let root = repo_root();
     let bin_dir = match &args.bin_dir {
         Some(d) => d.clone(),

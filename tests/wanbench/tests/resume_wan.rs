@@ -96,7 +96,9 @@ impl Cloud {
             .unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(dir.join("tokens"), format!("{}\n", cloud::TOKEN))
             .unwrap_or_else(|e| panic!("{e}"));
-        let fingerprint = shared::tls::format_fingerprint(&shared::tls::fingerprint(ck.cert.der()));
+        let fingerprint = relay_transport::tls::format_fingerprint(
+            &relay_transport::tls::fingerprint(ck.cert.der()),
+        );
         let mut c = Cloud {
             relay: None,
             _azurite: azurite,

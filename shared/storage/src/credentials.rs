@@ -9,8 +9,8 @@ use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request, Url};
 use time::OffsetDateTime;
 
-use crate::protocol::Secret;
 use crate::sas::account_sas;
+use relay_proto::protocol::Secret;
 
 /// Which Entra ID credential to use when neither a SAS nor a key is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -305,31 +305,60 @@ fn short_rtt_without_loss_is_near_line_rate() {
     assert!(self_loss < 0.01, "queue loss {self_loss}");
 }
 
+/// One stretch of a replayed connection: `packets` sent `gap` apart, each acked
+/// one RTT later (or lost at the link's rate); `app_limited` marks the acks as
+/// taken while the application had nothing more to send.
+struct Phase {
+    packets: u64,
+    gap: Duration,
+    app_limited: bool,
+}
+
+/// A bare model driven by an ack clock over a 100 ms, 1 % loss, 40 Mbit/s link
+/// (no queue: sending at or below the link's rate).
+fn replay_ack_clock(phases: &[Phase]) -> (Model, Link) {
+    let mut link = Link::new(100, 0.01, 40.0);
+    let rtt = Duration::from_millis(100);
+    let mut m = Model::new(Params::default(), MTU);
+    let mut sent: VecDeque<(Instant, bool)> = VecDeque::new();
+    let mut now = Instant::now();
+    for phase in phases {
+        for _ in 0..phase.packets {
+            m.on_sent(now);
+            sent.push_back((now, phase.app_limited));
+            while let Some(&(s, app_limited)) = sent.front() {
+                if s + rtt > now {
+                    break;
+                }
+                sent.pop_front();
+                if link.coin() < link.loss {
+                    m.on_congestion(now, false, PACKET);
+                } else {
+                    m.on_ack(now, s, PACKET, app_limited);
+                }
+                m.on_end_acks(now, sent.len() as u64 * PACKET);
+            }
+            now += phase.gap;
+        }
+    }
+    (m, link)
+}
+
+/// 40,000 packets at the link's rate: a bandwidth-limited connection.
+fn at_link_rate(link_rate: f64) -> Phase {
+    Phase {
+        packets: 40_000,
+        gap: Duration::from_secs_f64(PACKET as f64 / link_rate),
+        app_limited: false,
+    }
+}
+
+const LINK_RATE: f64 = 40e6 / 8.0;
+
 #[test]
 fn estimates_the_path() {
-    let mut link = Link::new(100, 0.01, 40.0);
-    let t0 = Instant::now();
-    let mut m = Model::new(Params::default(), MTU);
-    // Drive a bare model through `run` by value, then look at it: simplest is to
-    // replay a steady ack clock at the link rate.
-    let gap = Duration::from_secs_f64(PACKET as f64 / link.rate);
+    let (m, link) = replay_ack_clock(&[at_link_rate(LINK_RATE)]);
     let rtt = Duration::from_millis(100);
-    let mut sent = VecDeque::new();
-    let mut now = t0;
-    for i in 0..40_000u64 {
-        m.on_sent(now);
-        sent.push_back(now);
-        if now >= t0 + rtt {
-            let s = sent.pop_front().unwrap_or(now);
-            if link.coin() < link.loss {
-                m.on_congestion(now, false, PACKET);
-            } else {
-                m.on_ack(now, s, PACKET, false);
-            }
-            m.on_end_acks(now, sent.len() as u64 * PACKET);
-        }
-        now = t0 + gap * (i as u32 + 1);
-    }
     let bw = m.bandwidth() as f64;
     assert!(
         (bw / link.rate - 1.0).abs() < 0.1,
@@ -342,6 +371,53 @@ fn estimates_the_path() {
         "{min:?}"
     );
     assert!(matches!(m.mode(), super::Mode::ProbeBw { .. }));
+}
+
+#[test]
+fn application_limited_periods_never_become_the_saved_estimate() {
+    // A connection that first moved a large file at the link's rate, then only
+    // small files: a packet every 20 ms, the application never filling the
+    // window (what a relay connection carrying small files looks like).
+    let small_files = || Phase {
+        packets: 3_000,
+        gap: Duration::from_millis(20),
+        app_limited: true,
+    };
+    let (m, link) = replay_ack_clock(&[at_link_rate(LINK_RATE)]);
+    let e = m.estimate().unwrap_or_else(|| panic!("no estimate"));
+    assert!((e.bandwidth as f64 / link.rate - 1.0).abs() < 0.1, "{e:?}");
+    let (m, _) = replay_ack_clock(&[at_link_rate(LINK_RATE), small_files()]);
+    // Its filter now holds what the small files measured (their demand)...
+    assert!(m.bandwidth() < 200_000, "bw {}", m.bandwidth());
+    assert!(matches!(m.mode(), super::Mode::ProbeBw { .. }));
+    // ...which is no estimate of the path: what it saves for the next warm start
+    // is still what it measured while bandwidth-limited.
+    let saved = m.estimate().unwrap_or_else(|| panic!("no estimate"));
+    assert!(
+        (saved.bandwidth as f64 / link.rate - 1.0).abs() < 0.1,
+        "{saved:?}"
+    );
+    // A connection that only ever carried small files saves nothing.
+    let (m, _) = replay_ack_clock(&[small_files()]);
+    assert_eq!(m.estimate(), None);
+}
+
+#[test]
+fn implausible_estimates_are_not_trusted() {
+    let iw = Params::default().initial_window;
+    let est = |bandwidth: u64, rtt_ms: u64| PathEstimate {
+        bandwidth,
+        min_rtt: Duration::from_millis(rtt_ms),
+    };
+    assert!(est(25_000_000, 200).plausible(iw), "200 Mbit/s at 200 ms");
+    assert!(!est(7, 200).plausible(iw), "7 B/s: an idle connection");
+    assert!(
+        !est(50_000, 100).plausible(iw),
+        "BDP below the initial window"
+    );
+    assert!(!est(125_000_000_000, 1).plausible(iw), "1 Tbit/s");
+    assert!(!est(25_000_000, 0).plausible(iw), "no RTT");
+    assert!(!est(25_000_000, 60_000).plausible(iw), "a minute of RTT");
 }
 
 #[test]

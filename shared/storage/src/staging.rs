@@ -14,11 +14,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::blob::{BlobError, BlobWriter};
-use crate::block_id::{BLOCK_ID_LEN, BlockId, BlockState, IdSigner};
-use crate::checkpoint::Checkpoint;
-use crate::plan::BlockPlan;
-use crate::resume::ResumePoint;
-use crate::size::format_size;
+use relay_proto::block_id::{BLOCK_ID_LEN, BlockId, BlockState, IdSigner};
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::plan::BlockPlan;
+use relay_proto::resume::ResumePoint;
+use relay_proto::size::format_size;
 
 /// Budget permits are counted in KiB so a `u32` acquire covers a 4000 MiB block
 /// while the total may exceed 4 GiB.

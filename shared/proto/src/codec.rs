@@ -1,10 +1,8 @@
 //! Framing of control messages: a 4-byte big-endian length, then JSON.
 //!
 //! `decode` keeps "incomplete" (need more bytes) apart from "invalid" (refuse the
-//! peer), as mini-redis does; the async helpers read and write one frame on a
-//! byte stream with a bounded buffer.
-
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+//! peer), as mini-redis does. Reading and writing frames on a stream lives in
+//! `relay_transport::frames`, which parses with this same `decode`.
 
 use crate::limits::MAX_FRAME_LEN;
 use crate::protocol::Message;
@@ -42,62 +40,37 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, FrameError> {
     if body.len() > MAX_FRAME_LEN {
         return Err(FrameError::TooLong(body.len()));
     }
-    let mut out = Vec::with_capacity(4 + body.len());
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(&body);
     Ok(out)
 }
 
-/// `Ok(None)`: incomplete, read more. `Ok(Some((msg, used)))`: one frame of `used` bytes.
-pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, FrameError> {
-    if buf.len() < 4 {
-        return Ok(None);
-    }
-    let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+/// Length of a frame's header, the big-endian body length.
+pub const HEADER_LEN: usize = 4;
+
+/// The body length a header announces, refused if over the limit: lets a reader
+/// size its buffer before reading the body, without trusting the peer.
+pub fn body_len(header: [u8; HEADER_LEN]) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(header) as usize;
     if len > MAX_FRAME_LEN {
         return Err(FrameError::TooLong(len));
     }
-    if buf.len() < 4 + len {
+    Ok(len)
+}
+
+/// `Ok(None)`: incomplete, read more. `Ok(Some((msg, used)))`: one frame of `used` bytes.
+pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, FrameError> {
+    let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
+        return Ok(None);
+    };
+    let len = body_len(*header)?;
+    if buf.len() < HEADER_LEN + len {
         return Ok(None);
     }
-    let msg = serde_json::from_slice(&buf[4..4 + len]).map_err(|e| malformed(&e))?;
-    Ok(Some((msg, 4 + len)))
-}
-
-/// Reads exactly one frame; never reads past it, so raw bytes may follow.
-pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Message, FrameError> {
-    let mut len = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = r.read(&mut len[got..]).await?;
-        if n == 0 {
-            return Err(if got == 0 {
-                FrameError::Closed
-            } else {
-                FrameError::Truncated
-            });
-        }
-        got += n;
-    }
-    let n = u32::from_be_bytes(len) as usize;
-    if n > MAX_FRAME_LEN {
-        return Err(FrameError::TooLong(n));
-    }
-    let mut body = vec![0u8; n];
-    r.read_exact(&mut body).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => FrameError::Truncated,
-        _ => FrameError::Io(e),
-    })?;
-    serde_json::from_slice(&body).map_err(|e| malformed(&e))
-}
-
-pub async fn write_frame<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    msg: &Message,
-) -> Result<(), FrameError> {
-    let bytes = encode(msg)?;
-    w.write_all(&bytes).await?;
-    Ok(())
+    let msg =
+        serde_json::from_slice(&buf[HEADER_LEN..HEADER_LEN + len]).map_err(|e| malformed(&e))?;
+    Ok(Some((msg, HEADER_LEN + len)))
 }
 
 #[cfg(test)]
@@ -217,25 +190,5 @@ mod tests {
     fn token_never_in_debug() {
         let text = format!("{:?}", offer());
         assert!(!text.contains("t0k"), "{text}");
-    }
-
-    #[tokio::test]
-    async fn reads_one_frame_and_leaves_the_rest() {
-        let mut bytes = encode(&Message::Start(Start { offset: 9 })).expect("encode");
-        bytes.extend_from_slice(b"RAW");
-        let mut r = &bytes[..];
-        let m = read_frame(&mut r).await.expect("frame");
-        assert_eq!(m, Message::Start(Start { offset: 9 }));
-        assert_eq!(r, b"RAW");
-        let mut short = &bytes[..3];
-        assert!(matches!(
-            read_frame(&mut short).await,
-            Err(FrameError::Truncated)
-        ));
-        let mut empty: &[u8] = &[];
-        assert!(matches!(
-            read_frame(&mut empty).await,
-            Err(FrameError::Closed)
-        ));
     }
 }

@@ -21,11 +21,11 @@ use azure_storage_blob::{
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
-use crate::blob_name::SHA256_METADATA_KEY;
 use crate::credentials::{StorageAccess, StorageAuth};
-use crate::id_key::SEAL_METADATA_KEY;
-use crate::protocol::Overwrite;
 use crate::retry::{Backoff, RetryCounts, is_retryable_status};
+use relay_proto::blob_name::SHA256_METADATA_KEY;
+use relay_proto::id_key::SEAL_METADATA_KEY;
+use relay_proto::protocol::Overwrite;
 
 /// An Azure failure, with the HTTP status and Azure's error code when there was a response.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use quinn::{TransportConfig, VarInt};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::limits::MIB;
+use relay_proto::limits::MIB;
 
 /// Concurrent streams (files) per connection.
 pub const MAX_STREAMS: u64 = 128;

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use crate::blob::{BlobError, BlobProperties, BlobWriter};
-use crate::id_key::IdKey;
-use crate::protocol::{Code, Failure, Overwrite};
 use crate::staging::{StageError, Staged};
+use relay_proto::id_key::IdKey;
+use relay_proto::protocol::{Code, Failure, Overwrite};
 
 fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {

@@ -84,7 +84,25 @@ pub struct PathEstimate {
     pub min_rtt: Duration,
 }
 
+/// Largest bandwidth a saved estimate may claim (100 Gbit/s): anything above is
+/// a measurement artefact (ack compression on loopback), not a path.
+const MAX_PLAUSIBLE_BANDWIDTH: u64 = 12_500_000_000;
+/// Longest plausible min RTT: no terrestrial or satellite path is slower.
+const MAX_PLAUSIBLE_RTT: Duration = Duration::from_secs(5);
+
 impl PathEstimate {
+    /// Whether the estimate is worth warm-starting from: its BDP is above the
+    /// initial window in bytes (below it a warm start changes nothing, and such
+    /// tiny values are what idle connections measure), and its numbers are
+    /// physically possible.
+    pub fn plausible(&self, initial_window: u64) -> bool {
+        let bdp = self.bandwidth as f64 * self.min_rtt.as_secs_f64();
+        self.bandwidth <= MAX_PLAUSIBLE_BANDWIDTH
+            && !self.min_rtt.is_zero()
+            && self.min_rtt <= MAX_PLAUSIBLE_RTT
+            && bdp >= initial_window as f64
+    }
+
     /// Whether an RTT measured now says this is (still) the same path.
     pub fn matches_rtt(&self, rtt: Duration) -> bool {
         let saved = self.min_rtt.as_secs_f64();
@@ -160,6 +178,12 @@ pub struct Model {
     mode: Mode,
     sampler: Sampler,
     bw: RoundMax,
+    /// Like `bw`, but only from samples taken while the sender had more to send
+    /// than the window allowed: what a warm start may trust (an application-
+    /// limited connection, e.g. one carrying small files, measures its own
+    /// demand, not the path). It only advances with such samples, so it holds
+    /// the last bandwidth-limited period's maximum through idle stretches.
+    bw_limited: RoundMax,
     min_rtt: MinRtt,
     latest_rtt: Option<Duration>,
     in_flight: u64,
@@ -204,6 +228,7 @@ impl Model {
             mode: Mode::Startup,
             sampler: Sampler::default(),
             bw: RoundMax::default(),
+            bw_limited: RoundMax::default(),
             min_rtt: MinRtt::new(MIN_RTT_WINDOW),
             latest_rtt: None,
             in_flight: 0,
@@ -258,11 +283,13 @@ impl Model {
     }
 
     /// The path as measured, once Startup is over (Startup's numbers are still
-    /// climbing, so they would make the next warm start too timid).
+    /// climbing, so they would make the next warm start too timid), from
+    /// bandwidth-limited samples only, and only if plausible.
     pub fn estimate(&self) -> Option<PathEstimate> {
-        match (self.mode, self.min_rtt.get(), self.bw.get()) {
+        match (self.mode, self.min_rtt.get(), self.bw_limited.get()) {
             (Mode::ProbeBw { .. }, Some(min_rtt), bandwidth) if bandwidth > 0 => {
                 Some(PathEstimate { bandwidth, min_rtt })
+                    .filter(|e| e.plausible(self.params.initial_window))
             }
             _ => None,
         }
@@ -312,6 +339,9 @@ impl Model {
             if reliable && (!app_limited || s.rate > self.bw.get()) {
                 self.bw.update(self.round, s.rate);
                 self.round_max_rate = self.round_max_rate.max(s.rate);
+            }
+            if reliable && !app_limited {
+                self.bw_limited.update(self.round, s.rate);
             }
         }
         if let Warm::Pending(saved) = self.warm {

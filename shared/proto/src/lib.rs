@@ -1,0 +1,22 @@
+//! Blob Relay's pure core: the wire messages and their framing, block planning,
+//! resumable hashing (checkpoints), block IDs, the resume decision and the Offer
+//! rules.
+//!
+//! Nothing here does I/O or needs an async runtime, so the nasty cases (every
+//! block boundary, corrupt IDs, hostile names, oversized frames) are unit-tested
+//! in milliseconds. The network lives in `relay-transport`, Azure in
+//! `relay-storage`; both build on this crate, never the other way round.
+
+pub mod blob_name;
+pub mod block_id;
+pub mod checkpoint;
+pub mod codec;
+pub mod exchange;
+pub mod id_key;
+pub mod limits;
+pub mod logsafe;
+pub mod offer_rules;
+pub mod plan;
+pub mod protocol;
+pub mod resume;
+pub mod size;

@@ -1,0 +1,14 @@
+//! Blob Relay's storage layer, used by the relay and by the client's direct mode:
+//! Azure credentials and SAS tokens (`credentials`, `sas`), the blob writer over
+//! the Azure SDK (`blob`), staging a file's blocks with bounded memory
+//! (`staging`), verify-then-commit publishing (`publish`) and the retry schedule
+//! (`retry`).
+//!
+//! Pure rules (block IDs, checkpoints, resume points) come from `relay-proto`.
+
+pub mod blob;
+pub mod credentials;
+pub mod publish;
+pub mod retry;
+pub mod sas;
+pub mod staging;
