@@ -3,11 +3,11 @@
 //! exists), the relay's (out of budget, a bug) or storage's (Azure failed or
 //! refused). Operators alert on the last two; the first is the users' business.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use relay_proto::protocol::Code;
 
+use crate::exposition::{Exposition, Kind};
 use crate::rejections::{REASON_COUNT, Reason};
 
 /// Whose problem a failure is.
@@ -77,21 +77,16 @@ impl Failures {
         self.counts[reason.index()].load(Ordering::Relaxed)
     }
 
-    pub fn render(&self, out: &mut String) {
-        let name = "blob_relay_failures_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Transfers that ended without a commit, by code and by class: client (the user's input or source), relay (busy, internal) or storage (Azure failed or refused).\n# TYPE {name} counter"
+    pub fn render(&self, out: &mut Exposition) {
+        out.labelled(
+            "blob_relay_failures_total",
+            Kind::Counter,
+            "Transfers that ended without a commit, by code and by class: client (the user's input or source), relay (busy, internal) or storage (Azure failed or refused).",
+            Reason::all().map(|r| {
+                let labels = [("class", Class::of(r).label()), ("code", r.label())];
+                (labels, self.get(r))
+            }),
         );
-        for r in Reason::all() {
-            let _ = writeln!(
-                out,
-                "{name}{{class=\"{}\",code=\"{}\"}} {}",
-                Class::of(r).label(),
-                r.label(),
-                self.get(r)
-            );
-        }
     }
 }
 
@@ -105,9 +100,11 @@ mod tests {
         f.record(Reason::Code(Code::Storage));
         f.record(Reason::Code(Code::Storage));
         f.record(Reason::Code(Code::Unauthorized));
-        let mut out = String::new();
-        f.render(&mut out);
-        assert_eq!(out.lines().count(), 2 + REASON_COUNT, "{out}");
+        let mut e = Exposition::default();
+        f.render(&mut e);
+        let out = e.encode();
+        // HELP, TYPE, a line per reason, EOF.
+        assert_eq!(out.lines().count(), 3 + REASON_COUNT, "{out}");
         assert!(out.contains("blob_relay_failures_total{class=\"storage\",code=\"storage\"} 2\n"));
         assert!(
             out.contains("blob_relay_failures_total{class=\"client\",code=\"unauthorized\"} 1\n")

@@ -12,6 +12,7 @@ use hyper::{Method, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::exposition::{self, Exposition, Kind};
 use crate::http::{self, Limits, Page};
 use crate::metrics::{self, Metrics};
 use crate::probe::{Reachability, StorageHealth};
@@ -63,15 +64,11 @@ fn page(
     }
     match path {
         HEALTH_PATH => health(storage, draining),
-        "/metrics" => {
-            let mut body = render(shared);
-            render_storage(storage, &mut body);
-            Page {
-                status: StatusCode::OK,
-                content_type: "text/plain; version=0.0.4",
-                body,
-            }
-        }
+        "/metrics" => Page {
+            status: StatusCode::OK,
+            content_type: exposition::CONTENT_TYPE,
+            body: exposition(shared, Some(storage)).encode(),
+        },
         _ => Page::text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -96,91 +93,91 @@ pub fn health(storage: &Reachability, draining: bool) -> Page {
     Page::text(status, format!("{first}\n{storage_line}\n"))
 }
 
-fn render_storage(storage: &Reachability, out: &mut String) {
-    metrics::render_value(
-        out,
-        "blob_relay_storage_reachable",
-        "gauge",
-        "1 if the last storage check (every --storage-check-interval) succeeded, else 0.",
-        u64::from(*storage == Reachability::Reachable),
-    );
+/// The `/metrics` page without the storage check (tests read it in-process).
+pub fn render(shared: &Shared) -> String {
+    exposition(shared, None).encode()
 }
 
-/// Prometheus text format.
-pub fn render(shared: &Shared) -> String {
+/// Every series, at 0 too, so dashboards and alerts see them from the start.
+fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     let m = &shared.metrics;
-    let rows: [(&str, &str, &str, &AtomicU64); 6] = [
+    let mut out = Exposition::default();
+    let rows: [(&str, Kind, &str, &AtomicU64); 6] = [
         (
             "blob_relay_bytes_received_total",
-            "counter",
+            Kind::Counter,
             "Bytes received from clients.",
             &m.bytes_received,
         ),
         (
             "blob_relay_bytes_staged_total",
-            "counter",
+            Kind::Counter,
             "Bytes in blocks Azure accepted (Put Block succeeded).",
             &m.bytes_staged,
         ),
         (
             "blob_relay_bytes_committed_total",
-            "counter",
+            Kind::Counter,
             "Bytes in committed, verified blobs.",
             &m.bytes_committed,
         ),
         (
             "blob_relay_transfers_active",
-            "gauge",
+            Kind::Gauge,
             "Transfers in progress.",
             &m.transfers_active,
         ),
         (
             "blob_relay_transfers_committed_total",
-            "counter",
+            Kind::Counter,
             "Blobs committed after verification.",
             &m.transfers_committed,
         ),
         (
             "blob_relay_transfers_failed_total",
-            "counter",
+            Kind::Counter,
             "Transfers rejected or failed (nothing committed); by code and class in blob_relay_failures_total.",
             &m.transfers_failed,
         ),
     ];
-    let mut out = String::new();
     for (name, kind, help, v) in rows {
-        metrics::render_value(&mut out, name, kind, help, Metrics::get(v));
+        out.value(name, kind, help, Metrics::get(v));
     }
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
     m.failures.render(&mut out);
     let budget = &shared.budget;
-    metrics::render_value(
-        &mut out,
+    out.value(
         "blob_relay_budget_bytes",
-        "gauge",
+        Kind::Gauge,
         "Memory budget for block buffers.",
         budget.total_bytes(),
     );
-    metrics::render_value(
-        &mut out,
+    out.value(
         "blob_relay_budget_in_use_bytes",
-        "gauge",
+        Kind::Gauge,
         "Block buffers in use.",
         budget.in_use_bytes(),
     );
     crate::admission::render_metrics(&shared.admission, budget, &mut out);
-    metrics::render_value(
-        &mut out,
+    out.value(
         "blob_relay_storage_requests_total",
-        "counter",
+        Kind::Counter,
         "Storage requests sent (retries included).",
         Metrics::get(&m.storage_requests),
     );
-    m.commit_seconds.render(
+    out.histogram(
         "blob_relay_commit_seconds",
         "Time to verify and commit a blob (hash check, Put Block List and its retries, reading back its properties), per committed blob.",
-        &mut out,
+        &m.commit_seconds.snapshot(),
     );
+    if let Some(storage) = storage {
+        out.value(
+            "blob_relay_storage_reachable",
+            Kind::Gauge,
+            "1 if the last storage check (every --storage-check-interval) succeeded, else 0.",
+            u64::from(*storage == Reachability::Reachable),
+        );
+    }
     out
 }

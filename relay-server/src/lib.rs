@@ -6,6 +6,7 @@ pub mod admission;
 pub mod auth;
 pub mod commands;
 pub mod config;
+pub mod exposition;
 pub mod failures;
 pub mod health;
 pub mod http;
