@@ -24,6 +24,9 @@ pub enum Command {
     /// Upload files and directories; each blob is committed only after its SHA-256 is verified.
     #[command(after_long_help = UPLOAD_EXAMPLES)]
     Upload(UploadArgs),
+    /// Compare uploads through the relay with direct uploads from here: generated
+    /// files, alternating runs, verified, deleted afterwards unless --keep.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]

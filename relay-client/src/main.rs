@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Bench(args) => relay_client::bench::main(args, &rt),
         Command::Upload(args) => {
             let json = args.json;
             match rt.block_on(relay_client::upload::run(args)) {
