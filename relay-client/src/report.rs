@@ -63,6 +63,17 @@ pub struct Summary {
     pub warm_start: Option<bool>,
     pub files: Vec<FileReport>,
     pub totals: Totals,
+    /// Relay mode: what QUIC saw on the (last) connection to the relay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicStats>,
+}
+
+/// Round-trip time and packet loss of a QUIC connection, as quinn counted them.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QuicStats {
+    pub rtt_ms: f64,
+    pub sent_packets: u64,
+    pub lost_packets: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -90,6 +101,7 @@ impl Summary {
             ok: committed == files.len(),
             mode,
             warm_start: None,
+            quic: None,
             totals: Totals {
                 files: files.len(),
                 committed,

@@ -386,15 +386,24 @@ pub async fn run(args: UploadArgs) -> Result<Summary, SetupError> {
     // Every file is verified and committed (or failed) here; closing the
     // connection below is not part of the upload's time.
     let seconds = t0.elapsed().as_secs_f64();
-    let (name, warm_start) = match mode.as_ref() {
-        Mode::Direct(_) => ("direct", None),
+    let (name, warm_start, quic) = match mode.as_ref() {
+        Mode::Direct(_) => ("direct", None, None),
         Mode::Relay(link) => {
+            let quic = link.current.lock().await.as_ref().map(|c| {
+                let p = c.stats().path;
+                crate::report::QuicStats {
+                    rtt_ms: p.rtt.as_secs_f64() * 1e3,
+                    sent_packets: p.sent_packets,
+                    lost_packets: p.lost_packets,
+                }
+            });
             link.connector.close().await;
-            ("relay", Some(link.remember_path()))
+            ("relay", Some(link.remember_path()), quic)
         }
     };
     let mut summary = Summary::new(name, files, seconds);
     summary.warm_start = warm_start;
+    summary.quic = quic;
     Ok(summary)
 }
 

@@ -73,6 +73,14 @@ async fn bench_compares_relay_and_direct_verifies_and_cleans_up() {
         assert_eq!(r["files"], 6, "{r}");
         assert_eq!(r["bytes"], 9_000_000 + 5 * 3072, "{r}");
         assert!(r["goodput_mbit_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        // What QUIC saw, for relay runs only.
+        if r["method"] == "relay" {
+            assert!(r["quic"]["rtt_ms"].as_f64().is_some(), "{r}");
+            assert!(r["quic"]["sent_packets"].as_u64().unwrap_or(0) > 0, "{r}");
+            assert!(r["quic"]["lost_packets"].as_u64().is_some(), "{r}");
+        } else {
+            assert!(r.get("quic").is_none(), "{r}");
+        }
     }
     assert!(
         report["ratio_relay_direct"].as_f64().unwrap_or(0.0) > 0.0,

@@ -290,6 +290,7 @@ async fn upload_once(
         },
         verified,
         destination: dest,
+        quic: outcome.as_ref().ok().and_then(|s| s.quic),
         error,
     }
 }

@@ -33,6 +33,10 @@ pub struct Row {
     pub verified: bool,
     /// Where the blobs went: CONTAINER/PREFIX.
     pub destination: String,
+    /// Relay runs: QUIC's smoothed RTT and its lost/sent packets on the run's
+    /// (last) connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<crate::report::QuicStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -82,18 +86,23 @@ pub fn ratio(rows: &[Row]) -> Option<f64> {
 
 pub fn render_text(r: &Report) -> String {
     let mut out = format!(
-        "{:<7} {:>3} {:>6} {:>12} {:>9} {:>10}  {}\n",
-        "method", "run", "files", "bytes", "seconds", "Mbit/s", "verified"
+        "{:<7} {:>3} {:>6} {:>12} {:>9} {:>10} {:>9} {:>7}  {}\n",
+        "method", "run", "files", "bytes", "seconds", "Mbit/s", "RTT ms", "loss %", "verified"
     );
     for row in &r.rows {
         out.push_str(&format!(
-            "{:<7} {:>3} {:>6} {:>12} {:>9.2} {:>10.1}  {}\n",
+            "{:<7} {:>3} {:>6} {:>12} {:>9.2} {:>10.1} {:>9} {:>7}  {}\n",
             row.method.name(),
             row.run,
             row.files,
             row.bytes,
             row.seconds,
             row.goodput_mbit_s,
+            row.quic.map_or("-".into(), |q| format!("{:.1}", q.rtt_ms)),
+            row.quic.map_or("-".into(), |q| format!(
+                "{:.2}",
+                q.lost_packets as f64 * 100.0 / q.sent_packets.max(1) as f64
+            )),
             match (&row.error, row.verified) {
                 (Some(e), _) => format!("no: {e}"),
                 (None, true) => "yes".to_string(),
@@ -124,6 +133,7 @@ mod tests {
             goodput_mbit_s: mbit,
             verified,
             destination: String::new(),
+            quic: None,
             error: None,
         }
     }
