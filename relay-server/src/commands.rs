@@ -8,7 +8,7 @@ use clap::{Args as ClapArgs, Subcommand};
 use relay_proto::blob_name::validate_container;
 
 use crate::config::Args;
-use crate::state::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir};
+use crate::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir};
 use crate::tls::Identity;
 
 #[derive(Debug, Subcommand)]

@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod probe;
 pub mod rejections;
 pub mod server;
-pub mod state;
+pub mod state_dir;
 pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
@@ -50,7 +50,7 @@ impl Config {
         } else {
             let path = match &args.id_key_file {
                 Some(p) => p.clone(),
-                None => state_dir(args)?.file(state::ID_KEY_FILE),
+                None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
             };
             IdKey::load_or_create(&path).map_err(|e| format!("--id-key-file: {e}"))?
         };
@@ -156,8 +156,8 @@ pub fn describe_storage(access: &StorageAccess) -> String {
     format!("{} via {how}", access.service_url)
 }
 
-fn state_dir(args: &config::Args) -> Result<state::StateDir, String> {
-    state::StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())
+fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, String> {
+    state_dir::StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())
 }
 
 /// `--tls-cert`/`--tls-key`, else the state directory's self-signed identity:
@@ -168,7 +168,7 @@ fn identity(args: &config::Args) -> Result<tls::Identity, String> {
     if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
         return tls::Identity::from_pem_files(c, k);
     }
-    let dir = state_dir(args)?;
+    let dir = resolve_state_dir(args)?;
     let kept = if args.check_config {
         dir.load_identity().map_err(|e| e.to_string())?
     } else {
