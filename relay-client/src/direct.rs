@@ -6,16 +6,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
-use relay_proto::block_id::{IdSigner, TransferTag};
+use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
+use relay_pipeline::upload::Upload;
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::{IdKey, Owner};
 use relay_proto::plan::BlockPlan;
-use relay_proto::resume::{ResumePoint, find_resume_point};
-use relay_storage::blob::Storage;
-use relay_storage::publish::{
-    Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
-};
-use relay_storage::staging::{Budget, Stager};
+use relay_proto::resume::ResumePoint;
+use relay_storage::blob::{BlobWriter, Storage};
+use relay_storage::publish::{Destination, PublishError};
+use relay_storage::staging::{Budget, StageError};
 use tokio::io::AsyncSeekExt;
 
 use crate::report::{Clocks, FileError};
@@ -54,6 +53,7 @@ pub async fn upload_file(
             .writer(&opts.container, &src.blob)
             .map_err(|e| relay_like(storage_failure(&e)))?,
     );
+    let condition = condition(&opts.overwrite);
     let dest = Destination {
         container: &opts.container,
         blob: &src.blob,
@@ -61,91 +61,27 @@ pub async fn upload_file(
         size: before.len,
         content_type: opts.content_type.as_deref(),
         metadata: &opts.metadata,
-        overwrite: &opts.overwrite,
+        condition: &condition,
     };
-    if let Err(f) = preflight(&writer, &opts.overwrite).await {
+    let upload = Upload::new(writer.clone(), dest, plan, &Owner::direct());
+    let mut point = match upload.prepare().await {
+        Ok(point) => point,
         // As through the relay: a re-run whose file is already the committed blob
         // succeeds with nothing sent.
-        if f.code != relay_proto::protocol::Code::Exists {
-            return Err(relay_like(f));
+        Err(PublishError::Exists) => {
+            return already_there(&upload, src, &before, &writer, t0).await;
         }
-        let ours = hash_prefix(src.path.clone(), before.len)
-            .await
-            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-        let sha256 = hex::encode(sha2::Digest::finalize(ours));
-        let Some(props) = already_committed(&writer, &dest, &sha256)
-            .await
-            .map_err(relay_like)?
-        else {
-            return Err(relay_like(f));
-        };
-        return Ok(Sent {
-            bytes: before.len,
-            sha256,
-            etag: props.etag,
-            bytes_resumed: before.len,
-            bytes_sent: 0,
-            retries: writer.retries(),
-            storage_requests: writer.requests(),
-            clocks: Clocks {
-                wait_ms: 0,
-                transfer_ms: t0.elapsed().as_millis() as u64,
-                commit_ms: 0,
-            },
-            relay_clocks: None,
-        });
-    }
-
-    let tag = TransferTag::derive(
-        &d.id_key,
-        &Owner::direct(),
-        &opts.container,
-        &src.blob,
-        before.len,
-        plan.block_size,
-    );
-    let signer = IdSigner::new(d.id_key.clone(), tag);
-    let uncommitted = writer
-        .uncommitted_blocks()
-        .await
-        .map_err(|e| relay_like(storage_failure(&e)))?;
-    let mut point = find_resume_point(
-        &plan,
-        &signer,
-        uncommitted.iter().map(|(i, s)| (i.as_slice(), *s)),
-    );
-    if point.offset > 0 {
-        let ours = hash_prefix(src.path.clone(), point.offset)
-            .await
-            .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-        if Checkpoint::of(&ours) != Some(point.checkpoint) {
-            point = ResumePoint::fresh();
-        }
-    }
-    let start = point.offset;
-    bar.set_position(start);
-
-    let mut file = tokio::fs::File::open(&src.path)
-        .await
-        .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
-    file.seek(std::io::SeekFrom::Start(start))
-        .await
-        .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
-    let mut reader = ProgressReader {
-        inner: file,
-        bar: bar.clone(),
+        Err(e) => return Err(relay_like(publish_failure(e))),
     };
-    let mut stager = Stager::new(
-        writer.clone(),
-        plan,
-        signer,
-        point,
-        d.budget.clone(),
-        d.connections,
-    )
-    .map_err(|e| relay_like(stage_failure(e)))?;
+    if point.offset > 0 && !same_prefix(src, &point).await? {
+        point = ResumePoint::fresh();
+    }
+    let mut reader = open_at(src, point.offset, bar).await?;
+    let mut stager = upload
+        .stager(point, d.budget.clone(), d.connections)
+        .map_err(|e| relay_like(stage_failure(e)))?;
     stager.pump(&mut reader).await.map_err(|e| match e {
-        relay_storage::staging::StageError::Truncated { .. } => FileError::new(
+        StageError::Truncated { .. } => FileError::new(
             "source_changed",
             "file shrank while it was being read; nothing committed",
             false,
@@ -157,18 +93,11 @@ pub async fn upload_file(
         .await
         .map_err(|e| relay_like(stage_failure(e)))?;
     let t_sent = Instant::now();
-    let after = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
-    if after != before {
-        return Err(FileError::new(
-            "source_changed",
-            "file changed while it was being sent (size or modification time); nothing committed",
-            false,
-        ));
-    }
-    let props = commit_verified(&writer, &staged, &[], &dest)
+    unchanged(src, &before)?;
+    let props = upload
+        .commit(&staged, &[])
         .await
-        .map_err(relay_like)?;
+        .map_err(|e| relay_like(publish_failure(e)))?;
     Ok(Sent {
         bytes: before.len,
         sha256: hex::encode(staged.sha256),
@@ -181,6 +110,86 @@ pub async fn upload_file(
             wait_ms: 0,
             transfer_ms: (t_sent - t0).as_millis() as u64,
             commit_ms: t_sent.elapsed().as_millis() as u64,
+        },
+        relay_clocks: None,
+    })
+}
+
+/// Fails the file if it changed (size or modification time) while it was read:
+/// what was staged may not be the file's bytes at any one moment.
+fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
+    let after = Snapshot::take(&src.path)
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    if &after != before {
+        return Err(FileError::new(
+            "source_changed",
+            "file changed while it was being sent (size or modification time); nothing committed",
+            false,
+        ));
+    }
+    Ok(())
+}
+
+/// Whether our own first `point.offset` bytes hash to the staged blocks'
+/// checkpoint (resume only the same source).
+async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileError> {
+    let ours = hash_prefix(src.path.clone(), point.offset)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    Ok(Checkpoint::of(&ours) == Some(point.checkpoint))
+}
+
+/// The file, read from `start`, advancing the progress bar.
+async fn open_at(
+    src: &Source,
+    start: u64,
+    bar: &ProgressBar,
+) -> Result<ProgressReader<tokio::fs::File>, FileError> {
+    bar.set_position(start);
+    let mut file = tokio::fs::File::open(&src.path)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
+    file.seek(std::io::SeekFrom::Start(start))
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
+    Ok(ProgressReader {
+        inner: file,
+        bar: bar.clone(),
+    })
+}
+
+/// The blob exists: success if it already holds exactly this file (sealed by our
+/// key), else the refusal.
+async fn already_there(
+    upload: &Upload<'_>,
+    src: &Source,
+    before: &Snapshot,
+    writer: &BlobWriter,
+    t0: Instant,
+) -> Result<Sent, FileError> {
+    let ours = hash_prefix(src.path.clone(), before.len)
+        .await
+        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+    let sha256 = hex::encode(sha2::Digest::finalize(ours));
+    let Some(props) = upload
+        .already_committed(&sha256)
+        .await
+        .map_err(|e| relay_like(publish_failure(e)))?
+    else {
+        return Err(relay_like(publish_failure(PublishError::Exists)));
+    };
+    Ok(Sent {
+        bytes: before.len,
+        sha256,
+        etag: props.etag,
+        bytes_resumed: before.len,
+        bytes_sent: 0,
+        retries: writer.retries(),
+        storage_requests: writer.requests(),
+        clocks: Clocks {
+            wait_ms: 0,
+            transfer_ms: t0.elapsed().as_millis() as u64,
+            commit_ms: 0,
         },
         relay_clocks: None,
     })

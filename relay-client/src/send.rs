@@ -1,5 +1,8 @@
-//! One file through the relay on one QUIC stream: Offer, Plan (with the same-source
-//! check on resume), Start and bytes, Trailer, Receipt.
+//! One file through the relay: the driver of `relay_proto::session::client`. The
+//! session decides which Offer goes next (eager, plain after a redirect, with the
+//! file's SHA-256 after "exists"), where a plain stream starts and whether the
+//! Receipt names our bytes; this module moves the bytes and frames of each stream
+//! (Offer, Plan, Start and bytes, Trailer, Receipt).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -10,7 +13,12 @@ use relay_proto::checkpoint::Checkpoint;
 use relay_proto::codec::FrameError;
 use relay_proto::exchange::{EagerAnswer, eager_answer};
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Message, Offer, Overwrite, Secret, Start, Trailer, app_error};
+use relay_proto::protocol::{
+    Failure, Message, Offer, Overwrite, Receipt, Secret, Start, Trailer, app_error,
+};
+use relay_proto::session::client::{
+    Action, ClientSession, Event, Failed, StreamEnd, prefix_to_check, start_offset,
+};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
@@ -68,15 +76,29 @@ pub async fn send_file(
     opts: &Options,
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
-    match send_once(conn, src, opts, bar, None).await {
-        // A blob by this name exists. If an earlier run (killed after the relay got
-        // every byte) committed this very file, the re-run is done: prove it with
-        // the file's SHA-256 and let the relay compare it with the blob's.
-        Err(e) if e.code == "exists" && opts.overwrite == Overwrite::Never => {
-            let sha256 = whole_file_sha256(src).await?;
-            send_once(conn, src, opts, bar, Some(sha256)).await
-        }
-        other => other,
+    let size = Snapshot::take(&src.path).map_err(unreadable)?.len;
+    let may_overwrite = opts.overwrite != Overwrite::Never;
+    let (mut session, mut action) = ClientSession::new(size, may_overwrite);
+    let mut last: Option<Stream> = None;
+    loop {
+        let event = match action {
+            Action::Offer { eager, sha256 } => {
+                let (end, stream) = attempt(conn, src, opts, bar, sha256, eager).await?;
+                last = Some(stream);
+                Event::Stream(end)
+            }
+            Action::HashWholeFile => Event::WholeFileHashed(whole_file_sha256(src).await?),
+            Action::Done(receipt) => {
+                let stream = last.ok_or_else(|| {
+                    FileError::new("protocol", "a Receipt without a stream", false)
+                })?;
+                return Ok(stream.sent(receipt));
+            }
+            Action::Fail(Failed::Relay(f)) => return Err(FileError::from_relay(f.code, f.message)),
+            Action::Fail(Failed::Protocol(m)) => return Err(FileError::new("protocol", m, false)),
+            Action::Fail(Failed::Verify(m)) => return Err(FileError::new("verify", m, false)),
+        };
+        action = session.handle(event);
     }
 }
 
@@ -95,47 +117,48 @@ async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// How one stream's attempt ended.
-enum Attempt {
-    Done(Sent),
-    /// The relay has staged blocks for this file and did not read our eager bytes.
-    ResumeOnNewStream,
+/// One stream's facts, for the file's report once its Receipt is accepted.
+struct Stream {
+    sha256: String,
+    len: u64,
+    bytes_sent: u64,
+    t0: Instant,
+    t_sent: Instant,
+}
+
+impl Stream {
+    fn sent(self, receipt: Receipt) -> Sent {
+        let relay_clocks = (receipt.bytes_received > 0).then(|| receipt.timings.clone());
+        Sent {
+            bytes: self.len,
+            sha256: self.sha256,
+            etag: receipt.etag,
+            bytes_resumed: receipt.bytes_resumed,
+            bytes_sent: self.bytes_sent,
+            retries: receipt.retries,
+            storage_requests: receipt.requests,
+            clocks: Clocks {
+                wait_ms: 0,
+                transfer_ms: (self.t_sent - self.t0).as_millis() as u64,
+                commit_ms: self.t_sent.elapsed().as_millis() as u64,
+            },
+            relay_clocks,
+        }
+    }
 }
 
 /// Why the body (bytes and Trailer) stopped before the end.
-enum StreamEnd {
+enum BodyEnd {
     /// The source could not be read or changed: the file fails, nothing retried.
     Source(FileError),
     /// The stream or connection failed; the relay may have said why.
     Transport(FileError),
 }
 
-/// One file: an eager Offer (bytes follow at once, a round trip saved), or, with
-/// `known_sha256` (the whole file's; the relay may answer with a Receipt and no
-/// bytes), a plain one. If the relay has staged blocks to resume from, it
-/// redirects the eager stream and the file is offered again, plainly, on a new
-/// stream (`relay_proto::exchange`).
-async fn send_once(
-    conn: &Connection,
-    src: &Source,
-    opts: &Options,
-    bar: &ProgressBar,
-    known_sha256: Option<String>,
-) -> Result<Sent, FileError> {
-    let eager = known_sha256.is_none();
-    if let Attempt::Done(sent) = attempt(conn, src, opts, bar, known_sha256.clone(), eager).await? {
-        return Ok(sent);
-    }
-    match attempt(conn, src, opts, bar, known_sha256, false).await? {
-        Attempt::Done(sent) => Ok(sent),
-        Attempt::ResumeOnNewStream => Err(FileError::new(
-            "protocol",
-            "the relay redirected a stream that was not eager",
-            false,
-        )),
-    }
-}
-
+/// One stream: an eager Offer (bytes follow at once, a round trip saved), or a
+/// plain one, with `known_sha256` (the whole file's) when the relay may answer
+/// with a Receipt and no bytes. Returns how the relay ended the stream; a lost
+/// connection or an unreadable source is an error.
 async fn attempt(
     conn: &Connection,
     src: &Source,
@@ -143,7 +166,7 @@ async fn attempt(
     bar: &ProgressBar,
     known_sha256: Option<String>,
     eager: bool,
-) -> Result<Attempt, FileError> {
+) -> Result<(StreamEnd, Stream), FileError> {
     let t0 = Instant::now();
     let before = Snapshot::take(&src.path).map_err(unreadable)?;
     bar.set_length(before.len);
@@ -164,68 +187,105 @@ async fn attempt(
     write_frame(&mut send, &Message::Offer(offer))
         .await
         .map_err(|e| frame_err("sending the Offer", e))?;
-
-    let (start, sha256) = if eager {
-        match eager_body(&mut send, &mut recv, src, &before, bar).await? {
-            Some(sha256) => (0, sha256),
-            None => return Ok(Attempt::ResumeOnNewStream),
-        }
+    let mut stream = Stream {
+        sha256: known_sha256.clone().unwrap_or_default(),
+        len: before.len,
+        bytes_sent: 0,
+        t0,
+        t_sent: t0,
+    };
+    let body = if eager {
+        eager_body(&mut send, &mut recv, src, &before, bar).await?
     } else {
-        let plan = match read_frame(&mut recv)
-            .await
-            .map_err(|e| frame_err("reading the Plan", e))?
-        {
-            Message::Plan(p) => p,
-            Message::Reject(f) => return Err(FileError::from_relay(f.code, f.message)),
-            Message::Receipt(r) if known_sha256.is_some() => {
-                let sha256 = known_sha256.unwrap_or_default();
-                let _ = send.finish();
-                return verified(r, sha256, before.len, 0, t0, Instant::now()).map(Attempt::Done);
-            }
-            other => return Err(unexpected("a Plan", &other)),
-        };
-        let (start, hasher) = resume_from(src, &plan, before.len).await?;
-        write_frame(&mut send, &Message::Start(Start { offset: start }))
-            .await
-            .map_err(|e| frame_err("sending Start", e))?;
-        bar.set_position(start);
-        match send_body(&mut send, src, start, &before, hasher, bar).await {
-            Ok(sha256) => (start, sha256),
-            Err(StreamEnd::Source(e)) => return Err(e),
-            // The relay may have stopped us with a reason; prefer its message.
-            Err(StreamEnd::Transport(e)) => {
-                return Err(relay_reason(&mut recv).await.unwrap_or(e));
-            }
+        plain_body(&mut send, &mut recv, src, &before, bar, known_sha256).await?
+    };
+    let start = match body {
+        Body::Sent { start, sha256 } => {
+            stream.sha256 = sha256;
+            start
+        }
+        Body::Ended(end) => {
+            stream.t_sent = Instant::now();
+            return Ok((end, stream));
         }
     };
-    let t_sent = Instant::now();
-
-    let receipt = match read_frame(&mut recv)
+    stream.t_sent = Instant::now();
+    stream.bytes_sent = before.len - start;
+    let end = match read_frame(&mut recv)
         .await
         .map_err(|e| frame_err("reading the Receipt", e))?
     {
-        Message::Receipt(r) => r,
-        Message::Error(f) => return Err(FileError::from_relay(f.code, f.message)),
+        Message::Receipt(receipt) => StreamEnd::Receipt {
+            receipt,
+            sha256: stream.sha256.clone(),
+        },
+        Message::Error(f) => StreamEnd::Refused(f),
         other => return Err(unexpected("a Receipt", &other)),
     };
-    verified(receipt, sha256, before.len, before.len - start, t0, t_sent).map(Attempt::Done)
+    Ok((end, stream))
+}
+
+/// How a stream's body went: every byte and the Trailer sent from `start`, or the
+/// relay ended the stream first.
+enum Body {
+    Sent { start: u64, sha256: String },
+    Ended(StreamEnd),
+}
+
+/// A plain stream: the Plan (or a Reject, or a Receipt when the Offer proved the
+/// file), the same-source check, Start, bytes and Trailer.
+async fn plain_body(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    src: &Source,
+    before: &Snapshot,
+    bar: &ProgressBar,
+    known_sha256: Option<String>,
+) -> Result<Body, FileError> {
+    let plan = match read_frame(recv)
+        .await
+        .map_err(|e| frame_err("reading the Plan", e))?
+    {
+        Message::Plan(p) => p,
+        Message::Reject(f) => return Ok(Body::Ended(StreamEnd::Refused(f))),
+        Message::Receipt(receipt) if known_sha256.is_some() => {
+            let _ = send.finish();
+            let sha256 = known_sha256.unwrap_or_default();
+            return Ok(Body::Ended(StreamEnd::Receipt { receipt, sha256 }));
+        }
+        other => return Err(unexpected("a Plan", &other)),
+    };
+    let (start, hasher) = resume_from(src, &plan, before.len).await?;
+    write_frame(send, &Message::Start(Start { offset: start }))
+        .await
+        .map_err(|e| frame_err("sending Start", e))?;
+    bar.set_position(start);
+    match send_body(send, src, start, before, hasher, bar).await {
+        Ok(sha256) => Ok(Body::Sent { start, sha256 }),
+        Err(BodyEnd::Source(e)) => Err(e),
+        // The relay may have stopped us with a reason; prefer its message.
+        Err(BodyEnd::Transport(e)) => match relay_reason(recv).await {
+            Some(f) => Ok(Body::Ended(StreamEnd::Refused(f))),
+            None => Err(e),
+        },
+    }
 }
 
 /// The eager body: `Start{0}`, every byte and the Trailer go out at once, while the
 /// relay's first frame is awaited. That frame alone decides the stream
 /// (`relay_proto::exchange`), whenever it arrives: before the first byte, mid-body, or
-/// after the Trailer. `None`: redirected, re-offer on a new stream.
+/// after the Trailer.
 async fn eager_body(
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
     src: &Source,
     before: &Snapshot,
     bar: &ProgressBar,
-) -> Result<Option<String>, FileError> {
+) -> Result<Body, FileError> {
     let mut body = Box::pin(async {
         write_frame(send, &Message::Start(Start { offset: 0 }))
             .await
-            .map_err(|e| StreamEnd::Transport(frame_err("sending Start", e)))?;
+            .map_err(|e| BodyEnd::Transport(frame_err("sending Start", e)))?;
         bar.set_position(0);
         send_body(send, src, 0, before, Sha256::new(), bar).await
     });
@@ -236,7 +296,7 @@ async fn eager_body(
             frame = &mut reading => break frame,
             // A failed write is not yet an answer: the relay's frame says why.
             done = &mut body, if sent.is_none() => match done {
-                Err(StreamEnd::Source(e)) => return Err(e),
+                Err(BodyEnd::Source(e)) => return Err(e),
                 other => sent = Some(other),
             },
         }
@@ -252,12 +312,12 @@ async fn eager_body(
             drop(body);
             tracing::debug!(path = %src.path.display(), resume_offset, "relay has staged blocks; re-offering");
             let _ = send.reset(app_error::RESUME_ON_NEW_STREAM.into());
-            return Ok(None);
+            return Ok(Body::Ended(StreamEnd::Redirected { resume_offset }));
         }
         (EagerAnswer::Refused(f), _) => {
             drop(body);
             let _ = send.reset(app_error::REJECTED.into());
-            return Err(FileError::from_relay(f.code, f.message));
+            return Ok(Body::Ended(StreamEnd::Refused(f)));
         }
         (EagerAnswer::Unexpected(name), _) => {
             return Err(FileError::new(
@@ -268,11 +328,14 @@ async fn eager_body(
         }
     };
     match sent {
-        Ok(sha256) => Ok(Some(sha256)),
-        Err(StreamEnd::Source(e)) => Err(e),
-        Err(StreamEnd::Transport(e)) => {
+        Ok(sha256) => Ok(Body::Sent { start: 0, sha256 }),
+        Err(BodyEnd::Source(e)) => Err(e),
+        Err(BodyEnd::Transport(e)) => {
             drop(reading);
-            Err(relay_reason(recv).await.unwrap_or(e))
+            match relay_reason(recv).await {
+                Some(f) => Ok(Body::Ended(StreamEnd::Refused(f))),
+                None => Err(e),
+            }
         }
     }
 }
@@ -286,12 +349,12 @@ async fn send_body(
     before: &Snapshot,
     hasher: Sha256,
     bar: &ProgressBar,
-) -> Result<String, StreamEnd> {
+) -> Result<String, BodyEnd> {
     let hasher = stream_bytes(send, src, start, before.len, hasher, bar).await?;
-    let after = Snapshot::take(&src.path).map_err(|e| StreamEnd::Source(unreadable(e)))?;
+    let after = Snapshot::take(&src.path).map_err(|e| BodyEnd::Source(unreadable(e)))?;
     if &after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
-        return Err(StreamEnd::Source(FileError::new(
+        return Err(BodyEnd::Source(FileError::new(
             "source_changed",
             "file changed while it was being sent (size or modification time); nothing committed",
             false,
@@ -305,7 +368,7 @@ async fn send_body(
         }),
     )
     .await
-    .map_err(|e| StreamEnd::Transport(frame_err("sending the Trailer", e)))?;
+    .map_err(|e| BodyEnd::Transport(frame_err("sending the Trailer", e)))?;
     let _ = send.finish();
     Ok(sha256)
 }
@@ -318,25 +381,25 @@ fn unexpected(wanted: &str, got: &Message) -> FileError {
     )
 }
 
-/// Where to start after a Plan: its resume offset if our own prefix hashes to the
-/// relay's checkpoint (same-source check), else 0. Returns the hash state there.
+/// Where to start after a Plan (`start_offset`: the Plan's resume offset if our
+/// own prefix hashes to the relay's checkpoint, else 0) and the hash state there.
 async fn resume_from(
     src: &Source,
     plan: &relay_proto::protocol::Plan,
     len: u64,
 ) -> Result<(u64, Sha256), FileError> {
-    if plan.resume_offset == 0 || plan.resume_offset > len {
+    let Some(offset) = prefix_to_check(plan, len) else {
         return Ok((0, Sha256::new()));
-    }
-    let theirs = Checkpoint::from_hex(&plan.checkpoint);
-    let ours = hash_prefix(src.path.clone(), plan.resume_offset)
+    };
+    let ours = hash_prefix(src.path.clone(), offset)
         .await
         .map_err(unreadable)?;
-    if theirs.is_some() && Checkpoint::of(&ours) == theirs {
-        Ok((plan.resume_offset, ours))
-    } else {
-        tracing::info!(path = %src.path.display(), "staged blocks are from a different source; starting from zero");
-        Ok((0, Sha256::new()))
+    match start_offset(plan, len, Checkpoint::of(&ours)) {
+        0 => {
+            tracing::info!(path = %src.path.display(), "staged blocks are from a different source; starting from zero");
+            Ok((0, Sha256::new()))
+        }
+        start => Ok((start, ours)),
     }
 }
 
@@ -348,61 +411,24 @@ async fn stream_bytes(
     len: u64,
     mut hasher: Sha256,
     bar: &ProgressBar,
-) -> Result<Sha256, StreamEnd> {
+) -> Result<Sha256, BodyEnd> {
     let mut chunks = read_range(src.path.clone(), start, len - start);
     while let Some(chunk) = chunks.recv().await {
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
                 let _ = send.reset(app_error::CLIENT_ABORT.into());
-                return Err(StreamEnd::Source(changed_or(e)));
+                return Err(BodyEnd::Source(changed_or(e)));
             }
         };
         hasher.update(&chunk);
         let n = chunk.len() as u64;
         send.write_chunk(chunk)
             .await
-            .map_err(|e| StreamEnd::Transport(lost(e)))?;
+            .map_err(|e| BodyEnd::Transport(lost(e)))?;
         bar.inc(n);
     }
     Ok(hasher)
-}
-
-/// Accepts a Receipt only if it names exactly the bytes this client read.
-fn verified(
-    receipt: relay_proto::protocol::Receipt,
-    sha256: String,
-    len: u64,
-    bytes_sent: u64,
-    t0: Instant,
-    t_sent: Instant,
-) -> Result<Sent, FileError> {
-    if !receipt.sha256.eq_ignore_ascii_case(&sha256) || receipt.size != len {
-        return Err(FileError::new(
-            "verify",
-            format!(
-                "relay receipt ({} bytes, sha256 {}) does not match the source ({len} bytes, {sha256})",
-                receipt.size, receipt.sha256
-            ),
-            false,
-        ));
-    }
-    let relay_clocks = (receipt.bytes_received > 0).then(|| receipt.timings.clone());
-    Ok(Sent {
-        bytes: len,
-        sha256,
-        etag: receipt.etag,
-        bytes_resumed: receipt.bytes_resumed,
-        bytes_sent,
-        retries: receipt.retries,
-        storage_requests: receipt.requests,
-        clocks: Clocks {
-            wait_ms: 0,
-            transfer_ms: (t_sent - t0).as_millis() as u64,
-            commit_ms: t_sent.elapsed().as_millis() as u64,
-        },
-        relay_clocks,
-    })
 }
 
 fn changed_or(e: std::io::Error) -> FileError {
@@ -418,13 +444,13 @@ fn changed_or(e: std::io::Error) -> FileError {
 }
 
 /// After a failed write, the relay has usually sent an Error explaining why.
-async fn relay_reason(recv: &mut quinn::RecvStream) -> Option<FileError> {
+async fn relay_reason(recv: &mut quinn::RecvStream) -> Option<Failure> {
     let msg = tokio::time::timeout(std::time::Duration::from_secs(5), read_frame(recv))
         .await
         .ok()?
         .ok()?;
     match msg {
-        Message::Error(f) | Message::Reject(f) => Some(FileError::from_relay(f.code, f.message)),
+        Message::Error(f) | Message::Reject(f) => Some(f),
         _ => None,
     }
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod probe;
 pub mod rejections;
 pub mod server;
+pub mod state;
 pub mod state_dir;
 pub mod tls;
 pub mod tokens_file;

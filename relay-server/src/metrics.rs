@@ -158,7 +158,7 @@ pub fn render_retries(out: &mut Exposition, counts: &RetryCounts) {
     out.labelled(
         "blob_relay_azure_retries_total",
         Kind::Counter,
-        "Azure requests retried, by the HTTP status that caused the retry (none: no response, e.g. a reset connection or a timeout).",
+        "Azure requests retried, by cause: the HTTP status, or transport (no response: a reset or closed connection) or timeout (no answer within the deadline).",
         counts.snapshot().map(|(label, n)| ([("status", label)], n)),
     );
 }
@@ -255,7 +255,7 @@ mod tests {
             );
         }
         assert!(out.contains("blob_relay_azure_retries_total{status=\"503\"} 1\n"));
-        assert!(out.contains("blob_relay_azure_retries_total{status=\"none\"} 1\n"));
+        assert!(out.contains("blob_relay_azure_retries_total{status=\"transport\"} 1\n"));
         assert!(out.contains("blob_relay_azure_retries_total{status=\"500\"} 0\n"));
     }
 }

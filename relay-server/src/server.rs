@@ -8,142 +8,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quinn::{Endpoint, TokioRuntime};
-use relay_proto::id_key::{IdKey, Owner};
-use relay_storage::blob::Storage;
-use relay_storage::staging::{Budget, Mangle, Pace};
-use relay_transport::quic::{Windows, bind_udp};
+use relay_transport::quic::bind_udp;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::admission::{Admission, Limits as AdmissionLimits};
+use crate::admission::Admission;
 
-use crate::auth::TokenStore;
 use crate::metrics::Metrics;
-use crate::tls::Identity;
 
-/// Fault hooks for the end-to-end tests; not reachable from the command line.
-#[derive(Clone, Default)]
-pub struct TestHooks {
-    /// Called on every received chunk before it is hashed (e.g. to flip a byte).
-    pub mangle: Option<Mangle>,
-    /// Called on every received chunk with its offset and length; the transfer
-    /// waits as long as it says (a slow relay, to stop a test at a chosen point).
-    pub pace: Option<Pace>,
-    /// Before sending a Plan, wait until the connection has received this many
-    /// bytes: makes "the Plan arrives after the client sent everything" (a long
-    /// path) deterministic on loopback.
-    pub hold_plan_until_received: Option<u64>,
-}
-
-pub struct Config {
-    pub listen: SocketAddr,
-    pub storage: Storage,
-    pub tokens: TokenStore,
-    pub identity: Identity,
-    pub budget: Budget,
-    pub block_size: u64,
-    pub blocks_in_flight: usize,
-    pub windows: Windows,
-    pub udp_buffer: usize,
-    pub max_connections: usize,
-    pub admission: AdmissionLimits,
-    pub grace: Duration,
-    /// Signs block IDs and seals commits; shared by every relay of a deployment.
-    pub id_key: IdKey,
-    /// Largest block a transfer may use (bounds one transfer's share of memory).
-    pub max_block_size: u64,
-    /// Share of the budget one token's transfers may hold at once, in percent.
-    pub token_share_percent: u64,
-    /// How long a transfer waits for block memory before a retryable `busy`.
-    pub budget_wait: Duration,
-    pub block_fill: BlockFill,
-    /// Containers no upload may write (the deployment's boot artifacts).
-    pub reserved_containers: Vec<String>,
-    pub hooks: TestHooks,
-}
-
-/// A block that holds memory must fill at least `min_bytes_per_s` fast, after
-/// `grace`: a peer trickling bytes into a held buffer is cut (its staged blocks
-/// stay for a resume).
-#[derive(Debug, Clone, Copy)]
-pub struct BlockFill {
-    pub min_bytes_per_s: u64,
-    pub grace: Duration,
-}
-
-impl Default for BlockFill {
-    /// 64 KiB/s (0.5 Mbit/s per file) after a minute.
-    fn default() -> Self {
-        Self {
-            min_bytes_per_s: 64 << 10,
-            grace: Duration::from_secs(60),
-        }
-    }
-}
-
-/// State every transfer reads.
-pub struct Shared {
-    pub storage: Storage,
-    pub tokens: TokenStore,
-    pub budget: Budget,
-    /// Connection admission: pending and authenticated slots, refusals.
-    pub admission: Arc<Admission>,
-    pub id_key: IdKey,
-    pub max_block_size: u64,
-    pub budget_wait: Duration,
-    pub block_fill: BlockFill,
-    pub reserved_containers: Vec<String>,
-    token_share_bytes: u64,
-    shares: Mutex<HashMap<Owner, Budget>>,
-    pub block_size: u64,
-    pub blocks_in_flight: usize,
-    pub metrics: Metrics,
-    /// Turns true when shutdown begins: transfers stop at their next block boundary.
-    pub stopping: watch::Receiver<bool>,
-    hooks: TestHooks,
-}
-
-impl Shared {
-    pub fn mangle(&self) -> Option<Mangle> {
-        if cfg!(feature = "test-hooks") {
-            self.hooks.mangle.clone()
-        } else {
-            None
-        }
-    }
-
-    pub fn pace(&self) -> Option<Pace> {
-        if cfg!(feature = "test-hooks") {
-            self.hooks.pace.clone()
-        } else {
-            None
-        }
-    }
-
-    pub fn hold_plan_until_received(&self) -> Option<u64> {
-        if cfg!(feature = "test-hooks") {
-            self.hooks.hold_plan_until_received
-        } else {
-            None
-        }
-    }
-
-    /// The largest block a transfer may use: the configured cap, and never more
-    /// than one token's share of the budget.
-    pub fn max_block_bytes(&self) -> u64 {
-        self.max_block_size.min(self.token_share_bytes)
-    }
-
-    /// The budget share of one token (created on its first transfer; the number
-    /// of shares is bounded by the tokens file, not by peers).
-    pub fn share_of(&self, owner: &Owner) -> Budget {
-        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-        shares
-            .entry(*owner)
-            .or_insert_with(|| Budget::new(self.token_share_bytes))
-            .clone()
-    }
-}
+pub use crate::state::{BlockFill, Config, Shared, TestHooks};
 
 pub struct Relay {
     endpoint: Endpoint,

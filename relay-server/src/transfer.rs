@@ -6,19 +6,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
+use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
+use relay_pipeline::upload::Upload;
 use relay_proto::blob_name::{validate_blob_name, validate_container};
-use relay_proto::block_id::{IdSigner, TransferTag};
 use relay_proto::codec::FrameError;
-use relay_proto::exchange::{RelayTakes, relay_takes};
 use relay_proto::id_key::Owner;
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
-use relay_proto::protocol::{Code, Failure, Message, Offer, Plan, Receipt, Timings};
-use relay_proto::resume::{ResumePoint, find_resume_point};
-use relay_storage::publish::{
-    Destination, already_committed, commit_verified, preflight, stage_failure, storage_failure,
+use relay_proto::protocol::{Code, Failure, Message, Offer};
+use relay_proto::resume::ResumePoint;
+use relay_proto::session::relay::{
+    Accepted, Action, CONTROL_TIMEOUT, Committed, Event, Prepared, RelaySession, Staged, Usage,
 };
+use relay_storage::blob::BlobWriter;
+use relay_storage::publish::{Destination, PublishError};
 use relay_storage::staging::{StageLimits, Stager};
 use relay_transport::frames::{read_frame, write_frame};
 use tracing::Instrument;
@@ -26,10 +28,8 @@ use tracing::Instrument;
 use crate::admission::AuthGate;
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
-use crate::server::Shared;
+use crate::state::Shared;
 
-/// How long a peer may take to send a control frame (Offer, Start).
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a peer may send no file bytes before its transfer is dropped (its
 /// block buffer goes back to the budget; staged blocks stay for a resume).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -122,7 +122,7 @@ async fn respond(
     recv: &mut RecvStream,
 ) {
     match run(shared, link, offer, send, recv).await {
-        Ok(receipt) => {
+        Action::Receipt(receipt) => {
             Metrics::add(&shared.metrics.transfers_committed, 1);
             Metrics::add(&shared.metrics.bytes_committed, receipt.size);
             let t = &receipt.timings;
@@ -138,10 +138,12 @@ async fn respond(
             let _ = write_frame(send, &Message::Receipt(receipt)).await;
             let _ = send.finish();
         }
-        Err(Outcome::Rejected(f)) => {
+        Action::Reject(f) => {
             reject(shared, send, recv, Reason::Code(f.code), f).await;
         }
-        Err(Outcome::ResumeOnNewStream { offset }) => {
+        Action::Redirect {
+            resume_offset: offset,
+        } => {
             tracing::info!(
                 offset,
                 "staged blocks found for an eager offer; the client resumes on a new stream"
@@ -149,7 +151,7 @@ async fn respond(
             let _ = recv.stop(relay_proto::protocol::app_error::RESUME_ON_NEW_STREAM.into());
             let _ = send.finish();
         }
-        Err(Outcome::Failed(f)) => {
+        Action::Fail(f) => {
             shared.metrics.failed(Reason::Code(f.code));
             // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
             tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
@@ -157,6 +159,12 @@ async fn respond(
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
             let _ = recv.stop(relay_proto::protocol::app_error::PROTOCOL.into());
+        }
+        other => {
+            // `run` returns only ends; anything else is a bug, reported as one.
+            let f = fail(Code::Internal, format!("transfer ended on {other:?}"));
+            let _ = write_frame(send, &Message::Error(f)).await;
+            let _ = send.finish();
         }
     }
 }
@@ -176,17 +184,6 @@ async fn reject(
     let _ = recv.stop(relay_proto::protocol::app_error::REJECTED.into());
     let _ = write_frame(send, &Message::Reject(f)).await;
     let _ = send.finish();
-}
-
-enum Outcome {
-    /// Before the Plan: the client learns why and sends nothing.
-    Rejected(Failure),
-    /// After the Plan.
-    Failed(Failure),
-    /// An eager Offer for a file with staged blocks: the Plan offers them and this
-    /// stream's bytes (sent from 0) are not read; the client re-offers on a new
-    /// stream and resumes there.
-    ResumeOnNewStream { offset: u64 },
 }
 
 /// Everything the Offer must satisfy before any Azure call: its version, then the
@@ -218,24 +215,30 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
     check_offer(offer, &limits)
 }
 
+/// Drives one file's `RelaySession`: performs each action it asks for (storage
+/// calls through the shared upload pipeline, frames, the byte stream) and feeds
+/// back what happened. Returns the session's end action.
 async fn run(
     shared: &Shared,
     link: &Link,
     offer: &Offer,
     send: &mut SendStream,
     recv: &mut RecvStream,
-) -> Result<Receipt, Outcome> {
-    let plan = validate(shared, offer).map_err(Outcome::Rejected)?;
+) -> Action {
+    let plan = match validate(shared, offer) {
+        Ok(plan) => plan,
+        Err(f) => return Action::Reject(f),
+    };
     // A valid Offer: the connection may now have its full windows and a
     // connection slot (`admission`).
     link.gate.open();
-    let writer = shared
-        .storage
-        .writer(&offer.container, &offer.blob)
-        .map_err(|e| Outcome::Rejected(storage_failure(&e)))?;
-    let writer = Arc::new(writer);
+    let writer = match shared.storage.writer(&offer.container, &offer.blob) {
+        Ok(w) => Arc::new(w),
+        Err(e) => return Action::Reject(storage_failure(&e)),
+    };
     // Resume state is private to the token that started the transfer.
     let owner = Owner::of_token(&offer.token.0);
+    let condition = condition(&offer.overwrite);
     let dest = Destination {
         container: &offer.container,
         blob: &offer.blob,
@@ -243,203 +246,199 @@ async fn run(
         size: offer.size,
         content_type: offer.content_type.as_deref(),
         metadata: &offer.metadata,
-        overwrite: &offer.overwrite,
+        condition: &condition,
     };
-
-    // Fail before any byte moves if the commit is bound to be refused; unless the
-    // client proved (with the SHA-256 of its whole file) that the blob already holds
-    // its bytes: then a re-run after an interrupted run is a success with nothing sent.
-    if let Err(f) = preflight(&writer, &offer.overwrite).await {
-        let present = match (&f.code, &offer.sha256) {
-            (Code::Exists, Some(sha)) => already_committed(&writer, &dest, sha)
-                .await
-                .map_err(Outcome::Rejected)?,
-            _ => None,
-        };
-        let Some(props) = present else {
-            return Err(Outcome::Rejected(f));
-        };
-        tracing::info!(etag = %props.etag, "blob already holds these bytes; nothing to send");
-        return Ok(Receipt {
-            container: offer.container.clone(),
-            blob: offer.blob.clone(),
-            etag: props.etag,
-            size: props.size,
-            sha256: props.sha256.unwrap_or_default().to_ascii_lowercase(),
-            block_size: plan.block_size,
-            blocks: 0,
-            bytes_resumed: offer.size,
-            bytes_received: 0,
-            retries: writer.retries(),
-            requests: writer.requests(),
-            timings: Timings::default(),
-        });
-    }
-
-    let tag = TransferTag::derive(
-        &shared.id_key,
-        &owner,
-        &offer.container,
-        &offer.blob,
-        offer.size,
-        plan.block_size,
-    );
-    let signer = IdSigner::new(shared.id_key.clone(), tag);
-    // A file of one block has nothing to resume (its only block is its last):
-    // no block list to read, one Put Blob later.
-    let uncommitted = if plan.block_count() > 1 {
-        writer
-            .uncommitted_blocks()
-            .await
-            .map_err(|e| Outcome::Rejected(storage_failure(&e)))?
-    } else {
-        Vec::new()
+    let mut io = Io {
+        shared,
+        offer,
+        writer: writer.clone(),
+        upload: Upload::new(writer, dest, plan, &owner),
+        owner,
+        resume: None,
+        stager: None,
+        staged: None,
     };
-    let resume = find_resume_point(
-        &plan,
-        &signer,
-        uncommitted.iter().map(|(id, s)| (id.as_slice(), *s)),
-    );
-    if let Some(bytes) = shared.hold_plan_until_received() {
-        hold_until_received(&link.conn, bytes).await;
-    }
-    let failed = Outcome::Failed;
-    let io_fail = |what: &str, e: FrameError| {
-        let code = match e {
-            FrameError::Closed | FrameError::Truncated => Code::Truncated,
-            _ => Code::InvalidOffer,
-        };
-        failed(fail(code, format!("{what}: {e}")))
-    };
-    write_frame(
-        send,
-        &Message::Plan(Plan {
-            tag: tag.to_hex(),
-            block_size: plan.block_size,
-            resume_offset: resume.offset,
-            checkpoint: resume.checkpoint.to_hex(),
-        }),
-    )
-    .await
-    .map_err(|e| io_fail("sending the Plan", e))?;
-    if let Some(RelayTakes::Redirect { resume_offset }) = relay_takes(offer.eager, resume.offset) {
-        return Err(Outcome::ResumeOnNewStream {
-            offset: resume_offset,
-        });
-    }
-
-    let start = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(recv)).await {
-        Ok(Ok(Message::Start(s))) => s,
-        Ok(Ok(other)) => {
-            return Err(failed(fail(
-                Code::InvalidOffer,
-                format!("expected Start, got {}", other.name()),
-            )));
-        }
-        Ok(Err(e)) => return Err(io_fail("reading Start", e)),
-        Err(_) => return Err(failed(fail(Code::InvalidOffer, "no Start within 30 s"))),
-    };
-    let point = if start.offset == resume.offset {
-        resume
-    } else if start.offset == 0 {
-        tracing::info!(
-            offered = resume.offset,
-            "client's source differs from staged blocks; restarting from zero"
-        );
-        ResumePoint::fresh()
-    } else {
-        return Err(failed(fail(
-            Code::InvalidOffer,
-            format!(
-                "Start at {} is neither 0 nor the resume offset {}",
-                start.offset, resume.offset
-            ),
-        )));
-    };
-
-    let t_start = Instant::now();
-    let resumed_at = point.offset;
-    let stager = Stager::new(
-        writer.clone(),
-        plan,
-        signer,
-        point,
-        shared.budget.clone(),
-        shared.blocks_in_flight,
-    )
-    .map_err(|e| failed(fail(Code::Internal, e.to_string())))?;
-    let mut stager = stager
-        .with_mangle(shared.mangle())
-        .with_pace(shared.pace())
-        .with_stop(shared.stopping.clone())
-        .with_limits(StageLimits {
-            idle: Some(IDLE_TIMEOUT),
-            budget_wait: Some(shared.budget_wait),
-            min_fill_bytes_per_s: Some(shared.block_fill.min_bytes_per_s),
-            fill_grace: shared.block_fill.grace,
-        })
-        .with_share(shared.share_of(&owner))
-        .with_staged_bytes(shared.metrics.bytes_staged.clone());
-    let pumped = stager.pump(recv).await;
-    Metrics::add(&shared.metrics.bytes_received, stager.offset() - resumed_at);
-    if let Err(e) = pumped {
-        // Blocks already in flight are worth keeping: a resume reuses them.
-        stager.drain().await;
-        return Err(failed(stage_failure(e)));
-    }
-    let receive_ms = t_start.elapsed().as_millis() as u64;
-
-    let trailer = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(recv)).await {
-        Ok(Ok(Message::Trailer(t))) => t,
-        Ok(Ok(other)) => {
-            return Err(failed(fail(
-                Code::InvalidOffer,
-                format!("expected Trailer, got {}", other.name()),
-            )));
-        }
-        Ok(Err(e)) => return Err(io_fail("reading the Trailer", e)),
-        Err(_) => return Err(failed(fail(Code::Truncated, "no Trailer within 30 s"))),
-    };
-    let t_wait = Instant::now();
-    let staged = stager
-        .finish()
-        .await
-        .map_err(|e| failed(stage_failure(e)))?;
-    let stage_wait_ms = t_wait.elapsed().as_millis() as u64;
-
-    let t_commit = Instant::now();
-    let mut expected = vec![("the client", trailer.sha256.as_str())];
-    if let Some(m) = &offer.sha256 {
-        expected.push(("the manifest", m.as_str()));
-    }
-    let props = commit_verified(&writer, &staged, &expected, &dest)
-        .await
-        .map_err(failed)?;
-    if staged.single.is_some() {
-        // A one-block file reaches Azure in its Put Blob: count it as staged.
-        Metrics::add(&shared.metrics.bytes_staged, offer.size);
-    }
-    let commit_time = t_commit.elapsed();
-    let commit_ms = commit_time.as_millis() as u64;
-    shared.metrics.commit_seconds.observe(commit_time);
-    Ok(Receipt {
+    let (mut session, mut action) = RelaySession::new(Accepted {
         container: offer.container.clone(),
         blob: offer.blob.clone(),
-        etag: props.etag,
-        size: props.size,
-        sha256: hex::encode(staged.sha256),
+        size: offer.size,
         block_size: plan.block_size,
-        blocks: staged.ids.len() as u64,
-        bytes_resumed: staged.bytes_resumed,
-        bytes_received: staged.bytes_received,
-        retries: writer.retries(),
-        requests: writer.requests(),
-        timings: Timings {
-            receive_ms,
-            stage_wait_ms,
-            commit_ms,
-        },
-    })
+        eager: offer.eager,
+        sha256: offer.sha256.clone(),
+    });
+    loop {
+        let event = match action {
+            Action::Prepare => Event::Prepared(io.prepare().await),
+            Action::SendPlan(p) => {
+                if let Some(bytes) = shared.hold_plan_until_received() {
+                    hold_until_received(&link.conn, bytes).await;
+                }
+                Event::PlanSent(write_frame(send, &Message::Plan(p)).await)
+            }
+            Action::ReadFrame { timeout } => {
+                match tokio::time::timeout(timeout, read_frame(recv)).await {
+                    Ok(frame) => Event::Frame(frame),
+                    Err(_) => Event::TimedOut,
+                }
+            }
+            Action::Receive { from_resume_point } => {
+                Event::Received(io.receive(from_resume_point, recv).await)
+            }
+            Action::FinishStaging => Event::Staged(io.finish().await),
+            Action::Commit => Event::Committed(io.commit(&session.expected()).await),
+            end => return end,
+        };
+        action = session.handle(event, Instant::now());
+    }
+}
+
+/// What the driver holds for one transfer between the session's actions.
+struct Io<'a> {
+    shared: &'a Shared,
+    offer: &'a Offer,
+    writer: Arc<BlobWriter>,
+    upload: Upload<'a>,
+    owner: Owner,
+    /// The resume point found by `prepare`, used if the client's Start takes it.
+    resume: Option<ResumePoint>,
+    stager: Option<Stager>,
+    staged: Option<relay_storage::staging::Staged>,
+}
+
+impl Io<'_> {
+    fn usage(&self) -> Usage {
+        Usage {
+            retries: self.writer.retries(),
+            requests: self.writer.requests(),
+        }
+    }
+
+    /// Fail before any byte moves if the commit is bound to be refused; unless the
+    /// client proved (with the SHA-256 of its whole file) that the blob already
+    /// holds its bytes: then a re-run after an interrupted run is a success with
+    /// nothing sent.
+    async fn prepare(&mut self) -> Result<Prepared, Failure> {
+        let e = match self.upload.prepare().await {
+            Ok(point) => {
+                let prepared = Prepared::Writable {
+                    tag: self.upload.tag().to_hex(),
+                    offset: point.offset,
+                    checkpoint: point.checkpoint.to_hex(),
+                };
+                self.resume = Some(point);
+                return Ok(prepared);
+            }
+            Err(e) => e,
+        };
+        let (PublishError::Exists, Some(sha)) = (&e, &self.offer.sha256) else {
+            return Err(publish_failure(e));
+        };
+        match self.upload.already_committed(sha).await {
+            Ok(Some(props)) => {
+                tracing::info!(etag = %props.etag, "blob already holds these bytes; nothing to send");
+                Ok(Prepared::AlreadyCommitted(Committed {
+                    etag: props.etag,
+                    size: props.size,
+                    sha256: props.sha256.unwrap_or_default(),
+                    usage: self.usage(),
+                }))
+            }
+            Ok(None) => Err(publish_failure(e)),
+            Err(e) => Err(publish_failure(e)),
+        }
+    }
+
+    /// Cuts the stream's bytes into blocks and stages them, from the resume point
+    /// or from zero.
+    async fn receive(
+        &mut self,
+        from_resume_point: bool,
+        recv: &mut RecvStream,
+    ) -> Result<(), Failure> {
+        let shared = self.shared;
+        let resume = self.resume.take().unwrap_or_else(ResumePoint::fresh);
+        let point = if from_resume_point {
+            resume
+        } else {
+            if resume.offset > 0 {
+                tracing::info!(
+                    offered = resume.offset,
+                    "client's source differs from staged blocks; restarting from zero"
+                );
+            }
+            ResumePoint::fresh()
+        };
+        let resumed_at = point.offset;
+        let stager = self
+            .upload
+            .stager(point, shared.budget.clone(), shared.blocks_in_flight)
+            .map_err(|e| fail(Code::Internal, e.to_string()))?;
+        let mut stager = stager
+            .with_mangle(shared.mangle())
+            .with_pace(shared.pace())
+            .with_stop(shared.stopping.clone())
+            .with_limits(StageLimits {
+                idle: Some(IDLE_TIMEOUT),
+                budget_wait: Some(shared.budget_wait),
+                min_fill_bytes_per_s: Some(shared.block_fill.min_bytes_per_s),
+                fill_grace: shared.block_fill.grace,
+            })
+            .with_share(shared.share_of(&self.owner))
+            .with_staged_bytes(shared.metrics.bytes_staged.clone());
+        let pumped = stager.pump(recv).await;
+        Metrics::add(&shared.metrics.bytes_received, stager.offset() - resumed_at);
+        if let Err(e) = pumped {
+            // Blocks already in flight are worth keeping: a resume reuses them.
+            stager.drain().await;
+            return Err(stage_failure(e));
+        }
+        self.stager = Some(stager);
+        Ok(())
+    }
+
+    /// Waits for every block to be staged.
+    async fn finish(&mut self) -> Result<Staged, Failure> {
+        let stager = self
+            .stager
+            .take()
+            .ok_or_else(|| fail(Code::Internal, "no bytes were received"))?;
+        let staged = stager.finish().await.map_err(stage_failure)?;
+        let facts = Staged {
+            sha256: hex::encode(staged.sha256),
+            blocks: staged.ids.len() as u64,
+            bytes_resumed: staged.bytes_resumed,
+            bytes_received: staged.bytes_received,
+        };
+        self.staged = Some(staged);
+        Ok(facts)
+    }
+
+    /// Publishes the staged bytes (storage checks the hashes once more).
+    async fn commit(&mut self, expected: &[(&'static str, String)]) -> Result<Committed, Failure> {
+        let staged = self
+            .staged
+            .take()
+            .ok_or_else(|| fail(Code::Internal, "nothing was staged"))?;
+        let t_commit = Instant::now();
+        let expected: Vec<(&str, &str)> = expected.iter().map(|(w, h)| (*w, h.as_str())).collect();
+        let props = self
+            .upload
+            .commit(&staged, &expected)
+            .await
+            .map_err(publish_failure)?;
+        let metrics = &self.shared.metrics;
+        if staged.single.is_some() {
+            // A one-block file reaches Azure in its Put Blob: count it as staged.
+            Metrics::add(&metrics.bytes_staged, self.offer.size);
+        }
+        metrics.commit_seconds.observe(t_commit.elapsed());
+        Ok(Committed {
+            etag: props.etag,
+            size: props.size,
+            sha256: props.sha256.unwrap_or_default(),
+            usage: self.usage(),
+        })
+    }
 }
 
 /// Test hook: waits (at most 30 s) until the connection has received `bytes`, so

@@ -6,8 +6,10 @@ pub mod azurite;
 pub mod blobs;
 pub mod files;
 pub mod http;
+pub mod load;
 pub mod proxy;
 pub mod relay;
+pub mod upload;
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -83,13 +85,18 @@ pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duratio
     }
 }
 
+/// What a run printed on stderr, as text (for assertions and failure messages).
+pub fn stderr(out: &Output) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(&out.stderr)
+}
+
 /// The JSON summary a `--json` run printed.
 pub fn summary(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            stderr(out)
         )
     })
 }

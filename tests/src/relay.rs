@@ -76,6 +76,20 @@ impl RelayHandle {
         }
     }
 
+    /// A relay on the shared Azurite and a fresh container for one test.
+    pub async fn with_container(tag: &str, opts: RelayOptions) -> (Self, String) {
+        let container = crate::blobs::new_container(tag).await;
+        (
+            Self::start(crate::azurite::shared_azurite().storage(), opts),
+            container,
+        )
+    }
+
+    /// The relay's block-ID key (to make IDs a relay would have made).
+    pub fn id_key(&self) -> relay_proto::id_key::IdKey {
+        self.shared.id_key.clone()
+    }
+
     /// Arguments that reach this relay with the full token.
     pub fn client_args(&self, to: &str) -> Vec<String> {
         vec![
@@ -106,6 +120,12 @@ impl RelayHandle {
                 .and_then(|f| f.set_modified(before + std::time::Duration::from_secs(1)))
                 .unwrap_or_else(|e| panic!("tokens mtime: {e}"));
         }
+    }
+
+    /// Stops the relay without waiting for its transfers (one a test stalled).
+    pub fn abandon(self) {
+        let _ = self.stop.send(true);
+        self.task.abort();
     }
 
     pub async fn stop(self) {

@@ -8,23 +8,16 @@ use relay_proto::codec::encode;
 use relay_proto::limits::{MAX_FRAME_LEN, PROTOCOL_VERSION};
 use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start, Trailer};
 use relay_server::TestHooks;
-use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::blob_exists;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
-use relay_tests::{run_client, summary, unique_container};
+use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
 
 const T: Duration = Duration::from_secs(120);
 
 async fn setup(tag: &str, opts: RelayOptions) -> (RelayHandle, String) {
-    let storage = shared_azurite().storage();
-    let container = unique_container(tag);
-    storage
-        .ensure_container(&container)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (RelayHandle::start(storage, opts), container)
+    RelayHandle::with_container(tag, opts).await
 }
 
 async fn connect(relay: &RelayHandle) -> (Connector, quinn::Connection) {
@@ -365,7 +358,7 @@ async fn relay_side_corruption_is_caught_by_the_verifier() {
     let s = summary(&out);
     assert_eq!(s["files"][0]["status"], "failed");
     assert_eq!(s["files"][0]["error"]["code"], "hash_mismatch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr(&out);
     assert!(
         stderr.contains("victim.bin") && stderr.contains("mismatch"),
         "{stderr}"
@@ -392,7 +385,7 @@ async fn cli_errors_are_clear() {
     // Unknown token.
     let out = run_client(&base("wrong-token-0123456789", &container), &[], T).await;
     assert_eq!(out.status.code(), Some(1));
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(
         e.contains("f.bin: refused: unknown or expired token"),
         "{e}"
@@ -400,13 +393,13 @@ async fn cli_errors_are_clear() {
 
     // A token limited to another container.
     let out = run_client(&base(LIMITED_TOKEN, &container), &[], T).await;
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(e.contains("may not write container"), "{e}");
 
     // Azure's own error passes through with the file named (container missing).
     let out = run_client(&base(TOKEN, "no-such-container"), &[], T).await;
     assert_eq!(out.status.code(), Some(1));
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(
         e.contains("f.bin") && e.contains("ContainerNotFound"),
         "{e}"
@@ -422,7 +415,7 @@ async fn cli_errors_are_clear() {
     a[pin] = "00".repeat(32);
     let out = run_client(&a, &[], T).await;
     assert_eq!(out.status.code(), Some(2));
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(e.contains("fingerprint"), "{e}");
 
     // No trust option at all: a usage error that says what to do.
@@ -441,17 +434,13 @@ async fn cli_errors_are_clear() {
     .collect();
     let out = run_client(&a, &[], T).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--relay-cert-sha256"));
+    assert!(stderr(&out).contains("--relay-cert-sha256"));
 
     // The token comes from RELAY_TOKEN too.
     let mut a = base(TOKEN, &container);
     a.truncate(a.len() - 2);
     let out = run_client(&a, &[("RELAY_TOKEN", TOKEN)], T).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(blob_exists(&container, "f.bin").await);
     relay.stop().await;
 }

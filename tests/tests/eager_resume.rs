@@ -15,37 +15,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_proto::id_key::IdKey;
-use relay_server::{Config, Relay, TestHooks};
+use relay_server::{Config, TestHooks};
 use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, writer};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::relay::TOKEN;
-use relay_tests::{binary, run_client, summary, unique_container};
-use tokio::sync::watch;
+use relay_tests::relay::{RelayHandle, RelayOptions};
+use relay_tests::upload::Upload;
+use relay_tests::{binary, run_client, stderr, summary, unique_container};
 
 const MIB: u64 = 1 << 20;
 const BLOCK: u64 = 5 * MIB;
 const T: Duration = Duration::from_secs(60);
 
+/// The harness's relay (`RelayHandle`) with a given block-ID key and hooks.
 struct TestRelay {
-    args: Vec<String>,
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    relay: RelayHandle,
 }
 
 impl TestRelay {
     /// A relay with `key`; `stall_from`: the transfer stalls (long) at the first
     /// chunk at or past that offset; `hold`: the Plan waits for that many bytes.
-    fn start(key: &IdKey, stall_from: Option<u64>, hold: Option<u64>, dir: &Scratch) -> Self {
-        relay_transport::install_crypto_provider();
-        let tokens = dir.path(&format!("tokens-{}", rand_tag()));
-        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
-        let tokens =
-            relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
-        let mut cfg = Config::for_tests(shared_azurite().storage(), tokens, 256 * MIB)
-            .unwrap_or_else(|e| panic!("{e}"));
-        cfg.id_key = key.clone();
+    fn start(key: &IdKey, stall_from: Option<u64>, hold: Option<u64>) -> Self {
         let pace: Option<Pace> = stall_from.map(|at| -> Pace {
             Arc::new(move |offset, _len| {
                 if offset >= at {
@@ -56,55 +47,40 @@ impl TestRelay {
                 }
             })
         });
-        cfg.hooks = TestHooks {
-            pace,
-            hold_plan_until_received: hold,
-            ..TestHooks::default()
-        };
-        let relay = Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
-        let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let args = vec![
-            "--relay".into(),
-            addr.to_string(),
-            "--relay-cert-sha256".into(),
-            relay.fingerprint().to_string(),
-            "--token".into(),
-            TOKEN.into(),
-        ];
-        let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(relay.serve(rx));
-        Self { args, stop, task }
+        let key = key.clone();
+        let relay = RelayHandle::start(
+            shared_azurite().storage(),
+            RelayOptions {
+                hooks: TestHooks {
+                    pace,
+                    hold_plan_until_received: hold,
+                    ..TestHooks::default()
+                },
+                configure: Some(Box::new(move |cfg: &mut Config| cfg.id_key = key)),
+                ..RelayOptions::default()
+            },
+        );
+        Self { relay }
     }
 
     fn upload(&self, file: &std::path::Path, container: &str) -> Vec<String> {
-        let mut a: Vec<String> = vec![
-            "upload".into(),
-            file.display().to_string(),
-            "--to".into(),
-            container.into(),
-            "--json".into(),
-            "--quiet".into(),
-            "--block-size".into(),
-            "5MiB".into(),
-        ];
-        a.extend(self.args.iter().cloned());
-        a
+        Upload::file(file)
+            .to(container)
+            .json()
+            .arg("--quiet")
+            .block_size("5MiB")
+            .via(&self.relay)
+            .args()
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.relay.stop()).await;
     }
 
     /// A relay whose transfer is stalled: not waited for (the runtime drops it).
     fn abandon(self) {
-        let _ = self.stop.send(true);
-        self.task.abort();
+        self.relay.abandon();
     }
-}
-
-fn rand_tag() -> u32 {
-    rand::random()
 }
 
 async fn uncommitted(container: &str, blob: &str) -> usize {
@@ -118,8 +94,7 @@ async fn uncommitted(container: &str, blob: &str) -> usize {
 /// Stages exactly the first `k` blocks of `file` through a real relay and a real
 /// client, then SIGKILLs the client.
 async fn stage_first_blocks(key: &IdKey, file: &std::path::Path, container: &str, k: u64) {
-    let dir = Scratch::new("eager-stage");
-    let relay = TestRelay::start(key, Some(k * BLOCK), None, &dir);
+    let relay = TestRelay::start(key, Some(k * BLOCK), None);
     let mut child = tokio::process::Command::new(binary("relay-client"))
         .args(relay.upload(file, container))
         .env_remove("RELAY_TOKEN")
@@ -178,13 +153,13 @@ async fn rerun_finishes(tag: &str, size: u64, k: u64, hold: bool) {
 
     // The Plan only once the connection has carried at least the whole file: the
     // client has sent Offer, Start, every byte and the Trailer by then.
-    let relay = TestRelay::start(&key, None, hold.then_some(size), &dir);
+    let relay = TestRelay::start(&key, None, hold.then_some(size));
     let out = run_client(&relay.upload(&file, &container), &[], T).await;
     assert!(
         out.status.success(),
         "rerun failed ({:?}): {}\n{}",
         out.status.code(),
-        String::from_utf8_lossy(&out.stderr),
+        stderr(&out),
         String::from_utf8_lossy(&out.stdout)
     );
     let s = summary(&out);

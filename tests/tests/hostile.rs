@@ -14,11 +14,13 @@ use relay_proto::id_key::Owner;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start};
 use relay_server::{BlockFill, Config};
+use relay_storage::store::{Commit, Condition};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
-use relay_tests::{run_client, summary};
+use relay_tests::upload::Upload;
+use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::Digest;
 
@@ -41,24 +43,13 @@ fn relay_with(
 }
 
 fn upload_args(relay: &RelayHandle, file: &std::path::Path, to: &str, token: &str) -> Vec<String> {
-    [
-        "upload",
-        &file.display().to_string(),
-        "--json",
-        "--block-size",
-        "5MiB",
-        "--relay",
-        &relay.addr.to_string(),
-        "--relay-cert-sha256",
-        &relay.fingerprint,
-        "--to",
-        to,
-        "--token",
-        token,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    Upload::file(file)
+        .json()
+        .block_size("5MiB")
+        .via_addr(&relay.addr.to_string(), &relay.fingerprint)
+        .to(to)
+        .token(token)
+        .args()
 }
 
 /// A raw QUIC connection from a chosen loopback address (tests play several hosts).
@@ -318,12 +309,7 @@ async fn unauthenticated_peers_cannot_lock_others_out() {
     let file = dir.path("ok.bin");
     let sha = write_random(&file, 3 * MIB, 41);
     let out = run_client(&upload_args(&relay, &file, &container, TOKEN), &[], T).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(blob_sha(&container, "ok.bin").await, (3 * MIB, sha));
 
     // The tokenless connections are closed at the deadline, with a reason.
@@ -465,12 +451,7 @@ async fn one_token_cannot_hold_the_budget() {
     let file = dir.path("legit.bin");
     let sha = write_random(&file, 12 * MIB + 3, 51);
     let out = run_client(&upload_args(&relay, &file, &container, TOKEN), &[], T).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(blob_sha(&container, "legit.bin").await, (12 * MIB + 3, sha));
 
     // The waiting stream is told busy (retryable); the trickling ones are cut.
@@ -527,23 +508,20 @@ async fn forged_sha256_metadata_is_not_already_committed() {
         .unwrap_or_else(|e| panic!("{e}"));
     w.commit(
         vec![vec![9u8; 64]],
-        &sha,
-        "00000000000000000000000000000000",
-        None,
-        &Default::default(),
-        &Overwrite::Always,
+        &Commit {
+            sha256_hex: &sha,
+            seal: "00000000000000000000000000000000",
+            content_type: None,
+            metadata: &Default::default(),
+            condition: &Condition::Always,
+        },
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     let forged = blob_sha(&container, "f.bin").await;
 
     let out = run_client(&upload_args(&relay, &file, &container, TOKEN), &[], T).await;
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(summary(&out)["files"][0]["error"]["code"], "exists");
     let direct = [
         "upload",
@@ -559,12 +537,7 @@ async fn forged_sha256_metadata_is_not_already_committed() {
     ]
     .map(str::to_string);
     let out = run_client(&direct, &[], T).await;
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(summary(&out)["files"][0]["error"]["code"], "exists");
     assert_eq!(
         blob_sha(&container, "f.bin").await,

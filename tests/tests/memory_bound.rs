@@ -16,7 +16,7 @@ use relay_server::config::Args;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::{DEV_KEY, binary, http, reserved_port, run_client};
+use relay_tests::{DEV_KEY, binary, http, load, reserved_port, run_client};
 
 const MIB: u64 = 1 << 20;
 const TOKEN: &str = "memory-bound-token-0123456789";
@@ -29,18 +29,6 @@ impl Drop for RelayProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// `VmHWM` (peak resident set) of a process, in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kib| kib * 1024)
-        .unwrap_or_else(|| panic!("no VmHWM in {status}"))
 }
 
 /// A tokenless peer from `from`: it completes the handshake, then on every
@@ -183,22 +171,7 @@ async fn attacked_relay_stays_inside_its_memory_bound() {
     for i in 0..4u64 {
         let file = files.path(&format!("f{i}.bin"));
         let sha = write_random(&file, 40 * MIB, 900 + i);
-        let args: Vec<String> = [
-            "upload",
-            &file.display().to_string(),
-            "--json",
-            "--relay",
-            &listen,
-            "--relay-cert-sha256",
-            &fingerprint,
-            "--to",
-            &container,
-            "--token",
-            TOKEN,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = load::upload_args(&file, &listen, &fingerprint, &container, TOKEN);
         uploads.push(tokio::spawn(async move {
             let out = run_client(&args, &[], Duration::from_secs(300)).await;
             (out, sha)
@@ -224,7 +197,7 @@ async fn attacked_relay_stays_inside_its_memory_bound() {
         metrics("blob_relay_connections_refused_total{reason=\"evicted_oldest_pending\"}");
     assert!(evicted >= 1.0, "evicted {evicted}");
 
-    let peak = peak_rss(pid);
+    let (peak, _) = load::process_usage(pid);
     eprintln!(
         "relay-server peak RSS {} MiB under attack; bound {} MiB ({bound}); {} tokenless connections held",
         peak / MIB,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::http::{get as http_get, sample};
-use relay_tests::{DEV_KEY, binary, run_client, unique_container};
+use relay_tests::{DEV_KEY, binary, run_client, stderr, unique_container};
 
 /// `(le, cumulative count)` of every bucket of histogram `name`, in order.
 fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
@@ -92,8 +92,8 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
     std::fs::write(dir.path("relay.toml"), cfg).unwrap_or_else(|e| panic!("{e}"));
     let toml = dir.path("relay.toml").to_string_lossy().into_owned();
     let out = check_config(&["--config", &toml], &[]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("configuration ok"), "{stdout}");
     assert!(stdout.contains("reachable"), "{stdout}");
@@ -116,19 +116,19 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
         ],
         &[],
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        stderr.contains("not usable") && stderr.contains("\"data\""),
-        "{stderr}"
+        err.contains("not usable") && err.contains("\"data\""),
+        "{err}"
     );
 
     // So does a key storage does not accept (valid base64, wrong secret).
     let wrong = DEV_KEY.replace("Eby8", "Xby8");
     let out = check_config(&["--config", &toml, "--account-key", &wrong], &[]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("403"), "{stderr}");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("403"), "{err}");
 
     std::fs::write(
         dir.path("bad.toml"),
@@ -137,7 +137,7 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
     .unwrap_or_else(|e| panic!("{e}"));
     let out = check_config(&["--config", &dir.path("bad.toml").to_string_lossy()], &[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setting \"bogus_setting\""));
+    assert!(stderr(&out).contains("unknown setting \"bogus_setting\""));
 
     // A key that is not base64 is caught before serving.
     let out = check_config(
@@ -153,7 +153,7 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
         &[("RELAY_STATE_DIR", &dir.path("state"))],
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("base64"));
+    assert!(stderr(&out).contains("base64"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,11 +228,7 @@ async fn health_metrics_and_sigterm() {
     .map(|s| s.to_string())
     .collect();
     let out = run_client(&a, &[("RELAY_TOKEN", token)], Duration::from_secs(60)).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     let (code, metrics) = http_get(&health, "/metrics").unwrap_or_else(|| panic!("no metrics"));
     assert_eq!(code, 200);
     assert!(
@@ -344,20 +340,11 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
 
     // The certificate names relay.test, not the IP we dial: refused unless we say the name.
     let out = run_client(&base, &env, Duration::from_secs(60)).await;
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let mut named = base.clone();
     named.extend(["--server-name".to_string(), "relay.test".to_string()]);
     let out = run_client(&named, &env, Duration::from_secs(60)).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     let (_, got) = az
         .storage()
         .writer(&container, "c.bin")

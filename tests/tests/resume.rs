@@ -15,17 +15,17 @@ use std::time::{Duration, Instant};
 use relay_proto::block_id::{BlockId, BlockState, IdSigner, TransferTag};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::{IdKey, Owner};
-use relay_server::{Config, Relay, TestHooks};
+use relay_server::{Config, TestHooks};
 use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
-use relay_tests::blobs::{blob_sha, writer};
+use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
-use relay_tests::relay::TOKEN;
-use relay_tests::{binary, run_client, summary, unique_container};
+use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_tests::upload::Upload;
+use relay_tests::{binary, run_client, stderr, summary, unique_container};
 use relay_transport::quic::Windows;
 use sha2::Digest;
-use tokio::sync::watch;
 
 const MIB: u64 = 1 << 20;
 const BLOCK: u64 = 5 * MIB;
@@ -96,14 +96,13 @@ impl Control {
     }
 }
 
+/// The harness's relay (`RelayHandle`) with small QUIC windows and the pacing hook
+/// wired to a `Control`.
 struct TestRelay {
-    args: Vec<String>,
+    relay: RelayHandle,
     /// The relay's block-ID key (to stage IDs that a relay would have made).
     key: IdKey,
     control: Arc<Control>,
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: Scratch,
 }
 
 impl TestRelay {
@@ -112,67 +111,48 @@ impl TestRelay {
     }
 
     fn start_on(storage: relay_storage::blob::Storage) -> Self {
-        relay_transport::install_crypto_provider();
-        let dir = Scratch::new("resume-relay");
-        let tokens = dir.path("tokens");
-        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("tokens: {e}"));
-        let tokens =
-            relay_server::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
-        let mut cfg =
-            Config::for_tests(storage, tokens, 256 * MIB).unwrap_or_else(|e| panic!("{e}"));
-        // Small windows: what the client has sent is at most ~2 MiB past what the
-        // relay has read, so a kill at a relay offset means the same at the client.
-        cfg.windows = Windows {
-            stream_window: 2 * MIB,
-            connection_window: 8 * MIB,
-            ..Windows::default()
-        };
         let control = Arc::new(Control::default());
         let c = control.clone();
         let pace: Pace = Arc::new(move |offset, len| {
             c.at(offset + len as u64);
             Duration::ZERO
         });
-        cfg.hooks = TestHooks {
-            pace: Some(pace),
-            ..TestHooks::default()
-        };
-        let key = cfg.id_key.clone();
-        let relay = Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
-        let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let args = vec![
-            "--relay".into(),
-            addr.to_string(),
-            "--relay-cert-sha256".into(),
-            relay.fingerprint().to_string(),
-            "--token".into(),
-            TOKEN.into(),
-        ];
-        let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(relay.serve(rx));
+        let relay = RelayHandle::start(
+            storage,
+            RelayOptions {
+                hooks: TestHooks {
+                    pace: Some(pace),
+                    ..TestHooks::default()
+                },
+                // Small windows: what the client has sent is at most ~2 MiB past what
+                // the relay has read, so a kill at a relay offset means the same at
+                // the client.
+                configure: Some(Box::new(|cfg: &mut Config| {
+                    cfg.windows = Windows {
+                        stream_window: 2 * MIB,
+                        connection_window: 8 * MIB,
+                        ..Windows::default()
+                    };
+                })),
+                ..RelayOptions::default()
+            },
+        );
+        let key = relay.id_key();
         Self {
-            args,
+            relay,
             key,
             control,
-            stop,
-            task,
-            _dir: dir,
         }
     }
 
     /// `upload FILE --to CONTAINER --json --block-size 5MiB` to this relay.
     fn upload(&self, file: &std::path::Path, container: &str) -> Vec<String> {
-        let mut a: Vec<String> = vec![
-            "upload".into(),
-            file.display().to_string(),
-            "--to".into(),
-            container.into(),
-            "--json".into(),
-            "--block-size".into(),
-            "5MiB".into(),
-        ];
-        a.extend(self.args.iter().cloned());
-        a
+        Upload::file(file)
+            .to(container)
+            .json()
+            .block_size("5MiB")
+            .via(&self.relay)
+            .args()
     }
 
     fn received(&self) -> u64 {
@@ -182,18 +162,12 @@ impl TestRelay {
     async fn stop(self) {
         // A transfer still held (a test that failed early) must not hold the relay.
         self.control.release();
-        let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.relay.stop()).await;
     }
 }
 
 async fn setup(tag: &str) -> (TestRelay, String, Scratch) {
-    let container = unique_container(tag);
-    shared_azurite()
-        .storage()
-        .ensure_container(&container)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let container = new_container(tag).await;
     (TestRelay::start(), container, Scratch::new(tag))
 }
 
@@ -245,7 +219,7 @@ fn committed_file(out: &std::process::Output) -> serde_json::Value {
     assert!(
         out.status.success(),
         "client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
+        stderr(out),
         String::from_utf8_lossy(&out.stdout)
     );
     let s = summary(out);
@@ -366,9 +340,9 @@ async fn client_killed_after_every_byte_rerun_finds_blob_committed() {
     let out = run_client(&args, &[], T).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("a blob with this name exists"),
+        stderr(&out).contains("a blob with this name exists"),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr(&out)
     );
     relay.stop().await;
 }
@@ -421,7 +395,7 @@ async fn source_changed_during_transfer_fails_and_commits_nothing() {
     relay.control.release();
     let out = client.await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr(&out);
     assert!(stderr.contains("changed"), "{stderr}");
     let f = &summary(&out)["files"][0];
     assert_eq!(f["status"], "failed");

@@ -7,7 +7,7 @@ use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::blob_sha;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{RelayHandle, RelayOptions};
-use relay_tests::{run_client, summary, unique_container};
+use relay_tests::{run_client, stderr, summary, unique_container};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -16,17 +16,7 @@ fn args(list: &[&str]) -> Vec<String> {
 }
 
 async fn setup(tag: &str) -> (RelayHandle, String) {
-    let az = shared_azurite();
-    let storage = az.storage();
-    let container = unique_container(tag);
-    storage
-        .ensure_container(&container)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (
-        RelayHandle::start(storage, RelayOptions::default()),
-        container,
-    )
+    RelayHandle::with_container(tag, RelayOptions::default()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,11 +38,7 @@ async fn multi_block_file_is_committed_and_verified() {
         ]),
     );
     let out = run_client(&a, &[], T).await;
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
     let s = summary(&out);
     let f = &s["files"][0];
     assert_eq!(f["status"], "committed");
@@ -107,11 +93,7 @@ async fn directory_tree_many_small_files_and_empty_file() {
         ]),
     );
     let out = run_client(&a, &[], T).await;
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
     let s = summary(&out);
     assert_eq!(s["totals"]["committed"], expected.len());
     for (blob, sha) in &expected {
@@ -148,10 +130,10 @@ async fn no_overwrite_unless_asked() {
     let new_sha = write_random(&file, 2000, 8);
     let out = run_client(&a, &[], T).await;
     assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(
-        stderr.contains("x.bin: refused: a blob with this name exists (add --overwrite)"),
-        "{stderr}"
+        err.contains("x.bin: refused: a blob with this name exists (add --overwrite)"),
+        "{err}"
     );
     let (n, _) = blob_sha(&container, "x.bin").await;
     assert_eq!(n, 1000);
@@ -159,11 +141,7 @@ async fn no_overwrite_unless_asked() {
     // With --overwrite: replaced and verified.
     a.push("--overwrite".into());
     let out = run_client(&a, &[], T).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(blob_sha(&container, "x.bin").await, (2000, new_sha));
     relay.stop().await;
 }
@@ -234,11 +212,7 @@ async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
         "--json",
     ]);
     let out = run_client(&a, &env, T).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(summary(&out)["mode"], "direct");
     assert_eq!(
         blob_sha(&container, "direct/d.bin").await,
@@ -270,13 +244,9 @@ async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
         "--json",
     ]);
     let out = run_client(&a, &env, T).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(summary(&out)["mode"], "direct");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("falling back to direct upload"));
+    assert!(stderr(&out).contains("falling back to direct upload"));
     assert_eq!(
         blob_sha(&container, "fallback/d.bin").await,
         (11 << 20, sha)
@@ -298,6 +268,6 @@ async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
     ]);
     let out = run_client(&a, &[], T).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no QUIC handshake within 2 s"));
+    assert!(stderr(&out).contains("no QUIC handshake within 2 s"));
     drop(dead);
 }

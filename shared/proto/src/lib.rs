@@ -19,4 +19,5 @@ pub mod offer_rules;
 pub mod plan;
 pub mod protocol;
 pub mod resume;
+pub mod session;
 pub mod size;

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
 
 use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Transport};
 use azure_storage_blob::models::{
@@ -16,111 +15,19 @@ use azure_storage_blob::models::{
 };
 use azure_storage_blob::{
     BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
-    BlockBlobClient, BlockBlobClientOptions, StorageError,
+    BlockBlobClient, BlockBlobClientOptions,
 };
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
 use crate::credentials::{StorageAccess, StorageAuth};
-use crate::retry::{Backoff, RetryCounts, is_retryable_status};
+use crate::retry::{Backoff, RetryCounts};
+use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
-use relay_proto::protocol::Overwrite;
 
-/// An Azure failure, with the HTTP status and Azure's error code when there was a response.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct BlobError {
-    pub status: Option<u16>,
-    pub code: Option<String>,
-    pub message: String,
-}
-
-impl BlobError {
-    fn from_azure(op: &str, err: azure_core::Error) -> Self {
-        let status = err.http_status().map(u16::from);
-        match StorageError::try_from(err) {
-            Ok(se) => {
-                let code = se.error_code.as_ref().map(|c| c.to_string());
-                let what = se
-                    .message
-                    .as_deref()
-                    .map(|m| m.lines().next().unwrap_or(m).to_string())
-                    .unwrap_or_default();
-                Self {
-                    status,
-                    message: format!(
-                        "Azure {op} failed: {} {}{}",
-                        u16::from(se.status_code),
-                        code.as_deref().unwrap_or(""),
-                        if what.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({what})")
-                        }
-                    ),
-                    code,
-                }
-            }
-            Err(e) => Self {
-                status,
-                code: None,
-                message: format!("Azure {op} failed: {e}"),
-            },
-        }
-    }
-
-    /// Transport failures (no status) and throttling/server errors are retried.
-    pub fn is_retryable(&self) -> bool {
-        self.status.is_none_or(is_retryable_status)
-    }
-
-    pub fn is_conflict(&self) -> bool {
-        matches!(self.status, Some(409 | 412))
-    }
-}
-
-/// Settings for the HTTP side.
-#[derive(Debug, Clone)]
-pub struct WriterOptions {
-    pub backoff: Backoff,
-    pub connect_timeout: Duration,
-    /// Longest quiet time on one request before it is abandoned (and retried).
-    pub read_timeout: Duration,
-    pub max_idle_per_host: usize,
-    /// Idle pooled connections are closed after this; below the server's own
-    /// keep-alive timeout (Azurite/Node: 5 s), so a request is never sent on a
-    /// connection the server is closing (that race shows as a transport error
-    /// without a status, and the request is lost).
-    pub pool_idle_timeout: Duration,
-    /// A whole request's deadline is `request_base + body / min_body_rate`: a
-    /// stalled body upload, or a server that never answers, is abandoned and
-    /// retried within seconds, while a large block on a slow path still fits.
-    pub request_base: Duration,
-    pub min_body_bytes_per_s: u64,
-}
-
-impl WriterOptions {
-    /// The deadline of one request carrying `body_bytes`.
-    pub fn request_deadline(&self, body_bytes: u64) -> Duration {
-        self.request_base
-            + Duration::from_secs(body_bytes.div_ceil(self.min_body_bytes_per_s.max(1)))
-    }
-}
-
-impl Default for WriterOptions {
-    fn default() -> Self {
-        Self {
-            backoff: Backoff::default(),
-            connect_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(15),
-            max_idle_per_host: 64,
-            pool_idle_timeout: Duration::from_secs(4),
-            request_base: Duration::from_secs(15),
-            min_body_bytes_per_s: 1 << 20,
-        }
-    }
-}
+pub use crate::error::{BlobError, TIMEOUT_CODE};
+pub use crate::options::WriterOptions;
 
 /// Opens blob writers against one storage account; cheap to clone.
 #[derive(Clone)]
@@ -327,7 +234,7 @@ impl BlobWriter {
                 Ok(r) => r.map_err(|e| BlobError::from_azure(op, e)),
                 Err(_) => Err(BlobError {
                     status: None,
-                    code: Some("Timeout".into()),
+                    code: Some(TIMEOUT_CODE.into()),
                     message: format!("{op}: no answer within {} s", deadline.as_secs()),
                 }),
             };
@@ -341,7 +248,11 @@ impl BlobWriter {
                     tracing::warn!(op, attempts, ?delay, error = %e, "retrying Azure request");
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     if let Some(counts) = &self.retry_counts {
-                        counts.record(e.status);
+                        if e.code.as_deref() == Some(TIMEOUT_CODE) && e.status.is_none() {
+                            counts.record_timeout();
+                        } else {
+                            counts.record(e.status);
+                        }
                     }
                     tokio::time::sleep(delay).await;
                 }
@@ -476,27 +387,17 @@ impl BlobWriter {
     /// body's MD5 goes along as the blob's Content-MD5 (`x-ms-blob-content-md5`),
     /// which the service checks against what arrived, so it doubles as the
     /// transport checksum and lets other tools verify the blob.
-    pub async fn put_blob(
-        &self,
-        data: Bytes,
-        sha256_hex: &str,
-        seal: &str,
-        content_type: Option<&str>,
-        metadata: &std::collections::BTreeMap<String, String>,
-        overwrite: &Overwrite,
-    ) -> Result<String, BlobError> {
+    pub async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
         let md5 = Md5::digest(&data).to_vec();
-        let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
-        meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
-        meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
-        let (if_match, if_none_match) = conditions(overwrite);
+        let meta = commit_metadata(commit);
+        let (if_match, if_none_match) = conditions(commit.condition);
         // One request whatever the size: the partition is the whole body.
         let partition = std::num::NonZero::new(data.len().max(1) as u64);
         let result = self
             .with_retry("Put Blob", data.len() as u64, || {
                 let opts = BlockBlobClientUploadOptions {
                     blob_content_md5: Some(md5.clone()),
-                    blob_content_type: content_type.map(str::to_string),
+                    blob_content_type: commit.content_type.map(str::to_string),
                     metadata: Some(meta.clone()),
                     if_match: if_match.clone(),
                     if_none_match: if_none_match.clone(),
@@ -521,16 +422,10 @@ impl BlobWriter {
     pub async fn commit(
         &self,
         ids: Vec<Vec<u8>>,
-        sha256_hex: &str,
-        seal: &str,
-        content_type: Option<&str>,
-        metadata: &std::collections::BTreeMap<String, String>,
-        overwrite: &Overwrite,
+        commit: &Commit<'_>,
     ) -> Result<String, BlobError> {
-        let mut meta: HashMap<String, String> = metadata.clone().into_iter().collect();
-        meta.insert(SHA256_METADATA_KEY.to_string(), sha256_hex.to_string());
-        meta.insert(SEAL_METADATA_KEY.to_string(), seal.to_string());
-        let (if_match, if_none_match) = conditions(overwrite);
+        let meta = commit_metadata(commit);
+        let (if_match, if_none_match) = conditions(commit.condition);
         // The service's work grows with the list: give it time per block.
         let commit_weight = ids.len() as u64 * 1024;
         let list = BlockLookupList {
@@ -541,7 +436,7 @@ impl BlobWriter {
         let resp = self
             .with_retry("Put Block List", commit_weight, || {
                 let opts = BlockBlobClientCommitBlockListOptions {
-                    blob_content_type: content_type.map(str::to_string),
+                    blob_content_type: commit.content_type.map(str::to_string),
                     metadata: Some(meta.clone()),
                     if_match: if_match.clone(),
                     if_none_match: if_none_match.clone(),
@@ -563,11 +458,57 @@ impl BlobWriter {
     }
 }
 
-/// `If-Match` / `If-None-Match` for a commit under `overwrite`.
-fn conditions(overwrite: &Overwrite) -> (Option<Etag>, Option<Etag>) {
-    match overwrite {
-        Overwrite::Never => (None, Some(Etag::from("*"))),
-        Overwrite::IfMatch { etag } => (Some(Etag::from(etag.clone())), None),
-        Overwrite::Always => (None, None),
+/// `If-Match` / `If-None-Match` for a commit under `condition`.
+fn conditions(condition: &Condition) -> (Option<Etag>, Option<Etag>) {
+    match condition {
+        Condition::IfAbsent => (None, Some(Etag::from("*"))),
+        Condition::IfMatch(etag) => (Some(Etag::from(etag.clone())), None),
+        Condition::Always => (None, None),
+    }
+}
+
+/// The user's metadata plus the verified SHA-256 and the seal over it.
+fn commit_metadata(commit: &Commit<'_>) -> HashMap<String, String> {
+    let mut meta: HashMap<String, String> = commit.metadata.clone().into_iter().collect();
+    meta.insert(
+        SHA256_METADATA_KEY.to_string(),
+        commit.sha256_hex.to_string(),
+    );
+    meta.insert(SEAL_METADATA_KEY.to_string(), commit.seal.to_string());
+    meta
+}
+
+#[async_trait::async_trait]
+impl BlobStore for BlobWriter {
+    async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
+        BlobWriter::properties(self).await
+    }
+
+    async fn uncommitted_blocks(&self) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
+        BlobWriter::uncommitted_blocks(self).await
+    }
+
+    async fn stage_block(&self, id: &[u8], data: Bytes) -> Result<(), BlobError> {
+        BlobWriter::stage_block(self, id, data).await
+    }
+
+    async fn commit_blocks(
+        &self,
+        ids: Vec<Vec<u8>>,
+        commit: &Commit<'_>,
+    ) -> Result<String, BlobError> {
+        self.commit(ids, commit).await
+    }
+
+    async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
+        BlobWriter::put_blob(self, data, commit).await
+    }
+
+    fn retries(&self) -> u32 {
+        BlobWriter::retries(self)
+    }
+
+    fn requests(&self) -> u32 {
+        BlobWriter::requests(self)
     }
 }

@@ -2,13 +2,19 @@
 //! Azure credentials and SAS tokens (`credentials`, `sas`), the blob writer over
 //! the Azure SDK (`blob`), staging a file's blocks with bounded memory
 //! (`staging`), verify-then-commit publishing (`publish`) and the retry schedule
-//! (`retry`).
+//! (`retry`). Every upload request goes through one seam, `store::BlobStore`,
+//! with the Azure implementation (`blob::BlobWriter`) and an in-memory twin that
+//! can interleave writers deterministically (`memory`).
 //!
 //! Pure rules (block IDs, checkpoints, resume points) come from `relay-proto`.
 
 pub mod blob;
 pub mod credentials;
+pub mod error;
+pub mod memory;
+pub mod options;
 pub mod publish;
 pub mod retry;
 pub mod sas;
 pub mod staging;
+pub mod store;

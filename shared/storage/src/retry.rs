@@ -50,10 +50,23 @@ pub fn is_retryable_status(status: u16) -> bool {
 }
 
 /// Labels of the [`RetryCounts`] slots, in slot order: each retryable status, then
-/// `other` (any other status) and `none` (no response: reset, timeout, DNS...).
-pub const RETRY_LABELS: [&str; 8] = ["408", "429", "500", "502", "503", "504", "other", "none"];
+/// `other` (any other status), `transport` (no response: the connection was
+/// reset or closed, DNS, TLS) and `timeout` (no complete answer within the
+/// request's deadline, which scales with its body).
+pub const RETRY_LABELS: [&str; 9] = [
+    "408",
+    "429",
+    "500",
+    "502",
+    "503",
+    "504",
+    "other",
+    "transport",
+    "timeout",
+];
 const OTHER: usize = RETRYABLE_STATUSES.len();
-const NONE: usize = OTHER + 1;
+const TRANSPORT: usize = OTHER + 1;
+const TIMEOUT: usize = OTHER + 2;
 
 /// Retries by their cause, one lock-free counter per label of [`RETRY_LABELS`].
 /// A fixed set, so a misbehaving endpoint cannot grow it (and so every series
@@ -65,9 +78,19 @@ pub struct RetryCounts {
 }
 
 impl RetryCounts {
-    /// One retry caused by a response with `status`, or by no response at all.
+    /// One retry caused by a response with `status`, or by no response at all
+    /// (a transport error).
     pub fn record(&self, status: Option<u16>) {
         self.slots[slot(status)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One retry of a request that did not finish within its deadline.
+    pub fn record_timeout(&self) {
+        self.slots[TIMEOUT].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn timeouts(&self) -> u64 {
+        self.slots[TIMEOUT].load(Ordering::Relaxed)
     }
 
     /// Retries counted under the label `status` falls into.
@@ -87,7 +110,7 @@ impl RetryCounts {
 
 fn slot(status: Option<u16>) -> usize {
     match status {
-        None => NONE,
+        None => TRANSPORT,
         Some(s) => RETRYABLE_STATUSES
             .iter()
             .position(|&r| r == s)
@@ -132,7 +155,8 @@ mod tests {
             assert_eq!(RETRY_LABELS[i], s.to_string());
         }
         assert_eq!(RETRY_LABELS[OTHER], "other");
-        assert_eq!(RETRY_LABELS[NONE], "none");
+        assert_eq!(RETRY_LABELS[TRANSPORT], "transport");
+        assert_eq!(RETRY_LABELS[TIMEOUT], "timeout");
     }
 
     #[test]
@@ -155,14 +179,18 @@ mod tests {
         assert_eq!(c.get(Some(500)), 1);
         assert_eq!(c.get(Some(429)), 1);
         assert_eq!(c.get(None), 1);
+        c.record_timeout();
+        assert_eq!(c.timeouts(), 1);
+        assert_eq!(c.get(None), 1, "a timeout is not a transport error");
         // Statuses outside the set share `other`.
         assert_eq!(c.get(Some(409)), 2);
         assert_eq!(c.get(Some(418)), 2);
         assert_eq!(c.get(Some(502)), 0);
-        assert_eq!(c.total(), 7);
+        assert_eq!(c.total(), 8);
         let snap = c.snapshot();
         assert_eq!(snap[4], ("503", 2));
         assert_eq!(snap[6], ("other", 2));
-        assert_eq!(snap[7], ("none", 1));
+        assert_eq!(snap[7], ("transport", 1));
+        assert_eq!(snap[8], ("timeout", 1));
     }
 }

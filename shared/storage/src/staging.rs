@@ -13,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::blob::{BlobError, BlobWriter};
+use crate::blob::BlobError;
+use crate::store::BlobStore;
 use relay_proto::block_id::{BLOCK_ID_LEN, BlockId, BlockState, IdSigner};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::plan::BlockPlan;
@@ -151,7 +152,7 @@ pub struct Staged {
 }
 
 pub struct Stager {
-    writer: Arc<BlobWriter>,
+    writer: Arc<dyn BlobStore>,
     plan: BlockPlan,
     signer: IdSigner,
     budget: Budget,
@@ -189,7 +190,7 @@ impl Stager {
     /// Starts at `start` (the resume point, or a fresh start when the client's prefix
     /// did not match the checkpoint).
     pub fn new(
-        writer: Arc<BlobWriter>,
+        writer: Arc<dyn BlobStore>,
         plan: BlockPlan,
         signer: IdSigner,
         start: ResumePoint,
@@ -327,20 +328,7 @@ impl Stager {
                 self.hasher.update(&buf[before..]);
                 self.offset += n as u64;
             }
-            // The ID binds the block's bytes: the hash state after it, or for the
-            // file's last block the whole file's SHA-256 (`block_id`).
-            let last = index + 1 == self.plan.block_count();
-            let state = match Checkpoint::of(&self.hasher) {
-                Some(cp) if !last => BlockState::After(cp),
-                _ => BlockState::Final {
-                    sha256: self.hasher.clone().finalize().into(),
-                    size: self.plan.size,
-                },
-            };
-            let id = self.signer.encode(&BlockId {
-                index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
-                state,
-            });
+            let id = self.block_id(index)?;
             self.next_index += 1;
             if self.plan.block_count() == 1 {
                 // Published later with one Put Blob, after verification.
@@ -373,6 +361,24 @@ impl Stager {
             }
         }
         Ok(())
+    }
+
+    /// The ID of block `index`, all of whose bytes have been hashed. It binds the
+    /// block's bytes: the hash state after it, or for the file's last block the
+    /// whole file's SHA-256 (`block_id`).
+    fn block_id(&self, index: u64) -> Result<[u8; BLOCK_ID_LEN], StageError> {
+        let last = index + 1 == self.plan.block_count();
+        let state = match Checkpoint::of(&self.hasher) {
+            Some(cp) if !last => BlockState::After(cp),
+            _ => BlockState::Final {
+                sha256: self.hasher.clone().finalize().into(),
+                size: self.plan.size,
+            },
+        };
+        Ok(self.signer.encode(&BlockId {
+            index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+            state,
+        }))
     }
 
     /// One read, bounded by the idle timeout and the block's fill deadline.

@@ -1,0 +1,136 @@
+//! Storage's failures in the protocol's words: the code a Reject or Error frame
+//! carries (and direct mode's report shows), and a message for the user.
+
+use relay_proto::protocol::{Code, Failure, Overwrite};
+use relay_storage::blob::BlobError;
+use relay_storage::publish::PublishError;
+use relay_storage::staging::StageError;
+use relay_storage::store::Condition;
+
+fn fail(code: Code, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+/// The storage condition an Offer's overwrite policy asks for.
+pub fn condition(overwrite: &Overwrite) -> Condition {
+    match overwrite {
+        Overwrite::Never => Condition::IfAbsent,
+        Overwrite::IfMatch { etag } => Condition::IfMatch(etag.clone()),
+        Overwrite::Always => Condition::Always,
+    }
+}
+
+/// Maps an Azure failure to a protocol code. Only transient ones (5xx, 408, 429,
+/// transport errors) become `Storage`, which clients retry; other 4xx would fail
+/// the same way again.
+pub fn storage_failure(e: &BlobError) -> Failure {
+    let code = if e.is_conflict() {
+        Code::Conflict
+    } else if e.is_retryable() {
+        Code::Storage
+    } else {
+        Code::StorageRefused
+    };
+    fail(code, e.message.clone())
+}
+
+/// A publishing failure as the peer hears it.
+pub fn publish_failure(e: PublishError) -> Failure {
+    let code = match &e {
+        PublishError::Exists => Code::Exists,
+        PublishError::Changed { .. } | PublishError::Gone | PublishError::LostRace(_) => {
+            Code::Conflict
+        }
+        PublishError::HashMismatch { .. } => Code::HashMismatch,
+        PublishError::ReadBack(_) => Code::Storage,
+        PublishError::Storage(e) => return storage_failure(e),
+        PublishError::Stage(_) => {
+            let PublishError::Stage(e) = e else {
+                unreachable!("matched above")
+            };
+            return stage_failure(e);
+        }
+    };
+    fail(code, e.to_string())
+}
+
+/// A staging failure as the peer hears it: whether it may resume, and why.
+pub fn stage_failure(e: StageError) -> Failure {
+    match e {
+        StageError::Truncated { expected, got } => fail(
+            Code::Truncated,
+            format!(
+                "stream ended after {got} of {expected} bytes; nothing committed (the upload can resume)"
+            ),
+        ),
+        StageError::Source(e) => fail(
+            Code::Truncated,
+            format!("receiving failed: {e}; nothing committed"),
+        ),
+        StageError::Storage(e) => storage_failure(&e),
+        StageError::BudgetTooSmall(_) => fail(Code::TooLarge, e.to_string()),
+        StageError::Task(m) => fail(Code::Internal, m),
+        StageError::Stopped => fail(
+            Code::Busy,
+            "relay shutting down; staged blocks are kept, retry to resume",
+        ),
+        StageError::Stalled(s) => fail(
+            Code::Truncated,
+            format!("no bytes received for {s} s; nothing committed (the upload can resume)"),
+        ),
+        StageError::Busy(s) => fail(
+            Code::Busy,
+            format!(
+                "relay busy: no memory for the next block within {s} s; staged blocks are kept, retry to resume"
+            ),
+        ),
+        StageError::TooSlow { .. } => fail(
+            Code::Truncated,
+            format!(
+                "{e}: the link is slower than the relay's floor; staged blocks are kept (the upload can resume)"
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob_error(status: Option<u16>) -> BlobError {
+        BlobError {
+            status,
+            code: None,
+            message: "Azure Put Block failed".into(),
+        }
+    }
+
+    #[test]
+    fn codes_match_what_clients_retry() {
+        assert_eq!(storage_failure(&blob_error(Some(409))).code, Code::Conflict);
+        assert_eq!(storage_failure(&blob_error(Some(412))).code, Code::Conflict);
+        assert_eq!(storage_failure(&blob_error(Some(503))).code, Code::Storage);
+        assert_eq!(storage_failure(&blob_error(None)).code, Code::Storage);
+        assert_eq!(
+            storage_failure(&blob_error(Some(403))).code,
+            Code::StorageRefused
+        );
+        let lost = publish_failure(PublishError::LostRace(blob_error(Some(409))));
+        assert_eq!(lost.code, Code::Conflict);
+        assert!(
+            lost.message
+                .starts_with("another upload committed this blob first")
+        );
+        let exists = publish_failure(PublishError::Exists);
+        assert_eq!(exists.code, Code::Exists);
+        assert_eq!(
+            exists.message,
+            "a blob with this name exists (add --overwrite)"
+        );
+        let staged = publish_failure(PublishError::Stage(StageError::Stopped));
+        assert_eq!(staged.code, Code::Busy);
+    }
+}

@@ -1,0 +1,305 @@
+//! Two uploads racing to one name, every interleaving of their storage requests
+//! (the hostile review's race, in memory): whatever the order, a committed blob's
+//! bytes hash to the SHA-256 recorded with it, that SHA-256 is one of the two
+//! files', and an upload that reports success saw its own bytes committed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::id_key::{IdKey, Owner};
+use relay_proto::plan::BlockPlan;
+use relay_proto::resume::ResumePoint;
+use relay_storage::blob::BlobProperties;
+use relay_storage::memory::{MemoryAccount, Turnstile};
+use relay_storage::publish::{Destination, PublishError};
+use relay_storage::staging::Budget;
+use relay_storage::store::{BlobStore, Condition};
+use sha2::{Digest, Sha256};
+
+use crate::upload::Upload;
+
+/// Small blocks (a multiple of 64, as checkpoints need): the rules do not depend
+/// on size, and small ones keep thousands of interleavings fast. Files are two
+/// blocks: one that can be resumed, and the last, which never is.
+const BLOCK: u64 = 4096;
+const CONTAINER: &str = "c";
+const NAME: &str = "race.bin";
+
+fn sha_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// Uploads `data` as the relay and direct mode do, through the shared pipeline.
+async fn upload(
+    store: Arc<dyn BlobStore>,
+    key: &IdKey,
+    owner: &Owner,
+    condition: &Condition,
+    data: Bytes,
+) -> Result<BlobProperties, PublishError> {
+    let meta = BTreeMap::new();
+    let dest = Destination {
+        container: CONTAINER,
+        blob: NAME,
+        key,
+        size: data.len() as u64,
+        content_type: None,
+        metadata: &meta,
+        condition,
+    };
+    let plan = BlockPlan {
+        size: data.len() as u64,
+        block_size: BLOCK,
+    };
+    let up = Upload::new(store, dest, plan, owner);
+    let ours = sha_hex(&data);
+    let point = match up.prepare().await {
+        Ok(p) => p,
+        Err(PublishError::Exists) => {
+            return match up.already_committed(&ours).await? {
+                Some(p) => Ok(p),
+                None => Err(PublishError::Exists),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    // The sender's check: resume only if its own prefix hashes to the checkpoint.
+    let prefix = Sha256::new_with_prefix(&data[..point.offset as usize]);
+    let point = if Checkpoint::of(&prefix) == Some(point.checkpoint) {
+        point
+    } else {
+        ResumePoint::fresh()
+    };
+    // One block in flight: each writer sends one request at a time (`Turnstile`).
+    let mut stager = up.stager(point.clone(), Budget::new(1 << 20), 1)?;
+    let mut rest = &data[point.offset as usize..];
+    stager.pump(&mut rest).await?;
+    let staged = stager.finish().await?;
+    up.commit(&staged, &[("the client", &ours)]).await
+}
+
+struct Writer {
+    owner: Owner,
+    data: Bytes,
+}
+
+/// One interleaving: at the k-th turn with several writers ready, `choices[k]`
+/// picks among them (0 past the end). Returns how many were ready at each such
+/// turn and what each writer got.
+async fn run_once(
+    key: &IdKey,
+    condition: &Condition,
+    writers: &[Writer],
+    choices: &[usize],
+) -> (
+    Vec<usize>,
+    Vec<Result<BlobProperties, PublishError>>,
+    MemoryAccount,
+) {
+    let account = MemoryAccount::new();
+    let turnstile = Turnstile::new(writers.len());
+    let mut tasks = Vec::new();
+    for (i, w) in writers.iter().enumerate() {
+        let store = Arc::new(account.blob_in_turn(CONTAINER, NAME, turnstile.clone(), i));
+        let (key, owner, cond, data, t) = (
+            key.clone(),
+            w.owner,
+            condition.clone(),
+            w.data.clone(),
+            turnstile.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let r = upload(store, &key, &owner, &cond, data).await;
+            t.finish(i);
+            r
+        }));
+    }
+    let mut branching = Vec::new();
+    loop {
+        let ready = turnstile.ready().await;
+        match ready.len() {
+            0 => break,
+            1 => turnstile.grant(ready[0]),
+            n => {
+                let pick = choices.get(branching.len()).copied().unwrap_or(0);
+                branching.push(n);
+                turnstile.grant(ready[pick]);
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.expect("writer task"));
+    }
+    (branching, results, account)
+}
+
+/// The next interleaving after `choices` (which met `branching`), depth first.
+fn next_choices(mut choices: Vec<usize>, branching: &[usize]) -> Option<Vec<usize>> {
+    choices.resize(branching.len(), 0);
+    while let Some(last) = choices.pop() {
+        if last + 1 < branching[choices.len()] {
+            choices.push(last + 1);
+            return Some(choices);
+        }
+    }
+    None
+}
+
+/// Runs every interleaving of `writers`; checks the invariants after each.
+/// Returns how many interleavings ran.
+async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
+    let key = IdKey::random();
+    let hashes: Vec<String> = writers.iter().map(|w| sha_hex(&w.data)).collect();
+    let mut choices = Vec::new();
+    let mut runs = 0;
+    loop {
+        let (branching, results, account) = run_once(&key, &condition, writers, &choices).await;
+        runs += 1;
+        let committed = account.committed(CONTAINER, NAME);
+        if let Some((bytes, props)) = &committed {
+            let recorded = props.sha256.clone().unwrap_or_default();
+            assert_eq!(
+                sha_hex(bytes),
+                recorded,
+                "committed bytes differ from their recorded SHA-256 (choices {choices:?})"
+            );
+            assert!(hashes.contains(&recorded), "a blob neither writer sent");
+        }
+        for (i, r) in results.iter().enumerate() {
+            if let Ok(p) = r {
+                assert_eq!(
+                    p.sha256.as_deref(),
+                    Some(hashes[i].as_str()),
+                    "writer {i} reported another file's commit (choices {choices:?})"
+                );
+            }
+        }
+        if condition == Condition::IfAbsent {
+            assert!(
+                results.iter().any(Result::is_ok),
+                "no writer succeeded: {:?}",
+                results.iter().map(|r| r.as_ref().err()).collect::<Vec<_>>()
+            );
+            assert!(committed.is_some());
+        }
+        match next_choices(choices, &branching) {
+            Some(next) => choices = next,
+            None => return runs,
+        }
+    }
+}
+
+/// Two files of the same size: entirely different, or the same first block (so
+/// one writer may resume from the other's staged block, which holds its bytes).
+fn files(shared_prefix: bool) -> (Bytes, Bytes) {
+    let size = BLOCK as usize + 100;
+    let a: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let mut b: Vec<u8> = (0..size).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    if shared_prefix {
+        b[..BLOCK as usize].copy_from_slice(&a[..BLOCK as usize]);
+    }
+    (Bytes::from(a), Bytes::from(b))
+}
+
+async fn race(condition: Condition, same_owner: bool, shared_prefix: bool) {
+    let (a, b) = files(shared_prefix);
+    let owner_a = Owner::of_token("token-a");
+    let owner_b = if same_owner {
+        owner_a
+    } else {
+        Owner::of_token("token-b")
+    };
+    let writers = [
+        Writer {
+            owner: owner_a,
+            data: a,
+        },
+        Writer {
+            owner: owner_b,
+            data: b,
+        },
+    ];
+    let runs = every_interleaving(condition, &writers).await;
+    // Two writers of five or more requests each: hundreds of orders, all run.
+    assert!(runs >= 250, "only {runs} interleavings");
+}
+
+#[tokio::test]
+async fn racing_writers_without_overwrite_never_publish_unverified_bytes() {
+    for same_owner in [true, false] {
+        for shared_prefix in [true, false] {
+            race(Condition::IfAbsent, same_owner, shared_prefix).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn racing_writers_with_overwrite_never_publish_unverified_bytes() {
+    for same_owner in [true, false] {
+        for shared_prefix in [true, false] {
+            race(Condition::Always, same_owner, shared_prefix).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rerun_of_a_committed_file_succeeds_without_staging() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let owner = Owner::of_token("t");
+    let (a, _) = files(false);
+    let store = Arc::new(account.blob(CONTAINER, NAME));
+    let first = upload(store.clone(), &key, &owner, &Condition::IfAbsent, a.clone())
+        .await
+        .expect("first upload");
+    let requests = store.requests();
+    let again = upload(store.clone(), &key, &owner, &Condition::IfAbsent, a)
+        .await
+        .expect("re-run");
+    assert_eq!(again.etag, first.etag);
+    // Preflight and the "already committed" read: no block staged, no commit.
+    assert_eq!(store.requests() - requests, 2);
+}
+
+#[tokio::test]
+async fn a_mismatched_trailer_commits_nothing() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let (a, _) = files(false);
+    let meta = BTreeMap::new();
+    let dest = Destination {
+        container: CONTAINER,
+        blob: NAME,
+        key: &key,
+        size: a.len() as u64,
+        content_type: None,
+        metadata: &meta,
+        condition: &Condition::IfAbsent,
+    };
+    let plan = BlockPlan {
+        size: a.len() as u64,
+        block_size: BLOCK,
+    };
+    let up = Upload::new(
+        Arc::new(account.blob(CONTAINER, NAME)),
+        dest,
+        plan,
+        &Owner::direct(),
+    );
+    let point = up.prepare().await.expect("prepare");
+    let mut stager = up.stager(point, Budget::new(1 << 20), 2).expect("stager");
+    stager.pump(&mut &a[..]).await.expect("pump");
+    let staged = stager.finish().await.expect("finish");
+    let wrong = "00".repeat(32);
+    let e = up
+        .commit(&staged, &[("the client", &wrong)])
+        .await
+        .expect_err("mismatch");
+    assert!(matches!(e, PublishError::HashMismatch { .. }), "{e}");
+    assert!(account.committed(CONTAINER, NAME).is_none());
+    // The staged blocks stay for a resume.
+    assert_eq!(account.uncommitted_ids(CONTAINER, NAME).len(), 2);
+}

@@ -1,0 +1,126 @@
+//! One upload into one blob, the same steps for the relay and for direct mode:
+//!
+//! 1. `prepare`: refuse early when the commit is bound to fail (`preflight`), then
+//!    find the resume point among the blob's uncommitted blocks;
+//! 2. on `PublishError::Exists`, `already_committed` tells a re-run whose bytes are
+//!    already the blob (sealed by our key) from a real refusal;
+//! 3. `stager` cuts, hashes and stages the bytes from the resume point (the caller
+//!    feeds it: a QUIC stream on the relay, the file in direct mode);
+//! 4. `commit` publishes only if the SHA-256 of every byte equals each expected
+//!    one, then reads the blob back.
+//!
+//! Between the steps the relay talks to its client (Plan, Start, Trailer) and
+//! direct mode checks its source; neither repeats the steps themselves.
+
+use std::sync::Arc;
+
+use relay_proto::block_id::{IdSigner, TransferTag};
+use relay_proto::id_key::Owner;
+use relay_proto::plan::BlockPlan;
+use relay_proto::resume::{ResumePoint, find_resume_point};
+use relay_storage::blob::BlobProperties;
+use relay_storage::publish::{self, Destination, PublishError};
+use relay_storage::staging::{Budget, StageError, Staged, Stager};
+use relay_storage::store::BlobStore;
+
+/// One file on its way into one blob.
+pub struct Upload<'a> {
+    store: Arc<dyn BlobStore>,
+    dest: Destination<'a>,
+    plan: BlockPlan,
+    signer: IdSigner,
+}
+
+impl<'a> Upload<'a> {
+    /// Block IDs are signed with `dest.key` under a tag private to `owner` (the
+    /// token's holder, or the direct-mode user) and bound to name, size and block
+    /// size, so only that owner's own blocks are ever resumed.
+    pub fn new(
+        store: Arc<dyn BlobStore>,
+        dest: Destination<'a>,
+        plan: BlockPlan,
+        owner: &Owner,
+    ) -> Self {
+        let tag = TransferTag::derive(
+            dest.key,
+            owner,
+            dest.container,
+            dest.blob,
+            dest.size,
+            plan.block_size,
+        );
+        let signer = IdSigner::new(dest.key.clone(), tag);
+        Self {
+            store,
+            dest,
+            plan,
+            signer,
+        }
+    }
+
+    pub fn tag(&self) -> TransferTag {
+        self.signer.tag()
+    }
+
+    pub fn plan(&self) -> BlockPlan {
+        self.plan
+    }
+
+    pub fn store(&self) -> &Arc<dyn BlobStore> {
+        &self.store
+    }
+
+    /// Before any byte moves: the destination must be free (or at the expected
+    /// etag); then the longest run of our own staged blocks. A file of one block
+    /// has nothing to resume (its only block is its last): no block list to read.
+    pub async fn prepare(&self) -> Result<ResumePoint, PublishError> {
+        publish::preflight(&*self.store, self.dest.condition).await?;
+        let uncommitted = if self.plan.block_count() > 1 {
+            self.store.uncommitted_blocks().await?
+        } else {
+            Vec::new()
+        };
+        Ok(find_resume_point(
+            &self.plan,
+            &self.signer,
+            uncommitted.iter().map(|(id, s)| (id.as_slice(), *s)),
+        ))
+    }
+
+    /// Whether the blob already holds exactly the bytes that hash to `sha256_hex`,
+    /// committed under our seal: then the upload is done with nothing sent.
+    pub async fn already_committed(
+        &self,
+        sha256_hex: &str,
+    ) -> Result<Option<BlobProperties>, PublishError> {
+        publish::already_committed(&*self.store, &self.dest, sha256_hex).await
+    }
+
+    /// A stager that continues at `start` (the resume point, or a fresh start when
+    /// the source's prefix did not match its checkpoint).
+    pub fn stager(
+        &self,
+        start: ResumePoint,
+        budget: Budget,
+        max_inflight: usize,
+    ) -> Result<Stager, StageError> {
+        Stager::new(
+            self.store.clone(),
+            self.plan,
+            self.signer.clone(),
+            start,
+            budget,
+            max_inflight,
+        )
+    }
+
+    /// Publishes `staged` only if its SHA-256 equals every `expected` one (who has
+    /// it, hex digest); confirms the committed blob.
+    pub async fn commit(
+        &self,
+        staged: &Staged,
+        expected: &[(&str, &str)],
+    ) -> Result<BlobProperties, PublishError> {
+        publish::commit_verified(&*self.store, staged, expected, &self.dest).await
+    }
+}

@@ -1,0 +1,122 @@
+//! The shared pipeline's resume rules through the in-memory store: an upload cut
+//! short resumes from its own staged blocks, and only from those.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use relay_proto::checkpoint::Checkpoint;
+use relay_proto::id_key::{IdKey, Owner};
+use relay_proto::plan::BlockPlan;
+use relay_storage::memory::MemoryAccount;
+use relay_storage::publish::Destination;
+use relay_storage::staging::{Budget, StageError};
+use relay_storage::store::{BlobStore, Condition};
+use sha2::{Digest, Sha256};
+
+use crate::upload::Upload;
+
+const BLOCK: u64 = 4096;
+
+fn data() -> Vec<u8> {
+    (0..3 * BLOCK as usize + 10)
+        .map(|i| (i % 253) as u8)
+        .collect()
+}
+
+/// An upload of `data` by `owner` into `account`'s blob "c/f".
+fn upload<'a>(
+    account: &MemoryAccount,
+    key: &'a IdKey,
+    meta: &'a BTreeMap<String, String>,
+    owner: &Owner,
+    size: u64,
+) -> (Upload<'a>, Arc<dyn BlobStore>) {
+    let store: Arc<dyn BlobStore> = Arc::new(account.blob("c", "f"));
+    let dest = Destination {
+        container: "c",
+        blob: "f",
+        key,
+        size,
+        content_type: None,
+        metadata: meta,
+        condition: &Condition::IfAbsent,
+    };
+    let plan = BlockPlan {
+        size,
+        block_size: BLOCK,
+    };
+    (Upload::new(store.clone(), dest, plan, owner), store)
+}
+
+/// Stages the first `blocks` blocks, then the source ends: the run fails and
+/// leaves those blocks staged.
+async fn interrupted(up: &Upload<'_>, data: &[u8], blocks: usize) {
+    let point = up.prepare().await.expect("prepare");
+    let mut stager = up.stager(point, Budget::new(1 << 20), 1).expect("stager");
+    let mut cut = &data[..blocks * BLOCK as usize];
+    let e = stager
+        .pump(&mut cut)
+        .await
+        .expect_err("the source ended early");
+    assert!(matches!(e, StageError::Truncated { .. }), "{e}");
+    stager.drain().await;
+}
+
+#[tokio::test]
+async fn an_interrupted_upload_resumes_from_its_own_blocks() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let meta = BTreeMap::new();
+    let data = data();
+    let owner = Owner::of_token("t");
+    let (first, _) = upload(&account, &key, &meta, &owner, data.len() as u64);
+    interrupted(&first, &data, 2).await;
+    assert_eq!(account.uncommitted_ids("c", "f").len(), 2);
+
+    let (again, store) = upload(&account, &key, &meta, &owner, data.len() as u64);
+    let point = again.prepare().await.expect("prepare");
+    assert_eq!(point.offset, 2 * BLOCK);
+    let prefix = Sha256::new_with_prefix(&data[..point.offset as usize]);
+    assert_eq!(Checkpoint::of(&prefix), Some(point.checkpoint));
+    let before = store.requests();
+    let mut stager = again
+        .stager(point, Budget::new(1 << 20), 1)
+        .expect("stager");
+    let mut rest = &data[2 * BLOCK as usize..];
+    stager.pump(&mut rest).await.expect("pump");
+    let staged = stager.finish().await.expect("finish");
+    assert_eq!(staged.bytes_resumed, 2 * BLOCK);
+    let sha = hex::encode(Sha256::digest(&data));
+    again
+        .commit(&staged, &[("the client", &sha)])
+        .await
+        .expect("commit");
+    // Two new blocks staged (the third and the last), one commit, one read-back.
+    assert_eq!(store.requests() - before, 4);
+    let (bytes, props) = account.committed("c", "f").expect("committed");
+    assert_eq!(&bytes[..], &data[..]);
+    assert_eq!(props.sha256.as_deref(), Some(sha.as_str()));
+}
+
+#[tokio::test]
+async fn blocks_of_another_owner_key_or_size_are_not_resumed() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let other_key = IdKey::random();
+    let meta = BTreeMap::new();
+    let data = data();
+    let size = data.len() as u64;
+    let owner = Owner::of_token("t");
+    let (first, _) = upload(&account, &key, &meta, &owner, size);
+    interrupted(&first, &data, 2).await;
+    for (name, k, o, s) in [
+        ("another token", &key, Owner::of_token("u"), size),
+        ("another key", &other_key, owner, size),
+        ("another size", &key, owner, size + 1),
+        ("direct mode", &key, Owner::direct(), size),
+    ] {
+        let (up, _) = upload(&account, k, &meta, &o, s);
+        let point = up.prepare().await.expect("prepare");
+        assert_eq!(point.offset, 0, "{name}");
+    }
+}

@@ -1,0 +1,122 @@
+//! The bounded load bench (not part of the default test run; a small version is
+//! `tests/tests/load.rs`). Three scenarios, each a separate relay process:
+//!
+//! - `many-clients`: N clients at once, each uploading its own directory of 100
+//!   files (90 × 16–256 KiB, 10 × 4–20 MiB);
+//! - `big-files`: M clients × one large file;
+//! - `restart`: `many-clients` with the relay killed (SIGKILL) mid-run and
+//!   restarted at once with the same certificate and block-ID key.
+//!
+//! `cargo build --release --workspace --bins && target/release/loadbench [--clients 64] [--big-clients 16] [--big-mib 256] [--kill-after-s 32] [--scenario all|many-clients|big-files|restart] [--json FILE] [-- RELAY FLAGS...]`
+//!
+//! Prints one report per scenario (see `relay_tests::load::Report`) and exits 1 if
+//! any blob failed verification, any client failed, or the relay's peak RSS
+//! exceeded the memory bound its flags imply.
+
+use std::time::Duration;
+
+use relay_tests::load::{self, Kill, Scenario};
+
+struct Args {
+    clients: u32,
+    big_clients: u32,
+    big_mib: u64,
+    kill_after_s: u64,
+    scenario: String,
+    json: Option<String>,
+    relay_flags: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        clients: 64,
+        big_clients: 16,
+        big_mib: 256,
+        kill_after_s: 32,
+        scenario: "all".into(),
+        json: None,
+        relay_flags: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--" {
+            a.relay_flags = it.by_ref().collect();
+            break;
+        }
+        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: not a number: {v}"))
+        };
+        match flag.as_str() {
+            "--clients" => a.clients = num(&v)? as u32,
+            "--big-clients" => a.big_clients = num(&v)? as u32,
+            "--big-mib" => a.big_mib = num(&v)?,
+            "--kill-after-s" => a.kill_after_s = num(&v)?,
+            "--scenario" => a.scenario = v,
+            "--json" => a.json = Some(v),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("loadbench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let mut scenarios = Vec::new();
+    let want = |name: &str| args.scenario == "all" || args.scenario == name;
+    if want("many-clients") {
+        scenarios.push(Scenario::many_clients(args.clients, None));
+    }
+    if want("big-files") {
+        scenarios.push(Scenario::big_files(args.big_clients, args.big_mib));
+    }
+    if want("restart") {
+        scenarios.push(Scenario::many_clients(
+            args.clients,
+            Some(Kill::After(Duration::from_secs(args.kill_after_s))),
+        ));
+    }
+    if scenarios.is_empty() {
+        eprintln!("loadbench: unknown scenario {}", args.scenario);
+        std::process::exit(2);
+    }
+    let mut reports = Vec::new();
+    let mut ok = true;
+    for mut s in scenarios {
+        s.relay_flags = args.relay_flags.clone();
+        // A fresh in-memory Azurite per scenario (it holds every byte uploaded).
+        let az = relay_tests::azurite::start(relay_tests::reserved_port());
+        let result = load::run(&az, &s).await;
+        // SAFETY: kill has no memory-safety preconditions; the PID is our child's.
+        unsafe {
+            libc::kill(az.pid as i32, libc::SIGKILL);
+        }
+        match result {
+            Ok(r) => {
+                println!("{}", r.render());
+                ok &= r.ok();
+                reports.push(r);
+            }
+            Err(e) => {
+                eprintln!("loadbench: {}: {e}", s.name);
+                ok = false;
+            }
+        }
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&reports).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("loadbench: cannot write {path}: {e}");
+            ok = false;
+        }
+    }
+    std::process::exit(if ok { 0 } else { 1 });
+}
