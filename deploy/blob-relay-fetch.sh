@@ -10,6 +10,13 @@
 #   blob-relay-fetch client   client token, relay certificate (and its pin
 #                             /etc/blob-relay/relay-cert-sha256), then
 #                             relay-client
+#   blob-relay-fetch tokens   the tokens file only, replaced (atomically)
+#                             only when its content changed; run every
+#                             minute by blob-relay-tokens.timer, so token
+#                             changes reach running relays (which re-read
+#                             the file) without a reimage. Gives up after
+#                             BLOB_RELAY_FETCH_TIMEOUT_S (default 50 here)
+#                             and keeps the tokens it has.
 #   blob-relay-fetch needed ROLE
 #                             exit 0 if ROLE's binary is missing (the unit's
 #                             ExecCondition), 1 if it is there
@@ -33,7 +40,7 @@ root=${BLOB_RELAY_ROOT:-}
 declare -A binary=([relay]=$root/usr/local/bin/relay-server [client]=$root/usr/local/bin/relay-client)
 
 usage() {
-    echo "usage: blob-relay-fetch relay|client | blob-relay-fetch needed relay|client" >&2
+    echo "usage: blob-relay-fetch relay|client|tokens | blob-relay-fetch needed relay|client" >&2
     exit 2
 }
 
@@ -44,13 +51,16 @@ if [ "${1:-}" = needed ]; then
 fi
 
 role=${1:-relay}
-[ -n "${binary[$role]:-}" ] || usage
+[ -n "${binary[$role]:-}" ] || [ "$role" = tokens ] || usage
 
 # shellcheck disable=SC1091
 . "$root/etc/blob-relay/fetch.env"
 : "${BLOB_RELAY_ARTIFACTS_URL:?missing in /etc/blob-relay/fetch.env}"
 api_version=${BLOB_RELAY_STORAGE_API_VERSION:-2023-11-03}
-timeout_s=${BLOB_RELAY_FETCH_TIMEOUT_S:-0}
+# A refresh must end before the next one starts; a boot fetch may wait.
+default_timeout_s=0
+[ "$role" != tokens ] || default_timeout_s=50
+timeout_s=${BLOB_RELAY_FETCH_TIMEOUT_S:-$default_timeout_s}
 retry_s=${BLOB_RELAY_FETCH_RETRY_S:-15}
 deadline=$(($(date +%s) + timeout_s))
 imds='http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fstorage.azure.com%2F'
@@ -114,6 +124,20 @@ relay)
     fi
     place relay-id-key /etc/blob-relay/relay-id-key 0640 root:blob-relay
     fetch relay-server /usr/local/bin/relay-server 0755 root:root
+    ;;
+tokens)
+    # Only into place when it changed: the relay re-reads the file when its
+    # inode, size or mtime change, and logs each reload. An empty blob is
+    # refused (the relay would refuse every upload).
+    download tokens
+    if [ ! -s "$work/tokens" ]; then
+        echo "blob-relay-fetch: tokens blob is empty; keeping the current tokens file" >&2
+        exit 1
+    fi
+    if cmp -s "$work/tokens" "$root/etc/blob-relay/tokens"; then
+        exit 0
+    fi
+    place tokens /etc/blob-relay/tokens 0640 root:blob-relay
     ;;
 client)
     fetch client-token /etc/blob-relay/client-token 0600 root:root

@@ -1,23 +1,27 @@
 #!/bin/bash
-# compare.sh: upload the same generated files from a source VM to Azure Blob
-# Storage through the relay, directly (relay-client upload --direct) and with
-# AzCopy if it is installed; time each and write a Markdown table.
+# compare.sh: the comparative run on the benchmark source VM: a thin wrapper
+# around `relay-client bench` (generated files uploaded through the relay and
+# directly with the VM's managed identity, alternating, verified, deleted
+# afterwards) that adds the deployment's context and writes a Markdown report.
 #
 # *** NEEDS A REAL AZURE DEPLOYMENT. ***
 # Run it on the benchmark source VM that terraform/ creates when
 # bench_source_region is set (installed there as blob-relay-compare, with
-# its settings in /etc/blob-relay/bench.env). It cannot run in the offline
-# lab or in CI; there, only `--dry-run` is exercised.
+# its settings in /etc/blob-relay/bench.env). Off Azure, run
+# `relay-client bench` itself; here only `--dry-run` is exercised offline.
 #
 # Usage: sudo blob-relay-compare [options]
 #   --env-file FILE   settings (default /etc/blob-relay/bench.env)
-#   --file-mib N      size of each generated file in MiB (default 4096)
-#   --files N         number of files (default 4)
-#   --runs N          repetitions of each method (default 3)
+#   --file-mib N      size of each large file in MiB (default 4096)
+#   --files N         number of large files (default 4)
+#   --small-count N   number of 1 MiB files beside them (default 64)
+#   --runs N          runs of each method (default 3)
+#   --connections N   direct upload: Put Block requests in flight per file (default 16)
 #   --workdir DIR     where the files are generated (default: the VM's temp
 #                     disk /mnt if present, else /var/tmp)
-#   --out FILE        Markdown report (default ./compare-DATE.md)
-#   --methods LIST    comma-separated subset of relay,direct,azcopy
+#   --out FILE        Markdown report (default ./compare-DATE.md); the bench's
+#                     JSON goes beside it (FILE.json)
+#   --keep            keep the uploaded blobs
 #   --dry-run         print what would run; generate and upload nothing
 #
 # Settings (environment or env file):
@@ -26,18 +30,20 @@
 #   BENCH_TOKEN_FILE (or RELAY_TOKEN), BENCH_SOURCE_REGION,
 #   BENCH_SOURCE_VM_SIZE, BENCH_RELAY_REGION, BENCH_RELAY_VM_SIZE,
 #   BENCH_RELAY_COUNT.
-# Direct uploads and AzCopy authenticate with the VM's managed identity
-# (Storage Blob Data Contributor on the upload container, granted by
-# terraform/).
+# Direct uploads authenticate with the VM's managed identity (Storage Blob
+# Data Contributor on the upload container, granted by terraform/); the VM
+# has no Azure CLI.
 set -euo pipefail
 
 env_file=/etc/blob-relay/bench.env
 file_mib=4096
 files=4
+small_count=64
 runs=3
+connections=16
 workdir=
 out=
-methods=relay,direct,azcopy
+keep=
 dry_run=0
 
 die() {
@@ -50,10 +56,12 @@ while [ $# -gt 0 ]; do
     --env-file) env_file=$2; shift 2 ;;
     --file-mib) file_mib=$2; shift 2 ;;
     --files) files=$2; shift 2 ;;
+    --small-count) small_count=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
+    --connections) connections=$2; shift 2 ;;
     --workdir) workdir=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --methods) methods=$2; shift 2 ;;
+    --keep) keep=--keep; shift ;;
     --dry-run) dry_run=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -84,69 +92,28 @@ if [ -z "$workdir" ]; then
 fi
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out=${out:-./compare-$stamp.md}
-prefix="bench/$stamp"
-data="$workdir/$stamp"
+json="$out.json"
 
-run() {
-    if [ "$dry_run" = 1 ]; then
-        printf 'would run:'
-        printf ' %q' "$@"
-        printf '\n'
-    else
-        "$@"
-    fi
-}
+bench=(relay-client bench
+    --relay "$BENCH_RELAY" --relay-cert-sha256 "$BENCH_RELAY_CERT_SHA256"
+    --to "$BENCH_CONTAINER/bench"
+    --storage-url "$BENCH_STORAGE_URL" --entra managed-identity --connections "$connections"
+    --large-size "${file_mib}MiB" --large-count "$files"
+    --small-size 1MiB --small-count "$small_count"
+    --runs "$runs" --workdir "$workdir/$stamp" --json)
+[ -z "$keep" ] || bench+=("$keep")
 
-have_method() {
-    case ",$methods," in *",$1,"*) return 0 ;; *) return 1 ;; esac
-}
-
-# --- generate the files (random: nothing compresses) -------------------------
-run mkdir -p "$data"
-for i in $(seq 1 "$files"); do
-    run dd if=/dev/urandom of="$data/file-$i.bin" bs=1M count="$file_mib" status=none
-done
-total_bytes=$((files * file_mib * 1024 * 1024))
-
-# --- the methods -------------------------------------------------------------
-upload_relay() {
-    run relay-client upload "$data"/file-*.bin \
-        --relay "$BENCH_RELAY" \
-        --relay-cert-sha256 "$BENCH_RELAY_CERT_SHA256" \
-        --to "$BENCH_CONTAINER/$prefix/relay-$1"
-}
-
-upload_direct() {
-    run relay-client upload "$data"/file-*.bin \
-        --direct --storage-url "$BENCH_STORAGE_URL" \
-        --to "$BENCH_CONTAINER/$prefix/direct-$1"
-}
-
-upload_azcopy() {
-    export AZCOPY_AUTO_LOGIN_TYPE=MSI
-    run azcopy copy "$data/*" \
-        "$BENCH_STORAGE_URL/$BENCH_CONTAINER/$prefix/azcopy-$1/" \
-        --block-size-mb 16 --log-level ERROR
-}
-
-rows=()
-for method in relay direct azcopy; do
-    have_method "$method" || continue
-    if [ "$method" = azcopy ] && ! command -v azcopy >/dev/null && [ "$dry_run" = 0 ]; then
-        rows+=("| azcopy | - | - | - | not installed |")
-        continue
-    fi
-    for r in $(seq 1 "$runs"); do
-        echo "compare.sh: $method run $r/$runs" >&2
-        start=$(date +%s.%N)
-        status=ok
-        "upload_$method" "$r" || status="failed ($?)"
-        end=$(date +%s.%N)
-        secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-        mbit=$(awk -v s="$secs" -v n="$total_bytes" 'BEGIN { if (s > 0) printf "%.0f", n * 8 / s / 1e6; else print "-" }')
-        rows+=("| $method | $r | $secs | $mbit | $status |")
-    done
-done
+status=0
+if [ "$dry_run" = 1 ]; then
+    printf 'would run:'
+    printf ' %q' "${bench[@]}"
+    printf '\n'
+    echo '{"rows": [], "dry_run": true}' >"$json"
+else
+    echo "compare.sh: ${bench[*]}" >&2
+    "${bench[@]}" >"$json" || status=$?
+    rm -rf "${workdir:?}/$stamp"
+fi
 
 # --- report ------------------------------------------------------------------
 {
@@ -158,17 +125,24 @@ done
     echo "| source | ${BENCH_SOURCE_REGION:-?}, ${BENCH_SOURCE_VM_SIZE:-?} |"
     echo "| relay | ${BENCH_RELAY_REGION:-?}, ${BENCH_RELAY_COUNT:-1} x ${BENCH_RELAY_VM_SIZE:-?} |"
     echo "| storage | $BENCH_STORAGE_URL/$BENCH_CONTAINER |"
-    echo "| data | $files files x $file_mib MiB = $((total_bytes / 1024 / 1024)) MiB, random |"
+    echo "| data | $files x $file_mib MiB + $small_count x 1 MiB, random |"
     echo "| relay-client | $( (relay-client --version 2>/dev/null || echo unknown) | head -n1) |"
-    echo "| azcopy | $( (azcopy --version 2>/dev/null || echo not installed) | head -n1) |"
     if [ "$dry_run" = 1 ]; then
-        echo "| note | DRY RUN: nothing was uploaded; the times are meaningless |"
+        echo "| note | DRY RUN: nothing was uploaded |"
     fi
     echo
-    echo "| method | run | seconds | Mbit/s | result |"
+    echo "| method | run | seconds | Mbit/s | verified |"
     echo "| --- | --- | --- | --- | --- |"
-    printf '%s\n' "${rows[@]}"
+    python3 - "$json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for row in r.get("rows", []):
+    ok = "yes" if row["verified"] else "no: " + (row.get("error") or "")
+    print(f"| {row['method']} | {row['run']} | {row['seconds']:.1f} | {row['goodput_mbit_s']:.0f} | {ok} |")
+if r.get("ratio_relay_direct") is not None:
+    print(f"\nRatio relay/direct (median goodput): {r['ratio_relay_direct']:.2f}; "
+          f"QUIC RTT to the relay: {r.get('rtt_ms') or 0:.1f} ms.")
+PY
 } >"$out"
-echo "compare.sh: report written to $out" >&2
-
-run rm -rf "$data"
+echo "compare.sh: report written to $out (bench JSON: $json)" >&2
+exit "$status"

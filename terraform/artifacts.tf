@@ -138,11 +138,26 @@ resource "azurerm_storage_blob" "relay_key" {
   depends_on = [time_sleep.deployer_rbac]
 }
 
+# The relays' tokens file: client_token, then var.tokens, each after a comment
+# naming it. Changing it rewrites this blob in place; relays fetch it every
+# minute (blob-relay-tokens.timer) and re-read their file when it changes.
+locals {
+  tokens_file = join("", concat(
+    ["# client_token\n", "${random_password.client_token.result} ${var.container_name}\n"],
+    flatten([for name, containers in var.tokens : [
+      "# ${name}\n",
+      length(containers) > 0
+      ? "${random_password.token[name].result} ${join(",", containers)}\n"
+      : "${random_password.token[name].result}\n",
+    ]]),
+  ))
+}
+
 resource "azurerm_storage_blob" "relay_tokens" {
   name                 = "tokens"
   storage_container_id = azurerm_storage_container.relay_boot.id
   type                 = "Block"
-  source_content       = "${random_password.client_token.result} ${var.container_name}\n"
+  source_content       = local.tokens_file
   content_type         = "text/plain"
 
   depends_on = [time_sleep.deployer_rbac]

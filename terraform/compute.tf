@@ -21,6 +21,8 @@ locals {
     storage_api_version = local.storage_api_version
     fetch_script_b64    = filebase64("${path.module}/../deploy/blob-relay-fetch.sh")
     fetch_unit_b64      = filebase64("${path.module}/../deploy/blob-relay-fetch@.service")
+    tokens_unit_b64     = filebase64("${path.module}/../deploy/blob-relay-tokens.service")
+    tokens_timer_b64    = filebase64("${path.module}/../deploy/blob-relay-tokens.timer")
     systemd_unit_b64    = filebase64("${path.module}/../deploy/relay-server.service")
     systemd_dropin_b64  = filebase64("${path.module}/../deploy/relay-server.service.d/10-fetch.conf")
     sysctl_conf_b64     = filebase64("${path.module}/../deploy/sysctl.d/60-blob-relay.conf")

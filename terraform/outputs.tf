@@ -22,6 +22,12 @@ output "client_token" {
   sensitive   = true
 }
 
+output "tokens" {
+  description = "The tokens of var.tokens: name => token (relay-client --token or RELAY_TOKEN)."
+  value       = { for name, t in random_password.token : name => t.result }
+  sensitive   = true
+}
+
 output "client_command" {
   description = "Ready-to-use upload command; run it where `terraform output` works for this state (the token is read from the sensitive output, never printed here)."
   value       = "RELAY_TOKEN=\"$(terraform -chdir=${abspath(path.module)} output -raw client_token)\" relay-client upload PATH... --relay ${local.relay_address} --to ${var.container_name} --relay-cert-sha256 ${terraform_data.relay_cert_sha256.output}"

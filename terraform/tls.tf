@@ -63,6 +63,15 @@ resource "random_password" "client_token" {
   special = false
 }
 
+# The tokens of var.tokens, one per name. Removing a name destroys its token:
+# relays refuse it from their next refresh on.
+resource "random_password" "token" {
+  for_each = var.tokens
+
+  length  = 48
+  special = false
+}
+
 # The key all relays of this deployment MAC block IDs with, so that resume
 # state read back from Azure's uncommitted block list is trusted only if a
 # relay wrote it. 32 bytes, handed to the relays as 64 hex digits through the

@@ -176,6 +176,24 @@ variable "container_name" {
   default     = "uploads"
 }
 
+variable "tokens" {
+  description = "More client tokens, beside client_token: name => containers the token may write ([] = any container that is not reserved). Apply after adding, changing or removing an entry: the tokens blob is rewritten and every relay picks it up within about a minute (blob-relay-tokens.timer), no reimage. Values: the sensitive output `tokens`."
+  type        = map(list(string))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.tokens) : can(regex("^[a-z0-9][a-z0-9-]{0,39}$", name))])
+    error_message = "Token names are 1-40 lowercase letters, digits and hyphens (they label lines in the tokens file)."
+  }
+
+  validation {
+    condition = alltrue(flatten([for cs in values(var.tokens) : [
+      for c in cs : length(c) >= 3 && length(c) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*$", c))
+    ]]))
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens)."
+  }
+}
+
 variable "blob_soft_delete_days" {
   description = "Days a deleted blob stays recoverable."
   type        = number

@@ -25,6 +25,9 @@ pub enum Command {
     /// Upload files and directories; each blob is committed only after its SHA-256 is verified.
     #[command(after_long_help = UPLOAD_EXAMPLES)]
     Upload(Box<UploadArgs>),
+    /// Compare uploads through the relay with direct uploads from here: generated
+    /// files, alternating runs, verified, deleted afterwards unless --keep.
+    Bench(Box<crate::bench::BenchArgs>),
     /// Print a shell completion script (e.g. `relay-client completions bash >
     /// /etc/bash_completion.d/relay-client`).
     Completions {

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
+        Command::Bench(args) => bench(*args),
         Command::Upload(args) => upload(*args, &argv),
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -88,6 +89,21 @@ fn print_error(output: Output, code: &str, kind: &str, message: &str) {
                 "{}",
                 json!({"event": "error", "code": code, "kind": kind, "message": message})
             );
+        }
+    }
+}
+
+/// `relay-client bench`: generated files through the relay and directly.
+fn bench(args: relay_client::bench::BenchArgs) -> ExitCode {
+    relay_transport::install_crypto_provider();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => relay_client::bench::main(args, &rt),
+        Err(e) => {
+            eprintln!("relay-client: cannot start the runtime: {e}");
+            ExitCode::from(EXIT_SETUP)
         }
     }
 }

@@ -77,6 +77,17 @@ pub struct Summary {
     /// Every file's report with `--json`; empty otherwise (the totals still count all).
     pub files: Vec<FileReport>,
     pub totals: Totals,
+    /// Relay mode: what QUIC saw on the (last) connection to the relay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicStats>,
+}
+
+/// Round-trip time and packet loss of a QUIC connection, as quinn counted them.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QuicStats {
+    pub rtt_ms: f64,
+    pub sent_packets: u64,
+    pub lost_packets: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -136,6 +147,7 @@ impl Summary {
             mode,
             warm_start: None,
             interrupted: false,
+            quic: None,
             totals,
             files,
         }

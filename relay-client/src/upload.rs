@@ -169,15 +169,24 @@ async fn finish(
         }
         while tasks.join_next().await.is_some() {}
     }
-    let warm_start = match mode {
-        Mode::Direct(_) => None,
+    let (warm_start, quic) = match mode {
+        Mode::Direct(_) => (None, None),
         Mode::Relay(link) => {
+            let quic = link.current.lock().await.as_ref().map(|c| {
+                let p = c.stats().path;
+                crate::report::QuicStats {
+                    rtt_ms: p.rtt.as_secs_f64() * 1e3,
+                    sent_packets: p.sent_packets,
+                    lost_packets: p.lost_packets,
+                }
+            });
             link.connector.close().await;
-            Some(link.remember_path())
+            (Some(link.remember_path()), quic)
         }
     };
     let mut summary = reporter.summary(mode.name());
     summary.warm_start = warm_start;
+    summary.quic = quic;
     match stop {
         Stop::Finished => Ok(Outcome::Done(summary)),
         Stop::Interrupted => Ok(Outcome::Interrupted {

@@ -396,46 +396,42 @@ impl Admitted {
 }
 
 /// Admission and budget-wait series for `/metrics`.
-pub fn render_metrics(a: &Admission, budget: &relay_storage::staging::Budget, out: &mut String) {
-    use crate::metrics::render_value;
+pub fn render_metrics(
+    a: &Admission,
+    budget: &relay_storage::staging::Budget,
+    out: &mut crate::exposition::Exposition,
+) {
+    use crate::exposition::Kind;
     let r = &a.refusals;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    render_value(
-        out,
+    out.value(
         "blob_relay_connections_pending",
-        "gauge",
+        Kind::Gauge,
         "Connections without a valid Offer yet (handshakes included).",
         a.pending_now() as u64,
     );
-    render_value(
-        out,
+    out.value(
         "blob_relay_connections_authenticated",
-        "gauge",
+        Kind::Gauge,
         "Connections that presented a valid Offer (counted against --max-connections).",
         a.authenticated_now() as u64,
     );
-    let _ = std::fmt::Write::write_fmt(
-        out,
-        format_args!(
-            "# HELP blob_relay_connections_refused_total Connection attempts refused or closed by admission, by reason.\n# TYPE blob_relay_connections_refused_total counter\n"
-        ),
+    out.labelled(
+        "blob_relay_connections_refused_total",
+        Kind::Counter,
+        "Connection attempts refused or closed by admission, by reason.",
+        [
+            ("evicted_oldest_pending", get(&r.evicted)),
+            ("per_address", get(&r.per_address)),
+            ("connections_full", get(&r.connections_full)),
+            ("no_offer_in_time", get(&r.auth_deadline)),
+            ("retry_sent", get(&r.retry_sent)),
+        ]
+        .map(|(reason, v)| ([("reason", reason)], v)),
     );
-    for (reason, v) in [
-        ("evicted_oldest_pending", get(&r.evicted)),
-        ("per_address", get(&r.per_address)),
-        ("connections_full", get(&r.connections_full)),
-        ("no_offer_in_time", get(&r.auth_deadline)),
-        ("retry_sent", get(&r.retry_sent)),
-    ] {
-        let _ = std::fmt::Write::write_fmt(
-            out,
-            format_args!("blob_relay_connections_refused_total{{reason=\"{reason}\"}} {v}\n"),
-        );
-    }
-    render_value(
-        out,
+    out.value(
         "blob_relay_budget_waiting_blocks",
-        "gauge",
+        Kind::Gauge,
         "Blocks waiting for memory from the budget right now.",
         budget.waiting(),
     );

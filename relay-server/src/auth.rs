@@ -150,6 +150,23 @@ impl TokenStore {
         }
     }
 
+    /// Containers some token names, in file order, each once (what a storage
+    /// check can look at).
+    pub fn granted_containers(&self) -> Vec<String> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<String> = Vec::new();
+        for e in &st.entries {
+            if let Grant::Containers(cs) = &e.grant {
+                for c in cs {
+                    if !out.contains(c) {
+                        out.push(c.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Replaces the tokens with what the file lists now; never keeps old ones.
     fn refresh(&self, st: &mut State) {
         let path = self.path.display();

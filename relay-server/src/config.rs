@@ -1,33 +1,54 @@
 //! Command-line flags (each also from a `RELAY_<FLAG>` environment variable) and the
 //! resolved configuration the server runs with.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use relay_proto::limits::DEFAULT_BLOCK_SIZE;
-use relay_proto::size::parse_size;
+use relay_proto::size::parse_byte_size;
 use relay_storage::credentials::EntraSource;
 use relay_transport::quic::Congestion;
 
+/// Byte sizes: SI (`1GB` = 10^9) and IEC (`1GiB` = 2^30) units.
 fn size(s: &str) -> Result<u64, String> {
-    parse_size(s)
+    parse_byte_size(s)
 }
 
 /// Receives files over QUIC and stages them as large blocks into Azure Blob Storage;
 /// commits a blob only after its whole-file SHA-256 matches the client's.
 #[derive(Debug, Parser)]
-#[command(name = "relay-server", version, about, long_about = None, after_long_help = EXAMPLES)]
+#[command(
+    name = "relay-server",
+    version,
+    about,
+    long_about = None,
+    after_long_help = EXAMPLES,
+    subcommand_negates_reqs = true
+)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<crate::commands::Command>,
+
+    /// Where the relay keeps what must survive a restart: its self-signed
+    /// certificate and key (made once; `relay-server cert rotate` replaces them),
+    /// their fingerprint (tls-cert.sha256) and, without --id-key-file, the
+    /// block-ID key. Default: $STATE_DIRECTORY (systemd StateDirectory=, e.g.
+    /// /var/lib/blob-relay), else $XDG_STATE_HOME/blob-relay, else
+    /// ~/.local/state/blob-relay.
+    #[arg(long, env = "RELAY_STATE_DIR", global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
     /// UDP address to listen on.
     #[arg(long, env = "RELAY_LISTEN", default_value = "0.0.0.0:4433")]
     pub listen: SocketAddr,
 
     /// Blob service URL, e.g. https://ACCOUNT.blob.core.windows.net or
     /// http://127.0.0.1:10000/devstoreaccount1 (Azurite). A SAS may be in the query.
-    #[arg(long, env = "RELAY_STORAGE_URL")]
-    pub storage_url: String,
+    #[arg(long, env = "RELAY_STORAGE_URL", required = true)]
+    pub storage_url: Option<String>,
 
     /// Storage account key; the relay signs its own short-lived account SAS from it.
     /// Without a key or SAS, Entra ID is used (managed identity by default).
@@ -38,7 +59,8 @@ pub struct Args {
     #[arg(long, env = "RELAY_ENTRA", default_value = "managed-identity")]
     pub entra: EntraSource,
 
-    /// TLS certificate chain (PEM). Without it a self-signed certificate is made at start.
+    /// TLS certificate chain (PEM). Without it the relay uses the self-signed
+    /// certificate in --state-dir (made on first start).
     #[arg(long, env = "RELAY_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
@@ -46,7 +68,8 @@ pub struct Args {
     #[arg(long, env = "RELAY_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
-    /// Write the certificate's SHA-256 fingerprint here (for --relay-cert-sha256).
+    /// Also write the certificate's SHA-256 fingerprint here (for
+    /// --relay-cert-sha256); the state directory always has it in tls-cert.sha256.
     #[arg(long, env = "RELAY_CERT_FINGERPRINT_FILE")]
     pub cert_fingerprint_file: Option<PathBuf>,
 
@@ -60,10 +83,12 @@ pub struct Args {
     pub tls_names: Vec<String>,
 
     /// Tokens file: one token (16-256 visible ASCII characters) per line, optionally
-    /// followed by a space and a comma-separated list of containers it may write.
-    /// Re-read when it changes; invalid lines are skipped and logged.
-    #[arg(long, env = "RELAY_TOKENS")]
-    pub tokens: PathBuf,
+    /// followed by a space and a comma-separated list of containers it may write;
+    /// `#` starts a comment. Re-read when it changes; a line that breaks a rule is
+    /// skipped and logged with its number and the rule. `relay-server token new`
+    /// makes a line.
+    #[arg(long, env = "RELAY_TOKENS", required = true)]
+    pub tokens: Option<PathBuf>,
 
     /// One budget for block buffers, shared by all transfers.
     #[arg(long, env = "RELAY_MEMORY_BUDGET", default_value = "1GiB", value_parser = size)]
@@ -121,12 +146,9 @@ pub struct Args {
 
     /// Key that signs block IDs and commit seals (64 hex characters), the same on
     /// every relay of a deployment so any relay resumes any transfer. Created
-    /// (random, mode 0600) if the file does not exist.
-    #[arg(
-        long,
-        env = "RELAY_ID_KEY_FILE",
-        required_unless_present = "id_key_ephemeral"
-    )]
+    /// (random, mode 0600) if the file does not exist. Default: id.key in
+    /// --state-dir.
+    #[arg(long, env = "RELAY_ID_KEY_FILE")]
     pub id_key_file: Option<PathBuf>,
 
     /// Use a random key for this process only (tests): staged blocks from before
@@ -171,90 +193,147 @@ pub struct Args {
     #[arg(long, env = "RELAY_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
 
+    /// Seconds between background storage checks (their last result is in
+    /// /healthz and blob_relay_storage_reachable).
+    #[arg(long, env = "RELAY_STORAGE_CHECK_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub storage_check_interval: u64,
+
     /// TOML file with any of these flags (`storage_url = "..."`); flags and
     /// RELAY_* variables override it.
     #[arg(long, env = "RELAY_CONFIG")]
     pub config: Option<PathBuf>,
 
-    /// Check the configuration (flags, files, certificate, tokens) and exit.
+    /// Check the configuration (flags, files, certificate, tokens), reach the
+    /// storage with it (Get Blob Properties in a container a token grants) and
+    /// exit: 0 if all is well, 1 with the cause otherwise.
     #[arg(long)]
     pub check_config: bool,
 
-    /// Log format: text | json.
-    #[arg(long, env = "RELAY_LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
+    /// Log format: text (colour only on a terminal) | json (one object a line).
+    #[arg(long, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Lines stay under 60 columns (the key excepted: one word is never split), so
+/// help wrapped to a narrow terminal still copies and pastes.
 const EXAMPLES: &str = "Examples:
-  # Local Azurite, self-signed certificate, fingerprint written for clients:
+  # Local Azurite with its well-known key; the
+  # certificate is kept in ./relay-state:
+  AZURITE_KEY=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==
   relay-server --listen 127.0.0.1:4433 \\
+    --state-dir ./relay-state \\
     --storage-url http://127.0.0.1:10000/devstoreaccount1 \\
-    --account-key Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw== \\
-    --tokens tokens.txt --cert-fingerprint-file relay.sha256
+    --account-key \"$AZURITE_KEY\" --tokens tokens.txt
 
-  # On an Azure VM with a managed identity (Storage Blob Data Contributor):
-  relay-server --storage-url https://ACCOUNT.blob.core.windows.net \\
-    --tokens /etc/blob-relay/tokens --tls-cert cert.pem --tls-key key.pem
+  # Azure VM, managed identity (Storage Blob Data
+  # Contributor); check, then serve:
+  relay-server --tokens /etc/blob-relay/tokens \\
+    --storage-url https://ACCOUNT.blob.core.windows.net \\
+    --check-config
 
-Tokens file:
-  s3cr3t-token-for-lab-a   data,scratch
-  s3cr3t-token-for-ops     (no list: any container)";
+  # A token for containers data and scratch (its line
+  # on stdout, the client command on stderr):
+  relay-server token new --containers data,scratch \\
+    >> /etc/blob-relay/tokens
 
-/// Reads a TOML config file into `RELAY_*` environment variables that are not set
-/// yet, before the flags are parsed: so flags > environment > file.
-pub fn load_config_file(argv: &[std::ffi::OsString]) -> Result<(), String> {
-    let mut path = std::env::var_os("RELAY_CONFIG").map(PathBuf::from);
-    for (i, a) in argv.iter().enumerate() {
-        let a = a.to_string_lossy();
-        if let Some(v) = a.strip_prefix("--config=") {
-            path = Some(PathBuf::from(v));
-        } else if a == "--config" {
-            path = argv.get(i + 1).map(PathBuf::from);
-        }
-    }
-    let Some(path) = path else { return Ok(()) };
+Tokens file: TOKEN [CONTAINER,...] per line; tokens
+have 16-256 visible ASCII characters; # comments.
+  # this one may write data and scratch:
+  s3cr3t-token-for-lab-a data,scratch
+  # no list: any container that is not reserved:
+  s3cr3t-token-for-ops";
+
+/// Parses the command line with the TOML file of `--config` (or `RELAY_CONFIG`)
+/// merged in: a setting from the file is used only where neither a flag nor a
+/// `RELAY_*` variable gave one, so flags > environment > file > defaults. The
+/// file's settings become flags placed before the user's own; the process
+/// environment is never changed.
+pub fn parse_with_config_file(argv: Vec<OsString>) -> Result<Args, ConfigError> {
+    use clap::CommandFactory;
+    use clap::parser::ValueSource;
+    // A first, lenient pass only to learn `--config` and where each value came from.
+    let lenient = Args::command()
+        .ignore_errors(true)
+        .try_get_matches_from(&argv)
+        .map_err(ConfigError::Usage)?;
+    let Some(path) = lenient.get_one::<PathBuf>("config").cloned() else {
+        return Args::try_parse_from(argv).map_err(ConfigError::Usage);
+    };
     let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-    for (key, value) in config_env(&text).map_err(|e| format!("config {}: {e}", path.display()))? {
-        if std::env::var_os(&key).is_none() {
-            // Single-threaded at this point (before the runtime starts).
-            unsafe { std::env::set_var(&key, value) };
+        .map_err(|e| ConfigError::File(format!("cannot read config {}: {e}", path.display())))?;
+    let settings = config_flags(&text)
+        .map_err(|e| ConfigError::File(format!("config {}: {e}", path.display())))?;
+    let given = |id: &str| {
+        matches!(
+            lenient.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    let mut merged: Vec<OsString> = argv.iter().take(1).cloned().collect();
+    for (id, flag) in settings {
+        if !given(&id) {
+            merged.extend(flag);
         }
     }
-    Ok(())
+    merged.extend(argv.into_iter().skip(1));
+    Args::try_parse_from(merged).map_err(ConfigError::Usage)
 }
 
-/// `storage_url = "x"` → (`RELAY_STORAGE_URL`, `x`); only flags that exist.
-pub fn config_env(text: &str) -> Result<Vec<(String, String)>, String> {
+/// Why the command line and config file could not be turned into options.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// clap's own error (usage, help, version): it knows how to print and exit.
+    Usage(clap::Error),
+    File(String),
+}
+
+/// `storage_url = "x"` → (`storage_url`, [`--storage-url=x`]); only flags that
+/// exist; `true` switches become the bare flag, `false` ones nothing.
+pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, String> {
     use clap::CommandFactory;
     let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
     let cmd = Args::command();
-    let known: Vec<String> = cmd
-        .get_arguments()
-        .filter_map(|a| a.get_long().map(|l| l.replace('-', "_")))
-        .collect();
     let mut out = Vec::new();
     for (k, v) in table {
-        let key = k.replace('-', "_");
-        if !known.contains(&key) || key == "config" {
-            return Err(format!("unknown setting {k:?}"));
-        }
-        let value = match v {
-            toml::Value::String(s) => s,
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Boolean(b) => b.to_string(),
-            toml::Value::Array(a) => a
-                .iter()
-                .map(|x| {
-                    x.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| format!("setting {k:?}: list items must be strings"))
-                })
-                .collect::<Result<Vec<_>, _>>()?
-                .join(","),
-            other => return Err(format!("setting {k:?}: unsupported value {other:?}")),
+        let key = k.replace('_', "-");
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()) && key != "config")
+            .ok_or_else(|| format!("unknown setting {k:?}"))?;
+        let id = arg.get_id().to_string();
+        let switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
+        let flag = match (v, switch) {
+            (toml::Value::Boolean(true), true) => vec![format!("--{key}").into()],
+            (toml::Value::Boolean(false), true) => Vec::new(),
+            (_, true) => return Err(format!("setting {k:?}: expected true or false")),
+            (toml::Value::String(s), _) => vec![format!("--{key}={s}").into()],
+            (toml::Value::Integer(i), _) => vec![format!("--{key}={i}").into()],
+            (toml::Value::Boolean(b), _) => vec![format!("--{key}={b}").into()],
+            (toml::Value::Array(a), _) => {
+                let items = a
+                    .iter()
+                    .map(|x| {
+                        x.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| format!("setting {k:?}: list items must be strings"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                vec![format!("--{key}={}", items.join(",")).into()]
+            }
+            (other, _) => {
+                return Err(format!(
+                    "setting {k:?}: unsupported {} value",
+                    other.type_str()
+                ));
+            }
         };
-        out.push((format!("RELAY_{}", key.to_ascii_uppercase()), value));
+        out.push((id, flag));
     }
     Ok(out)
 }
@@ -269,17 +348,59 @@ impl Args {
 mod tests {
     use super::*;
 
+    fn argv(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
     #[test]
-    fn config_keys_map_to_env() {
-        let env = config_env("storage_url = \"https://a.blob.core.windows.net\"\nmemory-budget = \"2GiB\"\nmax_connections = 8\n")
+    fn config_keys_become_flags() {
+        let f = config_flags("storage_url = \"https://a.blob.core.windows.net\"\nmemory-budget = \"2GiB\"\nmax_connections = 8\nfair = true\nid_key_ephemeral = false\ntls_name = [\"a\", \"b\"]\n")
             .expect("valid");
-        assert!(env.contains(&(
-            "RELAY_STORAGE_URL".into(),
-            "https://a.blob.core.windows.net".into()
-        )));
-        assert!(env.contains(&("RELAY_MEMORY_BUDGET".into(), "2GiB".into())));
-        assert!(env.contains(&("RELAY_MAX_CONNECTIONS".into(), "8".into())));
-        assert!(config_env("no_such_flag = 1").is_err());
-        assert!(config_env("not toml at all = = =").is_err());
+        let flat: Vec<String> = f
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|x| x.to_string_lossy().into_owned()))
+            .collect();
+        for want in [
+            "--storage-url=https://a.blob.core.windows.net",
+            "--memory-budget=2GiB",
+            "--max-connections=8",
+            "--fair",
+            "--tls-name=a,b",
+        ] {
+            assert!(flat.contains(&want.to_string()), "{want}: {flat:?}");
+        }
+        assert!(!flat.iter().any(|x| x.contains("ephemeral")));
+        assert!(config_flags("no_such_flag = 1").is_err());
+        assert!(config_flags("config = \"x\"").is_err());
+        assert!(config_flags("fair = \"yes\"").is_err());
+        assert!(config_flags("not toml at all = = =").is_err());
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("relay.toml");
+        std::fs::write(
+            &file,
+            "storage_url = \"http://file\"\ntokens = \"/t\"\nmax_connections = 7\nblocks_in_flight = 3\n",
+        )
+        .expect("write");
+        let cfg = file.to_string_lossy().into_owned();
+        let args = parse_with_config_file(argv(&[
+            "relay-server",
+            "--config",
+            &cfg,
+            "--max-connections",
+            "9",
+        ]))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(args.storage_url.as_deref(), Some("http://file"));
+        assert_eq!(args.max_connections, 9, "flag wins");
+        assert_eq!(args.blocks_in_flight, 3, "file beats the default");
+        assert_eq!(args.max_pending, 128, "default stays");
+        // A required setting may come from the file alone.
+        assert!(parse_with_config_file(argv(&["relay-server", "--config", &cfg])).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

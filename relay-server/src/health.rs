@@ -1,6 +1,8 @@
 //! `/healthz` and Prometheus `/metrics` on a separate TCP port, for load-balancer
 //! probes and monitoring, served by hyper under the limits in `http`: GET only,
-//! one request per connection, bounded connections and time.
+//! one request per connection, bounded connections and time. `/healthz` answers
+//! 503 while the relay drains and while its last storage check (`probe`, run in
+//! the background) failed, with the cause in the body.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,8 +12,10 @@ use hyper::{Method, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::exposition::{self, Exposition, Kind};
 use crate::http::{self, Limits, Page};
 use crate::metrics::{self, Metrics};
+use crate::probe::{Reachability, StorageHealth};
 use crate::server::Shared;
 
 pub const HEALTH_PATH: &str = "/healthz";
@@ -24,113 +28,156 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 
 /// Serves until shutdown, then for 30 s more with 503 on /healthz, so a load
 /// balancer drains this relay while its transfers finish.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) {
-    serve_with(listener, shared, shutdown, Limits::default()).await;
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    storage: Arc<StorageHealth>,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_with(listener, shared, storage, shutdown, Limits::default()).await;
 }
 
 pub async fn serve_with(
     listener: TcpListener,
     shared: Arc<Shared>,
+    storage: Arc<StorageHealth>,
     shutdown: watch::Receiver<bool>,
     limits: Limits,
 ) {
     let draining = shutdown.clone();
-    let handler =
-        move |method: &Method, path: &str| page(&shared, *draining.borrow(), method, path);
+    let handler = move |method: &Method, path: &str| {
+        page(&shared, &storage.get(), *draining.borrow(), method, path)
+    };
     http::serve(listener, limits, Arc::new(handler), shutdown).await;
 }
 
 /// The answer to one request.
-fn page(shared: &Shared, draining: bool, method: &Method, path: &str) -> Page {
+fn page(
+    shared: &Shared,
+    storage: &Reachability,
+    draining: bool,
+    method: &Method,
+    path: &str,
+) -> Page {
     if method != Method::GET {
         return Page::text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
     }
     match path {
-        HEALTH_PATH if draining => Page::text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
-        HEALTH_PATH => Page::text(StatusCode::OK, "ok\n"),
+        HEALTH_PATH => health(storage, draining),
         "/metrics" => Page {
             status: StatusCode::OK,
-            content_type: "text/plain; version=0.0.4",
-            body: render(shared),
+            content_type: exposition::CONTENT_TYPE,
+            body: exposition(shared, Some(storage)).encode(),
         },
         _ => Page::text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 
-/// Prometheus text format.
+/// First line: `ok`, `draining` or `storage unreachable`; then the storage
+/// state. Not ready (503) when draining or when storage cannot be reached: this
+/// relay could not commit anything, so a load balancer should send clients to
+/// another. Before the first check ends the relay counts as ready.
+pub fn health(storage: &Reachability, draining: bool) -> Page {
+    let storage_line = match storage {
+        Reachability::Unknown => "storage: not checked yet".to_string(),
+        Reachability::Reachable => "storage: reachable".to_string(),
+        Reachability::Unreachable(cause) => format!("storage: unreachable: {cause}"),
+    };
+    let (status, first) = match (draining, storage) {
+        (true, _) => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
+        (false, Reachability::Unreachable(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "storage unreachable")
+        }
+        (false, _) => (StatusCode::OK, "ok"),
+    };
+    Page::text(status, format!("{first}\n{storage_line}\n"))
+}
+
+/// The `/metrics` page without the storage check (tests read it in-process).
 pub fn render(shared: &Shared) -> String {
+    exposition(shared, None).encode()
+}
+
+/// Every series, at 0 too, so dashboards and alerts see them from the start.
+fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     let m = &shared.metrics;
-    let rows: [(&str, &str, &str, &AtomicU64); 6] = [
+    let mut out = Exposition::default();
+    let rows: [(&str, Kind, &str, &AtomicU64); 6] = [
         (
             "blob_relay_bytes_received_total",
-            "counter",
+            Kind::Counter,
             "Bytes received from clients.",
             &m.bytes_received,
         ),
         (
             "blob_relay_bytes_staged_total",
-            "counter",
+            Kind::Counter,
             "Bytes in blocks Azure accepted (Put Block succeeded).",
             &m.bytes_staged,
         ),
         (
             "blob_relay_bytes_committed_total",
-            "counter",
+            Kind::Counter,
             "Bytes in committed, verified blobs.",
             &m.bytes_committed,
         ),
         (
             "blob_relay_transfers_active",
-            "gauge",
+            Kind::Gauge,
             "Transfers in progress.",
             &m.transfers_active,
         ),
         (
             "blob_relay_transfers_committed_total",
-            "counter",
+            Kind::Counter,
             "Blobs committed after verification.",
             &m.transfers_committed,
         ),
         (
             "blob_relay_transfers_failed_total",
-            "counter",
-            "Transfers rejected or failed (nothing committed).",
+            Kind::Counter,
+            "Transfers rejected or failed (nothing committed); by code and class in blob_relay_failures_total.",
             &m.transfers_failed,
         ),
     ];
-    let mut out = String::new();
     for (name, kind, help, v) in rows {
-        metrics::render_value(&mut out, name, kind, help, Metrics::get(v));
+        out.value(name, kind, help, Metrics::get(v));
     }
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
+    m.failures.render(&mut out);
     let budget = &shared.budget;
-    metrics::render_value(
-        &mut out,
+    out.value(
         "blob_relay_budget_bytes",
-        "gauge",
+        Kind::Gauge,
         "Memory budget for block buffers.",
         budget.total_bytes(),
     );
-    metrics::render_value(
-        &mut out,
+    out.value(
         "blob_relay_budget_in_use_bytes",
-        "gauge",
+        Kind::Gauge,
         "Block buffers in use.",
         budget.in_use_bytes(),
     );
     crate::admission::render_metrics(&shared.admission, budget, &mut out);
-    metrics::render_value(
-        &mut out,
+    out.value(
         "blob_relay_storage_requests_total",
-        "counter",
+        Kind::Counter,
         "Storage requests sent (retries included).",
         Metrics::get(&m.storage_requests),
     );
-    m.commit_seconds.render(
+    out.histogram(
         "blob_relay_commit_seconds",
         "Time to verify and commit a blob (hash check, Put Block List and its retries, reading back its properties), per committed blob.",
-        &mut out,
+        &m.commit_seconds.snapshot(),
     );
+    if let Some(storage) = storage {
+        out.value(
+            "blob_relay_storage_reachable",
+            Kind::Gauge,
+            "1 if the last storage check (every --storage-check-interval) succeeded, else 0.",
+            u64::from(*storage == Reachability::Reachable),
+        );
+    }
     out
 }

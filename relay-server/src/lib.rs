@@ -4,13 +4,18 @@
 
 pub mod admission;
 pub mod auth;
+pub mod commands;
 pub mod config;
+pub mod exposition;
+pub mod failures;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod probe;
 pub mod rejections;
 pub mod server;
 pub mod state;
+pub mod state_dir;
 pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
@@ -30,18 +35,25 @@ impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
     pub fn from_args(args: &config::Args) -> Result<Self, String> {
         let key = args.account_key.clone().map(Secret);
-        let access = StorageAccess::resolve(&args.storage_url, key.as_ref(), args.entra)?;
+        let url = args
+            .storage_url
+            .as_deref()
+            .ok_or("--storage-url is required")?;
+        let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
         let storage = Storage::new(access, &WriterOptions::default())?;
-        let tokens = auth::TokenStore::load(&args.tokens).map_err(|e| e.to_string())?;
-        let identity = match (&args.tls_cert, &args.tls_key) {
-            (Some(c), Some(k)) => tls::Identity::from_pem_files(c, k)?,
-            _ => tls::Identity::self_signed(args.tls_names.clone())?,
-        };
+        let tokens_path = args.tokens.as_deref().ok_or("--tokens is required")?;
+        let tokens = auth::TokenStore::load(tokens_path).map_err(|e| e.to_string())?;
         relay_proto::plan::BlockPlan::new(0, args.block_size)
             .map_err(|e| format!("--block-size: {e}"))?;
-        let id_key = match &args.id_key_file {
-            Some(path) => IdKey::load_or_create(path).map_err(|e| format!("--id-key-file: {e}"))?,
-            None => IdKey::random(),
+        let identity = identity(args)?;
+        let id_key = if args.id_key_ephemeral {
+            IdKey::random()
+        } else {
+            let path = match &args.id_key_file {
+                Some(p) => p.clone(),
+                None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
+            };
+            IdKey::load_or_create(&path).map_err(|e| format!("--id-key-file: {e}"))?
         };
         let cfg = Self {
             listen: args.listen,
@@ -132,6 +144,43 @@ impl Config {
             reserved_containers: vec!["relay-boot".into()],
             hooks: TestHooks::default(),
         })
+    }
+}
+
+/// `https://acct.blob.core.windows.net/ (managed identity)`: for operators, no
+/// secrets, no Debug text.
+pub fn describe_storage(access: &StorageAccess) -> String {
+    let how = match &access.auth {
+        relay_storage::credentials::StorageAuth::Entra(_) => "Entra ID",
+        relay_storage::credentials::StorageAuth::Sas(_) => "SAS",
+    };
+    format!("{} via {how}", access.service_url)
+}
+
+fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, String> {
+    state_dir::StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())
+}
+
+/// `--tls-cert`/`--tls-key`, else the state directory's self-signed identity:
+/// made on the first start and kept, so pinned clients keep working. A
+/// configuration check only reads it, and makes a throwaway one if there is none
+/// yet (the real start will make and keep one).
+fn identity(args: &config::Args) -> Result<tls::Identity, String> {
+    if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
+        return tls::Identity::from_pem_files(c, k);
+    }
+    let dir = resolve_state_dir(args)?;
+    let kept = if args.check_config {
+        dir.load_identity().map_err(|e| e.to_string())?
+    } else {
+        Some(
+            dir.load_or_create_identity(&args.tls_names)
+                .map_err(|e| e.to_string())?,
+        )
+    };
+    match kept {
+        Some(id) => Ok(id),
+        None => tls::Identity::self_signed(args.tls_names.clone()),
     }
 }
 

@@ -1,17 +1,33 @@
-use clap::Parser;
-use relay_server::config::Args;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_server::config::{Args, ConfigError, LogFormat, parse_with_config_file};
+use relay_server::probe::{StorageHealth, StorageProbe};
 use relay_server::{Config, Relay};
 use tokio::sync::watch;
 
-fn main() -> std::process::ExitCode {
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Err(e) = relay_server::config::load_config_file(&argv) {
-        eprintln!("relay-server: {e}");
-        return std::process::ExitCode::from(2);
-    }
-    let args = Args::parse_from(argv);
-    init_logging(&args.log_format);
+fn main() -> ExitCode {
+    let args = match parse_with_config_file(std::env::args_os().collect()) {
+        Ok(a) => a,
+        // Help and version go to stdout with status 0, usage errors to stderr with 2.
+        Err(ConfigError::Usage(e)) => e.exit(),
+        Err(ConfigError::File(e)) => {
+            eprintln!("relay-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(args.log_format);
     relay_transport::install_crypto_provider();
+    if let Some(command) = &args.command {
+        return match relay_server::commands::run(command, &args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("relay-server: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -19,33 +35,26 @@ fn main() -> std::process::ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("relay-server: cannot start the runtime: {e}");
-            return std::process::ExitCode::from(1);
+            return ExitCode::from(1);
         }
     };
     match rt.block_on(run(args)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("relay-server: {e}");
-            std::process::ExitCode::from(1)
+            ExitCode::from(1)
         }
     }
 }
 
 async fn run(args: Args) -> Result<(), String> {
     let cfg = Config::from_args(&args)?;
+    let probe = StorageProbe::new(
+        cfg.storage.access().clone(),
+        &cfg.tokens.granted_containers(),
+    )?;
     if args.check_config {
-        // What Relay::bind would refuse, short of binding: e.g. a key that does
-        // not belong to the certificate.
-        cfg.identity.server_crypto()?;
-        let bound = cfg.memory_bound();
-        println!(
-            "relay-server: configuration ok (listen {}, storage {:?}, certificate {}, memory bound {}: {bound})",
-            args.listen,
-            cfg.storage.access(),
-            cfg.identity.fingerprint,
-            relay_proto::size::format_size(bound.total()),
-        );
-        return Ok(());
+        return check_config(&args, &cfg, &probe).await;
     }
     if let Some(path) = &args.cert_fingerprint_file {
         std::fs::write(path, format!("{}\n", cfg.identity.fingerprint))
@@ -67,11 +76,21 @@ async fn run(args: Args) -> Result<(), String> {
         "relay listening (pin clients with --relay-cert-sha256)"
     );
     let (tx, rx) = watch::channel(false);
+    let storage = Arc::new(StorageHealth::default());
+    tokio::spawn(relay_server::probe::run(
+        probe,
+        storage.clone(),
+        Duration::from_secs(args.storage_check_interval),
+        rx.clone(),
+    ));
     if let Some(listener) = health {
-        tracing::info!(addr = ?listener.local_addr().ok(), "health endpoint: /healthz, /metrics");
+        if let Ok(a) = listener.local_addr() {
+            tracing::info!(addr = %a, "health endpoint: /healthz, /metrics");
+        }
         tokio::spawn(relay_server::health::serve(
             listener,
             relay.shared(),
+            storage,
             rx.clone(),
         ));
     }
@@ -82,6 +101,29 @@ async fn run(args: Args) -> Result<(), String> {
     });
     relay.serve(rx).await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// What `Relay::bind` would refuse, short of binding (e.g. a key that does not
+/// belong to the certificate), then one request to storage with the relay's
+/// credentials. The first line says the local part is fine even when storage
+/// is not, so an offline check (image build, CI) still learns that much.
+async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result<(), String> {
+    cfg.identity.server_crypto()?;
+    let bound = cfg.memory_bound();
+    println!(
+        "relay-server: configuration ok (listen {}, certificate {}, memory bound {}: {bound})",
+        args.listen,
+        cfg.identity.fingerprint,
+        relay_proto::size::format_size(bound.total()),
+    );
+    let storage = relay_server::describe_storage(cfg.storage.access());
+    let what = format!("Get Blob Properties in container {:?}", probe.container());
+    probe
+        .check()
+        .await
+        .map_err(|cause| format!("storage {storage} not usable ({what}): {cause}"))?;
+    println!("relay-server: storage {storage} reachable ({what})");
     Ok(())
 }
 
@@ -100,7 +142,7 @@ async fn wait_for_signal() {
     }
 }
 
-fn init_logging(format: &str) {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
@@ -110,9 +152,8 @@ fn init_logging(format: &str) {
         // ESC byte is noise, and a log a reader can trust has none.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }

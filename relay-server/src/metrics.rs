@@ -1,14 +1,15 @@
 //! Counters the relay keeps for its logs and its health endpoint, and the pieces of
 //! the Prometheus text format that are more than one line (labels, histograms).
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use relay_storage::retry::RetryCounts;
 
-use crate::rejections::Rejections;
+use crate::exposition::{Exposition, Kind};
+use crate::failures::Failures;
+use crate::rejections::{Reason, Rejections};
 
 /// Upper bounds of the commit-latency buckets, in microseconds (0.05 s to 60 s):
 /// a commit is one Put Block List plus a hash comparison, normally tens of
@@ -36,6 +37,8 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     /// Streams refused before their Plan, by reason; also rate-limits their log.
     pub rejections: Rejections,
+    /// Every transfer that ended without a commit, by code and class.
+    pub failures: Failures,
 }
 
 impl Default for Metrics {
@@ -51,6 +54,7 @@ impl Default for Metrics {
             storage_requests: Arc::default(),
             commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
             rejections: Rejections::default(),
+            failures: Failures::default(),
         }
     }
 }
@@ -62,6 +66,12 @@ impl Metrics {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// A transfer ended without a commit: the total and the labelled count.
+    pub fn failed(&self, reason: Reason) {
+        self.transfers_failed.fetch_add(1, Ordering::Relaxed);
+        self.failures.record(reason);
     }
 }
 
@@ -142,48 +152,17 @@ impl Histogram {
             sum_us: self.sum_us.load(Ordering::Relaxed),
         }
     }
-
-    /// HELP, TYPE, one `_bucket{le=...}` line per bound and +Inf, `_sum` (seconds)
-    /// and `_count`.
-    pub fn render(&self, name: &str, help: &str, out: &mut String) {
-        let s = self.snapshot();
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (bound, n) in &s.cumulative {
-            let le = match bound {
-                Some(us) => seconds(*us),
-                None => "+Inf".to_string(),
-            };
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
-        }
-        let _ = writeln!(out, "{name}_sum {}", seconds(s.sum_us));
-        let _ = writeln!(out, "{name}_count {}", s.count);
-    }
-}
-
-/// Microseconds as seconds in the shortest form (`50000` → `0.05`, `1000000` → `1`).
-fn seconds(us: u64) -> String {
-    (us as f64 / 1e6).to_string()
-}
-
-/// HELP, TYPE and one sample of an unlabeled counter or gauge.
-pub fn render_value(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
 }
 
 /// Azure retries as one counter with a `status` label; every label is always
 /// present (at 0 too) so dashboards and alerts see each series from the start.
-pub fn render_retries(out: &mut String, counts: &RetryCounts) {
-    let name = "blob_relay_azure_retries_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Azure requests retried, by cause: the HTTP status, or transport (no response: a reset or closed connection) or timeout (no answer within the deadline).\n# TYPE {name} counter"
+pub fn render_retries(out: &mut Exposition, counts: &RetryCounts) {
+    out.labelled(
+        "blob_relay_azure_retries_total",
+        Kind::Counter,
+        "Azure requests retried, by cause: the HTTP status, or transport (no response: a reset or closed connection) or timeout (no answer within the deadline).",
+        counts.snapshot().map(|(label, n)| ([("status", label)], n)),
     );
-    for (label, n) in counts.snapshot() {
-        let _ = writeln!(out, "{name}{{status=\"{label}\"}} {n}");
-    }
 }
 
 #[cfg(test)]
@@ -230,30 +209,11 @@ mod tests {
     }
 
     #[test]
-    fn renders_cumulative_buckets_sum_and_count() {
-        let h = Histogram::new(&B);
-        h.observe(Duration::from_millis(50));
-        h.observe(Duration::from_millis(1500));
-        h.observe(Duration::from_secs(3));
-        let mut out = String::new();
-        h.render("x_seconds", "Help text.", &mut out);
-        assert_eq!(
-            out,
-            "# HELP x_seconds Help text.\n# TYPE x_seconds histogram\n\
-             x_seconds_bucket{le=\"0.1\"} 1\n\
-             x_seconds_bucket{le=\"1\"} 1\n\
-             x_seconds_bucket{le=\"2.5\"} 2\n\
-             x_seconds_bucket{le=\"+Inf\"} 3\n\
-             x_seconds_sum 4.55\n\
-             x_seconds_count 3\n"
-        );
-    }
-
-    #[test]
     fn empty_histogram_renders_every_bucket_at_zero() {
         let h = Histogram::new(&COMMIT_BUCKETS_US);
-        let mut out = String::new();
-        h.render("c", "h", &mut out);
+        let mut e = Exposition::default();
+        e.histogram("c", "h", &h.snapshot());
+        let out = e.encode();
         let les: Vec<&str> = out
             .lines()
             .filter_map(|l| l.strip_prefix("c_bucket{le=\"")?.split('"').next())
@@ -261,10 +221,13 @@ mod tests {
         assert_eq!(
             les,
             [
-                "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"
+                "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "30.0", "60.0", "+Inf"
             ]
         );
-        assert!(out.contains("c_sum 0\n") && out.contains("c_count 0\n"));
+        assert!(
+            out.contains("c_sum 0.0\n") && out.contains("c_count 0\n"),
+            "{out}"
+        );
         assert!(
             out.lines()
                 .filter(|l| l.starts_with("c_bucket"))
@@ -277,10 +240,11 @@ mod tests {
         let c = RetryCounts::default();
         c.record(Some(503));
         c.record(None);
-        let mut out = String::new();
-        render_retries(&mut out, &c);
+        let mut e = Exposition::default();
+        render_retries(&mut e, &c);
+        let out = e.encode();
         assert_eq!(
-            out.matches("# TYPE blob_relay_azure_retries_total counter")
+            out.matches("# TYPE blob_relay_azure_retries counter")
                 .count(),
             1
         );

@@ -5,13 +5,14 @@
 //! rest are counted: the next logged line says how many it follows, and when no
 //! line could be logged for `SUMMARY_EVERY`, a "suppressed" line says so.
 
-use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe_to};
 use relay_proto::protocol::Code;
+
+use crate::exposition::{Exposition, Kind};
 
 /// Why a stream was refused: before its Offer was parsed (the frame layer), or
 /// after (the Reject's code).
@@ -87,7 +88,7 @@ impl Reason {
     }
 
     /// Index into the counters: frame reasons first, then codes.
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Reason::Code(c) => FRAME_REASONS.len() + code_index(c),
             other => FRAME_REASONS
@@ -98,14 +99,14 @@ impl Reason {
     }
 
     /// Every reason once, in counter order.
-    fn all() -> impl Iterator<Item = Reason> {
+    pub(crate) fn all() -> impl Iterator<Item = Reason> {
         FRAME_REASONS
             .into_iter()
             .chain(CODES.into_iter().map(Reason::Code))
     }
 }
 
-const REASON_COUNT: usize = FRAME_REASONS.len() + CODES.len();
+pub(crate) const REASON_COUNT: usize = FRAME_REASONS.len() + CODES.len();
 
 fn code_index(code: Code) -> usize {
     // Every code is in CODES (see `code_label`); the fallback is never taken.
@@ -235,15 +236,13 @@ impl Rejections {
     }
 
     /// One labelled counter, every reason present (at 0 too) from the start.
-    pub fn render(&self, out: &mut String) {
-        let name = "blob_relay_rejections_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Streams refused before their Plan, by reason: bad_frame, not_offer, offer_timeout and closed_early before an Offer was parsed, else the Reject's code.\n# TYPE {name} counter"
+    pub fn render(&self, out: &mut Exposition) {
+        out.labelled(
+            "blob_relay_rejections_total",
+            Kind::Counter,
+            "Streams refused before their Plan, by reason: bad_frame, not_offer, offer_timeout and closed_early before an Offer was parsed, else the Reject's code.",
+            Reason::all().map(|r| ([("reason", r.label())], self.get(r))),
         );
-        for r in Reason::all() {
-            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {}", r.label(), self.get(r));
-        }
     }
 }
 
@@ -337,11 +336,11 @@ mod tests {
         r.record(Reason::OfferTimeout, "no Offer within 30 s");
         r.record(Reason::Code(Code::InvalidName), "bad\nname");
         r.record(Reason::Code(Code::InvalidName), "bad\nname");
-        let mut out = String::new();
-        r.render(&mut out);
+        let mut e = Exposition::default();
+        r.render(&mut e);
+        let out = e.encode();
         assert_eq!(
-            out.matches("# TYPE blob_relay_rejections_total counter")
-                .count(),
+            out.matches("# TYPE blob_relay_rejections counter").count(),
             1
         );
         let labels: Vec<&str> = Reason::all().map(Reason::label).collect();

@@ -1,5 +1,6 @@
 //! The relay's TLS identity: PEM files from the operator, or a self-signed
-//! certificate made at start whose SHA-256 fingerprint clients pin.
+//! certificate (kept in the state directory, see `state`) whose SHA-256
+//! fingerprint clients pin.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -37,19 +38,28 @@ impl Identity {
         })
     }
 
+    /// A new self-signed certificate, in memory only (tests).
     pub fn self_signed(names: Vec<String>) -> Result<Self, String> {
+        Self::self_signed_pem(names).map(|(id, _, _)| id)
+    }
+
+    /// A new self-signed certificate, with its certificate and key as PEM text to
+    /// be kept.
+    pub fn self_signed_pem(names: Vec<String>) -> Result<(Self, String, String), String> {
         let ck = rcgen::generate_simple_self_signed(names)
             .map_err(|e| format!("cannot generate a certificate: {e}"))?;
+        let (cert_pem, key_pem) = (ck.cert.pem(), ck.signing_key.serialize_pem());
         let der = ck.cert.der().clone();
         let fingerprint =
             relay_transport::tls::format_fingerprint(&relay_transport::tls::fingerprint(&der));
         let key = PrivateKeyDer::try_from(ck.signing_key.serialize_der())
             .map_err(|e| format!("cannot encode the generated key: {e}"))?;
-        Ok(Self {
+        let id = Self {
             certs: vec![der],
             key,
             fingerprint,
-        })
+        };
+        Ok((id, cert_pem, key_pem))
     }
 
     pub fn server_crypto(&self) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, String> {

@@ -152,9 +152,9 @@ async fn respond(
             let _ = send.finish();
         }
         Action::Fail(f) => {
-            Metrics::add(&shared.metrics.transfers_failed, 1);
+            shared.metrics.failed(Reason::Code(f.code));
             // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
-            tracing::warn!(code = ?f.code, reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
+            tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
             let _ = write_frame(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
@@ -179,7 +179,7 @@ async fn reject(
     reason: Reason,
     f: Failure,
 ) {
-    Metrics::add(&shared.metrics.transfers_failed, 1);
+    shared.metrics.failed(reason);
     shared.metrics.rejections.record(reason, &f.message);
     let _ = recv.stop(relay_proto::protocol::app_error::REJECTED.into());
     let _ = write_frame(send, &Message::Reject(f)).await;

@@ -407,6 +407,8 @@ pub async fn run(az: &Azurite, s: &Scenario) -> Result<Report, String> {
         DEV_KEY,
         "--tokens",
         &work.path("tokens").display().to_string(),
+        "--state-dir",
+        &work.path("state").display().to_string(),
         "--id-key-file",
         &work.path("id.key").display().to_string(),
         "--tls-cert",

@@ -197,11 +197,14 @@ def check_config(binary: Path, env: dict) -> subprocess.CompletedProcess:
 def test_rendered_relay_env_passes_check_config(relay_server_bin, relay_env_on_disk, tmp_path):
     env = relay_env_on_disk
     r = check_config(relay_server_bin, env)
-    assert r.returncode == 0, r.stderr
-    assert "configuration ok" in r.stdout, r.stdout
-    # No account key: the VM's managed identity, built without any request to IMDS.
-    assert f"{env['RELAY_STORAGE_URL']}/ via entra-id" in r.stdout, r.stdout
-    # The certificate the relay would serve is the one on disk.
+    # Everything local is fine (first line); then the check reaches for storage
+    # with the VM's managed identity, which does not exist off Azure: it fails
+    # with that cause, never "ok".
+    assert "configuration ok" in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode == 1, r.stderr
+    assert f"storage {env['RELAY_STORAGE_URL']}/ via Entra ID not usable" in r.stderr, r.stderr
+    assert "cannot get an Entra ID token" in r.stderr or "no answer within" in r.stderr, r.stderr
+    assert "reachable" not in r.stdout, r.stdout
     fp = openssl("x509", "-in", env["RELAY_TLS_CERT"], "-noout", "-fingerprint", "-sha256", cwd=tmp_path)
     assert fp.strip().split("=", 1)[1] in r.stdout, (fp, r.stdout)
     # A check only: nothing written.
@@ -262,6 +265,8 @@ def test_relay_files_are_the_deploy_files(module):
         (DEPLOY / "blob-relay-fetch@.service").read_text()
     assert write_file(cfg, "/etc/systemd/system/relay-server.service.d/10-fetch.conf") == \
         (DEPLOY / "relay-server.service.d/10-fetch.conf").read_text()
+    for unit in ("blob-relay-tokens.service", "blob-relay-tokens.timer"):
+        assert write_file(cfg, f"/etc/systemd/system/{unit}") == (DEPLOY / unit).read_text()
     fetch = env_file(write_file(cfg, "/etc/blob-relay/fetch.env"))
     # The relays read the relay-boot container of the artifacts account, not
     # the account they upload to.
@@ -277,6 +282,9 @@ def test_relay_boot_sequence(module):
              "systemctl start --no-block relay-server.service"]
     positions = [next(i for i, c in enumerate(cmds) if o in c) for o in order]
     assert positions == sorted(positions), cmds
+    # Token changes reach running relays through the timer (no reimage).
+    assert any("enable" in c and "blob-relay-tokens.timer" in c for c in cmds), cmds
+    assert any("start" in c and "blob-relay-tokens.timer" in c for c in cmds), cmds
     # The fetch is not a one-shot runcmd any more: it is the unit, which
     # retries, and on later boots runs again while the binary is missing.
     assert not any(re.search(r"blob-relay-fetch\s+(relay|client)\b", c) for c in cmds), cmds

@@ -225,13 +225,16 @@ def test_compare_dry_run(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     cmds = r.stdout
-    assert "relay-client upload" in cmds and "--relay 20.0.0.10:4433" in cmds
-    assert f"--relay-cert-sha256 {'ab' * 32}" in cmds
-    assert "--direct --storage-url https://blobrelayab12cd.blob.core.windows.net" in cmds
-    assert "azcopy copy" in cmds
+    # One relay-client bench run does both methods; the direct one with the
+    # VM's managed identity (the VM has no Azure CLI).
+    assert cmds.count("would run:") == 1 and "relay-client bench" in cmds, cmds
+    assert "--relay 20.0.0.10:4433" in cmds and f"--relay-cert-sha256 {'ab' * 32}" in cmds
+    assert "--storage-url https://blobrelayab12cd.blob.core.windows.net --entra managed-identity" in cmds
+    assert "--large-size 1MiB --large-count 2" in cmds and "--runs 1" in cmds and "--json" in cmds
+    assert "relay-client upload" not in cmds and "azcopy" not in cmds
     assert not (tmp_path / "work").exists(), "dry run must not generate files"
     md = report.read_text()
-    assert "| method | run | seconds | Mbit/s | result |" in md
+    assert "| method | run | seconds | Mbit/s | verified |" in md
     assert "australiaeast, Standard_D8ds_v5" in md and "westeurope, 1 x Standard_D16ds_v5" in md
     assert "DRY RUN" in md
 

@@ -153,6 +153,33 @@ def test_client_fetch_computes_the_pin(sandbox):
     assert run(env, "needed", "client").returncode == 1
 
 
+def test_tokens_refresh_replaces_only_a_changed_file_and_keeps_it_on_failure(sandbox):
+    root, store, env = sandbox
+    assert run(env, "relay").returncode == 0
+    tokens = root / "etc/blob-relay/tokens"
+    before = tokens.stat()
+    # Unchanged blob: the file is left alone (the relay sees no change).
+    r = run(env, "tokens")
+    assert r.returncode == 0, r.stderr
+    after = tokens.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    # A token added in Terraform: the file is replaced by rename, mode kept.
+    (store / "tokens").write_text("a" * 48 + " uploads\n" + "b" * 48 + "\n")
+    r = run(env, "tokens")
+    assert r.returncode == 0, r.stderr
+    assert tokens.read_text() == (store / "tokens").read_text()
+    assert tokens.stat().st_ino != before.st_ino and mode(tokens) == 0o640
+    # An empty blob, or one that cannot be read within the deadline, leaves
+    # the current tokens in place.
+    good = tokens.read_text()
+    (store / "tokens").write_text("")
+    r = run(env, "tokens")
+    assert r.returncode == 1 and "empty" in r.stderr and tokens.read_text() == good
+    (store / "tokens").unlink()
+    r = run({**env, "BLOB_RELAY_FETCH_TIMEOUT_S": "1"}, "tokens")
+    assert r.returncode == 1 and "giving up" in r.stderr and tokens.read_text() == good
+
+
 def test_unknown_role_is_a_usage_error(sandbox):
     _, _, env = sandbox
     assert run(env, "server").returncode == 2

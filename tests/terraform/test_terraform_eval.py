@@ -72,6 +72,10 @@ def test_defaults_are_accepted(tmp_path):
         ("storage_account_kind", "BlobStorage"),
         ("relay_count", 0),
         ("name", "Blob-Relay"),
+        ("tokens", {"Lab A": ["data"]}),
+        ("tokens", {"lab-a": ["Data"]}),
+        ("tokens", {"lab-a": ["ab"]}),
+        ("tokens", {"lab-a": ["a--b"]}),
     ],
 )
 def test_validation_rejects(tmp_path, var, value):
@@ -138,3 +142,30 @@ def test_tfvars_example_passes_validation(tmp_path):
     assert {"deployer_principal_ids", "storage_ip_rules", "admin_cidrs"} <= set(values)
     outputs, err = run_tf(tmp_path, values, extra_tf='output "n" { value = length(var.deployer_principal_ids) }\n')
     assert outputs == {"n": 1}, err
+
+
+def test_tokens_file_from_the_tokens_variable(module, tmp_path):
+    """The relays' tokens file as Terraform writes it from var.tokens (token
+    values stand in for random_password's): one line per token, a comment
+    naming it, containers comma-separated, no list for "any container"; every
+    line follows the relay's rules (16-256 visible ASCII, valid containers)."""
+    expr = local_expr(module, "tokens_file")
+    expr = expr.replace("random_password.client_token.result", 'substr(sha256("client"), 0, 48)')
+    expr = expr.replace("random_password.token[name].result", "substr(sha256(name), 0, 48)")
+    extra = f"locals {{\n  tokens_file = {expr}\n}}\noutput \"file\" {{ value = local.tokens_file }}\n"
+    tokens = {"lab-a": ["data", "scratch"], "ops": []}
+    outputs, err = run_tf(tmp_path, {"tokens": tokens, "container_name": "uploads"}, extra_tf=extra)
+    assert outputs is not None, err
+    import hashlib
+    tok = lambda n: hashlib.sha256(n.encode()).hexdigest()[:48]  # noqa: E731
+    assert outputs["file"] == (
+        f"# client_token\n{tok('client')} uploads\n"
+        f"# lab-a\n{tok('lab-a')} data,scratch\n"
+        f"# ops\n{tok('ops')}\n"
+    )
+    for line in outputs["file"].splitlines():
+        if line.startswith("#"):
+            continue
+        token, *rest = line.split(" ")
+        assert 16 <= len(token) <= 256 and token.isascii() and token.isprintable(), line
+        assert len(rest) <= 1, line

@@ -89,6 +89,8 @@ async fn attacked_relay_stays_inside_its_memory_bound() {
         "--tokens",
         &dir.path("tokens").display().to_string(),
         "--id-key-ephemeral",
+        "--state-dir",
+        &dir.path("state").display().to_string(),
         "--cert-fingerprint-file",
         &fp_file.display().to_string(),
         "--memory-budget",

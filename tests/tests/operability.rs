@@ -66,62 +66,92 @@ fn free_port() -> u16 {
     relay_tests::reserved_port()
 }
 
+/// `relay-server ARGS --check-config` with an empty environment but `envs`.
+fn check_config(args: &[&str], envs: &[(&str, &std::path::Path)]) -> std::process::Output {
+    Command::new(binary("relay-server"))
+        .args(args)
+        .arg("--check-config")
+        .env_clear()
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
 fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
+    let az = shared_azurite();
     let dir = Scratch::new("checkcfg");
     std::fs::write(dir.path("tokens"), "abcdefghijklmnop0001 data\n")
         .unwrap_or_else(|e| panic!("{e}"));
     let cfg = format!(
-        "listen = \"127.0.0.1:4433\"\nstorage_url = \"http://127.0.0.1:10000/devstoreaccount1\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\nid_key_ephemeral = true\n",
-        dir.path("tokens").display()
+        "listen = \"127.0.0.1:4433\"\nstorage_url = \"{}\"\naccount_key = \"{DEV_KEY}\"\ntokens = \"{}\"\nmemory_budget = \"2GiB\"\nid_key_ephemeral = true\nstate_dir = \"{}\"\n",
+        az.url(),
+        dir.path("tokens").display(),
+        dir.path("state").display()
     );
     std::fs::write(dir.path("relay.toml"), cfg).unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(binary("relay-server"))
-        .args([
+    let toml = dir.path("relay.toml").to_string_lossy().into_owned();
+    let out = check_config(&["--config", &toml], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("configuration ok"), "{stdout}");
+    assert!(stdout.contains("reachable"), "{stdout}");
+    // Operator lines carry no Debug text.
+    assert!(
+        !stdout.contains("Some(") && !stdout.contains("StorageAccess("),
+        "{stdout}"
+    );
+    // A check makes nothing: the certificate is made by the first real start.
+    assert!(!dir.path("state").exists());
+
+    // A flag overrides the file: a storage port nobody listens on fails the
+    // check, with the cause.
+    let out = check_config(
+        &[
             "--config",
-            &dir.path("relay.toml").to_string_lossy(),
-            "--check-config",
-        ])
-        .env_clear()
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration ok"));
+            &toml,
+            "--storage-url",
+            &format!("http://127.0.0.1:{}/devstoreaccount1", free_port()),
+        ],
+        &[],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not usable") && err.contains("\"data\""),
+        "{err}"
+    );
+
+    // So does a key storage does not accept (valid base64, wrong secret).
+    let wrong = DEV_KEY.replace("Eby8", "Xby8");
+    let out = check_config(&["--config", &toml, "--account-key", &wrong], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("403"), "{err}");
 
     std::fs::write(
         dir.path("bad.toml"),
         "storage_url = \"x\"\nbogus_setting = 1\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(binary("relay-server"))
-        .args([
-            "--config",
-            &dir.path("bad.toml").to_string_lossy(),
-            "--check-config",
-        ])
-        .env_clear()
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = check_config(&["--config", &dir.path("bad.toml").to_string_lossy()], &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unknown setting \"bogus_setting\""));
 
     // A key that is not base64 is caught before serving.
-    let out = Command::new(binary("relay-server"))
-        .args([
+    let out = check_config(
+        &[
             "--storage-url",
             "http://127.0.0.1:1/devstoreaccount1",
             "--account-key",
             "not-base64!",
-        ])
-        .args([
             "--tokens",
             &dir.path("tokens").to_string_lossy(),
             "--id-key-ephemeral",
-            "--check-config",
-        ])
-        .env_clear()
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        ],
+        &[("RELAY_STATE_DIR", &dir.path("state"))],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("base64"));
 }
@@ -147,6 +177,7 @@ async fn health_metrics_and_sigterm() {
         .env("RELAY_ACCOUNT_KEY", DEV_KEY)
         .env("RELAY_TOKENS", dir.path("tokens"))
         .env("RELAY_ID_KEY_FILE", dir.path("id.key"))
+        .env("RELAY_STATE_DIR", dir.path("state"))
         .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
         .env("RELAY_HEALTH_LISTEN", &health)
         .stderr(Stdio::null())
@@ -386,6 +417,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
             .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
             .env("RELAY_HEALTH_LISTEN", &health)
             .env("RELAY_ID_KEY_EPHEMERAL", "true")
+            .env("RELAY_STATE_DIR", dir.path("state"))
             .env_remove("RELAY_LOG")
             .env_remove("NO_COLOR")
             .stderr(log)

@@ -27,6 +27,16 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Parses a byte size with SI and IEC units, through the `parse-size` crate:
+/// `1GB` is 10^9 bytes and `1GiB` 2^30, `512MiB`, `1.5 TiB`, `16 M` (10^6), a
+/// bare number is bytes; case-insensitive, the `B` optional. The relay's flags
+/// use it; it is here so the client's can too.
+pub fn parse_byte_size(text: &str) -> Result<u64, String> {
+    parse_size::parse_size(text).map_err(|e| {
+        format!("invalid size {text:?} ({e}): expected e.g. 1GiB (2^30 bytes), 1GB (10^9), 512MiB or 1048576")
+    })
+}
+
 /// `16 MiB`, `1.5 GiB`: for messages and logs.
 pub fn format_size(bytes: u64) -> String {
     let units = [(TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")];
@@ -46,6 +56,27 @@ pub fn format_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_sizes_take_si_and_iec_units() {
+        for (text, bytes) in [
+            ("1048576", 1u64 << 20),
+            ("1GiB", 1 << 30),
+            ("1GB", 1_000_000_000),
+            ("512MiB", 512 << 20),
+            ("512 mib", 512 << 20),
+            ("1.5 TiB", 3 << 39),
+            ("16M", 16_000_000),
+            ("2KB", 2000),
+            ("2KiB", 2048),
+        ] {
+            assert_eq!(parse_byte_size(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "GiB", "1 GiX", "-1", "99999 EiB"] {
+            let e = parse_byte_size(bad).err().unwrap_or_default();
+            assert!(e.contains("invalid size"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn parses_units() {

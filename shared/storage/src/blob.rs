@@ -260,6 +260,19 @@ impl BlobWriter {
         }
     }
 
+    /// Deletes the committed blob (e.g. what `relay-client bench` wrote); a blob
+    /// that is not there counts as deleted.
+    pub async fn delete(&self) -> Result<(), BlobError> {
+        match self
+            .with_retry("Delete Blob", 0, || self.blob.delete(None))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.status == Some(404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Properties, or `None` if the blob does not exist.
     pub async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
         let res = self

@@ -83,6 +83,8 @@ fn run() -> Result<(), String> {
             &path(&work.join("tokens")),
             "--id-key-file",
             &path(&work.join("id.key")),
+            "--state-dir",
+            &path(&work.join("state")),
             "--cert-fingerprint-file",
             &path(&fp_file),
         ])

@@ -158,6 +158,8 @@ fn run() -> Result<(), String> {
             &p(&dir.path("tokens")),
             "--id-key-file",
             &p(&dir.path("id.key")),
+            "--state-dir",
+            &p(&dir.path("state")),
             "--cert-fingerprint-file",
             &p(&fp),
         ])

@@ -83,6 +83,8 @@ impl Cloud {
             .arg("--tokens")
             .arg(&tokens)
             .arg("--id-key-ephemeral")
+            .arg("--state-dir")
+            .arg(dir.join("relay-state"))
             .arg("--cert-fingerprint-file")
             .arg(&fp_file)
             .args(["--congestion", congestion])

@@ -1,0 +1,112 @@
+//! The bench's data: random files (nothing compresses) written in 1 MiB chunks
+//! and hashed as they are written, so memory stays flat whatever the sizes.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use rand::RngCore as _;
+use sha2::{Digest, Sha256};
+
+/// One generated file: its path relative to the bench directory (which is
+/// also its blob name under the run's prefix), size and SHA-256 (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generated {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// What to generate: `large_count` files of `large_size` at the top and
+/// `small_count` files of `small_size` in `small/`.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub large_size: u64,
+    pub large_count: usize,
+    pub small_size: u64,
+    pub small_count: usize,
+}
+
+pub const SMALL_DIR: &str = "small";
+
+/// Writes the files under `dir` (created); returns them in upload order.
+pub fn generate(dir: &Path, shape: Shape) -> std::io::Result<Vec<Generated>> {
+    std::fs::create_dir_all(dir.join(SMALL_DIR))?;
+    let mut out = Vec::new();
+    for i in 1..=shape.large_count {
+        out.push(write_random(
+            dir,
+            &format!("large-{i}.bin"),
+            shape.large_size,
+        )?);
+    }
+    for i in 1..=shape.small_count {
+        let name = format!("{SMALL_DIR}/small-{i}.bin");
+        out.push(write_random(dir, &name, shape.small_size)?);
+    }
+    Ok(out)
+}
+
+/// The paths to hand to `upload`: each large file, and the small directory
+/// (uploaded as `small/...`, keeping its name).
+pub fn upload_paths(dir: &Path, files: &[Generated]) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| !f.name.starts_with(SMALL_DIR))
+        .map(|f| dir.join(&f.name))
+        .collect();
+    if files.iter().any(|f| f.name.starts_with(SMALL_DIR)) {
+        paths.push(dir.join(SMALL_DIR));
+    }
+    paths
+}
+
+fn write_random(dir: &Path, name: &str, size: u64) -> std::io::Result<Generated> {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(dir.join(name))?);
+    let mut hash = Sha256::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut rng = rand::rng();
+    let mut left = size;
+    while left > 0 {
+        let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+        rng.fill_bytes(&mut chunk[..n]);
+        hash.update(&chunk[..n]);
+        file.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    file.flush()?;
+    Ok(Generated {
+        name: name.to_string(),
+        size,
+        sha256: hex::encode(hash.finalize()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_have_the_asked_sizes_and_their_hashes() {
+        let dir = std::env::temp_dir().join(format!("bench-files-{}", std::process::id()));
+        let shape = Shape {
+            large_size: (1 << 20) + 17,
+            large_count: 1,
+            small_size: 1000,
+            small_count: 3,
+        };
+        let files = generate(&dir, shape).expect("generate");
+        assert_eq!(files.len(), 4);
+        assert_eq!(
+            files.iter().map(|f| f.size).sum::<u64>(),
+            (1 << 20) + 17 + 3000
+        );
+        for f in &files {
+            let bytes = std::fs::read(dir.join(&f.name)).expect("read");
+            assert_eq!(bytes.len() as u64, f.size);
+            assert_eq!(hex::encode(Sha256::digest(&bytes)), f.sha256);
+        }
+        let paths = upload_paths(&dir, &files);
+        assert_eq!(paths, [dir.join("large-1.bin"), dir.join("small")]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

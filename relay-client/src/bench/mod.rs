@@ -1,0 +1,371 @@
+//! `relay-client bench`: the comparative run as a product command (like `azcopy
+//! bench`). It generates random files (large and small, sizes and counts from
+//! flags) in a temporary directory, uploads them through the relay and, when
+//! storage credentials are given, straight to storage (direct mode with N
+//! connections), alternating which goes first from run to run, verifies every
+//! blob against the SHA-256 of what it generated, deletes what it wrote unless
+//! `--keep`, and prints a table (or `--json`). Each upload is the real `upload`
+//! command, built from the same flags a user would type.
+
+mod files;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser};
+use relay_proto::protocol::Secret;
+use relay_proto::size::parse_byte_size;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::{EntraSource, StorageAccess};
+
+use crate::cli::{Cli, Command};
+use crate::report::{Status, Summary};
+use files::{Generated, Shape};
+pub use table::{Method, Report, Row};
+
+fn size(s: &str) -> Result<u64, String> {
+    parse_byte_size(s)
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Relay address HOST:PORT.
+    #[arg(long, env = "RELAY_ADDR")]
+    pub relay: String,
+
+    /// Bearer token for the relay.
+    #[arg(long, env = "RELAY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Trust the relay whose certificate has this SHA-256 fingerprint.
+    #[arg(long, env = "RELAY_CERT_SHA256")]
+    pub relay_cert_sha256: Option<String>,
+
+    /// Trust relay certificates issued by this CA (PEM).
+    #[arg(long, env = "RELAY_CA")]
+    pub relay_ca: Option<PathBuf>,
+
+    /// Destination CONTAINER or CONTAINER/PREFIX; each run writes under
+    /// PREFIX/bench-UNIXTIME/run-N/METHOD/.
+    #[arg(long)]
+    pub to: String,
+
+    /// Size of each large file (SI or IEC units: 1GB, 1GiB).
+    #[arg(long, default_value = "256MiB", value_parser = size)]
+    pub large_size: u64,
+
+    /// Number of large files.
+    #[arg(long, default_value_t = 1)]
+    pub large_count: usize,
+
+    /// Size of each small file.
+    #[arg(long, default_value = "1MiB", value_parser = size)]
+    pub small_size: u64,
+
+    /// Number of small files.
+    #[arg(long, default_value_t = 64)]
+    pub small_count: usize,
+
+    /// Uploads per method; the first method alternates between runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
+
+    /// Blob service URL for the direct runs, verification and clean-up; without
+    /// it only the relay is measured and the blobs stay.
+    #[arg(long, env = "RELAY_STORAGE_URL")]
+    pub storage_url: Option<String>,
+
+    /// Storage account key (a short-lived SAS is signed from it).
+    #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
+    pub account_key: Option<String>,
+
+    /// Entra ID credential when no key or SAS is given: cli | managed-identity.
+    #[arg(long, default_value = "cli")]
+    pub entra: String,
+
+    /// Direct mode: Put Block requests in flight per file (TCP connections).
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+
+    /// Keep the uploaded blobs (default: delete them when storage credentials
+    /// are given).
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Where to generate the files (default: a new directory in the system's
+    /// temporary directory, removed afterwards).
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+}
+
+/// Runs the bench; the exit status is 0 only if every run verified.
+pub fn main(args: BenchArgs, rt: &tokio::runtime::Runtime) -> ExitCode {
+    match rt.block_on(run(&args)) {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => eprintln!("relay-client: cannot encode the report: {e}"),
+                }
+            } else {
+                print!("{}", table::render_text(&report));
+            }
+            if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("relay-client: bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: &BenchArgs) -> Result<Report, String> {
+    let (container, prefix) = args
+        .to
+        .split_once('/')
+        .map_or((args.to.as_str(), ""), |(c, p)| (c, p.trim_matches('/')));
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let base = [prefix, &format!("bench-{stamp}")]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("/");
+    let own_dir = args.workdir.is_none();
+    let dir = args.workdir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("blob-relay-bench-{}-{stamp}", std::process::id()))
+    });
+    let shape = Shape {
+        large_size: args.large_size,
+        large_count: args.large_count,
+        small_size: args.small_size,
+        small_count: args.small_count,
+    };
+    let generated = files::generate(&dir, shape)
+        .map_err(|e| format!("cannot generate files in {}: {e}", dir.display()))?;
+    let storage = match &args.storage_url {
+        Some(url) => Some(storage(url, args)?),
+        None => None,
+    };
+    let mut rows = Vec::new();
+    for run in 1..=args.runs {
+        for method in order(run, storage.is_some()) {
+            let dest = format!("{container}/{base}/run-{run}/{}", method.name());
+            rows.push(upload_once(args, &dir, &generated, method, run, dest).await);
+        }
+    }
+    let rtt_ms = probe_rtt(args).await;
+    let deleted = match (&storage, args.keep) {
+        (Some(s), false) => delete(s, container, &rows, &generated).await,
+        _ => 0,
+    };
+    if own_dir {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let ok = !rows.is_empty() && rows.iter().all(|r| r.verified);
+    Ok(Report {
+        ratio_relay_direct: table::ratio(&rows),
+        rows,
+        rtt_ms,
+        deleted,
+        kept: args.keep || storage.is_none(),
+        ok,
+    })
+}
+
+/// Odd runs start with the relay, even ones with direct upload, so neither
+/// always meets a cold (or warm) path and storage first.
+fn order(run: u32, direct: bool) -> Vec<Method> {
+    match (direct, run % 2 == 1) {
+        (false, _) => vec![Method::Relay],
+        (true, true) => vec![Method::Relay, Method::Direct],
+        (true, false) => vec![Method::Direct, Method::Relay],
+    }
+}
+
+fn storage(url: &str, args: &BenchArgs) -> Result<Storage, String> {
+    let entra: EntraSource = args.entra.parse()?;
+    let key = args.account_key.clone().map(Secret);
+    let access = StorageAccess::resolve(url, key.as_ref(), entra)?;
+    Storage::new(access, &WriterOptions::default())
+}
+
+/// The `upload` command line for one run: what a user would type.
+fn upload_argv(
+    args: &BenchArgs,
+    dir: &std::path::Path,
+    files: &[Generated],
+    method: Method,
+    dest: &str,
+) -> Vec<String> {
+    let mut v: Vec<String> = vec!["relay-client".into(), "upload".into()];
+    v.extend(
+        files::upload_paths(dir, files)
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned()),
+    );
+    v.extend(["--to".into(), dest.into(), "--quiet".into()]);
+    // The bench's own path memory: runs after the first start warm, as a
+    // user's repeated uploads do; the user's cache is left alone.
+    v.extend([
+        "--path-cache".into(),
+        dir.join("paths.json").to_string_lossy().into_owned(),
+    ]);
+    let mut opt = |flag: &str, value: &Option<String>| {
+        if let Some(x) = value {
+            v.extend([flag.to_string(), x.clone()]);
+        }
+    };
+    match method {
+        Method::Relay => {
+            opt("--token", &args.token);
+            opt("--relay-cert-sha256", &args.relay_cert_sha256);
+            let ca = args
+                .relay_ca
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned());
+            opt("--relay-ca", &ca);
+            v.extend(["--relay".into(), args.relay.clone()]);
+        }
+        Method::Direct => {
+            opt("--storage-url", &args.storage_url);
+            opt("--account-key", &args.account_key);
+            v.extend(["--direct".into(), "--entra".into(), args.entra.clone()]);
+            v.extend(["--connections".into(), args.connections.to_string()]);
+        }
+    }
+    v
+}
+
+async fn upload_once(
+    args: &BenchArgs,
+    dir: &std::path::Path,
+    files: &[Generated],
+    method: Method,
+    run: u32,
+    dest: String,
+) -> Row {
+    let bytes: u64 = files.iter().map(|f| f.size).sum();
+    let t0 = Instant::now();
+    let outcome = match Cli::try_parse_from(upload_argv(args, dir, files, method, &dest)) {
+        Ok(Cli {
+            command: Command::Upload(a),
+            ..
+        }) => {
+            // Quiet, with every file's report kept (the bench verifies each one).
+            let reporter = std::sync::Arc::new(crate::progress::Reporter::new(
+                crate::progress::Output::Json,
+                true,
+            ));
+            match crate::upload::run(*a, reporter, crate::interrupt::Interrupt::never()).await {
+                Ok(crate::upload::Outcome::Done(summary)) => Ok(summary),
+                Ok(crate::upload::Outcome::Interrupted { .. }) => Err("interrupted".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Ok(_) => Err("not an upload".to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let seconds = t0.elapsed().as_secs_f64();
+    let (verified, error) = match &outcome {
+        Ok(summary) => match unverified(summary, files) {
+            None => (true, None),
+            Some(why) => (false, Some(why)),
+        },
+        Err(e) => (
+            false,
+            Some(e.lines().next().unwrap_or_default().to_string()),
+        ),
+    };
+    Row {
+        method,
+        run,
+        files: files.len(),
+        bytes,
+        seconds,
+        goodput_mbit_s: if seconds > 0.0 {
+            bytes as f64 * 8.0 / seconds / 1e6
+        } else {
+            0.0
+        },
+        verified,
+        destination: dest,
+        quic: outcome.as_ref().ok().and_then(|s| s.quic),
+        error,
+    }
+}
+
+/// Why the run does not verify: a file not committed, or committed with a
+/// SHA-256 other than the one of what was generated.
+fn unverified(summary: &Summary, files: &[Generated]) -> Option<String> {
+    for f in files {
+        let report = summary.files.iter().find(|r| r.blob.ends_with(&f.name));
+        match report {
+            None => return Some(format!("{}: not in the upload's report", f.name)),
+            Some(r) if r.status != Status::Committed => {
+                let why = r.error.as_ref().map_or("failed", |e| e.message.as_str());
+                return Some(format!("{}: {why}", f.name));
+            }
+            Some(r) if r.sha256.as_deref() != Some(f.sha256.as_str()) => {
+                return Some(format!(
+                    "{}: committed SHA-256 differs from the generated file's",
+                    f.name
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+/// The QUIC round-trip time to the relay, from a connection opened for it.
+async fn probe_rtt(args: &BenchArgs) -> Option<f64> {
+    use crate::connect::{Connector, Trust};
+    let trust = match (&args.relay_cert_sha256, &args.relay_ca) {
+        (Some(fp), _) => Trust::Pinned(relay_transport::tls::parse_fingerprint(fp).ok()?),
+        (None, Some(ca)) => Trust::CaFile(ca.clone()),
+        (None, None) => return None,
+    };
+    let (addr, name) = crate::connect::resolve(&args.relay).await.ok()?;
+    let connector = Connector::new(&trust, &Default::default(), 1 << 20, addr.is_ipv6()).ok()?;
+    let conn = connector
+        .connect(addr, &name, Duration::from_secs(10))
+        .await
+        .ok()?;
+    let rtt = conn.stats().path.rtt.as_secs_f64() * 1e3;
+    conn.close(0u32.into(), b"");
+    connector.close().await;
+    Some(rtt)
+}
+
+/// Deletes every blob the runs committed; returns how many.
+async fn delete(storage: &Storage, container: &str, rows: &[Row], files: &[Generated]) -> usize {
+    let mut deleted = 0;
+    for row in rows {
+        let prefix = row.destination.split_once('/').map_or("", |(_, p)| p);
+        for f in files {
+            let blob = format!("{prefix}/{}", f.name);
+            let gone = match storage.writer(container, &blob) {
+                Ok(w) => w.delete().await,
+                Err(e) => Err(e),
+            };
+            match gone {
+                Ok(()) => deleted += 1,
+                Err(e) => eprintln!("relay-client: bench: cannot delete {container}/{blob}: {e}"),
+            }
+        }
+    }
+    deleted
+}

@@ -1,0 +1,155 @@
+//! The bench's result: one row per upload run, the relay/direct goodput ratio,
+//! and what QUIC saw; as a text table or as JSON (a stable contract for scripts).
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    Relay,
+    Direct,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Relay => "relay",
+            Method::Direct => "direct",
+        }
+    }
+}
+
+/// One upload of the whole data set.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub method: Method,
+    pub run: u32,
+    pub files: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Payload bits per second of wall time, in Mbit/s.
+    pub goodput_mbit_s: f64,
+    /// Every file committed, with the SHA-256 of what was generated.
+    pub verified: bool,
+    /// Where the blobs went: CONTAINER/PREFIX.
+    pub destination: String,
+    /// Relay runs: QUIC's smoothed RTT and its lost/sent packets on the run's
+    /// (last) connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<crate::report::QuicStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    /// Median relay goodput over median direct goodput (verified runs only).
+    pub ratio_relay_direct: Option<f64>,
+    /// Round-trip time QUIC measured on a connection to the relay opened after
+    /// the runs (its handshake).
+    pub rtt_ms: Option<f64>,
+    /// Blobs deleted afterwards (0 with --keep or without storage credentials).
+    pub deleted: usize,
+    pub kept: bool,
+    pub ok: bool,
+}
+
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+/// Median relay goodput over median direct goodput, from verified rows.
+pub fn ratio(rows: &[Row]) -> Option<f64> {
+    let of = |m: Method| {
+        median(
+            rows.iter()
+                .filter(|r| r.method == m && r.verified)
+                .map(|r| r.goodput_mbit_s)
+                .collect(),
+        )
+    };
+    match (of(Method::Relay), of(Method::Direct)) {
+        (Some(r), Some(d)) if d > 0.0 => Some(r / d),
+        _ => None,
+    }
+}
+
+pub fn render_text(r: &Report) -> String {
+    let mut out = format!(
+        "{:<7} {:>3} {:>6} {:>12} {:>9} {:>10} {:>9} {:>7}  {}\n",
+        "method", "run", "files", "bytes", "seconds", "Mbit/s", "RTT ms", "loss %", "verified"
+    );
+    for row in &r.rows {
+        out.push_str(&format!(
+            "{:<7} {:>3} {:>6} {:>12} {:>9.2} {:>10.1} {:>9} {:>7}  {}\n",
+            row.method.name(),
+            row.run,
+            row.files,
+            row.bytes,
+            row.seconds,
+            row.goodput_mbit_s,
+            row.quic.map_or("-".into(), |q| format!("{:.1}", q.rtt_ms)),
+            row.quic.map_or("-".into(), |q| format!(
+                "{:.2}",
+                q.lost_packets as f64 * 100.0 / q.sent_packets.max(1) as f64
+            )),
+            match (&row.error, row.verified) {
+                (Some(e), _) => format!("no: {e}"),
+                (None, true) => "yes".to_string(),
+                (None, false) => "no".to_string(),
+            }
+        ));
+    }
+    let opt = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |x| format!("{x:.2}{unit}"));
+    out.push_str(&format!(
+        "ratio relay/direct (median goodput): {}\nQUIC round-trip time to the relay: {}\n",
+        opt(r.ratio_relay_direct, ""),
+        opt(r.rtt_ms, " ms"),
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(method: Method, mbit: f64, verified: bool) -> Row {
+        Row {
+            method,
+            run: 1,
+            files: 1,
+            bytes: 1,
+            seconds: 1.0,
+            goodput_mbit_s: mbit,
+            verified,
+            destination: String::new(),
+            quic: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn ratio_uses_medians_of_verified_runs() {
+        let rows = [
+            row(Method::Relay, 300.0, true),
+            row(Method::Relay, 100.0, true),
+            row(Method::Relay, 200.0, true),
+            row(Method::Relay, 9999.0, false),
+            row(Method::Direct, 50.0, true),
+            row(Method::Direct, 150.0, true),
+        ];
+        assert_eq!(ratio(&rows), Some(2.0));
+        assert_eq!(ratio(&rows[..3]), None, "no direct run");
+        assert_eq!(median(vec![]), None);
+    }
+}

@@ -1,0 +1,193 @@
+//! Operator commands beside serving: `cert show|rotate` for the self-signed
+//! identity in the state directory, and `token new` to make a tokens-file line
+//! together with the client command that uses it.
+
+use std::path::PathBuf;
+
+use clap::{Args as ClapArgs, Subcommand};
+use relay_proto::blob_name::validate_container;
+
+use crate::config::Args;
+use crate::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir};
+use crate::tls::Identity;
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The relay's self-signed certificate in --state-dir.
+    #[command(subcommand)]
+    Cert(CertCommand),
+    /// Tokens for the tokens file.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertCommand {
+    /// Print the fingerprint clients pin (--relay-cert-sha256) and the files.
+    Show,
+    /// Replace the certificate and key with new ones (names from --tls-name).
+    /// The running relay keeps the old one until it restarts; then every client
+    /// needs the new fingerprint.
+    #[command(after_long_help = ROTATE_HELP)]
+    Rotate,
+}
+
+const ROTATE_HELP: &str = "Run it as the user the relay runs as, so the relay can read the new key:
+  sudo -u blob-relay relay-server cert rotate --state-dir /var/lib/blob-relay
+  sudo systemctl restart relay-server     # drains in-flight transfers first
+  cat /var/lib/blob-relay/tls-cert.sha256 # give clients the new --relay-cert-sha256";
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a random token. Prints its tokens-file line on stdout (so
+    /// `>> /etc/blob-relay/tokens` adds it) and the client command on stderr.
+    New(TokenNewArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct TokenNewArgs {
+    /// Containers the token may write (comma-separated); without it, any
+    /// container that is not reserved.
+    #[arg(long, value_delimiter = ',')]
+    pub containers: Vec<String>,
+
+    /// Address clients use to reach this relay, for the printed client command.
+    /// Default: this machine's host name and the port of --listen.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+}
+
+/// Runs `command`; what it prints is its result, errors are returned.
+pub fn run(command: &Command, args: &Args) -> Result<(), String> {
+    let state = StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())?;
+    match command {
+        Command::Cert(CertCommand::Show) => cert_show(&state, args),
+        Command::Cert(CertCommand::Rotate) => cert_rotate(&state, args),
+        Command::Token(TokenCommand::New(new)) => token_new(&state, args, new),
+    }
+}
+
+fn cert_show(state: &StateDir, args: &Args) -> Result<(), String> {
+    let (id, from) = current_identity(state, args)?;
+    let id = id.ok_or_else(|| {
+        format!(
+            "no certificate yet in {} (the relay makes one at its first start)",
+            state.path.display()
+        )
+    })?;
+    println!("{}", id.fingerprint);
+    eprintln!("relay-server: certificate {}", from.display());
+    Ok(())
+}
+
+fn cert_rotate(state: &StateDir, args: &Args) -> Result<(), String> {
+    if args.tls_cert.is_some() {
+        return Err(
+            "the relay is configured with --tls-cert (RELAY_TLS_CERT): replace that file instead"
+                .into(),
+        );
+    }
+    let old = state.load_identity().map_err(|e| e.to_string())?;
+    let new = state
+        .create_identity(&args.tls_names)
+        .map_err(|e| e.to_string())?;
+    if let Some(old) = old {
+        eprintln!("relay-server: old fingerprint {}", old.fingerprint);
+    }
+    println!("{}", new.fingerprint);
+    eprintln!(
+        "relay-server: new certificate in {} ({}, {}, {}); restart the relay to use it, then give clients the new --relay-cert-sha256",
+        state.path.display(),
+        CERT_FILE,
+        KEY_FILE,
+        FINGERPRINT_FILE
+    );
+    Ok(())
+}
+
+/// The identity the relay would present: `--tls-cert`'s, else the state
+/// directory's (if made yet); with the file it came from.
+fn current_identity(state: &StateDir, args: &Args) -> Result<(Option<Identity>, PathBuf), String> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Ok((Some(Identity::from_pem_files(c, k)?), c.clone())),
+        _ => Ok((
+            state.load_identity().map_err(|e| e.to_string())?,
+            state.file(CERT_FILE),
+        )),
+    }
+}
+
+/// Random bytes in a token: 192 bits, far beyond guessing.
+const TOKEN_BYTES: usize = 24;
+
+fn token_new(state: &StateDir, args: &Args, new: &TokenNewArgs) -> Result<(), String> {
+    for c in &new.containers {
+        validate_container(c).map_err(|e| format!("--containers {c:?}: {e}"))?;
+        if args.reserved_containers.contains(c) {
+            return Err(format!(
+                "--containers {c:?}: reserved (--reserved-containers); no upload may write it"
+            ));
+        }
+    }
+    let token = hex::encode(rand::random::<[u8; TOKEN_BYTES]>());
+    println!("{}", token_line(&token, &new.containers));
+    let (id, _) = current_identity(state, args)?;
+    let pin = match id {
+        Some(id) => id.fingerprint,
+        None => format!(
+            "\"$(cat {})\"",
+            state.file(FINGERPRINT_FILE).display() // made at the relay's first start
+        ),
+    };
+    let address = new
+        .address
+        .clone()
+        .unwrap_or_else(|| format!("{}:{}", host_name(), args.listen.port()));
+    let to = new.containers.first().map_or("CONTAINER", String::as_str);
+    eprintln!(
+        "relay-server: add the line above to {} (the relay re-reads it within seconds); the client uploads with:\n  RELAY_TOKEN={token} relay-client upload FILES... \\\n    --relay {address} --relay-cert-sha256 {pin} --to {to}",
+        args.tokens
+            .as_deref()
+            .map_or_else(|| "the tokens file".into(), |p| p.display().to_string())
+    );
+    Ok(())
+}
+
+/// `TOKEN` or `TOKEN a,b`: the tokens file's format.
+pub fn token_line(token: &str, containers: &[String]) -> String {
+    if containers.is_empty() {
+        token.to_string()
+    } else {
+        format!("{token} {}", containers.join(","))
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "RELAY-HOST".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens_file::{Grant, parse_tokens};
+
+    #[test]
+    fn a_new_token_line_is_accepted_by_the_tokens_file_parser() {
+        let token = hex::encode(rand::random::<[u8; TOKEN_BYTES]>());
+        let line = token_line(&token, &["data".into(), "logs".into()]);
+        let p = parse_tokens(&format!("{line}\n{}\n", token_line(&token, &[])));
+        assert!(p.skipped.is_empty(), "{:?}", p.skipped);
+        assert_eq!(
+            p.tokens[0],
+            (
+                token.clone(),
+                Grant::Containers(vec!["data".into(), "logs".into()])
+            )
+        );
+        assert_eq!(p.tokens[1], (token, Grant::AnyContainer));
+    }
+}

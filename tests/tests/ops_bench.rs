@@ -1,0 +1,150 @@
+//! `relay-client bench` end to end against Azurite and a real relay: both
+//! methods run, alternate, verify, and what they wrote is deleted (or kept with
+//! --keep); --json is the contract scripts read.
+
+use std::time::Duration;
+
+use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::{blob_exists, new_container};
+use relay_tests::files::Scratch;
+use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_tests::{DEV_KEY, run_client, summary};
+
+fn bench_args(relay: &RelayHandle, to: &str, work: &std::path::Path) -> Vec<String> {
+    [
+        "bench",
+        "--relay",
+        &relay.addr.to_string(),
+        "--relay-cert-sha256",
+        &relay.fingerprint,
+        "--to",
+        to,
+        "--large-size",
+        "9MB",
+        "--small-size",
+        "3KiB",
+        "--small-count",
+        "5",
+        "--runs",
+        "2",
+        "--connections",
+        "4",
+        "--json",
+        "--workdir",
+        &work.to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_compares_relay_and_direct_verifies_and_cleans_up() {
+    let az = shared_azurite();
+    let container = new_container("bench").await;
+    let relay = RelayHandle::start(az.storage(), RelayOptions::default());
+    let dir = Scratch::new("bench");
+    let env = [
+        ("RELAY_TOKEN", TOKEN),
+        ("RELAY_STORAGE_URL", &*az.url()),
+        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    ];
+    let args = bench_args(&relay, &format!("{container}/b"), &dir.path("work"));
+    let out = run_client(&args, &env, Duration::from_secs(300)).await;
+    let report = summary(&out);
+    assert!(out.status.success(), "{report}");
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    let methods: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["method"].as_str().unwrap_or(""),
+                r["run"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    // Run 1 starts with the relay, run 2 with direct upload.
+    assert_eq!(
+        methods,
+        [("relay", 1), ("direct", 1), ("direct", 2), ("relay", 2)]
+    );
+    for r in &rows {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["files"], 6, "{r}");
+        assert_eq!(r["bytes"], 9_000_000 + 5 * 3072, "{r}");
+        assert!(r["goodput_mbit_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        // What QUIC saw, for relay runs only.
+        if r["method"] == "relay" {
+            assert!(r["quic"]["rtt_ms"].as_f64().is_some(), "{r}");
+            assert!(r["quic"]["sent_packets"].as_u64().unwrap_or(0) > 0, "{r}");
+            assert!(r["quic"]["lost_packets"].as_u64().is_some(), "{r}");
+        } else {
+            assert!(r.get("quic").is_none(), "{r}");
+        }
+    }
+    assert!(
+        report["ratio_relay_direct"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    assert!(report["rtt_ms"].as_f64().is_some(), "{report}");
+    // Everything it wrote is gone.
+    assert_eq!(report["deleted"], 4 * 6, "{report}");
+    for r in &rows {
+        let dest = r["destination"].as_str().unwrap_or_default();
+        let prefix = dest.split_once('/').map_or("", |(_, p)| p);
+        for name in ["large-1.bin", "small/small-1.bin", "small/small-5.bin"] {
+            assert!(
+                !blob_exists(&container, &format!("{prefix}/{name}")).await,
+                "{prefix}/{name}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_keeps_blobs_on_request_and_fails_on_a_refused_upload() {
+    let az = shared_azurite();
+    let container = new_container("benchkeep").await;
+    let relay = RelayHandle::start(az.storage(), RelayOptions::default());
+    let dir = Scratch::new("benchkeep");
+    let env = [
+        ("RELAY_TOKEN", TOKEN),
+        ("RELAY_STORAGE_URL", &*az.url()),
+        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    ];
+    let mut args = bench_args(&relay, &container, &dir.path("work"));
+    args.extend(["--keep".to_string()]);
+    let i = args.iter().position(|a| a == "--runs").unwrap_or_default();
+    args[i + 1] = "1".into();
+    let out = run_client(&args, &env, Duration::from_secs(300)).await;
+    let report = summary(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["deleted"], 0);
+    for r in report["rows"].as_array().cloned().unwrap_or_default() {
+        let dest = r["destination"].as_str().unwrap_or_default();
+        let prefix = dest.split_once('/').map_or("", |(_, p)| p);
+        assert!(
+            blob_exists(&container, &format!("{prefix}/large-1.bin")).await,
+            "{dest}"
+        );
+    }
+
+    // A token the relay does not know: the relay run fails, the bench says so
+    // and exits 1 (direct still runs).
+    let env = [
+        ("RELAY_TOKEN", "not-a-token-of-this-relay"),
+        ("RELAY_STORAGE_URL", &*az.url()),
+        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    ];
+    let out = run_client(&args, &env, Duration::from_secs(300)).await;
+    assert_eq!(out.status.code(), Some(1));
+    let report = summary(&out);
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    let relay_row = rows.iter().find(|r| r["method"] == "relay");
+    assert_eq!(
+        relay_row.map(|r| r["verified"].clone()),
+        Some(false.into()),
+        "{report}"
+    );
+    assert!(report["ratio_relay_direct"].is_null(), "{report}");
+}

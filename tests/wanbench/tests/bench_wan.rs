@@ -1,0 +1,104 @@
+//! `relay-client bench` in the WAN lab: the client in the site namespace, Azurite
+//! and a relay-server process in the cloud namespace, a 50 ms RTT, 100 Mbit/s
+//! emulated link between them that both the relay's QUIC and the direct
+//! upload's HTTP cross. Both methods must verify, the relay run must report the
+//! link's round trip, and the bench must delete what it wrote. Needs root and
+//! /dev/net/tun; prints SKIPPED otherwise.
+
+#[allow(dead_code)]
+#[path = "../src/cloud.rs"]
+mod cloud;
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use linklab::{Lab, LinkProfile, Side};
+use relay_tests::files::Scratch;
+use relay_tests::{DEV_KEY, binary};
+
+const CONTAINER: &str = "bench-wan";
+
+#[test]
+fn bench_measures_relay_and_direct_across_the_emulated_link() {
+    if let Err(e) = linklab::check_privileges() {
+        eprintln!("SKIPPED bench_wan: {e:#}");
+        return;
+    }
+    let lab =
+        Lab::start(LinkProfile::new(50.0, 0.0, 100.0)).unwrap_or_else(|e| panic!("lab: {e:#}"));
+    let dir = Scratch::new("bench-wan");
+    let bins = cloud::CloudBins {
+        azurite: relay_tests::azurite::azurite_bin(),
+        relay_server: binary("relay-server"),
+    };
+    let cloud = cloud::Cloud::start(&lab, &bins, "relay", &dir.0)
+        .unwrap_or_else(|e| panic!("cloud: {e:#}"));
+    cloud::ensure_container(&lab, CONTAINER).unwrap_or_else(|e| panic!("container: {e:#}"));
+
+    let out = dir.path("bench.json");
+    let mut cmd = Command::new(binary("relay-client"));
+    cmd.args(["bench", "--relay", &cloud.relay_addr.to_string()])
+        .args(["--relay-cert-sha256", &cloud.fingerprint])
+        .args(["--to", &format!("{CONTAINER}/wan")])
+        .args([
+            "--large-size",
+            "8MiB",
+            "--small-count",
+            "8",
+            "--small-size",
+            "64KiB",
+        ])
+        .args(["--runs", "1", "--connections", "4", "--json"])
+        .args(["--storage-url", &cloud::Cloud::storage_url_from_site(&lab)])
+        .args(["--account-key", DEV_KEY])
+        .arg("--workdir")
+        .arg(dir.path("work"))
+        .env("RELAY_TOKEN", cloud::TOKEN)
+        .env("RELAY_ID_KEY_FILE", dir.path("direct-id.key"))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap_or_else(|e| panic!("{e}")))
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap_or_else(|e| panic!("{e}")));
+    cloud::strip_proxies(&mut cmd);
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = lab
+        .spawn_in(Side::Site, cmd)
+        .unwrap_or_else(|e| panic!("client: {e:#}"));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            panic!("bench did not finish (a bound against hangs only)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let stderr = std::fs::read_to_string(out.with_extension("err")).unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}\n{stderr}"));
+    eprintln!("{report:#}");
+    assert_eq!(status.code(), Some(0), "{stderr}\n{report}");
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 2, "{report}");
+    for r in &rows {
+        assert_eq!(r["verified"], true, "{r}");
+    }
+    let relay = rows
+        .iter()
+        .find(|r| r["method"] == "relay")
+        .cloned()
+        .unwrap_or_default();
+    // QUIC saw the emulated path: at least its 50 ms of propagation delay.
+    let rtt = relay["quic"]["rtt_ms"].as_f64().unwrap_or(0.0);
+    assert!(rtt >= 45.0, "RTT {rtt} ms on a 50 ms link: {relay}");
+    assert_eq!(report["deleted"], 2 * 9, "{report}");
+}
