@@ -53,7 +53,14 @@ impl Config {
                 Some(p) => p.clone(),
                 None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
             };
-            IdKey::load_or_create(&path).map_err(|e| format!("--id-key-file: {e}"))?
+            if args.check_config && !path.exists() {
+                // A check writes nothing: the real start creates and keeps the key.
+                IdKey::random()
+            } else if args.check_config {
+                IdKey::load(&path).map_err(|e| format!("--id-key-file: {e}"))?
+            } else {
+                IdKey::load_or_create(&path).map_err(|e| format!("--id-key-file: {e}"))?
+            }
         };
         let cfg = Self {
             listen: args.listen,

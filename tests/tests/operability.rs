@@ -104,6 +104,25 @@ fn check_config_accepts_a_toml_file_and_refuses_bad_ones() {
     );
     // A check makes nothing: the certificate is made by the first real start.
     assert!(!dir.path("state").exists());
+    // Nor the block-ID key, when it lives in the state directory by default.
+    let state = dir.path("state").to_string_lossy().into_owned();
+    let tokens = dir.path("tokens").to_string_lossy().into_owned();
+    let url = az.url();
+    let out = check_config(
+        &[
+            "--storage-url",
+            &url,
+            "--account-key",
+            DEV_KEY,
+            "--tokens",
+            &tokens,
+            "--state-dir",
+            &state,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!dir.path("state").exists(), "the check wrote a file");
 
     // A flag overrides the file: a storage port nobody listens on fails the
     // check, with the cause.
