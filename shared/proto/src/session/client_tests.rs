@@ -234,3 +234,41 @@ fn a_plain_stream_resumes_only_the_same_source() {
     assert_eq!(prefix_to_check(&plan(0, &theirs), size), None);
     assert_eq!(prefix_to_check(&plan(size + 1, &theirs), size), None);
 }
+
+/// With a manifest's hash the first Offer is plain and carries it; "exists" is
+/// then final (the relay already compared the hash with its sealed record), and
+/// a redirect of that plain stream is a protocol error.
+#[test]
+fn a_known_hash_is_offered_first_and_plainly() {
+    let (mut s, first) = ClientSession::with_sha256(SIZE, false, Some(SHA.into()));
+    assert_eq!(
+        first,
+        Action::Offer {
+            eager: false,
+            sha256: Some(SHA.into())
+        }
+    );
+    assert!(matches!(s.handle(Event::Stream(ok())), Action::Done(_)));
+
+    let (mut s, _) = ClientSession::with_sha256(SIZE, false, Some(SHA.into()));
+    assert!(matches!(
+        s.handle(Event::Stream(refused(Code::Exists))),
+        Action::Fail(Failed::Relay(_))
+    ));
+
+    let (mut s, _) = ClientSession::with_sha256(SIZE, false, Some(SHA.into()));
+    assert!(matches!(
+        s.handle(Event::Stream(StreamEnd::Redirected { resume_offset: 4 })),
+        Action::Fail(Failed::Protocol(_))
+    ));
+
+    // Without one it is the usual eager start.
+    let (_, first) = ClientSession::with_sha256(SIZE, false, None);
+    assert_eq!(
+        first,
+        Action::Offer {
+            eager: true,
+            sha256: None
+        }
+    );
+}
