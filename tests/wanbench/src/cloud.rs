@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -16,7 +17,15 @@ use shared::blob::{Storage, WriterOptions};
 use shared::credentials::{EntraSource, StorageAccess};
 use shared::protocol::Secret;
 
+use crate::storage_delay::{DelayProxy, DelaySpec};
+
+/// Where every client (and the relay) reaches storage in the cloud namespace.
 const AZURITE_PORT: u16 = 10000;
+/// Azurite's own port when the storage delay proxy holds `AZURITE_PORT`.
+const AZURITE_BEHIND_PROXY: u16 = 10001;
+/// Where the bench's own checks reach Azurite (never through the delay proxy:
+/// downloading 10,000 blobs at +20 ms each would cost minutes per run).
+static BACKEND_PORT: AtomicU16 = AtomicU16::new(AZURITE_PORT);
 const RELAY_PORT: u16 = 4433;
 pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
 
@@ -40,6 +49,7 @@ impl Drop for Proc {
 pub struct Cloud {
     // Drop order: relay first, then its storage.
     relay: Proc,
+    _delay: Option<DelayProxy>,
     azurite: Proc,
     pub relay_addr: SocketAddr,
     pub fingerprint: String,
@@ -50,11 +60,18 @@ impl Cloud {
         lab: &Lab,
         bins: &CloudBins,
         congestion: &str,
+        delay: Option<DelaySpec>,
         dir: &Path,
     ) -> anyhow::Result<Self> {
+        let az_port = if delay.is_some() {
+            AZURITE_BEHIND_PROXY
+        } else {
+            AZURITE_PORT
+        };
+        BACKEND_PORT.store(az_port, Ordering::SeqCst);
         let mut az = Command::new(&bins.azurite);
         az.args(["--blobHost", "0.0.0.0", "--blobPort"])
-            .arg(AZURITE_PORT.to_string())
+            .arg(az_port.to_string())
             .args([
                 "--inMemoryPersistence",
                 "--disableTelemetry",
@@ -66,8 +83,12 @@ impl Cloud {
             .stderr(log_file(dir, "azurite.err")?);
         die_with_parent(&mut az);
         let mut azurite = Proc(lab.spawn_in(Side::Cloud, az)?);
-        wait_for_tcp(lab, AZURITE_PORT, Duration::from_secs(60), &mut azurite.0)
+        wait_for_tcp(lab, az_port, Duration::from_secs(60), &mut azurite.0)
             .context("Azurite did not start (see azurite.err in the work dir)")?;
+        let delay = match delay {
+            Some(spec) => Some(DelayProxy::start(lab, AZURITE_PORT, az_port, spec)?),
+            None => None,
+        };
         let relay_addr = SocketAddr::new(lab.addr(Side::Cloud).into(), RELAY_PORT);
 
         let tokens = dir.join("tokens");
@@ -97,6 +118,7 @@ impl Cloud {
         let fingerprint = wait_for_fingerprint(&fp_file, &mut relay.0)?;
         Ok(Cloud {
             relay,
+            _delay: delay,
             azurite,
             relay_addr,
             fingerprint,
@@ -117,6 +139,22 @@ impl Cloud {
             "http://{}:{AZURITE_PORT}/{DEV_ACCOUNT}",
             lab.addr(Side::Cloud)
         )
+    }
+
+    /// A container SAS URL (from the development key) as seen from the site,
+    /// for tools that take one (rclone's azureblob `sas_url`).
+    pub fn container_sas_url(lab: &Lab, container: &str) -> anyhow::Result<String> {
+        let sas = shared::sas::account_sas(
+            DEV_ACCOUNT,
+            DEV_KEY,
+            time::OffsetDateTime::now_utc(),
+            time::Duration::hours(12),
+        )
+        .map_err(anyhow::Error::msg)?;
+        Ok(format!(
+            "{}/{container}?{sas}",
+            Self::storage_url_from_site(lab)
+        ))
     }
 
     /// Both processes still running (a crash would poison later rows).
@@ -207,7 +245,8 @@ where
     T: Send + 'static,
 {
     lab.run_in(Side::Cloud, move || {
-        let url = format!("http://127.0.0.1:{AZURITE_PORT}/{DEV_ACCOUNT}");
+        let port = BACKEND_PORT.load(Ordering::SeqCst);
+        let url = format!("http://127.0.0.1:{port}/{DEV_ACCOUNT}");
         let access =
             StorageAccess::resolve(&url, Some(&Secret(DEV_KEY.into())), EntraSource::default())
                 .map_err(anyhow::Error::msg)?;
