@@ -91,7 +91,7 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .arg(format!("--parallel={}", spec.method.python_parallel()))
                 .args(["--max-concurrency", "8"])
                 .args(spec.files);
-            return Ok(finish(cmd, spec)?);
+            return finish(cmd, spec);
         }
         Method::Rclone => {
             // `copy DIR :azureblob:CONTAINER/PREFIX`: blob names = PREFIX/base
@@ -105,7 +105,7 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .args(["--transfers", "32", "--stats", "0", "-q"])
                 .env("RCLONE_CONFIG", spec.rclone_config)
                 .env("RCLONE_AZUREBLOB_SAS_URL", spec.sas_url);
-            return Ok(finish(cmd, spec)?);
+            return finish(cmd, spec);
         }
     }
     cmd.arg("--to")

@@ -257,7 +257,7 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
 fn size_label(bytes: u64) -> String {
     let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (suffix, mult) in units {
-        if bytes >= mult && bytes % mult == 0 {
+        if bytes >= mult && bytes.is_multiple_of(mult) {
             return format!("{}{suffix}", bytes / mult);
         }
     }

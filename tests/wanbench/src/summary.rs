@@ -245,9 +245,7 @@ pub fn small_vs_one(groups: &[Group]) -> String {
                 .filter(|_| done)
                 .map(|n| format!("{:.2}", n / g.files as f64))
                 .unwrap_or_else(|| "–".into()),
-            g.storage_requests
-                .map(|n| per_s(n))
-                .unwrap_or_else(|| "–".into()),
+            g.storage_requests.map(per_s).unwrap_or_else(|| "–".into()),
             if g.seconds > 0.0 {
                 g.azurite_cpu_s / g.seconds
             } else {
