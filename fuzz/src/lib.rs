@@ -246,7 +246,7 @@ pub fn check_offer_input(input: &OfferInput) {
             assert_eq!(plan.size, offer.size);
             assert!(plan.block_size > HIGH_THROUGHPUT_THRESHOLD);
             assert!(plan.block_size <= MAX_BLOCK_SIZE);
-            assert!(plan.block_size <= limits.max_block_bytes);
+            assert!(plan.block_len(0) <= limits.max_block_bytes);
             assert_eq!(plan.block_size % MIB, 0);
             let blocks = plan.block_count();
             assert!(blocks <= MAX_BLOCKS, "{blocks} blocks");
@@ -299,7 +299,9 @@ pub fn expected_outcome(offer: &Offer, limits: &OfferLimits) -> Result<u64, Code
     if offer.size > block_size * MAX_BLOCKS {
         block_size = offer.size.div_ceil(MAX_BLOCKS).div_ceil(MIB) * MIB;
     }
-    if block_size > limits.max_block_bytes {
+    // The buffer the relay needs is the file's largest block: a file smaller
+    // than a block needs only its own size.
+    if block_size.min(offer.size) > limits.max_block_bytes {
         return Err(Code::TooLarge);
     }
     Ok(block_size)

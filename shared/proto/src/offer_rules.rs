@@ -67,7 +67,10 @@ pub fn check_offer(offer: &Offer, limits: &OfferLimits) -> Result<BlockPlan, Fai
         PlanError::TooLarge { .. } => fail(Code::TooLarge, e.to_string()),
         PlanError::BadBlockSize(_) => fail(Code::InvalidOffer, e.to_string()),
     })?;
-    if plan.block_size > limits.max_block_bytes {
+    // The largest buffer this file needs is its first block: min(block size,
+    // size). A file smaller than a block is admitted by its own size, so a relay
+    // with a small budget still takes small files (issue 13).
+    if plan.block_len(0) > limits.max_block_bytes {
         return Err(fail(
             Code::TooLarge,
             format!(
@@ -285,8 +288,16 @@ mod tests {
             ),
             (
                 "block size over budget",
-                |o| o.block_size = Some(GIB + MIB),
+                |o| {
+                    o.size = 2 * GIB;
+                    o.block_size = Some(GIB + MIB)
+                },
                 Err(Code::TooLarge),
+            ),
+            (
+                "block size over budget, file within it",
+                |o| o.block_size = Some(GIB + MIB),
+                Ok(GIB + MIB),
             ),
             ("block size = budget", |o| o.block_size = Some(GIB), Ok(GIB)),
             (
@@ -336,17 +347,26 @@ mod tests {
             check_offer(&offer(), &small).map(|p| p.block_size),
             Ok(8 * MIB)
         );
-        // A budget below the smallest block refuses every Offer, with both sizes named.
+        // A budget below the block size refuses a file with a block that large,
+        // with both sizes named...
         let tiny = OfferLimits {
             default_block_size: DEFAULT_BLOCK_SIZE,
             max_block_bytes: MIB,
         };
-        let f = check_offer(&offer(), &tiny).expect_err("over budget");
+        let mut large = offer();
+        large.size = 20 * MIB;
+        let f = check_offer(&large, &tiny).expect_err("over budget");
         assert_eq!(f.code, Code::TooLarge);
         assert_eq!(
             f.message,
             "block size 16 MiB exceeds the relay's memory budget 1 MiB"
         );
+        // ...but admits files whose one block fits: each takes its own size.
+        let mut small = offer();
+        small.size = MIB;
+        assert_eq!(check_offer(&small, &tiny).map(|p| p.block_len(0)), Ok(MIB));
+        small.size = MIB + 1;
+        assert!(check_offer(&small, &tiny).is_err());
         // The largest blob fits a relay that can hold one 4000 MiB block.
         let mut o = offer();
         o.size = MAX_BLOB_SIZE;

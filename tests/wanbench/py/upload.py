@@ -6,7 +6,7 @@ retries and `max_concurrency`), run as its own process inside the site
 namespace so the bench measures it like relay-client (CPU, RSS, wall time).
 
 Prints one JSON object on stdout:
-  {"ok": bool, "seconds": float, "bytes": int, "retries": int,
+  {"ok": bool, "seconds": float, "bytes": int, "retries": int, "requests": int,
    "files": [{"path", "blob", "bytes", "status", "error"?}]}
 Time covers the first request to the last commit (Put Blob or Put Block List),
 as upload_blob returns only after the commit; the SDK does no end-to-end
@@ -37,6 +37,7 @@ def main() -> int:
     a = p.parse_args()
 
     retries = 0
+    requests = 0
     lock = threading.Lock()
 
     def on_retry(*_args, **_kwargs):
@@ -44,10 +45,17 @@ def main() -> int:
         with lock:
             retries += 1
 
+    def on_request(*_args, **_kwargs):
+        # Every HTTP request the SDK sends, retries included.
+        nonlocal requests
+        with lock:
+            requests += 1
+
     service = BlobServiceClient(
         account_url=a.endpoint,
         credential={"account_name": a.account, "account_key": a.key},
         retry_hook=on_retry,
+        raw_request_hook=on_request,
     )
     container = service.get_container_client(a.container)
 
@@ -70,7 +78,14 @@ def main() -> int:
     ok = all(f["status"] == "committed" for f in files)
     total = sum(f["bytes"] for f in files if f["status"] == "committed")
     json.dump(
-        {"ok": ok, "seconds": seconds, "bytes": total, "retries": retries, "files": files},
+        {
+            "ok": ok,
+            "seconds": seconds,
+            "bytes": total,
+            "retries": retries,
+            "requests": requests,
+            "files": files,
+        },
         sys.stdout,
     )
     sys.stdout.write("\n")

@@ -20,6 +20,13 @@ const CONTAINER: &str = "wanbench";
 /// relay-client's path cache (warm start), one per profile's log dir.
 const PATH_CACHE: &str = "paths.json";
 
+/// Where a run's client finds storage.
+struct Urls<'a> {
+    storage: &'a str,
+    sas: &'a str,
+    rclone_config: &'a Path,
+}
+
 pub struct Bench<'a> {
     pub plan: &'a Plan,
     pub cloud_bins: CloudBins,
@@ -42,9 +49,23 @@ impl Bench<'_> {
         std::fs::create_dir_all(&dir).context("create log dir")?;
         // Every profile's first relay run starts cold, also in a reused --work-dir.
         let _ = std::fs::remove_file(dir.join(PATH_CACHE));
-        let mut cloud = Cloud::start(&lab, &self.cloud_bins, &self.plan.relay_congestion, &dir)?;
+        let mut cloud = Cloud::start(
+            &lab,
+            &self.cloud_bins,
+            &self.plan.relay_congestion,
+            self.plan.storage_delay,
+            &dir,
+        )?;
         cloud::ensure_container(&lab, CONTAINER)?;
         let storage_url = Cloud::storage_url_from_site(&lab);
+        let sas_url = Cloud::container_sas_url(&lab, CONTAINER)?;
+        let rclone_config = dir.join("rclone.conf");
+        std::fs::write(&rclone_config, "").context("write rclone.conf")?;
+        let urls = Urls {
+            storage: &storage_url,
+            sas: &sas_url,
+            rclone_config: &rclone_config,
+        };
         let mut rows = Vec::new();
         for repeat in 1..=self.plan.repeats {
             for &workload in &self.plan.workloads {
@@ -52,16 +73,8 @@ impl Bench<'_> {
                 for &method in &self.plan.methods {
                     crate::interrupt::check()?;
                     cloud.check_alive()?;
-                    let row = self.run_one(
-                        &lab,
-                        &cloud,
-                        &storage_url,
-                        &dir,
-                        profile,
-                        method,
-                        workload,
-                        repeat,
-                    )?;
+                    let row =
+                        self.run_one(&lab, &cloud, &urls, &dir, profile, method, workload, repeat)?;
                     eprintln!("{}", progress_line(&row));
                     (self.on_row)(&row);
                     rows.push(row);
@@ -76,7 +89,7 @@ impl Bench<'_> {
         &self,
         lab: &Lab,
         cloud: &Cloud,
-        storage_url: &str,
+        urls: &Urls,
         dir: &Path,
         profile: Profile,
         method: Method,
@@ -98,19 +111,31 @@ impl Bench<'_> {
         let files = self.files.of(workload);
         let stdout = dir.join(format!("{prefix}.json"));
         let stderr = dir.join(format!("{prefix}.err"));
+        let paths: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
+        let files_dir = self.files.dir_of(workload).unwrap_or_default();
         let spec = RunSpec {
             method,
-            files: &files.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>(),
+            files: &paths,
             container: CONTAINER,
             prefix: &prefix,
-            storage_url,
+            storage_url: urls.storage,
+            sas_url: urls.sas,
+            dir: &files_dir,
+            rclone_config: urls.rclone_config,
             relay_congestion: &self.plan.relay_congestion,
             path_cache: &dir.join(PATH_CACHE),
             stdout: &stdout,
             stderr: &stderr,
         };
         let mut cmd = client::command(&self.site_bins, cloud, &spec)?;
-        lab.enter_on_spawn(Side::Site, &mut cmd)?;
+        // Loopback: the client runs next to storage and the relay (the cloud's
+        // own address is local there), and the link stays idle.
+        let side = if self.plan.loopback {
+            Side::Cloud
+        } else {
+            Side::Site
+        };
+        lab.enter_on_spawn(side, &mut cmd)?;
 
         let relay_pid = cloud.relay_pid();
         let azurite_pid = cloud.azurite_pid();
@@ -126,8 +151,18 @@ impl Bench<'_> {
         let relay_peak = child::peak_rss_kib(relay_pid)?;
 
         let out = std::fs::read_to_string(&stdout).unwrap_or_default();
-        let report = client::parse(method, &out);
         let bytes = self.plan.workload_bytes(workload);
+        let report = if method == Method::Rclone {
+            Ok(client::rclone_report(
+                done.exit_code,
+                done.wall.as_secs_f64(),
+                &paths,
+                &prefix,
+                bytes,
+            ))
+        } else {
+            client::parse(method, &out)
+        };
         let expected_blobs: Vec<String> = files
             .iter()
             .map(|(p, _)| format!("{prefix}/{}", file_name(p)))
@@ -135,6 +170,7 @@ impl Bench<'_> {
         let mut error = None;
         let mut reattempts = 0;
         let mut warm_start = None;
+        let mut storage_requests = None;
         let (verified, seconds, bytes_done, retries) = if done.capped {
             // What reached storage by the cap; in-flight data is not counted.
             let stored = cloud::stored_bytes(lab, CONTAINER, expected_blobs)?;
@@ -145,6 +181,7 @@ impl Bench<'_> {
                 Ok(r) => {
                     reattempts = r.reattempts;
                     warm_start = r.warm_start;
+                    storage_requests = r.storage_requests;
                     let (ok, why) = verify(lab, files, &r)?;
                     if !ok {
                         error = Some(why.unwrap_or_else(|| tail(&stderr)));
@@ -166,7 +203,7 @@ impl Bench<'_> {
         Ok(Row {
             profile,
             method: method.name().into(),
-            workload: workload.name().into(),
+            workload: workload.name(),
             repeat,
             files: files.len(),
             bytes,
@@ -191,6 +228,9 @@ impl Bench<'_> {
             warm_start,
             congestion,
             loadavg_1m,
+            storage_requests,
+            loopback: self.plan.loopback,
+            storage_delay: self.plan.storage_delay,
             error,
         })
     }
@@ -325,8 +365,8 @@ pub fn slug(s: &str) -> String {
 
 fn progress_line(r: &Row) -> String {
     format!(
-        "wanbench: {:<16} {:<5} {:<14} #{} {:>8.2} s {:>7.1} Mbit/s {}{} q{:.2}% r{:.2}% cpu {:.1}/{:.1} s{}",
-        r.profile.label(),
+        "wanbench: {:<16} {:<11} {:<14} #{} {:>8.2} s {:>7.1} Mbit/s {}{} q{:.2}% r{:.2}% cpu {:.1}/{:.1} s{}",
+        r.place(),
         r.workload,
         r.method,
         r.repeat,

@@ -18,6 +18,8 @@ pub struct SiteBins {
     pub relay_client: PathBuf,
     pub python: PathBuf,
     pub upload_py: PathBuf,
+    /// rclone (Debian package), for the `rclone` row.
+    pub rclone: PathBuf,
 }
 
 /// Where one run writes and what it sends.
@@ -28,6 +30,12 @@ pub struct RunSpec<'a> {
     /// Blob name prefix of this run (a fresh one per run).
     pub prefix: &'a str,
     pub storage_url: &'a str,
+    /// Container SAS URL (rclone).
+    pub sas_url: &'a str,
+    /// The directory holding exactly `files` (rclone copies a directory).
+    pub dir: &'a Path,
+    /// rclone's (empty) config file: it reads its remote from the environment.
+    pub rclone_config: &'a Path,
     pub relay_congestion: &'a str,
     /// relay-client's path cache for this profile (warm start between runs).
     pub path_cache: &'a Path,
@@ -58,16 +66,21 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 cmd.arg("--no-warm-start");
             }
         }
-        Method::DirectCubic | Method::DirectBbr => {
+        Method::DirectCubic | Method::DirectBbr | Method::DirectBbr32 => {
+            let connections = if spec.method == Method::DirectBbr32 {
+                "32"
+            } else {
+                "8"
+            };
             cmd = Command::new(&bins.relay_client);
             cmd.arg("upload")
                 .args(spec.files)
                 .arg("--direct")
                 .args(["--storage-url", spec.storage_url])
-                .args(["--connections", "8"])
+                .args(["--connections", connections])
                 .env("RELAY_ACCOUNT_KEY", DEV_KEY);
         }
-        Method::PythonSdk | Method::PythonSdkBbr => {
+        Method::PythonSdk | Method::PythonSdkBbr | Method::PythonSdk32 | Method::PythonSdk64 => {
             cmd = Command::new(&bins.python);
             cmd.arg(&bins.upload_py)
                 .args(["--endpoint", spec.storage_url])
@@ -75,23 +88,72 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .args(["--key", DEV_KEY])
                 .args(["--container", spec.container])
                 .arg(format!("--prefix={}/", spec.prefix))
-                .args(["--parallel", "4", "--max-concurrency", "8"])
+                .arg(format!("--parallel={}", spec.method.python_parallel()))
+                .args(["--max-concurrency", "8"])
                 .args(spec.files);
-            strip_proxies(&mut cmd);
-            cmd.stdin(Stdio::null())
-                .stdout(file(spec.stdout)?)
-                .stderr(file(spec.stderr)?);
-            return Ok(cmd);
+            return finish(cmd, spec);
+        }
+        Method::Rclone => {
+            // `copy DIR :azureblob:CONTAINER/PREFIX`: blob names = PREFIX/base
+            // name, as for the other methods. Defaults otherwise (files up to
+            // 256 MiB as one Put Blob, larger ones in 4 MiB blocks, 16 at
+            // once), with 32 files at once for many small files.
+            cmd = Command::new(&bins.rclone);
+            cmd.arg("copy")
+                .arg(spec.dir)
+                .arg(format!(":azureblob:{}/{}", spec.container, spec.prefix))
+                .args(["--transfers", "32", "--stats", "0", "-q"])
+                .env("RCLONE_CONFIG", spec.rclone_config)
+                .env("RCLONE_AZUREBLOB_SAS_URL", spec.sas_url);
+            return finish(cmd, spec);
         }
     }
     cmd.arg("--to")
         .arg(format!("{}/{}", spec.container, spec.prefix))
         .args(["--json", "--quiet"]);
+    finish(cmd, spec)
+}
+
+fn finish(mut cmd: Command, spec: &RunSpec) -> anyhow::Result<Command> {
     strip_proxies(&mut cmd);
     cmd.stdin(Stdio::null())
         .stdout(file(spec.stdout)?)
         .stderr(file(spec.stderr)?);
     Ok(cmd)
+}
+
+/// rclone prints no JSON summary: a run that exited 0 claims every file, and
+/// the bench's download check decides. Its time is the process's wall time
+/// (start to exit, ~50 ms more than the transfer).
+pub fn rclone_report(
+    exit_code: Option<i32>,
+    wall_s: f64,
+    files: &[PathBuf],
+    prefix: &str,
+    bytes: u64,
+) -> ClientReport {
+    let ok = exit_code == Some(0);
+    ClientReport {
+        ok,
+        seconds: wall_s,
+        bytes: if ok { bytes } else { 0 },
+        retries: 0,
+        reattempts: 0,
+        warm_start: None,
+        storage_requests: None,
+        files: files
+            .iter()
+            .map(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                FileOutcome {
+                    path: p.display().to_string(),
+                    blob: format!("{prefix}/{name}"),
+                    committed: ok,
+                    sha256: None,
+                }
+            })
+            .collect(),
+    }
 }
 
 fn file(p: &Path) -> anyhow::Result<std::fs::File> {
@@ -121,6 +183,9 @@ pub struct ClientReport {
     pub reattempts: u64,
     /// relay-client in relay mode: whether the connection started warm.
     pub warm_start: Option<bool>,
+    /// Requests to storage: relay-client's per-file counts (the relay's, in
+    /// relay mode), the Python SDK's request hook; None for rclone.
+    pub storage_requests: Option<u64>,
     pub files: Vec<FileOutcome>,
 }
 
@@ -146,11 +211,12 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
         .filter_map(|f| f.get("attempts").and_then(Value::as_u64))
         .map(|a| a.saturating_sub(1))
         .sum();
-    let (seconds, bytes, retries) = if method.is_python() {
+    let (seconds, bytes, retries, requests) = if method.is_python() {
         (
             v.get("seconds").and_then(Value::as_f64),
             v.get("bytes").and_then(Value::as_u64),
             v.get("retries").and_then(Value::as_u64).unwrap_or(0),
+            v.get("requests").and_then(Value::as_u64),
         )
     } else {
         let t = v.get("totals").context("JSON has no totals")?;
@@ -158,10 +224,15 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
             .iter()
             .filter_map(|f| f.get("retries").and_then(Value::as_u64))
             .sum();
+        let requests = files
+            .iter()
+            .map(|f| f.get("storage_requests").and_then(Value::as_u64))
+            .sum::<Option<u64>>();
         (
             t.get("seconds").and_then(Value::as_f64),
             t.get("bytes").and_then(Value::as_u64),
             retries,
+            requests,
         )
     };
     Ok(ClientReport {
@@ -171,6 +242,7 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
         retries,
         reattempts,
         warm_start: v.get("warm_start").and_then(Value::as_bool),
+        storage_requests: requests,
         files: outcomes,
     })
 }
@@ -182,7 +254,8 @@ mod tests {
     #[test]
     fn reads_relay_client_and_python_summaries() {
         let rc = r#"{"ok":true,"mode":"direct","files":[{"path":"/t/a.bin","container":"c",
-            "blob":"p/a.bin","status":"committed","bytes":5,"sha256":"ab","retries":2,"attempts":3}],
+            "blob":"p/a.bin","status":"committed","bytes":5,"sha256":"ab","retries":2,"attempts":3,
+            "storage_requests":2}],
             "totals":{"files":1,"committed":1,"failed":0,"bytes":5,"seconds":1.5,"mbit_per_s":0.1}}"#;
         let r = parse(Method::DirectBbr, rc).expect("parses");
         assert!(r.ok);
@@ -191,11 +264,13 @@ mod tests {
             (1.5, 5, 2, 2)
         );
         assert_eq!(r.files[0].sha256.as_deref(), Some("ab"));
+        assert_eq!(r.storage_requests, Some(2));
 
-        let py = r#"{"ok":false,"seconds":2.0,"bytes":0,"retries":1,
+        let py = r#"{"ok":false,"seconds":2.0,"bytes":0,"retries":1,"requests":3,
             "files":[{"path":"a","blob":"p/a","bytes":5,"status":"failed","error":"x"}]}"#;
         let r = parse(Method::PythonSdk, py).expect("parses");
         assert!(!r.ok && !r.files[0].committed);
+        assert_eq!(r.storage_requests, Some(3));
         assert!(parse(Method::Relay, "not json").is_err());
     }
 }

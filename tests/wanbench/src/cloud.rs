@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -16,7 +17,15 @@ use relay_storage::blob::{Storage, WriterOptions};
 use relay_storage::credentials::{EntraSource, StorageAccess};
 use relay_tests::{DEV_ACCOUNT, DEV_KEY};
 
+use crate::storage_delay::{DelayProxy, DelaySpec};
+
+/// Where every client (and the relay) reaches storage in the cloud namespace.
 const AZURITE_PORT: u16 = 10000;
+/// Azurite's own port when the storage delay proxy holds `AZURITE_PORT`.
+const AZURITE_BEHIND_PROXY: u16 = 10001;
+/// Where the bench's own checks reach Azurite (never through the delay proxy:
+/// downloading 10,000 blobs at +20 ms each would cost minutes per run).
+static BACKEND_PORT: AtomicU16 = AtomicU16::new(AZURITE_PORT);
 const RELAY_PORT: u16 = 4433;
 pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
 
@@ -40,6 +49,7 @@ impl Drop for Proc {
 pub struct Cloud {
     // Drop order: relay first, then its storage.
     relay: Proc,
+    _delay: Option<DelayProxy>,
     azurite: Proc,
     pub relay_addr: SocketAddr,
     pub fingerprint: String,
@@ -50,11 +60,18 @@ impl Cloud {
         lab: &Lab,
         bins: &CloudBins,
         congestion: &str,
+        delay: Option<DelaySpec>,
         dir: &Path,
     ) -> anyhow::Result<Self> {
+        let az_port = if delay.is_some() {
+            AZURITE_BEHIND_PROXY
+        } else {
+            AZURITE_PORT
+        };
+        BACKEND_PORT.store(az_port, Ordering::SeqCst);
         let mut az = Command::new(&bins.azurite);
         az.args(["--blobHost", "0.0.0.0", "--blobPort"])
-            .arg(AZURITE_PORT.to_string())
+            .arg(az_port.to_string())
             .args([
                 "--inMemoryPersistence",
                 "--disableTelemetry",
@@ -66,8 +83,12 @@ impl Cloud {
             .stderr(log_file(dir, "azurite.err")?);
         die_with_parent(&mut az);
         let mut azurite = Proc(lab.spawn_in(Side::Cloud, az)?);
-        wait_for_tcp(lab, AZURITE_PORT, Duration::from_secs(60), &mut azurite.0)
+        wait_for_tcp(lab, az_port, Duration::from_secs(60), &mut azurite.0)
             .context("Azurite did not start (see azurite.err in the work dir)")?;
+        let delay = match delay {
+            Some(spec) => Some(DelayProxy::start(lab, AZURITE_PORT, az_port, spec)?),
+            None => None,
+        };
         let relay_addr = SocketAddr::new(lab.addr(Side::Cloud).into(), RELAY_PORT);
 
         let tokens = dir.join("tokens");
@@ -99,6 +120,7 @@ impl Cloud {
         let fingerprint = wait_for_fingerprint(&fp_file, &mut relay.0)?;
         Ok(Cloud {
             relay,
+            _delay: delay,
             azurite,
             relay_addr,
             fingerprint,
@@ -119,6 +141,22 @@ impl Cloud {
             "http://{}:{AZURITE_PORT}/{DEV_ACCOUNT}",
             lab.addr(Side::Cloud)
         )
+    }
+
+    /// A container SAS URL (from the development key) as seen from the site,
+    /// for tools that take one (rclone's azureblob `sas_url`).
+    pub fn container_sas_url(lab: &Lab, container: &str) -> anyhow::Result<String> {
+        let sas = relay_storage::sas::account_sas(
+            DEV_ACCOUNT,
+            DEV_KEY,
+            time::OffsetDateTime::now_utc(),
+            time::Duration::hours(12),
+        )
+        .map_err(anyhow::Error::msg)?;
+        Ok(format!(
+            "{}/{container}?{sas}",
+            Self::storage_url_from_site(lab)
+        ))
     }
 
     /// Both processes still running (a crash would poison later rows).
@@ -209,7 +247,8 @@ where
     T: Send + 'static,
 {
     lab.run_in(Side::Cloud, move || {
-        let url = format!("http://127.0.0.1:{AZURITE_PORT}/{DEV_ACCOUNT}");
+        let port = BACKEND_PORT.load(Ordering::SeqCst);
+        let url = format!("http://127.0.0.1:{port}/{DEV_ACCOUNT}");
         let access =
             StorageAccess::resolve(&url, Some(&Secret(DEV_KEY.into())), EntraSource::default())
                 .map_err(anyhow::Error::msg)?;
@@ -231,6 +270,43 @@ pub fn ensure_container(lab: &Lab, container: &str) -> anyhow::Result<()> {
     })
 }
 
+/// Checks run on this many blobs at once (10,000 small blobs one by one
+/// would take minutes per run).
+const CHECKS_IN_FLIGHT: usize = 32;
+
+/// `check` on every blob name, `CHECKS_IN_FLIGHT` at a time; results in order.
+async fn each_blob<T, F, Fut>(
+    s: Storage,
+    container: &str,
+    blobs: Vec<String>,
+    check: F,
+) -> anyhow::Result<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(relay_storage::blob::BlobWriter) -> Fut,
+    Fut: Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut out: Vec<Option<T>> = (0..blobs.len()).map(|_| None).collect();
+    for (i, blob) in blobs.into_iter().enumerate() {
+        if tasks.len() >= CHECKS_IN_FLIGHT
+            && let Some(done) = tasks.join_next().await
+        {
+            let (j, v) = done.context("check task")?;
+            out[j] = Some(v?);
+        }
+        let fut = check(s.writer(container, &blob)?);
+        tasks.spawn(async move { (i, fut.await) });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (j, v) = done.context("check task")?;
+        out[j] = Some(v?);
+    }
+    out.into_iter()
+        .map(|v| v.context("a check did not run"))
+        .collect()
+}
+
 /// Download each blob and hash it; true where the SHA-256 matches.
 pub fn verify_blobs(
     lab: &Lab,
@@ -239,15 +315,16 @@ pub fn verify_blobs(
 ) -> anyhow::Result<Vec<bool>> {
     let c = container.to_string();
     with_storage(lab, move |s| async move {
-        let mut out = Vec::with_capacity(blobs.len());
-        for (blob, want) in blobs {
-            let ok = match s.writer(&c, &blob)?.content_sha256().await {
-                Ok((_, got)) => hex::encode(got) == want,
-                Err(_) => false,
-            };
-            out.push(ok);
-        }
-        Ok(out)
+        let (names, wants): (Vec<String>, Vec<String>) = blobs.into_iter().unzip();
+        let got = each_blob(s, &c, names, |w| async move {
+            Ok(w.content_sha256().await.ok().map(|(_, h)| hex::encode(h)))
+        })
+        .await?;
+        Ok(got
+            .into_iter()
+            .zip(wants)
+            .map(|(g, want)| g.as_deref() == Some(want.as_str()))
+            .collect())
     })
 }
 
@@ -256,14 +333,13 @@ pub fn verify_blobs(
 pub fn stored_bytes(lab: &Lab, container: &str, blobs: Vec<String>) -> anyhow::Result<u64> {
     let c = container.to_string();
     with_storage(lab, move |s| async move {
-        let mut total = 0u64;
-        for blob in blobs {
-            let w = s.writer(&c, &blob)?;
-            total += match w.properties().await? {
+        let sizes = each_blob(s, &c, blobs, |w| async move {
+            Ok(match w.properties().await? {
                 Some(p) => p.size,
                 None => w.uncommitted_blocks().await?.iter().map(|(_, n)| n).sum(),
-            };
-        }
-        Ok(total)
+            })
+        })
+        .await?;
+        Ok(sizes.iter().sum())
     })
 }

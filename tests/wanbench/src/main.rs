@@ -15,6 +15,7 @@ mod interrupt;
 mod plan;
 mod plot;
 mod row;
+mod storage_delay;
 mod summary;
 mod tcp_cc;
 mod workload;
@@ -61,12 +62,26 @@ struct Args {
     /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Methods: relay, relay-cold, relay-cubic, direct-cubic, direct-bbr, python-sdk, python-sdk-bbr.
+    /// Methods: relay, relay-cold, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
+    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
-    /// Workloads: large, small.
+    /// Workloads: large, small (the sizes below) or COUNTxSIZE, e.g.
+    /// 10000x64KiB,1x625MiB. A many-file workload is compared with one file of
+    /// the same bytes when both are in the run.
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
+    /// Run every client in the cloud namespace, next to Azurite and the relay
+    /// (loopback: files/s into Azurite; the link is idle).
+    #[arg(long)]
+    loopback: bool,
+    /// Put a storage region in front of Azurite: MS (added per request) or
+    /// MS/MBIT (and that upload rate per TCP connection), e.g. 20/480.
+    #[arg(long, value_name = "MS[/MBIT]")]
+    storage_delay: Option<String>,
+    /// rclone binary for the `rclone` row.
+    #[arg(long, default_value = "rclone")]
+    rclone: PathBuf,
     /// Repeats of every (profile, workload, method).
     #[arg(long)]
     repeats: Option<u32>,
@@ -158,7 +173,11 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             root.join("tests/wanbench/py/upload.py"),
             "missing from the checkout",
         )?,
+        rclone: args.rclone.clone(),
     };
+    if plan.methods.contains(&Method::Rclone) {
+        check_rclone(&site_bins.rclone)?;
+    }
     if plan.methods.iter().any(|m| m.is_python()) {
         check_python(&site_bins.python)?;
     }
@@ -258,13 +277,6 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
             .map(|s| Method::parse(s))
             .collect::<Result<_, _>>()?;
     }
-    if !args.workloads.is_empty() {
-        plan.workloads = args
-            .workloads
-            .iter()
-            .map(|s| Workload::parse(s))
-            .collect::<Result<_, _>>()?;
-    }
     if let Some(n) = args.repeats {
         plan.repeats = n.max(1);
     }
@@ -279,6 +291,24 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
     }
     if let Some(k) = args.small_kib {
         plan.small_bytes = k.max(1) << 10;
+    }
+    // After the sizes: `large` and `small` mean the sizes given.
+    let names: Vec<String> = if args.workloads.is_empty() {
+        vec!["large".into(), "small".into()]
+    } else {
+        args.workloads.clone()
+    };
+    let mut workloads = Vec::new();
+    for n in &names {
+        let w = Workload::parse(n, &plan)?;
+        if !workloads.contains(&w) {
+            workloads.push(w);
+        }
+    }
+    plan.workloads = workloads;
+    plan.loopback = args.loopback;
+    if let Some(d) = &args.storage_delay {
+        plan.storage_delay = Some(storage_delay::DelaySpec::parse(d)?);
     }
     if !["relay", "cubic", "bbr", "newreno"].contains(&args.relay_congestion.as_str()) {
         bail!("--relay-congestion must be relay, cubic, bbr or newreno");
@@ -298,6 +328,20 @@ fn existing(p: PathBuf, hint: &str) -> anyhow::Result<PathBuf> {
     } else {
         bail!("{}: not found ({hint})", p.display())
     }
+}
+
+fn check_rclone(rclone: &Path) -> anyhow::Result<()> {
+    let ok = std::process::Command::new(rclone)
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        bail!(
+            "{}: cannot run rclone (apt-get install rclone, or pass --rclone)",
+            rclone.display()
+        );
+    }
+    Ok(())
 }
 
 fn check_python(python: &Path) -> anyhow::Result<()> {
@@ -327,19 +371,29 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     let mut md = String::from("# wanbench results\n\n");
     if let Some((plan, elapsed)) = run {
         md.push_str(&format!(
-            "Repeats {}, cap {} s, large file {} MiB, small files {} x {} KiB, relay QUIC controller {}; \
-             bench took {:.0} s.\n\n",
+            "Repeats {}, cap {} s, workloads {}, relay QUIC controller {}{}{}; bench took {:.0} s.\n\n",
             plan.repeats,
             plan.cap.as_secs(),
-            plan.large_bytes >> 20,
-            plan.small_count,
-            plan.small_bytes >> 10,
+            plan.workloads
+                .iter()
+                .map(|w| w.name())
+                .collect::<Vec<_>>()
+                .join(", "),
             plan.relay_congestion,
+            if plan.loopback { ", loopback (clients in the cloud namespace)" } else { "" },
+            plan.storage_delay
+                .map(|d| format!(", {}", d.label()))
+                .unwrap_or_default(),
             elapsed.as_secs_f64()
         ));
     }
     md.push_str("## Medians\n\n");
     md.push_str(&summary::summary_table(&groups));
+    let pairs = summary::small_vs_one(&groups);
+    if !pairs.is_empty() {
+        md.push_str("\n## Many files vs one file of the same bytes\n\n");
+        md.push_str(&pairs);
+    }
     md.push_str(
         "\n† capped: at least one run hit the time cap; its time is the cap and its goodput is \
          estimated from the IP bytes the link delivered (× 1448/1500), since storage only sees \
@@ -349,5 +403,6 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     std::fs::write(out.join("summary.md"), md).context("write summary.md")?;
     plot::write(&groups, &out.join("goodput.svg"))?;
     print!("{}", summary::summary_table(&groups));
+    print!("{}", summary::small_vs_one(&groups));
     Ok(())
 }

@@ -103,6 +103,17 @@ pub enum Method {
     PythonSdk,
     /// Same with TCP bbr (optional row).
     PythonSdkBbr,
+    /// The Python SDK with 32 files at once (one Put Blob each for files up to
+    /// 64 MiB): its best small-file setting on loopback here. TCP bbr.
+    PythonSdk32,
+    /// The same with 64 files at once.
+    PythonSdk64,
+    /// relay-client --direct --connections 32 (small files: 32 Put Blobs in
+    /// flight instead of 8). TCP bbr.
+    DirectBbr32,
+    /// rclone (Debian package) `copy` with the azureblob backend over a SAS URL,
+    /// `--transfers 32`. TCP bbr.
+    Rclone,
 }
 
 impl Method {
@@ -122,6 +133,10 @@ impl Method {
             Method::DirectBbr => "direct-bbr",
             Method::PythonSdk => "python-sdk",
             Method::PythonSdkBbr => "python-sdk-bbr",
+            Method::PythonSdk32 => "python-sdk-32",
+            Method::PythonSdk64 => "python-sdk-64",
+            Method::DirectBbr32 => "direct-bbr-32",
+            Method::Rclone => "rclone",
         }
     }
 
@@ -134,6 +149,10 @@ impl Method {
             Method::DirectBbr,
             Method::PythonSdk,
             Method::PythonSdkBbr,
+            Method::PythonSdk32,
+            Method::PythonSdk64,
+            Method::DirectBbr32,
+            Method::Rclone,
         ];
         all.into_iter()
             .find(|m| m.name() == s.trim())
@@ -147,40 +166,102 @@ impl Method {
     pub fn tcp_cc(self) -> Option<&'static str> {
         match self {
             Method::DirectCubic | Method::PythonSdk => Some("cubic"),
-            Method::DirectBbr | Method::PythonSdkBbr => Some("bbr"),
+            Method::DirectBbr
+            | Method::PythonSdkBbr
+            | Method::PythonSdk32
+            | Method::PythonSdk64
+            | Method::DirectBbr32
+            | Method::Rclone => Some("bbr"),
             Method::Relay | Method::RelayCubic | Method::RelayCold => None,
         }
     }
 
     pub fn is_python(self) -> bool {
-        matches!(self, Method::PythonSdk | Method::PythonSdkBbr)
+        matches!(
+            self,
+            Method::PythonSdk | Method::PythonSdkBbr | Method::PythonSdk32 | Method::PythonSdk64
+        )
+    }
+
+    /// Files the Python SDK uploads at once.
+    pub fn python_parallel(self) -> usize {
+        match self {
+            Method::PythonSdk32 => 32,
+            Method::PythonSdk64 => 64,
+            _ => 4,
+        }
     }
 }
 
-/// What is uploaded in one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workload {
-    /// One large file.
-    Large,
-    /// Many small files.
-    Small,
+/// What is uploaded in one run: `count` files of `file_bytes` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Workload {
+    pub count: usize,
+    pub file_bytes: u64,
 }
 
 impl Workload {
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Large => "large",
-            Workload::Small => "small",
-        }
+    pub const fn new(count: usize, file_bytes: u64) -> Self {
+        Self { count, file_bytes }
     }
 
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
-        match s.trim() {
-            "large" => Ok(Workload::Large),
-            "small" => Ok(Workload::Small),
-            other => bail!("unknown workload {other:?} (large or small)"),
+    /// `COUNTxSIZE`, e.g. `10000x64KiB`, `1x625MiB` (also the results' label).
+    pub fn name(self) -> String {
+        format!("{}x{}", self.count, size_label(self.file_bytes))
+    }
+
+    pub fn total_bytes(self) -> u64 {
+        self.file_bytes * self.count as u64
+    }
+
+    /// `large` and `small` are the plan's sizes (`--large-mib`, `--small-count`,
+    /// `--small-kib`); anything else is `COUNTxSIZE` with SIZE in B, KiB, MiB or GiB.
+    pub fn parse(s: &str, plan: &Plan) -> anyhow::Result<Self> {
+        let s = s.trim();
+        match s {
+            "large" => return Ok(Self::new(1, plan.large_bytes)),
+            "small" => return Ok(Self::new(plan.small_count, plan.small_bytes)),
+            _ => {}
+        }
+        let (count, size) = s.split_once('x').with_context(|| {
+            format!("workload {s:?}: large, small or COUNTxSIZE (e.g. 10000x64KiB)")
+        })?;
+        let count: usize = count
+            .parse()
+            .with_context(|| format!("workload {s:?}: bad count"))?;
+        let size = parse_size(size).with_context(|| format!("workload {s:?}: bad size"))?;
+        if count == 0 || size == 0 {
+            bail!("workload {s:?}: count and size must be > 0");
+        }
+        Ok(Self::new(count, size))
+    }
+}
+
+/// `64KiB`, `625MiB`, `1GiB`, `100B`.
+fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let units = [
+        ("GiB", 1u64 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+        ("B", 1),
+    ];
+    for (suffix, mult) in units {
+        if let Some(n) = s.strip_suffix(suffix) {
+            let n: u64 = n.trim().parse().context("not a whole number")?;
+            return n.checked_mul(mult).context("too large");
         }
     }
+    bail!("{s:?}: give a unit (B, KiB, MiB, GiB)")
+}
+
+fn size_label(bytes: u64) -> String {
+    let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (suffix, mult) in units {
+        if bytes >= mult && bytes.is_multiple_of(mult) {
+            return format!("{}{suffix}", bytes / mult);
+        }
+    }
+    format!("{bytes}B")
 }
 
 /// Everything a bench run does, resolved from the flags.
@@ -197,6 +278,12 @@ pub struct Plan {
     pub small_bytes: u64,
     /// QUIC controller for the `relay` row (client and relay).
     pub relay_congestion: String,
+    /// Clients run in the cloud namespace next to Azurite and the relay
+    /// (loopback; the emulated link is idle).
+    pub loopback: bool,
+    /// A delay proxy in front of Azurite (every method's storage requests go
+    /// through it): see `storage_delay`.
+    pub storage_delay: Option<crate::storage_delay::DelaySpec>,
 }
 
 impl Plan {
@@ -204,13 +291,15 @@ impl Plan {
         Self {
             profiles: FULL_PROFILES.to_vec(),
             methods: Method::DEFAULT.to_vec(),
-            workloads: vec![Workload::Large, Workload::Small],
+            workloads: vec![Workload::new(1, 256 << 20), Workload::new(200, 256 << 10)],
             repeats: 3,
             cap: Duration::from_secs(120),
             large_bytes: 256 << 20,
             small_count: 200,
             small_bytes: 256 << 10,
             relay_congestion: "relay".into(),
+            loopback: false,
+            storage_delay: None,
         }
     }
 
@@ -221,15 +310,13 @@ impl Plan {
             cap: Duration::from_secs(60),
             large_bytes: 16 << 20,
             small_count: 20,
+            workloads: vec![Workload::new(1, 16 << 20), Workload::new(20, 256 << 10)],
             ..Self::full()
         }
     }
 
     pub fn workload_bytes(&self, w: Workload) -> u64 {
-        match w {
-            Workload::Large => self.large_bytes,
-            Workload::Small => self.small_bytes * self.small_count as u64,
-        }
+        w.total_bytes()
     }
 
     pub fn runs(&self) -> usize {
@@ -252,6 +339,28 @@ mod tests {
             Method::DirectBbr
         );
         assert!(Method::parse("azcopy").is_err());
+        assert_eq!(Method::parse("rclone").expect("valid"), Method::Rclone);
+    }
+
+    #[test]
+    fn parses_workloads() {
+        let plan = Plan::full();
+        let w = Workload::parse("10000x64KiB", &plan).expect("valid");
+        assert_eq!(w, Workload::new(10_000, 64 << 10));
+        assert_eq!(w.total_bytes(), 625 << 20);
+        assert_eq!(Workload::new(1, w.total_bytes()).name(), "1x625MiB");
+        assert_eq!(
+            Workload::parse("large", &plan).expect("valid").name(),
+            "1x256MiB"
+        );
+        assert_eq!(
+            Workload::parse("small", &plan).expect("valid").name(),
+            "200x256KiB"
+        );
+        assert_eq!(Workload::new(3, 1000).name(), "3x1000B");
+        assert!(Workload::parse("0x1MiB", &plan).is_err());
+        assert!(Workload::parse("10x64", &plan).is_err());
+        assert!(Workload::parse("many", &plan).is_err());
     }
 
     #[test]

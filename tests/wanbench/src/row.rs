@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::plan::Profile;
+use crate::storage_delay::DelaySpec;
 
 /// Lab counters over one run, per direction (`up` = site → cloud, the data
 /// direction; `down` carries ACKs and responses).
@@ -101,8 +102,37 @@ pub struct Row {
     /// 1-minute load average when the run started (other work on the 2 cores).
     #[serde(default)]
     pub loadavg_1m: f64,
+    /// Storage requests the client reported (relay-client: per-file counts,
+    /// made by the relay in relay mode; Python SDK: its request hook).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_requests: Option<u64>,
+    /// The client ran in the cloud namespace (loopback), not across the link.
+    #[serde(default)]
+    pub loopback: bool,
+    /// The storage delay proxy in front of Azurite, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_delay: Option<DelaySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl Row {
+    /// Where the run happened: the link profile or `loopback`, and the storage
+    /// delay if any (the group key of the tables).
+    pub fn place(&self) -> String {
+        let base = if self.loopback {
+            "loopback".to_string()
+        } else {
+            self.profile.label()
+        };
+        match self.storage_delay {
+            Some(d) => match d.conn_mbit {
+                Some(m) => format!("{base}, storage +{}ms {}M/conn", d.request_ms, m),
+                None => format!("{base}, storage +{}ms", d.request_ms),
+            },
+            None => base,
+        }
+    }
 }
 
 #[cfg(test)]

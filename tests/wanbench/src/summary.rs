@@ -9,6 +9,10 @@ use crate::row::Row;
 #[derive(Clone, Debug)]
 pub struct Group {
     pub profile: Profile,
+    /// `Row::place`: the link (or loopback) and storage delay.
+    pub place: String,
+    pub files: usize,
+    pub bytes: u64,
     pub workload: String,
     pub method: String,
     pub runs: usize,
@@ -31,6 +35,9 @@ pub struct Group {
     pub reattempts: f64,
     pub queue_loss_pct: f64,
     pub random_loss_pct: f64,
+    pub azurite_cpu_s: f64,
+    /// Median storage requests per run, where the client counts them.
+    pub storage_requests: Option<f64>,
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
@@ -48,24 +55,34 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 
 /// Groups in first-seen order, which is the run order: profile, workload, method.
 pub fn groups(rows: &[Row]) -> Vec<Group> {
-    let mut keys: Vec<(Profile, String, String)> = Vec::new();
+    let mut keys: Vec<(String, String, String)> = Vec::new();
     for r in rows {
-        let k = (r.profile, r.workload.clone(), r.method.clone());
+        let k = (r.place(), r.workload.clone(), r.method.clone());
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
     let mut out: Vec<Group> = keys
         .iter()
-        .map(|(profile, workload, method)| {
+        .filter_map(|(place, workload, method)| {
             let rs: Vec<&Row> = rows
                 .iter()
-                .filter(|r| r.profile == *profile && r.workload == *workload && r.method == *method)
+                .filter(|r| r.place() == *place && r.workload == *workload && r.method == *method)
                 .collect();
+            let first = rs.first()?;
             let m = |f: fn(&Row) -> f64| median(rs.iter().map(|r| f(r)).collect());
             let gp: Vec<f64> = rs.iter().map(|r| r.goodput_mbit).collect();
-            Group {
-                profile: *profile,
+            let reqs: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.storage_requests.map(|n| n as f64))
+                .collect();
+            Some(Group {
+                profile: first.profile,
+                place: place.clone(),
+                files: first.files,
+                bytes: first.bytes,
+                azurite_cpu_s: m(|r| r.azurite_cpu_s),
+                storage_requests: (reqs.len() == rs.len()).then(|| median(reqs)),
                 workload: workload.clone(),
                 method: method.clone(),
                 runs: rs.len(),
@@ -75,7 +92,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 goodput_mbit: median(gp.clone()),
                 goodput_min: gp.iter().copied().fold(f64::INFINITY, f64::min),
                 goodput_max: gp.iter().copied().fold(0.0, f64::max),
-                ceiling_mbit: profile.ceiling_mbit(),
+                ceiling_mbit: first.profile.ceiling_mbit(),
                 vs_direct_cubic: None,
                 vs_direct_bbr: None,
                 client_cpu_s: m(|r| r.client_cpu_s),
@@ -86,16 +103,14 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 reattempts: m(|r| r.reattempts as f64),
                 queue_loss_pct: m(|r| r.queue_loss_pct),
                 random_loss_pct: m(|r| r.random_loss_pct),
-            }
+            })
         })
         .collect();
     let ratios = |method: &str| -> Vec<Option<f64>> {
         out.iter()
             .map(|g| {
                 out.iter()
-                    .find(|b| {
-                        b.method == method && b.profile == g.profile && b.workload == g.workload
-                    })
+                    .find(|b| b.method == method && b.place == g.place && b.workload == g.workload)
                     .and_then(|b| (b.goodput_mbit > 0.0).then(|| g.goodput_mbit / b.goodput_mbit))
             })
             .collect()
@@ -133,7 +148,7 @@ pub fn summary_table(groups: &[Group]) -> String {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {} | {:.2} | {} | {} | {:.0} / {} | {:.0} / {:.0} | {:.2} | {:.2} |",
-            g.profile.label(),
+            g.place,
             g.workload,
             g.method,
             g.verified,
@@ -179,6 +194,68 @@ pub fn summary_table(groups: &[Group]) -> String {
     s
 }
 
+/// Many-file workloads next to one file of the same bytes (same place and
+/// method): the time ratio, files/s, and what storage did (requests/s where
+/// the client counts them, Azurite's CPU in cores). Empty when the run has no
+/// such pair.
+pub fn small_vs_one(groups: &[Group]) -> String {
+    let mut s = String::new();
+    for g in groups.iter().filter(|g| g.files > 1) {
+        let Some(one) = groups.iter().find(|o| {
+            o.files == 1 && o.bytes == g.bytes && o.place == g.place && o.method == g.method
+        }) else {
+            continue;
+        };
+        if s.is_empty() {
+            s.push_str(
+                "| Where | Files | Method | Many files s | One file s | Ratio many / one | Files/s | Storage requests per file | Requests/s | Azurite CPU cores (many) |\n\
+                 |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+            );
+        }
+        let mark = |x: &Group| if x.capped > 0 { "†" } else { "" };
+        // A capped run did not upload every file: its rates are unknown and
+        // its ratio is a lower bound.
+        let done = g.capped == 0 && g.seconds > 0.0;
+        let per_s = |n: f64| {
+            if done {
+                format!("{:.0}", n / g.seconds)
+            } else {
+                "–".into()
+            }
+        };
+        let ratio = if one.seconds > 0.0 {
+            g.seconds / one.seconds
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} vs 1 | {} | {:.2}{} | {:.2}{} | {}{:.2} | {} | {} | {} | {:.2} |",
+            g.place,
+            g.workload,
+            g.method,
+            g.seconds,
+            mark(g),
+            one.seconds,
+            mark(one),
+            if g.capped > 0 { "≥ " } else { "" },
+            ratio,
+            per_s(g.files as f64),
+            g.storage_requests
+                .filter(|_| done)
+                .map(|n| format!("{:.2}", n / g.files as f64))
+                .unwrap_or_else(|| "–".into()),
+            g.storage_requests.map(per_s).unwrap_or_else(|| "–".into()),
+            if g.seconds > 0.0 {
+                g.azurite_cpu_s / g.seconds
+            } else {
+                0.0
+            },
+        );
+    }
+    s
+}
+
 fn ratio(x: Option<f64>) -> String {
     x.map(|x| format!("{x:.2}")).unwrap_or_else(|| "–".into())
 }
@@ -193,7 +270,7 @@ pub fn runs_table(rows: &[Row]) -> String {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} |",
-            r.profile.label(),
+            r.place(),
             r.workload,
             r.method,
             r.repeat,

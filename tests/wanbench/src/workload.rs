@@ -1,6 +1,7 @@
 //! The files every method uploads: generated once per bench run from fixed
 //! seeds, so all methods and profiles send identical bytes.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use relay_tests::files::write_random;
@@ -9,35 +10,45 @@ use crate::plan::{Plan, Workload};
 
 /// (path, SHA-256 hex) per file, per workload.
 pub struct Files {
-    large: Vec<(PathBuf, String)>,
-    small: Vec<(PathBuf, String)>,
+    by_workload: HashMap<Workload, Vec<(PathBuf, String)>>,
 }
 
 impl Files {
-    /// Writes the files under `dir` (random data: storage and transport
-    /// cannot compress or deduplicate it).
+    /// Writes the files under `dir/COUNTxSIZE/` (random data: storage and
+    /// transport cannot compress or deduplicate it). Seeds depend on the file's
+    /// index and size only, so a workload's files are the same in every run.
     pub fn generate(dir: &Path, plan: &Plan) -> Self {
-        let mut large = Vec::new();
-        let mut small = Vec::new();
-        if plan.workloads.contains(&Workload::Large) {
-            let p = dir.join("large").join("large-0.bin");
-            let sha = write_random(&p, plan.large_bytes, 1);
-            large.push((p, sha));
+        let mut by_workload = HashMap::new();
+        for &w in &plan.workloads {
+            let sub = dir.join(w.name());
+            let files = (0..w.count)
+                .map(|i| {
+                    let p = sub.join(format!("f-{i:06}.bin"));
+                    let sha = write_random(&p, w.file_bytes, seed(w, i));
+                    (p, sha)
+                })
+                .collect();
+            by_workload.insert(w, files);
         }
-        if plan.workloads.contains(&Workload::Small) {
-            for i in 0..plan.small_count {
-                let p = dir.join("small").join(format!("small-{i:04}.bin"));
-                let sha = write_random(&p, plan.small_bytes, 1000 + i as u64);
-                small.push((p, sha));
-            }
-        }
-        Self { large, small }
+        Self { by_workload }
     }
 
     pub fn of(&self, w: Workload) -> &[(PathBuf, String)] {
-        match w {
-            Workload::Large => &self.large,
-            Workload::Small => &self.small,
-        }
+        self.by_workload.get(&w).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The directory holding one workload's files (and nothing else).
+    pub fn dir_of(&self, w: Workload) -> Option<PathBuf> {
+        self.of(w)
+            .first()
+            .and_then(|(p, _)| p.parent().map(Path::to_path_buf))
+    }
+}
+
+fn seed(w: Workload, i: usize) -> u64 {
+    if w.count == 1 {
+        1
+    } else {
+        1000 + i as u64 + (w.file_bytes << 20)
     }
 }

@@ -8,6 +8,10 @@
 #[allow(dead_code)]
 #[path = "../src/cloud.rs"]
 mod cloud;
+// cloud.rs can start the storage delay proxy (wanbench --storage-delay).
+#[allow(dead_code)]
+#[path = "../src/storage_delay.rs"]
+mod storage_delay;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -32,7 +36,7 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
         azurite: relay_tests::azurite::azurite_bin(),
         relay_server: binary("relay-server"),
     };
-    let cloud = cloud::Cloud::start(&lab, &bins, "relay", &dir.0)
+    let cloud = cloud::Cloud::start(&lab, &bins, "relay", None, &dir.0)
         .unwrap_or_else(|e| panic!("cloud: {e:#}"));
     cloud::ensure_container(&lab, CONTAINER).unwrap_or_else(|e| panic!("container: {e:#}"));
 

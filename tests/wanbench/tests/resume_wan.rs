@@ -10,6 +10,10 @@
 #[allow(dead_code)]
 #[path = "../src/cloud.rs"]
 mod cloud;
+// cloud.rs can start the storage delay proxy (wanbench --storage-delay).
+#[allow(dead_code)]
+#[path = "../src/storage_delay.rs"]
+mod storage_delay;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

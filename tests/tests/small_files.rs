@@ -1,0 +1,540 @@
+//! Small files (one block, published with one conditional Put Blob) keep every
+//! promise large files keep: nothing unverified is published, a killed upload
+//! reruns cleanly (or finds its file already committed), overwrite rules hold,
+//! errors are per file, and the `--json` report has the same shape. Plus the
+//! relay's side of "many small files": it admits many streams on one connection,
+//! each by its own size against the memory budget, and a file's bytes never wait
+//! for an earlier file's Receipt.
+//!
+//! Real client binary, real relay on loopback QUIC, real Azurite, real files;
+//! every outcome is checked by downloading and hashing the blob, or by its absence.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use relay_server::TestHooks;
+use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
+use relay_tests::files::{Scratch, write_random};
+use relay_tests::proxy::{FaultProxy, Op, Schedule};
+use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_tests::{binary, run_client, summary};
+use relay_proto::id_key::Owner;
+use relay_transport::quic::Windows;
+use relay_storage::staging::Pace;
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+/// A bound against hangs only.
+const T: Duration = Duration::from_secs(120);
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// `upload PATHS --json EXTRA... <relay args>`.
+fn upload(
+    relay: &RelayHandle,
+    to: &str,
+    paths: &[&std::path::Path],
+    extra: &[&str],
+) -> Vec<String> {
+    let mut a = vec!["upload".to_string()];
+    a.extend(paths.iter().map(|p| p.display().to_string()));
+    a.push("--json".into());
+    a.extend(strings(extra));
+    a.extend(relay.client_args(to));
+    a
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Storage for a relay that goes through `proxy`.
+fn via(proxy: &FaultProxy) -> relay_storage::blob::Storage {
+    shared_azurite().storage_at(&proxy.url(), relay_storage::blob::WriterOptions::default())
+}
+
+async fn proxy() -> FaultProxy {
+    FaultProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], shared_azurite().port)),
+        Schedule::seeded(1),
+    )
+    .await
+}
+
+/// Holds the relay's first transfer once it has read `at` bytes, until released.
+struct Gate {
+    at: u64,
+    armed: AtomicBool,
+    holding: AtomicBool,
+    released: AtomicBool,
+    received: AtomicU64,
+}
+
+impl Gate {
+    fn new(at: u64) -> Arc<Self> {
+        Arc::new(Self {
+            at,
+            armed: AtomicBool::new(true),
+            holding: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            received: AtomicU64::new(0),
+        })
+    }
+
+    fn pace(self: &Arc<Self>) -> Pace {
+        let g = self.clone();
+        Arc::new(move |offset, len| {
+            let end = offset + len as u64;
+            g.received.fetch_max(end, Ordering::SeqCst);
+            if end >= g.at && g.armed.swap(false, Ordering::SeqCst) {
+                g.holding.store(true, Ordering::SeqCst);
+                // The hook is synchronous: block this thread (tokio moves other
+                // work elsewhere) until released; the bound only stops a hang.
+                tokio::task::block_in_place(|| {
+                    let deadline = Instant::now() + Duration::from_secs(120);
+                    while !g.released.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                });
+            }
+            Duration::ZERO
+        })
+    }
+}
+
+/// A relay with small windows (the client is never more than 256 KiB ahead of
+/// what the relay has read) whose first transfer stops at `gate`.
+fn gated_relay(gate: &Arc<Gate>) -> RelayHandle {
+    RelayHandle::start(
+        shared_azurite().storage(),
+        RelayOptions {
+            hooks: TestHooks {
+                pace: Some(gate.pace()),
+                ..TestHooks::default()
+            },
+            configure: Some(Box::new(|cfg| {
+                cfg.windows = Windows {
+                    stream_window: 256 * KIB,
+                    connection_window: MIB,
+                    ..Windows::default()
+                };
+            })),
+            ..RelayOptions::default()
+        },
+    )
+}
+
+/// Runs the client and SIGKILLs it (by its own PID) once `ready()` holds.
+async fn run_and_kill(args: &[String], ready: impl Fn() -> bool) {
+    let mut child = tokio::process::Command::new(binary("relay-client"))
+        .args(args)
+        .env_remove("RELAY_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run relay-client: {e}"));
+    let deadline = Instant::now() + T;
+    while !ready() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("client ended ({status}) before the kill point");
+        }
+        assert!(Instant::now() < deadline, "kill point never reached");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.kill().await.unwrap_or_else(|e| panic!("kill: {e}"));
+}
+
+fn committed(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "client failed: {}", stderr(out));
+    let f = summary(out)["files"][0].clone();
+    assert_eq!(f["status"], "committed", "{f}");
+    f
+}
+
+async fn uncommitted_count(container: &str, blob: &str) -> usize {
+    writer(container, blob)
+        .uncommitted_blocks()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_report_of_a_small_file_has_the_large_files_shape() {
+    let container = new_container("smalljson").await;
+    let relay = RelayHandle::start(shared_azurite().storage(), RelayOptions::default());
+    let dir = Scratch::new("smalljson");
+    let small = dir.path("small.bin");
+    let large = dir.path("large.bin");
+    let small_sha = write_random(&small, 64 * KIB + 7, 1);
+    let large_sha = write_random(&large, 11 * MIB + 3, 2);
+    let a = upload(
+        &relay,
+        &container,
+        &[&small, &large],
+        &["--block-size", "5MiB"],
+    );
+    let out = run_client(&a, &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = summary(&out);
+    let files = s["files"].as_array().cloned().unwrap_or_default();
+    let by = |name: &str| -> serde_json::Value {
+        files
+            .iter()
+            .find(|f| f["blob"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} missing from {s}"))
+    };
+    let (fs, fl) = (by("small.bin"), by("large.bin"));
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        keys(&fs),
+        keys(&fl),
+        "same fields for small and large files"
+    );
+    assert_eq!(keys(&fs["relay_ms"]), keys(&fl["relay_ms"]));
+    assert_eq!(fs["sha256"], small_sha.as_str());
+    assert_eq!(fl["sha256"], large_sha.as_str());
+    // One block: an existence check and one Put Blob; several blocks: more.
+    let requests = |f: &serde_json::Value| f["storage_requests"].as_u64().unwrap_or(0);
+    assert!((1..=2).contains(&requests(&fs)), "{fs}");
+    assert!(requests(&fl) > 2, "{fl}");
+    // Stored bytes and the `sha256` metadata, as for large files.
+    assert_eq!(
+        blob_sha(&container, "small.bin").await,
+        (64 * KIB + 7, small_sha.clone())
+    );
+    let props = writer(&container, "small.bin")
+        .properties()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("small.bin missing"));
+    assert_eq!(props.sha256.as_deref(), Some(small_sha.as_str()));
+    assert_eq!(
+        blob_sha(&container, "large.bin").await,
+        (11 * MIB + 3, large_sha)
+    );
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_file_killed_midway_leaves_nothing_and_reruns_cleanly() {
+    let container = new_container("smallkill").await;
+    let gate = Gate::new(512 * KIB);
+    let relay = gated_relay(&gate);
+    let dir = Scratch::new("smallkill");
+    let file = dir.path("f.bin");
+    let size = MIB + 17;
+    let sha = write_random(&file, size, 3);
+    let a = upload(&relay, &container, &[&file], &[]);
+    run_and_kill(&a, || gate.holding.load(Ordering::SeqCst)).await;
+    // Held at 512 KiB with a 256 KiB stream window: the client never sent the
+    // rest or a Trailer, so there is nothing the relay could publish.
+    gate.released.store(true, Ordering::SeqCst);
+    assert!(
+        !blob_exists(&container, "f.bin").await,
+        "a killed run must not publish"
+    );
+    assert_eq!(
+        uncommitted_count(&container, "f.bin").await,
+        0,
+        "one block: nothing staged"
+    );
+
+    let f = committed(&run_client(&a, &[], T).await);
+    assert_eq!(f["bytes_resumed"], 0, "{f}");
+    assert_eq!(f["bytes_sent"], size, "{f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_file_killed_while_publishing_rerun_finds_it_committed() {
+    let container = new_container("smallpublish").await;
+    let proxy = proxy().await;
+    // Put Blob is neither Put Block nor a block list or properties request.
+    proxy.hold(Op::Other);
+    let relay = RelayHandle::start(via(&proxy), RelayOptions::default());
+    let dir = Scratch::new("smallpublish");
+    let file = dir.path("f.bin");
+    let size = 300 * KIB + 1;
+    let sha = write_random(&file, size, 4);
+    let a = upload(&relay, &container, &[&file], &[]);
+    // Held Put Blob: the relay has every byte, verified the SHA-256, and is
+    // publishing; the client cannot have its Receipt.
+    run_and_kill(&a, || proxy.stats.held.load(Ordering::SeqCst) >= 1).await;
+    assert!(!blob_exists(&container, "f.bin").await);
+    proxy.release();
+    let deadline = Instant::now() + T;
+    while !blob_exists(&container, "f.bin").await {
+        assert!(Instant::now() < deadline, "the relay never published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let f = committed(&run_client(&a, &[], T).await);
+    assert_eq!(f["bytes_sent"], 0, "{f}");
+    assert_eq!(f["bytes_resumed"], size, "{f}");
+    assert_eq!(f["sha256"], sha.as_str());
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha.clone()));
+
+    // Other bytes under the same name are still refused, the blob kept.
+    write_random(&file, size, 5);
+    let out = run_client(&a, &[], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("a blob with this name exists"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_file_corrupted_at_the_relay_is_never_published() {
+    let container = new_container("smallcorrupt").await;
+    let proxy = proxy().await;
+    let hooks = TestHooks {
+        mangle: Some(Arc::new(|offset: u64, chunk: &mut [u8]| {
+            let target = 40 * KIB + 3;
+            if (offset..offset + chunk.len() as u64).contains(&target) {
+                chunk[(target - offset) as usize] ^= 0x01;
+            }
+        })),
+        ..TestHooks::default()
+    };
+    let relay = RelayHandle::start(
+        via(&proxy),
+        RelayOptions {
+            hooks,
+            ..RelayOptions::default()
+        },
+    );
+    let dir = Scratch::new("smallcorrupt");
+    let file = dir.path("victim.bin");
+    write_random(&file, 64 * KIB, 6);
+    let out = run_client(&upload(&relay, &container, &[&file], &[]), &[], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let f = &summary(&out)["files"][0];
+    assert_eq!(f["status"], "failed");
+    assert_eq!(f["error"]["code"], "hash_mismatch");
+    assert!(stderr(&out).contains("victim.bin"), "{}", stderr(&out));
+    assert!(!blob_exists(&container, "victim.bin").await);
+    // Verify, then publish: the mismatch stopped it before any write to storage.
+    assert_eq!(
+        proxy.stats.requests_of(Op::Other),
+        0,
+        "no Put Blob was sent"
+    );
+    assert_eq!(proxy.stats.requests_of(Op::PutBlock), 0);
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_file_changed_during_transfer_fails_and_publishes_nothing() {
+    let container = new_container("smallchanged").await;
+    let gate = Gate::new(256 * KIB);
+    let relay = gated_relay(&gate);
+    let dir = Scratch::new("smallchanged");
+    let file = dir.path("f.bin");
+    write_random(&file, MIB, 7);
+    let a = upload(&relay, &container, &[&file], &[]);
+    let client = tokio::spawn({
+        let a = a.clone();
+        async move { run_client(&a, &[], T).await }
+    });
+    let deadline = Instant::now() + T;
+    while !gate.holding.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "transfer never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Same size, a byte past what the client can have read (≤ 512 KiB) changes.
+    let mut bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
+    bytes[900 * 1024] ^= 0xff;
+    let before = std::fs::metadata(&file).and_then(|m| m.modified()).ok();
+    std::fs::write(&file, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(before) = before {
+        // A coarse clock must still see a new mtime.
+        let _ = std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .and_then(|f| f.set_modified(before + Duration::from_secs(1)));
+    }
+    gate.released.store(true, Ordering::SeqCst);
+    let out = client.await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(1));
+    let f = &summary(&out)["files"][0];
+    assert_eq!(f["status"], "failed");
+    assert_eq!(f["error"]["code"], "source_changed", "{f}");
+    assert_eq!(f["attempts"], 1, "a changed source is not retried");
+    assert!(!blob_exists(&container, "f.bin").await);
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_overwrite_rules_and_per_file_errors() {
+    let container = new_container("smalloverwrite").await;
+    let relay = RelayHandle::start(shared_azurite().storage(), RelayOptions::default());
+    let dir = Scratch::new("smalloverwrite");
+    let paths: Vec<_> = (0..5).map(|i| dir.path(&format!("f{i}.bin"))).collect();
+    let mut shas: Vec<String> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| write_random(p, 4 * KIB + i as u64, 10 + i as u64))
+        .collect();
+    // f2 exists first (other bytes).
+    let first = run_client(&upload(&relay, &container, &[&paths[2]], &[]), &[], T).await;
+    let etag = committed(&first)["etag"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let old_sha = shas[2].clone();
+    shas[2] = write_random(&paths[2], 5 * KIB, 99);
+
+    // One run of five: f2 is refused on its own, the four others commit.
+    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    let out = run_client(&upload(&relay, &container, &refs, &[]), &[], T).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(
+        (
+            s["totals"]["committed"].as_u64(),
+            s["totals"]["failed"].as_u64()
+        ),
+        (Some(4), Some(1)),
+        "{s}"
+    );
+    for f in s["files"].as_array().into_iter().flatten() {
+        if f["blob"] == "f2.bin" {
+            assert_eq!(f["status"], "failed", "{f}");
+            assert_eq!(f["error"]["code"], "exists", "{f}");
+        } else {
+            assert_eq!(f["status"], "committed", "{f}");
+        }
+    }
+    assert!(
+        stderr(&out).contains("f2.bin: refused: a blob with this name exists (add --overwrite)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(blob_sha(&container, "f2.bin").await.1, old_sha, "kept");
+    for i in [0, 1, 3, 4] {
+        assert_eq!(blob_sha(&container, &format!("f{i}.bin")).await.1, shas[i]);
+    }
+
+    // --if-match: a stale ETag is refused, the current one replaces.
+    let stale = upload(
+        &relay,
+        &container,
+        &[&paths[2]],
+        &["--if-match", "\"0x8DEADBEEF\""],
+    );
+    let out = run_client(&stale, &[], T).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(summary(&out)["files"][0]["status"], "failed");
+    assert_eq!(blob_sha(&container, "f2.bin").await.1, old_sha, "kept");
+    let fresh = upload(&relay, &container, &[&paths[2]], &["--if-match", &etag]);
+    committed(&run_client(&fresh, &[], T).await);
+    assert_eq!(
+        blob_sha(&container, "f2.bin").await,
+        (5 * KIB, shas[2].clone())
+    );
+
+    // --overwrite replaces unconditionally.
+    let newest = write_random(&paths[2], 3 * KIB, 100);
+    let over = upload(&relay, &container, &[&paths[2]], &["--overwrite"]);
+    committed(&run_client(&over, &[], T).await);
+    assert_eq!(blob_sha(&container, "f2.bin").await, (3 * KIB, newest));
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_small_files_stream_at_once_within_the_budget() {
+    let container = new_container("smallmany").await;
+    let proxy = proxy().await;
+    // Every Put Blob waits: a file that reaches it was received whole and verified.
+    proxy.hold(Op::Other);
+    const FILES: u64 = 48;
+    const SIZE: u64 = 64 * KIB;
+    // One token may hold half the budget: 32 files' buffers.
+    let share_bytes = 32 * SIZE;
+    let relay = RelayHandle::start(
+        via(&proxy),
+        RelayOptions {
+            memory_budget: 2 * share_bytes,
+            configure: Some(Box::new(|cfg| cfg.token_share_percent = 50)),
+            ..RelayOptions::default()
+        },
+    );
+    let dir = Scratch::new("smallmany");
+    let paths: Vec<_> = (0..FILES)
+        .map(|i| dir.path(&format!("m{i:02}.bin")))
+        .collect();
+    let shas: Vec<String> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| write_random(p, SIZE, 200 + i as u64))
+        .collect();
+    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    let a = upload(&relay, &container, &refs, &[]);
+    let client = tokio::spawn({
+        let a = a.clone();
+        async move { run_client(&a, &[], T).await }
+    });
+    // 32 files publishing at once on one connection: none waited for another's
+    // Receipt (none has one), and the relay admitted far more than 8 streams.
+    let deadline = Instant::now() + T;
+    while proxy.stats.held.load(Ordering::SeqCst) < 32 {
+        assert!(
+            !client.is_finished(),
+            "the client ended before 32 files were publishing"
+        );
+        assert!(Instant::now() < deadline, "no 32 files publishing at once");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The rest wait for budget, not for a stream: each file took its own size.
+    let share = relay.shared.share_of(&Owner::of_token(TOKEN));
+    let deadline = Instant::now() + T;
+    while share.waiting() == 0 {
+        assert!(Instant::now() < deadline, "no file waits for the budget");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        share.in_use_bytes() <= share_bytes,
+        "{} > {share_bytes}",
+        share.in_use_bytes()
+    );
+    let global = &relay.shared.budget;
+    assert!(global.in_use_bytes() <= global.total_bytes());
+    assert_eq!(
+        proxy.stats.held.load(Ordering::SeqCst),
+        32,
+        "the budget bounds files in memory"
+    );
+    proxy.release();
+    let out = client.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(summary(&out)["totals"]["committed"], FILES);
+    for (i, sha) in shas.iter().enumerate() {
+        assert_eq!(
+            blob_sha(&container, &format!("m{i:02}.bin")).await,
+            (SIZE, sha.clone())
+        );
+    }
+    relay.stop().await;
+}
