@@ -15,16 +15,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use relay_proto::id_key::Owner;
 use relay_server::TestHooks;
+use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{binary, run_client, summary};
-use relay_proto::id_key::Owner;
 use relay_transport::quic::Windows;
-use relay_storage::staging::Pace;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
