@@ -198,6 +198,13 @@ pub struct Args {
     #[arg(long, env = "RELAY_STORAGE_CHECK_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub storage_check_interval: u64,
 
+    /// Seconds a pooled storage connection may sit idle before the relay closes
+    /// it. Keep it below the storage endpoint's own keep-alive timeout (Azurite:
+    /// 5 s): a request sent on a connection the server is closing is lost as a
+    /// transport error and must be retried (docs/LOAD.md).
+    #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub storage_idle_timeout: u64,
+
     /// TOML file with any of these flags (`storage_url = "..."`); flags and
     /// RELAY_* variables override it.
     #[arg(long, env = "RELAY_CONFIG")]

@@ -40,7 +40,11 @@ impl Config {
             .as_deref()
             .ok_or("--storage-url is required")?;
         let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
-        let storage = Storage::new(access, &WriterOptions::default())?;
+        let writer = WriterOptions {
+            pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
+            ..WriterOptions::default()
+        };
+        let storage = Storage::new(access, &writer)?;
         let tokens_path = args.tokens.as_deref().ok_or("--tokens is required")?;
         let tokens = auth::TokenStore::load(tokens_path).map_err(|e| e.to_string())?;
         relay_proto::plan::BlockPlan::new(0, args.block_size)

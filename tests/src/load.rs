@@ -101,10 +101,15 @@ pub struct Report {
     pub relay_cpu_s: f64,
     /// Exit status → clients.
     pub client_exits: BTreeMap<String, u32>,
-    /// Retried storage requests by cause (HTTP status, or `none`: no response).
+    /// Retried storage requests by cause (HTTP status, `transport`: no response,
+    /// `timeout`: no complete answer within the request's deadline).
     pub storage_retries: BTreeMap<String, u64>,
     pub storage_requests: u64,
     pub verified: u64,
+    /// Uncommitted blocks left on committed blobs (a retried Put Block whose
+    /// abandoned first request landed after the commit), and on how many blobs.
+    pub stray_blocks: u64,
+    pub blobs_with_stray_blocks: u64,
     /// Files the relay had committed when it was killed (restart scenario).
     pub killed_after_commits: Option<u64>,
     /// Blobs that were missing or did not hash to their file, and client failures.
@@ -135,7 +140,7 @@ impl Report {
             "scenario {}: {} clients, {} files, {:.2} GB in {:.1} s = {:.1} MB/s\n  \
              relay peak RSS {} MiB of a {} MiB bound ({}), relay CPU {:.1} s\n  \
              client exits: {}; storage requests {}, retried: {}\n  \
-             verified by download: {}/{} blobs{}{}",
+             verified by download: {}/{} blobs; stray uncommitted blocks: {} on {} blobs{}{}",
             self.scenario.name,
             self.scenario.clients,
             self.files,
@@ -155,6 +160,8 @@ impl Report {
             },
             self.verified,
             self.files,
+            self.stray_blocks,
+            self.blobs_with_stray_blocks,
             match self.killed_after_commits {
                 Some(n) => format!("; relay killed and restarted after {n} commits"),
                 None => String::new(),
@@ -487,6 +494,7 @@ pub async fn run(az: &Azurite, s: &Scenario) -> Result<Report, String> {
     drop(relay);
 
     let (mut files, mut bytes, mut verified) = (0, 0, 0);
+    let (mut stray_blocks, mut blobs_with_stray_blocks) = (0, 0);
     for e in expected.iter().flatten() {
         files += 1;
         bytes += e.size;
@@ -501,6 +509,14 @@ pub async fn run(az: &Azurite, s: &Scenario) -> Result<Report, String> {
                 hex::encode(sha)
             )),
             Err(err) => problems.push(format!("{}: {err}", e.blob)),
+        }
+        match blob.uncommitted_blocks().await {
+            Ok(left) if !left.is_empty() => {
+                stray_blocks += left.len() as u64;
+                blobs_with_stray_blocks += 1;
+            }
+            Ok(_) => {}
+            Err(err) => problems.push(format!("{}: block list: {err}", e.blob)),
         }
     }
     Ok(Report {
@@ -517,6 +533,8 @@ pub async fn run(az: &Azurite, s: &Scenario) -> Result<Report, String> {
         storage_retries: usage.retries,
         storage_requests: usage.requests,
         verified,
+        stray_blocks,
+        blobs_with_stray_blocks,
         killed_after_commits,
         problems,
     })
