@@ -18,6 +18,7 @@ mod filters;
 mod model;
 #[cfg(test)]
 mod sim;
+mod warm;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -26,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 
-pub use model::{GAIN_CYCLE, Mode, Model, Params, PathEstimate, Warm};
+pub use model::{GAIN_CYCLE, Mode, Model, Params};
+pub use warm::{PathEstimate, Warm};
 
 /// Factory for `--congestion relay` (one `Relay` per connection).
 #[derive(Debug, Clone, Default)]

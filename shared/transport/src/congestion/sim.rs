@@ -9,7 +9,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::model::{Model, Params, PathEstimate};
+use super::model::{Model, Params};
+use super::warm::PathEstimate;
 
 const MTU: u16 = 1452;
 const PACKET: u64 = 1452;
