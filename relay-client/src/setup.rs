@@ -161,7 +161,8 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
     check_access(&access, container).await?;
-    let storage = Storage::new(access, &WriterOptions::default()).map_err(SetupError)?;
+    let storage =
+        Storage::new(access, &WriterOptions::default()).map_err(|e| SetupError(e.to_string()))?;
     if args.create_container && !args.dry_run {
         storage
             .ensure_container(container)
@@ -200,7 +201,7 @@ async fn check_access(access: &StorageAccess, container: &str) -> Result<(), Set
         },
         ..WriterOptions::default()
     };
-    let probe = Storage::new(access.clone(), &quick).map_err(SetupError)?;
+    let probe = Storage::new(access.clone(), &quick).map_err(|e| SetupError(e.to_string()))?;
     let writer = probe
         .writer(container, ".relay-client-access-check")
         .map_err(|e| SetupError(e.to_string()))?;
@@ -244,6 +245,7 @@ pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError
         addr,
         name,
         timeout: Duration::from_secs(args.connect_timeout),
+        busy_wait: Duration::from_secs(args.busy_wait),
         current: Mutex::new(None),
         observer,
         cache,

@@ -205,6 +205,12 @@ pub struct Args {
     #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub storage_idle_timeout: u64,
 
+    /// Storage requests in flight at once (all transfers together). Bounds the
+    /// connections the relay opens to storage, so a burst of small files cannot
+    /// overflow the storage endpoint's accept queue (docs/LOAD.md).
+    #[arg(long, env = "RELAY_STORAGE_CONCURRENCY", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub storage_concurrency: u64,
+
     /// TOML file with any of these flags (`storage_url = "..."`); flags and
     /// RELAY_* variables override it.
     #[arg(long, env = "RELAY_CONFIG")]

@@ -42,9 +42,11 @@ impl Config {
         let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
         let writer = WriterOptions {
             pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
+            max_concurrent_requests: args.storage_concurrency as usize,
+            max_idle_per_host: args.storage_concurrency as usize,
             ..WriterOptions::default()
         };
-        let storage = Storage::new(access, &writer)?;
+        let storage = Storage::new(access, &writer).map_err(|e| e.to_string())?;
         let tokens_path = args.tokens.as_deref().ok_or("--tokens is required")?;
         let tokens = auth::TokenStore::load(tokens_path).map_err(|e| e.to_string())?;
         relay_proto::plan::BlockPlan::new(0, args.block_size)

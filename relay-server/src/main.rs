@@ -52,7 +52,8 @@ async fn run(args: Args) -> Result<(), String> {
     let probe = StorageProbe::new(
         cfg.storage.access().clone(),
         &cfg.tokens.granted_containers(),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     if args.check_config {
         return check_config(&args, &cfg, &probe).await;
     }

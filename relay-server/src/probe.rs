@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
 use relay_storage::credentials::{StorageAccess, StorageAuth};
 use relay_storage::retry::Backoff;
 use tokio::sync::watch;
@@ -36,7 +36,7 @@ pub struct StorageProbe {
 
 impl StorageProbe {
     /// Probes in the first of `containers`, else in `FALLBACK_CONTAINER`.
-    pub fn new(access: StorageAccess, containers: &[String]) -> Result<Self, String> {
+    pub fn new(access: StorageAccess, containers: &[String]) -> Result<Self, ClientBuildError> {
         let opts = WriterOptions {
             backoff: Backoff {
                 max_attempts: 1,

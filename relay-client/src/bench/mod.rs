@@ -199,7 +199,7 @@ fn storage(url: &str, args: &BenchArgs) -> Result<Storage, String> {
     let entra: EntraSource = args.entra.parse()?;
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(url, key.as_ref(), entra)?;
-    Storage::new(access, &WriterOptions::default())
+    Storage::new(access, &WriterOptions::default()).map_err(|e| e.to_string())
 }
 
 /// The `upload` command line for one run: what a user would type.

@@ -7,175 +7,24 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Transport};
+use azure_core::http::{Etag, NoFormat, RequestContent};
 use azure_storage_blob::models::{
     BlobClientGetPropertiesResultHeaders, BlockBlobClientCommitBlockListOptions,
     BlockBlobClientCommitBlockListResultHeaders, BlockBlobClientGetBlockListOptions,
     BlockBlobClientStageBlockOptions, BlockBlobClientUploadOptions, BlockListType, BlockLookupList,
 };
-use azure_storage_blob::{
-    BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
-    BlockBlobClient, BlockBlobClientOptions,
-};
+use azure_storage_blob::{BlobClient, BlockBlobClient};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
-use crate::credentials::{StorageAccess, StorageAuth};
 use crate::retry::{Backoff, RetryCounts};
 use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
+pub use crate::account::{ClientBuildError, Storage};
 pub use crate::error::{BlobError, TIMEOUT_CODE};
 pub use crate::options::WriterOptions;
-
-/// Opens blob writers against one storage account; cheap to clone.
-#[derive(Clone)]
-pub struct Storage {
-    access: StorageAccess,
-    transport: Transport,
-    backoff: Backoff,
-    /// Where every writer also records its retries (the relay's metrics).
-    retry_counts: Option<Arc<RetryCounts>>,
-    /// Where every writer also counts its requests (the relay's metrics).
-    request_count: Option<Arc<AtomicU64>>,
-    options: WriterOptions,
-}
-
-impl std::fmt::Debug for Storage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Storage({:?})", self.access)
-    }
-}
-
-impl Storage {
-    pub fn new(access: StorageAccess, opts: &WriterOptions) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(opts.connect_timeout)
-            .read_timeout(opts.read_timeout)
-            .pool_max_idle_per_host(opts.max_idle_per_host)
-            .pool_idle_timeout(opts.pool_idle_timeout)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self {
-            access,
-            transport: Transport::new(Arc::new(http)),
-            backoff: opts.backoff,
-            retry_counts: None,
-            request_count: None,
-            options: opts.clone(),
-        })
-    }
-
-    /// Every writer opened from now on also counts its retries, by status, in
-    /// `counts`: live, while transfers run (a writer's own count only reaches its
-    /// transfer's Receipt).
-    pub fn with_retry_counts(mut self, counts: Arc<RetryCounts>) -> Self {
-        self.retry_counts = Some(counts);
-        self
-    }
-
-    /// Every writer opened from now on also adds each request it sends to `count`.
-    pub fn with_request_count(mut self, count: Arc<AtomicU64>) -> Self {
-        self.request_count = Some(count);
-        self
-    }
-
-    pub fn access(&self) -> &StorageAccess {
-        &self.access
-    }
-
-    fn client_options(&self) -> ClientOptions {
-        let mut o = ClientOptions {
-            transport: Some(self.transport.clone()),
-            retry: RetryOptions::none(),
-            ..Default::default()
-        };
-        if let StorageAuth::Sas(p) = &self.access.auth {
-            o.per_try_policies.push(p.clone());
-        }
-        o
-    }
-
-    fn credential(&self) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
-        match &self.access.auth {
-            StorageAuth::Entra(c) => Some(c.clone()),
-            StorageAuth::Sas(_) => None,
-        }
-    }
-
-    pub fn writer(&self, container: &str, blob: &str) -> Result<BlobWriter, BlobError> {
-        let url = self
-            .access
-            .blob_url(container, blob)
-            .map_err(|m| BlobError {
-                status: None,
-                code: None,
-                message: m,
-            })?;
-        let block = BlockBlobClient::new(
-            url.clone(),
-            self.credential(),
-            Some(BlockBlobClientOptions {
-                client_options: self.client_options(),
-                ..Default::default()
-            }),
-        )
-        .map_err(|e| BlobError::from_azure("client setup", e))?;
-        let blob = BlobClient::new(
-            url,
-            self.credential(),
-            Some(BlobClientOptions {
-                client_options: self.client_options(),
-                ..Default::default()
-            }),
-        )
-        .map_err(|e| BlobError::from_azure("client setup", e))?;
-        Ok(BlobWriter {
-            block,
-            blob,
-            backoff: self.backoff,
-            retries: Arc::new(AtomicU32::new(0)),
-            retry_counts: self.retry_counts.clone(),
-            requests: Arc::new(AtomicU32::new(0)),
-            request_count: self.request_count.clone(),
-            options: self.options.clone(),
-        })
-    }
-
-    /// Creates a container if it does not exist (demo and tests; the relay never does).
-    pub async fn ensure_container(&self, container: &str) -> Result<(), BlobError> {
-        let url = self
-            .access
-            .container_url(container)
-            .map_err(|m| BlobError {
-                status: None,
-                code: None,
-                message: m,
-            })?;
-        let client = BlobContainerClient::new(
-            url,
-            self.credential(),
-            Some(BlobContainerClientOptions {
-                client_options: self.client_options(),
-                ..Default::default()
-            }),
-        )
-        .map_err(|e| BlobError::from_azure("client setup", e))?;
-        match client.create(None).await {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let e = BlobError::from_azure("Create Container", e);
-                if e.status == Some(409) {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            }
-        }
-    }
-}
 
 /// Properties of a committed blob.
 #[derive(Debug, Clone)]
@@ -190,14 +39,15 @@ pub struct BlobProperties {
 /// Writes one blob. Every call retries transient failures on the writer's schedule
 /// and counts the retries.
 pub struct BlobWriter {
-    block: BlockBlobClient,
-    blob: BlobClient,
-    backoff: Backoff,
-    retries: Arc<AtomicU32>,
-    retry_counts: Option<Arc<RetryCounts>>,
-    requests: Arc<AtomicU32>,
-    request_count: Option<Arc<AtomicU64>>,
-    options: WriterOptions,
+    pub(crate) block: BlockBlobClient,
+    pub(crate) blob: BlobClient,
+    pub(crate) backoff: Backoff,
+    pub(crate) retries: Arc<AtomicU32>,
+    pub(crate) retry_counts: Option<Arc<RetryCounts>>,
+    pub(crate) requests: Arc<AtomicU32>,
+    pub(crate) request_count: Option<Arc<AtomicU64>>,
+    pub(crate) options: WriterOptions,
+    pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl BlobWriter {
@@ -230,6 +80,9 @@ impl BlobWriter {
                 c.fetch_add(1, Ordering::Relaxed);
             }
             let deadline = self.options.request_deadline(body_bytes);
+            // The deadline counts from when the request may go out, not from
+            // when it started waiting for a permit. The semaphore is never closed.
+            let permit = self.in_flight.acquire().await.ok();
             let outcome = match tokio::time::timeout(deadline, call()).await {
                 Ok(r) => r.map_err(|e| BlobError::from_azure(op, e)),
                 Err(_) => Err(BlobError {
@@ -238,6 +91,7 @@ impl BlobWriter {
                     message: format!("{op}: no answer within {} s", deadline.as_secs()),
                 }),
             };
+            drop(permit);
             match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) => {

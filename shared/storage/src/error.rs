@@ -21,6 +21,18 @@ pub struct BlobError {
 impl BlobError {
     pub(crate) fn from_azure(op: &str, err: azure_core::Error) -> Self {
         let status = err.http_status().map(u16::from);
+        if status.is_none() {
+            // No response: the cause is in the error's source chain (connection
+            // reset, closed, timed out), which the conversion below would drop.
+            return Self {
+                status,
+                code: None,
+                message: format!(
+                    "Azure {op} failed: {}",
+                    without_url_queries(&with_sources(&err))
+                ),
+            };
+        }
         match StorageError::try_from(err) {
             Ok(se) => {
                 let code = se.error_code.as_ref().map(|c| c.to_string());
@@ -59,5 +71,66 @@ impl BlobError {
 
     pub fn is_conflict(&self) -> bool {
         matches!(self.status, Some(409 | 412))
+    }
+}
+
+/// An error and its causes, outermost first: "a: b: c".
+fn with_sources(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// `text` with the query of every URL in it cut off: a SAS URL's query holds its
+/// signature, and transport errors quote the request's URL.
+fn without_url_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("http") {
+        let (before, url_on) = rest.split_at(at);
+        out.push_str(before);
+        let end = url_on
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>'))
+            .unwrap_or(url_on.len());
+        let (url, after) = url_on.split_at(end);
+        match url.split_once('?') {
+            Some((path, _query)) => {
+                out.push_str(path);
+                out.push_str("?[query removed]");
+            }
+            None => out.push_str(url),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_url_queries;
+
+    #[test]
+    fn url_queries_are_cut_from_error_text() {
+        let text = "error sending request for url (http://127.0.0.1:1/acct/c/b?comp=block&sig=SECRET%3D): operation timed out";
+        let cut = without_url_queries(text);
+        assert!(!cut.contains("SECRET"), "{cut}");
+        assert_eq!(
+            cut,
+            "error sending request for url (http://127.0.0.1:1/acct/c/b?[query removed]): operation timed out"
+        );
+        assert_eq!(without_url_queries("no url here"), "no url here");
+        assert_eq!(
+            without_url_queries("see https://x/y and http://z?a=1"),
+            "see https://x/y and http://z?[query removed]"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Blob Relay's storage layer, used by the relay and by the client's direct mode:
-//! Azure credentials and SAS tokens (`credentials`, `sas`), the blob writer over
+//! Azure credentials and SAS tokens (`credentials`, `sas`), one account's HTTP
+//! client and writers (`account`), the blob writer over
 //! the Azure SDK (`blob`), staging a file's blocks with bounded memory
 //! (`staging`), verify-then-commit publishing (`publish`) and the retry schedule
 //! (`retry`). Every upload request goes through one seam, `store::BlobStore`,
@@ -8,6 +9,7 @@
 //!
 //! Pure rules (block IDs, checkpoints, resume points) come from `relay-proto`.
 
+pub mod account;
 pub mod blob;
 pub mod credentials;
 pub mod error;

@@ -12,6 +12,13 @@ pub struct WriterOptions {
     /// Longest quiet time on one request before it is abandoned (and retried).
     pub read_timeout: Duration,
     pub max_idle_per_host: usize,
+    /// Storage requests in flight at once, across every writer of a `Storage`.
+    /// Without a bound a loaded relay opens hundreds of connections in a burst;
+    /// a server whose accept queue overflows (Azurite/Node: 511) then drops the
+    /// handshakes' last ACKs, and those requests hang until the read timeout
+    /// (docs/LOAD.md). Keep `max_idle_per_host` at least this, so connections are
+    /// reused rather than reopened.
+    pub max_concurrent_requests: usize,
     /// Idle pooled connections are closed after this; below the server's own
     /// keep-alive timeout (Azurite/Node: 5 s), so a request is never sent on a
     /// connection the server is closing (that race shows as a transport error
@@ -38,7 +45,8 @@ impl Default for WriterOptions {
             backoff: Backoff::default(),
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(15),
-            max_idle_per_host: 64,
+            max_idle_per_host: 128,
+            max_concurrent_requests: 128,
             pool_idle_timeout: Duration::from_secs(4),
             request_base: Duration::from_secs(15),
             min_body_bytes_per_s: 1 << 20,

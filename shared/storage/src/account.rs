@@ -1,0 +1,175 @@
+//! One storage account: its credentials, the HTTP client every writer shares (with
+//! the pool and timeouts of `WriterOptions`), and the blob writers it opens.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use azure_core::http::{ClientOptions, RetryOptions, Transport};
+use azure_storage_blob::{
+    BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
+    BlockBlobClient, BlockBlobClientOptions,
+};
+
+use crate::blob::BlobWriter;
+use crate::credentials::{StorageAccess, StorageAuth};
+use crate::error::BlobError;
+use crate::options::WriterOptions;
+use crate::retry::{Backoff, RetryCounts};
+
+/// The HTTP client could not be built (TLS roots, system configuration).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the HTTP client: {0}")]
+pub struct ClientBuildError(#[from] reqwest::Error);
+
+/// Opens blob writers against one storage account; cheap to clone.
+#[derive(Clone)]
+pub struct Storage {
+    access: StorageAccess,
+    transport: Transport,
+    backoff: Backoff,
+    /// Where every writer also records its retries (the relay's metrics).
+    retry_counts: Option<Arc<RetryCounts>>,
+    /// Where every writer also counts its requests (the relay's metrics).
+    request_count: Option<Arc<AtomicU64>>,
+    options: WriterOptions,
+    /// Permits for requests in flight, shared by every writer opened here.
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({:?})", self.access)
+    }
+}
+
+impl Storage {
+    pub fn new(access: StorageAccess, opts: &WriterOptions) -> Result<Self, ClientBuildError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(opts.connect_timeout)
+            .read_timeout(opts.read_timeout)
+            .pool_max_idle_per_host(opts.max_idle_per_host)
+            .pool_idle_timeout(opts.pool_idle_timeout)
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Self {
+            access,
+            transport: Transport::new(Arc::new(http)),
+            backoff: opts.backoff,
+            retry_counts: None,
+            request_count: None,
+            options: opts.clone(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                opts.max_concurrent_requests.max(1),
+            )),
+        })
+    }
+
+    /// Every writer opened from now on also counts its retries, by status, in
+    /// `counts`: live, while transfers run (a writer's own count only reaches its
+    /// transfer's Receipt).
+    pub fn with_retry_counts(mut self, counts: Arc<RetryCounts>) -> Self {
+        self.retry_counts = Some(counts);
+        self
+    }
+
+    /// Every writer opened from now on also adds each request it sends to `count`.
+    pub fn with_request_count(mut self, count: Arc<AtomicU64>) -> Self {
+        self.request_count = Some(count);
+        self
+    }
+
+    pub fn access(&self) -> &StorageAccess {
+        &self.access
+    }
+
+    fn client_options(&self) -> ClientOptions {
+        let mut o = ClientOptions {
+            transport: Some(self.transport.clone()),
+            retry: RetryOptions::none(),
+            ..Default::default()
+        };
+        if let StorageAuth::Sas(p) = &self.access.auth {
+            o.per_try_policies.push(p.clone());
+        }
+        o
+    }
+
+    fn credential(&self) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
+        match &self.access.auth {
+            StorageAuth::Entra(c) => Some(c.clone()),
+            StorageAuth::Sas(_) => None,
+        }
+    }
+
+    pub fn writer(&self, container: &str, blob: &str) -> Result<BlobWriter, BlobError> {
+        let url = self
+            .access
+            .blob_url(container, blob)
+            .map_err(|m| BlobError {
+                status: None,
+                code: None,
+                message: m,
+            })?;
+        let block = BlockBlobClient::new(
+            url.clone(),
+            self.credential(),
+            Some(BlockBlobClientOptions {
+                client_options: self.client_options(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        let blob = BlobClient::new(
+            url,
+            self.credential(),
+            Some(BlobClientOptions {
+                client_options: self.client_options(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        Ok(BlobWriter {
+            block,
+            blob,
+            backoff: self.backoff,
+            retries: Arc::new(AtomicU32::new(0)),
+            retry_counts: self.retry_counts.clone(),
+            requests: Arc::new(AtomicU32::new(0)),
+            request_count: self.request_count.clone(),
+            options: self.options.clone(),
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    /// Creates a container if it does not exist (demo and tests; the relay never does).
+    pub async fn ensure_container(&self, container: &str) -> Result<(), BlobError> {
+        let url = self
+            .access
+            .container_url(container)
+            .map_err(|m| BlobError {
+                status: None,
+                code: None,
+                message: m,
+            })?;
+        let client = BlobContainerClient::new(
+            url,
+            self.credential(),
+            Some(BlobContainerClientOptions {
+                client_options: self.client_options(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        match client.create(None).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = BlobError::from_azure("Create Container", e);
+                if e.status == Some(409) {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+}
