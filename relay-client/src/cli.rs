@@ -177,6 +177,11 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 5)]
     pub connect_timeout: u64,
 
+    /// Seconds to keep asking a relay that is at its connection limit (it says
+    /// "busy": later, not no) before giving up with exit 2.
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub busy_wait: u64,
+
     /// QUIC congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) |
     /// cubic | bbr | newreno.
     #[arg(long, default_value = "relay")]

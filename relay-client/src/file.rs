@@ -2,12 +2,14 @@
 //! readable), the upload with retries and capped backoff (reconnecting and
 //! resuming), `--overwrite=if-different`'s second step, and `--dry-run`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use relay_storage::retry::Backoff;
 
+use crate::connect::is_busy;
 use crate::direct::upload_file;
+use crate::link::BUSY_BACKOFF;
 use crate::probe::{self, Verdict};
 use crate::progress::Reporter;
 use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status};
@@ -142,17 +144,47 @@ async fn with_retries(
         max_attempts: job.attempts,
     };
     let mut tries = 0;
+    // Since when, and how often, the relay closed this file's connection as busy.
+    let mut busy: Option<(Instant, u32)> = None;
     loop {
         tries += 1;
-        let res = match job.mode.as_ref() {
+        let (res, closed_busy) = match job.mode.as_ref() {
             Mode::Relay(link) => match link.get().await {
-                Ok(conn) => send_file(&conn, src, opts, bar).await,
-                Err(e) => Err(e),
+                Ok(conn) => {
+                    let res = send_file(&conn, src, opts, bar).await;
+                    // Authenticated, then closed because every slot was taken:
+                    // "later", not a failure of this file.
+                    let closed_busy =
+                        res.is_err() && conn.close_reason().is_some_and(|e| is_busy(&e));
+                    (res, closed_busy.then_some(link.busy_wait))
+                }
+                Err(e) => (Err(e), None),
             },
-            Mode::Direct(d) => upload_file(d, src, opts, bar).await,
+            Mode::Direct(d) => (upload_file(d, src, opts, bar).await, None),
         };
         match res {
             Ok(sent) => return Ok((sent, tries)),
+            Err(_) if closed_busy.is_some() => {
+                let busy_wait = closed_busy.unwrap_or_default();
+                let (since, times) = busy.get_or_insert((Instant::now(), 0));
+                *times += 1;
+                let delay = BUSY_BACKOFF.delay(*times, rand::random::<f64>());
+                if since.elapsed() + delay > busy_wait {
+                    let e = FileError::new(
+                        "connection",
+                        format!(
+                            "the relay stayed at its connection limit for {} s (--busy-wait)",
+                            busy_wait.as_secs()
+                        ),
+                        true,
+                    );
+                    return Err((e, tries));
+                }
+                // Not an attempt of this file: it never reached the relay's pipeline.
+                tries -= 1;
+                tracing::warn!(path = %src.path.display(), ?delay, "relay busy; waiting for a free slot");
+                tokio::time::sleep(delay).await;
+            }
             Err(e) if e.retryable && backoff.allows(tries) => {
                 let delay = backoff.delay(tries, rand::random::<f64>());
                 tracing::warn!(path = %src.path.display(), attempt = tries, ?delay, error = %e.message, "retrying");

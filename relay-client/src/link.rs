@@ -15,12 +15,22 @@ use crate::connect::{ConnectError, Connector};
 use crate::path_cache::PathCache;
 use crate::report::FileError;
 
+/// How a relay at its connection limit is asked again (up to `--busy-wait`): it
+/// answers "busy", meaning later, and a slot frees whenever another client ends.
+pub const BUSY_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(500),
+    cap: Duration::from_secs(8),
+    max_attempts: u32::MAX,
+};
+
 /// One QUIC connection, re-established when it is lost.
 pub struct RelayLink {
     pub connector: Connector,
     pub addr: SocketAddr,
     pub name: String,
     pub timeout: Duration,
+    /// How long a relay at its connection limit is asked again before giving up.
+    pub busy_wait: Duration,
     pub current: Mutex<Option<Connection>>,
     /// Where this run's connections report their path estimate, and where it is
     /// saved for the next run (warm start).
@@ -55,13 +65,11 @@ impl RelayLink {
         {
             return Ok(c.clone());
         }
-        // A busy relay (connection limit) is asked again with backoff: it says
-        // "later", not "no".
-        let backoff = Backoff {
-            initial: Duration::from_millis(500),
-            cap: Duration::from_secs(8),
-            max_attempts: 6,
-        };
+        // A busy relay (connection limit) is asked again with backoff until
+        // `busy_wait` has passed: it says "later", not "no", and a slot frees up
+        // when any other client finishes.
+        let backoff = BUSY_BACKOFF;
+        let give_up = Instant::now() + self.busy_wait;
         let mut tries = 0;
         let c = loop {
             tries += 1;
@@ -71,9 +79,26 @@ impl RelayLink {
                 .await
             {
                 Ok(c) => break c,
-                Err(ConnectError::Busy(m)) if backoff.allows(tries) => {
-                    tracing::warn!(attempt = tries, "{m}");
-                    tokio::time::sleep(backoff.delay(tries, rand::random::<f64>())).await;
+                Err(ConnectError::Busy(m)) => {
+                    let delay = backoff.delay(tries, rand::random::<f64>());
+                    if Instant::now() + delay > give_up {
+                        return Err(FileError::new(
+                            "connection",
+                            format!(
+                                "{m}; still busy after {} s (--busy-wait)",
+                                self.busy_wait.as_secs()
+                            ),
+                            true,
+                        ));
+                    }
+                    let left = give_up.saturating_duration_since(Instant::now());
+                    let waited = self.busy_wait.saturating_sub(left);
+                    tracing::warn!(
+                        attempt = tries,
+                        waited_s = waited.as_secs(),
+                        "{m}; waiting for a free slot"
+                    );
+                    tokio::time::sleep(delay).await;
                 }
                 Err(e) => return Err(FileError::new("connection", e.to_string(), true)),
             }

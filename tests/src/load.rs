@@ -224,10 +224,20 @@ struct RelayProcess {
 
 impl RelayProcess {
     fn spawn(flags: &[String]) -> Result<Self, String> {
+        // LOADBENCH_RELAY_LOG=FILE keeps the relay's log (appended across restarts).
+        let stderr = match std::env::var_os("LOADBENCH_RELAY_LOG") {
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map(Stdio::from)
+                .map_err(|e| format!("cannot open {}: {e}", path.to_string_lossy()))?,
+            None => Stdio::null(),
+        };
         let child = Command::new(binary("relay-server"))
             .args(flags)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .map_err(|e| format!("cannot start relay-server: {e}"))?;
         Ok(Self {

@@ -70,3 +70,17 @@ async fn many_clients_across_a_relay_restart() {
     )))
     .await;
 }
+
+/// Eight clients, one connection slot: seven are told `busy` and must wait for
+/// the slot (`--busy-wait`) instead of giving up, so every file still arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_beyond_the_connection_limit_wait_for_a_slot() {
+    let mut s = small(Scenario::many_clients(8, None));
+    let limit = s
+        .relay_flags
+        .iter()
+        .position(|f| f == "--max-connections")
+        .unwrap_or_else(|| panic!("no --max-connections flag to lower"));
+    s.relay_flags[limit + 1] = "1".into();
+    check(s).await;
+}

@@ -9,6 +9,9 @@
 //!
 //! `cargo build --release --workspace --bins && target/release/loadbench [--clients 64] [--big-clients 16] [--big-mib 256] [--kill-after-s 32] [--scenario all|many-clients|big-files|restart] [--json FILE] [-- RELAY FLAGS...]`
 //!
+//! `LOADBENCH_RELAY_LOG=FILE` keeps the relay's log (its warnings name every
+//! retried storage request and its cause).
+//!
 //! Prints one report per scenario (see `relay_tests::load::Report`) and exits 1 if
 //! any blob failed verification, any client failed, or the relay's peak RSS
 //! exceeded the memory bound its flags imply.
