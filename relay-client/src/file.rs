@@ -162,10 +162,9 @@ async fn with_retries(
             },
             Mode::Direct(d) => (upload_file(d, src, opts, bar).await, None),
         };
-        match res {
-            Ok(sent) => return Ok((sent, tries)),
-            Err(_) if closed_busy.is_some() => {
-                let busy_wait = closed_busy.unwrap_or_default();
+        match (res, closed_busy) {
+            (Ok(sent), _) => return Ok((sent, tries)),
+            (Err(_), Some(busy_wait)) => {
                 let (since, times) = busy.get_or_insert((Instant::now(), 0));
                 *times += 1;
                 let delay = BUSY_BACKOFF.delay(*times, rand::random::<f64>());
@@ -185,12 +184,12 @@ async fn with_retries(
                 tracing::warn!(path = %src.path.display(), ?delay, "relay busy; waiting for a free slot");
                 tokio::time::sleep(delay).await;
             }
-            Err(e) if e.retryable && backoff.allows(tries) => {
+            (Err(e), None) if e.retryable && backoff.allows(tries) => {
                 let delay = backoff.delay(tries, rand::random::<f64>());
                 tracing::warn!(path = %src.path.display(), attempt = tries, ?delay, error = %e.message, "retrying");
                 tokio::time::sleep(delay).await;
             }
-            Err(e) => return Err((e, tries)),
+            (Err(e), None) => return Err((e, tries)),
         }
     }
 }
