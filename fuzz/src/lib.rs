@@ -105,6 +105,7 @@ pub fn check_frame_bytes(data: &[u8]) {
             assert_reject_fits(&Failure {
                 code: Code::InvalidOffer,
                 message: format!("bad Offer: {e}"),
+                existing: None,
             });
         }
         Err(other) => panic!("decode returned an i/o-only error: {other:?}"),
@@ -391,6 +392,7 @@ pub fn seed_messages() -> Vec<Message> {
         Message::Reject(Failure {
             code: Code::InvalidName,
             message: "invalid blob name \"a/\": ends with '/' or '.'".into(),
+            existing: None,
         }),
         Message::Start(Start { offset: 0 }),
         Message::Trailer(Trailer {
@@ -417,6 +419,7 @@ pub fn seed_messages() -> Vec<Message> {
         Message::Error(Failure {
             code: Code::HashMismatch,
             message: "SHA-256 differs".into(),
+            existing: None,
         }),
     ]
 }

@@ -51,6 +51,11 @@ pub enum OverwriteMode {
     /// these bytes (size and SHA-256); replace it otherwise.
     #[value(alias = "ifSourceDifferent")]
     IfDifferent,
+    /// Skip the file when identical or when the blob was committed after the
+    /// source's last modification (the blob's Last-Modified, set by storage);
+    /// replace it otherwise. Like AzCopy's ifSourceNewer.
+    #[value(alias = "ifSourceNewer")]
+    IfNewer,
 }
 
 #[derive(Debug, Args)]

@@ -33,7 +33,7 @@ pub struct Direct {
 }
 
 fn relay_like(f: relay_proto::protocol::Failure) -> FileError {
-    FileError::from_relay(f.code, f.message)
+    FileError::from_relay(f.code, f.message).with_existing(f.existing)
 }
 
 pub async fn upload_file(
@@ -67,9 +67,10 @@ pub async fn upload_file(
     let mut point = match upload.prepare().await {
         Ok(point) => point,
         // As through the relay: a re-run whose file is already the committed blob
-        // succeeds with nothing sent.
-        Err(PublishError::Exists) => {
-            return already_there(&upload, src, &before, &writer, t0).await;
+        // succeeds with nothing sent (also a replacement whose own commit moved
+        // the etag before its answer was lost).
+        Err(e @ (PublishError::Exists(_) | PublishError::Changed { .. })) => {
+            return already_there(&upload, src, &before, &writer, t0, e).await;
         }
         Err(e) => return Err(relay_like(publish_failure(e))),
     };
@@ -166,14 +167,15 @@ async fn open_at(
     })
 }
 
-/// The blob exists: success if it already holds exactly this file (sealed by our
-/// key), else the refusal.
+/// The blob is in the way: success if it already holds exactly this file (sealed
+/// by our key), else `refusal`.
 async fn already_there(
     upload: &Upload<'_>,
     src: &Source,
     before: &Snapshot,
     writer: &BlobWriter,
     t0: Instant,
+    refusal: PublishError,
 ) -> Result<Sent, FileError> {
     let ours = hash_prefix(src.path.clone(), before.len)
         .await
@@ -184,7 +186,7 @@ async fn already_there(
         .await
         .map_err(|e| relay_like(publish_failure(e)))?
     else {
-        return Err(relay_like(publish_failure(PublishError::Exists)));
+        return Err(relay_like(publish_failure(refusal)));
     };
     Ok(Sent {
         bytes: before.len,

@@ -1,6 +1,6 @@
 //! One file from the walk to its report: checks that need no network (name,
 //! readable), the upload with retries and capped backoff (reconnecting and
-//! resuming), `--overwrite=if-different`'s second step, and `--dry-run`.
+//! resuming), `--overwrite=if-different|if-newer`'s second step, and `--dry-run`.
 
 use std::time::{Duration, Instant};
 
@@ -15,14 +15,16 @@ use crate::progress::Reporter;
 use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status};
 use crate::send::{Options, Sent, send_file};
 use crate::setup::Mode;
+use crate::sync::{Decision, SyncRule, decide};
 use crate::walk::{Found, Source};
 
 /// What every file of a run shares.
 pub struct Job {
     pub mode: std::sync::Arc<Mode>,
     pub opts: Options,
-    /// `--overwrite=if-different`: the options that replace a blob whose bytes differ.
-    pub replace: Option<Options>,
+    /// `--overwrite=if-different|if-newer`: what to do with a blob in the way
+    /// that does not hold this file.
+    pub sync: Option<SyncRule>,
     pub attempts: u32,
     pub dry_run: bool,
 }
@@ -68,12 +70,18 @@ async fn report_of(
     if job.dry_run {
         return planned(job, src, &opts).await.map_err(|e| (e, 1));
     }
-    let (sent, tries) = match with_retries(job, src, &opts, bar).await {
-        Err((e, _)) if e.code == "exists" && job.replace.is_some() => {
-            let replace = job.replace.as_ref().map(|r| with_content_type(r, src));
-            with_retries(job, src, replace.as_ref().unwrap_or(&opts), bar).await?
+    let (sent, tries) = match (with_retries(job, src, &opts, bar).await, job.sync) {
+        (Err((e, tries)), Some(rule)) if e.code == "exists" => {
+            match decide(rule, e.existing.as_ref(), source_mtime(src)) {
+                Decision::Replace(overwrite) => {
+                    let replace = Options { overwrite, ..opts };
+                    with_retries(job, src, &replace, bar).await?
+                }
+                Decision::Skip(reason) => return Ok(kept(job, src, reason, &e, tries)),
+                Decision::Refuse(why) => return Err((FileError::new("exists", why, false), tries)),
+            }
         }
-        other => other?,
+        (other, _) => other?,
     };
     let mut r = FileReport {
         path: src.path.display().to_string(),
@@ -105,6 +113,26 @@ async fn report_of(
         r.bytes_resumed = 0;
     }
     Ok(r)
+}
+
+/// The file's modification time now (the user's notion of "newer").
+fn source_mtime(src: &Source) -> Option<std::time::SystemTime> {
+    std::fs::metadata(&src.path).and_then(|m| m.modified()).ok()
+}
+
+/// A file left out because its blob is kept (`--overwrite=if-newer`).
+fn kept(job: &Job, src: &Source, reason: &str, refusal: &FileError, tries: u32) -> FileReport {
+    let mut r = blank(
+        &src.path.display().to_string(),
+        &job.opts.container,
+        &src.blob,
+        Status::Skipped,
+    );
+    r.reason = Some(reason.into());
+    r.bytes = src.size;
+    r.etag = refusal.existing.as_ref().map(|e| e.etag.clone());
+    r.attempts = tries;
+    r
 }
 
 /// Fails fast, and says why, on a file this user cannot read.
@@ -200,12 +228,23 @@ async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, 
         Mode::Relay(link) => probe::through_relay(&link.get().await?, src, opts).await?,
         Mode::Direct(d) => probe::direct(d, src, opts).await?,
     };
-    let reason = match verdict {
-        Verdict::Identical => "would skip (identical)".to_string(),
-        Verdict::Exists if job.replace.is_some() => "would replace (the blob differs)".into(),
-        Verdict::Exists => "would refuse (a blob with this name exists; see --overwrite)".into(),
-        Verdict::Upload { resume_offset: 0 } => format!("would upload {} bytes", src.size),
-        Verdict::Upload { resume_offset } => {
+    let reason = match (verdict, job.sync) {
+        (Verdict::Identical, _) => "would skip (identical)".to_string(),
+        (Verdict::Exists(existing), Some(rule)) => {
+            match decide(rule, existing.as_ref(), source_mtime(src)) {
+                Decision::Replace(_) if rule == SyncRule::IfNewer => {
+                    "would replace (the source is newer)".into()
+                }
+                Decision::Replace(_) => "would replace (the blob differs)".into(),
+                Decision::Skip(why) => format!("would skip ({why})"),
+                Decision::Refuse(why) => format!("would refuse ({why})"),
+            }
+        }
+        (Verdict::Exists(_), None) => {
+            "would refuse (a blob with this name exists; see --overwrite)".into()
+        }
+        (Verdict::Upload { resume_offset: 0 }, _) => format!("would upload {} bytes", src.size),
+        (Verdict::Upload { resume_offset }, _) => {
             format!(
                 "would upload {} bytes (resuming at {resume_offset})",
                 src.size

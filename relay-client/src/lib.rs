@@ -19,6 +19,7 @@ pub mod report;
 pub mod send;
 pub mod setup;
 pub mod source;
+pub mod sync;
 pub mod units;
 pub mod upload;
 pub mod walk;

@@ -8,7 +8,7 @@
 use quinn::Connection;
 use relay_pipeline::failure::{condition, storage_failure};
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Code, Message, Offer, Overwrite, app_error};
+use relay_proto::protocol::{Code, ExistingBlob, Message, Offer, Overwrite, app_error};
 use relay_storage::publish::{Destination, sealed_as};
 use relay_transport::frames::{read_frame, write_frame};
 
@@ -23,8 +23,9 @@ use crate::walk::Source;
 pub enum Verdict {
     /// The blob holds exactly these bytes (verified seal): skipped.
     Identical,
-    /// The blob exists with other bytes, and this mode does not replace it.
-    Exists,
+    /// The blob exists with other bytes, and this mode does not replace it
+    /// unconditionally; the blob as reported, if it was.
+    Exists(Option<ExistingBlob>),
     /// The bytes would be sent (from `resume_offset`).
     Upload { resume_offset: u64 },
 }
@@ -79,7 +80,7 @@ pub async fn through_relay(
         Message::Plan(p) => Ok(Verdict::Upload {
             resume_offset: p.resume_offset,
         }),
-        Message::Reject(f) if f.code == Code::Exists => Ok(Verdict::Exists),
+        Message::Reject(f) if f.code == Code::Exists => Ok(Verdict::Exists(f.existing)),
         Message::Reject(f) => Err(FileError::from_relay(f.code, f.message)),
         other => Err(FileError::new(
             "protocol",
@@ -116,7 +117,10 @@ pub async fn direct(d: &Direct, src: &Source, opts: &Options) -> Result<Verdict,
         return Ok(Verdict::Identical);
     }
     Ok(match opts.overwrite {
-        Overwrite::Never => Verdict::Exists,
+        Overwrite::Never => Verdict::Exists(Some(ExistingBlob {
+            etag: props.etag,
+            last_modified: props.last_modified,
+        })),
         _ => Verdict::Upload { resume_offset: 0 },
     })
 }

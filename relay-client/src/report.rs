@@ -3,7 +3,7 @@
 //! per-file report is kept: the summary's totals are a running tally, so memory
 //! does not grow with the number of files.
 
-use relay_proto::protocol::{Code, Timings};
+use relay_proto::protocol::{Code, ExistingBlob, Timings};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -161,6 +161,8 @@ pub struct FileError {
     pub message: String,
     /// Worth another attempt (lost connection, relay busy, Azure 5xx).
     pub retryable: bool,
+    /// With `exists`: the blob in the way, as storage reported it.
+    pub existing: Option<ExistingBlob>,
 }
 
 impl FileError {
@@ -169,7 +171,13 @@ impl FileError {
             code: code.into(),
             message: message.into(),
             retryable,
+            existing: None,
         }
+    }
+
+    pub fn with_existing(mut self, existing: Option<ExistingBlob>) -> Self {
+        self.existing = existing;
+        self
     }
 
     pub fn from_relay(code: Code, message: String) -> Self {
@@ -191,6 +199,7 @@ impl FileError {
             code: label,
             message: text,
             retryable: code.is_retryable(),
+            existing: None,
         }
     }
 }

@@ -17,7 +17,7 @@ use relay_proto::protocol::{
     Failure, Message, Offer, Overwrite, Receipt, Secret, Start, Trailer, app_error,
 };
 use relay_proto::session::client::{
-    Action, ClientSession, Event, Failed, StreamEnd, prefix_to_check, start_offset,
+    Action, ClientSession, Event, Failed, Replaces, StreamEnd, prefix_to_check, start_offset,
 };
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
@@ -80,10 +80,9 @@ pub async fn send_file(
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
     let size = Snapshot::take(&src.path).map_err(unreadable)?.len;
-    let may_overwrite = opts.overwrite != Overwrite::Never;
     // With a manifest's hash (`--checksums`) the first Offer already carries it.
     let (mut session, mut action) =
-        ClientSession::with_sha256(size, may_overwrite, src.sha256.clone());
+        ClientSession::with_sha256(size, Replaces::from(&opts.overwrite), src.sha256.clone());
     let mut last: Option<Stream> = None;
     loop {
         let event = match action {
@@ -99,7 +98,9 @@ pub async fn send_file(
                 })?;
                 return Ok(stream.sent(receipt));
             }
-            Action::Fail(Failed::Relay(f)) => return Err(FileError::from_relay(f.code, f.message)),
+            Action::Fail(Failed::Relay(f)) => {
+                return Err(FileError::from_relay(f.code, f.message).with_existing(f.existing));
+            }
             Action::Fail(Failed::Protocol(m)) => return Err(FileError::new("protocol", m, false)),
             Action::Fail(Failed::Verify(m)) => return Err(FileError::new("verify", m, false)),
         };

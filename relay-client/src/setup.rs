@@ -91,8 +91,11 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
     let overwrite = match (&args.if_match, args.overwrite) {
         (Some(etag), _) => Overwrite::IfMatch { etag: etag.clone() },
         (None, OverwriteMode::Always) => Overwrite::Always,
-        // if-different starts as never: the relay then checks its seal on the blob.
-        (None, OverwriteMode::Never | OverwriteMode::IfDifferent) => Overwrite::Never,
+        // if-different and if-newer start as never: the relay then checks its seal
+        // on the blob, and the refusal names the blob for the second step.
+        (None, OverwriteMode::Never | OverwriteMode::IfDifferent | OverwriteMode::IfNewer) => {
+            Overwrite::Never
+        }
     };
     Ok(Options {
         token: Secret(args.token.clone().unwrap_or_default()),

@@ -18,6 +18,7 @@ use crate::manifest::Manifest;
 use crate::progress::{Found as FoundSoFar, Reporter};
 use crate::report::Summary;
 use crate::setup::{self, Mode, SetupError};
+use crate::sync::SyncRule;
 use crate::walk::{Found, Walk, WalkOptions};
 
 /// How a run ended (setup errors aside).
@@ -50,15 +51,15 @@ pub async fn run(
         }
     };
     let mode = Arc::new(mode);
-    let replace = (args.overwrite == OverwriteMode::IfDifferent).then(|| {
-        let mut o = opts.clone();
-        o.overwrite = relay_proto::protocol::Overwrite::Always;
-        o
-    });
+    let sync = match args.overwrite {
+        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
+        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
+        OverwriteMode::Never | OverwriteMode::Always => None,
+    };
     let job = Arc::new(Job {
         mode: mode.clone(),
         opts,
-        replace,
+        sync,
         attempts: args.attempts.max(1),
         dry_run: args.dry_run,
     });

@@ -38,6 +38,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
+        existing: None,
     }
 }
 
@@ -330,7 +331,12 @@ impl Io<'_> {
             }
             Err(e) => e,
         };
-        let (PublishError::Exists, Some(sha)) = (&e, &self.offer.sha256) else {
+        // "Exists" (never overwrite) or "changed" (replacing one version): either
+        // may be a commit of exactly these bytes, an earlier run's or this
+        // upload's own whose Receipt was lost.
+        let (PublishError::Exists(_) | PublishError::Changed { .. }, Some(sha)) =
+            (&e, &self.offer.sha256)
+        else {
             return Err(publish_failure(e));
         };
         match self.upload.already_committed(sha).await {

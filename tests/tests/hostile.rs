@@ -628,3 +628,98 @@ async fn direct_mode_resumes_only_its_own_blocks() {
         assert_eq!(f["bytes_sent"], 0, "{f}");
     }
 }
+
+/// The answer to a plain Offer (no bytes follow: the stream is reset after it).
+async fn answer_to(conn: &quinn::Connection, o: Offer) -> Message {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::Offer(o))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let answer = read_frame(&mut recv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = send.reset(0u32.into());
+    answer
+}
+
+/// `--overwrite=if-different|if-newer` replace only the version they compared
+/// (If-Match its etag). Two users: A compared version 1; B commits version 3;
+/// A's replacement is refused (`conflict`) and B's blob stays. A replacement
+/// whose own commit moved the etag (its Receipt lost) is recognised by its
+/// SHA-256 and the relay's seal, never by another upload's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_one_version_never_replaces_another_writers_commit() {
+    let container = new_container("oneversion").await;
+    let relay = relay_with(&container, |_| {});
+    let dir = Scratch::new("oneversion");
+    // Three versions of one file, b.bin.
+    let (v1, v2, v3) = (
+        dir.path("v1/b.bin"),
+        dir.path("v2/b.bin"),
+        dir.path("v3/b.bin"),
+    );
+    let size = 100_000;
+    write_random(&v1, size, 71);
+    let sha2 = write_random(&v2, size, 72);
+    let sha3 = write_random(&v3, size, 73);
+    let put = |file: &std::path::Path, token: &str, extra: &[&str]| {
+        let mut a = upload_args(&relay, file, &container, token);
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let out = run_client(&put(&v1, TOKEN, &[]), &[], T).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let etag1 = summary(&out)["files"][0]["etag"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // B replaces it, unconditionally.
+    let out = run_client(&put(&v3, LIMITED_TOKEN, &["--overwrite"]), &[], T).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let etag3 = summary(&out)["files"][0]["etag"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let replacing = |etag: &str, sha: &str| Offer {
+        overwrite: Overwrite::IfMatch { etag: etag.into() },
+        sha256: Some(sha.into()),
+        ..offer(TOKEN, &container, "b.bin", size)
+    };
+    // A, who compared version 1, may not replace B's version 3.
+    match answer_to(&conn, replacing(&etag1, &sha2)).await {
+        Message::Reject(f) => {
+            assert_eq!(f.code, Code::Conflict, "{f:?}");
+            assert!(f.message.starts_with("the blob changed"), "{f:?}");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // A client of version 1 that proves version 3's bytes is not told "committed"
+    // unless the blob holds exactly them: it does (B's commit, sealed by the relay).
+    match answer_to(&conn, replacing(&etag1, &sha3)).await {
+        Message::Receipt(r) => assert_eq!(r.sha256, sha3),
+        other => panic!("expected a Receipt, got {other:?}"),
+    }
+
+    // A replaces version 3 through the client; its Receipt "lost", the retry
+    // offers the same etag and proves its bytes: already committed, nothing sent.
+    let out = run_client(&put(&v2, TOKEN, &["--if-match", &etag3]), &[], T).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    match answer_to(&conn, replacing(&etag3, &sha2)).await {
+        Message::Receipt(r) => assert_eq!((r.sha256.as_str(), r.size), (sha2.as_str(), size)),
+        other => panic!("expected a Receipt, got {other:?}"),
+    }
+    // Other bytes under that old etag: a conflict, the blob untouched.
+    match answer_to(&conn, replacing(&etag3, &sha3)).await {
+        Message::Reject(f) => {
+            assert_eq!(f.code, Code::Conflict, "{f:?}");
+            assert!(f.message.starts_with("the blob changed"), "{f:?}");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(blob_sha(&container, "b.bin").await, (size, sha2));
+    relay.stop().await;
+}

@@ -1,7 +1,7 @@
 //! Storage's failures in the protocol's words: the code a Reject or Error frame
 //! carries (and direct mode's report shows), and a message for the user.
 
-use relay_proto::protocol::{Code, Failure, Overwrite};
+use relay_proto::protocol::{Code, ExistingBlob, Failure, Overwrite};
 use relay_storage::blob::BlobError;
 use relay_storage::publish::PublishError;
 use relay_storage::staging::StageError;
@@ -11,6 +11,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
+        existing: None,
     }
 }
 
@@ -40,7 +41,14 @@ pub fn storage_failure(e: &BlobError) -> Failure {
 /// A publishing failure as the peer hears it.
 pub fn publish_failure(e: PublishError) -> Failure {
     let code = match &e {
-        PublishError::Exists => Code::Exists,
+        PublishError::Exists(existing) => {
+            let mut f = fail(Code::Exists, e.to_string());
+            f.existing = Some(ExistingBlob {
+                etag: existing.etag.clone(),
+                last_modified: existing.last_modified,
+            });
+            return f;
+        }
         PublishError::Changed { .. } | PublishError::Gone | PublishError::LostRace(_) => {
             Code::Conflict
         }
@@ -99,6 +107,7 @@ pub fn stage_failure(e: StageError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relay_storage::publish::Existing;
 
     fn blob_error(status: Option<u16>) -> BlobError {
         BlobError {
@@ -124,11 +133,23 @@ mod tests {
             lost.message
                 .starts_with("another upload committed this blob first")
         );
-        let exists = publish_failure(PublishError::Exists);
+        let exists = publish_failure(PublishError::Exists(Existing {
+            etag: "\"0x1\"".into(),
+            last_modified: Some(1_700_000_000),
+        }));
         assert_eq!(exists.code, Code::Exists);
         assert_eq!(
             exists.message,
             "a blob with this name exists (add --overwrite)"
+        );
+        // The client needs the blob in the way to decide `if-newer` and to replace
+        // only that version.
+        assert_eq!(
+            exists.existing,
+            Some(ExistingBlob {
+                etag: "\"0x1\"".into(),
+                last_modified: Some(1_700_000_000)
+            })
         );
         let staged = publish_failure(PublishError::Stage(StageError::Stopped));
         assert_eq!(staged.code, Code::Busy);

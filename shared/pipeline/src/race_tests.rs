@@ -57,10 +57,10 @@ async fn upload(
     let ours = sha_hex(&data);
     let point = match up.prepare().await {
         Ok(p) => p,
-        Err(PublishError::Exists) => {
+        Err(PublishError::Exists(existing)) => {
             return match up.already_committed(&ours).await? {
                 Some(p) => Ok(p),
-                None => Err(PublishError::Exists),
+                None => Err(PublishError::Exists(existing)),
             };
         }
         Err(e) => return Err(e),

@@ -109,6 +109,7 @@ mod tests {
             Message::Reject(Failure {
                 code: Code::Exists,
                 message: "x".into(),
+                existing: None,
             }),
             Message::Start(Start { offset: 7 }),
             Message::Trailer(Trailer {
@@ -131,6 +132,7 @@ mod tests {
             Message::Error(Failure {
                 code: Code::HashMismatch,
                 message: "m".into(),
+                existing: None,
             }),
         ];
         for m in msgs {
@@ -181,6 +183,7 @@ mod tests {
         let reject = Message::Reject(Failure {
             code: Code::InvalidOffer,
             message: format!("bad Offer: {e}"),
+            existing: None,
         });
         let bytes = encode(&reject).expect("the Reject fits a frame");
         assert!(bytes.len() < 2048, "{} bytes", bytes.len());

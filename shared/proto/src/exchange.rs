@@ -97,6 +97,7 @@ mod tests {
         let f = Failure {
             code: Code::Unauthorized,
             message: "no".into(),
+            existing: None,
         };
         assert_eq!(
             eager_answer(&Message::Reject(f.clone())),

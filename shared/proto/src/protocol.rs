@@ -137,6 +137,19 @@ impl Code {
 pub struct Failure {
     pub code: Code,
     pub message: String,
+    /// With `exists`: the blob that is in the way, so the client can decide
+    /// (`--overwrite=if-newer`) and replace only that version (`IfMatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing: Option<ExistingBlob>,
+}
+
+/// A committed blob as the relay saw it when it refused to replace it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExistingBlob {
+    pub etag: String,
+    /// The service's Last-Modified, seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<u64>,
 }
 
 impl std::fmt::Display for Failure {

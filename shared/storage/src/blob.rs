@@ -34,6 +34,9 @@ pub struct BlobProperties {
     pub sha256: Option<String>,
     /// The relay's seal over name, size and SHA-256 (`id_key::IdKey::seal`).
     pub seal: Option<String>,
+    /// Last-Modified, in seconds since the Unix epoch: set by the service at each
+    /// commit, so no writer can choose it (`--overwrite=if-newer` compares it).
+    pub last_modified: Option<u64>,
 }
 
 /// Writes one blob. Every call retries transient failures on the writer's schedule
@@ -144,6 +147,10 @@ impl BlobWriter {
             .map(|e| e.to_string())
             .unwrap_or_default();
         let size = resp.content_length().map_err(bad)?.unwrap_or(0);
+        let last_modified = resp
+            .last_modified()
+            .map_err(bad)?
+            .and_then(|t| u64::try_from(t.unix_timestamp()).ok());
         let metadata = resp.metadata().map_err(bad)?;
         let find = |key: &str| {
             metadata
@@ -156,6 +163,7 @@ impl BlobWriter {
             size,
             sha256: find(SHA256_METADATA_KEY),
             seal: find(SEAL_METADATA_KEY),
+            last_modified,
         }))
     }
 

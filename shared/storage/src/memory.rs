@@ -28,6 +28,8 @@ struct Committed {
     blocks: Vec<(Vec<u8>, Bytes)>,
     etag: String,
     metadata: HashMap<String, String>,
+    /// Seconds since the Unix epoch, as the service's Last-Modified.
+    last_modified: u64,
 }
 
 impl Committed {
@@ -126,7 +128,14 @@ fn properties_of(c: &Committed, size: u64) -> BlobProperties {
         size,
         sha256: c.metadata.get(SHA256_METADATA_KEY).cloned(),
         seal: c.metadata.get(SEAL_METADATA_KEY).cloned(),
+        last_modified: Some(c.last_modified),
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn refused(status: u16, code: &str, op: &str) -> BlobError {
@@ -190,6 +199,7 @@ impl MemoryBlob {
             blocks,
             etag: etag.clone(),
             metadata,
+            last_modified: unix_now(),
         });
         state.uncommitted.clear();
         Ok(etag)

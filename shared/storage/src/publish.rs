@@ -18,7 +18,7 @@ use crate::store::{BlobStore, Commit, Condition};
 pub enum PublishError {
     /// A blob has the name and the upload may not replace it.
     #[error("a blob with this name exists (add --overwrite)")]
-    Exists,
+    Exists(Existing),
     /// `IfMatch`: the blob is at another etag now.
     #[error("the blob changed: etag is {found} (expected {expected})")]
     Changed { found: String, expected: String },
@@ -46,6 +46,16 @@ pub enum PublishError {
     /// After a commit, the blob is not what was committed.
     #[error("{0}")]
     ReadBack(String),
+}
+
+/// The blob that made an upload refuse with `Exists`: what a client needs to
+/// decide whether to replace it (`--overwrite=if-newer`) and to replace only
+/// that version (`If-Match`), never one another writer committed since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing {
+    pub etag: String,
+    /// Seconds since the Unix epoch (the service's Last-Modified).
+    pub last_modified: Option<u64>,
 }
 
 /// What a destination blob must become.
@@ -91,7 +101,10 @@ pub fn sealed_as(props: &BlobProperties, dest: &Destination<'_>, sha256_hex: &st
 pub async fn preflight(store: &dyn BlobStore, condition: &Condition) -> Result<(), PublishError> {
     let existing = store.properties().await?;
     match (condition, &existing) {
-        (Condition::IfAbsent, Some(_)) => Err(PublishError::Exists),
+        (Condition::IfAbsent, Some(p)) => Err(PublishError::Exists(Existing {
+            etag: p.etag.clone(),
+            last_modified: p.last_modified,
+        })),
         (Condition::IfMatch(etag), Some(p)) if &p.etag != etag => Err(PublishError::Changed {
             found: p.etag.clone(),
             expected: etag.clone(),
@@ -147,6 +160,7 @@ pub async fn commit_verified(
             size: dest.size,
             sha256: Some(ours),
             seal: Some(seal),
+            last_modified: None,
         });
     }
     read_back(store, dest, &ours).await

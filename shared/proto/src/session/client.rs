@@ -3,6 +3,7 @@
 //! ```text
 //! Offer{eager} ─┬─ Receipt ─────────────────────────────────▶ verify ─▶ Done
 //!               ├─ Reject{exists}, never overwrite ─▶ HashWholeFile
+//!               │  or Reject{conflict}, replacing one version
 //!               │      ─▶ Offer{sha256} ─┬─ Receipt (already committed) ─▶ verify ─▶ Done
 //!               │                        └─ Reject ─▶ Fail
 //!               ├─ redirected (Plan{offset > 0}) ─▶ Offer, not eager, on a new stream
@@ -15,7 +16,29 @@
 //! redirect is an ordinary event, not a failure.
 
 use crate::checkpoint::Checkpoint;
-use crate::protocol::{Code, Failure, Plan, Receipt};
+use crate::protocol::{Code, Failure, Overwrite, Plan, Receipt};
+
+/// Which existing blob an upload may replace (its Offer's overwrite policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaces {
+    /// None: "exists" may be an earlier run's commit of this very file.
+    Nothing,
+    /// Only the version the user saw (If-Match): "conflict" may be this upload's
+    /// own commit whose Receipt was lost (a retry finds the etag moved).
+    OneVersion,
+    /// Any: the refusal is final.
+    AnyVersion,
+}
+
+impl From<&Overwrite> for Replaces {
+    fn from(o: &Overwrite) -> Self {
+        match o {
+            Overwrite::Never => Replaces::Nothing,
+            Overwrite::IfMatch { .. } => Replaces::OneVersion,
+            Overwrite::Always => Replaces::AnyVersion,
+        }
+    }
+}
 
 /// How one stream ended, as far as the protocol goes (a lost connection or an
 /// unreadable source end the file in the driver, before any of these).
@@ -73,17 +96,18 @@ enum State {
 #[derive(Debug)]
 pub struct ClientSession {
     size: u64,
-    /// Whether a blob by this name may be replaced (then "exists" is final).
-    may_overwrite: bool,
+    /// Which blob by this name may be replaced: decides which refusals may hide
+    /// a commit that already holds this file.
+    replaces: Replaces,
     state: State,
 }
 
 impl ClientSession {
     /// A file of `size` bytes; its first action is an eager Offer.
-    pub fn new(size: u64, may_overwrite: bool) -> (Self, Action) {
+    pub fn new(size: u64, replaces: Replaces) -> (Self, Action) {
         let s = Self {
             size,
-            may_overwrite,
+            replaces,
             state: State::Offered {
                 eager: true,
                 with_sha: false,
@@ -100,13 +124,13 @@ impl ClientSession {
     /// manifest): the first Offer is plain and carries it, so the relay can
     /// answer with a Receipt if the blob already holds exactly this file, and
     /// commits nothing else.
-    pub fn with_sha256(size: u64, may_overwrite: bool, sha256: Option<String>) -> (Self, Action) {
+    pub fn with_sha256(size: u64, replaces: Replaces, sha256: Option<String>) -> (Self, Action) {
         let Some(sha256) = sha256 else {
-            return Self::new(size, may_overwrite);
+            return Self::new(size, replaces);
         };
         let s = Self {
             size,
-            may_overwrite,
+            replaces,
             state: State::Offered {
                 eager: false,
                 with_sha: true,
@@ -149,8 +173,10 @@ impl ClientSession {
             StreamEnd::Receipt { receipt, sha256 } => self.verify(receipt, &sha256),
             // A blob by this name exists. If an earlier run (killed after the relay
             // got every byte) committed this very file, the re-run is done: prove
-            // it with the file's SHA-256 and let the relay compare.
-            StreamEnd::Refused(f) if f.code == Code::Exists && !self.may_overwrite && !with_sha => {
+            // it with the file's SHA-256 and let the relay compare. Likewise when
+            // replacing one version: the etag moved, maybe by this upload's own
+            // commit whose Receipt was lost.
+            StreamEnd::Refused(f) if !with_sha && self.may_hide_own_commit(f.code) => {
                 self.state = State::Hashing;
                 Action::HashWholeFile
             }
@@ -169,6 +195,13 @@ impl ClientSession {
                 "the relay redirected a stream that was not eager".into(),
             )),
         }
+    }
+
+    fn may_hide_own_commit(&self, code: Code) -> bool {
+        matches!(
+            (code, self.replaces),
+            (Code::Exists, Replaces::Nothing) | (Code::Conflict, Replaces::OneVersion)
+        )
     }
 
     /// Accepts a Receipt only if it names exactly the bytes this client read.

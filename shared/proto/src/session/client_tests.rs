@@ -32,6 +32,7 @@ fn refused(code: Code) -> StreamEnd {
     StreamEnd::Refused(Failure {
         code,
         message: "m".into(),
+        existing: None,
     })
 }
 
@@ -44,8 +45,8 @@ fn ok() -> StreamEnd {
 
 /// Runs the session against `ends` (one per stream, in order); returns its
 /// actions.
-fn run(may_overwrite: bool, ends: Vec<StreamEnd>) -> Vec<Action> {
-    let (mut s, mut action) = ClientSession::new(SIZE, may_overwrite);
+fn run(replaces: Replaces, ends: Vec<StreamEnd>) -> Vec<Action> {
+    let (mut s, mut action) = ClientSession::new(SIZE, replaces);
     let mut ends = ends.into_iter();
     let mut actions = vec![action.clone()];
     loop {
@@ -80,21 +81,21 @@ fn every_script_ends_as_the_protocol_says() {
     #[allow(clippy::type_complexity)]
     let table: Vec<(
         &str,
-        bool,
+        Replaces,
         Vec<StreamEnd>,
         Vec<(bool, Option<String>)>,
         &str,
     )> = vec![
         (
             "eager, committed",
-            false,
+            Replaces::Nothing,
             vec![ok()],
             vec![eager.clone()],
             "done",
         ),
         (
             "eager, receipt names other bytes",
-            false,
+            Replaces::Nothing,
             vec![StreamEnd::Receipt {
                 receipt: receipt("ff", SIZE),
                 sha256: SHA.into(),
@@ -104,7 +105,7 @@ fn every_script_ends_as_the_protocol_says() {
         ),
         (
             "eager, receipt of another size",
-            false,
+            Replaces::Nothing,
             vec![StreamEnd::Receipt {
                 receipt: receipt(SHA, SIZE + 1),
                 sha256: SHA.into(),
@@ -114,14 +115,14 @@ fn every_script_ends_as_the_protocol_says() {
         ),
         (
             "resume: redirected, then plain",
-            false,
+            Replaces::Nothing,
             vec![StreamEnd::Redirected { resume_offset: 64 }, ok()],
             vec![eager.clone(), plain.clone()],
             "done",
         ),
         (
             "redirected twice",
-            false,
+            Replaces::Nothing,
             vec![
                 StreamEnd::Redirected { resume_offset: 64 },
                 StreamEnd::Redirected { resume_offset: 64 },
@@ -131,52 +132,73 @@ fn every_script_ends_as_the_protocol_says() {
         ),
         (
             "rejected",
-            false,
+            Replaces::Nothing,
             vec![refused(Code::Unauthorized)],
             vec![eager.clone()],
             "relay",
         ),
         (
             "hash mismatch at the relay",
-            false,
+            Replaces::Nothing,
             vec![refused(Code::HashMismatch)],
             vec![eager.clone()],
             "relay",
         ),
         (
             "exists, lost Receipt: the re-run proves the file and is done",
-            false,
+            Replaces::Nothing,
             vec![refused(Code::Exists), ok()],
             vec![eager.clone(), proof.clone()],
             "done",
         ),
         (
             "exists with other bytes",
-            false,
+            Replaces::Nothing,
             vec![refused(Code::Exists), refused(Code::Exists)],
             vec![eager.clone(), proof.clone()],
             "relay",
         ),
         (
             "exists, re-run redirected to resume",
-            false,
+            Replaces::Nothing,
             vec![
                 refused(Code::Exists),
                 StreamEnd::Redirected { resume_offset: 64 },
             ],
-            vec![eager.clone(), proof],
+            vec![eager.clone(), proof.clone()],
             "protocol",
         ),
         (
             "exists, overwrite asked: final",
-            true,
+            Replaces::AnyVersion,
             vec![refused(Code::Exists)],
             vec![eager.clone()],
             "relay",
         ),
         (
+            "replacing one version, lost Receipt: the retry proves the file and is done",
+            Replaces::OneVersion,
+            vec![refused(Code::Conflict), ok()],
+            vec![eager.clone(), proof.clone()],
+            "done",
+        ),
+        (
+            "replacing one version that another writer changed",
+            Replaces::OneVersion,
+            vec![refused(Code::Conflict), refused(Code::Conflict)],
+            vec![eager.clone(), proof.clone()],
+            "relay",
+        ),
+        (
+            "conflict when not replacing a version: final",
+            Replaces::Nothing,
+            vec![refused(Code::Conflict)],
+            vec![eager.clone()],
+            "relay",
+        ),
+        (
             "redirected, then refused",
-            false,
+            Replaces::Nothing,
             vec![
                 StreamEnd::Redirected { resume_offset: 64 },
                 refused(Code::Busy),
@@ -185,8 +207,8 @@ fn every_script_ends_as_the_protocol_says() {
             "relay",
         ),
     ];
-    for (name, may_overwrite, ends, want_offers, want_end) in table {
-        let actions = run(may_overwrite, ends);
+    for (name, replaces, ends, want_offers, want_end) in table {
+        let actions = run(replaces, ends);
         assert_eq!(offers(&actions), want_offers, "{name}");
         let got_end = match actions.last() {
             Some(Action::Done(r)) => {
@@ -240,7 +262,7 @@ fn a_plain_stream_resumes_only_the_same_source() {
 /// a redirect of that plain stream is a protocol error.
 #[test]
 fn a_known_hash_is_offered_first_and_plainly() {
-    let (mut s, first) = ClientSession::with_sha256(SIZE, false, Some(SHA.into()));
+    let (mut s, first) = ClientSession::with_sha256(SIZE, Replaces::Nothing, Some(SHA.into()));
     assert_eq!(
         first,
         Action::Offer {
@@ -250,20 +272,20 @@ fn a_known_hash_is_offered_first_and_plainly() {
     );
     assert!(matches!(s.handle(Event::Stream(ok())), Action::Done(_)));
 
-    let (mut s, _) = ClientSession::with_sha256(SIZE, false, Some(SHA.into()));
+    let (mut s, _) = ClientSession::with_sha256(SIZE, Replaces::Nothing, Some(SHA.into()));
     assert!(matches!(
         s.handle(Event::Stream(refused(Code::Exists))),
         Action::Fail(Failed::Relay(_))
     ));
 
-    let (mut s, _) = ClientSession::with_sha256(SIZE, false, Some(SHA.into()));
+    let (mut s, _) = ClientSession::with_sha256(SIZE, Replaces::Nothing, Some(SHA.into()));
     assert!(matches!(
         s.handle(Event::Stream(StreamEnd::Redirected { resume_offset: 4 })),
         Action::Fail(Failed::Protocol(_))
     ));
 
     // Without one it is the usual eager start.
-    let (_, first) = ClientSession::with_sha256(SIZE, false, None);
+    let (_, first) = ClientSession::with_sha256(SIZE, Replaces::Nothing, None);
     assert_eq!(
         first,
         Action::Offer {

@@ -165,6 +165,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
+        existing: None,
     }
 }
 

@@ -95,6 +95,7 @@ fn run(c: &Case) -> Vec<Action> {
                 Storage::Exists => Err(Failure {
                     code: Code::Exists,
                     message: "a blob with this name exists (add --overwrite)".into(),
+                    existing: None,
                 }),
                 Storage::AlreadyCommitted => Ok(Prepared::AlreadyCommitted(committed())),
             }),
