@@ -17,7 +17,7 @@ use relay_storage::publish::{Destination, PublishError};
 use relay_storage::staging::{Budget, StageError};
 use tokio::io::AsyncSeekExt;
 
-use crate::report::{Clocks, FileError};
+use crate::report::{ClientTimings, FileError};
 use crate::send::{Options, Sent};
 use crate::source::{Snapshot, hash_prefix};
 use crate::walk::Source;
@@ -113,12 +113,12 @@ pub async fn upload_file(
         bytes_sent: staged.bytes_received,
         retries: writer.retries(),
         storage_requests: writer.requests(),
-        clocks: Clocks {
+        timings: ClientTimings {
             wait_ms: 0,
             transfer_ms: (t_sent - t0).as_millis() as u64,
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
-        relay_clocks: None,
+        relay_timings: None,
         identical: false,
     })
 }
@@ -194,12 +194,12 @@ async fn already_there(
         bytes_sent: 0,
         retries: writer.retries(),
         storage_requests: writer.requests(),
-        clocks: Clocks {
+        timings: ClientTimings {
             wait_ms: 0,
             transfer_ms: t0.elapsed().as_millis() as u64,
             commit_ms: 0,
         },
-        relay_clocks: None,
+        relay_timings: None,
         identical: true,
     })
 }

@@ -12,7 +12,7 @@ use crate::direct::upload_file;
 use crate::link::BUSY_BACKOFF;
 use crate::probe::{self, Verdict};
 use crate::progress::Reporter;
-use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status};
+use crate::report::{ClientTimings, ErrorReport, FileError, FileReport, Status};
 use crate::send::{Options, Sent, send_file};
 use crate::setup::Mode;
 use crate::walk::{Found, Source};
@@ -45,7 +45,7 @@ pub async fn one_file(job: &Job, reporter: &Reporter, src: Source, wait_ms: u64)
                 e,
             );
             r.attempts = attempts;
-            r.clocks_ms.wait_ms = wait_ms;
+            r.client_ms.wait_ms = wait_ms;
             r
         }
     };
@@ -89,11 +89,11 @@ async fn report_of(
         retries: sent.retries,
         storage_requests: sent.storage_requests,
         attempts: tries,
-        clocks_ms: Clocks {
+        client_ms: ClientTimings {
             wait_ms,
-            ..sent.clocks
+            ..sent.timings
         },
-        relay_ms: sent.relay_clocks,
+        relay_ms: sent.relay_timings,
         error: None,
     };
     // The relay's seal says the blob holds exactly these bytes. On a first attempt
@@ -294,7 +294,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         retries: 0,
         storage_requests: 0,
         attempts: 0,
-        clocks_ms: Clocks::default(),
+        client_ms: ClientTimings::default(),
         relay_ms: None,
         error: None,
     }
