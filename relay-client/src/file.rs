@@ -62,7 +62,7 @@ async fn report_of(
     // Checks before any attempt: a failure here costs none.
     let before = |e: FileError| (e, 0);
     relay_proto::blob_name::validate_blob_name(&src.blob)
-        .map_err(|m| before(FileError::new("invalid_name", m, false)))?;
+        .map_err(|e| before(FileError::new("invalid_name", e.to_string(), false)))?;
     readable(src).map_err(before)?;
     let opts = with_content_type(&job.opts, src);
     if job.dry_run {

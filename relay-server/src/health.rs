@@ -20,10 +20,18 @@ use crate::server::Shared;
 
 pub const HEALTH_PATH: &str = "/healthz";
 
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+/// The health endpoint's address cannot be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind health endpoint {addr}: {source}")]
+pub struct HealthBindError {
+    pub addr: SocketAddr,
+    pub source: std::io::Error,
+}
+
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HealthBindError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot bind health endpoint {addr}: {e}"))
+        .map_err(|source| HealthBindError { addr, source })
 }
 
 /// Serves until shutdown, then for 30 s more with 503 on /healthz, so a load

@@ -20,25 +20,57 @@ pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use relay_proto::id_key::IdKey;
+use relay_proto::id_key::{IdKey, IdKeyError};
+use relay_proto::plan::PlanError;
 use relay_proto::protocol::Secret;
-use relay_storage::blob::{Storage, WriterOptions};
-use relay_storage::credentials::StorageAccess;
+use relay_proto::size::format_size;
+use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
+use relay_storage::credentials::{CredentialError, StorageAccess};
 use relay_storage::staging::Budget;
 use relay_transport::quic::Windows;
 
 pub use server::{BlockFill, Config, Relay, TestHooks};
 
+/// Why the flags do not make a runnable configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("--storage-url is required")]
+    NoStorageUrl,
+    #[error(transparent)]
+    StorageAccess(#[from] CredentialError),
+    #[error(transparent)]
+    HttpClient(#[from] ClientBuildError),
+    #[error("--tokens is required")]
+    NoTokens,
+    #[error(transparent)]
+    Tokens(#[from] auth::TokensError),
+    #[error("--block-size: {0}")]
+    BlockSize(#[source] PlanError),
+    #[error(transparent)]
+    State(#[from] state_dir::StateError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("--id-key-file: {0}")]
+    IdKey(#[source] IdKeyError),
+    #[error(
+        "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
+        format_size(bound.total()),
+        format_size(*limit)
+    )]
+    OverMemoryLimit { bound: MemoryBound, limit: u64 },
+}
+
 impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
-    pub fn from_args(args: &config::Args) -> Result<Self, String> {
+    pub fn from_args(args: &config::Args) -> Result<Self, ResolveError> {
         let key = args.account_key.clone().map(Secret);
         let url = args
             .storage_url
             .as_deref()
-            .ok_or("--storage-url is required")?;
+            .ok_or(ResolveError::NoStorageUrl)?;
         let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
         let writer = WriterOptions {
             pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
@@ -46,11 +78,10 @@ impl Config {
             max_idle_per_host: args.storage_concurrency as usize,
             ..WriterOptions::default()
         };
-        let storage = Storage::new(access, &writer).map_err(|e| e.to_string())?;
-        let tokens_path = args.tokens.as_deref().ok_or("--tokens is required")?;
-        let tokens = auth::TokenStore::load(tokens_path).map_err(|e| e.to_string())?;
-        relay_proto::plan::BlockPlan::new(0, args.block_size)
-            .map_err(|e| format!("--block-size: {e}"))?;
+        let storage = Storage::new(access, &writer)?;
+        let tokens_path = args.tokens.as_deref().ok_or(ResolveError::NoTokens)?;
+        let tokens = auth::TokenStore::load(tokens_path)?;
+        relay_proto::plan::BlockPlan::new(0, args.block_size).map_err(ResolveError::BlockSize)?;
         let identity = identity(args)?;
         let id_key = if args.id_key_ephemeral {
             IdKey::random()
@@ -63,9 +94,9 @@ impl Config {
                 // A check writes nothing: the real start creates and keeps the key.
                 IdKey::random()
             } else if args.check_config {
-                IdKey::load(&path).map_err(|e| format!("--id-key-file: {e}"))?
+                IdKey::load(&path).map_err(ResolveError::IdKey)?
             } else {
-                IdKey::load_or_create(&path).map_err(|e| format!("--id-key-file: {e}"))?
+                IdKey::load_or_create(&path).map_err(ResolveError::IdKey)?
             }
         };
         let cfg = Self {
@@ -107,11 +138,7 @@ impl Config {
         if let Some(limit) = limit
             && bound.total() > limit
         {
-            return Err(format!(
-                "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
-                relay_proto::size::format_size(bound.total()),
-                relay_proto::size::format_size(limit)
-            ));
+            return Err(ResolveError::OverMemoryLimit { bound, limit });
         }
         Ok(cfg)
     }
@@ -135,9 +162,9 @@ impl Config {
         storage: Storage,
         tokens: auth::TokenStore,
         memory_budget: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, tls::TlsError> {
         Ok(Self {
-            listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             storage,
             tokens,
             identity: tls::Identity::self_signed(vec!["localhost".into()])?,
@@ -170,30 +197,27 @@ pub fn describe_storage(access: &StorageAccess) -> String {
     format!("{} via {how}", access.service_url)
 }
 
-fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, String> {
-    state_dir::StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())
+fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, state_dir::StateError> {
+    state_dir::StateDir::resolve(args.state_dir.as_deref())
 }
 
 /// `--tls-cert`/`--tls-key`, else the state directory's self-signed identity:
 /// made on the first start and kept, so pinned clients keep working. A
 /// configuration check only reads it, and makes a throwaway one if there is none
 /// yet (the real start will make and keep one).
-fn identity(args: &config::Args) -> Result<tls::Identity, String> {
+fn identity(args: &config::Args) -> Result<tls::Identity, ResolveError> {
     if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
-        return tls::Identity::from_pem_files(c, k);
+        return Ok(tls::Identity::from_pem_files(c, k)?);
     }
     let dir = resolve_state_dir(args)?;
     let kept = if args.check_config {
-        dir.load_identity().map_err(|e| e.to_string())?
+        dir.load_identity()?
     } else {
-        Some(
-            dir.load_or_create_identity(&args.tls_names)
-                .map_err(|e| e.to_string())?,
-        )
+        Some(dir.load_or_create_identity(&args.tls_names)?)
     };
     match kept {
         Some(id) => Ok(id),
-        None => tls::Identity::self_signed(args.tls_names.clone()),
+        None => Ok(tls::Identity::self_signed(args.tls_names.clone())?),
     }
 }
 

@@ -103,10 +103,10 @@ impl Storage {
         let url = self
             .access
             .blob_url(container, blob)
-            .map_err(|m| BlobError {
+            .map_err(|e| BlobError {
                 status: None,
                 code: None,
-                message: m,
+                message: e.to_string(),
             })?;
         let block = BlockBlobClient::new(
             url.clone(),
@@ -143,10 +143,10 @@ impl Storage {
         let url = self
             .access
             .container_url(container)
-            .map_err(|m| BlobError {
+            .map_err(|e| BlobError {
                 status: None,
                 code: None,
-                message: m,
+                message: e.to_string(),
             })?;
         let client = BlobContainerClient::new(
             url,
