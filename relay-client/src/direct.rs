@@ -14,7 +14,7 @@ use relay_proto::plan::BlockPlan;
 use relay_proto::resume::ResumePoint;
 use relay_storage::blob::{BlobWriter, Storage};
 use relay_storage::publish::{Destination, PublishError};
-use relay_storage::staging::{Budget, StageError};
+use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
 use crate::report::{ClientTimings, FileError};
@@ -64,51 +64,19 @@ pub async fn upload_file(
         condition: &condition,
     };
     let upload = Upload::new(writer.clone(), dest, plan, &Owner::direct());
-    let mut point = match upload.prepare().await {
-        Ok(point) => point,
+    let Some(point) = resume_point(&upload, src).await? else {
         // As through the relay: a re-run whose file is already the committed blob
         // succeeds with nothing sent.
-        Err(PublishError::Exists) => {
-            return already_there(&upload, src, &before, &writer, t0).await;
-        }
-        Err(e) => return Err(relay_like(publish_failure(e))),
+        return already_there(&upload, src, &before, &writer, t0).await;
     };
-    if point.offset > 0 && !same_prefix(src, &point).await? {
-        point = ResumePoint::fresh();
-    }
-    let mut reader = open_at(src, point.offset, bar).await?;
-    let mut stager = upload
-        .stager(point, d.budget.clone(), d.connections)
-        .map_err(|e| relay_like(stage_failure(e)))?;
-    stager.pump(&mut reader).await.map_err(|e| match e {
-        StageError::Truncated { .. } => FileError::new(
-            "source_changed",
-            "file shrank while it was being read; nothing committed",
-            false,
-        ),
-        other => relay_like(stage_failure(other)),
-    })?;
-    let staged = stager
-        .finish()
-        .await
-        .map_err(|e| relay_like(stage_failure(e)))?;
+    let staged = stage(d, &upload, src, point, bar).await?;
     let t_sent = Instant::now();
     unchanged(src, &before)?;
-    // A manifest's hash (`--checksums`) is a precondition of the commit.
-    let manifest: Vec<(&str, &str)> = src
-        .sha256
-        .as_deref()
-        .map(|h| ("the manifest", h))
-        .into_iter()
-        .collect();
-    let props = upload
-        .commit(&staged, &manifest)
-        .await
-        .map_err(|e| relay_like(publish_failure(e)))?;
+    let etag = commit(&upload, src, &staged).await?;
     Ok(Sent {
         bytes: before.len,
         sha256: hex::encode(staged.sha256),
-        etag: props.etag,
+        etag,
         bytes_resumed: staged.bytes_resumed,
         bytes_sent: staged.bytes_received,
         retries: writer.retries(),
@@ -121,6 +89,62 @@ pub async fn upload_file(
         relay_timings: None,
         identical: false,
     })
+}
+
+/// Where staging starts: the staged blocks' resume point when they came from
+/// this same file, else the beginning. `None`: the blob already exists.
+async fn resume_point(upload: &Upload<'_>, src: &Source) -> Result<Option<ResumePoint>, FileError> {
+    let point = match upload.prepare().await {
+        Ok(point) => point,
+        Err(PublishError::Exists) => return Ok(None),
+        Err(e) => return Err(relay_like(publish_failure(e))),
+    };
+    if point.offset > 0 && !same_prefix(src, &point).await? {
+        return Ok(Some(ResumePoint::fresh()));
+    }
+    Ok(Some(point))
+}
+
+/// Stages the file from `point` on, `d.connections` Put Blocks in flight.
+async fn stage(
+    d: &Direct,
+    upload: &Upload<'_>,
+    src: &Source,
+    point: ResumePoint,
+    bar: &ProgressBar,
+) -> Result<Staged, FileError> {
+    let mut reader = open_at(src, point.offset, bar).await?;
+    let mut stager = upload
+        .stager(point, d.budget.clone(), d.connections)
+        .map_err(|e| relay_like(stage_failure(e)))?;
+    stager.pump(&mut reader).await.map_err(|e| match e {
+        StageError::Truncated { .. } => FileError::new(
+            "source_changed",
+            "file shrank while it was being read; nothing committed",
+            false,
+        ),
+        other => relay_like(stage_failure(other)),
+    })?;
+    stager
+        .finish()
+        .await
+        .map_err(|e| relay_like(stage_failure(e)))
+}
+
+/// Commits what was staged, if its SHA-256 matches; returns the blob's ETag. A
+/// manifest's hash (`--checksums`) is a precondition of the commit.
+async fn commit(upload: &Upload<'_>, src: &Source, staged: &Staged) -> Result<String, FileError> {
+    let manifest: Vec<(&str, &str)> = src
+        .sha256
+        .as_deref()
+        .map(|h| ("the manifest", h))
+        .into_iter()
+        .collect();
+    let props = upload
+        .commit(staged, &manifest)
+        .await
+        .map_err(|e| relay_like(publish_failure(e)))?;
+    Ok(props.etag)
 }
 
 /// Fails the file if it changed (size or modification time) while it was read:

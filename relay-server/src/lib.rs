@@ -66,39 +66,12 @@ pub enum ResolveError {
 impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
     pub fn from_args(args: &config::Args) -> Result<Self, ResolveError> {
-        let key = args.account_key.clone().map(Secret);
-        let url = args
-            .storage_url
-            .as_deref()
-            .ok_or(ResolveError::NoStorageUrl)?;
-        let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
-        let writer = WriterOptions {
-            pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
-            max_concurrent_requests: args.storage_concurrency as usize,
-            max_idle_per_host: args.storage_concurrency as usize,
-            ..WriterOptions::default()
-        };
-        let storage = Storage::new(access, &writer)?;
+        let storage = storage(args)?;
         let tokens_path = args.tokens.as_deref().ok_or(ResolveError::NoTokens)?;
         let tokens = auth::TokenStore::load(tokens_path)?;
         relay_proto::plan::BlockPlan::new(0, args.block_size).map_err(ResolveError::BlockSize)?;
         let identity = identity(args)?;
-        let id_key = if args.id_key_ephemeral {
-            IdKey::random()
-        } else {
-            let path = match &args.id_key_file {
-                Some(p) => p.clone(),
-                None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
-            };
-            if args.check_config && !path.exists() {
-                // A check writes nothing: the real start creates and keeps the key.
-                IdKey::random()
-            } else if args.check_config {
-                IdKey::load(&path).map_err(ResolveError::IdKey)?
-            } else {
-                IdKey::load_or_create(&path).map_err(ResolveError::IdKey)?
-            }
-        };
+        let id_key = id_key(args)?;
         let cfg = Self {
             listen: args.listen,
             storage,
@@ -107,21 +80,10 @@ impl Config {
             budget: Budget::new(args.memory_budget),
             block_size: args.block_size,
             blocks_in_flight: args.blocks_in_flight.max(1),
-            windows: Windows {
-                stream_window: args.stream_window,
-                connection_window: args.connection_window,
-                congestion: args.congestion,
-                max_rate_mbit: args.max_rate,
-                fair: args.fair,
-            },
+            windows: windows(args),
             udp_buffer: usize::try_from(args.udp_buffer).unwrap_or(usize::MAX),
             max_connections: args.max_connections,
-            admission: admission::Limits {
-                max_pending: args.max_pending.max(1),
-                max_per_address: args.max_per_address.max(1),
-                auth_deadline: Duration::from_secs(args.auth_deadline.max(1)),
-                ..admission::Limits::default()
-            },
+            admission: admission_limits(args),
             grace: args.grace(),
             id_key,
             max_block_size: args.max_block_size,
@@ -131,16 +93,21 @@ impl Config {
             reserved_containers: args.reserved_containers.clone(),
             hooks: TestHooks::default(),
         };
-        let bound = cfg.memory_bound();
-        let limit = args
-            .memory_limit
-            .or_else(|| machine_memory().map(|m| m / 10 * 9));
-        if let Some(limit) = limit
-            && bound.total() > limit
-        {
-            return Err(ResolveError::OverMemoryLimit { bound, limit });
-        }
+        cfg.check_memory_limit(args.memory_limit)?;
         Ok(cfg)
+    }
+
+    /// Refuses a configuration whose memory bound exceeds `--memory-limit`
+    /// (default: 90 % of the machine's memory, when it can be read).
+    fn check_memory_limit(&self, memory_limit: Option<u64>) -> Result<(), ResolveError> {
+        let bound = self.memory_bound();
+        let limit = memory_limit.or_else(|| machine_memory().map(|m| m / 10 * 9));
+        match limit {
+            Some(limit) if bound.total() > limit => {
+                Err(ResolveError::OverMemoryLimit { bound, limit })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The most memory this configuration lets the relay use, whatever its peers
@@ -195,6 +162,65 @@ pub fn describe_storage(access: &StorageAccess) -> String {
         relay_storage::credentials::StorageAuth::Sas(_) => "SAS",
     };
     format!("{} via {how}", access.service_url)
+}
+
+/// The storage account of `--storage-url`, with `--account-key` or Entra ID,
+/// through an HTTP client sized by `--storage-concurrency`.
+fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
+    let key = args.account_key.clone().map(Secret);
+    let url = args
+        .storage_url
+        .as_deref()
+        .ok_or(ResolveError::NoStorageUrl)?;
+    let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
+    let writer = WriterOptions {
+        pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
+        max_concurrent_requests: args.storage_concurrency as usize,
+        max_idle_per_host: args.storage_concurrency as usize,
+        ..WriterOptions::default()
+    };
+    Ok(Storage::new(access, &writer)?)
+}
+
+fn windows(args: &config::Args) -> Windows {
+    Windows {
+        stream_window: args.stream_window,
+        connection_window: args.connection_window,
+        congestion: args.congestion,
+        max_rate_mbit: args.max_rate,
+        fair: args.fair,
+    }
+}
+
+fn admission_limits(args: &config::Args) -> admission::Limits {
+    admission::Limits {
+        max_pending: args.max_pending.max(1),
+        max_per_address: args.max_per_address.max(1),
+        auth_deadline: Duration::from_secs(args.auth_deadline.max(1)),
+        ..admission::Limits::default()
+    }
+}
+
+/// The block-ID key: random with `--id-key-ephemeral`, else `--id-key-file` or
+/// the state directory's, created on the first start. A configuration check
+/// writes nothing: without a key file yet it uses a random key (the real start
+/// creates and keeps one).
+fn id_key(args: &config::Args) -> Result<IdKey, ResolveError> {
+    if args.id_key_ephemeral {
+        return Ok(IdKey::random());
+    }
+    let path = match &args.id_key_file {
+        Some(p) => p.clone(),
+        None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
+    };
+    let key = if args.check_config && !path.exists() {
+        Ok(IdKey::random())
+    } else if args.check_config {
+        IdKey::load(&path)
+    } else {
+        IdKey::load_or_create(&path)
+    };
+    key.map_err(ResolveError::IdKey)
 }
 
 fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, state_dir::StateError> {

@@ -116,6 +116,7 @@ mod tests {
     type Edit = fn(&mut Offer);
 
     /// (what, edit of a good Offer, expected: Ok(block size) or Err(code)).
+    /// Long on purpose: it is the rule table, one row per case.
     #[test]
     fn table() {
         let cases: Vec<(&str, Edit, Result<u64, Code>)> = vec![
