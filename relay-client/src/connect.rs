@@ -1,12 +1,12 @@
 //! The client's QUIC endpoint and how it trusts the relay: a pinned certificate
 //! fingerprint, a CA file, or (labs only, loudly) nothing.
 
-use std::net::SocketAddr;
-use std::path::Path;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::crypto::rustls::QuicClientConfig;
+use quinn::crypto::rustls::{NoInitialCipherSuite, QuicClientConfig};
 use quinn::{Connection, Endpoint, TokioRuntime};
 use relay_transport::quic::{PathMemory, Windows, bind_udp};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -88,11 +88,42 @@ impl ServerCertVerifier for PinVerifier {
     }
 }
 
-fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, String> {
+/// Why the client's QUIC endpoint cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    /// The crypto provider does not offer TLS 1.3.
+    #[error(transparent)]
+    ProtocolVersions(rustls::Error),
+    #[error("cannot read --relay-ca {}: {source}", path.display())]
+    ReadCa {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad PEM in {}: {source}", path.display())]
+    CaPem {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("unusable CA certificate in {}: {source}", path.display())]
+    CaCertificate {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("no certificates in {}", path.display())]
+    NoCaCertificates { path: PathBuf },
+    #[error(transparent)]
+    Quic(NoInitialCipherSuite),
+    #[error("cannot bind UDP: {0}")]
+    Bind(#[source] std::io::Error),
+    #[error("cannot start QUIC: {0}")]
+    Endpoint(#[source] std::io::Error),
+}
+
+fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, ConnectorError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| e.to_string())?;
+        .map_err(ConnectorError::ProtocolVersions)?;
     let mut cfg = match trust {
         Trust::Pinned(pin) => builder
             .dangerous()
@@ -116,29 +147,73 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, String> {
     Ok(cfg)
 }
 
-fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
-    let pem = std::fs::read(path)
-        .map_err(|e| format!("cannot read --relay-ca {}: {e}", path.display()))?;
+fn load_roots(path: &Path) -> Result<rustls::RootCertStore, ConnectorError> {
+    let pem = std::fs::read(path).map_err(|source| ConnectorError::ReadCa {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &pem[..]) {
-        let cert = cert.map_err(|e| format!("bad PEM in {}: {e}", path.display()))?;
+        let cert = cert.map_err(|source| ConnectorError::CaPem {
+            path: path.to_path_buf(),
+            source,
+        })?;
         roots
             .add(cert)
-            .map_err(|e| format!("unusable CA certificate in {}: {e}", path.display()))?;
+            .map_err(|source| ConnectorError::CaCertificate {
+                path: path.to_path_buf(),
+                source,
+            })?;
     }
     if roots.is_empty() {
-        return Err(format!("no certificates in {}", path.display()));
+        return Err(ConnectorError::NoCaCertificates {
+            path: path.to_path_buf(),
+        });
     }
     Ok(roots)
 }
 
+/// Why a connection to the relay was not made.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConnectError {
     /// The relay refused for now (too many connections); try again later.
-    #[error("{0}")]
-    Busy(String),
-    #[error("{0}")]
-    Failed(String),
+    #[error("relay {addr} is busy ({source}); retrying later")]
+    Busy {
+        addr: SocketAddr,
+        source: quinn::ConnectionError,
+    },
+    /// The connection could not be started (e.g. an unusable server name).
+    #[error("cannot connect to relay {addr}: {source}")]
+    Start {
+        addr: SocketAddr,
+        source: quinn::ConnectError,
+    },
+    #[error("cannot connect to relay {addr}: {source}")]
+    Handshake {
+        addr: SocketAddr,
+        source: quinn::ConnectionError,
+    },
+    #[error(
+        "no answer from relay {addr} within {} s: is relay-server listening on UDP port {}? \
+         (a firewall may also block UDP; --fallback direct uploads over HTTPS instead)",
+        timeout.as_secs(),
+        addr.port()
+    )]
+    NoAnswer { addr: SocketAddr, timeout: Duration },
+}
+
+/// Why `--relay` gave no address to connect to; `relay` as given.
+#[derive(Debug, thiserror::Error)]
+pub enum AddressError {
+    #[error("--relay {relay:?} must be HOST:PORT")]
+    NoPort { relay: String },
+    #[error("cannot resolve relay {relay:?}: {source}")]
+    Lookup {
+        relay: String,
+        source: std::io::Error,
+    },
+    #[error("relay {relay:?} resolves to no address")]
+    NoAddress { relay: String },
 }
 
 /// A refusal the relay gives when it is full: QUIC's CONNECTION_REFUSED at
@@ -169,7 +244,7 @@ impl Connector {
         windows: &Windows,
         udp_buffer: usize,
         v6: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ConnectorError> {
         Self::with_transport(trust, windows.transport(), udp_buffer, v6)
     }
 
@@ -178,10 +253,12 @@ impl Connector {
         transport: quinn::TransportConfig,
         udp_buffer: usize,
         v6: bool,
-    ) -> Result<Self, String> {
-        let bind: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
-            .parse()
-            .map_err(|e| format!("{e}"))?;
+    ) -> Result<Self, ConnectorError> {
+        let bind = if v6 {
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+        } else {
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+        };
         Self::bound_at(trust, transport, udp_buffer, bind)
     }
 
@@ -192,18 +269,19 @@ impl Connector {
         transport: quinn::TransportConfig,
         udp_buffer: usize,
         bind: SocketAddr,
-    ) -> Result<Self, String> {
-        let crypto = QuicClientConfig::try_from(tls_config(trust)?).map_err(|e| e.to_string())?;
+    ) -> Result<Self, ConnectorError> {
+        let crypto =
+            QuicClientConfig::try_from(tls_config(trust)?).map_err(ConnectorError::Quic)?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
         config.transport_config(Arc::new(transport));
-        let socket = bind_udp(bind, udp_buffer).map_err(|e| format!("cannot bind UDP: {e}"))?;
+        let socket = bind_udp(bind, udp_buffer).map_err(ConnectorError::Bind)?;
         let endpoint = Endpoint::new(
             relay_transport::quic::endpoint_config(),
             None,
             socket,
             Arc::new(TokioRuntime),
         )
-        .map_err(|e| format!("cannot start QUIC: {e}"))?;
+        .map_err(ConnectorError::Endpoint)?;
         Ok(Self {
             endpoint,
             config,
@@ -219,7 +297,7 @@ impl Connector {
         memory: PathMemory,
         udp_buffer: usize,
         v6: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ConnectorError> {
         let mut c = Self::with_transport(
             trust,
             windows.transport_with(memory.clone()),
@@ -252,21 +330,12 @@ impl Connector {
         let connecting = self
             .endpoint
             .connect_with(self.config(), addr, server_name)
-            .map_err(|e| ConnectError::Failed(format!("cannot connect to relay {addr}: {e}")))?;
+            .map_err(|source| ConnectError::Start { addr, source })?;
         match tokio::time::timeout(timeout, connecting).await {
             Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) if is_busy(&e) => Err(ConnectError::Busy(format!(
-                "relay {addr} is busy ({e}); retrying later"
-            ))),
-            Ok(Err(e)) => Err(ConnectError::Failed(format!(
-                "cannot connect to relay {addr}: {e}"
-            ))),
-            Err(_) => Err(ConnectError::Failed(format!(
-                "no answer from relay {addr} within {} s: is relay-server listening on UDP port {}? \
-                 (a firewall may also block UDP; --fallback direct uploads over HTTPS instead)",
-                timeout.as_secs(),
-                addr.port()
-            ))),
+            Ok(Err(source)) if is_busy(&source) => Err(ConnectError::Busy { addr, source }),
+            Ok(Err(source)) => Err(ConnectError::Handshake { addr, source }),
+            Err(_) => Err(ConnectError::NoAnswer { addr, timeout }),
         }
     }
 
@@ -281,16 +350,25 @@ impl Connector {
 }
 
 /// Resolves `HOST:PORT`; returns the address and the TLS server name to present.
-pub async fn resolve(relay: &str) -> Result<(SocketAddr, String), String> {
+pub async fn resolve(relay: &str) -> Result<(SocketAddr, String), AddressError> {
     let host = match relay.rsplit_once(':') {
         Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
-        None => return Err(format!("--relay {relay:?} must be HOST:PORT")),
+        None => {
+            return Err(AddressError::NoPort {
+                relay: relay.to_string(),
+            });
+        }
     };
     let addr = tokio::net::lookup_host(relay)
         .await
-        .map_err(|e| format!("cannot resolve relay {relay:?}: {e}"))?
+        .map_err(|source| AddressError::Lookup {
+            relay: relay.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("relay {relay:?} resolves to no address"))?;
+        .ok_or_else(|| AddressError::NoAddress {
+            relay: relay.to_string(),
+        })?;
     // An IP literal is not a valid TLS server name for SNI; pinning ignores the name.
     let name = if host.parse::<std::net::IpAddr>().is_ok() {
         "localhost".to_string()

@@ -14,10 +14,10 @@ use relay_proto::plan::BlockPlan;
 use relay_proto::resume::ResumePoint;
 use relay_storage::blob::{BlobWriter, Storage};
 use relay_storage::publish::{Destination, PublishError};
-use relay_storage::staging::{Budget, StageError};
+use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
-use crate::report::{Clocks, FileError};
+use crate::report::{ClientTimings, FileError};
 use crate::send::{Options, Sent};
 use crate::source::{Snapshot, hash_prefix};
 use crate::walk::Source;
@@ -64,19 +64,70 @@ pub async fn upload_file(
         condition: &condition,
     };
     let upload = Upload::new(writer.clone(), dest, plan, &Owner::direct());
-    let mut point = match upload.prepare().await {
-        Ok(point) => point,
+    let point = match resume_point(&upload, src).await? {
+        Prepared::From(point) => point,
         // As through the relay: a re-run whose file is already the committed blob
         // succeeds with nothing sent (also a replacement whose own commit moved
         // the etag before its answer was lost).
+        Prepared::InTheWay(refusal) => {
+            return already_there(&upload, src, &before, &writer, t0, refusal).await;
+        }
+    };
+    let staged = stage(d, &upload, src, point, bar).await?;
+    let t_sent = Instant::now();
+    unchanged(src, &before)?;
+    let etag = commit(&upload, src, &staged).await?;
+    Ok(Sent {
+        bytes: before.len,
+        sha256: hex::encode(staged.sha256),
+        etag,
+        bytes_resumed: staged.bytes_resumed,
+        bytes_sent: staged.bytes_received,
+        retries: writer.retries(),
+        storage_requests: writer.requests(),
+        timings: ClientTimings {
+            wait_ms: 0,
+            transfer_ms: (t_sent - t0).as_millis() as u64,
+            commit_ms: t_sent.elapsed().as_millis() as u64,
+        },
+        relay_timings: None,
+        identical: false,
+    })
+}
+
+/// What `prepare` found.
+enum Prepared {
+    /// Stage from here.
+    From(ResumePoint),
+    /// A blob is in the way (`exists`, or `changed` when replacing one version);
+    /// it may be this very file's commit.
+    InTheWay(PublishError),
+}
+
+/// Where staging starts: the staged blocks' resume point when they came from
+/// this same file, else the beginning.
+async fn resume_point(upload: &Upload<'_>, src: &Source) -> Result<Prepared, FileError> {
+    let point = match upload.prepare().await {
+        Ok(point) => point,
         Err(e @ (PublishError::Exists(_) | PublishError::Changed { .. })) => {
-            return already_there(&upload, src, &before, &writer, t0, e).await;
+            return Ok(Prepared::InTheWay(e));
         }
         Err(e) => return Err(relay_like(publish_failure(e))),
     };
     if point.offset > 0 && !same_prefix(src, &point).await? {
-        point = ResumePoint::fresh();
+        return Ok(Prepared::From(ResumePoint::fresh()));
     }
+    Ok(Prepared::From(point))
+}
+
+/// Stages the file from `point` on, `d.connections` Put Blocks in flight.
+async fn stage(
+    d: &Direct,
+    upload: &Upload<'_>,
+    src: &Source,
+    point: ResumePoint,
+    bar: &ProgressBar,
+) -> Result<Staged, FileError> {
     let mut reader = open_at(src, point.offset, bar).await?;
     let mut stager = upload
         .stager(point, d.budget.clone(), d.connections)
@@ -89,13 +140,15 @@ pub async fn upload_file(
         ),
         other => relay_like(stage_failure(other)),
     })?;
-    let staged = stager
+    stager
         .finish()
         .await
-        .map_err(|e| relay_like(stage_failure(e)))?;
-    let t_sent = Instant::now();
-    unchanged(src, &before)?;
-    // A manifest's hash (`--checksums`) is a precondition of the commit.
+        .map_err(|e| relay_like(stage_failure(e)))
+}
+
+/// Commits what was staged, if its SHA-256 matches; returns the blob's ETag. A
+/// manifest's hash (`--checksums`) is a precondition of the commit.
+async fn commit(upload: &Upload<'_>, src: &Source, staged: &Staged) -> Result<String, FileError> {
     let manifest: Vec<(&str, &str)> = src
         .sha256
         .as_deref()
@@ -103,25 +156,10 @@ pub async fn upload_file(
         .into_iter()
         .collect();
     let props = upload
-        .commit(&staged, &manifest)
+        .commit(staged, &manifest)
         .await
         .map_err(|e| relay_like(publish_failure(e)))?;
-    Ok(Sent {
-        bytes: before.len,
-        sha256: hex::encode(staged.sha256),
-        etag: props.etag,
-        bytes_resumed: staged.bytes_resumed,
-        bytes_sent: staged.bytes_received,
-        retries: writer.retries(),
-        storage_requests: writer.requests(),
-        clocks: Clocks {
-            wait_ms: 0,
-            transfer_ms: (t_sent - t0).as_millis() as u64,
-            commit_ms: t_sent.elapsed().as_millis() as u64,
-        },
-        relay_clocks: None,
-        identical: false,
-    })
+    Ok(props.etag)
 }
 
 /// Fails the file if it changed (size or modification time) while it was read:
@@ -196,12 +234,12 @@ async fn already_there(
         bytes_sent: 0,
         retries: writer.retries(),
         storage_requests: writer.requests(),
-        clocks: Clocks {
+        timings: ClientTimings {
             wait_ms: 0,
             transfer_ms: t0.elapsed().as_millis() as u64,
             commit_ms: 0,
         },
-        relay_clocks: None,
+        relay_timings: None,
         identical: true,
     })
 }

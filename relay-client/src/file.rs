@@ -12,7 +12,7 @@ use crate::direct::upload_file;
 use crate::link::BUSY_BACKOFF;
 use crate::probe::{self, Verdict};
 use crate::progress::Reporter;
-use crate::report::{Clocks, ErrorReport, FileError, FileReport, Status};
+use crate::report::{ClientTimings, ErrorReport, FileError, FileReport, Status};
 use crate::send::{Options, Sent, send_file};
 use crate::setup::Mode;
 use crate::sync::{Decision, SyncRule, decide};
@@ -47,7 +47,7 @@ pub async fn one_file(job: &Job, reporter: &Reporter, src: Source, wait_ms: u64)
                 e,
             );
             r.attempts = attempts;
-            r.clocks_ms.wait_ms = wait_ms;
+            r.client_ms.wait_ms = wait_ms;
             r
         }
     };
@@ -64,7 +64,7 @@ async fn report_of(
     // Checks before any attempt: a failure here costs none.
     let before = |e: FileError| (e, 0);
     relay_proto::blob_name::validate_blob_name(&src.blob)
-        .map_err(|m| before(FileError::new("invalid_name", m, false)))?;
+        .map_err(|e| before(FileError::new("invalid_name", e.to_string(), false)))?;
     readable(src).map_err(before)?;
     let opts = with_content_type(&job.opts, src);
     if job.dry_run {
@@ -97,11 +97,11 @@ async fn report_of(
         retries: sent.retries,
         storage_requests: sent.storage_requests,
         attempts: tries,
-        clocks_ms: Clocks {
+        client_ms: ClientTimings {
             wait_ms,
-            ..sent.clocks
+            ..sent.timings
         },
-        relay_ms: sent.relay_clocks,
+        relay_ms: sent.relay_timings,
         error: None,
     };
     // The relay's seal says the blob holds exactly these bytes. On a first attempt
@@ -333,7 +333,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         retries: 0,
         storage_requests: 0,
         attempts: 0,
-        clocks_ms: Clocks::default(),
+        client_ms: ClientTimings::default(),
         relay_ms: None,
         error: None,
     }

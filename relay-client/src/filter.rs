@@ -11,19 +11,42 @@ pub struct Filter {
     exclude: Option<GlobSet>,
 }
 
-fn set(flag: &str, patterns: &[String]) -> Result<Option<GlobSet>, String> {
+/// A pattern of `flag` (`--include` or `--exclude`) that is not a glob.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FilterError {
+    #[error("{flag} {pattern:?}: {source}")]
+    Pattern {
+        flag: &'static str,
+        pattern: String,
+        source: globset::Error,
+    },
+    /// The patterns, each valid, cannot be compiled together.
+    #[error("{flag}: {source}")]
+    Set {
+        flag: &'static str,
+        source: globset::Error,
+    },
+}
+
+fn set(flag: &'static str, patterns: &[String]) -> Result<Option<GlobSet>, FilterError> {
     if patterns.is_empty() {
         return Ok(None);
     }
     let mut b = GlobSetBuilder::new();
     for p in patterns {
-        b.add(Glob::new(p).map_err(|e| format!("{flag} {p:?}: {e}"))?);
+        b.add(Glob::new(p).map_err(|source| FilterError::Pattern {
+            flag,
+            pattern: p.clone(),
+            source,
+        })?);
     }
-    b.build().map(Some).map_err(|e| format!("{flag}: {e}"))
+    b.build()
+        .map(Some)
+        .map_err(|source| FilterError::Set { flag, source })
 }
 
 impl Filter {
-    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, String> {
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, FilterError> {
         Ok(Self {
             include: set("--include", include)?,
             exclude: set("--exclude", exclude)?,

@@ -79,13 +79,13 @@ impl RelayLink {
                 .await
             {
                 Ok(c) => break c,
-                Err(ConnectError::Busy(m)) => {
+                Err(busy @ ConnectError::Busy { .. }) => {
                     let delay = backoff.delay(tries, rand::random::<f64>());
                     if Instant::now() + delay > give_up {
                         return Err(FileError::new(
                             "connection",
                             format!(
-                                "{m}; still busy after {} s (--busy-wait)",
+                                "{busy}; still busy after {} s (--busy-wait)",
                                 self.busy_wait.as_secs()
                             ),
                             true,
@@ -96,7 +96,7 @@ impl RelayLink {
                     tracing::warn!(
                         attempt = tries,
                         waited_s = waited.as_secs(),
-                        "{m}; waiting for a free slot"
+                        "{busy}; waiting for a free slot"
                     );
                     tokio::time::sleep(delay).await;
                 }

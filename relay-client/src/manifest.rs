@@ -6,6 +6,22 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// Why `--checksums` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("--checksums {}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    /// `line` counts from 1.
+    #[error(
+        "--checksums {}:{line}: expected \"SHA256  PATH\" (as sha256sum writes)",
+        file.display()
+    )]
+    Line { file: PathBuf, line: usize },
+}
+
 #[derive(Debug)]
 pub struct Manifest {
     file: PathBuf,
@@ -14,9 +30,11 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub fn load(file: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("--checksums {}: {e}", file.display()))?;
+    pub fn load(file: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ManifestError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
         let dir = file
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -26,12 +44,9 @@ impl Manifest {
             if line.trim().is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (hash, path) = parse_line(line).ok_or_else(|| {
-                format!(
-                    "--checksums {}:{}: expected \"SHA256  PATH\" (as sha256sum writes)",
-                    file.display(),
-                    n + 1
-                )
+            let (hash, path) = parse_line(line).ok_or_else(|| ManifestError::Line {
+                file: file.to_path_buf(),
+                line: n + 1,
             })?;
             // A listed file that does not exist cannot be uploaded: nothing to map.
             if let Ok(p) = std::fs::canonicalize(dir.join(path)) {
@@ -83,7 +98,7 @@ mod tests {
         assert_eq!(m.lookup(&root.join("d/a.txt")), Some(h));
         assert_eq!(m.lookup(&root.join("SUMS")), None);
         std::fs::write(root.join("BAD"), "xyz  d/a.txt\n").expect("write");
-        assert!(Manifest::load(&root.join("BAD")).is_err_and(|e| e.contains("BAD:1")));
+        assert!(Manifest::load(&root.join("BAD")).is_err_and(|e| e.to_string().contains("BAD:1")));
         let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -6,8 +6,10 @@
 use relay_proto::protocol::{Code, ExistingBlob, Timings};
 use serde::Serialize;
 
+/// The client's phase times for one file; the relay's own, from its Receipt,
+/// are `relay_proto::protocol::Timings`.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Clocks {
+pub struct ClientTimings {
     /// Waiting for a free slot (`--parallel`) and a connection.
     pub wait_ms: u64,
     /// Offer to last byte sent.
@@ -38,8 +40,10 @@ pub struct FileReport {
     /// direct mode's own), retries included.
     pub storage_requests: u32,
     pub attempts: u32,
-    pub clocks_ms: Clocks,
-    /// Relay mode: the relay's own clocks from its Receipt (receive, staging the
+    /// The client's timings (`clocks_ms` in the JSON report, a stable name).
+    #[serde(rename = "clocks_ms")]
+    pub client_ms: ClientTimings,
+    /// Relay mode: the relay's own timings from its Receipt (receive, staging the
     /// last blocks, hash check and commit), to tell the WAN from Azure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relay_ms: Option<Timings>,

@@ -22,7 +22,7 @@ use relay_proto::session::client::{
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
-use crate::report::{Clocks, FileError};
+use crate::report::{ClientTimings, FileError};
 use crate::source::{Snapshot, hash_prefix, read_range};
 use crate::walk::Source;
 
@@ -46,9 +46,9 @@ pub struct Sent {
     pub bytes_sent: u64,
     pub retries: u32,
     pub storage_requests: u32,
-    pub clocks: Clocks,
-    /// The relay's clocks (none from a relay that moved no bytes).
-    pub relay_clocks: Option<relay_proto::protocol::Timings>,
+    pub timings: ClientTimings,
+    /// The relay's timings (none from a relay that moved no bytes).
+    pub relay_timings: Option<relay_proto::protocol::Timings>,
     /// The blob already held exactly these bytes (the relay checked its seal):
     /// nothing was sent or committed.
     pub identical: bool,
@@ -136,7 +136,7 @@ struct Stream {
 
 impl Stream {
     fn sent(self, receipt: Receipt) -> Sent {
-        let relay_clocks = (receipt.bytes_received > 0).then(|| receipt.timings.clone());
+        let relay_timings = (receipt.bytes_received > 0).then(|| receipt.timings.clone());
         Sent {
             bytes: self.len,
             sha256: self.sha256,
@@ -145,12 +145,12 @@ impl Stream {
             bytes_sent: self.bytes_sent,
             retries: receipt.retries,
             storage_requests: receipt.requests,
-            clocks: Clocks {
+            timings: ClientTimings {
                 wait_ms: 0,
                 transfer_ms: (self.t_sent - self.t0).as_millis() as u64,
                 commit_ms: self.t_sent.elapsed().as_millis() as u64,
             },
-            relay_clocks,
+            relay_timings,
             identical: self.identical,
         }
     }

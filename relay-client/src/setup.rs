@@ -7,30 +7,108 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use relay_proto::blob_name::MetadataError;
+use relay_proto::id_key::IdKeyError;
 use relay_proto::protocol::{Overwrite, Secret};
-use relay_storage::blob::{Storage, WriterOptions};
-use relay_storage::credentials::StorageAccess;
+use relay_storage::blob::{BlobError, ClientBuildError, Storage, WriterOptions};
+use relay_storage::credentials::{CredentialError, StorageAccess};
 use relay_storage::staging::Budget;
 use relay_transport::congestion::PathObserver;
 use relay_transport::quic::{PathMemory, Windows};
+use relay_transport::tls::FingerprintError;
 use tokio::sync::Mutex;
 
 use crate::cli::{OverwriteMode, UploadArgs};
-use crate::connect::{Connector, Trust, resolve};
+use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
 use crate::direct::Direct;
+use crate::filter::FilterError;
 use crate::link::RelayLink;
+use crate::manifest::ManifestError;
 use crate::path_cache::{self, PathCache};
+use crate::report::FileError;
 use crate::send::Options;
-use crate::walk::{Destination, parse_destination};
+use crate::walk::{Destination, DestinationError, parse_destination};
 
 /// A setup problem that stops the whole command (exit status 2).
-#[derive(Debug)]
-pub struct SetupError(pub String);
-
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("--to: {0}")]
+    Destination(#[from] DestinationError),
+    /// `--to` is a blob URL of another account than `--storage-url`'s.
+    #[error(
+        "--to names account {theirs:?} but --storage-url is account {}",
+        ours.as_deref().unwrap_or("(unknown)")
+    )]
+    AccountMismatch {
+        theirs: String,
+        ours: Option<String>,
+    },
+    #[error("--storage-url {text:?}: {source}")]
+    StorageUrl {
+        text: String,
+        source: url::ParseError,
+    },
+    /// `--storage-url` (shown without its query) names more than the account.
+    #[error(
+        "--storage-url {service} names a container or path; give the account's service URL \
+         (https://ACCOUNT.blob.core.windows.net) and put the container in --to"
+    )]
+    StorageUrlPath { service: url::Url },
+    #[error("--metadata {item:?}: expected KEY=VALUE")]
+    MetadataItem { item: String },
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error(transparent)]
+    Fingerprint(#[from] FingerprintError),
+    #[error(
+        "say how to trust the relay: --relay-cert-sha256 HEX, --relay-ca PEM, or (labs only) --insecure"
+    )]
+    NoTrust,
+    #[error("use only one of --relay-cert-sha256, --relay-ca and --insecure")]
+    ConflictingTrust,
+    #[error(transparent)]
+    StorageAccess(#[from] CredentialError),
+    #[error(transparent)]
+    HttpClient(#[from] ClientBuildError),
+    /// The access check could not even open a writer.
+    #[error(transparent)]
+    Writer(BlobError),
+    /// The access check's request failed: a missing or wrong credential.
+    #[error(
+        "cannot use the storage credentials ({0}); give --account-key, a SAS in \
+         --storage-url, or sign in for --entra cli (az login)"
+    )]
+    Credentials(#[source] BlobError),
+    #[error("--create-container {container}: {source}")]
+    CreateContainer {
+        container: String,
+        source: BlobError,
+    },
+    #[error("direct mode needs --id-key-file (no home directory to keep one in)")]
+    NoKeyFile,
+    #[error("--id-key-file: {0}")]
+    IdKey(#[from] IdKeyError),
+    #[error(
+        "--create-container works with --direct only (a relay writes into containers its operator made)"
+    )]
+    CreateContainerNeedsDirect,
+    #[error("a token is needed: --token T or RELAY_TOKEN")]
+    NoToken,
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    /// The first connection to the relay failed (and no `--fallback`).
+    #[error("{}", .0.message)]
+    Relay(FileError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// A file's refusal every other file would get too (a wrong token, a
+    /// missing container): said once, and the upload stops.
+    #[error("{0}")]
+    Refused(String),
 }
 
 pub enum Mode {
@@ -48,14 +126,14 @@ impl Mode {
 }
 
 pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
-    let dest = parse_destination(&args.to).map_err(|e| SetupError(format!("--to: {e}")))?;
+    let dest = parse_destination(&args.to)?;
     if let (Some(theirs), true) = (&dest.account, args.direct) {
         let ours = storage_account(args)?;
         if ours.as_deref() != Some(theirs.as_str()) {
-            return Err(SetupError(format!(
-                "--to names account {theirs:?} but --storage-url is account {}",
-                ours.as_deref().unwrap_or("(unknown)")
-            )));
+            return Err(SetupError::AccountMismatch {
+                theirs: theirs.clone(),
+                ours,
+            });
         }
     }
     Ok(dest)
@@ -67,8 +145,10 @@ fn storage_account(args: &UploadArgs) -> Result<Option<String>, SetupError> {
     let Some(text) = &args.storage_url else {
         return Ok(None);
     };
-    let url =
-        url::Url::parse(text).map_err(|e| SetupError(format!("--storage-url {text:?}: {e}")))?;
+    let url = url::Url::parse(text).map_err(|source| SetupError::StorageUrl {
+        text: text.clone(),
+        source,
+    })?;
     let host = url.host_str().unwrap_or_default();
     // Azurite and other emulators are path-style: the first segment is the account.
     let path_style = host.parse::<std::net::IpAddr>().is_ok() || host == "localhost";
@@ -79,10 +159,7 @@ fn storage_account(args: &UploadArgs) -> Result<Option<String>, SetupError> {
     if segments > usize::from(path_style) {
         let mut service = url.clone();
         service.set_query(None);
-        return Err(SetupError(format!(
-            "--storage-url {service} names a container or path; give the account's service URL \
-             (https://ACCOUNT.blob.core.windows.net) and put the container in --to"
-        )));
+        return Err(SetupError::StorageUrlPath { service });
     }
     Ok(relay_storage::credentials::account_name(&url))
 }
@@ -122,27 +199,25 @@ fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupErr
     for item in items {
         let (k, v) = item
             .split_once('=')
-            .ok_or_else(|| SetupError(format!("--metadata {item:?}: expected KEY=VALUE")))?;
+            .ok_or_else(|| SetupError::MetadataItem { item: item.clone() })?;
         out.insert(k.to_string(), v.to_string());
     }
-    relay_proto::blob_name::validate_metadata(&out).map_err(SetupError)?;
+    relay_proto::blob_name::validate_metadata(&out)?;
     Ok(out)
 }
 
 fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
     match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
-        (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp).map_err(SetupError)?)),
+        (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp)?)),
         (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
         (None, None, true) => {
-            eprintln!("relay-client: WARNING: --insecure: the relay is not verified; anyone on the path can read and alter this upload");
+            eprintln!(
+                "relay-client: WARNING: --insecure: the relay is not verified; anyone on the path can read and alter this upload"
+            );
             Ok(Trust::Insecure)
         }
-        (None, None, false) => Err(SetupError(
-            "say how to trust the relay: --relay-cert-sha256 HEX, --relay-ca PEM, or (labs only) --insecure".into(),
-        )),
-        _ => Err(SetupError(
-            "use only one of --relay-cert-sha256, --relay-ca and --insecure".into(),
-        )),
+        (None, None, false) => Err(SetupError::NoTrust),
+        _ => Err(SetupError::ConflictingTrust),
     }
 }
 
@@ -162,25 +237,24 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
     let url = args.storage_url.clone().unwrap_or_default();
     storage_account(args)?;
     let key = args.account_key.clone().map(Secret);
-    let access = StorageAccess::resolve(&url, key.as_ref(), args.entra).map_err(SetupError)?;
+    let access = StorageAccess::resolve(&url, key.as_ref(), args.entra)?;
     check_access(&access, container).await?;
-    let storage =
-        Storage::new(access, &WriterOptions::default()).map_err(|e| SetupError(e.to_string()))?;
+    let storage = Storage::new(access, &WriterOptions::default())?;
     if args.create_container && !args.dry_run {
         storage
             .ensure_container(container)
             .await
-            .map_err(|e| SetupError(format!("--create-container {container}: {e}")))?;
+            .map_err(|source| SetupError::CreateContainer {
+                container: container.to_string(),
+                source,
+            })?;
     }
     let key_file = args
         .id_key_file
         .clone()
         .or_else(default_direct_key_file)
-        .ok_or_else(|| {
-            SetupError("direct mode needs --id-key-file (no home directory to keep one in)".into())
-        })?;
-    let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)
-        .map_err(|e| SetupError(format!("--id-key-file: {e}")))?;
+        .ok_or(SetupError::NoKeyFile)?;
+    let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
     Ok(Direct {
         storage,
         id_key,
@@ -204,16 +278,15 @@ async fn check_access(access: &StorageAccess, container: &str) -> Result<(), Set
         },
         ..WriterOptions::default()
     };
-    let probe = Storage::new(access.clone(), &quick).map_err(|e| SetupError(e.to_string()))?;
+    let probe = Storage::new(access.clone(), &quick)?;
     let writer = probe
         .writer(container, ".relay-client-access-check")
-        .map_err(|e| SetupError(e.to_string()))?;
-    writer.properties().await.map(|_| ()).map_err(|e| {
-        SetupError(format!(
-            "cannot use the storage credentials ({e}); give --account-key, a SAS in \
-             --storage-url, or sign in for --entra cli (az login)"
-        ))
-    })
+        .map_err(SetupError::Writer)?;
+    writer
+        .properties()
+        .await
+        .map(|_| ())
+        .map_err(SetupError::Credentials)
 }
 
 /// Relay mode, connected once up front so a wrong address or certificate is one
@@ -223,26 +296,22 @@ pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError
         return Ok(Mode::Direct(direct_mode(args, container).await?));
     }
     if args.create_container {
-        return Err(SetupError(
-            "--create-container works with --direct only (a relay writes into containers its operator made)".into(),
-        ));
+        return Err(SetupError::CreateContainerNeedsDirect);
     }
     if let Some(rate) = args.max_rate {
         crate::rate::set_cap(rate);
     }
     let relay = args.relay.clone().unwrap_or_default();
     if args.token.as_deref().unwrap_or_default().is_empty() {
-        return Err(SetupError(
-            "a token is needed: --token T or RELAY_TOKEN".into(),
-        ));
+        return Err(SetupError::NoToken);
     }
     let trust = trust(args)?;
-    let (addr, name) = resolve(&relay).await.map_err(SetupError)?;
+    let (addr, name) = resolve(&relay).await?;
     let name = args.server_name.clone().unwrap_or(name);
     let (memory, cache) = path_memory(args, addr, &name);
     let observer = memory.observer.clone().unwrap_or_default();
-    let connector = Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())
-        .map_err(SetupError)?;
+    let connector =
+        Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
     let link = RelayLink {
         connector,
         addr,
@@ -262,7 +331,7 @@ pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError
             );
             Ok(Mode::Direct(direct_mode(args, container).await?))
         }
-        Err(e) => Err(SetupError(e.message)),
+        Err(e) => Err(SetupError::Relay(e)),
     }
 }
 

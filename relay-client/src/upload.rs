@@ -195,18 +195,18 @@ async fn finish(
             in_flight,
             in_flight_bytes,
         }),
-        Stop::Fatal(message) => Err(SetupError(message)),
+        Stop::Fatal(message) => Err(SetupError::Refused(message)),
     }
 }
 
 fn walk_options(args: &UploadArgs, prefix: &str) -> Result<WalkOptions, SetupError> {
     let manifest = match &args.checksums {
-        Some(file) => Some(Arc::new(Manifest::load(file).map_err(SetupError)?)),
+        Some(file) => Some(Arc::new(Manifest::load(file)?)),
         None => None,
     };
     Ok(WalkOptions {
         prefix: prefix.to_string(),
-        filter: Filter::new(&args.include, &args.exclude).map_err(SetupError)?,
+        filter: Filter::new(&args.include, &args.exclude)?,
         follow_symlinks: args.follow_symlinks,
         manifest,
     })

@@ -10,6 +10,8 @@ use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use relay_proto::blob_name::{ContainerNameError, validate_container};
+
 use crate::filter::Filter;
 use crate::manifest::Manifest;
 
@@ -57,20 +59,27 @@ pub struct Destination {
     pub prefix: String,
 }
 
+/// Why `--to` names no destination; `to` as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestinationError {
+    #[error("{to:?}: expected CONTAINER[/PREFIX] or an https:// blob URL")]
+    Scheme { to: String },
+    #[error("{to:?}: leave the SAS out of --to (the relay holds the storage credentials)")]
+    SasInUrl { to: String },
+    #[error(transparent)]
+    Container(#[from] ContainerNameError),
+}
+
 /// Splits `CONTAINER[/PREFIX]`, or a blob URL.
-pub fn parse_destination(to: &str) -> Result<Destination, String> {
+pub fn parse_destination(to: &str) -> Result<Destination, DestinationError> {
     let (account, path) = match to.split_once("://") {
         Some((scheme, rest)) => {
             if scheme != "https" && scheme != "http" {
-                return Err(format!(
-                    "{to:?}: expected CONTAINER[/PREFIX] or an https:// blob URL"
-                ));
+                return Err(DestinationError::Scheme { to: to.to_string() });
             }
             let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
             if path.contains('?') {
-                return Err(format!(
-                    "{to:?}: leave the SAS out of --to (the relay holds the storage credentials)"
-                ));
+                return Err(DestinationError::SasInUrl { to: to.to_string() });
             }
             let account = host.split('.').next().unwrap_or_default().to_string();
             (Some(account), path)
@@ -79,7 +88,7 @@ pub fn parse_destination(to: &str) -> Result<Destination, String> {
     };
     let path = path.trim_start_matches('/');
     let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
-    relay_proto::blob_name::validate_container(container)?;
+    validate_container(container)?;
     Ok(Destination {
         account,
         container: container.to_string(),

@@ -15,21 +15,14 @@ use subtle::ConstantTimeEq;
 
 pub use crate::tokens_file::{Grant, Parsed, Rule, Skipped, parse_tokens};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// Unknown, revoked or empty token.
+    #[error("unknown or expired token")]
     Unknown,
     /// Valid token, but not for this container.
+    #[error("token may not write container {0:?}")]
     Container(String),
-}
-
-impl std::fmt::Display for AuthError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AuthError::Unknown => f.write_str("unknown or expired token"),
-            AuthError::Container(c) => write!(f, "token may not write container {c:?}"),
-        }
-    }
 }
 
 /// Why the tokens file cannot be used at start.
@@ -256,6 +249,11 @@ mod tests {
             Err(AuthError::Container("other".into()))
         );
         assert_eq!(s.check("nope", "data"), Err(AuthError::Unknown));
+        assert_eq!(AuthError::Unknown.to_string(), "unknown or expired token");
+        assert_eq!(
+            AuthError::Container("other".into()).to_string(),
+            "token may not write container \"other\""
+        );
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 

@@ -5,11 +5,36 @@
 use std::path::PathBuf;
 
 use clap::{Args as ClapArgs, Subcommand};
-use relay_proto::blob_name::validate_container;
+use relay_proto::blob_name::{ContainerNameError, validate_container};
 
 use crate::config::Args;
-use crate::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir};
-use crate::tls::Identity;
+use crate::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir, StateError};
+use crate::tls::{Identity, TlsError};
+
+/// Why an operator command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// `--tls-cert`/`--tls-key` cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(
+        "no certificate yet in {} (the relay makes one at its first start)",
+        dir.display()
+    )]
+    NoCertificate { dir: PathBuf },
+    /// `cert rotate` with an operator's certificate: it is not ours to replace.
+    #[error("the relay is configured with --tls-cert (RELAY_TLS_CERT): replace that file instead")]
+    OperatorCertificate,
+    #[error("--containers {name:?}: {source}")]
+    Container {
+        name: String,
+        source: ContainerNameError,
+    },
+    #[error("--containers {name:?}: reserved (--reserved-containers); no upload may write it")]
+    Reserved { name: String },
+}
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -58,8 +83,8 @@ pub struct TokenNewArgs {
 }
 
 /// Runs `command`; what it prints is its result, errors are returned.
-pub fn run(command: &Command, args: &Args) -> Result<(), String> {
-    let state = StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())?;
+pub fn run(command: &Command, args: &Args) -> Result<(), CommandError> {
+    let state = StateDir::resolve(args.state_dir.as_deref())?;
     match command {
         Command::Cert(CertCommand::Show) => cert_show(&state, args),
         Command::Cert(CertCommand::Rotate) => cert_rotate(&state, args),
@@ -67,30 +92,22 @@ pub fn run(command: &Command, args: &Args) -> Result<(), String> {
     }
 }
 
-fn cert_show(state: &StateDir, args: &Args) -> Result<(), String> {
+fn cert_show(state: &StateDir, args: &Args) -> Result<(), CommandError> {
     let (id, from) = current_identity(state, args)?;
-    let id = id.ok_or_else(|| {
-        format!(
-            "no certificate yet in {} (the relay makes one at its first start)",
-            state.path.display()
-        )
+    let id = id.ok_or_else(|| CommandError::NoCertificate {
+        dir: state.path.clone(),
     })?;
     println!("{}", id.fingerprint);
     eprintln!("relay-server: certificate {}", from.display());
     Ok(())
 }
 
-fn cert_rotate(state: &StateDir, args: &Args) -> Result<(), String> {
+fn cert_rotate(state: &StateDir, args: &Args) -> Result<(), CommandError> {
     if args.tls_cert.is_some() {
-        return Err(
-            "the relay is configured with --tls-cert (RELAY_TLS_CERT): replace that file instead"
-                .into(),
-        );
+        return Err(CommandError::OperatorCertificate);
     }
-    let old = state.load_identity().map_err(|e| e.to_string())?;
-    let new = state
-        .create_identity(&args.tls_names)
-        .map_err(|e| e.to_string())?;
+    let old = state.load_identity()?;
+    let new = state.create_identity(&args.tls_names)?;
     if let Some(old) = old {
         eprintln!("relay-server: old fingerprint {}", old.fingerprint);
     }
@@ -107,26 +124,27 @@ fn cert_rotate(state: &StateDir, args: &Args) -> Result<(), String> {
 
 /// The identity the relay would present: `--tls-cert`'s, else the state
 /// directory's (if made yet); with the file it came from.
-fn current_identity(state: &StateDir, args: &Args) -> Result<(Option<Identity>, PathBuf), String> {
+fn current_identity(
+    state: &StateDir,
+    args: &Args,
+) -> Result<(Option<Identity>, PathBuf), CommandError> {
     match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => Ok((Some(Identity::from_pem_files(c, k)?), c.clone())),
-        _ => Ok((
-            state.load_identity().map_err(|e| e.to_string())?,
-            state.file(CERT_FILE),
-        )),
+        _ => Ok((state.load_identity()?, state.file(CERT_FILE))),
     }
 }
 
 /// Random bytes in a token: 192 bits, far beyond guessing.
 const TOKEN_BYTES: usize = 24;
 
-fn token_new(state: &StateDir, args: &Args, new: &TokenNewArgs) -> Result<(), String> {
+fn token_new(state: &StateDir, args: &Args, new: &TokenNewArgs) -> Result<(), CommandError> {
     for c in &new.containers {
-        validate_container(c).map_err(|e| format!("--containers {c:?}: {e}"))?;
+        validate_container(c).map_err(|source| CommandError::Container {
+            name: c.clone(),
+            source,
+        })?;
         if args.reserved_containers.contains(c) {
-            return Err(format!(
-                "--containers {c:?}: reserved (--reserved-containers); no upload may write it"
-            ));
+            return Err(CommandError::Reserved { name: c.clone() });
         }
     }
     let token = hex::encode(rand::random::<[u8; TOKEN_BYTES]>());

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use relay_proto::limits::DEFAULT_BLOCK_SIZE;
-use relay_proto::size::parse_byte_size;
+use relay_proto::size::{SizeError, parse_byte_size};
 use relay_storage::credentials::EntraSource;
 use relay_transport::quic::Congestion;
 
 /// Byte sizes: SI (`1GB` = 10^9) and IEC (`1GiB` = 2^30) units.
-fn size(s: &str) -> Result<u64, String> {
+fn size(s: &str) -> Result<u64, SizeError> {
     parse_byte_size(s)
 }
 
@@ -278,10 +278,11 @@ pub fn parse_with_config_file(argv: Vec<OsString>) -> Result<Args, ConfigError> 
     let Some(path) = lenient.get_one::<PathBuf>("config").cloned() else {
         return Args::try_parse_from(argv).map_err(ConfigError::Usage);
     };
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| ConfigError::File(format!("cannot read config {}: {e}", path.display())))?;
-    let settings = config_flags(&text)
-        .map_err(|e| ConfigError::File(format!("config {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let settings = config_flags(&text).map_err(|source| ConfigError::Setting { path, source })?;
     let given = |id: &str| {
         matches!(
             lenient.value_source(id),
@@ -299,18 +300,40 @@ pub fn parse_with_config_file(argv: Vec<OsString>) -> Result<Args, ConfigError> 
 }
 
 /// Why the command line and config file could not be turned into options.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// clap's own error (usage, help, version): it knows how to print and exit.
+    #[error(transparent)]
     Usage(clap::Error),
-    File(String),
+    #[error("cannot read config {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {}: {source}", path.display())]
+    Setting { path: PathBuf, source: SettingError },
+}
+
+/// What is wrong in the config file's text; `key` as written there.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingError {
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+    #[error("unknown setting {key:?}")]
+    Unknown { key: String },
+    #[error("setting {key:?}: expected true or false")]
+    NotASwitchValue { key: String },
+    #[error("setting {key:?}: list items must be strings")]
+    ListItemNotString { key: String },
+    #[error("setting {key:?}: unsupported {kind} value")]
+    Unsupported { key: String, kind: &'static str },
 }
 
 /// `storage_url = "x"` → (`storage_url`, [`--storage-url=x`]); only flags that
 /// exist; `true` switches become the bare flag, `false` ones nothing.
-pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, String> {
+pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, SettingError> {
     use clap::CommandFactory;
-    let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let table: toml::Table = toml::from_str(text)?;
     let cmd = Args::command();
     let mut out = Vec::new();
     for (k, v) in table {
@@ -318,13 +341,13 @@ pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, String> 
         let arg = cmd
             .get_arguments()
             .find(|a| a.get_long() == Some(key.as_str()) && key != "config")
-            .ok_or_else(|| format!("unknown setting {k:?}"))?;
+            .ok_or_else(|| SettingError::Unknown { key: k.clone() })?;
         let id = arg.get_id().to_string();
         let switch = matches!(arg.get_action(), clap::ArgAction::SetTrue);
         let flag = match (v, switch) {
             (toml::Value::Boolean(true), true) => vec![format!("--{key}").into()],
             (toml::Value::Boolean(false), true) => Vec::new(),
-            (_, true) => return Err(format!("setting {k:?}: expected true or false")),
+            (_, true) => return Err(SettingError::NotASwitchValue { key: k }),
             (toml::Value::String(s), _) => vec![format!("--{key}={s}").into()],
             (toml::Value::Integer(i), _) => vec![format!("--{key}={i}").into()],
             (toml::Value::Boolean(b), _) => vec![format!("--{key}={b}").into()],
@@ -334,16 +357,16 @@ pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, String> 
                     .map(|x| {
                         x.as_str()
                             .map(str::to_string)
-                            .ok_or_else(|| format!("setting {k:?}: list items must be strings"))
+                            .ok_or_else(|| SettingError::ListItemNotString { key: k.clone() })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 vec![format!("--{key}={}", items.join(",")).into()]
             }
             (other, _) => {
-                return Err(format!(
-                    "setting {k:?}: unsupported {} value",
-                    other.type_str()
-                ));
+                return Err(SettingError::Unsupported {
+                    key: k,
+                    kind: other.type_str(),
+                });
             }
         };
         out.push((id, flag));

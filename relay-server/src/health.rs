@@ -20,10 +20,18 @@ use crate::server::Shared;
 
 pub const HEALTH_PATH: &str = "/healthz";
 
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+/// The health endpoint's address cannot be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot bind health endpoint {addr}: {source}")]
+pub struct HealthBindError {
+    pub addr: SocketAddr,
+    pub source: std::io::Error,
+}
+
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HealthBindError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot bind health endpoint {addr}: {e}"))
+        .map_err(|source| HealthBindError { addr, source })
 }
 
 /// Serves until shutdown, then for 30 s more with 503 on /healthz, so a load
@@ -102,6 +110,18 @@ pub fn render(shared: &Shared) -> String {
 fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     let m = &shared.metrics;
     let mut out = Exposition::default();
+    transfer_series(m, &mut out);
+    metrics::render_retries(&mut out, &m.azure_retries);
+    m.rejections.render(&mut out);
+    m.failures.render(&mut out);
+    budget_series(shared, &mut out);
+    crate::admission::render_metrics(&shared.admission, &shared.budget, &mut out);
+    storage_series(m, storage, &mut out);
+    out
+}
+
+/// Bytes and transfers: received, staged, committed, active, failed.
+fn transfer_series(m: &Metrics, out: &mut Exposition) {
     let rows: [(&str, Kind, &str, &AtomicU64); 6] = [
         (
             "blob_relay_bytes_received_total",
@@ -143,9 +163,10 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     for (name, kind, help, v) in rows {
         out.value(name, kind, help, Metrics::get(v));
     }
-    metrics::render_retries(&mut out, &m.azure_retries);
-    m.rejections.render(&mut out);
-    m.failures.render(&mut out);
+}
+
+/// The block-buffer budget and what of it is in use.
+fn budget_series(shared: &Shared, out: &mut Exposition) {
     let budget = &shared.budget;
     out.value(
         "blob_relay_budget_bytes",
@@ -159,7 +180,10 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
         "Block buffers in use.",
         budget.in_use_bytes(),
     );
-    crate::admission::render_metrics(&shared.admission, budget, &mut out);
+}
+
+/// Storage requests, commit times and, when known, the last storage check.
+fn storage_series(m: &Metrics, storage: Option<&Reachability>, out: &mut Exposition) {
     out.value(
         "blob_relay_storage_requests_total",
         Kind::Counter,
@@ -179,5 +203,4 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
             u64::from(*storage == Reachability::Reachable),
         );
     }
-    out
 }

@@ -20,54 +20,58 @@ pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use relay_proto::id_key::IdKey;
+use relay_proto::id_key::{IdKey, IdKeyError};
+use relay_proto::plan::PlanError;
 use relay_proto::protocol::Secret;
-use relay_storage::blob::{Storage, WriterOptions};
-use relay_storage::credentials::StorageAccess;
+use relay_proto::size::format_size;
+use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
+use relay_storage::credentials::{CredentialError, StorageAccess};
 use relay_storage::staging::Budget;
 use relay_transport::quic::Windows;
 
 pub use server::{BlockFill, Config, Relay, TestHooks};
 
+/// Why the flags do not make a runnable configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("--storage-url is required")]
+    NoStorageUrl,
+    #[error(transparent)]
+    StorageAccess(#[from] CredentialError),
+    #[error(transparent)]
+    HttpClient(#[from] ClientBuildError),
+    #[error("--tokens is required")]
+    NoTokens,
+    #[error(transparent)]
+    Tokens(#[from] auth::TokensError),
+    #[error("--block-size: {0}")]
+    BlockSize(#[source] PlanError),
+    #[error(transparent)]
+    State(#[from] state_dir::StateError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("--id-key-file: {0}")]
+    IdKey(#[source] IdKeyError),
+    #[error(
+        "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
+        format_size(bound.total()),
+        format_size(*limit)
+    )]
+    OverMemoryLimit { bound: MemoryBound, limit: u64 },
+}
+
 impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
-    pub fn from_args(args: &config::Args) -> Result<Self, String> {
-        let key = args.account_key.clone().map(Secret);
-        let url = args
-            .storage_url
-            .as_deref()
-            .ok_or("--storage-url is required")?;
-        let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
-        let writer = WriterOptions {
-            pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
-            max_concurrent_requests: args.storage_concurrency as usize,
-            max_idle_per_host: args.storage_concurrency as usize,
-            ..WriterOptions::default()
-        };
-        let storage = Storage::new(access, &writer).map_err(|e| e.to_string())?;
-        let tokens_path = args.tokens.as_deref().ok_or("--tokens is required")?;
-        let tokens = auth::TokenStore::load(tokens_path).map_err(|e| e.to_string())?;
-        relay_proto::plan::BlockPlan::new(0, args.block_size)
-            .map_err(|e| format!("--block-size: {e}"))?;
+    pub fn from_args(args: &config::Args) -> Result<Self, ResolveError> {
+        let storage = storage(args)?;
+        let tokens_path = args.tokens.as_deref().ok_or(ResolveError::NoTokens)?;
+        let tokens = auth::TokenStore::load(tokens_path)?;
+        relay_proto::plan::BlockPlan::new(0, args.block_size).map_err(ResolveError::BlockSize)?;
         let identity = identity(args)?;
-        let id_key = if args.id_key_ephemeral {
-            IdKey::random()
-        } else {
-            let path = match &args.id_key_file {
-                Some(p) => p.clone(),
-                None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
-            };
-            if args.check_config && !path.exists() {
-                // A check writes nothing: the real start creates and keeps the key.
-                IdKey::random()
-            } else if args.check_config {
-                IdKey::load(&path).map_err(|e| format!("--id-key-file: {e}"))?
-            } else {
-                IdKey::load_or_create(&path).map_err(|e| format!("--id-key-file: {e}"))?
-            }
-        };
+        let id_key = id_key(args)?;
         let cfg = Self {
             listen: args.listen,
             storage,
@@ -76,21 +80,10 @@ impl Config {
             budget: Budget::new(args.memory_budget),
             block_size: args.block_size,
             blocks_in_flight: args.blocks_in_flight.max(1),
-            windows: Windows {
-                stream_window: args.stream_window,
-                connection_window: args.connection_window,
-                congestion: args.congestion,
-                max_rate_mbit: args.max_rate,
-                fair: args.fair,
-            },
+            windows: windows(args),
             udp_buffer: usize::try_from(args.udp_buffer).unwrap_or(usize::MAX),
             max_connections: args.max_connections,
-            admission: admission::Limits {
-                max_pending: args.max_pending.max(1),
-                max_per_address: args.max_per_address.max(1),
-                auth_deadline: Duration::from_secs(args.auth_deadline.max(1)),
-                ..admission::Limits::default()
-            },
+            admission: admission_limits(args),
             grace: args.grace(),
             id_key,
             max_block_size: args.max_block_size,
@@ -100,20 +93,21 @@ impl Config {
             reserved_containers: args.reserved_containers.clone(),
             hooks: TestHooks::default(),
         };
-        let bound = cfg.memory_bound();
-        let limit = args
-            .memory_limit
-            .or_else(|| machine_memory().map(|m| m / 10 * 9));
-        if let Some(limit) = limit
-            && bound.total() > limit
-        {
-            return Err(format!(
-                "this configuration may use up to {} ({bound}), more than the memory limit {}: lower --max-connections, --connection-window, --memory-budget or --max-pending, or raise --memory-limit",
-                relay_proto::size::format_size(bound.total()),
-                relay_proto::size::format_size(limit)
-            ));
-        }
+        cfg.check_memory_limit(args.memory_limit)?;
         Ok(cfg)
+    }
+
+    /// Refuses a configuration whose memory bound exceeds `--memory-limit`
+    /// (default: 90 % of the machine's memory, when it can be read).
+    fn check_memory_limit(&self, memory_limit: Option<u64>) -> Result<(), ResolveError> {
+        let bound = self.memory_bound();
+        let limit = memory_limit.or_else(|| machine_memory().map(|m| m / 10 * 9));
+        match limit {
+            Some(limit) if bound.total() > limit => {
+                Err(ResolveError::OverMemoryLimit { bound, limit })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The most memory this configuration lets the relay use, whatever its peers
@@ -135,9 +129,9 @@ impl Config {
         storage: Storage,
         tokens: auth::TokenStore,
         memory_budget: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, tls::TlsError> {
         Ok(Self {
-            listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             storage,
             tokens,
             identity: tls::Identity::self_signed(vec!["localhost".into()])?,
@@ -170,30 +164,86 @@ pub fn describe_storage(access: &StorageAccess) -> String {
     format!("{} via {how}", access.service_url)
 }
 
-fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, String> {
-    state_dir::StateDir::resolve(args.state_dir.as_deref()).map_err(|e| e.to_string())
+/// The storage account of `--storage-url`, with `--account-key` or Entra ID,
+/// through an HTTP client sized by `--storage-concurrency`.
+fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
+    let key = args.account_key.clone().map(Secret);
+    let url = args
+        .storage_url
+        .as_deref()
+        .ok_or(ResolveError::NoStorageUrl)?;
+    let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
+    let writer = WriterOptions {
+        pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
+        max_concurrent_requests: args.storage_concurrency as usize,
+        max_idle_per_host: args.storage_concurrency as usize,
+        ..WriterOptions::default()
+    };
+    Ok(Storage::new(access, &writer)?)
+}
+
+fn windows(args: &config::Args) -> Windows {
+    Windows {
+        stream_window: args.stream_window,
+        connection_window: args.connection_window,
+        congestion: args.congestion,
+        max_rate_mbit: args.max_rate,
+        fair: args.fair,
+    }
+}
+
+fn admission_limits(args: &config::Args) -> admission::Limits {
+    admission::Limits {
+        max_pending: args.max_pending.max(1),
+        max_per_address: args.max_per_address.max(1),
+        auth_deadline: Duration::from_secs(args.auth_deadline.max(1)),
+        ..admission::Limits::default()
+    }
+}
+
+/// The block-ID key: random with `--id-key-ephemeral`, else `--id-key-file` or
+/// the state directory's, created on the first start. A configuration check
+/// writes nothing: without a key file yet it uses a random key (the real start
+/// creates and keeps one).
+fn id_key(args: &config::Args) -> Result<IdKey, ResolveError> {
+    if args.id_key_ephemeral {
+        return Ok(IdKey::random());
+    }
+    let path = match &args.id_key_file {
+        Some(p) => p.clone(),
+        None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
+    };
+    let key = if args.check_config && !path.exists() {
+        Ok(IdKey::random())
+    } else if args.check_config {
+        IdKey::load(&path)
+    } else {
+        IdKey::load_or_create(&path)
+    };
+    key.map_err(ResolveError::IdKey)
+}
+
+fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, state_dir::StateError> {
+    state_dir::StateDir::resolve(args.state_dir.as_deref())
 }
 
 /// `--tls-cert`/`--tls-key`, else the state directory's self-signed identity:
 /// made on the first start and kept, so pinned clients keep working. A
 /// configuration check only reads it, and makes a throwaway one if there is none
 /// yet (the real start will make and keep one).
-fn identity(args: &config::Args) -> Result<tls::Identity, String> {
+fn identity(args: &config::Args) -> Result<tls::Identity, ResolveError> {
     if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
-        return tls::Identity::from_pem_files(c, k);
+        return Ok(tls::Identity::from_pem_files(c, k)?);
     }
     let dir = resolve_state_dir(args)?;
     let kept = if args.check_config {
-        dir.load_identity().map_err(|e| e.to_string())?
+        dir.load_identity()?
     } else {
-        Some(
-            dir.load_or_create_identity(&args.tls_names)
-                .map_err(|e| e.to_string())?,
-        )
+        Some(dir.load_or_create_identity(&args.tls_names)?)
     };
     match kept {
         Some(id) => Ok(id),
-        None => tls::Identity::self_signed(args.tls_names.clone()),
+        None => Ok(tls::Identity::self_signed(args.tls_names.clone())?),
     }
 }
 

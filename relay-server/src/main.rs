@@ -3,16 +3,51 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_server::config::{Args, ConfigError, LogFormat, parse_with_config_file};
-use relay_server::probe::{StorageHealth, StorageProbe};
-use relay_server::{Config, Relay};
+use relay_server::health::HealthBindError;
+use relay_server::probe::{ProbeError, StorageHealth, StorageProbe};
+use relay_server::server::BindError;
+use relay_server::tls::TlsError;
+use relay_server::{Config, Relay, ResolveError};
+use relay_storage::blob::ClientBuildError;
 use tokio::sync::watch;
+
+/// Why the relay stopped before serving, or why `--check-config` failed.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Config(#[from] ResolveError),
+    /// The storage probe's HTTP client.
+    #[error(transparent)]
+    ProbeClient(#[from] ClientBuildError),
+    #[error("cannot write {}: {source}", path.display())]
+    FingerprintFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Health(#[from] HealthBindError),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The bound endpoint cannot tell its own address.
+    #[error(transparent)]
+    LocalAddr(std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// `--check-config`: storage refused the relay's credentials, or did not answer.
+    #[error("storage {storage} not usable ({what}): {source}")]
+    Storage {
+        storage: String,
+        what: String,
+        source: ProbeError,
+    },
+}
 
 fn main() -> ExitCode {
     let args = match parse_with_config_file(std::env::args_os().collect()) {
         Ok(a) => a,
         // Help and version go to stdout with status 0, usage errors to stderr with 2.
         Err(ConfigError::Usage(e)) => e.exit(),
-        Err(ConfigError::File(e)) => {
+        Err(e) => {
             eprintln!("relay-server: {e}");
             return ExitCode::from(2);
         }
@@ -47,19 +82,22 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
+async fn run(args: Args) -> Result<(), RunError> {
     let cfg = Config::from_args(&args)?;
     let probe = StorageProbe::new(
         cfg.storage.access().clone(),
         &cfg.tokens.granted_containers(),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     if args.check_config {
         return check_config(&args, &cfg, &probe).await;
     }
     if let Some(path) = &args.cert_fingerprint_file {
-        std::fs::write(path, format!("{}\n", cfg.identity.fingerprint))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, format!("{}\n", cfg.identity.fingerprint)).map_err(|source| {
+            RunError::FingerprintFile {
+                path: path.clone(),
+                source,
+            }
+        })?;
     }
     let budget = cfg.budget.total_bytes();
     let bound = cfg.memory_bound();
@@ -68,7 +106,7 @@ async fn run(args: Args) -> Result<(), String> {
         None => None,
     };
     let relay = Relay::bind(cfg)?;
-    let addr = relay.local_addr().map_err(|e| e.to_string())?;
+    let addr = relay.local_addr().map_err(RunError::LocalAddr)?;
     tracing::info!(
         %addr,
         fingerprint = relay.fingerprint(),
@@ -109,7 +147,7 @@ async fn run(args: Args) -> Result<(), String> {
 /// belong to the certificate), then one request to storage with the relay's
 /// credentials. The first line says the local part is fine even when storage
 /// is not, so an offline check (image build, CI) still learns that much.
-async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result<(), String> {
+async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result<(), RunError> {
     cfg.identity.server_crypto()?;
     let bound = cfg.memory_bound();
     println!(
@@ -120,10 +158,13 @@ async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result
     );
     let storage = relay_server::describe_storage(cfg.storage.access());
     let what = format!("Get Blob Properties in container {:?}", probe.container());
-    probe
-        .check()
-        .await
-        .map_err(|cause| format!("storage {storage} not usable ({what}): {cause}"))?;
+    if let Err(source) = probe.check().await {
+        return Err(RunError::Storage {
+            storage,
+            what,
+            source,
+        });
+    }
     println!("relay-server: storage {storage} reachable ({what})");
     Ok(())
 }

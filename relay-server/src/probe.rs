@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
+use relay_storage::blob::{BlobError, ClientBuildError, Storage, WriterOptions};
 use relay_storage::credentials::{StorageAccess, StorageAuth};
 use relay_storage::retry::Backoff;
 use tokio::sync::watch;
@@ -26,6 +26,18 @@ fn first_line(s: &str) -> String {
 
 /// The longest one check may take, credential included.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why storage could not be used with the relay's credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("no answer within {} s (credential or network)", CHECK_TIMEOUT.as_secs())]
+    Timeout,
+    /// Shown by the first line of the credential's error.
+    #[error("cannot get an Entra ID token: {}", first_line(&.0.to_string()))]
+    EntraToken(azure_core::Error),
+    #[error(transparent)]
+    Storage(#[from] BlobError),
+}
 
 /// Asks storage one question, without retries: its answer is the point.
 #[derive(Clone)]
@@ -60,39 +72,25 @@ impl StorageProbe {
     }
 
     /// `Ok` when storage answered and accepted the credential.
-    pub async fn check(&self) -> Result<(), String> {
+    pub async fn check(&self) -> Result<(), ProbeError> {
         match tokio::time::timeout(CHECK_TIMEOUT, self.check_inner()).await {
             Ok(r) => r,
-            Err(_) => Err(format!(
-                "no answer within {} s (credential or network)",
-                CHECK_TIMEOUT.as_secs()
-            )),
+            Err(_) => Err(ProbeError::Timeout),
         }
     }
 
-    async fn check_inner(&self) -> Result<(), String> {
+    async fn check_inner(&self) -> Result<(), ProbeError> {
         // An Entra ID token first, on its own: its failure (no managed identity
         // here, CLI not signed in) then reads as such, not as a storage error.
         if let StorageAuth::Entra(credential) = &self.storage.access().auth {
             credential
                 .get_token(&[STORAGE_SCOPE], None)
                 .await
-                .map_err(|e| {
-                    format!(
-                        "cannot get an Entra ID token: {}",
-                        first_line(&e.to_string())
-                    )
-                })?;
+                .map_err(ProbeError::EntraToken)?;
         }
-        let writer = self
-            .storage
-            .writer(&self.container, PROBE_BLOB)
-            .map_err(|e| e.to_string())?;
-        writer
-            .properties()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let writer = self.storage.writer(&self.container, PROBE_BLOB)?;
+        writer.properties().await?;
+        Ok(())
     }
 }
 
@@ -150,7 +148,7 @@ pub async fn run(
     loop {
         let result = match probe.check().await {
             Ok(()) => Reachability::Reachable,
-            Err(cause) => Reachability::Unreachable(cause),
+            Err(cause) => Reachability::Unreachable(cause.to_string()),
         };
         health.set(result);
         tokio::select! {

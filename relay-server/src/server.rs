@@ -13,10 +13,27 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::admission::Admission;
-
 use crate::metrics::Metrics;
+use crate::tls::TlsError;
 
 pub use crate::state::{BlockFill, Config, Shared, TestHooks};
+
+/// Why the relay cannot start listening.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("cannot bind UDP {addr}: {source}")]
+    Udp {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start QUIC on {addr}: {source}")]
+    Quic {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
 
 pub struct Relay {
     endpoint: Endpoint,
@@ -27,7 +44,7 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn bind(cfg: Config) -> Result<Self, String> {
+    pub fn bind(cfg: Config) -> Result<Self, BindError> {
         let crypto = cfg.identity.server_crypto()?;
         let mut server = quinn::ServerConfig::with_crypto(crypto);
         // Until a connection presents a valid Offer it gets small windows and few
@@ -41,15 +58,20 @@ impl Relay {
         // buffer small.
         server.incoming_buffer_size(64 << 10);
         server.incoming_buffer_size_total(cfg.admission.max_pending.max(1) as u64 * (64 << 10));
-        let socket = bind_udp(cfg.listen, cfg.udp_buffer)
-            .map_err(|e| format!("cannot bind UDP {}: {e}", cfg.listen))?;
+        let socket = bind_udp(cfg.listen, cfg.udp_buffer).map_err(|source| BindError::Udp {
+            addr: cfg.listen,
+            source,
+        })?;
         let endpoint = Endpoint::new(
             relay_transport::quic::endpoint_config(),
             Some(server),
             socket,
             Arc::new(TokioRuntime),
         )
-        .map_err(|e| format!("cannot start QUIC on {}: {e}", cfg.listen))?;
+        .map_err(|source| BindError::Quic {
+            addr: cfg.listen,
+            source,
+        })?;
         let (stopping, stopping_rx) = watch::channel(false);
         let metrics = Metrics::default();
         // Every writer records its retries in the relay's metrics as they happen.

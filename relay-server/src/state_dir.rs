@@ -7,7 +7,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::tls::Identity;
+use crate::tls::{Identity, TlsError};
 
 pub const CERT_FILE: &str = "tls-cert.pem";
 pub const KEY_FILE: &str = "tls-key.pem";
@@ -27,8 +27,8 @@ pub enum StateError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Identity(String),
+    #[error(transparent)]
+    Identity(#[from] TlsError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {

@@ -104,8 +104,8 @@ pub async fn handle(
 /// The names in an Offer, checked before they go anywhere near a log span.
 /// (`validate` checks them again, with the rest of the Offer.)
 fn check_names(offer: &Offer) -> Result<(), Failure> {
-    validate_container(&offer.container).map_err(|m| fail(Code::InvalidName, m))?;
-    validate_blob_name(&offer.blob).map_err(|m| fail(Code::InvalidName, m))
+    validate_container(&offer.container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
+    validate_blob_name(&offer.blob).map_err(|e| fail(Code::InvalidName, e.to_string()))
 }
 
 /// The connection a stream belongs to: its authentication gate, and the

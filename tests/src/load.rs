@@ -449,7 +449,9 @@ pub async fn run(az: &Azurite, s: &Scenario) -> Result<Report, String> {
         std::iter::once("relay-server".to_string()).chain(flags.iter().cloned()),
     )
     .map_err(|e| e.to_string())?;
-    let bound = relay_server::Config::from_args(&args)?.memory_bound();
+    let bound = relay_server::Config::from_args(&args)
+        .map_err(|e| e.to_string())?
+        .memory_bound();
 
     let expected = make_files(s, &data);
     let mut relay = RelayProcess::spawn(&flags)?;

@@ -57,14 +57,16 @@ async fn raw_connect(
     relay: &RelayHandle,
     from: &str,
 ) -> Result<(Connector, quinn::Connection), String> {
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)?;
+    let fp =
+        relay_transport::tls::parse_fingerprint(&relay.fingerprint).map_err(|e| e.to_string())?;
     let bind: SocketAddr = format!("{from}:0").parse().map_err(|e| format!("{e}"))?;
     let c = Connector::bound_at(
         &Trust::Pinned(fp),
         relay_transport::quic::Windows::default().transport(),
         1 << 20,
         bind,
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let conn = c
         .connect(relay.addr, "localhost", Duration::from_secs(10))
         .await

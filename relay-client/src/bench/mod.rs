@@ -16,17 +16,33 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser};
 use relay_proto::protocol::Secret;
-use relay_proto::size::parse_byte_size;
-use relay_storage::blob::{Storage, WriterOptions};
-use relay_storage::credentials::{EntraSource, StorageAccess};
+use relay_proto::size::{SizeError, parse_byte_size};
+use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
+use relay_storage::credentials::{CredentialError, EntraSource, EntraSourceError, StorageAccess};
 
 use crate::cli::{Cli, Command};
 use crate::report::{Status, Summary};
 use files::{Generated, Shape};
 pub use table::{Method, Report, Row};
 
-fn size(s: &str) -> Result<u64, String> {
+fn size(s: &str) -> Result<u64, SizeError> {
     parse_byte_size(s)
+}
+
+/// Why the bench could not run at all (a failed upload is a row, not this).
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    #[error("cannot generate files in {}: {source}", dir.display())]
+    Generate {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Entra(#[from] EntraSourceError),
+    #[error(transparent)]
+    StorageAccess(#[from] CredentialError),
+    #[error(transparent)]
+    HttpClient(#[from] ClientBuildError),
 }
 
 #[derive(Debug, Args)]
@@ -129,7 +145,7 @@ pub fn main(args: BenchArgs, rt: &tokio::runtime::Runtime) -> ExitCode {
     }
 }
 
-async fn run(args: &BenchArgs) -> Result<Report, String> {
+async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     let (container, prefix) = args
         .to
         .split_once('/')
@@ -153,8 +169,10 @@ async fn run(args: &BenchArgs) -> Result<Report, String> {
         small_size: args.small_size,
         small_count: args.small_count,
     };
-    let generated = files::generate(&dir, shape)
-        .map_err(|e| format!("cannot generate files in {}: {e}", dir.display()))?;
+    let generated = files::generate(&dir, shape).map_err(|source| BenchError::Generate {
+        dir: dir.clone(),
+        source,
+    })?;
     let storage = match &args.storage_url {
         Some(url) => Some(storage(url, args)?),
         None => None,
@@ -195,11 +213,11 @@ fn order(run: u32, direct: bool) -> Vec<Method> {
     }
 }
 
-fn storage(url: &str, args: &BenchArgs) -> Result<Storage, String> {
+fn storage(url: &str, args: &BenchArgs) -> Result<Storage, BenchError> {
     let entra: EntraSource = args.entra.parse()?;
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(url, key.as_ref(), entra)?;
-    Storage::new(access, &WriterOptions::default()).map_err(|e| e.to_string())
+    Ok(Storage::new(access, &WriterOptions::default())?)
 }
 
 /// The `upload` command line for one run: what a user would type.

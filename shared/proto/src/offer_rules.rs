@@ -50,9 +50,9 @@ pub fn check_version(offer: &Offer) -> Result<(), Failure> {
 /// first broken rule is the Reject's code and message.
 pub fn check_offer(offer: &Offer, limits: &OfferLimits) -> Result<BlockPlan, Failure> {
     check_version(offer)?;
-    validate_container(&offer.container).map_err(|m| fail(Code::InvalidName, m))?;
-    validate_blob_name(&offer.blob).map_err(|m| fail(Code::InvalidName, m))?;
-    validate_metadata(&offer.metadata).map_err(|m| fail(Code::InvalidOffer, m))?;
+    validate_container(&offer.container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
+    validate_blob_name(&offer.blob).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
+    validate_metadata(&offer.metadata).map_err(|e| fail(Code::InvalidOffer, e.to_string()))?;
     if let Some(h) = &offer.sha256
         && (h.len() != 64 || hex::decode(h).is_err())
     {
@@ -117,6 +117,7 @@ mod tests {
     type Edit = fn(&mut Offer);
 
     /// (what, edit of a good Offer, expected: Ok(block size) or Err(code)).
+    /// Long on purpose: it is the rule table, one row per case.
     #[test]
     fn table() {
         let cases: Vec<(&str, Edit, Result<u64, Code>)> = vec![

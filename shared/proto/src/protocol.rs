@@ -158,6 +158,8 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// The relay's phase times for one transfer, carried in its Receipt (the
+/// client's own are `relay_client::report::ClientTimings`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timings {
     /// From the Start to the last byte received.

@@ -2,27 +2,56 @@
 
 use crate::limits::{GIB, KIB, MIB, TIB};
 
+/// Why a size flag's text is not a size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// `parse_size`: the text does not start with a number.
+    #[error("invalid size {text:?}: expected e.g. 1GiB, 512MiB or 1048576")]
+    NotANumber { text: String },
+    /// `parse_size`: a unit other than B, K(i)B, M(i)B, G(i)B or T(i)B.
+    #[error("invalid size unit {unit:?} in {text:?}")]
+    UnknownUnit { unit: String, text: String },
+    /// `parse_size`: negative, or more bytes than a `u64` holds.
+    #[error("size {text:?} out of range")]
+    OutOfRange { text: String },
+    /// `parse_byte_size`: what the `parse-size` crate refused, and why.
+    #[error(
+        "invalid size {text:?} ({source}): expected e.g. 1GiB (2^30 bytes), 1GB (10^9), 512MiB or 1048576"
+    )]
+    Invalid {
+        text: String,
+        source: parse_size::Error,
+    },
+}
+
 /// Parses `1073741824`, `512MiB`, `1GiB`, `1G`, `64m` (binary units; a bare number is bytes).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected e.g. 1GiB, 512MiB or 1048576"))?;
+    let value: f64 = num.parse().map_err(|_| SizeError::NotANumber {
+        text: text.to_string(),
+    })?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => KIB,
         "m" | "mb" | "mib" => MIB,
         "g" | "gb" | "gib" => GIB,
         "t" | "tb" | "tib" => TIB,
-        other => return Err(format!("invalid size unit {other:?} in {text:?}")),
+        other => {
+            return Err(SizeError::UnknownUnit {
+                unit: other.to_string(),
+                text: text.to_string(),
+            });
+        }
     };
     let bytes = value * mult as f64;
     if !(0.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(format!("size {text:?} out of range"));
+        return Err(SizeError::OutOfRange {
+            text: text.to_string(),
+        });
     }
     Ok(bytes as u64)
 }
@@ -31,9 +60,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// `1GB` is 10^9 bytes and `1GiB` 2^30, `512MiB`, `1.5 TiB`, `16 M` (10^6), a
 /// bare number is bytes; case-insensitive, the `B` optional. The relay's flags
 /// use it; it is here so the client's can too.
-pub fn parse_byte_size(text: &str) -> Result<u64, String> {
-    parse_size::parse_size(text).map_err(|e| {
-        format!("invalid size {text:?} ({e}): expected e.g. 1GiB (2^30 bytes), 1GB (10^9), 512MiB or 1048576")
+pub fn parse_byte_size(text: &str) -> Result<u64, SizeError> {
+    parse_size::parse_size(text).map_err(|source| SizeError::Invalid {
+        text: text.to_string(),
+        source,
     })
 }
 
@@ -73,7 +103,10 @@ mod tests {
             assert_eq!(parse_byte_size(text), Ok(bytes), "{text}");
         }
         for bad in ["", "GiB", "1 GiX", "-1", "99999 EiB"] {
-            let e = parse_byte_size(bad).err().unwrap_or_default();
+            let e = parse_byte_size(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains("invalid size"), "{bad}: {e}");
         }
     }
@@ -95,5 +128,19 @@ mod tests {
         assert_eq!(format_size(16 * MIB), "16 MiB");
         assert_eq!(format_size(3 * GIB / 2), "1.5 GiB");
         assert_eq!(format_size(12), "12 B");
+    }
+
+    #[test]
+    fn messages_keep_their_wording() {
+        let text = |r: Result<u64, SizeError>| r.expect_err("invalid").to_string();
+        assert_eq!(
+            text(parse_size("lots")),
+            "invalid size \"lots\": expected e.g. 1GiB, 512MiB or 1048576"
+        );
+        assert_eq!(
+            text(parse_size("5 Parsecs")),
+            "invalid size unit \"parsecs\" in \"5 Parsecs\""
+        );
+        assert!(text(parse_byte_size("1 GiX")).starts_with("invalid size \"1 GiX\" ("));
     }
 }

@@ -14,7 +14,7 @@ use crate::blob::BlobWriter;
 use crate::credentials::{StorageAccess, StorageAuth};
 use crate::error::BlobError;
 use crate::options::WriterOptions;
-use crate::retry::{Backoff, RetryCounts};
+use crate::retry::RetryCounts;
 
 /// The HTTP client could not be built (TLS roots, system configuration).
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +26,6 @@ pub struct ClientBuildError(#[from] reqwest::Error);
 pub struct Storage {
     access: StorageAccess,
     transport: Transport,
-    backoff: Backoff,
     /// Where every writer also records its retries (the relay's metrics).
     retry_counts: Option<Arc<RetryCounts>>,
     /// Where every writer also counts its requests (the relay's metrics).
@@ -54,7 +53,6 @@ impl Storage {
         Ok(Self {
             access,
             transport: Transport::new(Arc::new(http)),
-            backoff: opts.backoff,
             retry_counts: None,
             request_count: None,
             options: opts.clone(),
@@ -105,10 +103,10 @@ impl Storage {
         let url = self
             .access
             .blob_url(container, blob)
-            .map_err(|m| BlobError {
+            .map_err(|e| BlobError {
                 status: None,
                 code: None,
-                message: m,
+                message: e.to_string(),
             })?;
         let block = BlockBlobClient::new(
             url.clone(),
@@ -131,7 +129,6 @@ impl Storage {
         Ok(BlobWriter {
             block,
             blob,
-            backoff: self.backoff,
             retries: Arc::new(AtomicU32::new(0)),
             retry_counts: self.retry_counts.clone(),
             requests: Arc::new(AtomicU32::new(0)),
@@ -146,10 +143,10 @@ impl Storage {
         let url = self
             .access
             .container_url(container)
-            .map_err(|m| BlobError {
+            .map_err(|e| BlobError {
                 status: None,
                 code: None,
-                message: m,
+                message: e.to_string(),
             })?;
         let client = BlobContainerClient::new(
             url,

@@ -17,7 +17,7 @@ use azure_storage_blob::{BlobClient, BlockBlobClient};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
-use crate::retry::{Backoff, RetryCounts};
+use crate::retry::RetryCounts;
 use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
@@ -44,7 +44,6 @@ pub struct BlobProperties {
 pub struct BlobWriter {
     pub(crate) block: BlockBlobClient,
     pub(crate) blob: BlobClient,
-    pub(crate) backoff: Backoff,
     pub(crate) retries: Arc<AtomicU32>,
     pub(crate) retry_counts: Option<Arc<RetryCounts>>,
     pub(crate) requests: Arc<AtomicU32>,
@@ -98,10 +97,11 @@ impl BlobWriter {
             match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    if !e.is_retryable() || !self.backoff.allows(attempts) {
+                    let backoff = &self.options.backoff;
+                    if !e.is_retryable() || !backoff.allows(attempts) {
                         return Err(e);
                     }
-                    let delay = self.backoff.delay(attempts, rand::random::<f64>());
+                    let delay = backoff.delay(attempts, rand::random::<f64>());
                     tracing::warn!(op, attempts, ?delay, error = %e, "retrying Azure request");
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     if let Some(counts) = &self.retry_counts {

@@ -9,8 +9,43 @@ use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::{Context, Request, Url};
 use time::OffsetDateTime;
 
-use crate::sas::account_sas;
+use crate::sas::{SasError, account_sas};
 use relay_proto::protocol::Secret;
+
+/// `--entra` names no credential we know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown Entra ID source {0:?} (managed-identity | cli)")]
+pub struct EntraSourceError(pub String);
+
+/// Why the storage URL and credentials cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("invalid storage URL {url:?}: {source}")]
+    InvalidUrl {
+        url: String,
+        source: url::ParseError,
+    },
+    #[error("storage URL {url:?} must be http or https")]
+    Scheme { url: String },
+    /// An account key needs the account's name, from the host or the path.
+    #[error("cannot tell the account name from {url:?}")]
+    NoAccountName { url: String },
+    /// The account key cannot sign a SAS.
+    #[error(transparent)]
+    AccountKey(#[from] SasError),
+    #[error(
+        "storage URL {service_url} uses http: Entra ID needs https; give --account-key or a SAS in the URL"
+    )]
+    EntraNeedsHttps { service_url: Url },
+    /// The Entra ID credential could not be set up.
+    #[error(transparent)]
+    Entra(azure_core::Error),
+}
+
+/// A storage URL that cannot have a container and blob path added to it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("storage URL {0} cannot hold a path")]
+pub struct CannotHoldPath(pub Url);
 
 /// Which Entra ID credential to use when neither a SAS nor a key is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,14 +58,12 @@ pub enum EntraSource {
 }
 
 impl std::str::FromStr for EntraSource {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = EntraSourceError;
+    fn from_str(s: &str) -> Result<Self, EntraSourceError> {
         match s {
             "managed-identity" => Ok(Self::ManagedIdentity),
             "cli" | "developer-tools" => Ok(Self::DeveloperTools),
-            _ => Err(format!(
-                "unknown Entra ID source {s:?} (managed-identity | cli)"
-            )),
+            _ => Err(EntraSourceError(s.to_string())),
         }
     }
 }
@@ -68,11 +101,15 @@ impl StorageAccess {
         url: &str,
         account_key: Option<&Secret>,
         entra: EntraSource,
-    ) -> Result<Self, String> {
-        let mut service_url =
-            Url::parse(url).map_err(|e| format!("invalid storage URL {url:?}: {e}"))?;
+    ) -> Result<Self, CredentialError> {
+        let mut service_url = Url::parse(url).map_err(|source| CredentialError::InvalidUrl {
+            url: url.to_string(),
+            source,
+        })?;
         if !matches!(service_url.scheme(), "http" | "https") {
-            return Err(format!("storage URL {url:?} must be http or https"));
+            return Err(CredentialError::Scheme {
+                url: url.to_string(),
+            });
         }
         let sas_in_url = service_url
             .query_pairs()
@@ -84,8 +121,10 @@ impl StorageAccess {
             service_url.set_path(&p);
         }
         let auth = if let Some(key) = account_key {
-            let account = account_name(&service_url)
-                .ok_or_else(|| format!("cannot tell the account name from {url:?}"))?;
+            let account =
+                account_name(&service_url).ok_or_else(|| CredentialError::NoAccountName {
+                    url: url.to_string(),
+                })?;
             // Fail now, not on the first request, if the key is unusable.
             account_sas(
                 &account,
@@ -98,17 +137,15 @@ impl StorageAccess {
             StorageAuth::Sas(Arc::new(SasPolicy::fixed(sas)))
         } else {
             if service_url.scheme() != "https" {
-                return Err(format!(
-                    "storage URL {service_url} uses http: Entra ID needs https; give --account-key or a SAS in the URL"
-                ));
+                return Err(CredentialError::EntraNeedsHttps { service_url });
             }
             let cred: Arc<dyn TokenCredential> = match entra {
                 EntraSource::ManagedIdentity => {
                     azure_identity::ManagedIdentityCredential::new(None)
-                        .map_err(|e| e.to_string())?
+                        .map_err(CredentialError::Entra)?
                 }
                 EntraSource::DeveloperTools => azure_identity::DeveloperToolsCredential::new(None)
-                    .map_err(|e| e.to_string())?,
+                    .map_err(CredentialError::Entra)?,
             };
             StorageAuth::Entra(cred)
         };
@@ -116,12 +153,12 @@ impl StorageAccess {
     }
 
     /// URL of a blob: one path segment per `/`-separated part, each percent-encoded.
-    pub fn blob_url(&self, container: &str, blob: &str) -> Result<Url, String> {
+    pub fn blob_url(&self, container: &str, blob: &str) -> Result<Url, CannotHoldPath> {
         let mut url = self.service_url.clone();
         {
             let mut segs = url
                 .path_segments_mut()
-                .map_err(|_| format!("storage URL {} cannot hold a path", self.service_url))?;
+                .map_err(|_| CannotHoldPath(self.service_url.clone()))?;
             segs.pop_if_empty().push(container);
             for part in blob.split('/') {
                 segs.push(part);
@@ -130,10 +167,10 @@ impl StorageAccess {
         Ok(url)
     }
 
-    pub fn container_url(&self, container: &str) -> Result<Url, String> {
+    pub fn container_url(&self, container: &str) -> Result<Url, CannotHoldPath> {
         let mut url = self.service_url.clone();
         url.path_segments_mut()
-            .map_err(|_| format!("storage URL {} cannot hold a path", self.service_url))?
+            .map_err(|_| CannotHoldPath(self.service_url.clone()))?
             .pop_if_empty()
             .push(container);
         Ok(url)
@@ -193,7 +230,7 @@ impl SasPolicy {
         }
     }
 
-    fn current(&self) -> Result<String, String> {
+    fn current(&self) -> Result<String, SasError> {
         match &self.source {
             SasSource::Fixed(q) => Ok(q.clone()),
             SasSource::Key { account, key } => {
@@ -221,7 +258,7 @@ impl Policy for SasPolicy {
         next: &[Arc<dyn Policy>],
     ) -> PolicyResult {
         let sas = self.current().map_err(|e| {
-            azure_core::Error::with_message(azure_core::error::ErrorKind::Credential, e)
+            azure_core::Error::with_message(azure_core::error::ErrorKind::Credential, e.to_string())
         })?;
         let url = request.url_mut();
         // A retry passes through here again: never add a second signature.

@@ -12,6 +12,21 @@ use time::format_description::well_known::Rfc3339;
 /// Service version we sign for (the 2020-12-06+ string-to-sign with encryption scope).
 pub const SAS_VERSION: &str = "2021-08-06";
 
+/// Why no SAS could be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SasError {
+    #[error("account key is not valid base64")]
+    KeyNotBase64,
+    #[error("account key is empty")]
+    EmptyKey,
+    /// A start or expiry time that cannot be represented.
+    #[error(transparent)]
+    Time(#[from] time::error::ComponentRange),
+    /// A start or expiry time that cannot be written as RFC 3339.
+    #[error(transparent)]
+    Format(#[from] time::error::Format),
+}
+
 /// Query string (without `?`) of an account SAS for the blob service that allows
 /// read, write, delete, list, add and create on containers and objects, from
 /// `now - 5 min` (clock skew) to `now + lifetime`.
@@ -20,21 +35,19 @@ pub fn account_sas(
     key_base64: &str,
     now: OffsetDateTime,
     lifetime: time::Duration,
-) -> Result<String, String> {
+) -> Result<String, SasError> {
     let key = STANDARD
         .decode(key_base64.trim())
-        .map_err(|_| "account key is not valid base64".to_string())?;
-    let fmt = |t: OffsetDateTime| -> Result<String, String> {
-        let t = t.replace_nanosecond(0).map_err(|e| e.to_string())?;
-        t.format(&Rfc3339).map_err(|e| e.to_string())
+        .map_err(|_| SasError::KeyNotBase64)?;
+    let fmt = |t: OffsetDateTime| -> Result<String, SasError> {
+        Ok(t.replace_nanosecond(0)?.format(&Rfc3339)?)
     };
     let start = fmt(now - time::Duration::minutes(5))?;
     let expiry = fmt(now + lifetime)?;
     let (sp, ss, srt) = ("rwdlac", "b", "co");
     let string_to_sign =
         format!("{account}\n{sp}\n{ss}\n{srt}\n{start}\n{expiry}\n\n\n{SAS_VERSION}\n\n");
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(&key).map_err(|_| "account key is empty".to_string())?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|_| SasError::EmptyKey)?;
     mac.update(string_to_sign.as_bytes());
     let sig = STANDARD.encode(mac.finalize().into_bytes());
     let q = url::form_urlencoded::Serializer::new(String::new())

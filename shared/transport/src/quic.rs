@@ -26,17 +26,20 @@ pub enum Congestion {
     Relay,
 }
 
+/// `--congestion` names no controller we have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown congestion controller {0:?} (relay | cubic | bbr | newreno)")]
+pub struct UnknownCongestion(pub String);
+
 impl std::str::FromStr for Congestion {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownCongestion;
+    fn from_str(s: &str) -> Result<Self, UnknownCongestion> {
         match s {
             "cubic" => Ok(Self::Cubic),
             "bbr" => Ok(Self::Bbr),
             "newreno" => Ok(Self::NewReno),
             "relay" => Ok(Self::Relay),
-            _ => Err(format!(
-                "unknown congestion controller {s:?} (relay | cubic | bbr | newreno)"
-            )),
+            _ => Err(UnknownCongestion(s.to_string())),
         }
     }
 }
@@ -184,19 +187,32 @@ pub struct PathMemory {
     pub observer: Option<Arc<crate::congestion::PathObserver>>,
 }
 
+/// Why a `--max-rate` value is refused; `text` as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RateError {
+    #[error("{text:?} is not a rate in Mbit/s (e.g. 150 or 2.5)")]
+    NotARate { text: String },
+    #[error("{text:?}: the rate must be above 0 Mbit/s")]
+    NotPositive { text: String },
+}
+
 /// Parses a `--max-rate` value: Mbit/s, a positive number (`150`, `2.5`).
-pub fn parse_rate_mbit(s: &str) -> Result<f64, String> {
+pub fn parse_rate_mbit(s: &str) -> Result<f64, RateError> {
     let v: f64 = s
         .trim()
         .trim_end_matches("Mbit/s")
         .trim_end_matches("mbit")
         .trim()
         .parse()
-        .map_err(|_| format!("{s:?} is not a rate in Mbit/s (e.g. 150 or 2.5)"))?;
+        .map_err(|_| RateError::NotARate {
+            text: s.to_string(),
+        })?;
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
-        Err(format!("{s:?}: the rate must be above 0 Mbit/s"))
+        Err(RateError::NotPositive {
+            text: s.to_string(),
+        })
     }
 }
 

@@ -15,16 +15,26 @@ pub fn format_fingerprint(fp: &[u8; 32]) -> String {
         .join(":")
 }
 
+/// Why text is not a certificate fingerprint; `text` as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FingerprintError {
+    #[error("certificate fingerprint {text:?} is not hex")]
+    NotHex { text: String },
+    #[error("certificate fingerprint {text:?} is not 32 bytes (SHA-256)")]
+    WrongLength { text: String },
+}
+
 /// Accepts `ab:cd:...`, `ABCD...`, with or without a `sha256 Fingerprint=` prefix.
-pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], String> {
+pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], FingerprintError> {
     let t = text.trim();
     let t = t.rsplit_once('=').map_or(t, |(_, v)| v);
     let hex_only: String = t.chars().filter(|c| *c != ':').collect();
-    let bytes = hex::decode(&hex_only)
-        .map_err(|_| format!("certificate fingerprint {text:?} is not hex"))?;
-    bytes
-        .try_into()
-        .map_err(|_| format!("certificate fingerprint {text:?} is not 32 bytes (SHA-256)"))
+    let bytes = hex::decode(&hex_only).map_err(|_| FingerprintError::NotHex {
+        text: text.to_string(),
+    })?;
+    bytes.try_into().map_err(|_| FingerprintError::WrongLength {
+        text: text.to_string(),
+    })
 }
 
 #[cfg(test)]

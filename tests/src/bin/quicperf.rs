@@ -74,8 +74,12 @@ fn parse_args() -> Result<Args, String> {
             "--listen" | "--to" => a.addr = Some(v.parse().map_err(|e| format!("{flag}: {e}"))?),
             "--seconds" => a.seconds = num(&v)?,
             "--streams" => a.streams = num(&v)?.max(1.0) as usize,
-            "--congestion" => a.windows.congestion = v.parse::<Congestion>()?,
-            "--max-rate" => a.windows.max_rate_mbit = Some(parse_rate_mbit(&v)?),
+            "--congestion" => {
+                a.windows.congestion = v.parse::<Congestion>().map_err(|e| e.to_string())?
+            }
+            "--max-rate" => {
+                a.windows.max_rate_mbit = Some(parse_rate_mbit(&v).map_err(|e| e.to_string())?)
+            }
             "--udp-buffer-mib" => a.udp_buffer = (num(&v)? as usize) << 20,
             "--warm" => {
                 let (mbit, rtt) = v.split_once('@').ok_or("--warm: MBIT@RTT_MS")?;
@@ -116,8 +120,10 @@ async fn main() {
 
 async fn server(a: Args) -> Result<(), String> {
     let listen = a.addr.ok_or("--listen is required")?;
-    let identity = relay_server::tls::Identity::self_signed(vec!["localhost".into()])?;
-    let mut cfg = quinn::ServerConfig::with_crypto(identity.server_crypto()?);
+    let identity = relay_server::tls::Identity::self_signed(vec!["localhost".into()])
+        .map_err(|e| e.to_string())?;
+    let mut cfg =
+        quinn::ServerConfig::with_crypto(identity.server_crypto().map_err(|e| e.to_string())?);
     cfg.transport_config(Arc::new(a.windows.transport()));
     let socket = bind_udp(listen, a.udp_buffer).map_err(|e| format!("bind {listen}: {e}"))?;
     let endpoint = quinn::Endpoint::new(
@@ -183,7 +189,8 @@ async fn client(a: Args) -> Result<(), String> {
         a.windows.transport_with(memory),
         a.udp_buffer,
         to.is_ipv6(),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let conn = connector
         .connect(to, "localhost", Duration::from_secs(10))
         .await
