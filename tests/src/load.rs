@@ -38,6 +38,11 @@ pub struct Scenario {
     pub memory_budget: String,
     /// Extra relay flags (e.g. `--stream-window 8MiB`).
     pub relay_flags: Vec<String>,
+    /// The nice value of Azurite's event-loop thread (0: as started). Azurite
+    /// stands in for a storage service that does not share the clients' CPUs;
+    /// on a 2-core host 64 clients waking at once starve its one thread
+    /// (docs/LOAD.md, "The restart burst").
+    pub azurite_nice: i32,
 }
 
 impl Scenario {
@@ -58,6 +63,7 @@ impl Scenario {
             kill,
             memory_budget: "256MiB".into(),
             relay_flags: Vec::new(),
+            azurite_nice: 0,
         }
     }
 
@@ -73,6 +79,7 @@ impl Scenario {
             kill: None,
             memory_budget: "256MiB".into(),
             relay_flags: Vec::new(),
+            azurite_nice: 0,
         }
     }
 }
@@ -140,7 +147,8 @@ impl Report {
             "scenario {}: {} clients, {} files, {:.2} GB in {:.1} s = {:.1} MB/s\n  \
              relay peak RSS {} MiB of a {} MiB bound ({}), relay CPU {:.1} s\n  \
              client exits: {}; storage requests {}, retried: {}\n  \
-             verified by download: {}/{} blobs; stray uncommitted blocks: {} on {} blobs{}{}",
+             verified by download: {}/{} blobs; stray uncommitted blocks: {} on {} blobs{}\n  \
+             azurite event loop nice {}{}",
             self.scenario.name,
             self.scenario.clients,
             self.files,
@@ -166,6 +174,7 @@ impl Report {
                 Some(n) => format!("; relay killed and restarted after {n} commits"),
                 None => String::new(),
             },
+            self.scenario.azurite_nice,
             if self.problems.is_empty() {
                 String::new()
             } else {

@@ -240,11 +240,18 @@ async fn json_lines_events_follow_progress() {
     assert_eq!(file["event"], "file");
     assert_eq!(file["file"]["status"], "committed");
     assert_eq!(file["file"]["sha256"], sha_small.as_str());
-    let status = until(&mut out, "\"status\"").await;
-    let status: serde_json::Value =
-        serde_json::from_str(status.last().map(String::as_str).unwrap_or_default())
-            .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(status["files_total"], 2);
+    // The count walks beside the upload: `files_total` is final once a status
+    // event says `walk_complete` (the held big file keeps the run going until then).
+    let status = loop {
+        let lines = until(&mut out, "\"status\"").await;
+        let status: serde_json::Value =
+            serde_json::from_str(lines.last().map(String::as_str).unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}"));
+        if status["walk_complete"] == true {
+            break status;
+        }
+    };
+    assert_eq!(status["files_total"], 2, "{status}");
     assert!(
         status["bytes_done"].as_u64().is_some_and(|b| b >= 1000),
         "{status}"
