@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use relay_proto::limits::DEFAULT_BLOCK_SIZE;
 use relay_proto::size::{SizeError, parse_byte_size};
+use relay_storage::checksum::BlockChecksum;
 use relay_storage::credentials::EntraSource;
 use relay_transport::quic::Congestion;
 
@@ -210,6 +211,13 @@ pub struct Args {
     /// overflow the storage endpoint's accept queue (docs/LOAD.md).
     #[arg(long, env = "RELAY_STORAGE_CONCURRENCY", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub storage_concurrency: u64,
+
+    /// Transactional checksum of each Put Block: md5 (Content-MD5) | crc64
+    /// (x-ms-content-crc64, Azure's CRC-64: a fraction of MD5's CPU). Storage
+    /// refuses a block whose checksum does not match either way. Azurite does not
+    /// check crc64 (docs/PERFORMANCE.md).
+    #[arg(long, env = "RELAY_BLOCK_CHECKSUM", default_value = "md5")]
+    pub block_checksum: BlockChecksum,
 
     /// TOML file with any of these flags (`storage_url = "..."`); flags and
     /// RELAY_* variables override it.

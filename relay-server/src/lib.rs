@@ -177,6 +177,7 @@ fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
         pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
         max_concurrent_requests: args.storage_concurrency as usize,
         max_idle_per_host: args.storage_concurrency as usize,
+        block_checksum: args.block_checksum,
         ..WriterOptions::default()
     };
     Ok(Storage::new(access, &writer)?)

@@ -17,6 +17,7 @@ use azure_storage_blob::{BlobClient, BlockBlobClient};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
+use crate::checksum::{BlockChecksum, crc64_header_bytes};
 use crate::retry::RetryCounts;
 use crate::store::{BlobStore, Commit, Condition};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
@@ -214,22 +215,30 @@ impl BlobWriter {
             .collect())
     }
 
-    /// Put Block with a transactional MD5, so corruption between us and Azure is caught.
+    /// Put Block with a transactional checksum (`WriterOptions::block_checksum`),
+    /// so corruption between us and storage is caught before the block is staged.
     pub async fn stage_block(&self, id: &[u8], data: Bytes) -> Result<(), BlobError> {
-        let md5 = {
-            let d = data.clone();
-            tokio::task::spawn_blocking(move || Md5::digest(&d).to_vec())
-                .await
-                .map_err(|e| BlobError {
-                    status: None,
-                    code: None,
-                    message: format!("MD5 task failed: {e}"),
-                })?
+        let (md5, crc64) = match self.options.block_checksum {
+            BlockChecksum::Md5 => {
+                let d = data.clone();
+                // About 2 ms per MiB: off the async workers.
+                let md5 = tokio::task::spawn_blocking(move || Md5::digest(&d).to_vec())
+                    .await
+                    .map_err(|e| BlobError {
+                        status: None,
+                        code: None,
+                        message: format!("MD5 task failed: {e}"),
+                    })?;
+                (Some(md5), None)
+            }
+            // Tens of microseconds per MiB with carry-less multiply: inline.
+            BlockChecksum::Crc64 => (None, Some(crc64_header_bytes(&data))),
         };
         let len = data.len() as u64;
         self.with_retry("Put Block", len, || {
             let opts = BlockBlobClientStageBlockOptions {
-                transactional_content_md5: Some(md5.clone()),
+                transactional_content_md5: md5.clone(),
+                transactional_content_crc64: crc64.clone(),
                 ..Default::default()
             };
             self.block.stage_block(

@@ -11,6 +11,7 @@
 
 pub mod account;
 pub mod blob;
+pub mod checksum;
 pub mod credentials;
 pub mod error;
 pub mod memory;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::checksum::BlockChecksum;
 use crate::retry::Backoff;
 
 /// Settings for the HTTP side.
@@ -29,6 +30,8 @@ pub struct WriterOptions {
     /// retried within seconds, while a large block on a slow path still fits.
     pub request_base: Duration,
     pub min_body_bytes_per_s: u64,
+    /// The transactional checksum sent with each Put Block (`checksum.rs`).
+    pub block_checksum: BlockChecksum,
 }
 
 impl WriterOptions {
@@ -50,6 +53,7 @@ impl Default for WriterOptions {
             pool_idle_timeout: Duration::from_secs(4),
             request_base: Duration::from_secs(15),
             min_body_bytes_per_s: 1 << 20,
+            block_checksum: BlockChecksum::Md5,
         }
     }
 }
