@@ -13,15 +13,21 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
-    /// Takes over SIGINT for the rest of the process.
+    /// Takes over SIGINT for the rest of the process. The handler is
+    /// registered here, before the upload starts, so a Ctrl-C that comes
+    /// before the watching task first runs is kept, not the default exit.
     pub fn install() -> Self {
         let (tx, rx) = watch::channel(false);
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut sigint) = signal(SignalKind::interrupt()) else {
+            return Self { rx }; // no signal handling here: the default (exit) stays
+        };
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_err() {
-                return; // no signal handling here: the default (exit) stays
+            if sigint.recv().await.is_none() {
+                return;
             }
             let _ = tx.send(true);
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if sigint.recv().await.is_some() {
                 eprintln!("\nrelay-client: interrupted again; exiting now");
                 std::process::exit(i32::from(EXIT_INTERRUPTED));
             }

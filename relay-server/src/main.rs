@@ -101,6 +101,10 @@ async fn run(args: Args) -> Result<(), RunError> {
     }
     let budget = cfg.budget.total_bytes();
     let bound = cfg.memory_bound();
+    // Installed before anything answers (health endpoint, QUIC): a supervisor
+    // that sees the relay up and sends SIGTERM must get a clean stop, never
+    // the default action that kills the process.
+    let signals = StopSignals::install();
     let health = match args.health_listen {
         Some(addr) => Some(relay_server::health::bind(addr).await?),
         None => None,
@@ -134,7 +138,7 @@ async fn run(args: Args) -> Result<(), RunError> {
         ));
     }
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.wait().await;
         tracing::info!("signal received");
         let _ = tx.send(true);
     });
@@ -169,17 +173,39 @@ async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result
     Ok(())
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM (systemd's stop) and SIGINT (Ctrl-C), registered with the runtime
+/// at once so a signal that arrives before anyone waits is kept, not lost.
+struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        if let Err(e) = term.as_ref().and(interrupt.as_ref()) {
+            tracing::warn!(error = %e, "cannot watch for stop signals; stop with SIGKILL");
+        }
+        Self {
+            term: term.ok(),
+            interrupt: interrupt.ok(),
+        }
+    }
+
+    async fn wait(mut self) {
+        async fn recv(s: Option<&mut tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+        tokio::select! {
+            _ = recv(self.term.as_mut()) => {}
+            _ = recv(self.interrupt.as_mut()) => {}
         }
     }
 }

@@ -245,6 +245,24 @@ async fn healthz_reports_storage_reachability_and_failures_are_classed() {
     bad.stop();
 }
 
+/// A supervisor may send SIGTERM the moment `/healthz` first answers: the
+/// relay must already own the signal and stop cleanly (exit 0), never die of
+/// the default action. CI once caught the relay in that window; the handlers
+/// are now installed before anything answers, and 30 rounds check it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_right_after_healthz_first_answers_is_a_clean_stop() {
+    let az = shared_azurite();
+    let dir = Scratch::new("sigterm-early");
+    let tokens = dir.path("tokens");
+    std::fs::write(&tokens, "early-token-0123456789 data\n").unwrap_or_else(|e| panic!("{e}"));
+    let state = dir.path("state");
+    for _ in 0..30 {
+        let udp = format!("127.0.0.1:{}", reserved_port());
+        let health = format!("127.0.0.1:{}", reserved_port());
+        Relay::start(&az.url(), &tokens, &state, &udp, &health).stop();
+    }
+}
+
 #[test]
 fn help_examples_stay_copy_paste_true_when_wrapped() {
     for columns in ["60", "80", "200"] {
