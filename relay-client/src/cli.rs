@@ -96,7 +96,7 @@ pub struct UploadArgs {
     /// Most files in flight at once. Fewer are when large: each file in flight
     /// counts min(its size, --stream-window) against --connection-window, so
     /// many small files fill a long path while large ones never overrun it.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 512)]
     pub parallel: usize,
 
     /// When the blob exists: never (refuse; identical files are skipped) |

@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
-use relay_pipeline::upload::Upload;
+use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::{IdKey, Owner};
 use relay_proto::plan::BlockPlan;
 use relay_proto::resume::ResumePoint;
 use relay_storage::blob::{BlobWriter, Storage};
-use relay_storage::publish::{Destination, PublishError};
+use relay_storage::publish::{Destination, PublishError, Published};
 use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
@@ -76,11 +76,11 @@ pub async fn upload_file(
     let staged = stage(d, &upload, src, point, bar).await?;
     let t_sent = Instant::now();
     unchanged(src, &before)?;
-    let etag = commit(&upload, src, &staged).await?;
+    let published = commit(&upload, src, &staged).await?;
     Ok(Sent {
         bytes: before.len,
         sha256: hex::encode(staged.sha256),
-        etag,
+        etag: published.props.etag,
         bytes_resumed: staged.bytes_resumed,
         bytes_sent: staged.bytes_received,
         retries: writer.retries(),
@@ -91,7 +91,9 @@ pub async fn upload_file(
             commit_ms: t_sent.elapsed().as_millis() as u64,
         },
         relay_timings: None,
-        identical: false,
+        // A small file is not probed first: its Put Blob found the blob
+        // already holding it (an earlier run's commit).
+        identical: published.earlier_commit,
     })
 }
 
@@ -107,7 +109,7 @@ enum Prepared {
 /// Where staging starts: the staged blocks' resume point when they came from
 /// this same file, else the beginning.
 async fn resume_point(upload: &Upload<'_>, src: &Source) -> Result<Prepared, FileError> {
-    let point = match upload.prepare().await {
+    let point = match upload.prepare(Probe::UnlessSmall).await {
         Ok(point) => point,
         Err(e @ (PublishError::Exists(_) | PublishError::Changed { .. })) => {
             return Ok(Prepared::InTheWay(e));
@@ -146,20 +148,23 @@ async fn stage(
         .map_err(|e| relay_like(stage_failure(e)))
 }
 
-/// Commits what was staged, if its SHA-256 matches; returns the blob's ETag. A
-/// manifest's hash (`--checksums`) is a precondition of the commit.
-async fn commit(upload: &Upload<'_>, src: &Source, staged: &Staged) -> Result<String, FileError> {
+/// Commits what was staged, if its SHA-256 matches. A manifest's hash
+/// (`--checksums`) is a precondition of the commit.
+async fn commit(
+    upload: &Upload<'_>,
+    src: &Source,
+    staged: &Staged,
+) -> Result<Published, FileError> {
     let manifest: Vec<(&str, &str)> = src
         .sha256
         .as_deref()
         .map(|h| ("the manifest", h))
         .into_iter()
         .collect();
-    let props = upload
+    upload
         .commit(staged, &manifest)
         .await
-        .map_err(|e| relay_like(publish_failure(e)))?;
-    Ok(props.etag)
+        .map_err(|e| relay_like(publish_failure(e)))
 }
 
 /// Fails the file if it changed (size or modification time) while it was read:

@@ -151,7 +151,9 @@ impl Stream {
                 commit_ms: self.t_sent.elapsed().as_millis() as u64,
             },
             relay_timings,
-            identical: self.identical,
+            // Or the relay's Put Blob of a small file (not probed first) found
+            // an earlier commit of exactly these bytes.
+            identical: self.identical || receipt.earlier_commit,
         }
     }
 }

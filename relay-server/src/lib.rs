@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod exposition;
 pub mod failures;
+pub mod frame_turns;
 pub mod health;
 pub mod http;
 pub mod metrics;
@@ -113,14 +114,19 @@ impl Config {
     /// The most memory this configuration lets the relay use, whatever its peers
     /// do (docs/SECURITY.md, "Memory").
     pub fn memory_bound(&self) -> MemoryBound {
-        let per_connection_state = PER_CONNECTION_OVERHEAD;
+        let authenticated_state = per_connection_state(self.windows.max_streams());
+        let pending_state = per_connection_state(
+            self.admission
+                .streams_before_auth
+                .clamp(1, self.windows.max_streams()),
+        );
         MemoryBound {
             base: BASE_MEMORY,
             budget: self.budget.total_bytes(),
             authenticated: self.max_connections.max(1) as u64
-                * (self.windows.connection_window + per_connection_state),
+                * (self.windows.connection_window + authenticated_state),
             pending: self.admission.max_pending.max(1) as u64
-                * (self.admission.window_before_auth + per_connection_state + INCOMING_BUFFER),
+                * (self.admission.window_before_auth + pending_state + INCOMING_BUFFER),
         }
     }
 
@@ -251,9 +257,23 @@ fn identity(args: &config::Args) -> Result<tls::Identity, ResolveError> {
 /// Code, runtime, TLS state, logging and the health endpoint: measured idle RSS
 /// is ~10 MiB; the rest is headroom for allocator slack.
 pub const BASE_MEMORY: u64 = 64 << 20;
-/// Per connection beyond its receive window: quinn's connection state, send
-/// buffers of control frames, stream bookkeeping.
+/// Per connection beyond its receive window and its streams: quinn's
+/// connection state, send buffers of control frames.
 pub const PER_CONNECTION_OVERHEAD: u64 = 1 << 20;
+/// Per open stream: its parsed Offer (within the Offer rules: a name of 1,024
+/// characters, 8 KiB of metadata, a 256-byte content type), its task and
+/// quinn's stream state.
+pub const PER_STREAM_STATE: u64 = 24 << 10;
+
+/// What one connection with at most `streams` open streams may hold beyond
+/// its receive window: its state, its half-read control frames (one per turn,
+/// `frame_turns`) and its streams' state.
+pub fn per_connection_state(streams: u64) -> u64 {
+    let turns = (frame_turns::FRAME_READS_PER_CONNECTION as u64).min(streams);
+    PER_CONNECTION_OVERHEAD
+        + turns * relay_proto::limits::MAX_FRAME_LEN as u64
+        + streams * PER_STREAM_STATE
+}
 /// What quinn may buffer for a connection attempt before it is accepted.
 pub const INCOMING_BUFFER: u64 = 64 << 10;
 

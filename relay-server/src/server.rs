@@ -190,6 +190,7 @@ async fn serve_connection(
     tokio::pin!(deadline);
     let gate = admitted.gate();
     let evicted = admitted.eviction();
+    let link = crate::transfer::Link::new(gate.clone(), conn.clone());
     let mut streams = JoinSet::new();
     loop {
         tokio::select! {
@@ -217,8 +218,7 @@ async fn serve_connection(
                 Ok((send, recv)) => {
                     streams.spawn(crate::transfer::handle(
                         shared.clone(),
-                        gate.clone(),
-                        conn.clone(),
+                        link.clone(),
                         send,
                         recv,
                     ));

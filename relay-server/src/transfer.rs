@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
 use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
-use relay_pipeline::upload::Upload;
+use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::codec::FrameError;
 use relay_proto::id_key::Owner;
@@ -22,10 +22,11 @@ use relay_proto::session::relay::{
 use relay_storage::blob::BlobWriter;
 use relay_storage::publish::{Destination, PublishError};
 use relay_storage::staging::{StageLimits, Stager};
-use relay_transport::frames::{read_frame, write_frame};
+use relay_transport::frames::write_frame;
 use tracing::Instrument;
 
 use crate::admission::AuthGate;
+use crate::frame_turns::FrameTurns;
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
 use crate::state::Shared;
@@ -42,15 +43,9 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     }
 }
 
-pub async fn handle(
-    shared: Arc<Shared>,
-    gate: Arc<AuthGate>,
-    conn: quinn::Connection,
-    mut send: SendStream,
-    mut recv: RecvStream,
-) {
+pub async fn handle(shared: Arc<Shared>, link: Link, mut send: SendStream, mut recv: RecvStream) {
     let _active = ActiveGuard::new(&shared.metrics);
-    let refused = match tokio::time::timeout(CONTROL_TIMEOUT, read_frame(&mut recv)).await {
+    let refused = match tokio::time::timeout(CONTROL_TIMEOUT, link.read_frame(&mut recv)).await {
         Ok(Ok(Message::Offer(o))) => match check_names(&o) {
             Ok(()) => Ok(o),
             Err(f) => Err((Reason::Code(f.code), f)),
@@ -95,7 +90,6 @@ pub async fn handle(
         blob = %safe(&offer.blob),
         size = offer.size
     );
-    let link = Link { gate, conn };
     respond(&shared, &link, &offer, &mut send, &mut recv)
         .instrument(span)
         .await;
@@ -108,11 +102,29 @@ fn check_names(offer: &Offer) -> Result<(), Failure> {
     validate_blob_name(&offer.blob).map_err(|e| fail(Code::InvalidName, e.to_string()))
 }
 
-/// The connection a stream belongs to: its authentication gate, and the
-/// connection itself (for the test hook that holds the Plan).
-struct Link {
+/// The connection a stream belongs to: its authentication gate, its turns to
+/// read control frames, and the connection itself (for the test hook that
+/// holds the Plan).
+#[derive(Clone)]
+pub struct Link {
     gate: Arc<AuthGate>,
+    frame_turns: FrameTurns,
     conn: quinn::Connection,
+}
+
+impl Link {
+    pub fn new(gate: Arc<AuthGate>, conn: quinn::Connection) -> Self {
+        Self {
+            gate,
+            frame_turns: FrameTurns::default(),
+            conn,
+        }
+    }
+
+    /// One control frame, read in one of the connection's turns.
+    async fn read_frame(&self, recv: &mut RecvStream) -> Result<Message, FrameError> {
+        self.frame_turns.read_frame(recv).await
+    }
 }
 
 async fn respond(
@@ -277,7 +289,7 @@ async fn run(
                 Event::PlanSent(write_frame(send, &Message::Plan(p)).await)
             }
             Action::ReadFrame { timeout } => {
-                match tokio::time::timeout(timeout, read_frame(recv)).await {
+                match tokio::time::timeout(timeout, link.read_frame(recv)).await {
                     Ok(frame) => Event::Frame(frame),
                     Err(_) => Event::TimedOut,
                 }
@@ -319,7 +331,14 @@ impl Io<'_> {
     /// holds its bytes: then a re-run after an interrupted run is a success with
     /// nothing sent.
     async fn prepare(&mut self) -> Result<Prepared, Failure> {
-        let e = match self.upload.prepare().await {
+        // An Offer with the file's SHA-256 wants to know whether the blob holds
+        // it before any byte moves; any other small file is not asked about
+        // (its conditional Put Blob is the check: one request per new file).
+        let probe = match self.offer.sha256 {
+            Some(_) => Probe::Always,
+            None => Probe::UnlessSmall,
+        };
+        let e = match self.upload.prepare(probe).await {
             Ok(point) => {
                 let prepared = Prepared::Writable {
                     tag: self.upload.tag().to_hex(),
@@ -347,6 +366,7 @@ impl Io<'_> {
                     size: props.size,
                     sha256: props.sha256.unwrap_or_default(),
                     usage: self.usage(),
+                    earlier_commit: true,
                 }))
             }
             Ok(None) => Err(publish_failure(e)),
@@ -426,13 +446,14 @@ impl Io<'_> {
             .ok_or_else(|| fail(Code::Internal, "nothing was staged"))?;
         let t_commit = Instant::now();
         let expected: Vec<(&str, &str)> = expected.iter().map(|(w, h)| (*w, h.as_str())).collect();
-        let props = self
+        let published = self
             .upload
             .commit(&staged, &expected)
             .await
             .map_err(publish_failure)?;
+        let props = published.props;
         let metrics = &self.shared.metrics;
-        if staged.single.is_some() {
+        if staged.single.is_some() && !published.earlier_commit {
             // A one-block file reaches Azure in its Put Blob: count it as staged.
             Metrics::add(&metrics.bytes_staged, self.offer.size);
         }
@@ -442,6 +463,7 @@ impl Io<'_> {
             size: props.size,
             sha256: props.sha256.unwrap_or_default(),
             usage: self.usage(),
+            earlier_commit: published.earlier_commit,
         })
     }
 }

@@ -211,9 +211,9 @@ async fn json_report_of_a_small_file_has_the_large_files_shape() {
     assert_eq!(keys(&fs["relay_ms"]), keys(&fl["relay_ms"]));
     assert_eq!(fs["sha256"], small_sha.as_str());
     assert_eq!(fl["sha256"], large_sha.as_str());
-    // One block: an existence check and one Put Blob; several blocks: more.
+    // One block: one conditional Put Blob; several blocks: more.
     let requests = |f: &serde_json::Value| f["storage_requests"].as_u64().unwrap_or(0);
-    assert!((1..=2).contains(&requests(&fs)), "{fs}");
+    assert_eq!(requests(&fs), 1, "{fs}");
     assert!(requests(&fl) > 2, "{fl}");
     // Stored bytes and the `sha256` metadata, as for large files.
     assert_eq!(
@@ -286,14 +286,17 @@ async fn small_file_killed_while_publishing_rerun_finds_it_committed() {
         assert!(Instant::now() < deadline, "the relay never published");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The rerun finds the killed run's commit sealed with its bytes: nothing is
-    // sent and the file is reported as an identical one is on any rerun.
+    // The rerun finds the killed run's commit sealed with its bytes and reports
+    // the file as an identical one is on any rerun. A small file is not probed
+    // before it is sent: its bytes travel, and its conditional Put Blob, refused,
+    // writes nothing (the refusal and one look at the blob: 2 requests).
     let out = run_client(&a, &[], T).await;
     assert!(out.status.success(), "client failed: {}", stderr(&out));
     let f = summary(&out)["files"][0].clone();
     assert_eq!(f["status"], "skipped", "{f}");
     assert_eq!(f["reason"], "identical", "{f}");
-    assert_eq!(f["bytes_sent"], 0, "{f}");
+    assert_eq!(f["bytes_sent"], size, "{f}");
+    assert_eq!(f["storage_requests"], 2, "{f}");
     assert_eq!(f["sha256"], sha.as_str());
     assert_eq!(blob_sha(&container, "f.bin").await, (size, sha.clone()));
 

@@ -1,7 +1,9 @@
 //! Two uploads racing to one name, every interleaving of their storage requests
 //! (the hostile review's race, in memory): whatever the order, a committed blob's
 //! bytes hash to the SHA-256 recorded with it, that SHA-256 is one of the two
-//! files', and an upload that reports success saw its own bytes committed.
+//! files', and an upload that reports success saw its own bytes committed. Both
+//! shapes of upload race: files of two blocks (probed, staged, Put Block List)
+//! and small files of one Put Blob, not probed first.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,14 +13,13 @@ use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::{IdKey, Owner};
 use relay_proto::plan::BlockPlan;
 use relay_proto::resume::ResumePoint;
-use relay_storage::blob::BlobProperties;
 use relay_storage::memory::{MemoryAccount, Turnstile};
-use relay_storage::publish::{Destination, PublishError};
+use relay_storage::publish::{Destination, PublishError, Published};
 use relay_storage::staging::Budget;
 use relay_storage::store::{BlobStore, Condition};
 use sha2::{Digest, Sha256};
 
-use crate::upload::Upload;
+use crate::upload::{Probe, Upload};
 
 /// Small blocks (a multiple of 64, as checkpoints need): the rules do not depend
 /// on size, and small ones keep thousands of interleavings fast. Files are two
@@ -31,14 +32,15 @@ fn sha_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
-/// Uploads `data` as the relay and direct mode do, through the shared pipeline.
+/// Uploads `data` as the relay and direct mode do, through the shared pipeline
+/// (an Offer without the file's SHA-256: `Probe::UnlessSmall`).
 async fn upload(
     store: Arc<dyn BlobStore>,
     key: &IdKey,
     owner: &Owner,
     condition: &Condition,
     data: Bytes,
-) -> Result<BlobProperties, PublishError> {
+) -> Result<Published, PublishError> {
     let meta = BTreeMap::new();
     let dest = Destination {
         container: CONTAINER,
@@ -55,11 +57,14 @@ async fn upload(
     };
     let up = Upload::new(store, dest, plan, owner);
     let ours = sha_hex(&data);
-    let point = match up.prepare().await {
+    let point = match up.prepare(Probe::UnlessSmall).await {
         Ok(p) => p,
         Err(PublishError::Exists(existing)) => {
             return match up.already_committed(&ours).await? {
-                Some(p) => Ok(p),
+                Some(props) => Ok(Published {
+                    props,
+                    earlier_commit: true,
+                }),
                 None => Err(PublishError::Exists(existing)),
             };
         }
@@ -95,7 +100,7 @@ async fn run_once(
     choices: &[usize],
 ) -> (
     Vec<usize>,
-    Vec<Result<BlobProperties, PublishError>>,
+    Vec<Result<Published, PublishError>>,
     MemoryAccount,
 ) {
     let account = MemoryAccount::new();
@@ -169,12 +174,24 @@ async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
             assert!(hashes.contains(&recorded), "a blob neither writer sent");
         }
         for (i, r) in results.iter().enumerate() {
-            if let Ok(p) = r {
-                assert_eq!(
-                    p.sha256.as_deref(),
+            match r {
+                Ok(p) => assert_eq!(
+                    p.props.sha256.as_deref(),
                     Some(hashes[i].as_str()),
                     "writer {i} reported another file's commit (choices {choices:?})"
-                );
+                ),
+                // A refusal names the blob in the way, whichever shape lost.
+                Err(PublishError::Exists(existing)) => assert_eq!(
+                    committed.as_ref().map(|(_, p)| &p.etag),
+                    Some(&existing.etag),
+                    "writer {i} was refused by another blob than the one there (choices {choices:?})"
+                ),
+                // Without the condition a later writer may replace a blob
+                // between a commit and its read-back: a failure, never a lie.
+                Err(e) => assert!(
+                    condition != Condition::IfAbsent,
+                    "writer {i}: {e} (choices {choices:?})"
+                ),
             }
         }
         if condition == Condition::IfAbsent {
@@ -195,17 +212,28 @@ async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
 /// Two files of the same size: entirely different, or the same first block (so
 /// one writer may resume from the other's staged block, which holds its bytes).
 fn files(shared_prefix: bool) -> (Bytes, Bytes) {
-    let size = BLOCK as usize + 100;
+    files_of(BLOCK as usize + 100, shared_prefix)
+}
+
+fn files_of(size: usize, shared_prefix: bool) -> (Bytes, Bytes) {
     let a: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
     let mut b: Vec<u8> = (0..size).map(|i| (i % 241) as u8 ^ 0x5a).collect();
     if shared_prefix {
-        b[..BLOCK as usize].copy_from_slice(&a[..BLOCK as usize]);
+        let n = size.min(BLOCK as usize);
+        b[..n].copy_from_slice(&a[..n]);
     }
     (Bytes::from(a), Bytes::from(b))
 }
 
 async fn race(condition: Condition, same_owner: bool, shared_prefix: bool) {
     let (a, b) = files(shared_prefix);
+    let runs = race_files(condition, same_owner, a, b).await;
+    // Two writers of five or more requests each: hundreds of orders, all run.
+    assert!(runs >= 250, "only {runs} interleavings");
+}
+
+/// Every interleaving of two writers of `a` and `b`; returns how many ran.
+async fn race_files(condition: Condition, same_owner: bool, a: Bytes, b: Bytes) -> usize {
     let owner_a = Owner::of_token("token-a");
     let owner_b = if same_owner {
         owner_a
@@ -222,9 +250,7 @@ async fn race(condition: Condition, same_owner: bool, shared_prefix: bool) {
             data: b,
         },
     ];
-    let runs = every_interleaving(condition, &writers).await;
-    // Two writers of five or more requests each: hundreds of orders, all run.
-    assert!(runs >= 250, "only {runs} interleavings");
+    every_interleaving(condition, &writers).await
 }
 
 #[tokio::test]
@@ -246,6 +272,62 @@ async fn racing_writers_with_overwrite_never_publish_unverified_bytes() {
 }
 
 #[tokio::test]
+async fn racing_small_files_of_one_put_blob_never_publish_unverified_bytes() {
+    // One block each, not probed: a Put Blob, and after a refusal one look at
+    // the blob. Different files, and the same file twice (identical uploads).
+    let (a, b) = files_of(BLOCK as usize / 2, false);
+    for condition in [Condition::IfAbsent, Condition::Always] {
+        for same_owner in [true, false] {
+            for (x, y) in [(a.clone(), b.clone()), (a.clone(), a.clone())] {
+                let runs = race_files(condition.clone(), same_owner, x, y).await;
+                // Either Put Blob first (then, if refused, one look at the
+                // blob): every order of the two writers' requests.
+                assert!(runs >= 2, "only {runs} interleavings");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_small_new_file_costs_one_request_and_a_rerun_is_an_earlier_commit() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let owner = Owner::of_token("t");
+    let (a, b) = files_of(1000, false);
+    let store = Arc::new(account.blob(CONTAINER, NAME));
+    let first = upload(store.clone(), &key, &owner, &Condition::IfAbsent, a.clone())
+        .await
+        .expect("first upload");
+    assert!(!first.earlier_commit);
+    // One conditional Put Blob: no existence check, no block list, no read-back.
+    assert_eq!(store.requests(), 1);
+    let again = upload(store.clone(), &key, &owner, &Condition::IfAbsent, a)
+        .await
+        .expect("re-run");
+    assert!(again.earlier_commit, "the re-run wrote nothing");
+    assert_eq!(again.props.etag, first.props.etag);
+    // The refused Put Blob and one look at the blob.
+    assert_eq!(store.requests(), 3);
+    // Other bytes under the name: refused as the probe would have, with the
+    // blob in the way (what `--overwrite=if-newer` decides on).
+    let e = upload(store.clone(), &key, &owner, &Condition::IfAbsent, b.clone())
+        .await
+        .expect_err("other bytes");
+    assert!(
+        matches!(&e, PublishError::Exists(x) if x.etag == first.props.etag),
+        "{e}"
+    );
+    let stale = Condition::IfMatch("\"0xOLD\"".into());
+    let e = upload(store.clone(), &key, &owner, &stale, b)
+        .await
+        .expect_err("stale etag");
+    assert!(matches!(e, PublishError::Changed { .. }), "{e}");
+    let (bytes, props) = account.committed(CONTAINER, NAME).expect("committed");
+    assert_eq!(props.sha256.as_deref(), Some(sha_hex(&bytes).as_str()));
+    assert_eq!(props.etag, first.props.etag);
+}
+
+#[tokio::test]
 async fn a_rerun_of_a_committed_file_succeeds_without_staging() {
     let account = MemoryAccount::new();
     let key = IdKey::random();
@@ -259,7 +341,7 @@ async fn a_rerun_of_a_committed_file_succeeds_without_staging() {
     let again = upload(store.clone(), &key, &owner, &Condition::IfAbsent, a)
         .await
         .expect("re-run");
-    assert_eq!(again.etag, first.etag);
+    assert_eq!(again.props.etag, first.props.etag);
     // Preflight and the "already committed" read: no block staged, no commit.
     assert_eq!(store.requests() - requests, 2);
 }
@@ -289,7 +371,7 @@ async fn a_mismatched_trailer_commits_nothing() {
         plan,
         &Owner::direct(),
     );
-    let point = up.prepare().await.expect("prepare");
+    let point = up.prepare(Probe::Always).await.expect("prepare");
     let mut stager = up.stager(point, Budget::new(1 << 20), 2).expect("stager");
     stager.pump(&mut &a[..]).await.expect("pump");
     let staged = stager.finish().await.expect("finish");

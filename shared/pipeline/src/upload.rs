@@ -1,7 +1,9 @@
 //! One upload into one blob, the same steps for the relay and for direct mode:
 //!
 //! 1. `prepare`: refuse early when the commit is bound to fail (`preflight`), then
-//!    find the resume point among the blob's uncommitted blocks;
+//!    find the resume point among the blob's uncommitted blocks; a small file
+//!    published by one Put Blob skips both (`Probe::UnlessSmall`): its
+//!    conditional Put Blob is the check, one storage request per new file;
 //! 2. on `PublishError::Exists`, `already_committed` tells a re-run whose bytes are
 //!    already the blob (sealed by our key) from a real refusal;
 //! 3. `stager` cuts, hashes and stages the bytes from the resume point (the caller
@@ -19,9 +21,29 @@ use relay_proto::id_key::Owner;
 use relay_proto::plan::BlockPlan;
 use relay_proto::resume::{ResumePoint, find_resume_point};
 use relay_storage::blob::BlobProperties;
-use relay_storage::publish::{self, Destination, PublishError};
+use relay_storage::publish::{self, Destination, PublishError, Published};
 use relay_storage::staging::{Budget, StageError, Staged, Stager};
 use relay_storage::store::BlobStore;
+
+/// Files up to this size that fit in one block are not probed before their
+/// bytes move (`Probe::UnlessSmall`). Sending them costs less than the
+/// existence check: on a long path a client has sent this much before any
+/// refusal could reach it (4 MiB is 160 ms at 200 Mbit/s), and on a re-run the
+/// check found nothing to save. Larger files are probed, so a refused one is
+/// refused before it crosses the link.
+pub const UNPROBED_MAX: u64 = 4 << 20;
+
+/// Whether `Upload::prepare` asks storage before any byte moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// Always: the caller wants the answer itself (an Offer with the whole
+    /// file's SHA-256 looks for a commit of exactly that file).
+    Always,
+    /// Unless the file is one block of at most `UNPROBED_MAX` bytes: its one
+    /// conditional Put Blob refuses exactly what the probe would have, and a
+    /// refusal is explained after (`publish::commit_verified`).
+    UnlessSmall,
+}
 
 /// One file on its way into one blob.
 pub struct Upload<'a> {
@@ -70,10 +92,18 @@ impl<'a> Upload<'a> {
         &self.store
     }
 
+    /// Whether `prepare(probe)` asks storage anything.
+    pub fn probes(&self, probe: Probe) -> bool {
+        probe == Probe::Always || self.plan.block_count() > 1 || self.dest.size > UNPROBED_MAX
+    }
+
     /// Before any byte moves: the destination must be free (or at the expected
     /// etag); then the longest run of our own staged blocks. A file of one block
     /// has nothing to resume (its only block is its last): no block list to read.
-    pub async fn prepare(&self) -> Result<ResumePoint, PublishError> {
+    pub async fn prepare(&self, probe: Probe) -> Result<ResumePoint, PublishError> {
+        if !self.probes(probe) {
+            return Ok(ResumePoint::fresh());
+        }
         publish::preflight(&*self.store, self.dest.condition).await?;
         let uncommitted = if self.plan.block_count() > 1 {
             self.store.uncommitted_blocks().await?
@@ -120,7 +150,7 @@ impl<'a> Upload<'a> {
         &self,
         staged: &Staged,
         expected: &[(&str, &str)],
-    ) -> Result<BlobProperties, PublishError> {
+    ) -> Result<Published, PublishError> {
         publish::commit_verified(&*self.store, staged, expected, &self.dest).await
     }
 }

@@ -13,7 +13,7 @@ use relay_storage::staging::{Budget, StageError};
 use relay_storage::store::{BlobStore, Condition};
 use sha2::{Digest, Sha256};
 
-use crate::upload::Upload;
+use crate::upload::{Probe, Upload};
 
 const BLOCK: u64 = 4096;
 
@@ -51,7 +51,7 @@ fn upload<'a>(
 /// Stages the first `blocks` blocks, then the source ends: the run fails and
 /// leaves those blocks staged.
 async fn interrupted(up: &Upload<'_>, data: &[u8], blocks: usize) {
-    let point = up.prepare().await.expect("prepare");
+    let point = up.prepare(Probe::Always).await.expect("prepare");
     let mut stager = up.stager(point, Budget::new(1 << 20), 1).expect("stager");
     let mut cut = &data[..blocks * BLOCK as usize];
     let e = stager
@@ -74,7 +74,7 @@ async fn an_interrupted_upload_resumes_from_its_own_blocks() {
     assert_eq!(account.uncommitted_ids("c", "f").len(), 2);
 
     let (again, store) = upload(&account, &key, &meta, &owner, data.len() as u64);
-    let point = again.prepare().await.expect("prepare");
+    let point = again.prepare(Probe::Always).await.expect("prepare");
     assert_eq!(point.offset, 2 * BLOCK);
     let prefix = Sha256::new_with_prefix(&data[..point.offset as usize]);
     assert_eq!(Checkpoint::of(&prefix), Some(point.checkpoint));
@@ -116,7 +116,7 @@ async fn blocks_of_another_owner_key_or_size_are_not_resumed() {
         ("direct mode", &key, Owner::direct(), size),
     ] {
         let (up, _) = upload(&account, k, &meta, &o, s);
-        let point = up.prepare().await.expect("prepare");
+        let point = up.prepare(Probe::Always).await.expect("prepare");
         assert_eq!(point.offset, 0, "{name}");
     }
 }
@@ -135,7 +135,7 @@ async fn received_bytes_are_counted_as_they_arrive() {
     let data = data();
     let owner = Owner::of_token("t");
     let (up, _) = upload(&account, &key, &meta, &owner, data.len() as u64);
-    let point = up.prepare().await.expect("prepare");
+    let point = up.prepare(Probe::Always).await.expect("prepare");
     let received = Arc::new(AtomicU64::new(0));
     let mut stager = up
         .stager(point, Budget::new(1 << 20), 1)

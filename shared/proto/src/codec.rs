@@ -127,6 +127,7 @@ mod tests {
                 bytes_received: 1,
                 retries: 0,
                 requests: 2,
+                earlier_commit: false,
                 timings: Timings::default(),
             }),
             Message::Error(Failure {

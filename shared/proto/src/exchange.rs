@@ -115,6 +115,7 @@ mod tests {
             bytes_received: 0,
             retries: 0,
             requests: 0,
+            earlier_commit: false,
             timings: Timings::default(),
         });
         assert_eq!(eager_answer(&receipt), EagerAnswer::Unexpected("Receipt"));

@@ -187,6 +187,11 @@ pub struct Receipt {
     /// file that fits in one block (existence check, Put Blob).
     #[serde(default)]
     pub requests: u32,
+    /// The blob already held exactly this file under the relay's seal, from an
+    /// earlier commit (a re-run's), and this transfer wrote nothing: the client
+    /// reports the file as identical, not committed.
+    #[serde(default)]
+    pub earlier_commit: bool,
     pub timings: Timings,
 }
 

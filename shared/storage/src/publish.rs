@@ -100,18 +100,39 @@ pub fn sealed_as(props: &BlobProperties, dest: &Destination<'_>, sha256_hex: &st
 /// Before any byte moves: is the destination free (or the expected version)?
 pub async fn preflight(store: &dyn BlobStore, condition: &Condition) -> Result<(), PublishError> {
     let existing = store.properties().await?;
-    match (condition, &existing) {
-        (Condition::IfAbsent, Some(p)) => Err(PublishError::Exists(Existing {
+    match refusal(condition, existing.as_ref()) {
+        Some(refused) => Err(refused),
+        None => Ok(()),
+    }
+}
+
+/// Why `condition` cannot hold with `existing` at the name, if it cannot: the
+/// one rule behind an early refusal (`preflight`) and the explanation of a
+/// commit storage refused.
+fn refusal(condition: &Condition, existing: Option<&BlobProperties>) -> Option<PublishError> {
+    match (condition, existing) {
+        (Condition::IfAbsent, Some(p)) => Some(PublishError::Exists(Existing {
             etag: p.etag.clone(),
             last_modified: p.last_modified,
         })),
-        (Condition::IfMatch(etag), Some(p)) if &p.etag != etag => Err(PublishError::Changed {
+        (Condition::IfMatch(etag), Some(p)) if &p.etag != etag => Some(PublishError::Changed {
             found: p.etag.clone(),
             expected: etag.clone(),
         }),
-        (Condition::IfMatch(_), None) => Err(PublishError::Gone),
-        _ => Ok(()),
+        (Condition::IfMatch(_), None) => Some(PublishError::Gone),
+        _ => None,
     }
+}
+
+/// A blob that holds the upload's bytes.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub props: BlobProperties,
+    /// Storage refused this upload's one commit request (never retried, so it
+    /// wrote nothing) because the blob already held exactly these bytes under
+    /// our seal: an earlier run's commit or an identical upload's, not this
+    /// one's. A re-run reports such a file as identical, not as committed.
+    pub earlier_commit: bool,
 }
 
 /// Commits `staged` only if its digest equals every expected hash (the client's
@@ -121,7 +142,7 @@ pub async fn commit_verified(
     staged: &Staged,
     expected: &[(&str, &str)],
     dest: &Destination<'_>,
-) -> Result<BlobProperties, PublishError> {
+) -> Result<Published, PublishError> {
     let ours = hex::encode(staged.sha256);
     for (who, theirs) in expected {
         if !theirs.eq_ignore_ascii_case(&ours) {
@@ -140,6 +161,7 @@ pub async fn commit_verified(
         metadata: dest.metadata,
         condition: dest.condition,
     };
+    let retries_before = store.retries();
     let committed = match &staged.single {
         Some(single) => store.put_blob(single.data.clone(), &commit).await,
         None => {
@@ -147,44 +169,63 @@ pub async fn commit_verified(
             store.commit_blocks(ids, &commit).await
         }
     };
+    // A retried commit request may have landed before its last answer: then
+    // this upload did commit, whatever that answer said.
+    let commit_retried = store.retries() != retries_before;
     let etag = match committed {
         Ok(etag) => etag,
-        Err(e) => return conflict_or(store, dest, &ours, e).await,
+        Err(e) => {
+            let props = conflict_or(store, dest, &ours, e).await?;
+            return Ok(Published {
+                props,
+                earlier_commit: !commit_retried,
+            });
+        }
     };
-    if staged.single.is_some() {
+    let props = if staged.single.is_some() {
         // One request: Put Blob returned the etag, and its MD5 was checked by
         // the service; reading properties back would double the requests of
         // every small file.
-        return Ok(BlobProperties {
+        BlobProperties {
             etag,
             size: dest.size,
             sha256: Some(ours),
             seal: Some(seal),
             last_modified: None,
-        });
-    }
-    read_back(store, dest, &ours).await
+        }
+    } else {
+        read_back(store, dest, &ours).await?
+    };
+    Ok(Published {
+        props,
+        earlier_commit: false,
+    })
 }
 
 /// After a refused commit: success if the blob already holds exactly our bytes
-/// (sealed), else the refusal.
+/// (sealed), else why it was refused, as `preflight` would have said it (a file
+/// published by one Put Blob is not probed first: this is its refusal).
 async fn conflict_or(
     store: &dyn BlobStore,
     dest: &Destination<'_>,
     ours: &str,
     e: BlobError,
 ) -> Result<BlobProperties, PublishError> {
-    if !e.is_conflict() {
+    // Azure may answer a Put Blob with If-Match on a missing blob with 404.
+    let refused_if_match = matches!(dest.condition, Condition::IfMatch(_)) && e.status == Some(404);
+    if !e.is_conflict() && !refused_if_match {
         return Err(e.into());
     }
     // The condition failed. If the blob now holds exactly our bytes, the winner
-    // was our own earlier attempt (its response lost, then retried) or an
-    // identical upload: the outcome the user asked for, so not an error.
-    if let Some(props) = already_committed(store, dest, ours).await? {
+    // was our own earlier attempt (its response lost, then retried), an earlier
+    // run, or an identical upload: the outcome the user asked for, so not an
+    // error.
+    let existing = store.properties().await?;
+    if let Some(props) = existing.as_ref().filter(|p| sealed_as(p, dest, ours)) {
         tracing::info!(etag = %props.etag, "blob already holds these bytes");
-        return Ok(props);
+        return Ok(props.clone());
     }
-    Err(PublishError::LostRace(e))
+    Err(refusal(dest.condition, existing.as_ref()).unwrap_or(PublishError::LostRace(e)))
 }
 
 /// Reads the committed blob's properties and checks size and SHA-256.

@@ -12,7 +12,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use relay_proto::limits::MIB;
 
 /// Concurrent streams (files) per connection.
-pub const MAX_STREAMS: u64 = 128;
+pub const MAX_STREAMS: u64 = 512;
 
 /// Which congestion controller QUIC uses. `Relay` is ours (`crate::congestion`):
 /// it fills long lossy paths where the loss-based ones collapse (see

@@ -24,6 +24,7 @@ fn receipt(sha256: &str, size: u64) -> Receipt {
         bytes_received: size,
         retries: 0,
         requests: 2,
+        earlier_commit: false,
         timings: Timings::default(),
     }
 }

@@ -50,6 +50,8 @@ pub struct Committed {
     pub size: u64,
     pub sha256: String,
     pub usage: Usage,
+    /// Found committed by an earlier commit, not written now (`Receipt`).
+    pub earlier_commit: bool,
 }
 
 /// What storage said before any byte moved.
@@ -255,6 +257,7 @@ impl RelaySession {
                 bytes_received: 0,
                 retries: c.usage.retries,
                 requests: c.usage.requests,
+                earlier_commit: true,
                 timings: Timings::default(),
             }),
             Ok(Prepared::Writable {
@@ -384,6 +387,7 @@ impl RelaySession {
             bytes_received: staged.bytes_received,
             retries: c.usage.retries,
             requests: c.usage.requests,
+            earlier_commit: c.earlier_commit,
             timings: Timings {
                 receive_ms: self.receive_ms,
                 stage_wait_ms: self.stage_wait_ms,

@@ -70,6 +70,7 @@ fn committed() -> Committed {
             retries: 1,
             requests: 7,
         },
+        earlier_commit: false,
     }
 }
 
