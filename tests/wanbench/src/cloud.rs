@@ -171,8 +171,13 @@ impl Cloud {
     }
 }
 
+/// Appends: every run starts its own Azurite and relay, and all their logs stay.
 fn log_file(dir: &Path, name: &str) -> anyhow::Result<std::fs::File> {
-    std::fs::File::create(dir.join(name)).with_context(|| format!("create {name}"))
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))
+        .with_context(|| format!("open {name}"))
 }
 
 /// Children must not talk to a proxy: every address here is in the lab.
