@@ -410,6 +410,7 @@ pub fn seed_messages() -> Vec<Message> {
             bytes_received: 123_456_789,
             retries: 1,
             requests: 9,
+            earlier_commit: false,
             timings: Timings {
                 receive_ms: 1,
                 stage_wait_ms: 2,

@@ -93,7 +93,7 @@ impl<'a> Upload<'a> {
     }
 
     /// Whether `prepare(probe)` asks storage anything.
-    pub fn probes(&self, probe: Probe) -> bool {
+    fn probes(&self, probe: Probe) -> bool {
         probe == Probe::Always || self.plan.block_count() > 1 || self.dest.size > UNPROBED_MAX
     }
 
