@@ -189,9 +189,11 @@ async fn resume_is_private_to_the_token_that_started_it() {
     for index in 0..2u32 {
         let block =
             &content[(index as usize) * 5 * MIB as usize..(index as usize + 1) * 5 * MIB as usize];
+        let follows = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
         h.update(block);
         let id = signer.encode(&BlockId {
             index,
+            follows,
             state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
         });
         w.stage_block(&id, bytes::Bytes::copy_from_slice(block))
@@ -601,9 +603,11 @@ async fn direct_mode_resumes_only_its_own_blocks() {
         let mut h = sha2::Sha256::new();
         for index in 0..2usize {
             let block = &content[index * 5 * MIB as usize..(index + 1) * 5 * MIB as usize];
+            let follows = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
             h.update(block);
             let id = signer.encode(&BlockId {
                 index: index as u32,
+                follows,
                 state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
             });
             // Own key: the genuine bytes. Another key: junk under the true hashes.

@@ -419,6 +419,54 @@ async fn source_changed_during_transfer_fails_and_commits_nothing() {
     relay.stop().await;
 }
 
+/// Stages blocks `0..count` of `content` as the relay with `signer` stages them
+/// (each ID continues the hash state of the block before).
+async fn stage_as_relay(container: &str, signer: &IdSigner, content: &[u8], count: usize) {
+    let w = writer(container, "f.bin");
+    let mut h = sha2::Sha256::new();
+    for (index, block) in content.chunks(BLOCK as usize).take(count).enumerate() {
+        let follows = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
+        h.update(block);
+        let raw = signer.encode(&BlockId {
+            index: index as u32,
+            follows,
+            state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
+        });
+        w.stage_block(&raw, bytes::Bytes::copy_from_slice(block))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// An ordinary user: an upload interrupted after three blocks, the file edited
+/// in its first block, an upload of the edit (a fresh start) interrupted after
+/// one block, the edit undone, and a last run. Both versions' blocks sit at
+/// index 0 of the uncommitted list; version 1's blocks 1 and 2 carry the hash of
+/// version 1's prefix. A resume that took the newer block 0 next to them
+/// committed bytes that did not hash to the SHA-256 it recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_never_mixes_blocks_of_two_versions_of_a_file() {
+    let (relay, container, dir) = setup("versions").await;
+    let file = dir.path("f.bin");
+    let size = 4 * BLOCK + 100;
+    let sha = write_random(&file, size, 17);
+    let v1 = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
+    let mut v2 = v1.clone();
+    v2[..BLOCK as usize].fill(0x3c);
+    let ours = signer(&relay.key, TOKEN, &container, size, BLOCK);
+    stage_as_relay(&container, &ours, &v1, 3).await;
+    stage_as_relay(&container, &ours, &v2, 1).await;
+    // Azurite lists them in staging order: a "last ID per index" rule took
+    // version 2's block 0.
+    assert_eq!(uncommitted(&container, "f.bin").await.len(), 4);
+
+    let f = committed_file(&run_client(&relay.upload(&file, &container), &[], T).await);
+    assert_eq!(f["bytes_resumed"], 3 * BLOCK, "version 1's own chain: {f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha.clone()));
+    assert_eq!(f["sha256"], sha, "{f}");
+    relay.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_and_corrupt_blocks_never_reach_a_commit() {
     let (relay, container, dir) = setup("foreign").await;
@@ -482,9 +530,11 @@ async fn forged_ids_with_the_true_prefix_hashes_are_not_resumed() {
     let mut h = sha2::Sha256::new();
     for index in 0..2u32 {
         let start = (index as u64 * BLOCK) as usize;
+        let follows = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
         h.update(&content[start..start + BLOCK as usize]);
         let raw = forger.encode(&BlockId {
             index,
+            follows,
             state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
         });
         w.stage_block(&raw, junk.clone())
@@ -516,11 +566,14 @@ fn signer(key: &IdKey, token: &str, container: &str, size: u64, block_size: u64)
 /// A well-formed ID for `index` whose checkpoint is the hash of `index + 1` copies of `data`.
 fn id(signer: &IdSigner, index: u32, data: &[u8]) -> [u8; 64] {
     let mut h = sha2::Sha256::new();
-    for _ in 0..=index {
+    for _ in 0..index {
         h.update(data);
     }
+    let follows = Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"));
+    h.update(data);
     signer.encode(&BlockId {
         index,
+        follows,
         state: BlockState::After(Checkpoint::of(&h).unwrap_or_else(|| panic!("boundary"))),
     })
 }

@@ -385,3 +385,68 @@ async fn a_mismatched_trailer_commits_nothing() {
     // The staged blocks stay for a resume.
     assert_eq!(account.uncommitted_ids(CONTAINER, NAME).len(), 2);
 }
+
+/// Stages the first `blocks` blocks of `data` from a fresh start, as an upload
+/// that was interrupted after them.
+async fn stage_prefix(up: &Upload<'_>, data: &[u8], blocks: usize) {
+    let mut stager = up
+        .stager(ResumePoint::fresh(), Budget::new(1 << 20), 1)
+        .expect("stager");
+    let mut prefix = &data[..blocks * BLOCK as usize];
+    // The source ends early: pump reports it after staging every full block.
+    let _ = stager.pump(&mut prefix).await;
+    stager.drain().await;
+}
+
+#[tokio::test]
+async fn a_resume_never_mixes_blocks_of_two_versions_of_a_file() {
+    // One owner uploads version 1 (three of five blocks staged), changes the
+    // first block, starts again from zero and is interrupted after one block.
+    // A client that then resumes without checking its prefix (a hostile one,
+    // claiming version 1's hash) must not get version 2's first block
+    // committed under version 1's SHA-256.
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let owner = Owner::of_token("t");
+    let size = 4 * BLOCK as usize + 100;
+    let (v1, _) = files_of(size, false);
+    let mut v2 = v1.to_vec();
+    v2[..BLOCK as usize].fill(0xee);
+    let meta = BTreeMap::new();
+    let dest = Destination {
+        container: CONTAINER,
+        blob: NAME,
+        key: &key,
+        size: size as u64,
+        content_type: None,
+        metadata: &meta,
+        condition: &Condition::IfAbsent,
+    };
+    let plan = BlockPlan {
+        size: size as u64,
+        block_size: BLOCK,
+    };
+    let up = Upload::new(Arc::new(account.blob(CONTAINER, NAME)), dest, plan, &owner);
+    stage_prefix(&up, &v1, 3).await;
+    stage_prefix(&up, &v2, 1).await;
+    let point = up.prepare(Probe::Always).await.expect("prepare");
+    let mut stager = up
+        .stager(point.clone(), Budget::new(1 << 20), 1)
+        .expect("stager");
+    let mut rest = &v1[point.offset as usize..];
+    stager.pump(&mut rest).await.expect("pump");
+    let staged = stager.finish().await.expect("finish");
+    let claimed = sha_hex(&v1);
+    let outcome = up.commit(&staged, &[("the client", &claimed)]).await;
+    let (bytes, props) = account.committed(CONTAINER, NAME).expect("committed");
+    assert_eq!(
+        props.sha256.as_deref(),
+        Some(sha_hex(&bytes).as_str()),
+        "committed bytes differ from their recorded SHA-256 (resumed at {}, {outcome:?})",
+        point.offset
+    );
+    // Version 1's own chain is the longest: it is resumed, and is what is there.
+    assert_eq!(point.offset, 3 * BLOCK);
+    assert_eq!(bytes, v1);
+    assert!(outcome.is_ok(), "{outcome:?}");
+}

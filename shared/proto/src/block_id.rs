@@ -6,7 +6,8 @@
 //! the same length, as Azure requires):
 //! `[0]` format version · `[1]` kind · `[2..6]` block index (BE) · `[6..46]` state ·
 //! `[46..64]` MAC: HMAC-SHA256 under the relays' key (`id_key`) over the transfer
-//! tag and bytes `0..46`, truncated to 144 bits.
+//! tag, the hash state **before** the block (`follows`, not stored) and bytes
+//! `0..46`, truncated to 144 bits.
 //!
 //! The state is what binds an ID to content ("same ID, same bytes"): a block that
 //! ends on a 64-byte boundary carries the SHA-256 chaining state after its last
@@ -14,6 +15,14 @@
 //! SHA-256 of the whole file and its size. Two writers that stage different bytes
 //! therefore never share an ID, and a Put Block List commits exactly the bytes the
 //! relay hashed, whoever else stages into the same blob at the same time.
+//!
+//! The MAC also binds the state the block continued from, so IDs form a chain: an
+//! ID verifies only after the very checkpoint its relay hashed on from. Without
+//! it, one owner's two versions of a file (an interrupted upload, an edit, a
+//! fresh start interrupted again) leave two valid IDs at the same index, and a
+//! resume could pick version 2's block 0 next to version 1's block 2, whose
+//! checkpoint describes version 1's prefix: the commit would publish bytes that
+//! do not hash to the recorded SHA-256 (`resume` walks the chain instead).
 //!
 //! The transfer tag (keyed, see `TransferTag::derive`) is not stored: the relay
 //! recomputes it from the Offer, so an ID verifies only for the same key, owner,
@@ -23,7 +32,7 @@ use crate::checkpoint::{CHECKPOINT_LEN, Checkpoint};
 use crate::id_key::{IdKey, Owner};
 
 pub const BLOCK_ID_LEN: usize = 64;
-pub const BLOCK_ID_VERSION: u8 = 2;
+pub const BLOCK_ID_VERSION: u8 = 3;
 pub const TAG_LEN: usize = 16;
 const MAC_AT: usize = 46;
 const MAC_LEN: usize = BLOCK_ID_LEN - MAC_AT;
@@ -82,6 +91,9 @@ pub enum BlockState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockId {
     pub index: u32,
+    /// The hash state before this block's first byte: bound by the MAC, not
+    /// stored (a resume knows it from the block before).
+    pub follows: Checkpoint,
     pub state: BlockState,
 }
 
@@ -107,9 +119,22 @@ impl IdSigner {
         self.tag
     }
 
-    fn mac(&self, body: &[u8]) -> [u8; 32] {
-        self.key
-            .mac(&[b"blob-relay/block-id/v2", &self.tag.0, body])
+    fn mac(&self, follows: &Checkpoint, body: &[u8]) -> [u8; 32] {
+        self.key.mac(&[
+            b"blob-relay/block-id/v3",
+            &self.tag.0,
+            &follows.to_bytes(),
+            body,
+        ])
+    }
+
+    /// The block index an ID claims, unauthenticated: only to group candidates
+    /// before `decode` verifies one.
+    pub fn claimed_index(bytes: &[u8]) -> Option<u32> {
+        if bytes.len() != BLOCK_ID_LEN || bytes[0] != BLOCK_ID_VERSION {
+            return None;
+        }
+        Some(u32::from_be_bytes(bytes[2..6].try_into().ok()?))
     }
 
     pub fn encode(&self, id: &BlockId) -> [u8; BLOCK_ID_LEN] {
@@ -127,19 +152,19 @@ impl IdSigner {
                 out[38..46].copy_from_slice(&size.to_be_bytes());
             }
         }
-        let mac = self.mac(&out[..MAC_AT]);
+        let mac = self.mac(&id.follows, &out[..MAC_AT]);
         out[MAC_AT..].copy_from_slice(&mac[..MAC_LEN]);
         out
     }
 
-    /// `None` for IDs that are not this transfer's: another key, owner, tag or
-    /// version, damaged, or forged.
-    pub fn decode(&self, bytes: &[u8]) -> Option<BlockId> {
+    /// `None` for IDs that are not this transfer's continuation of `follows`:
+    /// another key, owner, tag, version or preceding state, damaged, or forged.
+    pub fn decode(&self, bytes: &[u8], follows: &Checkpoint) -> Option<BlockId> {
         use subtle::ConstantTimeEq;
         if bytes.len() != BLOCK_ID_LEN || bytes[0] != BLOCK_ID_VERSION {
             return None;
         }
-        let mac = self.mac(&bytes[..MAC_AT]);
+        let mac = self.mac(follows, &bytes[..MAC_AT]);
         if !bool::from(mac[..MAC_LEN].ct_eq(&bytes[MAC_AT..])) {
             return None;
         }
@@ -152,7 +177,11 @@ impl IdSigner {
             },
             _ => return None,
         };
-        Some(BlockId { index, state })
+        Some(BlockId {
+            index,
+            follows: *follows,
+            state,
+        })
     }
 }
 
@@ -177,11 +206,15 @@ mod tests {
         IdSigner::new(key(), tag)
     }
 
+    /// Block 3 of 64-byte blocks: it follows the state after 192 bytes.
     fn sample() -> BlockId {
         let mut h = Sha256::new();
-        h.update([7u8; 128]);
+        h.update([7u8; 192]);
+        let follows = Checkpoint::of(&h).expect("boundary");
+        h.update([7u8; 64]);
         BlockId {
             index: 3,
+            follows,
             state: BlockState::After(Checkpoint::of(&h).expect("boundary")),
         }
     }
@@ -193,6 +226,7 @@ mod tests {
             sample(),
             BlockId {
                 index: 9,
+                follows: Checkpoint::start(),
                 state: BlockState::Final {
                     sha256: [5; 32],
                     size: 12345,
@@ -201,24 +235,38 @@ mod tests {
         ] {
             let bytes = s.encode(&id);
             assert_eq!(bytes.len(), BLOCK_ID_LEN);
-            assert_eq!(s.decode(&bytes), Some(id));
+            assert_eq!(s.decode(&bytes, &id.follows), Some(id));
+            assert_eq!(IdSigner::claimed_index(&bytes), Some(id.index));
         }
     }
 
     #[test]
     fn any_flipped_bit_is_detected() {
         let s = signer();
-        let bytes = s.encode(&sample());
+        let id = sample();
+        let bytes = s.encode(&id);
         for i in 0..BLOCK_ID_LEN {
             let mut b = bytes;
             b[i] ^= 0x10;
-            assert_eq!(s.decode(&b), None, "flip at byte {i}");
+            assert_eq!(s.decode(&b, &id.follows), None, "flip at byte {i}");
         }
     }
 
     #[test]
+    fn an_id_verifies_only_after_the_state_it_followed() {
+        let s = signer();
+        let id = sample();
+        let bytes = s.encode(&id);
+        let mut other = id.follows;
+        other.state[0] ^= 1;
+        assert_eq!(s.decode(&bytes, &other), None);
+        assert_eq!(s.decode(&bytes, &Checkpoint::start()), None);
+    }
+
+    #[test]
     fn other_keys_owners_and_transfers_do_not_verify() {
-        let bytes = signer().encode(&sample());
+        let id = sample();
+        let bytes = signer().encode(&id);
         let other_key = IdKey::from_bytes([8; 32]);
         let t = |k: &IdKey, owner: &str, blob: &str, size: u64| {
             TransferTag::derive(k, &Owner::of_token(owner), "c", blob, size, 16 << 20)
@@ -229,18 +277,20 @@ mod tests {
             IdSigner::new(key(), t(&key(), "t", "a/c.bin", 1 << 30)),
             IdSigner::new(key(), t(&key(), "t", "a/b.bin", (1 << 30) + 1)),
         ] {
-            assert_eq!(s.decode(&bytes), None);
+            assert_eq!(s.decode(&bytes, &id.follows), None);
         }
     }
 
     #[test]
     fn foreign_ids_are_ignored() {
         let s = signer();
-        assert_eq!(s.decode(b"block-1"), None);
-        assert_eq!(s.decode(&[0u8; 64]), None);
-        let mut v1 = [0u8; 64];
-        v1[0] = 1;
-        assert_eq!(s.decode(&v1), None);
+        let start = Checkpoint::start();
+        assert_eq!(s.decode(b"block-1", &start), None);
+        assert_eq!(s.decode(&[0u8; 64], &start), None);
+        let mut v2 = [0u8; 64];
+        v2[0] = 2;
+        assert_eq!(s.decode(&v2, &start), None);
+        assert_eq!(IdSigner::claimed_index(&v2), None);
     }
 
     #[test]
@@ -272,6 +322,7 @@ mod tests {
             h.update([fill; 64]);
             s.encode(&BlockId {
                 index: 1,
+                follows: Checkpoint::start(),
                 state: BlockState::After(Checkpoint::of(&h).expect("boundary")),
             })
         };
@@ -279,6 +330,7 @@ mod tests {
         let last = |sha: [u8; 32]| {
             s.encode(&BlockId {
                 index: 0,
+                follows: Checkpoint::start(),
                 state: BlockState::Final {
                     sha256: sha,
                     size: 1000,

@@ -1,6 +1,6 @@
-//! Resume decisions from Azure's uncommitted block list: the longest run of blocks
-//! 0, 1, 2, ... whose IDs verify under this transfer's signer (key, owner, tag),
-//! each consistent with the plan.
+//! Resume decisions from Azure's uncommitted block list: the longest chain of
+//! blocks 0, 1, 2, ... whose IDs verify under this transfer's signer (key, owner,
+//! tag), each as the continuation of the one before, each consistent with the plan.
 
 use crate::block_id::BLOCK_ID_LEN;
 use crate::block_id::{BlockId, BlockState, IdSigner};
@@ -30,50 +30,92 @@ impl ResumePoint {
     }
 }
 
-/// Picks the resume point from raw uncommitted IDs (as returned by Get Block List).
-/// IDs that do not verify (other owners, tags or keys, damaged or forged IDs), and
-/// blocks whose recorded offset or size does not match the plan are ignored. The last block of a file is never reused: a
-/// transfer that had staged everything re-sends its last block, so the relay always
-/// has bytes to hash against the client's Trailer before committing.
+/// How many different hash states one block index may continue from while the
+/// chain is walked. Each is a version of the file this owner staged and
+/// abandoned; more than a few means a hostile owner, who then only shortens
+/// their own resume (candidates past the bound are not tried).
+const MAX_BRANCHES: usize = 8;
+
+/// Picks the resume point from raw uncommitted IDs (as returned by Get Block List):
+/// the longest chain of blocks 0, 1, 2, ... where each ID verifies under this
+/// transfer's signer (key, owner, tag) **as the continuation of the block before
+/// it** (`BlockId::follows`), and each matches the plan's offsets and sizes.
+/// Anything else is ignored: other owners, tags or keys, damaged or forged IDs,
+/// and blocks of another version of the file that happen to sit at the same
+/// index. The last block of a file is never reused: a transfer that had staged
+/// everything re-sends its last block, so the relay always has bytes to hash
+/// against the client's Trailer before committing.
 pub fn find_resume_point<'a>(
     plan: &BlockPlan,
     signer: &IdSigner,
     uncommitted: impl IntoIterator<Item = (&'a [u8], u64)>,
 ) -> ResumePoint {
-    let count = plan.block_count();
-    let reusable = count.saturating_sub(1);
-    // Several attempts may have staged the same index; keep only IDs consistent
-    // with the plan. Azure keeps one block per ID, so a duplicate ID is one block.
-    let mut slots: Vec<Option<(Checkpoint, [u8; BLOCK_ID_LEN])>> =
-        vec![None; reusable.min(u32::MAX as u64) as usize];
+    let reusable = plan.block_count().saturating_sub(1);
+    let mut candidates: Vec<Vec<[u8; BLOCK_ID_LEN]>> =
+        vec![Vec::new(); reusable.min(u32::MAX as u64) as usize];
     for (raw, size) in uncommitted {
-        let Some(BlockId {
-            index,
-            state: BlockState::After(checkpoint),
-        }) = signer.decode(raw)
-        else {
+        let Some(index) = IdSigner::claimed_index(raw) else {
             continue;
         };
-        let index = u64::from(index);
-        if index >= reusable {
+        let (Some(slot), Ok(raw)) = (candidates.get_mut(index as usize), raw.try_into()) else {
             continue;
-        }
-        let (_, end) = plan.block_range(index);
-        if size != plan.block_len(index) || checkpoint.offset != end {
-            continue;
-        }
-        if let (Some(slot), Ok(raw)) = (slots.get_mut(index as usize), raw.try_into()) {
-            *slot = Some((checkpoint, raw));
+        };
+        // Azure keeps one block per ID: a repeated ID is the same block.
+        if size == plan.block_len(u64::from(index)) && !slot.contains(&raw) {
+            slot.push(raw);
         }
     }
+    // Level by level: the states reachable at each depth, each with the ID that
+    // reached it and its parent's position on the level before.
+    let mut levels: Vec<Vec<(Checkpoint, [u8; BLOCK_ID_LEN], usize)>> = Vec::new();
+    let start = [(Checkpoint::start(), [0u8; BLOCK_ID_LEN], 0)];
+    for (index, level) in candidates.iter().enumerate() {
+        let (_, end) = plan.block_range(index as u64);
+        let before = levels.last().map_or(&start[..], Vec::as_slice);
+        let mut next: Vec<(Checkpoint, [u8; BLOCK_ID_LEN], usize)> = Vec::new();
+        for raw in level {
+            if next.len() >= MAX_BRANCHES {
+                break;
+            }
+            let continued = before
+                .iter()
+                .enumerate()
+                .find_map(
+                    |(parent, (follows, ..))| match signer.decode(raw, follows) {
+                        Some(BlockId {
+                            state: BlockState::After(cp),
+                            ..
+                        }) if cp.offset == end => Some((cp, parent)),
+                        _ => None,
+                    },
+                );
+            if let Some((cp, parent)) = continued
+                && !next.iter().any(|(seen, ..)| *seen == cp)
+            {
+                next.push((cp, *raw, parent));
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        levels.push(next);
+    }
+    // Walk back from the deepest level's first state.
     let mut point = ResumePoint::fresh();
-    for slot in slots {
-        let Some((checkpoint, raw)) = slot else { break };
-        point.ids.push(raw);
-        point.blocks += 1;
-        point.offset = checkpoint.offset;
-        point.checkpoint = checkpoint;
+    let mut at = 0;
+    for level in levels.iter().rev() {
+        let Some((cp, raw, parent)) = level.get(at) else {
+            break;
+        };
+        if point.ids.is_empty() {
+            point.checkpoint = *cp;
+            point.offset = cp.offset;
+        }
+        point.ids.push(*raw);
+        at = *parent;
     }
+    point.ids.reverse();
+    point.blocks = point.ids.len() as u32;
     point
 }
 
@@ -93,13 +135,21 @@ mod tests {
 
     /// Stages every block of a synthetic file and returns (plan, signer, ids with sizes).
     fn staged(size: u64) -> (BlockPlan, IdSigner, Vec<(Vec<u8>, u64)>) {
+        staged_version(size, 0)
+    }
+
+    /// Block `i` of version `v` is filled with `i`, except block 0, filled with
+    /// `v`: versions differ only in their first block.
+    fn staged_version(size: u64, version: u8) -> (BlockPlan, IdSigner, Vec<(Vec<u8>, u64)>) {
         let plan = BlockPlan::new(size, 5 * MIB).expect("plan");
         let signer = signer_for("owner-a", size, plan.block_size);
         let mut h = Sha256::new();
         let mut ids = Vec::new();
         for i in 0..plan.block_count() {
             let len = plan.block_len(i);
-            h.update(vec![i as u8; len as usize]);
+            let follows = Checkpoint::of(&h).expect("boundary");
+            let fill = if i == 0 { version } else { i as u8 };
+            h.update(vec![fill; len as usize]);
             let state = match Checkpoint::of(&h) {
                 Some(cp) if i + 1 < plan.block_count() => BlockState::After(cp),
                 _ => BlockState::Final {
@@ -109,6 +159,7 @@ mod tests {
             };
             let id = BlockId {
                 index: i as u32,
+                follows,
                 state,
             };
             ids.push((signer.encode(&id).to_vec(), len));
@@ -166,5 +217,85 @@ mod tests {
         assert_eq!(run(&plan, &signer, &ids).blocks, 0);
         let (plan, signer, ids) = staged(0);
         assert_eq!(run(&plan, &signer, &ids), ResumePoint::fresh());
+    }
+
+    /// The checkpoint after `blocks` blocks of `version` (as `staged_version`).
+    fn prefix_state(plan: &BlockPlan, version: u8, blocks: u64) -> Checkpoint {
+        let mut h = Sha256::new();
+        for i in 0..blocks {
+            let fill = if i == 0 { version } else { i as u8 };
+            h.update(vec![fill; plan.block_len(i) as usize]);
+        }
+        Checkpoint::of(&h).expect("boundary")
+    }
+
+    #[test]
+    fn two_versions_of_a_file_are_never_mixed() {
+        // Version 1 staged three blocks; version 2 (another first block) one.
+        // Whatever order Get Block List returns them in, the resume point is
+        // one version's own chain, and its checkpoint describes exactly the
+        // bytes of the IDs it lists.
+        let size = 5 * MIB * 5;
+        let (plan, signer, v1) = staged_version(size, 1);
+        let (_, _, v2) = staged_version(size, 2);
+        let mut list: Vec<(Vec<u8>, u64)> = v1[..3].to_vec();
+        list.push(v2[0].clone());
+        for rotation in 0..list.len() {
+            for reversed in [false, true] {
+                let mut order = list.clone();
+                order.rotate_left(rotation);
+                if reversed {
+                    order.reverse();
+                }
+                let p = run(&plan, &signer, &order);
+                assert_eq!(p.blocks, 3, "the longest chain is version 1's");
+                let ids: Vec<Vec<u8>> = p.ids.iter().map(|id| id.to_vec()).collect();
+                let expect: Vec<Vec<u8>> = v1[..3].iter().map(|(id, _)| id.clone()).collect();
+                assert_eq!(ids, expect);
+                assert_eq!(p.checkpoint, prefix_state(&plan, 1, 3));
+            }
+        }
+        // Version 2's block 1 joins its own chain only: then both are two or
+        // more long, and whichever is chosen is consistent.
+        let (_, _, v2_full) = staged_version(size, 2);
+        let mut list = vec![
+            v1[0].clone(),
+            v2_full[0].clone(),
+            v2_full[1].clone(),
+            v1[1].clone(),
+        ];
+        for rotation in 0..list.len() {
+            list.rotate_left(1);
+            let p = run(&plan, &signer, &list);
+            assert_eq!(p.blocks, 2, "rotation {rotation}");
+            let version = if p.ids[0].to_vec() == v1[0].0 { 1 } else { 2 };
+            let own = if version == 1 { &v1 } else { &v2_full };
+            assert_eq!(p.ids[1].to_vec(), own[1].0, "rotation {rotation}");
+            assert_eq!(p.checkpoint, prefix_state(&plan, version, 2));
+        }
+    }
+
+    #[test]
+    fn many_versions_are_bounded_and_still_consistent() {
+        // A hostile owner stages 40 versions of block 0 and one chain of three
+        // after the first: at most MAX_BRANCHES are followed, and whatever is
+        // found is a consistent chain.
+        let size = 5 * MIB * 5;
+        let (plan, signer, first) = staged_version(size, 0);
+        let mut list: Vec<(Vec<u8>, u64)> = (1..=40u8)
+            .map(|v| staged_version(size, v).2[0].clone())
+            .collect();
+        list.extend(first[..3].iter().cloned());
+        let p = run(&plan, &signer, &list);
+        assert!(p.blocks <= 1, "version 0's block 0 comes after the bound");
+        if p.blocks == 1 {
+            let version = (1..=40u8)
+                .find(|v| staged_version(size, *v).2[0].0 == p.ids[0].to_vec())
+                .expect("one of the versions");
+            assert_eq!(p.checkpoint, prefix_state(&plan, version, 1));
+        }
+        // With version 0 listed first, its chain is found.
+        list.rotate_right(3);
+        assert_eq!(run(&plan, &signer, &list).blocks, 3);
     }
 }

@@ -160,6 +160,8 @@ pub struct Stager {
     share: Option<Budget>,
     max_inflight: usize,
     hasher: Sha256,
+    /// The hash state before the block being filled: its ID continues it.
+    follows: Checkpoint,
     offset: u64,
     next_index: u64,
     ids: Vec<[u8; BLOCK_ID_LEN]>,
@@ -213,6 +215,7 @@ impl Stager {
             share: None,
             max_inflight: max_inflight.max(1),
             hasher,
+            follows: start.checkpoint,
             offset: start.offset,
             next_index: u64::from(start.blocks),
             bytes_resumed: start.offset,
@@ -342,6 +345,9 @@ impl Stager {
             }
             let id = self.block_id(index)?;
             self.next_index += 1;
+            if let Some(after) = Checkpoint::of(&self.hasher) {
+                self.follows = after;
+            }
             if self.plan.block_count() == 1 {
                 // Published later with one Put Blob, after verification.
                 self.single = Some(SingleBlob {
@@ -389,6 +395,7 @@ impl Stager {
         };
         Ok(self.signer.encode(&BlockId {
             index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+            follows: self.follows,
             state,
         }))
     }
