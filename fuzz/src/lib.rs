@@ -217,6 +217,8 @@ impl OfferInput {
             sha256: self.sha256.clone(),
             block_size: self.block_size.map(Num::get),
             eager: self.eager,
+            // No Offer rule depends on it; the codec seeds carry it.
+            put_md5: false,
         }
     }
 
@@ -370,6 +372,7 @@ pub fn seed_messages() -> Vec<Message> {
         sha256: Some("ab".repeat(32)),
         block_size: Some(16 * MIB),
         eager: true,
+        put_md5: true,
     };
     let minimal = Offer {
         content_type: None,
@@ -378,6 +381,7 @@ pub fn seed_messages() -> Vec<Message> {
         sha256: None,
         block_size: None,
         eager: false,
+        put_md5: false,
         ..offer.clone()
     };
     vec![
@@ -411,6 +415,7 @@ pub fn seed_messages() -> Vec<Message> {
             retries: 1,
             requests: 9,
             earlier_commit: false,
+            content_md5: Some("0f".repeat(16)),
             timings: Timings {
                 receive_ms: 1,
                 stage_wait_ms: 2,

@@ -170,6 +170,13 @@ pub struct UploadArgs {
     #[arg(long)]
     pub content_type: Option<String>,
 
+    /// Give every blob a Content-MD5 of its whole content (like AzCopy's
+    /// --put-md5), so `azcopy --check-md5` and `rclone check` can verify it.
+    /// Computed from the bytes the SHA-256 covers, across resumes; costs an MD5
+    /// pass on the relay and one tiny marker request per block.
+    #[arg(long)]
+    pub put_md5: bool,
+
     /// Metadata KEY=VALUE stored on every blob (repeatable).
     #[arg(long = "metadata", value_name = "KEY=VALUE")]
     pub metadata: Vec<String>,

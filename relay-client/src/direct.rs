@@ -63,7 +63,8 @@ pub async fn upload_file(
         metadata: &opts.metadata,
         condition: &condition,
     };
-    let upload = Upload::new(writer.clone(), dest, plan, &Owner::direct());
+    let upload =
+        Upload::new(writer.clone(), dest, plan, &Owner::direct()).with_whole_md5(opts.put_md5);
     let point = match resume_point(&upload, src).await? {
         Prepared::From(point) => point,
         // As through the relay: a re-run whose file is already the committed blob
@@ -94,6 +95,10 @@ pub async fn upload_file(
         // A small file is not probed first: its Put Blob found the blob
         // already holding it (an earlier run's commit).
         identical: published.earlier_commit,
+        content_md5: staged
+            .md5
+            .filter(|_| !published.earlier_commit)
+            .map(hex::encode),
     })
 }
 
@@ -246,6 +251,7 @@ async fn already_there(
         },
         relay_timings: None,
         identical: true,
+        content_md5: None,
     })
 }
 

@@ -92,6 +92,7 @@ async fn report_of(
         bytes: sent.bytes,
         sha256: Some(sent.sha256),
         etag: Some(sent.etag),
+        content_md5: sent.content_md5,
         bytes_resumed: sent.bytes_resumed,
         bytes_sent: sent.bytes_sent,
         retries: sent.retries,
@@ -328,6 +329,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         bytes: 0,
         sha256: None,
         etag: None,
+        content_md5: None,
         bytes_resumed: 0,
         bytes_sent: 0,
         retries: 0,
@@ -361,6 +363,7 @@ mod tests {
             block_size: None,
             content_type: None,
             metadata: Default::default(),
+            put_md5: false,
         };
         let t = |o: &Options, n: &str| with_content_type(o, &src(n)).content_type;
         assert_eq!(t(&opts, "a/notes.txt").as_deref(), Some("text/plain"));

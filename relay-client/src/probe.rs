@@ -67,6 +67,7 @@ pub async fn through_relay(
         overwrite: opts.overwrite.clone(),
         sha256: Some(sha256),
         block_size: opts.block_size,
+        put_md5: opts.put_md5,
         eager: false,
     };
     write_frame(&mut send, &Message::Offer(offer))

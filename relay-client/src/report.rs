@@ -33,6 +33,9 @@ pub struct FileReport {
     pub sha256: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// The Content-MD5 (hex) this run's commit gave the blob (`--put-md5`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_md5: Option<String>,
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
     pub retries: u32,

@@ -35,6 +35,8 @@ pub struct Options {
     pub block_size: Option<u64>,
     pub content_type: Option<String>,
     pub metadata: BTreeMap<String, String>,
+    /// Ask for a Content-MD5 of every byte on each committed blob.
+    pub put_md5: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +54,8 @@ pub struct Sent {
     /// The blob already held exactly these bytes (the relay checked its seal):
     /// nothing was sent or committed.
     pub identical: bool,
+    /// The Content-MD5 (hex) this upload's commit gave the blob (`--put-md5`).
+    pub content_md5: Option<String>,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -154,6 +158,7 @@ impl Stream {
             // Or the relay's Put Blob of a small file (not probed first) found
             // an earlier commit of exactly these bytes.
             identical: self.identical || receipt.earlier_commit,
+            content_md5: receipt.content_md5,
         }
     }
 }
@@ -202,6 +207,7 @@ async fn attempt(
         sha256: known_sha256.clone(),
         block_size: opts.block_size,
         eager,
+        put_md5: opts.put_md5,
     };
     write_frame(&mut send, &Message::Offer(offer))
         .await

@@ -181,6 +181,7 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         block_size: args.block_size,
         content_type: args.content_type.clone(),
         metadata: parse_metadata(&args.metadata)?,
+        put_md5: args.put_md5,
     })
 }
 

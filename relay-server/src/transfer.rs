@@ -265,7 +265,7 @@ async fn run(
         shared,
         offer,
         writer: writer.clone(),
-        upload: Upload::new(writer, dest, plan, &owner),
+        upload: Upload::new(writer, dest, plan, &owner).with_whole_md5(offer.put_md5),
         owner,
         resume: None,
         stager: None,
@@ -367,6 +367,7 @@ impl Io<'_> {
                     sha256: props.sha256.unwrap_or_default(),
                     usage: self.usage(),
                     earlier_commit: true,
+                    content_md5: None,
                 }))
             }
             Ok(None) => Err(publish_failure(e)),
@@ -452,6 +453,11 @@ impl Io<'_> {
             .await
             .map_err(publish_failure)?;
         let props = published.props;
+        // Set by this commit only: an earlier one's blob is as it was.
+        let content_md5 = staged
+            .md5
+            .filter(|_| !published.earlier_commit)
+            .map(hex::encode);
         let metrics = &self.shared.metrics;
         if staged.single.is_some() && !published.earlier_commit {
             // A one-block file reaches Azure in its Put Blob: count it as staged.
@@ -464,6 +470,7 @@ impl Io<'_> {
             sha256: props.sha256.unwrap_or_default(),
             usage: self.usage(),
             earlier_commit: published.earlier_commit,
+            content_md5,
         })
     }
 }

@@ -21,6 +21,15 @@ pub async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
     (n, hex::encode(h))
 }
 
+/// The committed blob's Content-MD5 property, hex (`None`: it has none).
+pub async fn blob_content_md5(container: &str, blob: &str) -> Option<String> {
+    writer(container, blob)
+        .content_md5()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(hex::encode)
+}
+
 /// Whether a committed blob of this name exists.
 pub async fn blob_exists(container: &str, blob: &str) -> bool {
     writer(container, blob)

@@ -44,6 +44,7 @@ fn offer(container: &str, blob: &str, size: u64) -> Offer {
         overwrite: Overwrite::Never,
         sha256: None,
         block_size: None,
+        put_md5: false,
         eager: false,
     }
 }

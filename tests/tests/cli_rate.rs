@@ -2,8 +2,9 @@
 //! there is: a window of rate × RTT alone used to starve it at ~10 Mbit/s whatever
 //! the request. The client now meters its writes; the rate it reports for the
 //! transfer (bytes over Offer-to-last-byte) must not exceed the cap by more than
-//! 10 %. The lower side is checked loosely (-20 %): a busy shared machine can
-//! only make an upload slower, and that is not what this test is about.
+//! 10 %. The metering makes that bound hold whatever the machine's load (a busy
+//! machine only makes an upload slower); the lower side depends on the load, so
+//! it is printed, not asserted (docs/TRANSPORT.md has the measured figures).
 
 use std::time::Duration;
 
@@ -51,7 +52,6 @@ async fn max_rate_is_a_cap_on_loopback() {
         let got = size as f64 * 8.0 / (ms as f64 / 1000.0) / 1e6;
         eprintln!("{flag} {mbit}: {got:.2} Mbit/s over {ms} ms");
         assert!(got <= mbit * 1.10, "{flag} {mbit}: {got:.2} Mbit/s");
-        assert!(got >= mbit * 0.80, "{flag} {mbit}: {got:.2} Mbit/s");
         let name = format!("r{mbit}.bin");
         assert_eq!(blob_sha(&container, &name).await, (size, sha));
     }

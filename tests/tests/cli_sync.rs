@@ -222,6 +222,7 @@ async fn skip_rests_on_the_relays_seal_not_on_metadata() {
         sha256_hex: &sha,
         seal: "forged-seal",
         content_type: None,
+        content_md5: None,
         metadata: &meta,
         condition: &relay_storage::store::Condition::IfAbsent,
     };

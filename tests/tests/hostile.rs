@@ -86,6 +86,7 @@ fn offer(token: &str, container: &str, blob: &str, size: u64) -> Offer {
         overwrite: Overwrite::Never,
         sha256: None,
         block_size: Some(5 * MIB),
+        put_md5: false,
         eager: false,
     }
 }
@@ -516,6 +517,7 @@ async fn forged_sha256_metadata_is_not_already_committed() {
             sha256_hex: &sha,
             seal: "00000000000000000000000000000000",
             content_type: None,
+            content_md5: None,
             metadata: &Default::default(),
             condition: &Condition::Always,
         },

@@ -472,6 +472,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         overwrite: Overwrite::Never,
         sha256: None,
         block_size: None,
+        put_md5: false,
         eager: false,
     };
     let refused = |o: Offer| {

@@ -18,7 +18,7 @@ use relay_proto::id_key::{IdKey, Owner};
 use relay_server::{Config, TestHooks};
 use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
-use relay_tests::blobs::{blob_sha, new_container, writer};
+use relay_tests::blobs::{blob_content_md5, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
@@ -415,6 +415,77 @@ async fn source_changed_during_transfer_fails_and_commits_nothing() {
             .unwrap_or_else(|e| panic!("{e}"))
             .is_none(),
         "nothing may be committed"
+    );
+    relay.stop().await;
+}
+
+fn md5_hex(path: &std::path::Path) -> String {
+    use md5::Digest as _;
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{e}"));
+    hex::encode(md5::Md5::digest(&data))
+}
+
+/// `--put-md5` through a kill and a resume: the relay that finishes the upload
+/// never saw the first two blocks, yet the blob's Content-MD5 is the MD5 of
+/// every byte (the MD5 state came from the markers staged beside them, bound to
+/// the same chain). Without the flag a block list gets no Content-MD5, and
+/// direct mode keeps it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_md5_is_the_md5_of_every_byte_across_a_resume() {
+    let (relay, container, dir) = setup("putmd5").await;
+    let file = dir.path("f.bin");
+    let size = 3 * BLOCK + 100;
+    let sha = write_random(&file, size, 23);
+    let md5 = md5_hex(&file);
+    relay.control.gate_at(2 * BLOCK + MIB);
+    let mut args = relay.upload(&file, &container);
+    args.push("--put-md5".into());
+    run_and_kill(&args, || relay.control.holding()).await;
+    // Two blocks, each with its marker.
+    let staged = wait_uncommitted(&container, "f.bin", 4).await;
+    assert_eq!(staged.len(), 4, "{staged:?}");
+    let f = committed_file(&run_client(&args, &[], T).await);
+    assert_eq!(f["bytes_resumed"], 2 * BLOCK, "{f}");
+    assert_eq!(f["content_md5"], md5.as_str(), "{f}");
+    assert_eq!(blob_content_md5(&container, "f.bin").await, Some(md5));
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    assert!(uncommitted(&container, "f.bin").await.is_empty());
+
+    let plain = dir.path("plain.bin");
+    write_random(&plain, 2 * BLOCK + 5, 24);
+    let f = committed_file(&run_client(&relay.upload(&plain, &container), &[], T).await);
+    assert!(f.get("content_md5").is_none(), "{f}");
+    assert_eq!(blob_content_md5(&container, "plain.bin").await, None);
+
+    let direct = dir.path("direct.bin");
+    let sha = write_random(&direct, 2 * BLOCK + 7, 25);
+    let mut args: Vec<String> = Upload::file(&direct)
+        .to(&container)
+        .json()
+        .block_size("5MiB")
+        .args();
+    args.extend(
+        [
+            "--direct",
+            "--put-md5",
+            "--storage-url",
+            &shared_azurite().url(),
+            "--account-key",
+            relay_tests::DEV_KEY,
+            "--id-key-file",
+            &dir.path("direct.key").display().to_string(),
+        ]
+        .map(str::to_string),
+    );
+    let f = committed_file(&run_client(&args, &[], T).await);
+    assert_eq!(f["content_md5"], md5_hex(&direct).as_str(), "{f}");
+    assert_eq!(
+        blob_content_md5(&container, "direct.bin").await,
+        Some(md5_hex(&direct))
+    );
+    assert_eq!(
+        blob_sha(&container, "direct.bin").await,
+        (2 * BLOCK + 7, sha)
     );
     relay.stop().await;
 }

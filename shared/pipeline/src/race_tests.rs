@@ -32,6 +32,33 @@ fn sha_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
+/// Where the tests' uploads go: `blob` in `CONTAINER`, `size` bytes in blocks
+/// of `BLOCK`.
+fn destination<'a>(
+    meta: &'a BTreeMap<String, String>,
+    blob: &'a str,
+    key: &'a IdKey,
+    size: u64,
+    condition: &'a Condition,
+) -> (Destination<'a>, BlockPlan) {
+    let dest = Destination {
+        container: CONTAINER,
+        blob,
+        key,
+        size,
+        content_type: None,
+        metadata: meta,
+        condition,
+    };
+    (
+        dest,
+        BlockPlan {
+            size,
+            block_size: BLOCK,
+        },
+    )
+}
+
 /// Uploads `data` as the relay and direct mode do, through the shared pipeline
 /// (an Offer without the file's SHA-256: `Probe::UnlessSmall`).
 async fn upload(
@@ -352,19 +379,7 @@ async fn a_mismatched_trailer_commits_nothing() {
     let key = IdKey::random();
     let (a, _) = files(false);
     let meta = BTreeMap::new();
-    let dest = Destination {
-        container: CONTAINER,
-        blob: NAME,
-        key: &key,
-        size: a.len() as u64,
-        content_type: None,
-        metadata: &meta,
-        condition: &Condition::IfAbsent,
-    };
-    let plan = BlockPlan {
-        size: a.len() as u64,
-        block_size: BLOCK,
-    };
+    let (dest, plan) = destination(&meta, NAME, &key, a.len() as u64, &Condition::IfAbsent);
     let up = Upload::new(
         Arc::new(account.blob(CONTAINER, NAME)),
         dest,
@@ -413,19 +428,7 @@ async fn a_resume_never_mixes_blocks_of_two_versions_of_a_file() {
     let mut v2 = v1.to_vec();
     v2[..BLOCK as usize].fill(0xee);
     let meta = BTreeMap::new();
-    let dest = Destination {
-        container: CONTAINER,
-        blob: NAME,
-        key: &key,
-        size: size as u64,
-        content_type: None,
-        metadata: &meta,
-        condition: &Condition::IfAbsent,
-    };
-    let plan = BlockPlan {
-        size: size as u64,
-        block_size: BLOCK,
-    };
+    let (dest, plan) = destination(&meta, NAME, &key, size as u64, &Condition::IfAbsent);
     let up = Upload::new(Arc::new(account.blob(CONTAINER, NAME)), dest, plan, &owner);
     stage_prefix(&up, &v1, 3).await;
     stage_prefix(&up, &v2, 1).await;
@@ -449,4 +452,81 @@ async fn a_resume_never_mixes_blocks_of_two_versions_of_a_file() {
     assert_eq!(point.offset, 3 * BLOCK);
     assert_eq!(bytes, v1);
     assert!(outcome.is_ok(), "{outcome:?}");
+}
+
+fn md5_of(data: &[u8]) -> [u8; 16] {
+    use md5::Digest as _;
+    md5::Md5::digest(data).into()
+}
+
+#[tokio::test]
+async fn put_md5_survives_a_resume_and_is_never_guessed() {
+    // Interrupted after two of five blocks, then resumed: the blob's
+    // Content-MD5 is the MD5 of every byte, although the resumed run never saw
+    // the first two blocks. A first attempt without --put-md5 left no markers:
+    // then a run with it starts again from zero rather than guess.
+    let size = 4 * BLOCK as usize + 100;
+    let (data, _) = files_of(size, false);
+    for first_with_md5 in [true, false] {
+        let account = MemoryAccount::new();
+        let key = IdKey::random();
+        let owner = Owner::of_token("t");
+        let meta = BTreeMap::new();
+        let (dest, plan) = destination(&meta, NAME, &key, size as u64, &Condition::IfAbsent);
+        let store = Arc::new(account.blob(CONTAINER, NAME));
+        let first = Upload::new(store.clone(), dest, plan, &owner).with_whole_md5(first_with_md5);
+        stage_prefix(&first, &data, 2).await;
+        let up = Upload::new(store, dest, plan, &owner).with_whole_md5(true);
+        let point = up.prepare(Probe::Always).await.expect("prepare");
+        let expect_resumed = if first_with_md5 { 2 * BLOCK } else { 0 };
+        assert_eq!(point.offset, expect_resumed);
+        let mut stager = up
+            .stager(point.clone(), Budget::new(1 << 20), 1)
+            .expect("stager");
+        stager
+            .pump(&mut &data[point.offset as usize..])
+            .await
+            .expect("pump");
+        let staged = stager.finish().await.expect("finish");
+        up.commit(&staged, &[("the client", &sha_hex(&data))])
+            .await
+            .expect("commit");
+        let (bytes, props) = account.committed(CONTAINER, NAME).expect("committed");
+        assert_eq!(bytes, data);
+        assert_eq!(props.sha256.as_deref(), Some(sha_hex(&data).as_str()));
+        assert_eq!(account.content_md5(CONTAINER, NAME), Some(md5_of(&data)));
+    }
+}
+
+#[tokio::test]
+async fn without_put_md5_a_block_list_gets_no_content_md5() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let (a, _) = files(false);
+    let store = Arc::new(account.blob(CONTAINER, NAME));
+    upload(store, &key, &Owner::direct(), &Condition::IfAbsent, a)
+        .await
+        .expect("upload");
+    assert_eq!(account.content_md5(CONTAINER, NAME), None);
+    // One Put Blob carries its body's MD5 anyway.
+    let (small, _) = files_of(100, false);
+    let store = Arc::new(account.blob(CONTAINER, "small"));
+    let meta = BTreeMap::new();
+    let (dest, plan) = destination(
+        &meta,
+        "small",
+        &key,
+        small.len() as u64,
+        &Condition::IfAbsent,
+    );
+    let up = Upload::new(store, dest, plan, &Owner::direct());
+    let point = up.prepare(Probe::UnlessSmall).await.expect("prepare");
+    let mut stager = up.stager(point, Budget::new(1 << 20), 1).expect("stager");
+    stager.pump(&mut &small[..]).await.expect("pump");
+    let staged = stager.finish().await.expect("finish");
+    up.commit(&staged, &[]).await.expect("commit");
+    assert_eq!(
+        account.content_md5(CONTAINER, "small"),
+        Some(md5_of(&small))
+    );
 }

@@ -18,8 +18,9 @@ use std::sync::Arc;
 
 use relay_proto::block_id::{IdSigner, TransferTag};
 use relay_proto::id_key::Owner;
+use relay_proto::md5_state::Md5State;
 use relay_proto::plan::BlockPlan;
-use relay_proto::resume::{ResumePoint, find_resume_point};
+use relay_proto::resume::{Md5Markers, ResumePoint, find_resume_point};
 use relay_storage::blob::BlobProperties;
 use relay_storage::publish::{self, Destination, PublishError, Published};
 use relay_storage::staging::{Budget, StageError, Staged, Stager};
@@ -51,6 +52,8 @@ pub struct Upload<'a> {
     dest: Destination<'a>,
     plan: BlockPlan,
     signer: IdSigner,
+    /// Keep the whole file's MD5 for the blob's Content-MD5 (`--put-md5`).
+    whole_md5: bool,
 }
 
 impl<'a> Upload<'a> {
@@ -77,7 +80,17 @@ impl<'a> Upload<'a> {
             dest,
             plan,
             signer,
+            whole_md5: false,
         }
+    }
+
+    /// Gives the committed blob a Content-MD5 of every byte (`--put-md5`), as
+    /// AzCopy and rclone check it. The MD5 is computed from the same bytes as
+    /// the SHA-256, across resumes (`BlockState::Md5` markers), never taken
+    /// from the client.
+    pub fn with_whole_md5(mut self, on: bool) -> Self {
+        self.whole_md5 = on;
+        self
     }
 
     pub fn tag(&self) -> TransferTag {
@@ -110,10 +123,16 @@ impl<'a> Upload<'a> {
         } else {
             Vec::new()
         };
+        let markers = if self.whole_md5 {
+            Md5Markers::Needed
+        } else {
+            Md5Markers::Ignored
+        };
         Ok(find_resume_point(
             &self.plan,
             &self.signer,
             uncommitted.iter().map(|(id, s)| (id.as_slice(), *s)),
+            markers,
         ))
     }
 
@@ -134,14 +153,21 @@ impl<'a> Upload<'a> {
         budget: Budget,
         max_inflight: usize,
     ) -> Result<Stager, StageError> {
-        Stager::new(
+        let md5 = self
+            .whole_md5
+            .then(|| start.md5.unwrap_or_else(Md5State::start));
+        let stager = Stager::new(
             self.store.clone(),
             self.plan,
             self.signer.clone(),
             start,
             budget,
             max_inflight,
-        )
+        )?;
+        match md5 {
+            Some(state) => stager.with_whole_md5(state),
+            None => Ok(stager),
+        }
     }
 
     /// Publishes `staged` only if its SHA-256 equals every `expected` one (who has

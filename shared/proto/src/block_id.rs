@@ -30,6 +30,7 @@
 
 use crate::checkpoint::{CHECKPOINT_LEN, Checkpoint};
 use crate::id_key::{IdKey, Owner};
+use crate::md5_state::{MD5_STATE_LEN, Md5State};
 
 pub const BLOCK_ID_LEN: usize = 64;
 pub const BLOCK_ID_VERSION: u8 = 3;
@@ -38,6 +39,7 @@ const MAC_AT: usize = 46;
 const MAC_LEN: usize = BLOCK_ID_LEN - MAC_AT;
 const KIND_AFTER: u8 = 0;
 const KIND_FINAL: u8 = 1;
+const KIND_MD5: u8 = 2;
 
 /// Identifies one planned transfer: key, owner, destination, size and block size.
 /// Blocks of another owner, or an earlier attempt with another size or block
@@ -86,6 +88,11 @@ pub enum BlockState {
     After(Checkpoint),
     /// The file's last block: the whole file's SHA-256 and size.
     Final { sha256: [u8; 32], size: u64 },
+    /// Not a block of the file: a marker staged (and never committed) next to
+    /// data block `index` by an upload with `--put-md5`, carrying the MD5 state
+    /// after that block. Its `follows` is the SHA-256 checkpoint after the same
+    /// block, so it verifies only at the end of that very chain.
+    Md5(Md5State),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +158,10 @@ impl IdSigner {
                 out[6..38].copy_from_slice(&sha256);
                 out[38..46].copy_from_slice(&size.to_be_bytes());
             }
+            BlockState::Md5(state) => {
+                out[1] = KIND_MD5;
+                out[6..6 + MD5_STATE_LEN].copy_from_slice(&state.to_bytes());
+            }
         }
         let mac = self.mac(&id.follows, &out[..MAC_AT]);
         out[MAC_AT..].copy_from_slice(&mac[..MAC_LEN]);
@@ -175,6 +186,7 @@ impl IdSigner {
                 sha256: bytes[6..38].try_into().ok()?,
                 size: u64::from_be_bytes(bytes[38..46].try_into().ok()?),
             },
+            KIND_MD5 => BlockState::Md5(Md5State::from_bytes(&bytes[6..6 + MD5_STATE_LEN])?),
             _ => return None,
         };
         Some(BlockId {
@@ -220,7 +232,7 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_both_kinds() {
+    fn round_trip_every_kind() {
         let s = signer();
         for id in [
             sample(),
@@ -231,6 +243,14 @@ mod tests {
                     sha256: [5; 32],
                     size: 12345,
                 },
+            },
+            BlockId {
+                index: 4,
+                follows: Checkpoint::start(),
+                state: BlockState::Md5(Md5State {
+                    offset: 64 * 5,
+                    state: [9; 16],
+                }),
             },
         ] {
             let bytes = s.encode(&id);

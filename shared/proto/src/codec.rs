@@ -92,6 +92,7 @@ mod tests {
             },
             sha256: None,
             block_size: Some(16 << 20),
+            put_md5: false,
             eager: true,
         })
     }
@@ -128,6 +129,7 @@ mod tests {
                 retries: 0,
                 requests: 2,
                 earlier_commit: false,
+                content_md5: None,
                 timings: Timings::default(),
             }),
             Message::Error(Failure {

@@ -116,6 +116,7 @@ mod tests {
             retries: 0,
             requests: 0,
             earlier_commit: false,
+            content_md5: None,
             timings: Timings::default(),
         });
         assert_eq!(eager_answer(&receipt), EagerAnswer::Unexpected("Receipt"));

@@ -15,6 +15,7 @@ pub mod exchange;
 pub mod id_key;
 pub mod limits;
 pub mod logsafe;
+pub mod md5_state;
 pub mod offer_rules;
 pub mod plan;
 pub mod protocol;

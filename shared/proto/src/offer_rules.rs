@@ -110,6 +110,7 @@ mod tests {
             overwrite: Overwrite::Never,
             sha256: Some("ab".repeat(32)),
             block_size: None,
+            put_md5: false,
             eager: true,
         }
     }

@@ -67,6 +67,10 @@ pub struct Offer {
     /// `Start{0}` and the bytes follow this Offer without waiting for the Plan.
     #[serde(default)]
     pub eager: bool,
+    /// Give the committed blob a Content-MD5 of every byte (`--put-md5`),
+    /// computed by the relay from the bytes it hashed, across resumes.
+    #[serde(default)]
+    pub put_md5: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +196,11 @@ pub struct Receipt {
     /// reports the file as identical, not committed.
     #[serde(default)]
     pub earlier_commit: bool,
+    /// The blob's Content-MD5 (hex), when the Offer asked for one
+    /// (`put_md5`) and the file was staged as blocks; a Put Blob always
+    /// carries its body's MD5.
+    #[serde(default)]
+    pub content_md5: Option<String>,
     pub timings: Timings,
 }
 

@@ -5,6 +5,7 @@
 use crate::block_id::BLOCK_ID_LEN;
 use crate::block_id::{BlockId, BlockState, IdSigner};
 use crate::checkpoint::Checkpoint;
+use crate::md5_state::Md5State;
 use crate::plan::BlockPlan;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub struct ResumePoint {
     pub checkpoint: Checkpoint,
     /// Their encoded IDs, in order, for the final block list.
     pub ids: Vec<[u8; BLOCK_ID_LEN]>,
+    /// MD5 state at `offset`, when asked for (`Md5Markers::Needed`).
+    pub md5: Option<Md5State>,
 }
 
 impl ResumePoint {
@@ -26,9 +29,23 @@ impl ResumePoint {
             offset: 0,
             checkpoint: Checkpoint::start(),
             ids: Vec::new(),
+            md5: None,
         }
     }
 }
+
+/// Whether the upload keeps a whole-file MD5 (`--put-md5`): then a resume point
+/// needs the MD5 state there too, from a marker block (`BlockState::Md5`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Md5Markers {
+    Ignored,
+    /// Resume only where a marker gives the MD5 state (at worst from zero).
+    Needed,
+}
+
+/// The size of a marker block: Azure stages no empty block, and any size other
+/// than the plan's keeps markers out of the data candidates.
+pub const MD5_MARKER_LEN: u64 = 1;
 
 /// How many different hash states one block index may continue from while the
 /// chain is walked. Each is a version of the file this owner staged and
@@ -45,18 +62,34 @@ const MAX_BRANCHES: usize = 8;
 /// index. The last block of a file is never reused: a transfer that had staged
 /// everything re-sends its last block, so the relay always has bytes to hash
 /// against the client's Trailer before committing.
+///
+/// With `Md5Markers::Needed` the chain is cut back to its deepest block that has
+/// a marker verifying at the end of exactly that chain.
 pub fn find_resume_point<'a>(
     plan: &BlockPlan,
     signer: &IdSigner,
     uncommitted: impl IntoIterator<Item = (&'a [u8], u64)>,
+    markers: Md5Markers,
 ) -> ResumePoint {
     let reusable = plan.block_count().saturating_sub(1);
     let mut candidates: Vec<Vec<[u8; BLOCK_ID_LEN]>> =
         vec![Vec::new(); reusable.min(u32::MAX as u64) as usize];
+    let mut md5_markers: Vec<Vec<[u8; BLOCK_ID_LEN]>> = match markers {
+        Md5Markers::Needed => vec![Vec::new(); candidates.len()],
+        Md5Markers::Ignored => Vec::new(),
+    };
     for (raw, size) in uncommitted {
         let Some(index) = IdSigner::claimed_index(raw) else {
             continue;
         };
+        if size == MD5_MARKER_LEN && plan.block_len(u64::from(index)) != MD5_MARKER_LEN {
+            if let (Some(slot), Ok(raw)) = (md5_markers.get_mut(index as usize), raw.try_into())
+                && slot.len() < MAX_BRANCHES
+            {
+                slot.push(raw);
+            }
+            continue;
+        }
         let (Some(slot), Ok(raw)) = (candidates.get_mut(index as usize), raw.try_into()) else {
             continue;
         };
@@ -101,22 +134,55 @@ pub fn find_resume_point<'a>(
         levels.push(next);
     }
     // Walk back from the deepest level's first state.
-    let mut point = ResumePoint::fresh();
+    let mut chain: Vec<(Checkpoint, [u8; BLOCK_ID_LEN])> = Vec::with_capacity(levels.len());
     let mut at = 0;
     for level in levels.iter().rev() {
         let Some((cp, raw, parent)) = level.get(at) else {
             break;
         };
-        if point.ids.is_empty() {
-            point.checkpoint = *cp;
-            point.offset = cp.offset;
-        }
-        point.ids.push(*raw);
+        chain.push((*cp, *raw));
         at = *parent;
     }
-    point.ids.reverse();
+    chain.reverse();
+    let md5 = match markers {
+        Md5Markers::Ignored => None,
+        Md5Markers::Needed => {
+            let found = deepest_md5(signer, &chain, &md5_markers);
+            chain.truncate(found.map_or(0, |(blocks, _)| blocks));
+            Some(found.map_or_else(Md5State::start, |(_, state)| state))
+        }
+    };
+    let mut point = ResumePoint::fresh();
+    if let Some((cp, _)) = chain.last() {
+        point.checkpoint = *cp;
+        point.offset = cp.offset;
+    }
+    point.ids = chain.into_iter().map(|(_, raw)| raw).collect();
     point.blocks = point.ids.len() as u32;
+    point.md5 = md5;
     point
+}
+
+/// The longest prefix of `chain` (its length) whose last block has an MD5
+/// marker that verifies after that block's checkpoint, with the MD5 state there.
+fn deepest_md5(
+    signer: &IdSigner,
+    chain: &[(Checkpoint, [u8; BLOCK_ID_LEN])],
+    markers: &[Vec<[u8; BLOCK_ID_LEN]>],
+) -> Option<(usize, Md5State)> {
+    chain.iter().enumerate().rev().find_map(|(index, (cp, _))| {
+        markers
+            .get(index)?
+            .iter()
+            .find_map(|raw| match signer.decode(raw, cp) {
+                Some(BlockId {
+                    index: i,
+                    state: BlockState::Md5(state),
+                    ..
+                }) if i as usize == index && state.offset == cp.offset => Some((index + 1, state)),
+                _ => None,
+            })
+    })
 }
 
 #[cfg(test)]
@@ -168,7 +234,12 @@ mod tests {
     }
 
     fn run(plan: &BlockPlan, signer: &IdSigner, ids: &[(Vec<u8>, u64)]) -> ResumePoint {
-        find_resume_point(plan, signer, ids.iter().map(|(b, s)| (b.as_slice(), *s)))
+        find_resume_point(
+            plan,
+            signer,
+            ids.iter().map(|(b, s)| (b.as_slice(), *s)),
+            Md5Markers::Ignored,
+        )
     }
 
     #[test]
@@ -297,5 +368,69 @@ mod tests {
         // With version 0 listed first, its chain is found.
         list.rotate_right(3);
         assert_eq!(run(&plan, &signer, &list).blocks, 3);
+    }
+
+    /// The marker a `--put-md5` upload stages after block `index` of `version`.
+    fn md5_marker(plan: &BlockPlan, signer: &IdSigner, version: u8, index: u64) -> (Vec<u8>, u64) {
+        use md5::{Digest as _, Md5};
+        let mut h = Md5::new();
+        for i in 0..=index {
+            let fill = if i == 0 { version } else { i as u8 };
+            h.update(vec![fill; plan.block_len(i) as usize]);
+        }
+        let id = BlockId {
+            index: index as u32,
+            follows: prefix_state(plan, version, index + 1),
+            state: BlockState::Md5(Md5State::of(&h).expect("boundary")),
+        };
+        (signer.encode(&id).to_vec(), MD5_MARKER_LEN)
+    }
+
+    fn run_md5(plan: &BlockPlan, signer: &IdSigner, ids: &[(Vec<u8>, u64)]) -> ResumePoint {
+        find_resume_point(
+            plan,
+            signer,
+            ids.iter().map(|(b, s)| (b.as_slice(), *s)),
+            Md5Markers::Needed,
+        )
+    }
+
+    #[test]
+    fn md5_resumes_only_where_a_marker_continues_the_chain() {
+        use md5::{Digest as _, Md5};
+        let size = 5 * MIB * 5;
+        let (plan, signer, v1) = staged_version(size, 1);
+        // Three data blocks; a marker only after block 1 (killed before the
+        // marker of block 2 landed): resume after two blocks, with that state.
+        let mut list: Vec<(Vec<u8>, u64)> = v1[..3].to_vec();
+        list.push(md5_marker(&plan, &signer, 1, 1));
+        let p = run_md5(&plan, &signer, &list);
+        assert_eq!(p.blocks, 2);
+        assert_eq!(p.checkpoint, prefix_state(&plan, 1, 2));
+        let mut h = Md5::new();
+        h.update(vec![1u8; 5 * MIB as usize]);
+        h.update(vec![1u8; 5 * MIB as usize]);
+        assert_eq!(p.md5, Md5State::of(&h));
+        // Markers are not data: without --put-md5 the chain is all three.
+        assert_eq!(run(&plan, &signer, &list).blocks, 3);
+        assert_eq!(run(&plan, &signer, &list).md5, None);
+        // Another version's marker at the same index does not continue this
+        // chain; without a marker of its own the resume starts at zero.
+        let mut list: Vec<(Vec<u8>, u64)> = v1[..3].to_vec();
+        list.push(md5_marker(&plan, &signer, 2, 1));
+        let p = run_md5(&plan, &signer, &list);
+        assert_eq!(p.blocks, 0);
+        assert_eq!(p.offset, 0);
+        assert_eq!(p.md5, Some(Md5State::start()));
+        // A marker under another key or with a flipped bit is ignored.
+        let mut damaged = md5_marker(&plan, &signer, 1, 2);
+        damaged.0[10] ^= 1;
+        let other = signer_for("owner-b", size, plan.block_size);
+        let mut list: Vec<(Vec<u8>, u64)> = v1[..3].to_vec();
+        list.push(damaged);
+        list.push(md5_marker(&plan, &other, 1, 2));
+        list.push(md5_marker(&plan, &signer, 1, 0));
+        let p = run_md5(&plan, &signer, &list);
+        assert_eq!(p.blocks, 1);
     }
 }

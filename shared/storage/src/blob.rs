@@ -168,6 +168,21 @@ impl BlobWriter {
         }))
     }
 
+    /// The committed blob's Content-MD5 property (what `azcopy --check-md5` and
+    /// `rclone check` compare), `None` if it has none or there is no blob.
+    pub async fn content_md5(&self) -> Result<Option<Vec<u8>>, BlobError> {
+        let res = self
+            .with_retry("Get Blob Properties", 0, || self.blob.get_properties(None))
+            .await;
+        match res {
+            Ok(resp) => resp
+                .content_md5()
+                .map_err(|e| BlobError::from_azure("Get Blob Properties", e)),
+            Err(e) if e.status == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Downloads the committed blob and hashes it as it streams (memory stays
     /// bounded): the independent check used by the demo and the tests.
     pub async fn content_sha256(&self) -> Result<(u64, [u8; 32]), BlobError> {
@@ -307,6 +322,7 @@ impl BlobWriter {
         let resp = self
             .with_retry("Put Block List", commit_weight, || {
                 let opts = BlockBlobClientCommitBlockListOptions {
+                    blob_content_md5: commit.content_md5.map(|m| m.to_vec()),
                     blob_content_type: commit.content_type.map(str::to_string),
                     metadata: Some(meta.clone()),
                     if_match: if_match.clone(),

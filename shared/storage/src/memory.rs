@@ -28,6 +28,8 @@ struct Committed {
     blocks: Vec<(Vec<u8>, Bytes)>,
     etag: String,
     metadata: HashMap<String, String>,
+    /// The blob's Content-MD5 property, as the commit set it.
+    content_md5: Option<[u8; 16]>,
     /// Seconds since the Unix epoch, as the service's Last-Modified.
     last_modified: u64,
 }
@@ -106,6 +108,17 @@ impl MemoryAccount {
         Some((data.clone(), properties_of(c, data.len() as u64)))
     }
 
+    /// The committed blob's Content-MD5 property, if it has one.
+    pub fn content_md5(&self, container: &str, blob: &str) -> Option<[u8; 16]> {
+        let account = lock(&self.inner);
+        account
+            .blobs
+            .get(&key(container, blob))?
+            .committed
+            .as_ref()?
+            .content_md5
+    }
+
     /// Uncommitted block IDs of a blob, in staging order.
     pub fn uncommitted_ids(&self, container: &str, blob: &str) -> Vec<Vec<u8>> {
         let account = lock(&self.inner);
@@ -115,6 +128,11 @@ impl MemoryAccount {
             .map(|b| b.uncommitted.iter().map(|(id, _)| id.clone()).collect())
             .unwrap_or_default()
     }
+}
+
+fn md5_of(data: &[u8]) -> [u8; 16] {
+    use md5::{Digest, Md5};
+    Md5::digest(data).into()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,6 +217,7 @@ impl MemoryBlob {
             blocks,
             etag: etag.clone(),
             metadata,
+            content_md5: commit.content_md5,
             last_modified: unix_now(),
         });
         state.uncommitted.clear();
@@ -270,7 +289,12 @@ impl BlobStore for MemoryBlob {
 
     async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
         self.request("Put Blob").await;
-        self.commit_with(|_| Ok(vec![(Vec::new(), data)]), commit, "Put Blob")
+        // A Put Blob always carries its body's MD5 (`BlobWriter::put_blob`).
+        let commit = Commit {
+            content_md5: Some(md5_of(&data)),
+            ..*commit
+        };
+        self.commit_with(|_| Ok(vec![(Vec::new(), data)]), &commit, "Put Blob")
     }
 
     fn retries(&self) -> u32 {
@@ -395,6 +419,7 @@ mod tests {
             sha256_hex: sha,
             seal: "seal",
             content_type: None,
+            content_md5: None,
             metadata: meta,
             condition: c,
         }

@@ -59,6 +59,7 @@ pub struct Existing {
 }
 
 /// What a destination blob must become.
+#[derive(Clone, Copy)]
 pub struct Destination<'a> {
     pub container: &'a str,
     pub blob: &'a str,
@@ -158,6 +159,7 @@ pub async fn commit_verified(
         sha256_hex: &ours,
         seal: &seal,
         content_type: dest.content_type,
+        content_md5: staged.md5,
         metadata: dest.metadata,
         condition: dest.condition,
     };

@@ -17,8 +17,9 @@ use crate::blob::BlobError;
 use crate::store::BlobStore;
 use relay_proto::block_id::{BLOCK_ID_LEN, BlockId, BlockState, IdSigner};
 use relay_proto::checkpoint::Checkpoint;
+use relay_proto::md5_state::Md5State;
 use relay_proto::plan::BlockPlan;
-use relay_proto::resume::ResumePoint;
+use relay_proto::resume::{MD5_MARKER_LEN, ResumePoint};
 use relay_proto::size::format_size;
 
 /// Budget permits are counted in KiB so a `u32` acquire covers a 4000 MiB block
@@ -147,6 +148,9 @@ pub struct Staged {
     /// published with one Put Blob after verification instead of being staged.
     pub single: Option<SingleBlob>,
     pub sha256: [u8; 32],
+    /// MD5 of every byte, when kept (`with_whole_md5`); a Put Blob carries its
+    /// body's MD5 whether kept or not.
+    pub md5: Option<[u8; 16]>,
     pub bytes_resumed: u64,
     pub bytes_received: u64,
 }
@@ -162,6 +166,9 @@ pub struct Stager {
     hasher: Sha256,
     /// The hash state before the block being filled: its ID continues it.
     follows: Checkpoint,
+    /// The whole file's MD5 so far (`--put-md5`); each staged block is then
+    /// followed by a marker carrying its state, for a resume.
+    md5: Option<md5::Md5>,
     offset: u64,
     next_index: u64,
     ids: Vec<[u8; BLOCK_ID_LEN]>,
@@ -216,6 +223,7 @@ impl Stager {
             max_inflight: max_inflight.max(1),
             hasher,
             follows: start.checkpoint,
+            md5: None,
             offset: start.offset,
             next_index: u64::from(start.blocks),
             bytes_resumed: start.offset,
@@ -229,6 +237,22 @@ impl Stager {
             received_bytes: None,
             single: None,
         })
+    }
+
+    /// Keeps the whole file's MD5 from `state` (the resume point's, or the
+    /// start), for a Content-MD5 on the committed blob.
+    pub fn with_whole_md5(mut self, state: Md5State) -> Result<Self, StageError> {
+        if state.offset != self.offset {
+            return Err(StageError::Task(format!(
+                "MD5 state at {} for a resume at {}",
+                state.offset, self.offset
+            )));
+        }
+        let hasher = state
+            .restore()
+            .ok_or_else(|| StageError::Task("unusable MD5 state".into()))?;
+        self.md5 = Some(hasher);
+        Ok(self)
     }
 
     pub fn with_mangle(mut self, mangle: Option<Mangle>) -> Self {
@@ -338,12 +362,16 @@ impl Stager {
                     m(self.offset, &mut buf[before..]);
                 }
                 self.hasher.update(&buf[before..]);
+                if let Some(md5) = &mut self.md5 {
+                    md5::Digest::update(md5, &buf[before..]);
+                }
                 self.offset += n as u64;
                 if let Some(c) = &self.received_bytes {
                     c.fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
             let id = self.block_id(index)?;
+            let marker = self.md5_marker(index)?;
             self.next_index += 1;
             if let Some(after) = Checkpoint::of(&self.hasher) {
                 self.follows = after;
@@ -364,7 +392,13 @@ impl Stager {
             let data = buf.freeze();
             let staged_bytes = self.staged_bytes.clone();
             self.inflight.spawn(async move {
-                let res = writer.stage_block(&id, data).await;
+                let mut res = writer.stage_block(&id, data).await;
+                // After its block: a marker alone is never a resume point.
+                if let (Ok(()), Some(marker)) = (&res, marker) {
+                    res = writer
+                        .stage_block(&marker, Bytes::from_static(&[0u8; MD5_MARKER_LEN as usize]))
+                        .await;
+                }
                 drop(permit);
                 if res.is_ok()
                     && let Some(c) = staged_bytes
@@ -398,6 +432,26 @@ impl Stager {
             follows: self.follows,
             state,
         }))
+    }
+
+    /// The MD5 marker to stage after block `index` (all of whose bytes have been
+    /// hashed), when the whole file's MD5 is kept and a later resume could use
+    /// it: not after the last block, which is never resumed from.
+    fn md5_marker(&self, index: u64) -> Result<Option<[u8; BLOCK_ID_LEN]>, StageError> {
+        let (Some(md5), Some(after)) = (&self.md5, Checkpoint::of(&self.hasher)) else {
+            return Ok(None);
+        };
+        if index + 1 >= self.plan.block_count() {
+            return Ok(None);
+        }
+        let Some(state) = Md5State::of(md5) else {
+            return Ok(None);
+        };
+        Ok(Some(self.signer.encode(&BlockId {
+            index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+            follows: after,
+            state: BlockState::Md5(state),
+        })))
     }
 
     /// One read, bounded by the idle timeout and the block's fill deadline.
@@ -459,9 +513,11 @@ impl Stager {
             }),
             (None, _) => None,
         };
+        let md5 = self.md5.map(|md5| md5::Digest::finalize(md5).into());
         Ok(Staged {
             ids: self.ids,
             single,
+            md5,
             sha256: self.hasher.finalize().into(),
             bytes_resumed: self.bytes_resumed,
             bytes_received,

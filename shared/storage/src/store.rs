@@ -25,13 +25,16 @@ pub enum Condition {
 }
 
 /// What a commit publishes besides the bytes: the verified SHA-256 and the seal
-/// over it (both stored in metadata), the content type, the user's metadata, and
-/// the condition.
+/// over it (both stored in metadata), the content type, the blob's Content-MD5
+/// (`--put-md5`; a Put Blob always sets it), the user's metadata, and the
+/// condition.
 #[derive(Debug, Clone, Copy)]
 pub struct Commit<'a> {
     pub sha256_hex: &'a str,
     pub seal: &'a str,
     pub content_type: Option<&'a str>,
+    /// MD5 of every byte of the blob, computed by whoever hashed them all.
+    pub content_md5: Option<[u8; 16]>,
     pub metadata: &'a BTreeMap<String, String>,
     pub condition: &'a Condition,
 }

@@ -128,6 +128,7 @@ impl Bench<'_> {
             dir: &files_dir,
             rclone_config: urls.rclone_config,
             relay_congestion: &self.plan.relay_congestion,
+            client_args: &self.plan.client_args,
             path_cache: &dir.join(PATH_CACHE),
             stdout: &stdout,
             stderr: &stderr,

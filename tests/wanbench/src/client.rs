@@ -37,6 +37,8 @@ pub struct RunSpec<'a> {
     /// rclone's (empty) config file: it reads its remote from the environment.
     pub rclone_config: &'a Path,
     pub relay_congestion: &'a str,
+    /// Extra arguments for relay-client (relay and direct rows).
+    pub client_args: &'a [String],
     /// relay-client's path cache for this profile (warm start between runs).
     pub path_cache: &'a Path,
     pub stdout: &'a Path,
@@ -110,7 +112,8 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
     }
     cmd.arg("--to")
         .arg(format!("{}/{}", spec.container, spec.prefix))
-        .args(["--json", "--quiet"]);
+        .args(["--json", "--quiet"])
+        .args(spec.client_args);
     finish(cmd, spec)
 }
 

@@ -100,6 +100,10 @@ struct Args {
     /// QUIC congestion controller of the `relay` row (client and relay).
     #[arg(long, default_value = "relay")]
     relay_congestion: String,
+    /// An extra argument for every relay-client run (relay and direct rows;
+    /// repeatable), e.g. `--client-arg=--max-rate --client-arg=50`.
+    #[arg(long, allow_hyphen_values = true, value_name = "ARG")]
+    client_arg: Vec<String>,
     /// Directory with relay-client and relay-server (default: next to wanbench).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -314,6 +318,7 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
         bail!("--relay-congestion must be relay, cubic, bbr or newreno");
     }
     plan.relay_congestion = args.relay_congestion.clone();
+    plan.client_args = args.client_arg.clone();
     Ok(plan)
 }
 
@@ -371,7 +376,7 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     let mut md = String::from("# wanbench results\n\n");
     if let Some((plan, elapsed)) = run {
         md.push_str(&format!(
-            "Repeats {}, cap {} s, workloads {}, relay QUIC controller {}{}{}; bench took {:.0} s.\n\n",
+            "Repeats {}, cap {} s, workloads {}, relay QUIC controller {}{}{}{}; bench took {:.0} s.\n\n",
             plan.repeats,
             plan.cap.as_secs(),
             plan.workloads
@@ -384,6 +389,11 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
             plan.storage_delay
                 .map(|d| format!(", {}", d.label()))
                 .unwrap_or_default(),
+            if plan.client_args.is_empty() {
+                String::new()
+            } else {
+                format!(", relay-client `{}`", plan.client_args.join(" "))
+            },
             elapsed.as_secs_f64()
         ));
     }

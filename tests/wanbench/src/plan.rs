@@ -284,6 +284,8 @@ pub struct Plan {
     /// A delay proxy in front of Azurite (every method's storage requests go
     /// through it): see `storage_delay`.
     pub storage_delay: Option<crate::storage_delay::DelaySpec>,
+    /// Extra arguments for every relay-client run (`--client-arg`).
+    pub client_args: Vec<String>,
 }
 
 impl Plan {
@@ -300,6 +302,7 @@ impl Plan {
             relay_congestion: "relay".into(),
             loopback: false,
             storage_delay: None,
+            client_args: Vec::new(),
         }
     }
 

@@ -25,6 +25,7 @@ fn receipt(sha256: &str, size: u64) -> Receipt {
         retries: 0,
         requests: 2,
         earlier_commit: false,
+        content_md5: None,
         timings: Timings::default(),
     }
 }

@@ -52,6 +52,8 @@ pub struct Committed {
     pub usage: Usage,
     /// Found committed by an earlier commit, not written now (`Receipt`).
     pub earlier_commit: bool,
+    /// The Content-MD5 this commit gave the blob (hex), if any.
+    pub content_md5: Option<String>,
 }
 
 /// What storage said before any byte moved.
@@ -258,6 +260,7 @@ impl RelaySession {
                 retries: c.usage.retries,
                 requests: c.usage.requests,
                 earlier_commit: true,
+                content_md5: c.content_md5,
                 timings: Timings::default(),
             }),
             Ok(Prepared::Writable {
@@ -388,6 +391,7 @@ impl RelaySession {
             retries: c.usage.retries,
             requests: c.usage.requests,
             earlier_commit: c.earlier_commit,
+            content_md5: c.content_md5,
             timings: Timings {
                 receive_ms: self.receive_ms,
                 stage_wait_ms: self.stage_wait_ms,

@@ -71,6 +71,7 @@ fn committed() -> Committed {
             requests: 7,
         },
         earlier_commit: false,
+        content_md5: None,
     }
 }
 
