@@ -217,8 +217,9 @@ impl OfferInput {
             sha256: self.sha256.clone(),
             block_size: self.block_size.map(Num::get),
             eager: self.eager,
-            // No Offer rule depends on it; the codec seeds carry it.
+            // No Offer rule depends on these; the codec seeds carry them.
             put_md5: false,
+            progress: false,
         }
     }
 
@@ -373,6 +374,7 @@ pub fn seed_messages() -> Vec<Message> {
         block_size: Some(16 * MIB),
         eager: true,
         put_md5: true,
+        progress: true,
     };
     let minimal = Offer {
         content_type: None,
@@ -382,6 +384,7 @@ pub fn seed_messages() -> Vec<Message> {
         block_size: None,
         eager: false,
         put_md5: false,
+        progress: false,
         ..offer.clone()
     };
     vec![
@@ -427,5 +430,6 @@ pub fn seed_messages() -> Vec<Message> {
             message: "SHA-256 differs".into(),
             existing: None,
         }),
+        Message::Progress(relay_proto::protocol::Progress { staged: 16 * MIB }),
     ]
 }

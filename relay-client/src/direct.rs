@@ -135,10 +135,14 @@ async fn stage(
     point: ResumePoint,
     bar: &ProgressBar,
 ) -> Result<Staged, FileError> {
-    let mut reader = open_at(src, point.offset, bar).await?;
+    let mut reader = open_at(src, point.offset).await?;
+    // As through the relay, the bar counts what storage accepted.
+    bar.set_position(point.offset);
+    let staged_bar = bar.clone();
     let mut stager = upload
         .stager(point, d.budget.clone(), d.connections)
-        .map_err(|e| relay_like(stage_failure(e)))?;
+        .map_err(|e| relay_like(stage_failure(e)))?
+        .with_on_staged(std::sync::Arc::new(move |len| staged_bar.inc(len)));
     stager.pump(&mut reader).await.map_err(|e| match e {
         StageError::Truncated { .. } => FileError::new(
             "source_changed",
@@ -196,23 +200,15 @@ async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileErro
     Ok(Checkpoint::of(&ours) == Some(point.checkpoint))
 }
 
-/// The file, read from `start`, advancing the progress bar.
-async fn open_at(
-    src: &Source,
-    start: u64,
-    bar: &ProgressBar,
-) -> Result<ProgressReader<tokio::fs::File>, FileError> {
-    bar.set_position(start);
+/// The file, read from `start`.
+async fn open_at(src: &Source, start: u64) -> Result<tokio::fs::File, FileError> {
     let mut file = tokio::fs::File::open(&src.path)
         .await
         .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
     file.seek(std::io::SeekFrom::Start(start))
         .await
         .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
-    Ok(ProgressReader {
-        inner: file,
-        bar: bar.clone(),
-    })
+    Ok(file)
 }
 
 /// The blob is in the way: success if it already holds exactly this file (sealed
@@ -253,24 +249,4 @@ async fn already_there(
         identical: true,
         content_md5: None,
     })
-}
-
-/// Advances the progress bar as the stager reads the file.
-struct ProgressReader<R> {
-    inner: R,
-    bar: ProgressBar,
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ProgressReader<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        self.bar.inc(n as u64);
-        r
-    }
 }

@@ -31,8 +31,14 @@ pub struct Job {
 
 /// Uploads (or probes) one file and reports it; returns a message when the
 /// refusal is one every file would get, so the run stops with one setup error.
-pub async fn one_file(job: &Job, reporter: &Reporter, src: Source, wait_ms: u64) -> Option<String> {
-    let bar = reporter.start(&src.blob);
+/// Uploads one file under `bar` (from `Reporter::start`) and reports it.
+pub async fn one_file(
+    job: &Job,
+    reporter: &Reporter,
+    src: Source,
+    bar: ProgressBar,
+    wait_ms: u64,
+) -> Option<String> {
     let report = match report_of(job, &src, &bar, wait_ms).await {
         Ok(r) => r,
         Err((e, attempts)) => {

@@ -159,8 +159,7 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
             let t = &summary.totals;
             eprintln!(
                 "relay-client: interrupted: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
-                 ({} sent for them; what the relay staged is kept and resumed, and a file whose commit \
-                 was already under way may be committed)",
+                 ({} sent for them; what the relay staged is kept and resumed)",
                 t.committed,
                 t.skipped,
                 t.failed,

@@ -68,6 +68,7 @@ pub async fn through_relay(
         sha256: Some(sha256),
         block_size: opts.block_size,
         put_md5: opts.put_md5,
+        progress: false,
         eager: false,
     };
     write_frame(&mut send, &Message::Offer(offer))

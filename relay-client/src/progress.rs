@@ -4,10 +4,12 @@
 //! rate, ETA), as AzCopy prints; with `--json-lines`, one JSON event per line.
 //!
 //! Every byte count shown is the same quantity: a file's bar counts the bytes
-//! the client has handed to the transport for it (from its resume offset on),
-//! and the total is the sum of finished files (their whole size, whatever became
-//! of them) and the bars of the files in flight, so the total never disagrees
-//! with the bars under it.
+//! of it that storage holds, as the relay reports them in `Progress` frames
+//! (the resumed prefix included; direct mode: the blocks Azure accepted), never
+//! bytes merely queued in QUIC; and the total is the sum of finished files
+//! (their whole size, whatever became of them) and the bars of the files in
+//! flight, so the total never disagrees with the bars under it. A file of one
+//! block is staged by its commit: its bar stays at 0 until its result line.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -62,6 +64,8 @@ pub struct Progress {
     pub bytes_done: u64,
     /// The part of `bytes_done` that belongs to files still in flight.
     pub in_flight_bytes: u64,
+    /// Files started and not finished (after a stop: the ones stopped).
+    pub files_in_flight: usize,
     pub seconds: f64,
 }
 
@@ -138,6 +142,11 @@ impl Reporter {
         bar
     }
 
+    /// A line for the person at the terminal (stderr, above the bars).
+    pub fn notice(&self, line: &str) {
+        self.multi.suspend(|| eprintln!("{line}"));
+    }
+
     /// A file is done: its line now, then the tally.
     pub fn finish_file(&self, bar: Option<&ProgressBar>, report: FileReport, size: u64) {
         if let Some(bar) = bar {
@@ -183,8 +192,10 @@ impl Reporter {
 
     pub fn progress(&self) -> Progress {
         let st = self.state();
-        let in_flight: u64 = st.active.iter().map(ProgressBar::position).sum();
+        let active: Vec<&ProgressBar> = st.active.iter().filter(|b| !b.is_finished()).collect();
+        let in_flight: u64 = active.iter().map(|b| b.position()).sum();
         Progress {
+            files_in_flight: active.len(),
             files_done: st.totals.files,
             found: st.found,
             bytes_done: st.done_bytes + in_flight,

@@ -14,7 +14,7 @@ use relay_proto::codec::FrameError;
 use relay_proto::exchange::{EagerAnswer, eager_answer};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{
-    Failure, Message, Offer, Overwrite, Receipt, Secret, Start, Trailer, app_error,
+    Message, Offer, Overwrite, Receipt, Secret, Start, Trailer, app_error,
 };
 use relay_proto::session::client::{
     Action, ClientSession, Event, Failed, Replaces, StreamEnd, prefix_to_check, start_offset,
@@ -208,6 +208,7 @@ async fn attempt(
         block_size: opts.block_size,
         eager,
         put_md5: opts.put_md5,
+        progress: true,
     };
     write_frame(&mut send, &Message::Offer(offer))
         .await
@@ -225,10 +226,16 @@ async fn attempt(
     } else {
         plain_body(&mut send, &mut recv, src, &before, bar, known_sha256).await?
     };
-    let start = match body {
-        Body::Sent { start, sha256 } => {
+    let (start, answer) = match body {
+        Body::Answered {
+            start,
+            sha256,
+            sent_at,
+            answer,
+        } => {
             stream.sha256 = sha256;
-            start
+            stream.t_sent = sent_at;
+            (start, answer)
         }
         Body::Ended(end) => {
             stream.t_sent = Instant::now();
@@ -237,12 +244,8 @@ async fn attempt(
             return Ok((end, stream));
         }
     };
-    stream.t_sent = Instant::now();
     stream.bytes_sent = before.len - start;
-    let end = match read_frame(&mut recv)
-        .await
-        .map_err(|e| frame_err("reading the Receipt", e))?
-    {
+    let end = match answer {
         Message::Receipt(receipt) => StreamEnd::Receipt {
             receipt,
             sha256: stream.sha256.clone(),
@@ -253,15 +256,95 @@ async fn attempt(
     Ok((end, stream))
 }
 
-/// How a stream's body went: every byte and the Trailer sent from `start`, or the
-/// relay ended the stream first.
+/// How a stream's body went: every byte and the Trailer sent from `start` and
+/// the relay's answer (a Receipt or an Error), or the relay ended the stream
+/// before the body was through.
 enum Body {
-    Sent { start: u64, sha256: String },
+    Answered {
+        start: u64,
+        sha256: String,
+        /// When the Trailer went out (the end of `transfer_ms`).
+        sent_at: Instant,
+        answer: Message,
+    },
     Ended(StreamEnd),
 }
 
+/// How long a stream whose write failed waits for the relay's reason.
+const REASON_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the relay's next frame that is not a `Progress`; each `Progress`
+/// moves the file's bar to the bytes the relay has staged, so the bar counts
+/// what storage holds, not what is queued in QUIC.
+async fn answer(recv: &mut quinn::RecvStream, bar: &ProgressBar) -> Result<Message, FrameError> {
+    loop {
+        match read_frame(recv).await? {
+            Message::Progress(p) => {
+                let staged = p.staged.min(bar.length().unwrap_or(u64::MAX));
+                if staged > bar.position() {
+                    bar.set_position(staged);
+                }
+            }
+            other => return Ok(other),
+        }
+    }
+}
+
+/// Sends the body (bytes and Trailer, `send_body`) while reading the relay's
+/// answer: its `Progress` frames as they come, then its Receipt or Error,
+/// which may come early (a refusal mid-body ends the body).
+async fn body_and_answer(
+    body: impl Future<Output = Result<String, BodyEnd>>,
+    reading: impl Future<Output = Result<Message, FrameError>>,
+    start: u64,
+) -> Result<Body, FileError> {
+    tokio::pin!(body);
+    tokio::pin!(reading);
+    let mut sent: Option<(String, Instant)> = None;
+    let frame = loop {
+        tokio::select! {
+            frame = &mut reading => break frame,
+            done = &mut body, if sent.is_none() => match done {
+                Ok(sha256) => sent = Some((sha256, Instant::now())),
+                Err(BodyEnd::Source(e)) => return Err(e),
+                // The relay may have stopped us with a reason; prefer its message.
+                Err(BodyEnd::Transport(e)) => {
+                    return match tokio::time::timeout(REASON_WAIT, &mut reading).await {
+                        Ok(Ok(Message::Error(f) | Message::Reject(f))) => {
+                            Ok(Body::Ended(StreamEnd::Refused(f)))
+                        }
+                        _ => Err(e),
+                    };
+                }
+            },
+        }
+    };
+    let answer = match frame {
+        Ok(Message::Error(f) | Message::Reject(f)) => {
+            return Ok(Body::Ended(StreamEnd::Refused(f)));
+        }
+        Ok(answer) => answer,
+        Err(e) => return Err(frame_err("reading the Receipt", e)),
+    };
+    // An answer while the body was still going out can only be a Receipt
+    // whose Trailer's last write was not yet polled through: let it finish.
+    let (sha256, sent_at) = match sent {
+        Some(done) => done,
+        None => match body.await {
+            Ok(sha256) => (sha256, Instant::now()),
+            Err(BodyEnd::Source(e) | BodyEnd::Transport(e)) => return Err(e),
+        },
+    };
+    Ok(Body::Answered {
+        start,
+        sha256,
+        sent_at,
+        answer,
+    })
+}
+
 /// A plain stream: the Plan (or a Reject, or a Receipt when the Offer proved the
-/// file), the same-source check, Start, bytes and Trailer.
+/// file), the same-source check, Start, bytes and Trailer, and the answer.
 async fn plain_body(
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
@@ -287,16 +370,10 @@ async fn plain_body(
     write_frame(send, &Message::Start(Start { offset: start }))
         .await
         .map_err(|e| frame_err("sending Start", e))?;
+    // What is resumed is staged already.
     bar.set_position(start);
-    match send_body(send, src, start, before, hasher, bar).await {
-        Ok(sha256) => Ok(Body::Sent { start, sha256 }),
-        Err(BodyEnd::Source(e)) => Err(e),
-        // The relay may have stopped us with a reason; prefer its message.
-        Err(BodyEnd::Transport(e)) => match relay_reason(recv).await {
-            Some(f) => Ok(Body::Ended(StreamEnd::Refused(f))),
-            None => Err(e),
-        },
-    }
+    let body = send_body(send, src, start, before, hasher);
+    body_and_answer(body, answer(recv, bar), start).await
 }
 
 /// The eager body: `Start{0}`, every byte and the Trailer go out at once, while the
@@ -315,57 +392,56 @@ async fn eager_body(
             .await
             .map_err(|e| BodyEnd::Transport(frame_err("sending Start", e)))?;
         bar.set_position(0);
-        send_body(send, src, 0, before, Sha256::new(), bar).await
+        send_body(send, src, 0, before, Sha256::new()).await
     });
-    let mut reading = Box::pin(read_frame(recv));
     let mut sent = None;
-    let first = loop {
-        tokio::select! {
-            frame = &mut reading => break frame,
-            // A failed write is not yet an answer: the relay's frame says why.
-            done = &mut body, if sent.is_none() => match done {
-                Err(BodyEnd::Source(e)) => return Err(e),
-                other => sent = Some(other),
-            },
+    let first = {
+        let mut reading = Box::pin(read_frame(recv));
+        loop {
+            tokio::select! {
+                frame = &mut reading => break frame,
+                // A failed write is not yet an answer: the relay's frame says why.
+                done = &mut body, if sent.is_none() => match done {
+                    Err(BodyEnd::Source(e)) => return Err(e),
+                    other => sent = Some(other),
+                },
+            }
         }
     };
-    let answer = match first {
+    let answer_frame = match first {
         Ok(frame) => eager_answer(&frame),
         Err(e) => return Err(frame_err("reading the Plan", e)),
     };
-    let sent = match (answer, sent) {
-        (EagerAnswer::Proceed, Some(sent)) => sent,
-        (EagerAnswer::Proceed, None) => body.await,
-        (EagerAnswer::Redirect { resume_offset }, _) => {
+    match answer_frame {
+        EagerAnswer::Proceed => {}
+        EagerAnswer::Redirect { resume_offset } => {
             drop(body);
             tracing::debug!(path = %src.path.display(), resume_offset, "relay has staged blocks; re-offering");
             let _ = send.reset(app_error::RESUME_ON_NEW_STREAM.into());
             return Ok(Body::Ended(StreamEnd::Redirected { resume_offset }));
         }
-        (EagerAnswer::Refused(f), _) => {
+        EagerAnswer::Refused(f) => {
             drop(body);
             let _ = send.reset(app_error::REJECTED.into());
             return Ok(Body::Ended(StreamEnd::Refused(f)));
         }
-        (EagerAnswer::Unexpected(name), _) => {
+        EagerAnswer::Unexpected(name) => {
             return Err(FileError::new(
                 "protocol",
                 format!("expected a Plan, got {name}"),
                 false,
             ));
         }
-    };
-    match sent {
-        Ok(sha256) => Ok(Body::Sent { start: 0, sha256 }),
-        Err(BodyEnd::Source(e)) => Err(e),
-        Err(BodyEnd::Transport(e)) => {
-            drop(reading);
-            match relay_reason(recv).await {
-                Some(f) => Ok(Body::Ended(StreamEnd::Refused(f))),
-                None => Err(e),
-            }
-        }
     }
+    // The Plan said go on: the rest of the body (or what it ended with) and
+    // the answer, with the relay's Progress frames on the way.
+    let rest = async {
+        match sent {
+            Some(done) => done,
+            None => body.await,
+        }
+    };
+    body_and_answer(rest, answer(recv, bar), 0).await
 }
 
 /// Sends bytes `[start, len)`, checks the source did not change, then the Trailer
@@ -376,9 +452,8 @@ async fn send_body(
     start: u64,
     before: &Snapshot,
     hasher: Sha256,
-    bar: &ProgressBar,
 ) -> Result<String, BodyEnd> {
-    let hasher = stream_bytes(send, src, start, before.len, hasher, bar).await?;
+    let hasher = stream_bytes(send, src, start, before.len, hasher).await?;
     let after = Snapshot::take(&src.path).map_err(|e| BodyEnd::Source(unreadable(e)))?;
     if &after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
@@ -438,7 +513,6 @@ async fn stream_bytes(
     start: u64,
     len: u64,
     mut hasher: Sha256,
-    bar: &ProgressBar,
 ) -> Result<Sha256, BodyEnd> {
     let mut chunks = read_range(src.path.clone(), start, len - start);
     while let Some(chunk) = chunks.recv().await {
@@ -454,11 +528,9 @@ async fn stream_bytes(
         let mut rest = chunk;
         while !rest.is_empty() {
             let piece = crate::rate::next_piece(&mut rest).await;
-            let n = piece.len() as u64;
             send.write_chunk(piece)
                 .await
                 .map_err(|e| BodyEnd::Transport(lost(e)))?;
-            bar.inc(n);
         }
     }
     Ok(hasher)
@@ -473,17 +545,5 @@ fn changed_or(e: std::io::Error) -> FileError {
             format!("read failed: {e}; nothing committed"),
             false,
         )
-    }
-}
-
-/// After a failed write, the relay has usually sent an Error explaining why.
-async fn relay_reason(recv: &mut quinn::RecvStream) -> Option<Failure> {
-    let msg = tokio::time::timeout(std::time::Duration::from_secs(5), read_frame(recv))
-        .await
-        .ok()?
-        .ok()?;
-    match msg {
-        Message::Error(f) | Message::Reject(f) => Some(f),
-        _ => None,
     }
 }

@@ -4,10 +4,11 @@
 //! grant, missing container: one setup error, not one line per file).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use indicatif::ProgressBar;
 use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::cli::{OverwriteMode, UploadArgs};
 use crate::file::{Job, one_file, walk_report};
@@ -30,6 +31,26 @@ pub enum Outcome {
         in_flight: usize,
         in_flight_bytes: u64,
     },
+}
+
+/// After Ctrl-C, how long the files whose every byte was already sent may take
+/// to be committed (their Receipt), so the report says what is committed
+/// rather than "may be". A second Ctrl-C ends the wait at once.
+const COMMIT_WAIT: Duration = Duration::from_secs(30);
+
+/// A file in flight: its task and its bar (where its bytes are).
+struct Running {
+    task: AbortHandle,
+    bar: ProgressBar,
+}
+
+impl Running {
+    /// Every byte handed over: only its commit (or its last blocks) is left.
+    fn committing(&self) -> bool {
+        self.bar
+            .length()
+            .is_some_and(|len| len > 0 && self.bar.position() >= len)
+    }
 }
 
 /// What the walk hands the upload loop at most this far ahead.
@@ -72,6 +93,7 @@ pub async fn run(
     let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
     let window = InFlight::new(&setup::windows(&args));
     let mut tasks: JoinSet<Option<String>> = JoinSet::new();
+    let mut running: Vec<Running> = Vec::new();
     let stop = 'walk: loop {
         let item = tokio::select! {
             item = found.recv() => item,
@@ -97,11 +119,14 @@ pub async fn run(
             }
         }
         let wait_ms = t0.elapsed().as_millis() as u64;
-        let (job, reporter) = (job.clone(), reporter.clone());
-        tasks.spawn(async move {
+        let bar = reporter.start(&src.blob);
+        let (job, reporter, file_bar) = (job.clone(), reporter.clone(), bar.clone());
+        let task = tasks.spawn(async move {
             let _permits = permits;
-            one_file(&job, &reporter, src, wait_ms).await
+            one_file(&job, &reporter, src, file_bar, wait_ms).await
         });
+        running.retain(|r| !r.task.is_finished());
+        running.push(Running { task, bar });
     };
     let stop = match stop {
         Stop::Finished => drain(&mut tasks, &mut interrupt).await,
@@ -110,7 +135,40 @@ pub async fn run(
     if let Some(t) = ticker {
         t.abort();
     }
+    if matches!(stop, Stop::Interrupted) {
+        await_commits(&mut tasks, &running, &reporter).await;
+    }
     finish(stop, tasks, &mode, &reporter).await
+}
+
+/// After Ctrl-C: stops every file that still has bytes to send (its stream is
+/// reset; the relay keeps what it staged for the rerun) and gives the ones
+/// whose bytes are all sent up to `COMMIT_WAIT` to be committed.
+async fn await_commits(
+    tasks: &mut JoinSet<Option<String>>,
+    running: &[Running],
+    reporter: &Reporter,
+) {
+    let mut committing = 0;
+    for r in running.iter().filter(|r| !r.task.is_finished()) {
+        if r.committing() {
+            committing += 1;
+        } else {
+            r.task.abort();
+        }
+    }
+    if committing == 0 {
+        return;
+    }
+    reporter.notice(&format!(
+        "relay-client: stopping; waiting up to {} s for {committing} file(s) whose bytes are all sent \
+         to be committed (Ctrl-C again to exit now)",
+        COMMIT_WAIT.as_secs()
+    ));
+    let _ = tokio::time::timeout(COMMIT_WAIT, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
 }
 
 /// Status lines (or bar redraws) at the reporter's pace, until aborted.
@@ -159,8 +217,6 @@ async fn finish(
     mode: &Mode,
     reporter: &Reporter,
 ) -> Result<Outcome, SetupError> {
-    let in_flight = tasks.len();
-    let in_flight_bytes = reporter.progress().in_flight_bytes;
     if !matches!(stop, Stop::Finished) {
         // Dropping a file's task resets its stream: the relay commits nothing of
         // it and keeps what it staged for the rerun to resume.
@@ -170,6 +226,9 @@ async fn finish(
         }
         while tasks.join_next().await.is_some() {}
     }
+    // Files stopped in flight never finished: their bars are still active.
+    let stopped = reporter.progress();
+    let (in_flight, in_flight_bytes) = (stopped.files_in_flight, stopped.in_flight_bytes);
     let (warm_start, quic) = match mode {
         Mode::Direct(_) => (None, None),
         Mode::Relay(link) => {

@@ -1,4 +1,5 @@
-//! One file on one QUIC stream: Offer → Plan/Reject → Start + bytes + Trailer →
+//! One file on one QUIC stream: Offer → Plan/Reject → Start + bytes + Trailer
+//! (and, when asked, Progress frames back as blocks are staged) →
 //! Receipt/Error. Nothing is committed unless the relay's SHA-256 of every byte
 //! equals the client's.
 
@@ -14,7 +15,7 @@ use relay_proto::id_key::Owner;
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
-use relay_proto::protocol::{Code, Failure, Message, Offer};
+use relay_proto::protocol::{Code, Failure, Message, Offer, Progress};
 use relay_proto::resume::ResumePoint;
 use relay_proto::session::relay::{
     Accepted, Action, CONTROL_TIMEOUT, Committed, Event, Prepared, RelaySession, Staged, Usage,
@@ -34,6 +35,11 @@ use crate::state::Shared;
 /// How long a peer may send no file bytes before its transfer is dropped (its
 /// block buffer goes back to the budget; staged blocks stay for a resume).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A Progress frame that cannot be written within this time is the last one: a
+/// client that does not read them must not hold its own transfer's staging
+/// (and the memory under it) while the relay waits to tell it.
+const PROGRESS_WRITE: Duration = Duration::from_secs(1);
 
 fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
@@ -267,6 +273,7 @@ async fn run(
         writer: writer.clone(),
         upload: Upload::new(writer, dest, plan, &owner).with_whole_md5(offer.put_md5),
         owner,
+        progress: offer.progress.then(|| tokio::sync::watch::channel(0).0),
         resume: None,
         stager: None,
         staged: None,
@@ -295,14 +302,61 @@ async fn run(
                 }
             }
             Action::Receive { from_resume_point } => {
-                Event::Received(io.receive(from_resume_point, recv).await)
+                let progress = io.progress.as_ref().map(|p| p.subscribe());
+                let work = io.receive(from_resume_point, recv);
+                Event::Received(telling_progress(send, progress, work).await)
             }
-            Action::FinishStaging => Event::Staged(io.finish().await),
+            Action::FinishStaging => {
+                let progress = io.progress.as_ref().map(|p| p.subscribe());
+                Event::Staged(telling_progress(send, progress, io.finish()).await)
+            }
             Action::Commit => Event::Committed(io.commit(&session.expected()).await),
             end => return end,
         };
         action = session.handle(event, Instant::now());
     }
+}
+
+/// Runs `work` while telling the client, in `Progress` frames, how many bytes
+/// of its file are staged (`progress` changes as blocks land). Writing stops
+/// for good at the first frame that does not go out within `PROGRESS_WRITE`.
+async fn telling_progress<T>(
+    send: &mut SendStream,
+    progress: Option<tokio::sync::watch::Receiver<u64>>,
+    work: impl Future<Output = T>,
+) -> T {
+    let Some(mut progress) = progress else {
+        return work.await;
+    };
+    tokio::pin!(work);
+    let mut live = true;
+    loop {
+        tokio::select! {
+            out = &mut work => {
+                // The last blocks may have landed with the work's end: say so
+                // before the session moves on (the client's bar reaches the
+                // file's size before its commit, which a Ctrl-C waits for).
+                if live && progress.has_changed().unwrap_or(false) {
+                    let staged = *progress.borrow_and_update();
+                    tell(send, staged).await;
+                }
+                return out;
+            }
+            changed = progress.changed(), if live => {
+                let staged = *progress.borrow_and_update();
+                live = changed.is_ok() && tell(send, staged).await;
+            }
+        }
+    }
+}
+
+/// One `Progress` frame; false if it did not go out within `PROGRESS_WRITE`.
+async fn tell(send: &mut SendStream, staged: u64) -> bool {
+    let frame = Message::Progress(Progress { staged });
+    matches!(
+        tokio::time::timeout(PROGRESS_WRITE, write_frame(send, &frame)).await,
+        Ok(Ok(()))
+    )
 }
 
 /// What the driver holds for one transfer between the session's actions.
@@ -316,6 +370,8 @@ struct Io<'a> {
     resume: Option<ResumePoint>,
     stager: Option<Stager>,
     staged: Option<relay_storage::staging::Staged>,
+    /// Bytes of the file staged so far, when the Offer asked for `Progress`.
+    progress: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Io<'_> {
@@ -395,6 +451,11 @@ impl Io<'_> {
             }
             ResumePoint::fresh()
         };
+        let on_staged = self.progress.clone().map(|p| {
+            p.send_replace(point.offset);
+            Arc::new(move |len: u64| p.send_modify(|staged| *staged += len))
+                as relay_storage::staging::OnStaged
+        });
         let stager = self
             .upload
             .stager(point, shared.budget.clone(), shared.blocks_in_flight)
@@ -412,6 +473,9 @@ impl Io<'_> {
             .with_share(shared.share_of(&self.owner))
             .with_staged_bytes(shared.metrics.bytes_staged.clone())
             .with_received_bytes(shared.metrics.bytes_received.clone());
+        if let Some(f) = on_staged {
+            stager = stager.with_on_staged(f);
+        }
         let pumped = stager.pump(recv).await;
         if let Err(e) = pumped {
             // Blocks already in flight are worth keeping: a resume reuses them.

@@ -45,6 +45,7 @@ fn offer(container: &str, blob: &str, size: u64) -> Offer {
         sha256: None,
         block_size: None,
         put_md5: false,
+        progress: false,
         eager: false,
     }
 }

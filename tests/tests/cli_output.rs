@@ -267,6 +267,15 @@ async fn json_lines_events_follow_progress() {
     relay.stop().await;
 }
 
+fn sigint(child: &tokio::process::Child) {
+    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
+    // SAFETY: signalling our own child by its pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+}
+
+/// The client's line while it waits, after Ctrl-C, for commits under way.
+const WAITING: &str = "Ctrl-C again to exit now";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
     let Held {
@@ -281,17 +290,26 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
         mut err,
     } = held_upload("ctrl_c_sto", &["--status-interval", "0"]).await;
     until(&mut out, "small.txt").await;
+    // The big file's every byte is sent and its commit is held in storage.
     proxy.wait_held(1, T).await;
-    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
-    // SAFETY: signalling our own child by its pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    sigint(&child);
+    // Its commit is under way: the client waits for it, and says so.
+    let said = until(&mut err, WAITING).await;
+    assert!(
+        said.iter()
+            .any(|l| l.contains("for 1 file(s) whose bytes are all sent")),
+        "{said:?}"
+    );
+    assert!(matches!(child.try_wait(), Ok(None)), "still waiting");
+    proxy.release();
     let said = until(&mut err, "to resume").await;
     let code = child.wait().await.unwrap_or_else(|e| panic!("{e}")).code();
     assert_eq!(code, Some(130));
+    // So the report is exact: both committed, nothing left in flight.
     assert!(
         said.iter()
             .any(|l| l
-                .contains("interrupted: 1 committed, 0 skipped, 0 failed; 1 stopped in flight")),
+                .contains("interrupted: 2 committed, 0 skipped, 0 failed; 0 stopped in flight")),
         "{said:?}"
     );
     let mut rest = Vec::new();
@@ -305,9 +323,7 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
     );
     assert!(!rerun.contains(TOKEN));
 
-    // The held commit may still land (it was under way); the rerun, run as
-    // printed through a shell, finishes the job either way.
-    proxy.release();
+    // The rerun, run as printed through a shell, finds both done.
     // The command starts with the client as it was invoked (here its full path).
     let rerun = rerun.trim().to_string();
     assert!(rerun.starts_with(&s(&binary("relay-client"))), "{rerun}");
@@ -325,12 +341,47 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        stdout.contains(&format!("skipped    {container}/small.txt  (identical)")),
-        "{stdout}"
-    );
+    for name in ["small.txt", "big.bin"] {
+        assert!(
+            stdout.contains(&format!("skipped    {container}/{name}  (identical)")),
+            "{stdout}"
+        );
+    }
     assert_eq!(blob_sha(&container, "small.txt").await, (1000, sha_small));
     assert_eq!(blob_sha(&container, "big.bin").await, (11 * MIB, sha_big));
+    relay.stop().await;
+}
+
+/// A second Ctrl-C while the client waits for a commit under way ends it at
+/// once (the wait could last up to its bound). Deterministic: the commit is
+/// held in storage, and the second signal is sent only after the client said
+/// it is waiting, which it does after its handler took the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_exits_at_once() {
+    let Held {
+        proxy,
+        relay,
+        dir: _dir,
+        mut child,
+        mut out,
+        mut err,
+        ..
+    } = held_upload("ctrl_c_two", &["--status-interval", "0"]).await;
+    until(&mut out, "small.txt").await;
+    proxy.wait_held(1, T).await;
+    sigint(&child);
+    until(&mut err, WAITING).await;
+    sigint(&child);
+    let said = until(&mut err, "interrupted again").await;
+    let code = child.wait().await.unwrap_or_else(|e| panic!("{e}")).code();
+    assert_eq!(code, Some(130), "{said:?}");
+    // It left without its report: nothing after the line that says so.
+    let mut rest = Vec::new();
+    while let Some(l) = err.recv().await {
+        rest.push(l);
+    }
+    assert!(rest.iter().all(|l| !l.contains("to resume")), "{rest:?}");
+    proxy.release();
     relay.stop().await;
 }
 
@@ -497,4 +548,72 @@ async fn completions_man_page_and_version() {
     .await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("above 0 Mbit/s"));
+}
+
+/// Bars, status lines and `--json-lines` status events count what storage
+/// holds, as the relay reports it, not what the client queued: with every
+/// Put Block held in storage after the relay received every byte, no status
+/// event may count any of the big file (the small one, one Put Blob, is done).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_counts_what_the_relay_staged_not_what_was_sent() {
+    let container = new_container("staged").await;
+    let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
+    let proxy = FaultProxy::start(azurite, Schedule::seeded(1)).await;
+    proxy.hold(Op::PutBlock);
+    let storage = shared_azurite().storage_at(&proxy.url(), Default::default());
+    let relay = RelayHandle::start(storage, RelayOptions::default());
+    let dir = Scratch::new("staged");
+    let (small, _, big, sha_big) = two_files(&dir);
+    let mut a = strings(&[
+        "upload",
+        &small,
+        &big,
+        "--block-size",
+        "5MiB",
+        "--json-lines",
+        "--status-interval",
+        "0.05",
+    ]);
+    a.extend(relay.client_args(&container));
+    let mut child = client_command(&a, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+    until(&mut out, "small.txt").await;
+    // big.bin's three blocks are all held at storage...
+    proxy.wait_held(3, T).await;
+    // ...and every byte of it has reached the relay: the client queued it all.
+    let received = relay
+        .shared
+        .metrics
+        .bytes_received
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(received >= 11 * MIB, "{received}");
+    let status = |line: &str| -> Option<u64> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        (v["event"] == "status").then(|| v["bytes_done"].as_u64().unwrap_or_default())
+    };
+    // Ten status events from here on (0.05 s apart): a client that counted
+    // queued bytes shows 1000 + 11 MiB in them.
+    let mut seen = 0;
+    while seen < 10 {
+        for line in until(&mut out, "\"status\"").await {
+            if let Some(done) = status(&line) {
+                assert!(done <= 1000, "counted bytes nobody staged: {line}");
+                seen += 1;
+            }
+        }
+    }
+    proxy.release();
+    let rest = until(&mut out, "\"summary\"").await;
+    let summary: serde_json::Value =
+        serde_json::from_str(rest.last().map(String::as_str).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["totals"]["committed"], 2, "{summary}");
+    assert_eq!(child.wait().await.ok().and_then(|s| s.code()), Some(0));
+    assert_eq!(blob_sha(&container, "big.bin").await, (11 * MIB, sha_big));
+    relay.stop().await;
 }

@@ -87,6 +87,7 @@ fn offer(token: &str, container: &str, blob: &str, size: u64) -> Offer {
         sha256: None,
         block_size: Some(5 * MIB),
         put_md5: false,
+        progress: false,
         eager: false,
     }
 }

@@ -473,6 +473,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         sha256: None,
         block_size: None,
         put_md5: false,
+        progress: false,
         eager: false,
     };
     let refused = |o: Offer| {

@@ -93,6 +93,7 @@ mod tests {
             sha256: None,
             block_size: Some(16 << 20),
             put_md5: false,
+            progress: false,
             eager: true,
         })
     }

@@ -111,6 +111,7 @@ mod tests {
             sha256: Some("ab".repeat(32)),
             block_size: None,
             put_md5: false,
+            progress: false,
             eager: true,
         }
     }

@@ -71,6 +71,10 @@ pub struct Offer {
     /// computed by the relay from the bytes it hashed, across resumes.
     #[serde(default)]
     pub put_md5: bool,
+    /// Send `Progress` frames between Start and the Receipt (the client's
+    /// bars count what the relay staged, not what it queued).
+    #[serde(default)]
+    pub progress: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +208,14 @@ pub struct Receipt {
     pub timings: Timings,
 }
 
+/// Relay → client, after Start and before the Receipt, when the Offer asked
+/// (`progress`): bytes of the file staged in storage so far, the resumed prefix
+/// included. Informational: nothing depends on it but the client's display.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    pub staged: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
@@ -214,6 +226,7 @@ pub enum Message {
     Trailer(Trailer),
     Receipt(Receipt),
     Error(Failure),
+    Progress(Progress),
 }
 
 impl Message {
@@ -226,6 +239,7 @@ impl Message {
             Message::Trailer(_) => "Trailer",
             Message::Receipt(_) => "Receipt",
             Message::Error(_) => "Error",
+            Message::Progress(_) => "Progress",
         }
     }
 }

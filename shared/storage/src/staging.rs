@@ -114,6 +114,10 @@ pub type Mangle = Arc<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 /// at a chosen point (a slow relay) and kill a process there.
 pub type Pace = Arc<dyn Fn(u64, usize) -> std::time::Duration + Send + Sync>;
 
+/// Told the length of each block storage accepted, as it lands (a transfer's
+/// own progress: the client's bar counts what is staged, not what is queued).
+pub type OnStaged = Arc<dyn Fn(u64) + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
     #[error("reading the source failed: {0}")]
@@ -179,6 +183,7 @@ pub struct Stager {
     stop: Option<tokio::sync::watch::Receiver<bool>>,
     limits: StageLimits,
     staged_bytes: Option<Arc<AtomicU64>>,
+    on_staged: Option<OnStaged>,
     received_bytes: Option<Arc<AtomicU64>>,
     /// Set for files of at most one block: their bytes are kept, not staged.
     single: Option<SingleBlob>,
@@ -234,6 +239,7 @@ impl Stager {
             stop: None,
             limits: StageLimits::default(),
             staged_bytes: None,
+            on_staged: None,
             received_bytes: None,
             single: None,
         })
@@ -310,6 +316,12 @@ impl Stager {
     /// (the relay's bytes-staged metric, live while the file is still arriving).
     pub fn with_staged_bytes(mut self, counter: Arc<AtomicU64>) -> Self {
         self.staged_bytes = Some(counter);
+        self
+    }
+
+    /// Calls `f` with the length of every block storage accepted.
+    pub fn with_on_staged(mut self, f: OnStaged) -> Self {
+        self.on_staged = Some(f);
         self
     }
 
@@ -391,6 +403,7 @@ impl Stager {
             let writer = self.writer.clone();
             let data = buf.freeze();
             let staged_bytes = self.staged_bytes.clone();
+            let on_staged = self.on_staged.clone();
             self.inflight.spawn(async move {
                 let mut res = writer.stage_block(&id, data).await;
                 // After its block: a marker alone is never a resume point.
@@ -400,10 +413,13 @@ impl Stager {
                         .await;
                 }
                 drop(permit);
-                if res.is_ok()
-                    && let Some(c) = staged_bytes
-                {
-                    c.fetch_add(len, Ordering::Relaxed);
+                if res.is_ok() {
+                    if let Some(c) = staged_bytes {
+                        c.fetch_add(len, Ordering::Relaxed);
+                    }
+                    if let Some(f) = on_staged {
+                        f(len);
+                    }
                 }
                 res
             });

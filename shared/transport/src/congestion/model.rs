@@ -29,6 +29,10 @@
 //!   tens of µs, ACK delay up to 25 ms) runs far below the rate. The window is then
 //!   no exact cap (prompt ACKs let it run above); the client meters its writes to
 //!   the rate (`relay-client`'s `rate.rs`), and this bound keeps bursts small.
+//!   Under a cap the model's own window also allows the 25 ms, not 2: its
+//!   bandwidth estimate is then the cap itself (the meter's rate), so a window
+//!   of bw × (min RTT + 2 ms) had no room for late ACKs and ran below the cap
+//!   (WAN lab, loopback: `--max-rate 500` gave 424 Mbit/s, uncapped 1094).
 //! - **Warm start** (after draft-ietf-tsvwg-careful-resume): given what an earlier
 //!   connection measured on this path, Startup jumps to half of that BDP once the
 //!   first RTT sample confirms the path (RTT within ×2/3–×3/2 of the saved one),
@@ -500,7 +504,12 @@ impl Model {
                 };
                 let bw = self.bw.get() as f64;
                 let bdp = bw * (rtt + foreign);
-                (GAIN_CYCLE[phase] * bdp + bw * ACK_ALLOWANCE.as_secs_f64()) as u64 + 2 * self.mtu
+                let allowance = if self.params.max_rate.is_some() {
+                    RATE_ACK_ALLOWANCE
+                } else {
+                    ACK_ALLOWANCE
+                };
+                (GAIN_CYCLE[phase] * bdp + bw * allowance.as_secs_f64()) as u64 + 2 * self.mtu
             }
         };
         if let (Some(rate), Some(_)) = (self.params.max_rate, min_rtt) {

@@ -135,3 +135,28 @@ fn max_rate_caps_the_window() {
     // 1 MB/s × (100 ms + 25 ms of ACK delay).
     assert!(m.window() <= 125_000, "{}", m.window());
 }
+
+#[test]
+fn under_a_cap_the_window_leaves_room_for_late_acks() {
+    // Loopback: a 1 ms path sending at the cap (the client's meter). The
+    // bandwidth estimate is the cap, so without the larger allowance the window
+    // is bw × (1 ms + 2 ms) and any ACK later than that starves the rate.
+    let rate = 62_500_000.0; // 500 Mbit/s
+    let capped = |max_rate: Option<u64>| {
+        let mut m = Model::new(
+            Params {
+                max_rate,
+                ..Params::default()
+            },
+            1452,
+        );
+        steady(&mut m, Instant::now(), Duration::from_millis(1), rate, 2.0);
+        assert!(matches!(m.mode(), Mode::ProbeBw { .. }), "{:?}", m.mode());
+        m.window() as f64
+    };
+    let w = capped(Some(rate as u64));
+    assert!(w >= rate * 0.020, "{w}");
+    assert!(w <= rate * 0.026 * 1.05, "{w}");
+    // Uncapped, the model keeps its 2 ms (it probes above its estimate).
+    assert!(capped(None) < rate * 0.005, "{}", capped(None));
+}
