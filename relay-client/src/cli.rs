@@ -256,6 +256,13 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
 
+    /// With --direct: transactional checksum of each Put Block: md5
+    /// (Content-MD5) | crc64 (x-ms-content-crc64, Azure's CRC-64: a fraction of
+    /// MD5's CPU; Azurite refuses it). Storage refuses a block whose checksum
+    /// does not match either way.
+    #[arg(long, env = "RELAY_BLOCK_CHECKSUM", default_value = "md5")]
+    pub block_checksum: relay_storage::checksum::BlockChecksum,
+
     /// With --direct: memory for block buffers.
     #[arg(long, default_value = "512MiB", value_parser = size)]
     pub memory_budget: u64,

@@ -159,7 +159,8 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
             let t = &summary.totals;
             eprintln!(
                 "relay-client: interrupted: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
-                 ({} sent for them; what the relay staged is kept and resumed)",
+                 ({} staged for them, kept and resumed; a small file whose bytes had all \
+                 reached the relay may still be committed, and the rerun skips it)",
                 t.committed,
                 t.skipped,
                 t.failed,

@@ -240,7 +240,11 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(&url, key.as_ref(), args.entra)?;
     check_access(&access, container).await?;
-    let storage = Storage::new(access, &WriterOptions::default())?;
+    let writer = WriterOptions {
+        block_checksum: args.block_checksum,
+        ..WriterOptions::default()
+    };
+    let storage = Storage::new(access, &writer)?;
     if args.create_container && !args.dry_run {
         storage
             .ensure_container(container)

@@ -61,3 +61,46 @@ async fn crc64_block_checksums_are_what_azure_computes() {
     assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
     relay.stop().await;
 }
+
+/// Direct mode takes the same flag: its Put Blocks carry Azure's CRC-64 of
+/// exactly their bodies (the proxy checks each as the service would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_sends_crc64_when_asked() {
+    let container = new_container("crc64d").await;
+    let az = shared_azurite();
+    let upstream = format!("127.0.0.1:{}", az.port)
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let proxy = FaultProxy::start(upstream, Schedule::seeded(1)).await;
+    let dir = Scratch::new("crc64d");
+    let file = dir.path("d.bin");
+    let size = 2 * 5 * MIB + 77;
+    let sha = write_random(&file, size, 92);
+    let mut args = Upload::file(&file)
+        .json()
+        .block_size("5MiB")
+        .to(&container)
+        .args();
+    args.extend(
+        [
+            "--direct",
+            "--block-checksum",
+            "crc64",
+            "--storage-url",
+            &proxy.url(),
+            "--account-key",
+            relay_tests::DEV_KEY,
+            "--id-key-file",
+            &dir.path("direct.key").display().to_string(),
+        ]
+        .map(str::to_string),
+    );
+    let out = run_client(&args, &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(summary(&out)["files"][0]["sha256"], sha.as_str());
+    let (matched, mismatched) = proxy.stats.crc64_checks();
+    assert_eq!(mismatched, 0, "a Put Block's CRC-64 did not match its body");
+    assert_eq!(matched, 3, "three blocks, each with x-ms-content-crc64");
+    assert_eq!(matched, proxy.stats.requests_of(Op::PutBlock));
+    assert_eq!(blob_sha(&container, "d.bin").await, (size, sha));
+}
