@@ -33,7 +33,7 @@ pub enum Outcome {
     },
 }
 
-/// After Ctrl-C, how long the files whose every byte was already sent may take
+/// After Ctrl-C, how long the files whose every byte is already staged may take
 /// to be committed (their Receipt), so the report says what is committed
 /// rather than "may be". A second Ctrl-C ends the wait at once.
 const COMMIT_WAIT: Duration = Duration::from_secs(30);
@@ -45,8 +45,9 @@ struct Running {
 }
 
 impl Running {
-    /// Every byte handed over: only its commit (or its last blocks) is left.
-    fn committing(&self) -> bool {
+    /// Every byte staged (the bar counts the relay's `Progress`, or direct
+    /// mode's accepted Put Blocks): only its commit is left.
+    fn all_staged(&self) -> bool {
         self.bar
             .length()
             .is_some_and(|len| len > 0 && self.bar.position() >= len)
@@ -141,9 +142,9 @@ pub async fn run(
     finish(stop, tasks, &mode, &reporter).await
 }
 
-/// After Ctrl-C: stops every file that still has bytes to send (its stream is
+/// After Ctrl-C: stops every file that still has bytes to stage (its stream is
 /// reset; the relay keeps what it staged for the rerun) and gives the ones
-/// whose bytes are all sent up to `COMMIT_WAIT` to be committed.
+/// whose bytes are all staged up to `COMMIT_WAIT` to be committed.
 async fn await_commits(
     tasks: &mut JoinSet<Option<String>>,
     running: &[Running],
@@ -151,7 +152,7 @@ async fn await_commits(
 ) {
     let mut committing = 0;
     for r in running.iter().filter(|r| !r.task.is_finished()) {
-        if r.committing() {
+        if r.all_staged() {
             committing += 1;
         } else {
             r.task.abort();
@@ -161,7 +162,7 @@ async fn await_commits(
         return;
     }
     reporter.notice(&format!(
-        "relay-client: stopping; waiting up to {} s for {committing} file(s) whose bytes are all sent \
+        "relay-client: stopping; waiting up to {} s for {committing} file(s) whose bytes are all staged \
          to be committed (Ctrl-C again to exit now)",
         COMMIT_WAIT.as_secs()
     ));

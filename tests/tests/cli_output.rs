@@ -297,7 +297,7 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
     let said = until(&mut err, WAITING).await;
     assert!(
         said.iter()
-            .any(|l| l.contains("for 1 file(s) whose bytes are all sent")),
+            .any(|l| l.contains("for 1 file(s) whose bytes are all staged")),
         "{said:?}"
     );
     assert!(matches!(child.try_wait(), Ok(None)), "still waiting");
