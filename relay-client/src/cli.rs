@@ -219,8 +219,16 @@ pub struct UploadArgs {
     #[arg(long)]
     pub no_warm_start: bool,
 
-    /// QUIC send/receive window per stream.
-    #[arg(long, default_value = "32MiB", value_parser = size)]
+    /// On a cold start, skip the packet train that measures the path (128
+    /// packets sent back to back right after the handshake; the controller
+    /// then jumps to half the measured bandwidth-delay product): plain slow
+    /// start, doubling from 14.7 KB.
+    #[arg(long)]
+    pub no_probe_train: bool,
+
+    /// QUIC send/receive window per stream (one file's bytes in flight: 64 MiB
+    /// carries 1 Gbit/s over a 300 ms path).
+    #[arg(long, default_value = "64MiB", value_parser = size)]
     pub stream_window: u64,
 
     /// QUIC window per connection.

@@ -95,6 +95,10 @@ pub struct QuicStats {
     pub rtt_ms: f64,
     pub sent_packets: u64,
     pub lost_packets: u64,
+    /// Cold start: the bottleneck rate the packet train after the handshake
+    /// measured, Mbit/s (absent on a warm start or a short path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_mbit: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -192,6 +192,7 @@ pub fn windows(args: &UploadArgs) -> Windows {
         congestion: args.congestion,
         max_rate_mbit: args.max_rate,
         fair: args.fair,
+        probe_train: !args.no_probe_train,
     }
 }
 

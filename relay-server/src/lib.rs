@@ -196,6 +196,7 @@ fn windows(args: &config::Args) -> Windows {
         congestion: args.congestion,
         max_rate_mbit: args.max_rate,
         fair: args.fair,
+        ..Windows::default()
     }
 }
 

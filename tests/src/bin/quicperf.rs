@@ -23,10 +23,11 @@ const USAGE: &str = "usage:
   quicperf server --listen ADDR [--congestion C] [--udp-buffer-mib N]
   quicperf client --to ADDR [--seconds S] [--streams N] [--congestion C]
                   [--max-rate MBIT] [--fair] [--udp-buffer-mib N] [--progress]
-                  [--warm MBIT@RTT_MS]
+                  [--warm MBIT@RTT_MS] [--no-probe-train]
 C: relay | cubic | bbr | newreno
 --warm: start warm, as if an earlier connection had measured MBIT at RTT_MS
-        (relay-client's path cache does this between runs)";
+        (relay-client's path cache does this between runs)
+--no-probe-train: a cold start without the packet train (plain slow start)";
 
 struct Args {
     server: bool,
@@ -63,6 +64,10 @@ fn parse_args() -> Result<Args, String> {
         }
         if flag == "--progress" {
             a.progress = true;
+            continue;
+        }
+        if flag == "--no-probe-train" {
+            a.windows.probe_train = false;
             continue;
         }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -276,6 +281,7 @@ async fn client(a: Args) -> Result<(), String> {
         "rtt_ms": s.path.rtt.as_secs_f64() * 1e3,
         "mtu": s.path.current_mtu,
         "warm_start": observer.warm_started(),
+        "train_mbit": observer.train_rate().map(|r| r as f64 * 8.0 / 1e6),
         "path_estimate_mbit": observer.estimate().map(|e| e.bandwidth as f64 * 8.0 / 1e6),
         "path_min_rtt_ms": observer.estimate().map(|e| e.min_rtt.as_secs_f64() * 1e3),
         "client_cpu_cores_per_100mbit": per100(client_cpu, elapsed),

@@ -111,6 +111,9 @@ impl Bench<'_> {
             None if method == Method::RelayCold => {
                 format!("quic:{} (cold)", self.plan.relay_congestion)
             }
+            None if method == Method::RelayColdPlain => {
+                format!("quic:{} (cold, no train)", self.plan.relay_congestion)
+            }
             None => format!("quic:{}", self.plan.relay_congestion),
         };
         let files = self.files.of(workload);

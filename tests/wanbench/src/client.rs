@@ -49,7 +49,7 @@ pub struct RunSpec<'a> {
 pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result<Command> {
     let mut cmd;
     match spec.method {
-        Method::Relay | Method::RelayCubic | Method::RelayCold => {
+        Method::Relay | Method::RelayCubic | Method::RelayCold | Method::RelayColdPlain => {
             let cc = if spec.method == Method::RelayCubic {
                 "cubic"
             } else {
@@ -66,6 +66,9 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
             cmd.arg("--path-cache").arg(spec.path_cache);
             if spec.method != Method::Relay {
                 cmd.arg("--no-warm-start");
+            }
+            if spec.method == Method::RelayColdPlain {
+                cmd.arg("--no-probe-train");
             }
         }
         Method::DirectCubic | Method::DirectBbr | Method::DirectBbr32 => {

@@ -62,7 +62,7 @@ struct Args {
     /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Methods: relay, relay-cold, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
+    /// Methods: relay, relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
     /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,

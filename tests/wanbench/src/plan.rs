@@ -95,6 +95,9 @@ pub enum Method {
     /// Relay with `--no-warm-start`: the connection starts cold, as the first
     /// upload to a relay does (optional row; it still saves its estimate).
     RelayCold,
+    /// Cold and `--no-probe-train`: plain slow start, the cold start before
+    /// the packet train (optional row, for comparison).
+    RelayColdPlain,
     /// relay-client --direct --connections 8, TCP cubic.
     DirectCubic,
     /// relay-client --direct --connections 8, TCP bbr.
@@ -129,6 +132,7 @@ impl Method {
             Method::Relay => "relay",
             Method::RelayCubic => "relay-cubic",
             Method::RelayCold => "relay-cold",
+            Method::RelayColdPlain => "relay-cold-plain",
             Method::DirectCubic => "direct-cubic",
             Method::DirectBbr => "direct-bbr",
             Method::PythonSdk => "python-sdk",
@@ -145,6 +149,7 @@ impl Method {
             Method::Relay,
             Method::RelayCubic,
             Method::RelayCold,
+            Method::RelayColdPlain,
             Method::DirectCubic,
             Method::DirectBbr,
             Method::PythonSdk,
@@ -172,7 +177,7 @@ impl Method {
             | Method::PythonSdk64
             | Method::DirectBbr32
             | Method::Rclone => Some("bbr"),
-            Method::Relay | Method::RelayCubic | Method::RelayCold => None,
+            Method::Relay | Method::RelayCubic | Method::RelayCold | Method::RelayColdPlain => None,
         }
     }
 

@@ -18,6 +18,7 @@ mod filters;
 mod model;
 #[cfg(test)]
 mod sim;
+mod train;
 mod warm;
 
 use std::any::Any;
@@ -55,6 +56,8 @@ pub struct PathObserver {
     bandwidth: AtomicU64,
     min_rtt_us: AtomicU64,
     warm_started: AtomicBool,
+    /// What the cold-start train measured, bytes per second (0: nothing).
+    train_rate: AtomicU64,
 }
 
 impl PathObserver {
@@ -72,7 +75,15 @@ impl PathObserver {
         self.warm_started.load(Ordering::Relaxed)
     }
 
+    /// The bottleneck rate a cold start's packet train measured, bytes per second.
+    pub fn train_rate(&self) -> Option<u64> {
+        Some(self.train_rate.load(Ordering::Relaxed)).filter(|r| *r > 0)
+    }
+
     fn record(&self, model: &Model) {
+        if let Some(rate) = model.train_rate() {
+            self.train_rate.store(rate, Ordering::Relaxed);
+        }
         if let Some(e) = model.estimate() {
             self.bandwidth.store(e.bandwidth, Ordering::Relaxed);
             let us = u64::try_from(e.min_rtt.as_micros()).unwrap_or(u64::MAX);
@@ -101,10 +112,10 @@ impl Relay {
 }
 
 impl Controller for Relay {
-    fn on_sent(&mut self, now: Instant, _bytes: u64, _last_packet_number: u64) {
-        // quinn 0.11 passes the size of the whole GSO buffer so far here, not of
-        // the packet; in-flight bytes come from `on_end_acks` instead.
-        self.model.on_sent(now);
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        // quinn 0.11 calls this once per batch (GSO buffer), with the batch's
+        // size; in-flight bytes come from `on_end_acks` instead.
+        self.model.on_sent(now, bytes);
     }
 
     fn on_ack(

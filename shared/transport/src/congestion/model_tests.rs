@@ -12,7 +12,7 @@ fn steady(m: &mut Model, t0: Instant, rtt: Duration, rate: f64, secs: f64) -> In
     let lag = (rtt.as_secs_f64() / gap.as_secs_f64()) as u32;
     for i in 0..n {
         let now = t0 + gap * i;
-        m.on_sent(now);
+        m.on_sent(now, PKT);
         if i >= lag {
             m.on_ack(now, t0 + gap * (i - lag), PKT, false);
             m.on_end_acks(now, u64::from(lag) * PKT);
@@ -77,14 +77,19 @@ fn persistent_congestion_starts_over() {
 
 #[test]
 fn startup_ends_when_the_queue_builds() {
-    let mut m = Model::new(Params::default(), 1452);
+    // HyStart on its own: no train (whose acks it ignores) in the second flight.
+    let plain = Params {
+        train: false,
+        ..Params::default()
+    };
+    let mut m = Model::new(plain, 1452);
     let t0 = Instant::now();
     let ms = Duration::from_millis;
     // A first flight acked at the path's 100 ms, then a second one whose acks
     // come 30 ms late: a queue is building.
     let flight = |m: &mut Model, start: u64, n: u64, rtt: u64| {
         for i in 0..n {
-            m.on_sent(t0 + ms(start + i));
+            m.on_sent(t0 + ms(start + i), PKT);
         }
         for i in 0..n {
             let sent = t0 + ms(start + i);
@@ -107,7 +112,7 @@ fn startup_sees_a_queue_within_the_round() {
     // come at the path's 100 ms, the later ones 30 ms late. The round's
     // minimum stays 100 ms; the run of late samples is the signal.
     for i in 0..30 {
-        m.on_sent(t0 + ms(i));
+        m.on_sent(t0 + ms(i), PKT);
     }
     for i in 0..30u64 {
         let sent = t0 + ms(i);
@@ -159,4 +164,37 @@ fn under_a_cap_the_window_leaves_room_for_late_acks() {
     assert!(w <= rate * 0.026 * 1.05, "{w}");
     // Uncapped, the model keeps its 2 ms (it probes above its estimate).
     assert!(capped(None) < rate * 0.005, "{}", capped(None));
+}
+
+#[test]
+fn no_train_under_a_cap_or_in_fair_mode() {
+    // The first send after an RTT sample would start the train: its window is
+    // far above Startup's. Under a cap or in fair mode, Startup's stays.
+    let opened = |params: Params| {
+        let mut m = Model::new(params, 1452);
+        let t0 = Instant::now();
+        m.on_sent(t0, 1200);
+        let rtt = Duration::from_millis(200);
+        m.on_ack(t0 + rtt, t0, 1200, false);
+        m.on_end_acks(t0 + rtt, 0);
+        m.on_sent(t0 + rtt, 14_520);
+        m.window()
+    };
+    let startup = 14_720 + 1200;
+    assert!(opened(Params::default()) > 100 * startup);
+    let capped = Params {
+        max_rate: Some(25_000_000),
+        ..Params::default()
+    };
+    let fair = Params {
+        fair: true,
+        ..Params::default()
+    };
+    let off = Params {
+        train: false,
+        ..Params::default()
+    };
+    for params in [capped, fair, off] {
+        assert!(opened(params) <= startup, "{params:?}: {}", opened(params));
+    }
 }

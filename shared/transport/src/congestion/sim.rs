@@ -57,7 +57,7 @@ trait Ctl {
 
 impl Ctl for Model {
     fn on_sent(&mut self, now: Instant) {
-        Model::on_sent(self, now);
+        Model::on_sent(self, now, PACKET);
     }
     fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64) {
         Model::on_ack(self, now, sent, bytes, false);
@@ -139,14 +139,18 @@ impl Ctl for Cubic {
     }
 }
 
-struct Flow {
-    ctl: Box<dyn Ctl>,
+struct Flow<'a> {
+    ctl: Box<dyn Ctl + 'a>,
     in_flight: u64,
     srtt: Option<Duration>,
     next_send: Instant,
     /// Send times of this flow's packets that never arrive.
     doomed: VecDeque<Instant>,
     sent: u64,
+    /// An ack came back: the handshake is over. Until then one packet (the
+    /// handshake's) is all a flow sends, as a QUIC or TCP connection would;
+    /// its ack gives the controller its first RTT sample before any data.
+    handshaken: bool,
     early_bytes: u64,
     late_bytes: u64,
 }
@@ -166,11 +170,11 @@ struct Outcome {
 const EARLY: Duration = Duration::from_secs(2);
 
 /// Runs the flows (all bulk, starting together) for `seconds` of simulated time.
-fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
+fn run<'a>(link: &mut Link, ctls: Vec<Box<dyn Ctl + 'a>>, seconds: f64) -> Outcome {
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(seconds);
     let half = t0 + Duration::from_secs_f64(seconds / 2.0);
-    let mut flows: Vec<Flow> = ctls
+    let mut flows: Vec<Flow<'a>> = ctls
         .into_iter()
         .map(|ctl| Flow {
             ctl,
@@ -179,6 +183,7 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
             next_send: t0,
             doomed: VecDeque::new(),
             sent: 0,
+            handshaken: false,
             early_bytes: 0,
             late_bytes: 0,
         })
@@ -194,7 +199,8 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
         let mut next = acks.front().map(|a| a.2);
         let mut sender = None;
         for (i, f) in flows.iter().enumerate() {
-            if f.in_flight + PACKET <= f.ctl.window() {
+            let handshake_done = f.handshaken || f.sent == 0;
+            if handshake_done && f.in_flight + PACKET <= f.ctl.window() {
                 let at = f.next_send.max(now);
                 if next.is_none_or(|n| at < n) {
                     next = Some(at);
@@ -214,6 +220,7 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
                 f.ctl.on_loss(at, d, PACKET);
             }
             f.in_flight -= PACKET;
+            f.handshaken = true;
             f.ctl.on_ack(at, sent, PACKET);
             f.ctl.on_end_acks(at, f.in_flight);
             let rtt = at - sent;
@@ -231,7 +238,9 @@ fn run(link: &mut Link, ctls: Vec<Box<dyn Ctl>>, seconds: f64) -> Outcome {
         f.sent += 1;
         f.in_flight += PACKET;
         f.ctl.on_sent(now);
-        if link.coin() < link.loss {
+        // The handshake's packet always arrives (QUIC would resend it; the
+        // simulator has no timers).
+        if f.sent > 1 && link.coin() < link.loss {
             out.random_drops += 1;
             f.doomed.push_back(now);
         } else {
@@ -325,7 +334,7 @@ fn replay_ack_clock(phases: &[Phase]) -> (Model, Link) {
     let mut now = Instant::now();
     for phase in phases {
         for _ in 0..phase.packets {
-            m.on_sent(now);
+            m.on_sent(now, PACKET);
             sent.push_back((now, phase.app_limited));
             while let Some(&(s, app_limited)) = sent.front() {
                 if s + rtt > now {
@@ -477,17 +486,36 @@ fn cubic_alone(rtt_ms: u64, loss: f64, rate_mbit: f64) -> f64 {
 
 #[test]
 fn fair_mode_leaves_cubic_a_share() {
-    // A reasonable share: at least 70 % of what Cubic would get alone or of half
-    // the link, whichever is less (on a lossy link Cubic cannot use half).
-    for (rtt_ms, loss) in [(20, 0.0), (50, 0.001)] {
-        let alone = cubic_alone(rtt_ms, loss, 40.0);
-        let (r, c) = against_cubic(true, rtt_ms, loss, 40.0);
-        println!("  cubic alone {:.1} %", alone * 100.0);
-        // The simulator's Cubic is harsher than the kernel's (no HyStart, synchronized
-        // drop-tail losses); in the lab (docs/TRANSPORT.md) Cubic gets about half.
-        assert!(c >= 0.4 * alone.min(0.5), "cubic got {c}, alone {alone}");
-        assert!(r > 0.3, "relay got {r}");
+    // Two flows starting together on a drop-tail queue are chaotic in this
+    // simulator: a few milliseconds or Mbit/s more or less and the same rules
+    // leave Cubic 1 % or 57 % (its Cubic has no HyStart and every flow sees the
+    // same synchronized drops). So the claim is over a grid of links: fair mode
+    // leaves Cubic, on average, a share and far more than default mode does.
+    // The lab measures real kernel Cubic (docs/TRANSPORT.md, "Fairness").
+    let mut shares = [Vec::new(), Vec::new()];
+    for rtt_ms in [16, 20, 24, 30] {
+        for mbit in [30.0, 40.0, 50.0] {
+            for (i, fair) in [true, false].into_iter().enumerate() {
+                shares[i].push(against_cubic(fair, rtt_ms, 0.0, mbit).1);
+            }
+        }
     }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (fair, default) = (mean(&shares[0]), mean(&shares[1]));
+    println!(
+        "  cubic's mean share: {:.1} % beside fair mode, {:.1} % beside default",
+        fair * 100.0,
+        default * 100.0
+    );
+    assert!(fair >= 0.1, "cubic's mean share beside fair mode {fair}");
+    assert!(fair >= 2.0 * default, "fair {fair} vs default {default}");
+    // On a lossy link Cubic cannot use half even alone: fair mode leaves it
+    // most of what it gets alone.
+    let alone = cubic_alone(50, 0.001, 40.0);
+    let (r, c) = against_cubic(true, 50, 0.001, 40.0);
+    println!("  cubic alone {:.1} %", alone * 100.0);
+    assert!(c >= 0.4 * alone.min(0.5), "cubic got {c}, alone {alone}");
+    assert!(r > 0.3, "relay got {r}");
 }
 
 #[test]
@@ -500,15 +528,26 @@ fn default_mode_against_cubic_is_reported() {
 
 /// (bytes acked in the first 2 s, queue drops / sent) of one relay flow over 6 s.
 fn startup(rtt_ms: u64, rate_mbit: f64, warm: Option<PathEstimate>) -> (u64, f64) {
+    startup_with(rtt_ms, rate_mbit, warm, true)
+}
+
+/// As `startup`, with or without the cold-start train.
+fn startup_with(
+    rtt_ms: u64,
+    rate_mbit: f64,
+    warm: Option<PathEstimate>,
+    train: bool,
+) -> (u64, f64) {
     let mut link = Link::new(rtt_ms, 0.01, rate_mbit);
     let params = Params {
         warm,
+        train,
         ..Params::default()
     };
     let o = run(&mut link, vec![relay(params)], 6.0);
     let self_loss = o.queue_drops as f64 / o.sent as f64;
     println!(
-        "{rtt_ms}ms/{rate_mbit}M warm {warm:?}: {} bytes in 2 s, queue drops {:.2} %",
+        "{rtt_ms}ms/{rate_mbit}M warm {warm:?} train {train}: {} bytes in 2 s, queue drops {:.2} %",
         o.early_bytes[0],
         self_loss * 100.0
     );
@@ -524,9 +563,9 @@ fn saved(rate_mbit: f64, rtt_ms: u64) -> Option<PathEstimate> {
 
 #[test]
 fn warm_start_skips_most_of_startup() {
-    let (cold, cold_loss) = startup(200, 40.0, None);
+    let (cold, cold_loss) = startup_with(200, 40.0, None, false);
     let (warm, warm_loss) = startup(200, 40.0, saved(40.0, 200));
-    // 2 s at 40 Mbit/s is 10 MB; cold Startup spends most of it doubling.
+    // 2 s at 40 Mbit/s is 10 MB; plain Startup spends most of it doubling.
     assert!(
         warm as f64 > 1.4 * cold as f64,
         "warm {warm} vs cold {cold}"
@@ -566,4 +605,58 @@ fn warm_start_ignores_another_path() {
     let (other, _) = startup(200, 40.0, saved(40.0, 20));
     let diff = (other as f64 - cold as f64).abs() / cold as f64;
     assert!(diff < 0.1, "other path {other} vs cold {cold}");
+}
+
+#[test]
+fn a_cold_start_is_nearly_as_fast_as_a_warm_one() {
+    // The train measures the bottleneck one round trip after the handshake;
+    // a warm start knows it at the handshake. Both far ahead of plain Startup,
+    // and neither fills the queue.
+    for (rtt_ms, mbit) in [(200, 40.0), (100, 40.0)] {
+        let (plain, _) = startup_with(rtt_ms, mbit, None, false);
+        let (cold, cold_loss) = startup(rtt_ms, mbit, None);
+        let (warm, _) = startup(rtt_ms, mbit, saved(mbit, rtt_ms));
+        // The train closes at least two thirds of plain Startup's gap to warm.
+        let (gap, left) = (warm as f64 - plain as f64, warm as f64 - cold as f64);
+        assert!(
+            gap > 0.0 && left < gap / 3.0,
+            "{rtt_ms} ms: plain {plain}, train {cold}, warm {warm}"
+        );
+        assert!(cold_loss < 0.02, "{rtt_ms} ms: queue loss {cold_loss}");
+    }
+}
+
+#[test]
+fn the_train_is_measured_and_reported() {
+    let mut link = Link::new(200, 0.01, 40.0);
+    let mut m = Model::new(Params::default(), MTU);
+    // Drive a copy through the simulator, then read what its train measured.
+    struct Keep<'a>(&'a mut Model);
+    impl Ctl for Keep<'_> {
+        fn on_sent(&mut self, now: Instant) {
+            self.0.on_sent(now, PACKET);
+        }
+        fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64) {
+            self.0.on_ack(now, sent, bytes, false);
+        }
+        fn on_end_acks(&mut self, now: Instant, in_flight: u64) {
+            self.0.on_end_acks(now, in_flight);
+        }
+        fn on_loss(&mut self, now: Instant, _sent: Instant, bytes: u64) {
+            self.0.on_congestion(now, false, bytes);
+        }
+        fn window(&self) -> u64 {
+            self.0.window()
+        }
+        fn paced(&self) -> bool {
+            true
+        }
+    }
+    let _ = run(&mut link, vec![Box::new(Keep(&mut m))], 1.0);
+    let rate = m.train_rate().expect("the train measured the link") as f64;
+    assert!(
+        (rate / link.rate - 1.0).abs() < 0.05,
+        "{rate} vs {}",
+        link.rate
+    );
 }
