@@ -198,3 +198,89 @@ fn no_train_under_a_cap_or_in_fair_mode() {
         assert!(opened(params) <= startup, "{params:?}: {}", opened(params));
     }
 }
+
+/// A model that warm-starts from 25 MB/s at 200 ms (a 5 MB BDP), after the
+/// handshake (its RTT sample makes the jump) and the client's first two
+/// packets (a round the application did not fill).
+fn warm_after_handshake(t0: Instant) -> Model {
+    let ms = Duration::from_millis;
+    let saved = PathEstimate {
+        bandwidth: 25_000_000,
+        min_rtt: ms(200),
+    };
+    let mut m = Model::new(
+        Params {
+            warm: Some(saved),
+            ..Params::default()
+        },
+        1452,
+    );
+    m.on_sent(t0, 1200);
+    m.on_ack(t0 + ms(200), t0, 1200, true);
+    m.on_end_acks(t0 + ms(200), 0);
+    for i in 0..2 {
+        m.on_sent(t0 + ms(200 + i), PKT);
+    }
+    for i in 0..2 {
+        let sent = t0 + ms(200 + i);
+        m.on_ack(sent + ms(200), sent, PKT, true);
+        m.on_end_acks(sent + ms(200), (1 - i) * PKT);
+    }
+    assert!(m.window() >= 2_500_000, "jumped: {}", m.window());
+    m
+}
+
+/// One flight of `n` packets sent 100 µs apart from `start`, acked `rtt`
+/// later; every `lose_every`th packet is lost instead.
+fn flight(m: &mut Model, start: Instant, n: u64, rtt: Duration, lose_every: Option<u64>) {
+    let gap = Duration::from_micros(100);
+    let sent_at = |i: u64| start + gap * u32::try_from(i).unwrap_or(u32::MAX);
+    for i in 0..n {
+        m.on_sent(sent_at(i), PKT);
+    }
+    for i in 0..n {
+        let (sent, now) = (sent_at(i), sent_at(i) + rtt);
+        if lose_every.is_some_and(|k| i % k == 0) {
+            m.on_congestion(now, false, PKT);
+        } else {
+            m.on_ack(now, sent, PKT, false);
+        }
+        m.on_end_acks(now, (n - i - 1) * PKT);
+    }
+}
+
+#[test]
+fn a_busy_receiver_does_not_end_startup_after_a_warm_jump() {
+    // The jump's flight (1.2 MB, the connection's first data) is acked 30 ms
+    // late throughout: the relay is opening hundreds of streams. Judged by
+    // HyStart, that ended Startup at a trickle (lab: 2 Mbit/s on 200).
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut m = warm_after_handshake(t0);
+    flight(&mut m, t0 + ms(402), 800, ms(230), None);
+    assert_eq!(m.mode(), Mode::Startup);
+    // The next round's acks are prompt and show no queue: Startup goes on
+    // growing from the jump.
+    flight(&mut m, t0 + ms(640), 1600, ms(200), None);
+    assert_eq!(m.mode(), Mode::Startup);
+    assert!(m.window() > 3_000_000, "{}", m.window());
+    // A queue after the jump was validated still ends it.
+    flight(&mut m, t0 + ms(850), 100, ms(200), None);
+    flight(&mut m, t0 + ms(1100), 1600, ms(240), None);
+    assert!(matches!(m.mode(), Mode::ProbeBw { .. }), "{:?}", m.mode());
+}
+
+#[test]
+fn a_warm_jump_is_validated_by_the_round_that_carried_it() {
+    // The round after the jump's is the client's first two packets; the jump's
+    // own flight comes a round later and loses a third of its packets: less
+    // room than remembered, so Startup must end on what was delivered rather
+    // than keep doubling (the round of two packets proved nothing).
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut m = warm_after_handshake(t0);
+    flight(&mut m, t0 + ms(402), 800, ms(200), Some(3));
+    // A round ends when a packet sent after it began is acked.
+    flight(&mut m, t0 + ms(700), 10, ms(200), None);
+    assert!(matches!(m.mode(), Mode::ProbeBw { .. }), "{:?}", m.mode());
+}
