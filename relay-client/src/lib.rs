@@ -10,6 +10,7 @@ pub mod filter;
 pub mod in_flight;
 pub mod interrupt;
 pub mod link;
+pub mod live_list;
 pub mod manifest;
 pub mod path_cache;
 pub mod probe;

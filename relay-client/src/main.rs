@@ -13,6 +13,7 @@ const EXIT_FAILED: u8 = 1;
 const EXIT_SETUP: u8 = 2;
 
 fn main() -> ExitCode {
+    relay_storage::backtraces::no_library_backtraces();
     let argv: Vec<String> = std::env::args().collect();
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,

@@ -19,6 +19,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relay_proto::size::format_size;
 use serde_json::json;
 
+use crate::live_list::LiveList;
 use crate::report::{FileReport, Status, Summary, Totals};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +45,7 @@ struct State {
     /// Sizes of finished files (uploaded, skipped or failed).
     done_bytes: u64,
     found: Found,
-    active: Vec<ProgressBar>,
+    active: LiveList<ProgressBar>,
 }
 
 pub struct Reporter {
@@ -113,7 +114,7 @@ impl Reporter {
                 kept: Vec::new(),
                 done_bytes: 0,
                 found: Found::default(),
-                active: Vec::new(),
+                active: LiveList::default(),
             }),
         }
     }
@@ -138,7 +139,7 @@ impl Reporter {
             "{prefix:40!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec}",
         ));
         bar.set_prefix(blob.to_string());
-        self.state().active.push(bar.clone());
+        self.state().active.push(bar.clone(), |b| !b.is_finished());
         bar
     }
 
@@ -155,9 +156,6 @@ impl Reporter {
         }
         self.print_result(&report);
         let mut st = self.state();
-        if bar.is_some() {
-            st.active.retain(|b| !b.is_finished());
-        }
         st.done_bytes += size;
         st.totals.add(&report);
         if self.output == Output::Json {
@@ -251,7 +249,7 @@ impl Reporter {
     pub fn summary(&self, mode: &'static str) -> Summary {
         self.total.finish_and_clear();
         let mut st = self.state();
-        for b in st.active.drain(..) {
+        for b in st.active.drain() {
             b.finish_and_clear();
         }
         let totals = st.totals.clone().finish(self.t0.elapsed().as_secs_f64());

@@ -15,6 +15,7 @@ use crate::file::{Job, one_file, walk_report};
 use crate::filter::Filter;
 use crate::in_flight::InFlight;
 use crate::interrupt::Interrupt;
+use crate::live_list::LiveList;
 use crate::manifest::Manifest;
 use crate::progress::{Found as FoundSoFar, Reporter};
 use crate::report::Summary;
@@ -94,7 +95,7 @@ pub async fn run(
     let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
     let window = InFlight::new(&setup::windows(&args));
     let mut tasks: JoinSet<Option<String>> = JoinSet::new();
-    let mut running: Vec<Running> = Vec::new();
+    let mut running: LiveList<Running> = LiveList::default();
     let stop = 'walk: loop {
         let item = tokio::select! {
             item = found.recv() => item,
@@ -126,8 +127,7 @@ pub async fn run(
             let _permits = permits;
             one_file(&job, &reporter, src, file_bar, wait_ms).await
         });
-        running.retain(|r| !r.task.is_finished());
-        running.push(Running { task, bar });
+        running.push(Running { task, bar }, |r| !r.task.is_finished());
     };
     let stop = match stop {
         Stop::Finished => drain(&mut tasks, &mut interrupt).await,
@@ -147,7 +147,7 @@ pub async fn run(
 /// whose bytes are all staged up to `COMMIT_WAIT` to be committed.
 async fn await_commits(
     tasks: &mut JoinSet<Option<String>>,
-    running: &[Running],
+    running: &LiveList<Running>,
     reporter: &Reporter,
 ) {
     let mut committing = 0;

@@ -43,6 +43,7 @@ enum RunError {
 }
 
 fn main() -> ExitCode {
+    relay_storage::backtraces::no_library_backtraces();
     let args = match parse_with_config_file(std::env::args_os().collect()) {
         Ok(a) => a,
         // Help and version go to stdout with status 0, usage errors to stderr with 2.

@@ -10,6 +10,7 @@
 //! Pure rules (block IDs, checkpoints, resume points) come from `relay-proto`.
 
 pub mod account;
+pub mod backtraces;
 pub mod blob;
 pub mod checksum;
 pub mod credentials;
