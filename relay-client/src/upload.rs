@@ -239,7 +239,7 @@ async fn finish(
                     rtt_ms: p.rtt.as_secs_f64() * 1e3,
                     sent_packets: p.sent_packets,
                     lost_packets: p.lost_packets,
-                    train_mbit: link.observer.train_rate().map(|r| r as f64 * 8.0 / 1e6),
+                    train_mbit: link.observer.train_mbit(),
                 }
             });
             link.connector.close().await;

@@ -281,7 +281,7 @@ async fn client(a: Args) -> Result<(), String> {
         "rtt_ms": s.path.rtt.as_secs_f64() * 1e3,
         "mtu": s.path.current_mtu,
         "warm_start": observer.warm_started(),
-        "train_mbit": observer.train_rate().map(|r| r as f64 * 8.0 / 1e6),
+        "train_mbit": observer.train_mbit(),
         "path_estimate_mbit": observer.estimate().map(|e| e.bandwidth as f64 * 8.0 / 1e6),
         "path_min_rtt_ms": observer.estimate().map(|e| e.min_rtt.as_secs_f64() * 1e3),
         "client_cpu_cores_per_100mbit": per100(client_cpu, elapsed),

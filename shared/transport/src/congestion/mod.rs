@@ -80,6 +80,11 @@ impl PathObserver {
         Some(self.train_rate.load(Ordering::Relaxed)).filter(|r| *r > 0)
     }
 
+    /// `train_rate` in Mbit/s, as reports print it.
+    pub fn train_mbit(&self) -> Option<f64> {
+        self.train_rate().map(|r| r as f64 * 8.0 / 1e6)
+    }
+
     fn record(&self, model: &Model) {
         if let Some(rate) = model.train_rate() {
             self.train_rate.store(rate, Ordering::Relaxed);
@@ -89,10 +94,7 @@ impl PathObserver {
             let us = u64::try_from(e.min_rtt.as_micros()).unwrap_or(u64::MAX);
             self.min_rtt_us.store(us, Ordering::Relaxed);
         }
-        if matches!(
-            model.warm(),
-            Warm::Jumped { .. } | Warm::Done { jumped: true }
-        ) {
+        if matches!(model.warm(), Warm::Jumped | Warm::Done { jumped: true }) {
             self.warm_started.store(true, Ordering::Relaxed);
         }
     }

@@ -36,9 +36,10 @@
 //! - **Warm start** (after draft-ietf-tsvwg-careful-resume): given what an earlier
 //!   connection measured on this path, Startup jumps to half of that BDP once the
 //!   first RTT sample confirms the path (RTT within ×2/3–×3/2 of the saved one),
-//!   instead of doubling up from 14.7 KB for ~8 round trips. If the round after the
-//!   jump loses more than `loss_tolerance` (less capacity than remembered), Startup
-//!   ends at once on what was actually delivered (the draft's safe retreat).
+//!   instead of doubling up from 14.7 KB for ~8 round trips. If the first round
+//!   the application fills after the jump (the one carrying it) loses more than
+//!   `loss_tolerance` (less capacity than remembered), Startup ends at once on
+//!   what was actually delivered (the draft's safe retreat).
 //! - **Cold start** (no saved estimate): the first flight after the handshake is
 //!   a packet train whose acks, spread out by the bottleneck, measure its rate
 //!   (`train.rs`); Startup then jumps to half of that BDP one round trip in,
@@ -446,7 +447,7 @@ impl Model {
         }
         let jump = (saved.bandwidth as f64 * rtt.as_secs_f64() * WARM_JUMP) as u64;
         self.startup_window = self.startup_window.max(jump);
-        self.warm = Warm::Jumped { round: self.round };
+        self.warm = Warm::Jumped;
         self.jump_round = Some(self.round);
     }
 
@@ -522,7 +523,7 @@ impl Model {
             let ended = self.round - 1;
             if ended > round && !self.round_app_limited {
                 self.jump_round = None;
-                if let Warm::Jumped { .. } = self.warm {
+                if self.warm == Warm::Jumped {
                     self.warm = Warm::Done { jumped: true };
                 }
                 if heavy_loss && self.mode == Mode::Startup {

@@ -51,8 +51,9 @@ pub enum Warm {
     Off,
     /// Saved estimate waiting for the first RTT sample.
     Pending(PathEstimate),
-    /// Jumped in this round; the next round validates it.
-    Jumped { round: u64 },
+    /// Jumped; the first round the application fills validates it (the
+    /// model's `jump_round`, shared with the cold-start train's jump).
+    Jumped,
     /// Jump validated (or the path did not match: `jumped` false).
     Done { jumped: bool },
 }
