@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::crypto::rustls::{NoInitialCipherSuite, QuicClientConfig};
-use quinn::{Connection, Endpoint, TokioRuntime};
+use quinn::{Connection, Endpoint};
 use relay_transport::quic::{PathMemory, Windows, bind_udp};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
@@ -275,13 +275,8 @@ impl Connector {
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
         config.transport_config(Arc::new(transport));
         let socket = bind_udp(bind, udp_buffer).map_err(ConnectorError::Bind)?;
-        let endpoint = Endpoint::new(
-            relay_transport::quic::endpoint_config(),
-            None,
-            socket,
-            Arc::new(TokioRuntime),
-        )
-        .map_err(ConnectorError::Endpoint)?;
+        let endpoint =
+            relay_transport::quic::endpoint(None, socket).map_err(ConnectorError::Endpoint)?;
         Ok(Self {
             endpoint,
             config,

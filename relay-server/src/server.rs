@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quinn::{Endpoint, TokioRuntime};
+use quinn::Endpoint;
 use relay_transport::quic::bind_udp;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -62,15 +62,11 @@ impl Relay {
             addr: cfg.listen,
             source,
         })?;
-        let endpoint = Endpoint::new(
-            relay_transport::quic::endpoint_config(),
-            Some(server),
-            socket,
-            Arc::new(TokioRuntime),
-        )
-        .map_err(|source| BindError::Quic {
-            addr: cfg.listen,
-            source,
+        let endpoint = relay_transport::quic::endpoint(Some(server), socket).map_err(|source| {
+            BindError::Quic {
+                addr: cfg.listen,
+                source,
+            }
         })?;
         let (stopping, stopping_rx) = watch::channel(false);
         let metrics = Metrics::default();

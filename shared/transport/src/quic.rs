@@ -177,6 +177,21 @@ impl Windows {
 /// quinn's 8: every packet carries the peer's, so on a bulk transfer the 4 bytes
 /// are 0.27 % of the link (about 0.1 s of a 1 GiB upload at 200 Mbit/s). 2^32 IDs
 /// are plenty for one relay's connections; quinn draws again on a collision.
+/// A QUIC endpoint on a bound socket (`bind_udp`), with our runtime
+/// (`runtime::RelayRuntime`: batched reads, precise timers). Must be called
+/// inside a Tokio runtime.
+pub fn endpoint(
+    server: Option<quinn::ServerConfig>,
+    socket: UdpSocket,
+) -> std::io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        endpoint_config(),
+        server,
+        socket,
+        Arc::new(crate::runtime::RelayRuntime),
+    )
+}
+
 pub fn endpoint_config() -> quinn::EndpointConfig {
     let mut config = quinn::EndpointConfig::default();
     config.cid_generator(|| {

@@ -131,13 +131,7 @@ async fn server(a: Args) -> Result<(), String> {
         quinn::ServerConfig::with_crypto(identity.server_crypto().map_err(|e| e.to_string())?);
     cfg.transport_config(Arc::new(a.windows.transport()));
     let socket = bind_udp(listen, a.udp_buffer).map_err(|e| format!("bind {listen}: {e}"))?;
-    let endpoint = quinn::Endpoint::new(
-        relay_transport::quic::endpoint_config(),
-        Some(cfg),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(|e| e.to_string())?;
+    let endpoint = relay_transport::quic::endpoint(Some(cfg), socket).map_err(|e| e.to_string())?;
     eprintln!("quicperf: listening on {listen}");
     while let Some(incoming) = endpoint.accept().await {
         tokio::spawn(async move {
