@@ -30,12 +30,7 @@ pub struct RelayRuntime;
 
 impl Runtime for RelayRuntime {
     fn new_timer(&self, deadline: Instant) -> Pin<Box<dyn AsyncTimer>> {
-        #[cfg(target_os = "linux")]
-        if let Ok(timer) = precise::PreciseTimer::new(deadline) {
-            return Box::pin(timer);
-        }
-        // Tokio's millisecond timer, where there is no timerfd.
-        Box::pin(tokio::time::sleep_until(deadline.into()))
+        precise_timer(deadline)
     }
 
     fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
@@ -45,6 +40,16 @@ impl Runtime for RelayRuntime {
     fn wrap_udp_socket(&self, socket: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {
         Ok(Arc::new(BatchingSocket::new(socket)?))
     }
+}
+
+/// A timer that fires at `deadline` to the microsecond where the OS has a
+/// timerfd, else Tokio's millisecond timer. Must be called inside a Tokio runtime.
+pub(crate) fn precise_timer(deadline: Instant) -> Pin<Box<dyn AsyncTimer>> {
+    #[cfg(target_os = "linux")]
+    if let Ok(timer) = precise::PreciseTimer::new(deadline) {
+        return Box::pin(timer);
+    }
+    Box::pin(tokio::time::sleep_until(deadline.into()))
 }
 
 #[cfg(target_os = "linux")]
@@ -64,6 +69,8 @@ mod precise {
     pub struct PreciseTimer {
         fd: AsyncFd<OwnedFd>,
         deadline: Instant,
+        /// What the timerfd is set to fire at; `None` once it fired.
+        armed: Option<Instant>,
     }
 
     impl fmt::Debug for PreciseTimer {
@@ -92,13 +99,17 @@ mod precise {
             // SAFETY: the AsyncFd owns `owned`, which stays open until it is dropped.
             let fd = unsafe { AsyncFd::register_with_interest(owned, Interest::READABLE) }
                 .map_err(|e| e.into_parts().1)?;
-            let timer = Self { fd, deadline };
+            let mut timer = Self {
+                fd,
+                deadline,
+                armed: None,
+            };
             timer.arm()?;
             Ok(timer)
         }
 
         /// Sets the timerfd to fire at `deadline` (at once if it has passed).
-        fn arm(&self) -> io::Result<()> {
+        fn arm(&mut self) -> io::Result<()> {
             // std's Instant is CLOCK_MONOTONIC on Linux, but opaque: arm with
             // the time left, at least 1 ns (zero would disarm).
             let left = self
@@ -122,24 +133,36 @@ mod precise {
             if rc < 0 {
                 return Err(io::Error::last_os_error());
             }
+            self.armed = Some(self.deadline);
             Ok(())
         }
     }
 
     impl AsyncTimer for PreciseTimer {
-        fn reset(mut self: Pin<&mut Self>, deadline: Instant) {
-            self.deadline = deadline;
+        fn reset(self: Pin<&mut Self>, deadline: Instant) {
+            let this = self.get_mut();
+            this.deadline = deadline;
+            // A later deadline needs no syscall now: the timerfd fires early
+            // and `poll` sets it again. quinn moves deadlines later far more
+            // often than earlier (every ack pushes the loss and idle timers).
+            if this.armed.is_some_and(|armed| armed <= deadline) {
+                return;
+            }
             // Arming a valid timerfd cannot fail; if it did, `poll` still
             // reports the deadline by the clock whenever the task is polled.
-            let _ = self.arm();
+            let _ = this.arm();
         }
 
         fn poll(self: Pin<&mut Self>, cx: &mut Context) -> Poll<()> {
+            let this = self.get_mut();
             loop {
-                if Instant::now() >= self.deadline {
+                if Instant::now() >= this.deadline {
                     return Poll::Ready(());
                 }
-                let Ok(mut guard) = ready!(self.fd.poll_read_ready(cx)) else {
+                if this.armed.is_none() {
+                    let _ = this.arm();
+                }
+                let Ok(mut guard) = ready!(this.fd.poll_read_ready(cx)) else {
                     // The reactor is gone (runtime shutting down): nothing will
                     // ever wake us; report the timer as fired.
                     return Poll::Ready(());
@@ -147,7 +170,7 @@ mod precise {
                 // Consume the expiry count so the next expiry is a new event; an
                 // expiry of an earlier deadline (reset since) just loops.
                 let mut count = [0u8; 8];
-                let _ = guard.try_io(|fd| {
+                let fired = guard.try_io(|fd| {
                     // SAFETY: reading 8 bytes into an 8-byte buffer.
                     let n = unsafe {
                         libc::read(fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len())
@@ -158,6 +181,9 @@ mod precise {
                         Ok(())
                     }
                 });
+                if matches!(fired, Ok(Ok(()))) {
+                    this.armed = None;
+                }
             }
         }
     }
@@ -168,27 +194,40 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Waits until `timer` fires; returns when that was.
+    async fn fired(timer: &mut Pin<Box<dyn AsyncTimer>>) -> Instant {
+        std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
+        Instant::now()
+    }
+
+    fn after_ms(start: Instant, ms: u64) -> Instant {
+        start + Duration::from_millis(ms)
+    }
+
     #[tokio::test]
     async fn a_timer_fires_at_its_deadline_not_before() {
-        let runtime = RelayRuntime;
         let start = Instant::now();
-        let deadline = start + Duration::from_millis(3);
-        let mut timer = runtime.new_timer(deadline);
-        std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
-        assert!(Instant::now() >= deadline);
+        let mut timer = RelayRuntime.new_timer(after_ms(start, 3));
+        assert!(fired(&mut timer).await >= after_ms(start, 3));
     }
 
     #[tokio::test]
     async fn a_reset_timer_fires_at_its_new_deadline() {
-        let runtime = RelayRuntime;
         let start = Instant::now();
-        let mut timer = runtime.new_timer(start + Duration::from_secs(3600));
-        let sooner = start + Duration::from_millis(2);
-        timer.as_mut().reset(sooner);
-        std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
-        assert!(Instant::now() >= sooner);
+        let mut timer = RelayRuntime.new_timer(after_ms(start, 3_600_000));
+        timer.as_mut().reset(after_ms(start, 2));
+        assert!(fired(&mut timer).await >= after_ms(start, 2));
         // A deadline in the past fires at once.
         timer.as_mut().reset(start);
-        std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
+        fired(&mut timer).await;
+    }
+
+    #[tokio::test]
+    async fn a_deadline_moved_later_is_waited_for() {
+        let start = Instant::now();
+        let mut timer = RelayRuntime.new_timer(after_ms(start, 1));
+        // Not re-armed now: the timerfd fires at 1 ms, and poll sets it again.
+        timer.as_mut().reset(after_ms(start, 4));
+        assert!(fired(&mut timer).await >= after_ms(start, 4));
     }
 }

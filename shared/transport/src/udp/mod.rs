@@ -6,8 +6,8 @@
 //! life. Measured on the relay at 200 Mbit/s (WAN lab, 1 GiB at 200 ms / 1 %,
 //! `perf stat -e syscalls:sys_enter_epoll_wait,...`): 14,000 `epoll_wait` calls,
 //! 14,000 context switches and 25,000 `recvmmsg` calls a second for 16,000
-//! datagrams; a third of the relay's CPU went to waking up and returning one
-//! datagram at a time. Here:
+//! datagrams; about a third of the relay's CPU went to waking up and returning
+//! one datagram at a time. Here:
 //!
 //! - reading registers with the reactor only while the policy waits per
 //!   arrival, through a duplicate of the socket's descriptor that is dropped
@@ -19,7 +19,6 @@
 mod policy;
 
 use std::fmt;
-use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::pin::Pin;
@@ -27,13 +26,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 
+use std::time::Instant;
+
 use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
-use quinn::{AsyncUdpSocket, UdpPoller};
+use quinn::{AsyncTimer, AsyncUdpSocket, UdpPoller};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio::time::{Instant, Sleep, sleep_until};
 
-pub use policy::{ReceivePolicy, TICK, Wait};
+use crate::runtime::precise_timer;
+
+pub use policy::{MAX_TICK, MIN_TICK, ReceivePolicy, Wait};
 
 /// A bound UDP socket for `quinn::Endpoint::new_with_abstract_socket`.
 pub struct BatchingSocket {
@@ -49,8 +51,10 @@ struct Receiver {
     /// Registered for readability (a duplicate of the socket) while waiting per
     /// arrival; `None` while reading on ticks.
     readable: Option<AsyncFd<UdpSocket>>,
-    /// The next tick while reading on ticks.
-    tick: Option<Pin<Box<Sleep>>>,
+    /// The tick timer (kept between ticks: it holds a registered timerfd).
+    tick: Option<Pin<Box<dyn AsyncTimer>>>,
+    /// The timer is set for the next tick.
+    tick_armed: bool,
 }
 
 impl fmt::Debug for BatchingSocket {
@@ -79,6 +83,7 @@ impl BatchingSocket {
                 policy,
                 readable: None,
                 tick: None,
+                tick_armed: false,
             }),
             write_blocked: AtomicBool::new(false),
         })
@@ -154,14 +159,14 @@ impl Receiver {
         loop {
             match self.policy.wait() {
                 Wait::PerArrival => {
-                    self.tick = None;
+                    self.tick_armed = false;
                     let readable = match &mut self.readable {
                         Some(readable) => readable,
                         none => none.insert(register(io, Interest::READABLE)?),
                     };
                     let mut guard = ready!(readable.poll_read_ready(cx))?;
                     match guard.try_io(|fd| state.recv(fd.get_ref().into(), bufs, meta)) {
-                        Ok(Ok(n)) => return Poll::Ready(Ok(self.received(n))),
+                        Ok(Ok(n)) => return Poll::Ready(Ok(self.received(n, meta))),
                         Ok(Err(e)) => return Poll::Ready(Err(e)),
                         // Empty: readiness is cleared; wait for the next arrival
                         // or, when arrivals are frequent, the next tick.
@@ -171,12 +176,14 @@ impl Receiver {
                 Wait::Tick => {
                     // Deregistered: arrivals no longer wake anyone.
                     self.readable = None;
-                    if let Some(tick) = &mut self.tick {
+                    if self.tick_armed
+                        && let Some(tick) = &mut self.tick
+                    {
                         ready!(tick.as_mut().poll(cx));
-                        self.tick = None;
                     }
+                    self.tick_armed = false;
                     match state.recv(io.into(), bufs, meta) {
-                        Ok(n) => return Poll::Ready(Ok(self.received(n))),
+                        Ok(n) => return Poll::Ready(Ok(self.received(n, meta))),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.drained(),
                         Err(e) => return Poll::Ready(Err(e)),
                     }
@@ -185,16 +192,23 @@ impl Receiver {
         }
     }
 
-    fn received(&mut self, datagrams: usize) -> usize {
-        self.policy.on_received(datagrams);
-        datagrams
+    /// `n` messages were read into `meta`: tell the policy their bytes.
+    fn received(&mut self, n: usize, meta: &[RecvMeta]) -> usize {
+        self.policy
+            .on_received(meta.iter().take(n).map(|m| m.len).sum());
+        n
     }
 
     /// The socket is empty: ask the policy how to wait, and arm the tick if on ticks.
     fn drained(&mut self) {
         let now = Instant::now();
-        if self.policy.on_drained(now.into_std()) == Wait::Tick {
-            self.tick = Some(Box::pin(sleep_until(now + TICK)));
+        if self.policy.on_drained(now) == Wait::Tick {
+            let next = now + self.policy.tick();
+            match &mut self.tick {
+                Some(tick) => tick.as_mut().reset(next),
+                none => *none = Some(precise_timer(next)),
+            }
+            self.tick_armed = true;
         }
     }
 }
