@@ -35,7 +35,7 @@ use tokio::io::unix::AsyncFd;
 
 use crate::runtime::precise_timer;
 
-pub use policy::{MAX_TICK, MIN_TICK, ReceivePolicy, Wait};
+use policy::{ReceivePolicy, Wait};
 
 /// A bound UDP socket for `quinn::Endpoint::new_with_abstract_socket`.
 pub struct BatchingSocket {
@@ -90,7 +90,8 @@ impl BatchingSocket {
     }
 
     /// Whether the reader currently waits per arrival or on ticks.
-    pub fn receive_wait(&self) -> Wait {
+    #[cfg(test)]
+    fn receive_wait(&self) -> Wait {
         self.receiver
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

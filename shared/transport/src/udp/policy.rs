@@ -215,21 +215,24 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_of_acks_keeps_per_arrival_wakeups() {
-        let mut p = ReceivePolicy::default();
+    fn arrivals_below_the_busy_rate_keep_per_arrival_wakeups() {
         let t0 = Instant::now();
-        // 10,000 acks a second: frequent, but 4.8 Mbit/s.
-        let waits = drains(&mut p, t0, Duration::from_micros(100), 1000, ACK);
-        assert!(waits.iter().all(|w| *w == Wait::PerArrival));
-    }
-
-    #[test]
-    fn slow_data_keeps_per_arrival_wakeups() {
-        let mut p = ReceivePolicy::default();
-        let t0 = Instant::now();
-        // 500 datagrams a second (5.8 Mbit/s).
-        let waits = drains(&mut p, t0, Duration::from_millis(2), 100, DATAGRAM);
-        assert!(waits.iter().all(|w| *w == Wait::PerArrival));
+        for (what, gap, bytes) in [
+            (
+                "10,000 acks a second: frequent, but 4.8 Mbit/s",
+                Duration::from_micros(100),
+                ACK,
+            ),
+            (
+                "500 datagrams a second: 5.8 Mbit/s",
+                Duration::from_millis(2),
+                DATAGRAM,
+            ),
+        ] {
+            let mut p = ReceivePolicy::default();
+            let waits = drains(&mut p, t0, gap, 1000, bytes);
+            assert!(waits.iter().all(|w| *w == Wait::PerArrival), "{what}");
+        }
     }
 
     #[test]
