@@ -95,8 +95,9 @@ pub struct UploadArgs {
 
     /// Most files in flight at once. Fewer are when large: each file in flight
     /// counts min(its size, --stream-window) against --connection-window, so
-    /// many small files fill a long path while large ones never overrun it.
-    #[arg(long, default_value_t = 512)]
+    /// many small files fill a long path while large ones never overrun it; the
+    /// relay also admits streams by the files' declared sizes.
+    #[arg(long, default_value_t = 4096)]
     pub parallel: usize,
 
     /// When the blob exists: never (refuse; identical files are skipped) |

@@ -34,6 +34,8 @@ use quinn::{Connection, Incoming, VarInt};
 use relay_transport::quic::Windows;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use crate::stream_credit::{ConnectionCredit, StreamPool};
+
 /// The pending connections, oldest first; the slot count is the length.
 #[derive(Default)]
 struct PendingSet {
@@ -116,6 +118,8 @@ pub struct Admission {
     max_connections: usize,
     per_address: Mutex<HashMap<IpAddr, usize>>,
     pub refusals: Refusals,
+    /// Stream slots authenticated connections borrow beyond their base.
+    pub streams: Arc<StreamPool>,
 }
 
 impl Admission {
@@ -128,7 +132,13 @@ impl Admission {
             max_connections: max_connections.max(1),
             per_address: Mutex::new(HashMap::new()),
             refusals: Refusals::default(),
+            streams: Arc::new(StreamPool::new(max_connections)),
         }
+    }
+
+    /// The stream limit of an accepted connection, drawn from this relay's pool.
+    pub fn stream_credit(&self, conn: &Connection) -> Arc<ConnectionCredit> {
+        ConnectionCredit::new(&self.windows, self.streams.clone(), conn.clone())
     }
 
     pub fn pending_now(&self) -> usize {
@@ -373,7 +383,8 @@ impl Admitted {
     }
 
     /// After a valid Offer: count the connection against `--max-connections`
-    /// (or refuse it) and raise its windows to the configured ones.
+    /// (or refuse it) and raise its window to the configured one. (Its stream
+    /// limit is raised by its `ConnectionCredit`.)
     pub fn promote(&mut self, conn: &Connection) -> Result<(), &'static str> {
         if self.connection.is_some() {
             return Ok(());
@@ -390,7 +401,6 @@ impl Admitted {
         let w = &self.admission.windows;
         let var = |v: u64| VarInt::from_u64(v).unwrap_or(VarInt::MAX);
         conn.set_receive_window(var(w.connection_window));
-        conn.set_max_concurrent_bi_streams(var(w.max_streams()));
         Ok(())
     }
 }
@@ -428,6 +438,18 @@ pub fn render_metrics(
             ("retry_sent", get(&r.retry_sent)),
         ]
         .map(|(reason, v)| ([("reason", reason)], v)),
+    );
+    out.value(
+        "blob_relay_streams_borrowed",
+        Kind::Gauge,
+        "Stream slots connections of small files borrowed beyond their base (of blob_relay_streams_pool).",
+        a.streams.borrowed(),
+    );
+    out.value(
+        "blob_relay_streams_pool",
+        Kind::Gauge,
+        "Stream slots there are to borrow: (512 - 128) per --max-connections.",
+        a.streams.total(),
     );
     out.value(
         "blob_relay_budget_waiting_blocks",

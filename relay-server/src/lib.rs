@@ -17,6 +17,7 @@ pub mod rejections;
 pub mod server;
 pub mod state;
 pub mod state_dir;
+pub mod stream_credit;
 pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
@@ -114,11 +115,13 @@ impl Config {
     /// The most memory this configuration lets the relay use, whatever its peers
     /// do (docs/SECURITY.md, "Memory").
     pub fn memory_bound(&self) -> MemoryBound {
-        let authenticated_state = per_connection_state(self.windows.max_streams());
+        // Connections borrow streams beyond their base from a pool sized so that
+        // all of them together hold no more than this many each (`stream_credit`).
+        let authenticated_state = per_connection_state(stream_credit::STREAMS_IN_BOUND);
         let pending_state = per_connection_state(
             self.admission
                 .streams_before_auth
-                .clamp(1, self.windows.max_streams()),
+                .clamp(1, stream_credit::BASE_STREAMS),
         );
         MemoryBound {
             base: BASE_MEMORY,

@@ -187,6 +187,7 @@ async fn serve_connection(
     let gate = admitted.gate();
     let evicted = admitted.eviction();
     let link = crate::transfer::Link::new(gate.clone(), conn.clone());
+    let credit = shared.admission.stream_credit(&conn);
     let mut streams = JoinSet::new();
     loop {
         tokio::select! {
@@ -209,12 +210,14 @@ async fn serve_connection(
                     conn.close(relay_proto::protocol::app_error::BUSY.into(), why.as_bytes());
                     break;
                 }
+                credit.activate();
             }
             s = conn.accept_bi() => match s {
                 Ok((send, recv)) => {
                     streams.spawn(crate::transfer::handle(
                         shared.clone(),
                         link.clone(),
+                        credit.open(),
                         send,
                         recv,
                     ));

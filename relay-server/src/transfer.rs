@@ -31,6 +31,7 @@ use crate::frame_turns::FrameTurns;
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
 use crate::state::Shared;
+use crate::stream_credit::StreamTicket;
 
 /// How long a peer may send no file bytes before its transfer is dropped (its
 /// block buffer goes back to the budget; staged blocks stay for a resume).
@@ -49,7 +50,13 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
     }
 }
 
-pub async fn handle(shared: Arc<Shared>, link: Link, mut send: SendStream, mut recv: RecvStream) {
+pub async fn handle(
+    shared: Arc<Shared>,
+    link: Link,
+    mut ticket: StreamTicket,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
     let _active = ActiveGuard::new(&shared.metrics);
     let refused = match tokio::time::timeout(CONTROL_TIMEOUT, link.read_frame(&mut recv)).await {
         Ok(Ok(Message::Offer(o))) => match check_names(&o) {
@@ -85,7 +92,11 @@ pub async fn handle(shared: Arc<Shared>, link: Link, mut send: SendStream, mut r
         )),
     };
     let offer = match refused {
-        Ok(o) => o,
+        Ok(o) => {
+            // Its size sets how many more streams the connection may open.
+            ticket.declare(o.size);
+            o
+        }
         Err((reason, f)) => return reject(&shared, &mut send, &mut recv, reason, f).await,
     };
     // Names are valid here (no control or bidi characters); still escaped and cut,

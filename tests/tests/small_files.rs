@@ -546,3 +546,70 @@ async fn many_small_files_stream_at_once_within_the_budget() {
     }
     relay.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_of_tiny_files_gets_streams_by_their_declared_size() {
+    let container = new_container("smallcredit").await;
+    let proxy = proxy().await;
+    // Every Put Blob waits, so every file stays open on the connection.
+    proxy.hold(Op::Other);
+    // More than the 512 streams a connection had before, fewer than a
+    // connection of 1 KiB files may borrow (`stream_credit`).
+    const FILES: u64 = 768;
+    const SIZE: u64 = KIB;
+    let relay = RelayHandle::start(via(&proxy), RelayOptions::default());
+    let pool = relay.shared.admission.streams.clone();
+    assert!(pool.max_per_connection() > FILES, "{pool:?}");
+    let dir = Scratch::new("smallcredit");
+    let paths: Vec<_> = (0..FILES)
+        .map(|i| dir.path(&format!("t{i:03}.bin")))
+        .collect();
+    let shas: Vec<String> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| write_random(p, SIZE, 900 + i as u64))
+        .collect();
+    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+    let a = upload(&relay, &container, &refs, &[]);
+    let client = tokio::spawn({
+        let a = a.clone();
+        async move { run_client(&a, &[], T).await }
+    });
+    // All 768 files open on the one connection at once, none with a Receipt.
+    let active = || relay.shared.metrics.transfers_active.load(Ordering::SeqCst);
+    let deadline = Instant::now() + T;
+    while active() < FILES {
+        assert!(
+            !client.is_finished(),
+            "the client ended with {} files open",
+            active()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "only {} files open at once (pool {pool:?})",
+            active()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The slots beyond the connection's base came from the pool.
+    let base = relay_server::stream_credit::BASE_STREAMS;
+    assert!(pool.borrowed() >= FILES - base, "{pool:?}");
+    assert!(pool.borrowed() <= pool.total());
+    proxy.release();
+    let out = client.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(summary(&out)["totals"]["committed"], FILES);
+    for (i, sha) in shas.iter().enumerate() {
+        assert_eq!(
+            blob_sha(&container, &format!("t{i:03}.bin")).await,
+            (SIZE, sha.clone())
+        );
+    }
+    // The connection is gone: every borrowed slot is back in the pool.
+    let deadline = Instant::now() + T;
+    while pool.borrowed() > 0 {
+        assert!(Instant::now() < deadline, "slots not returned: {pool:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    relay.stop().await;
+}
