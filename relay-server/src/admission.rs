@@ -137,8 +137,14 @@ impl Admission {
     }
 
     /// The stream limit of an accepted connection, drawn from this relay's pool.
-    pub fn stream_credit(&self, conn: &Connection) -> Arc<ConnectionCredit> {
-        ConnectionCredit::new(&self.windows, self.streams.clone(), conn.clone())
+    /// `storage_queue`: storage requests the relay sends at once.
+    pub fn stream_credit(&self, conn: &Connection, storage_queue: u64) -> Arc<ConnectionCredit> {
+        ConnectionCredit::new(
+            &self.windows,
+            storage_queue,
+            self.streams.clone(),
+            conn.clone(),
+        )
     }
 
     pub fn pending_now(&self) -> usize {

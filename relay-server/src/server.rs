@@ -187,7 +187,9 @@ async fn serve_connection(
     let gate = admitted.gate();
     let evicted = admitted.eviction();
     let link = crate::transfer::Link::new(gate.clone(), conn.clone());
-    let credit = shared.admission.stream_credit(&conn);
+    let credit = shared
+        .admission
+        .stream_credit(&conn, shared.storage.max_requests_in_flight() as u64);
     let mut streams = JoinSet::new();
     loop {
         tokio::select! {

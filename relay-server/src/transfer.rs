@@ -107,7 +107,7 @@ pub async fn handle(
         blob = %safe(&offer.blob),
         size = offer.size
     );
-    respond(&shared, &link, &offer, &mut send, &mut recv)
+    respond(&shared, &link, &offer, &mut ticket, &mut send, &mut recv)
         .instrument(span)
         .await;
 }
@@ -148,10 +148,11 @@ async fn respond(
     shared: &Shared,
     link: &Link,
     offer: &Offer,
+    ticket: &mut StreamTicket,
     send: &mut SendStream,
     recv: &mut RecvStream,
 ) {
-    match run(shared, link, offer, send, recv).await {
+    match run(shared, link, offer, ticket, send, recv).await {
         Action::Receipt(receipt) => {
             Metrics::add(&shared.metrics.transfers_committed, 1);
             Metrics::add(&shared.metrics.bytes_committed, receipt.size);
@@ -252,6 +253,7 @@ async fn run(
     shared: &Shared,
     link: &Link,
     offer: &Offer,
+    ticket: &mut StreamTicket,
     send: &mut SendStream,
     recv: &mut RecvStream,
 ) -> Action {
@@ -315,7 +317,11 @@ async fn run(
             Action::Receive { from_resume_point } => {
                 let progress = io.progress.as_ref().map(|p| p.subscribe());
                 let work = io.receive(from_resume_point, recv);
-                Event::Received(telling_progress(send, progress, work).await)
+                let received = telling_progress(send, progress, work).await;
+                // Every byte is here (or the stream failed): from now on the file
+                // waits only for storage, and no longer asks for streams.
+                ticket.received();
+                Event::Received(received)
             }
             Action::FinishStaging => {
                 let progress = io.progress.as_ref().map(|p| p.subscribe());

@@ -62,6 +62,12 @@ impl Storage {
         })
     }
 
+    /// Requests this account's writers may have in flight at once
+    /// (`--storage-concurrency`).
+    pub fn max_requests_in_flight(&self) -> usize {
+        self.options.max_concurrent_requests.max(1)
+    }
+
     /// Every writer opened from now on also counts its retries, by status, in
     /// `counts`: live, while transfers run (a writer's own count only reaches its
     /// transfer's Receipt).
