@@ -240,6 +240,7 @@ impl Bench<'_> {
             storage_requests,
             loopback: self.plan.loopback,
             storage_delay: self.plan.storage_delay,
+            storage_cpu: self.plan.storage_cpu,
             error,
         })
     }

@@ -33,6 +33,8 @@ pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
 pub struct CloudBins {
     pub azurite: PathBuf,
     pub relay_server: PathBuf,
+    /// Azurite runs on these CPUs only (`--storage-cpu`).
+    pub storage_cpus: Option<Vec<usize>>,
 }
 
 /// A child we started; killed (by pid) and reaped on drop.
@@ -88,6 +90,13 @@ impl Cloud {
             az.arg("--loose");
         }
         die_with_parent(&mut az);
+        if let Some(cpus) = bins.storage_cpus.clone() {
+            // SAFETY: sched_setaffinity is async-signal-safe; `cpus` was
+            // allocated before fork.
+            unsafe {
+                az.pre_exec(move || crate::cpu_split::pin_to(&cpus));
+            }
+        }
         let mut azurite = Proc(lab.spawn_in(Side::Cloud, az)?);
         wait_for_tcp(lab, az_port, Duration::from_secs(60), &mut azurite.0)
             .context("Azurite did not start (see azurite.err in the work dir)")?;

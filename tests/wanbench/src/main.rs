@@ -11,6 +11,7 @@ mod bench;
 mod child;
 mod client;
 mod cloud;
+mod cpu_split;
 mod interrupt;
 mod plan;
 mod plot;
@@ -79,6 +80,11 @@ struct Args {
     /// MS/MBIT (and that upload rate per TCP connection), e.g. 20/480.
     #[arg(long, value_name = "MS[/MBIT]")]
     storage_delay: Option<String>,
+    /// Run Azurite alone on this CPU and everything else on the others (real
+    /// storage has its own machines; here it would share cores with the relay
+    /// and the client). Applies to every row alike.
+    #[arg(long, value_name = "CPU")]
+    storage_cpu: Option<usize>,
     /// rclone binary for the `rclone` row.
     #[arg(long, default_value = "rclone")]
     rclone: PathBuf,
@@ -149,6 +155,11 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let plan = make_plan(&args)?;
+    // Before any thread or child starts: they inherit this process's CPUs.
+    let storage_cpus = match args.storage_cpu {
+        Some(cpu) => Some(cpu_split::split(cpu)?),
+        None => None,
+    };
     linklab::check_privileges()?;
     interrupt::install();
     relay_transport::install_crypto_provider();
@@ -166,6 +177,7 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             bin_dir.join("relay-server"),
             "build it: cargo build --release --workspace --bins",
         )?,
+        storage_cpus,
     };
     let site_bins = client::SiteBins {
         relay_client: existing(
@@ -318,6 +330,7 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
         bail!("--relay-congestion must be relay, cubic, bbr or newreno");
     }
     plan.relay_congestion = args.relay_congestion.clone();
+    plan.storage_cpu = args.storage_cpu;
     plan.client_args = args.client_arg.clone();
     Ok(plan)
 }

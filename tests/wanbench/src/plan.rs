@@ -289,6 +289,8 @@ pub struct Plan {
     /// A delay proxy in front of Azurite (every method's storage requests go
     /// through it): see `storage_delay`.
     pub storage_delay: Option<crate::storage_delay::DelaySpec>,
+    /// Azurite alone on this CPU (`--storage-cpu`).
+    pub storage_cpu: Option<usize>,
     /// Extra arguments for every relay-client run (`--client-arg`).
     pub client_args: Vec<String>,
 }
@@ -307,6 +309,7 @@ impl Plan {
             relay_congestion: "relay".into(),
             loopback: false,
             storage_delay: None,
+            storage_cpu: None,
             client_args: Vec::new(),
         }
     }

@@ -112,6 +112,9 @@ pub struct Row {
     /// The storage delay proxy in front of Azurite, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_delay: Option<DelaySpec>,
+    /// Azurite ran alone on this CPU, everything else on the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_cpu: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -125,11 +128,15 @@ impl Row {
         } else {
             self.profile.label()
         };
-        match self.storage_delay {
+        let base = match self.storage_delay {
             Some(d) => match d.conn_mbit {
                 Some(m) => format!("{base}, storage +{}ms {}M/conn", d.request_ms, m),
                 None => format!("{base}, storage +{}ms", d.request_ms),
             },
+            None => base,
+        };
+        match self.storage_cpu {
+            Some(cpu) => format!("{base}, Azurite on CPU {cpu}"),
             None => base,
         }
     }

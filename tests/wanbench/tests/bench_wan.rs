@@ -12,6 +12,10 @@ mod cloud;
 #[allow(dead_code)]
 #[path = "../src/storage_delay.rs"]
 mod storage_delay;
+// ...and pin Azurite to a CPU (wanbench --storage-cpu).
+#[allow(dead_code)]
+#[path = "../src/cpu_split.rs"]
+mod cpu_split;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -35,6 +39,7 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
     let bins = cloud::CloudBins {
         azurite: relay_tests::azurite::azurite_bin(),
         relay_server: binary("relay-server"),
+        storage_cpus: None,
     };
     let cloud = cloud::Cloud::start(&lab, &bins, "relay", None, &dir.0)
         .unwrap_or_else(|e| panic!("cloud: {e:#}"));

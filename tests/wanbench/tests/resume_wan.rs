@@ -14,6 +14,10 @@ mod cloud;
 #[allow(dead_code)]
 #[path = "../src/storage_delay.rs"]
 mod storage_delay;
+// ...and pin Azurite to a CPU (wanbench --storage-cpu).
+#[allow(dead_code)]
+#[path = "../src/cpu_split.rs"]
+mod cpu_split;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
