@@ -54,6 +54,51 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `count` random files of `size` bytes, `{stem}000.bin`... in `dir`: each
+/// one's path, blob name and SHA-256.
+fn random_files(
+    dir: &Scratch,
+    stem: &str,
+    count: u64,
+    size: u64,
+    seed: u64,
+) -> Vec<(std::path::PathBuf, String, String)> {
+    (0..count)
+        .map(|i| {
+            let name = format!("{stem}{i:03}.bin");
+            let path = dir.path(&name);
+            let sha = write_random(&path, size, seed + i);
+            (path, name, sha)
+        })
+        .collect()
+}
+
+/// The client uploading `files` through `relay` (`--json`), in the background.
+fn spawn_upload(
+    relay: &RelayHandle,
+    container: &str,
+    files: &[(std::path::PathBuf, String, String)],
+) -> tokio::task::JoinHandle<std::process::Output> {
+    let refs: Vec<&std::path::Path> = files.iter().map(|(p, _, _)| p.as_path()).collect();
+    let a = upload(relay, container, &refs, &[]);
+    tokio::spawn(async move { run_client(&a, &[], T).await })
+}
+
+/// Every file's blob holds exactly its bytes.
+async fn assert_all_committed(
+    container: &str,
+    files: &[(std::path::PathBuf, String, String)],
+    size: u64,
+) {
+    for (_, name, sha) in files {
+        assert_eq!(
+            blob_sha(container, name).await,
+            (size, sha.clone()),
+            "{name}"
+        );
+    }
+}
+
 /// Storage for a relay that goes through `proxy`.
 fn via(proxy: &FaultProxy) -> relay_storage::blob::Storage {
     shared_azurite().storage_at(&proxy.url(), relay_storage::blob::WriterOptions::default())
@@ -490,20 +535,8 @@ async fn many_small_files_stream_at_once_within_the_budget() {
         },
     );
     let dir = Scratch::new("smallmany");
-    let paths: Vec<_> = (0..FILES)
-        .map(|i| dir.path(&format!("m{i:02}.bin")))
-        .collect();
-    let shas: Vec<String> = paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| write_random(p, SIZE, 200 + i as u64))
-        .collect();
-    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
-    let a = upload(&relay, &container, &refs, &[]);
-    let client = tokio::spawn({
-        let a = a.clone();
-        async move { run_client(&a, &[], T).await }
-    });
+    let files = random_files(&dir, "m", FILES, SIZE, 200);
+    let client = spawn_upload(&relay, &container, &files);
     // 32 files publishing at once on one connection: none waited for another's
     // Receipt (none has one), and the relay admitted far more than 8 streams.
     let deadline = Instant::now() + T;
@@ -538,12 +571,7 @@ async fn many_small_files_stream_at_once_within_the_budget() {
     let out = client.await.unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(summary(&out)["totals"]["committed"], FILES);
-    for (i, sha) in shas.iter().enumerate() {
-        assert_eq!(
-            blob_sha(&container, &format!("m{i:02}.bin")).await,
-            (SIZE, sha.clone())
-        );
-    }
+    assert_all_committed(&container, &files, SIZE).await;
     relay.stop().await;
 }
 
@@ -572,20 +600,8 @@ async fn a_connection_of_tiny_files_gets_streams_by_their_declared_size() {
     let pool = relay.shared.admission.streams.clone();
     assert!(pool.max_per_connection() > FILES, "{pool:?}");
     let dir = Scratch::new("smallcredit");
-    let paths: Vec<_> = (0..FILES)
-        .map(|i| dir.path(&format!("t{i:03}.bin")))
-        .collect();
-    let shas: Vec<String> = paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| write_random(p, SIZE, 900 + i as u64))
-        .collect();
-    let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
-    let a = upload(&relay, &container, &refs, &[]);
-    let client = tokio::spawn({
-        let a = a.clone();
-        async move { run_client(&a, &[], T).await }
-    });
+    let files = random_files(&dir, "t", FILES, SIZE, 900);
+    let client = spawn_upload(&relay, &container, &files);
     // All 640 files open on the one connection at once, none with a Receipt.
     let active = || relay.shared.metrics.transfers_active.load(Ordering::SeqCst);
     let deadline = Instant::now() + T;
@@ -610,12 +626,7 @@ async fn a_connection_of_tiny_files_gets_streams_by_their_declared_size() {
     let out = client.await.unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(summary(&out)["totals"]["committed"], FILES);
-    for (i, sha) in shas.iter().enumerate() {
-        assert_eq!(
-            blob_sha(&container, &format!("t{i:03}.bin")).await,
-            (SIZE, sha.clone())
-        );
-    }
+    assert_all_committed(&container, &files, SIZE).await;
     // The connection is gone: every borrowed slot is back in the pool.
     let deadline = Instant::now() + T;
     while pool.borrowed() > 0 {
