@@ -7,6 +7,11 @@
 //! loop never allocates or page-faults. The loop reads in batches, releases
 //! what is due, and otherwise sleeps in ppoll until a packet arrives, the
 //! next release is due, or a ~200 µs tick passes (to notice `stop`).
+//!
+//! With NIC offloads (`offload`), reads carry a `virtio_net_hdr`: a sender's
+//! GSO batch arrives whole and is cut into datagrams here, each meeting the
+//! link model alone; due datagrams of one flow are written as one coalesced
+//! packet (GRO), every write with its checksum marked as handled.
 
 use std::io;
 use std::sync::Arc;
@@ -17,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::link::{DelayLine, Link, LinkConfig, LinkStats, Verdict};
+use crate::offload::{self, VNET_HDR_LEN, VnetHdr, Wire};
 use crate::tun::Tun;
 
 /// Bytes per buffer slot: an MTU-1500 packet with room to spare.
@@ -37,6 +43,9 @@ pub struct SharedStats {
     write_errors: AtomicU64,
     max_queue_bytes: AtomicU64,
     max_late_us: AtomicU64,
+    gso_batches: AtomicU64,
+    gro_batches: AtomicU64,
+    malformed: AtomicU64,
 }
 
 impl SharedStats {
@@ -50,6 +59,9 @@ impl SharedStats {
         self.write_errors.store(s.write_errors, r);
         self.max_queue_bytes.store(s.max_queue_bytes, r);
         self.max_late_us.store(s.max_late_us, r);
+        self.gso_batches.store(s.gso_batches, r);
+        self.gro_batches.store(s.gro_batches, r);
+        self.malformed.store(s.malformed, r);
     }
 
     pub fn load(&self) -> LinkStats {
@@ -63,6 +75,9 @@ impl SharedStats {
             write_errors: self.write_errors.load(r),
             max_queue_bytes: self.max_queue_bytes.load(r),
             max_late_us: self.max_late_us.load(r),
+            gso_batches: self.gso_batches.load(r),
+            gro_batches: self.gro_batches.load(r),
+            malformed: self.malformed.load(r),
         }
     }
 }
@@ -114,6 +129,10 @@ struct Direction {
     pool: Pool,
     shared: Arc<SharedStats>,
     stop: Arc<AtomicBool>,
+    /// NIC offloads: both TUNs speak `virtio_net_hdr`.
+    offload: bool,
+    /// Packets due in this round (offload only: coalesced before writing).
+    due: Vec<(u32, u16)>,
 }
 
 impl Direction {
@@ -125,24 +144,40 @@ impl Direction {
         // this thread at nice -10 (best effort; on Linux nice is per thread).
         // SAFETY: setpriority on the calling thread (who = 0).
         unsafe { libc::setpriority(libc::PRIO_PROCESS as _, 0, -10) };
-        let mut scratch = vec![0u8; SLOT_BYTES];
+        // Offloaded reads can be a whole GSO batch (up to 64 KiB of IP).
+        let mut scratch = vec![
+            0u8;
+            if self.offload {
+                65_536 + VNET_HDR_LEN
+            } else {
+                SLOT_BYTES
+            }
+        ];
         while !self.stop.load(Ordering::Relaxed) {
-            let read_any = self.read_batch(&mut scratch);
+            let read_any = if self.offload {
+                self.read_batch_offloaded(&mut scratch)
+            } else {
+                self.read_batch(&mut scratch)
+            };
             let now = Instant::now();
             if let Some(due) = self.line.next_release().filter(|at| *at <= now) {
                 let late_us = (now - due).as_micros() as u64;
                 let stats = self.link.stats_mut();
                 stats.max_late_us = stats.max_late_us.max(late_us);
             }
-            while let Some((slot, len)) = self.line.pop_due(now) {
-                if self
-                    .to
-                    .write(&self.pool.slot(slot)[..len as usize])
-                    .is_err()
-                {
-                    self.link.stats_mut().write_errors += 1;
+            if self.offload {
+                self.release_offloaded(now);
+            } else {
+                while let Some((slot, len)) = self.line.pop_due(now) {
+                    if self
+                        .to
+                        .write(&self.pool.slot(slot)[..len as usize])
+                        .is_err()
+                    {
+                        self.link.stats_mut().write_errors += 1;
+                    }
+                    self.pool.put(slot);
                 }
-                self.pool.put(slot);
             }
             self.shared.store(self.link.stats());
             if !read_any {
@@ -156,6 +191,94 @@ impl Direction {
             }
         }
         self.shared.store(self.link.stats());
+    }
+
+    /// Write every due packet to an offloading TUN, consecutive datagrams of
+    /// one flow coalesced (`offload::Coalescer`) as a NIC driver's GRO would.
+    fn release_offloaded(&mut self, now: Instant) {
+        self.due.clear();
+        while let Some(item) = self.line.pop_due(now) {
+            self.due.push(item);
+        }
+        let mut first = 0;
+        while first < self.due.len() {
+            let packet = |i: usize| {
+                let (slot, len) = self.due[i];
+                &self.pool.slot(slot)[..usize::from(len)]
+            };
+            let mut gro = offload::Coalescer::default();
+            let mut end = first;
+            while end < self.due.len() && gro.offer(packet(end)) {
+                end += 1;
+            }
+            let written = if end - first >= 2 {
+                let (vnet, headers) = gro.headers(packet(first));
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(2 + end - first);
+                parts.push(&vnet);
+                parts.push(&headers);
+                parts.extend((first..end).map(|i| offload::udp_payload(packet(i))));
+                self.link.stats_mut().gro_batches += 1;
+                self.to.write_parts(&parts)
+            } else {
+                end = first + 1;
+                let one = packet(first);
+                self.to.write_parts(&[&offload::delivered_header(one), one])
+            };
+            if written.is_err() {
+                self.link.stats_mut().write_errors += 1;
+            }
+            first = end;
+        }
+        for &(slot, _) in &self.due {
+            self.pool.put(slot);
+        }
+    }
+
+    /// Read up to BATCH packets from an offloading TUN, each possibly a GSO
+    /// batch of datagrams; true if any arrived.
+    fn read_batch_offloaded(&mut self, scratch: &mut [u8]) -> bool {
+        let mut read_any = false;
+        for _ in 0..BATCH {
+            let n = match self.from.read(scratch) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            read_any = true;
+            let wire = VnetHdr::parse(&scratch[..n])
+                .and_then(|hdr| Wire::new(&hdr, &scratch[VNET_HDR_LEN..n]));
+            let wire = match wire {
+                Ok(wire) => wire,
+                Err(_) => {
+                    self.link.stats_mut().malformed += 1;
+                    continue;
+                }
+            };
+            if wire.count() > 1 {
+                self.link.stats_mut().gso_batches += 1;
+            }
+            let now = Instant::now();
+            for index in 0..wire.count() {
+                let Some(slot) = self.pool.take() else {
+                    self.link.stats_mut().dropped_no_buffer += 1;
+                    continue;
+                };
+                let out = self.pool.slot_mut(slot);
+                if wire.datagram_len(index) > out.len() {
+                    self.pool.put(slot);
+                    self.link.stats_mut().malformed += 1;
+                    continue;
+                }
+                let len = wire.write(index, out);
+                match self.link.on_packet(now, len) {
+                    Verdict::Forward { release_at } => {
+                        self.line.push(release_at, (slot, len as u16))
+                    }
+                    Verdict::DropLoss | Verdict::DropQueue => self.pool.put(slot),
+                }
+            }
+        }
+        read_any
     }
 
     /// Read up to BATCH packets; true if any arrived.
@@ -221,12 +344,14 @@ pub struct Forwarder {
 impl Forwarder {
     /// Start forwarding: `site` → `cloud` through `up`, back through `down`.
     /// `slots` buffers are pre-allocated per direction.
+    /// `offload`: both TUNs were created with offloads (`Tun::create`).
     pub fn start(
         site: Arc<Tun>,
         cloud: Arc<Tun>,
         up: LinkConfig,
         down: LinkConfig,
         slots: usize,
+        offload: bool,
     ) -> anyhow::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut forwarder = Self {
@@ -248,6 +373,8 @@ impl Forwarder {
                 pool: Pool::new(slots),
                 shared,
                 stop: stop.clone(),
+                offload,
+                due: Vec::with_capacity(slots),
             };
             // On error, `forwarder` drops here and stops the started thread.
             let handle = std::thread::Builder::new()

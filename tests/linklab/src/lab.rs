@@ -49,6 +49,10 @@ pub struct LinkProfile {
     pub queue_bytes: Option<u64>,
     /// Seed of the loss RNG (the reverse direction uses a derived seed).
     pub seed: u64,
+    /// NIC offloads on both ends (`offload`): senders' UDP GSO batches pass
+    /// the TUN whole, checksums are the "NIC's". Off: a plain TUN, every
+    /// datagram segmented and checksummed by the processes' own kernel work.
+    pub offload: bool,
 }
 
 impl LinkProfile {
@@ -59,6 +63,7 @@ impl LinkProfile {
             rate_mbit,
             queue_bytes: None,
             seed: 1,
+            offload: false,
         }
     }
 
@@ -160,14 +165,15 @@ impl Lab {
         // Each Netns deletes itself if a later step fails.
         let site = Netns::create(&format!("{}site-{pid}-{n}", netns::PREFIX))?;
         let cloud = Netns::create(&format!("{}cloud-{pid}-{n}", netns::PREFIX))?;
-        let site_tun = setup_side(&site, SITE_ADDR)?;
-        let cloud_tun = setup_side(&cloud, CLOUD_ADDR)?;
+        let site_tun = setup_side(&site, SITE_ADDR, profile.offload)?;
+        let cloud_tun = setup_side(&cloud, CLOUD_ADDR, profile.offload)?;
         let forwarder = Forwarder::start(
             site_tun.clone(),
             cloud_tun.clone(),
             profile.link_config(profile.seed),
             profile.link_config(profile.seed ^ 0x9e37_79b9_7f4a_7c15),
             profile.pool_slots(),
+            profile.offload,
         )?;
         Ok(Lab {
             profile,
@@ -273,7 +279,7 @@ impl Lab {
         let p = &self.profile;
         format!(
             "{{\"site_ns\":\"{}\",\"cloud_ns\":\"{}\",\"site_addr\":\"{}\",\"cloud_addr\":\"{}\",\
-             \"rtt_ms\":{},\"loss\":{},\"rate_mbit\":{},\"queue_bytes\":{},\"seed\":{}}}",
+             \"rtt_ms\":{},\"loss\":{},\"rate_mbit\":{},\"queue_bytes\":{},\"seed\":{},\"offload\":{}}}",
             self.site_ns(),
             self.cloud_ns(),
             SITE_ADDR,
@@ -282,7 +288,8 @@ impl Lab {
             p.loss,
             p.rate_mbit,
             p.queue_limit_bytes(),
-            p.seed
+            p.seed,
+            p.offload
         )
     }
 }
@@ -302,9 +309,9 @@ pub fn check_privileges() -> anyhow::Result<()> {
 /// Inside `ns`: TUN, sysctls, lo up, address and MTU. The /30 route is the
 /// connected route of the address, so nothing leaves the namespace but
 /// through the TUN.
-fn setup_side(ns: &Netns, addr: Ipv4Addr) -> anyhow::Result<Arc<Tun>> {
-    let tun = ns.run(|| {
-        let tun = Tun::create(TUN_NAME)?;
+fn setup_side(ns: &Netns, addr: Ipv4Addr, offload: bool) -> anyhow::Result<Arc<Tun>> {
+    let tun = ns.run(move || {
+        let tun = Tun::create(TUN_NAME, offload)?;
         let max = BUFFER_MAX_BYTES.to_string();
         netns::write_sysctl("net.ipv4.tcp_rmem", &format!("4096 131072 {max}"))?;
         netns::write_sysctl("net.ipv4.tcp_wmem", &format!("4096 16384 {max}"))?;

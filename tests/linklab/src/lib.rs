@@ -6,7 +6,8 @@
 //! one BDP, and a one-way delay of RTT/2. Dropping the `Lab` tears it down.
 //!
 //! Layout: `link` is the pure model (time passed in, unit-tested), `tun` and
-//! `netns` the system plumbing, `forwarder` the I/O loop, `lab` the guard
+//! `netns` the system plumbing, `offload` what a NIC's offloads do (pure),
+//! `forwarder` the I/O loop, `lab` the guard
 //! object, `tcp_tool` a small iperf with per-socket congestion control,
 //! `calibrate` the accuracy report (`linklab calibrate`).
 
@@ -15,6 +16,7 @@ pub mod forwarder;
 pub mod lab;
 pub mod link;
 pub mod netns;
+pub mod offload;
 pub mod tcp_tool;
 pub mod tun;
 

@@ -43,8 +43,11 @@ pub enum Verdict {
 }
 
 /// Counters of one direction. `forwarded_*` counts packets accepted for
-/// delivery; the shell adds `dropped_no_buffer`, `write_errors` and
-/// `max_late_us` (worst lateness of a release, i.e. the emulator's own jitter).
+/// delivery; the shell adds `dropped_no_buffer`, `write_errors`,
+/// `max_late_us` (worst lateness of a release, i.e. the emulator's own jitter)
+/// and, with NIC offloads on, `gso_batches` (sender batches cut into
+/// datagrams), `gro_batches` (coalesced writes) and `malformed` (packets
+/// whose offload header was refused).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStats {
     pub forwarded_packets: u64,
@@ -55,6 +58,9 @@ pub struct LinkStats {
     pub write_errors: u64,
     pub max_queue_bytes: u64,
     pub max_late_us: u64,
+    pub gso_batches: u64,
+    pub gro_batches: u64,
+    pub malformed: u64,
 }
 
 impl LinkStats {
@@ -63,7 +69,7 @@ impl LinkStats {
         format!(
             "{{\"forwarded_packets\":{},\"forwarded_bytes\":{},\"dropped_loss\":{},\
              \"dropped_queue\":{},\"dropped_no_buffer\":{},\"write_errors\":{},\
-             \"max_queue_bytes\":{},\"max_late_us\":{}}}",
+             \"max_queue_bytes\":{},\"max_late_us\":{},\"gso_batches\":{},\"gro_batches\":{},\"malformed\":{}}}",
             self.forwarded_packets,
             self.forwarded_bytes,
             self.dropped_loss,
@@ -71,7 +77,10 @@ impl LinkStats {
             self.dropped_no_buffer,
             self.write_errors,
             self.max_queue_bytes,
-            self.max_late_us
+            self.max_late_us,
+            self.gso_batches,
+            self.gro_batches,
+            self.malformed
         )
     }
 }

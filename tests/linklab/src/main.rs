@@ -45,6 +45,10 @@ enum Cmd {
         /// Seed of the loss RNG.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Emulate NIC offloads: UDP GSO batches cross whole, checksums are
+        /// computed and checked by the emulator (needs Linux 6.2).
+        #[arg(long)]
+        offload: bool,
     },
     /// Measure and report (JSON lines) how closely the emulator reproduces a
     /// profile on this machine: RTT, loss, TCP goodput against the ceiling.
@@ -105,12 +109,14 @@ fn main() -> ExitCode {
             rate_mbit,
             queue_bytes,
             seed,
+            offload,
         } => up(LinkProfile {
             rtt_ms,
             loss,
             rate_mbit,
             queue_bytes,
             seed,
+            offload,
         }),
         Cmd::Calibrate {
             rtt_ms,

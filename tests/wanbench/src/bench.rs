@@ -39,11 +39,10 @@ pub struct Bench<'a> {
 
 impl Bench<'_> {
     pub fn run_profile(&mut self, profile: Profile) -> anyhow::Result<Vec<Row>> {
-        let lab = Lab::start(LinkProfile::new(
-            profile.rtt_ms,
-            profile.loss,
-            profile.rate_mbit,
-        ))
+        let lab = Lab::start(LinkProfile {
+            offload: self.plan.nic_offload,
+            ..LinkProfile::new(profile.rtt_ms, profile.loss, profile.rate_mbit)
+        })
         .context("start the lab")?;
         let dir = self.work.join(format!("logs-{}", slug(&profile.label())));
         std::fs::create_dir_all(&dir).context("create log dir")?;
@@ -241,6 +240,7 @@ impl Bench<'_> {
             loopback: self.plan.loopback,
             storage_delay: self.plan.storage_delay,
             storage_cpu: self.plan.storage_cpu,
+            nic_offload: self.plan.nic_offload,
             error,
         })
     }
@@ -329,12 +329,15 @@ fn delta(a: &LabStats, b: &LabStats) -> LinkDelta {
         down_forwarded_packets: d1.forwarded_packets - d0.forwarded_packets,
         down_dropped_loss: d1.dropped_loss - d0.dropped_loss,
         down_dropped_queue: d1.dropped_queue - d0.dropped_queue,
-        emulator_faults: (u1.dropped_no_buffer
-            + u1.write_errors
-            + d1.dropped_no_buffer
-            + d1.write_errors)
-            - (u0.dropped_no_buffer + u0.write_errors + d0.dropped_no_buffer + d0.write_errors),
+        emulator_faults: emulator_faults(u1) + emulator_faults(d1)
+            - emulator_faults(u0)
+            - emulator_faults(d0),
     }
+}
+
+/// Packets the emulator itself lost or refused (should stay 0).
+fn emulator_faults(s: &linklab::LinkStats) -> u64 {
+    s.dropped_no_buffer + s.write_errors + s.malformed
 }
 
 fn loadavg_1m() -> f64 {

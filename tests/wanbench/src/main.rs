@@ -85,6 +85,12 @@ struct Args {
     /// and the client). Applies to every row alike.
     #[arg(long, value_name = "CPU")]
     storage_cpu: Option<usize>,
+    /// The lab's TUN devices emulate NIC offloads: UDP GSO batches cross
+    /// whole and checksums are the emulator's, as on a server NIC (see
+    /// linklab's `offload`). Off by default: a plain TUN, where the kernel
+    /// segments and checksums every datagram in the processes' own time.
+    #[arg(long)]
+    nic_offload: bool,
     /// rclone binary for the `rclone` row.
     #[arg(long, default_value = "rclone")]
     rclone: PathBuf,
@@ -331,6 +337,7 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
     }
     plan.relay_congestion = args.relay_congestion.clone();
     plan.storage_cpu = args.storage_cpu;
+    plan.nic_offload = args.nic_offload;
     plan.client_args = args.client_arg.clone();
     Ok(plan)
 }

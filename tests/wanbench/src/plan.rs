@@ -291,6 +291,8 @@ pub struct Plan {
     pub storage_delay: Option<crate::storage_delay::DelaySpec>,
     /// Azurite alone on this CPU (`--storage-cpu`).
     pub storage_cpu: Option<usize>,
+    /// NIC offloads in the lab (`--nic-offload`).
+    pub nic_offload: bool,
     /// Extra arguments for every relay-client run (`--client-arg`).
     pub client_args: Vec<String>,
 }
@@ -310,6 +312,7 @@ impl Plan {
             loopback: false,
             storage_delay: None,
             storage_cpu: None,
+            nic_offload: false,
             client_args: Vec::new(),
         }
     }

@@ -115,6 +115,9 @@ pub struct Row {
     /// Azurite ran alone on this CPU, everything else on the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_cpu: Option<usize>,
+    /// The lab emulated NIC offloads (`--nic-offload`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nic_offload: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -135,9 +138,14 @@ impl Row {
             },
             None => base,
         };
-        match self.storage_cpu {
+        let base = match self.storage_cpu {
             Some(cpu) => format!("{base}, Azurite on CPU {cpu}"),
             None => base,
+        };
+        if self.nic_offload {
+            format!("{base}, NIC offloads")
+        } else {
+            base
         }
     }
 }
