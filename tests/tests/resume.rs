@@ -267,6 +267,43 @@ async fn kill_and_rerun(tag: &str, size: u64, at: u64, expect_blocks: usize) {
     relay.stop().await;
 }
 
+/// With 8 MiB blocks a 23 MiB file is staged as 8, 8, 3 and 4 MiB: the last
+/// stretch is cut so only a short block is left to stage after the last byte
+/// (`relay_proto::plan::TAIL_BLOCK`). Killed inside that tail, the rerun
+/// reuses the three blocks before it, sends only the 4 MiB tail, and commits
+/// the right bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_ending_in_a_cut_tail_resumes_at_the_tail() {
+    let (relay, container, dir) = setup("tailcut").await;
+    let file = dir.path("f.bin");
+    let size = 23 * MIB;
+    let sha = write_random(&file, size, 31);
+    relay.control.gate_at(19 * MIB + MIB / 2);
+    let args: Vec<String> = relay
+        .upload(&file, &container)
+        .into_iter()
+        .map(|a| if a == "5MiB" { "8MiB".to_string() } else { a })
+        .collect();
+    run_and_kill(&args, || relay.control.holding()).await;
+    let mut staged: Vec<u64> = wait_uncommitted(&container, "f.bin", 3)
+        .await
+        .into_iter()
+        .map(|(_, size)| size)
+        .collect();
+    staged.sort_unstable();
+    assert_eq!(
+        staged,
+        [3 * MIB, 8 * MIB, 8 * MIB],
+        "blocks before the tail"
+    );
+    let f = committed_file(&run_client(&args, &[], T).await);
+    assert_eq!(f["bytes_resumed"], 19 * MIB, "{f}");
+    assert_eq!(f["bytes_sent"], 4 * MIB, "only the tail: {f}");
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    assert!(uncommitted(&container, "f.bin").await.is_empty());
+    relay.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_killed_before_first_block_restarts_cleanly() {
     kill_and_rerun("killfirst", 30 * MIB + 4321, MIB, 0).await;
