@@ -81,30 +81,63 @@ impl IdKey {
     }
 
     /// Loads the key at `path`, creating it (mode 0600) on first use.
+    ///
+    /// Several processes may create it at once (two uploads started together
+    /// on a new machine). The key is written whole to a file of this process's
+    /// own, then hard-linked to `path`, which fails if `path` exists: the
+    /// first link wins, everyone else reads the winner's key, and no reader
+    /// ever sees a half-written file (`create_new` + write did let one).
     pub fn load_or_create(path: &Path) -> Result<Self, IdKeyError> {
         if path.exists() {
             return Self::load(path);
         }
-        let key = Self::random();
-        let write = |path: &Path| -> std::io::Result<()> {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let mut opts = std::fs::OpenOptions::new();
-            opts.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            std::io::Write::write_all(&mut opts.open(path)?, key.to_hex().as_bytes())
+        let write_error = |source| IdKeyError::Write {
+            path: path.display().to_string(),
+            source,
         };
-        match write(path) {
+        let key = Self::random();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(write_error)?;
+        }
+        let draft = Self::draft_path(path);
+        let linked =
+            Self::write_draft(&draft, &key).and_then(|()| std::fs::hard_link(&draft, path));
+        let _ = std::fs::remove_file(&draft);
+        let created = match linked {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+            // A filesystem without hard links: create it in place (exclusive,
+            // so still one key, but a reader at that instant could see it short).
+            Err(_) => Self::write_draft(path, &key),
+        };
+        match created {
             Ok(()) => Ok(key),
             // Another process created it first: use theirs.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::load(path),
-            Err(source) => Err(IdKeyError::Write {
-                path: path.display().to_string(),
-                source,
-            }),
+            Err(source) => Err(write_error(source)),
         }
+    }
+
+    /// A name beside `path` that no other process or thread uses.
+    fn draft_path(path: &Path) -> std::path::PathBuf {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(
+            ".{}-{:016x}.draft",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        path.with_file_name(name)
+    }
+
+    /// Writes `key` to a new file (mode 0600) and flushes it to disk.
+    fn write_draft(draft: &Path, key: &IdKey) -> std::io::Result<()> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut file = opts.open(draft)?;
+        std::io::Write::write_all(&mut file, key.to_hex().as_bytes())?;
+        file.sync_all()
     }
 
     pub(crate) fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
@@ -208,6 +241,55 @@ mod tests {
             let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
             assert_eq!(mode & 0o077, 0, "no access for group or others");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two relay-clients started together on a machine without a key both
+    /// create it: each must get the one key, complete, never a half-written
+    /// file (seen in the suite: "expected exactly 64 hex characters").
+    #[test]
+    fn processes_creating_the_key_at_once_all_read_the_same_whole_key() {
+        const THREADS: usize = 16;
+        let dir = std::env::temp_dir().join(format!("idkey-race-{}", std::process::id()));
+        for round in 0..40 {
+            let path = dir.join(format!("key-{round}"));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
+            let keys: Vec<Result<IdKey, String>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|_| {
+                        let barrier = barrier.clone();
+                        let path = &path;
+                        s.spawn(move || {
+                            barrier.wait();
+                            IdKey::load_or_create(path).map_err(|e| e.to_string())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                    .collect()
+            });
+            let first = keys[0]
+                .clone()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            for k in &keys {
+                assert_eq!(k.as_ref().ok(), Some(&first), "round {round}: {k:?}");
+            }
+            assert_eq!(
+                IdKey::load(&path).ok(),
+                Some(first),
+                "round {round}: the file"
+            );
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            leftovers.len(),
+            40,
+            "no temporary files left: {leftovers:?}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
