@@ -290,11 +290,21 @@ fn relay(params: Params) -> Box<dyn Ctl> {
 /// One relay flow: (share of the link it used in the second half, queue drops / sent).
 fn solo(rtt_ms: u64, loss: f64, rate_mbit: f64, params: Params, seconds: f64) -> (f64, f64) {
     let mut link = Link::new(rtt_ms, loss, rate_mbit);
-    let o = run(&mut link, vec![relay(params)], seconds);
+    solo_on(
+        &mut link,
+        params,
+        seconds,
+        &format!("{rtt_ms}ms/{loss}/{rate_mbit}M"),
+    )
+}
+
+/// `solo` on a link the caller set up, the result printed under `label`.
+fn solo_on(link: &mut Link, params: Params, seconds: f64, label: &str) -> (f64, f64) {
+    let o = run(link, vec![relay(params)], seconds);
     let ratio = o.late_rate[0] / link.rate;
     let self_loss = o.queue_drops as f64 / o.sent as f64;
     println!(
-        "{rtt_ms}ms/{loss}/{rate_mbit}M: {:.1} % of link, sent {}, random drops {}, queue drops {} ({:.2} %)",
+        "{label}: {:.1} % of link, sent {}, random drops {}, queue drops {} ({:.2} %)",
         ratio * 100.0,
         o.sent,
         o.random_drops,
@@ -314,14 +324,7 @@ fn acks_in_bursts_from_a_busy_receiver_do_not_starve_the_window() {
     // (extra acked, at most a quarter BDP) fills it (99.7 %; 98.4 % at 40 ms).
     let mut link = Link::new(100, 0.005, 40.0);
     link.ack_every = Some(Duration::from_millis(25));
-    let o = run(&mut link, vec![relay(Params::default())], 20.0);
-    let ratio = o.late_rate[0] / link.rate;
-    let self_loss = o.queue_drops as f64 / o.sent as f64;
-    println!(
-        "acks every 25 ms: {:.1} % of link, queue drops {:.2} %",
-        ratio * 100.0,
-        self_loss * 100.0
-    );
+    let (ratio, self_loss) = solo_on(&mut link, Params::default(), 20.0, "acks every 25 ms");
     assert!(ratio > 0.97, "goodput {ratio}");
     assert!(self_loss < 0.02, "self-inflicted loss {self_loss}");
 }
@@ -619,14 +622,7 @@ fn warm_start_retreats_when_the_path_shrank() {
         warm: saved(80.0, 200),
         ..Params::default()
     };
-    let o = run(&mut link, vec![relay(params)], 20.0);
-    let ratio = o.late_rate[0] / link.rate;
-    let self_loss = o.queue_drops as f64 / o.sent as f64;
-    println!(
-        "shrunk path: {:.1} % of link, queue drops {:.2} %",
-        ratio * 100.0,
-        self_loss * 100.0
-    );
+    let (ratio, self_loss) = solo_on(&mut link, params, 20.0, "shrunk path");
     assert!(ratio > 0.9, "goodput {ratio}");
     assert!(self_loss < 0.05, "queue loss {self_loss}");
 }
