@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 
-pub use model::{GAIN_CYCLE, Mode, Model, Params};
+pub use model::{GAIN_CYCLE, Mode, Model, Params, Snapshot};
 pub use warm::{PathEstimate, Warm};
 
 /// Factory for `--congestion relay` (one `Relay` per connection).
@@ -45,6 +45,7 @@ impl ControllerFactory for RelayConfig {
         Box::new(Relay {
             model: Model::new(self.params, current_mtu),
             observer: self.observer.clone(),
+            trace: ModelTrace::new(),
         })
     }
 }
@@ -105,6 +106,51 @@ impl PathObserver {
 pub struct Relay {
     model: Model,
     observer: Option<Arc<PathObserver>>,
+    trace: ModelTrace,
+}
+
+/// The model's state every `ModelTrace::EVERY` at debug level
+/// (`RELAY_LOG=relay_transport::model=debug`): what the window is made of,
+/// for telling a slow path from a slow peer's acks.
+#[derive(Debug, Clone)]
+struct ModelTrace {
+    next: Option<Instant>,
+}
+
+impl ModelTrace {
+    const EVERY: Duration = Duration::from_millis(250);
+
+    fn new() -> Self {
+        Self { next: None }
+    }
+
+    fn tick(&mut self, now: Instant, model: &Model) {
+        if !tracing::enabled!(target: "relay_transport::model", tracing::Level::DEBUG) {
+            return;
+        }
+        if self.next.is_some_and(|n| now < n) {
+            return;
+        }
+        self.next = Some(now + Self::EVERY);
+        let s = model.snapshot();
+        let ms = |d: Option<Duration>| d.map_or(-1.0, |d| d.as_secs_f64() * 1e3);
+        let phase = match s.mode {
+            Mode::Startup => "startup".to_string(),
+            Mode::ProbeBw { phase, .. } => format!("gain {}", GAIN_CYCLE[phase]),
+        };
+        tracing::debug!(
+            target: "relay_transport::model",
+            mode = phase,
+            bw_mbit = format!("{:.1}", s.bandwidth as f64 * 8.0 / 1e6),
+            min_rtt_ms = format!("{:.1}", ms(s.min_rtt)),
+            latest_rtt_ms = format!("{:.1}", ms(s.latest_rtt)),
+            cycle_floor_ms = format!("{:.1}", ms(s.cycle_floor)),
+            extra_acked_kb = s.extra_acked / 1000,
+            window_kb = s.window / 1000,
+            in_flight_kb = s.in_flight / 1000,
+            "model"
+        );
+    }
 }
 
 impl Relay {
@@ -139,6 +185,7 @@ impl Controller for Relay {
         _largest_packet_num_acked: Option<u64>,
     ) {
         self.model.on_end_acks(now, in_flight);
+        self.trace.tick(now, &self.model);
         if let Some(o) = &self.observer {
             o.record(&self.model);
         }
