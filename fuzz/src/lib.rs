@@ -13,13 +13,13 @@ use std::task::{Context, Poll, Waker};
 
 use arbitrary::Arbitrary;
 use relay_proto::codec::{FrameError, decode, encode};
-use relay_transport::frames::read_frame;
 use relay_proto::limits::{
     DEFAULT_BLOCK_SIZE, HIGH_THROUGHPUT_THRESHOLD, MAX_BLOB_SIZE, MAX_BLOCK_SIZE, MAX_BLOCKS,
     MAX_FRAME_LEN, MIB, MIN_BLOCK_SIZE, PROTOCOL_VERSION,
 };
 use relay_proto::offer_rules::{OfferLimits, check_offer};
 use relay_proto::protocol::{Code, Failure, Message, Offer, Overwrite, Secret};
+use relay_transport::frames::read_frame;
 
 /// The relay's defaults: 16 MiB blocks and a 1 GiB memory budget.
 pub const RELAY_LIMITS: OfferLimits = OfferLimits {
@@ -322,18 +322,32 @@ pub fn container_ok(name: &str) -> bool {
         && !b.windows(2).any(|w| w == b"--")
 }
 
-/// Blob names: 1-1024 characters, no control characters or backslashes, 1-254
-/// segments between `/`, none empty, `.` or `..`, and no trailing `.`.
+/// Blob names: 1-1024 characters, no control characters, bidirectional-control
+/// characters (they reorder what people read: `invoice\u{202e}fdp.exe` shows as
+/// `invoiceexe.pdf`) or backslashes, 1-254 segments between `/`, none empty,
+/// `.` or `..`, and no trailing `.`.
 pub fn blob_ok(name: &str) -> bool {
     let chars = name.chars().count();
     let segments: Vec<&str> = name.split('/').collect();
     (1..=1024).contains(&chars)
-        && !name.chars().any(|c| c.is_control() || c == '\\')
+        && !name
+            .chars()
+            .any(|c| c.is_control() || c == '\\' || reorders_text(c))
         && segments.len() <= 254
         && segments
             .iter()
             .all(|s| !s.is_empty() && *s != "." && *s != "..")
         && !name.ends_with('.')
+}
+
+/// Unicode's bidirectional formatting characters: the embeddings and overrides
+/// U+202A-U+202E, the isolates U+2066-U+2069, and the marks LRM U+200E, RLM
+/// U+200F and ALM U+061C.
+fn reorders_text(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}'
+    )
 }
 
 /// Metadata: C#-identifier ASCII names other than `sha256` (any case), printable

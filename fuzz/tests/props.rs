@@ -104,6 +104,41 @@ proptest! {
     }
 }
 
+/// Inputs the fuzzer once failed on, kept as regressions.
+#[test]
+fn inputs_the_fuzzer_found() {
+    // 2026-12-02, CI: a blob name with U+061C (Arabic letter mark), which the
+    // relay refuses as a bidirectional-control character; the oracle predated
+    // that rule, let the name through and expected the size's refusal.
+    let found = OfferInput {
+        version: 1,
+        container: "qqqqq".into(),
+        blob: "q'1q\u{669}X\u{61c}".into(),
+        size: Num::Raw(8_174_439_528_799_404_100),
+        content_type: Some("q'1".into()),
+        metadata: vec![("]\0\u{1}\0!\0\0\0".into(), String::new())],
+        sha256: None,
+        block_size: None,
+        eager: false,
+        default_block_size: Num::Raw(0),
+        max_block_bytes: Num::Raw(0),
+    };
+    check_offer_input(&found);
+    for c in [
+        '\u{202A}', '\u{202E}', '\u{2066}', '\u{2069}', '\u{200E}', '\u{200F}',
+    ] {
+        check_offer_input(&OfferInput {
+            blob: format!("invoice{c}fdp.exe"),
+            size: Num::Mib { mib: 64, delta: 0 },
+            metadata: Vec::new(),
+            content_type: None,
+            default_block_size: Num::Mib { mib: 16, delta: 0 },
+            max_block_bytes: Num::Mib { mib: 256, delta: 0 },
+            ..found.clone()
+        });
+    }
+}
+
 fn blob_relay_fuzz_max_blob() -> u64 {
     relay_proto::limits::MAX_BLOB_SIZE
 }
