@@ -16,9 +16,9 @@
 //!   (BBR's "extra acked", at most a quarter BDP), plus room for a queue
 //!   someone else keeps standing (the RTT floor of the last gain cycle above
 //!   min RTT, less the queue our own ack allowance can explain; the rest of
-//!   our queue drains in the 0.95 phase). Each phase lasts one min RTT. The bandwidth is the largest
-//!   delivery rate of the last 10 rounds; the min RTT the smallest sample of the
-//!   last 5–10 s. The queue we add is at most 0.35 BDP, well inside a one-BDP
+//!   our queue drains in the 0.95 phase). Each phase lasts one min RTT. The
+//!   bandwidth is the largest delivery rate of the last 10 rounds; the min
+//!   RTT the smallest sample of the last 5–10 s. The queue we add is at most 0.35 BDP, well inside a one-BDP
 //!   drop-tail buffer, so we inflict (almost) no loss on ourselves.
 //! - **Loss is not congestion** unless a round loses more than `loss_tolerance`
 //!   (default 15 %; random loss on real long paths is a few %): then the bandwidth
@@ -83,7 +83,8 @@ const ACK_ALLOWANCE: Duration = Duration::from_millis(2);
 /// the window over the stretched ack clock (84–90 % of the link, measured),
 /// while a prompt receiver lets the extra room become a queue. Half a BDP
 /// filled the one-BDP buffer at 20 ms / 200 Mbit/s (4.4–5.4 % queue loss in
-/// the WAN lab); a quarter kept it at 0.8 %.
+/// the WAN lab); a quarter kept it at 0.8 %, and at 0.06–0.10 % once that
+/// queue was no longer also read as someone else's (`foreign_queue`).
 const MAX_AGGREGATION_BDP: f64 = 0.25;
 
 /// With `max_rate`: the peer's ACK delay the window leaves room for (QUIC's
@@ -455,13 +456,13 @@ impl Model {
         }
         let expected =
             |start: Instant| bw as f64 * now.saturating_duration_since(start).as_secs_f64();
-        let start = *self.aggregation_start.get_or_insert(now);
+        let mut start = *self.aggregation_start.get_or_insert(now);
         if self.aggregation_acked as f64 <= expected(start) {
+            start = now;
             self.aggregation_start = Some(now);
             self.aggregation_acked = 0;
         }
         self.aggregation_acked += acked;
-        let start = self.aggregation_start.unwrap_or(now);
         let extra = (self.aggregation_acked as f64 - expected(start)).max(0.0) as u64;
         self.extra_acked.update(self.round, extra.min(self.window));
     }
