@@ -259,6 +259,13 @@ pub fn check_offer_input(input: &OfferInput) {
                 assert!(plan.block_len(blocks - 1) > 0, "empty last block");
                 assert_eq!(plan.block_range(blocks - 1).1, plan.size);
             }
+            if blocks > 1 {
+                // Only a file's own last block may be at or below Azure's
+                // high-throughput threshold (the blocks before the second to
+                // last are whole blocks, above it by the block size's rule).
+                let before_last = plan.block_len(blocks - 2);
+                assert!(before_last > HIGH_THROUGHPUT_THRESHOLD, "{before_last}");
+            }
         }
         (Err(f), Err(code)) => {
             assert_eq!(f.code, code, "{offer:?} refused for: {}", f.message);

@@ -267,22 +267,27 @@ async fn kill_and_rerun(tag: &str, size: u64, at: u64, expect_blocks: usize) {
     relay.stop().await;
 }
 
-/// With 8 MiB blocks a 23 MiB file is staged as 8, 8, 3 and 4 MiB: the last
-/// stretch is cut so only a short block is left to stage after the last byte
-/// (`relay_proto::plan::TAIL_BLOCK`). Killed inside that tail, the rerun
-/// reuses the three blocks before it, sends only the 4 MiB tail, and commits
-/// the right bytes.
+/// With 10 MiB blocks a 30 MiB file is staged as 10, 10, 6 MiB less 64 KiB
+/// and 4 MiB plus 64 KiB: the last stretch is cut so only a short block is left to
+/// stage after the last byte (`relay_proto::plan::TAIL_BLOCK`), both pieces
+/// above the 4 MiB threshold. Killed inside that tail, the rerun reuses the
+/// three blocks before it, sends only the tail, and commits the right bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_ending_in_a_cut_tail_resumes_at_the_tail() {
+    const CUT_ALIGN: u64 = 64 * 1024;
     let (relay, container, dir) = setup("tailcut").await;
     let file = dir.path("f.bin");
-    let size = 23 * MIB;
+    let size = 30 * MIB;
+    let tail_start = 26 * MIB - CUT_ALIGN;
     let sha = write_random(&file, size, 31);
-    relay.control.gate_at(19 * MIB + MIB / 2);
+    // Held on the chunk that reaches 2 MiB into the tail: a chunk is at most
+    // the 2 MiB stream window, so that chunk starts inside the tail and the
+    // block before it (which does not end on a whole MiB) is complete.
+    relay.control.gate_at(tail_start + 2 * MIB);
     let args: Vec<String> = relay
         .upload(&file, &container)
         .into_iter()
-        .map(|a| if a == "5MiB" { "8MiB".to_string() } else { a })
+        .map(|a| if a == "5MiB" { "10MiB".to_string() } else { a })
         .collect();
     run_and_kill(&args, || relay.control.holding()).await;
     let mut staged: Vec<u64> = wait_uncommitted(&container, "f.bin", 3)
@@ -293,12 +298,12 @@ async fn a_file_ending_in_a_cut_tail_resumes_at_the_tail() {
     staged.sort_unstable();
     assert_eq!(
         staged,
-        [3 * MIB, 8 * MIB, 8 * MIB],
+        [6 * MIB - CUT_ALIGN, 10 * MIB, 10 * MIB],
         "blocks before the tail"
     );
     let f = committed_file(&run_client(&args, &[], T).await);
-    assert_eq!(f["bytes_resumed"], 19 * MIB, "{f}");
-    assert_eq!(f["bytes_sent"], 4 * MIB, "only the tail: {f}");
+    assert_eq!(f["bytes_resumed"], tail_start, "{f}");
+    assert_eq!(f["bytes_sent"], size - tail_start, "only the tail: {f}");
     assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
     assert!(uncommitted(&container, "f.bin").await.is_empty());
     relay.stop().await;

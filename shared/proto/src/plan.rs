@@ -5,18 +5,31 @@
 //! high-throughput threshold and any blob up to 190.7 TiB fits in 50,000 blocks.
 //!
 //! A file of more than one block ends in a short block: the last block-sized
-//! stretch is cut where 4–5 MiB remain (`TAIL_BLOCK`). Every block is staged
-//! once its last byte is in, but the last one only after the file's last byte,
-//! so its Put Block is time the upload waits for; at 16 MiB that was 75–118 ms
-//! on a 200 Mbit/s path (docs/TRANSPORT.md), at 4 MiB a quarter of it. The
-//! block before the tail is staged while the tail's bytes arrive. A file of
-//! one block is not cut: it is one Put Blob.
+//! stretch is cut where a little more than 4 MiB remain (`TAIL_BLOCK` plus at
+//! most `CUT_ALIGN`). Every block is staged once its last byte is in, but the
+//! last one only after the file's last byte, so its Put Block is time the
+//! upload waits for; at 16 MiB that was 75–118 ms on a 200 Mbit/s path
+//! (docs/TRANSPORT.md), at 4 MiB a quarter of it. The block before the tail is
+//! staged while the tail's bytes arrive. A file of one block is not cut: it is
+//! one Put Blob.
+//!
+//! The cut never puts a block at or below the 4 MiB threshold: the tail itself
+//! is above it, and a stretch too short to leave more than 4 MiB before the
+//! tail is not cut at all. Only a file's last block, when the file simply ends
+//! there, can be 4 MiB or less.
 
-use crate::limits::{MAX_BLOB_SIZE, MAX_BLOCK_SIZE, MAX_BLOCKS, MIB, MIN_BLOCK_SIZE};
+use crate::limits::{
+    HIGH_THROUGHPUT_THRESHOLD, KIB, MAX_BLOB_SIZE, MAX_BLOCK_SIZE, MAX_BLOCKS, MIB, MIN_BLOCK_SIZE,
+};
 
-/// The file's last block is this long, up to 1 MiB more (cuts fall on whole
-/// MiB, which keeps every block boundary on a SHA-256 block boundary).
-pub const TAIL_BLOCK: u64 = 4 * MIB;
+/// A cut tail is longer than this (Azure's high-throughput threshold), by at
+/// most `CUT_ALIGN`.
+pub const TAIL_BLOCK: u64 = HIGH_THROUGHPUT_THRESHOLD;
+
+/// Cuts fall on multiples of this: a whole number of SHA-256 (and MD5) input
+/// blocks, so a block boundary needs no partial hash buffer, and small enough
+/// that the tail stays within 64 KiB of the threshold.
+pub const CUT_ALIGN: u64 = 64 * KIB;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockPlan {
@@ -70,20 +83,19 @@ impl BlockPlan {
     }
 
     /// Where the tail block starts, if the last block-sized stretch is cut:
-    /// only for files of two blocks or more, when that stretch is longer than
-    /// the tail plus 1 MiB, and never past Azure's 50,000 blocks.
+    /// only for files of two blocks or more, never past Azure's 50,000 blocks,
+    /// and only when both pieces stay above `TAIL_BLOCK`.
     fn tail_cut(&self) -> Option<u64> {
         let full = self.full_blocks();
         if !(2..MAX_BLOCKS).contains(&full) {
             return None;
         }
         let last_start = (full - 1) * self.block_size;
-        if self.size - last_start <= TAIL_BLOCK + MIB {
-            return None;
-        }
-        // On a whole MiB, so the tail is TAIL_BLOCK .. TAIL_BLOCK + 1 MiB long
-        // and the block before it at least 1 MiB.
-        Some((self.size - TAIL_BLOCK) / MIB * MIB)
+        // The highest aligned cut that leaves more than TAIL_BLOCK after it:
+        // the tail is TAIL_BLOCK + 1 ..= TAIL_BLOCK + CUT_ALIGN bytes long.
+        // (Checked: a plan built by hand, as tests do, may have small blocks.)
+        let cut = self.size.checked_sub(TAIL_BLOCK + 1)? / CUT_ALIGN * CUT_ALIGN;
+        (cut.checked_sub(last_start)? > TAIL_BLOCK).then_some(cut)
     }
 
     /// Length of block `index`.
@@ -126,38 +138,108 @@ mod tests {
     #[test]
     fn the_last_block_is_short_so_little_is_left_to_stage_after_the_last_byte() {
         let b = DEFAULT_BLOCK_SIZE;
-        // 256 MiB: 15 full blocks, then 12 MiB and the 4 MiB tail.
+        // 256 MiB: 15 full blocks, then 12 MiB less 64 KiB and a tail of 4 MiB
+        // and 64 KiB.
         let p = plan(16 * b);
         let r = ranges(&p);
         assert_eq!(r.len(), 17);
         assert!(r[..15].iter().all(|(s, e)| e - s == b));
-        assert_eq!(p.block_len(15), b - TAIL_BLOCK);
-        assert_eq!(p.block_len(16), TAIL_BLOCK);
-        // An odd size: the tail is 4 MiB and up to 1 MiB more, cut on a whole MiB.
+        assert_eq!(p.block_len(15), b - TAIL_BLOCK - CUT_ALIGN);
+        assert_eq!(p.block_len(16), TAIL_BLOCK + CUT_ALIGN);
+        // An odd size: the tail is above 4 MiB by at most 64 KiB, cut on 64 KiB.
         let p = plan(3 * b + 10 * MIB + 12_345);
         let r = ranges(&p);
         let tail = r[r.len() - 1].1 - r[r.len() - 1].0;
-        assert!((TAIL_BLOCK..TAIL_BLOCK + MIB).contains(&tail), "{tail}");
-        assert_eq!(r[r.len() - 1].0 % MIB, 0);
-        // A last stretch of 5 MiB or less is not cut (its block is short already).
-        for last in [1, TAIL_BLOCK, TAIL_BLOCK + MIB] {
+        assert!(
+            (TAIL_BLOCK + 1..=TAIL_BLOCK + CUT_ALIGN).contains(&tail),
+            "{tail}"
+        );
+        assert_eq!(r[r.len() - 1].0 % CUT_ALIGN, 0);
+        // A last stretch too short to leave more than 4 MiB on both sides of
+        // a cut is not cut: it is the file's last block as it is.
+        for last in [1, TAIL_BLOCK, 2 * TAIL_BLOCK, 2 * TAIL_BLOCK + CUT_ALIGN] {
             let p = plan(2 * b + last);
             assert_eq!(ranges(&p).len(), 3, "last stretch {last}");
         }
-        assert_eq!(ranges(&plan(2 * b + TAIL_BLOCK + MIB + 1)).len(), 4);
+        // One byte more and it is cut into 4 MiB + 64 KiB and 4 MiB + 1 byte.
+        let p = plan(2 * b + 2 * TAIL_BLOCK + CUT_ALIGN + 1);
+        assert_eq!(ranges(&p).len(), 4);
+        assert_eq!(p.block_len(2), TAIL_BLOCK + CUT_ALIGN);
+        assert_eq!(p.block_len(3), TAIL_BLOCK + 1);
         // One block stays one block: a single Put Blob.
         for size in [1, TAIL_BLOCK + 2 * MIB, b] {
             assert_eq!(ranges(&plan(size)).len(), 1, "{size}");
         }
-        // Every block but the tail and the one before it stays above Azure's
-        // high-throughput threshold.
-        let p = plan(40 * b + 7);
-        let r = ranges(&p);
-        assert!(
-            r[..r.len() - 2]
-                .iter()
-                .all(|(s, e)| e - s > HIGH_THROUGHPUT_THRESHOLD)
-        );
+        // The two examples of a short last pair that the cut used to make:
+        // 40 MiB was 16 + 16 + 4 + 4 MiB, 22 MiB was 16 + 2 + 4 MiB.
+        let sizes =
+            |size: u64| -> Vec<u64> { ranges(&plan(size)).iter().map(|(s, e)| e - s).collect() };
+        assert_eq!(sizes(40 * MIB), [b, b, 8 * MIB]);
+        assert_eq!(sizes(22 * MIB), [b, 6 * MIB]);
+    }
+
+    /// The threshold rule for every size class: for block sizes from the
+    /// smallest to the default and beyond, and file sizes on and around every
+    /// boundary the plan has (whole blocks, the tail, the cut's minimum
+    /// stretch, the alignment), no block before a file's last is 4 MiB or less,
+    /// and a cut tail is above 4 MiB by at most `CUT_ALIGN`.
+    #[test]
+    fn no_block_but_a_files_own_last_is_at_or_below_the_threshold() {
+        let offsets = [
+            0,
+            1,
+            63,
+            64,
+            CUT_ALIGN - 1,
+            CUT_ALIGN,
+            CUT_ALIGN + 1,
+            MIB,
+            TAIL_BLOCK - 1,
+            TAIL_BLOCK,
+            TAIL_BLOCK + 1,
+            TAIL_BLOCK + CUT_ALIGN,
+            TAIL_BLOCK + CUT_ALIGN + 1,
+            2 * TAIL_BLOCK,
+            2 * TAIL_BLOCK + CUT_ALIGN,
+            2 * TAIL_BLOCK + CUT_ALIGN + 1,
+            2 * TAIL_BLOCK + 2 * CUT_ALIGN,
+            9 * MIB + 12_345,
+        ];
+        let mut checked = 0;
+        for block_size in [5 * MIB, 8 * MIB, 9 * MIB, DEFAULT_BLOCK_SIZE, 100 * MIB] {
+            for whole in 0..4u64 {
+                for offset in offsets {
+                    for sign in [-1i64, 1] {
+                        let base = whole * block_size;
+                        let size = if sign < 0 {
+                            base.checked_sub(offset)
+                        } else {
+                            base.checked_add(offset)
+                        };
+                        let Some(size) = size.filter(|&s| s > 0) else {
+                            continue;
+                        };
+                        let p = BlockPlan::new(size, block_size).expect("plan");
+                        let r = ranges(&p);
+                        let lens: Vec<u64> = r.iter().map(|(s, e)| e - s).collect();
+                        let (last, before) = lens.split_last().expect("a block");
+                        assert!(
+                            before.iter().all(|&n| n > HIGH_THROUGHPUT_THRESHOLD),
+                            "size {size} in {block_size}: {lens:?}"
+                        );
+                        let cut = p.block_count() > size.div_ceil(p.block_size);
+                        if cut {
+                            assert!(
+                                (TAIL_BLOCK + 1..=TAIL_BLOCK + CUT_ALIGN).contains(last),
+                                "size {size} in {block_size}: {lens:?}"
+                            );
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 300, "{checked} sizes");
     }
 
     #[test]
@@ -198,7 +280,7 @@ mod tests {
         // One block short of the limit: the cut makes exactly 50,000.
         let p = BlockPlan::new((MAX_BLOCKS - 1) * MAX_BLOCK_SIZE, MAX_BLOCK_SIZE).expect("plan");
         assert_eq!(p.block_count(), MAX_BLOCKS);
-        assert_eq!(p.block_len(MAX_BLOCKS - 1), TAIL_BLOCK);
+        assert_eq!(p.block_len(MAX_BLOCKS - 1), TAIL_BLOCK + CUT_ALIGN);
         const { assert!(MAX_BLOB_SIZE > 190 * TIB) };
         let p = plan(190 * TIB);
         assert!(p.block_count() <= MAX_BLOCKS);

@@ -206,10 +206,20 @@ impl BlobWriter {
 
     /// Uncommitted blocks as (raw ID, size); empty if the blob has none or does not exist.
     pub async fn uncommitted_blocks(&self) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
+        self.block_list(BlockListType::Uncommitted).await
+    }
+
+    /// The committed block list in order, (ID, size) each: what the blob is
+    /// made of (empty for a blob written by Put Blob, or none at all).
+    pub async fn committed_blocks(&self) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
+        self.block_list(BlockListType::Committed).await
+    }
+
+    async fn block_list(&self, which: BlockListType) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
         let res = self
             .with_retry("Get Block List", 0, || {
                 self.block.get_block_list(
-                    BlockListType::Uncommitted,
+                    which.clone(),
                     Some(BlockBlobClientGetBlockListOptions::default()),
                 )
             })
@@ -222,8 +232,11 @@ impl BlobWriter {
         let list = resp
             .into_model()
             .map_err(|e| BlobError::from_azure("Get Block List", e))?;
-        Ok(list
-            .uncommitted_blocks
+        let blocks = match which {
+            BlockListType::Committed => list.committed_blocks,
+            _ => list.uncommitted_blocks,
+        };
+        Ok(blocks
             .unwrap_or_default()
             .into_iter()
             .filter_map(|b| Some((b.name?, u64::try_from(b.size?).ok()?)))
