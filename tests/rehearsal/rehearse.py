@@ -251,10 +251,12 @@ class Rehearsal(TrafficStages):
         pin = bench.read_file("/etc/blob-relay/relay-cert-sha256").decode().strip()
         check(pin == self.pki.relay_sha256(), "bench: relay-cert-sha256 is not the relay certificate's")
         check(bench.run("test -x /usr/local/bin/relay-client", check=False).returncode == 0, "bench: no relay-client")
+        skipped = self.unit("relay-1", "relay-server.service").get("not_applied", [])
         return ("blob-relay-fetch@relay before relay-server on both relays (binary, cert, key, tokens, id key from the "
                 "artifacts account); relay-server as blob-relay with relay.env, STATE_DIRECTORY=/var/lib/blob-relay "
                 "(0700), /run/blob-relay (0750) with the fetched cert's fingerprint; /healthz 200 on both; bench "
-                "fetched relay-client, its token and the pin")
+                f"fetched relay-client, its token and the pin; not applied by the unit runner: {len(skipped)} sandbox "
+                "directives of relay-server.service (the sandbox stage's)")
 
     def health(self, name: str) -> bool:
         ip = self.net.ip(name)
