@@ -45,7 +45,7 @@ printf '%s\\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f"
 class Rehearsal(TrafficStages):
     def __init__(self, args):
         self.args = args
-        self.bins = Path(args.bin_dir)
+        self.bins = Path(args.bin_dir).resolve()
         self.run = Path(args.run_dir)
         self.logs = self.run / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -106,50 +107,73 @@ class TrafficStages:
         st = infra.read_json(self.run / "balancer.json")
         return {n: st.get(self.net.ip(n), {}) for n in RELAYS}
 
-    def stage_failover(self) -> str:
+    def interrupted_upload(self, name: str, interrupt) -> dict:
+        """Uploads 160 MiB from the bench VM through the balancer; once 6 of its
+        blocks reached storage, calls interrupt(relay carrying its flow). Blocks
+        are cut in stream order, so the first ones (the prefix a resume starts
+        from) are staged well before the sixth arrives. Returns what happened,
+        after checking that the blob verifies and the client resumed."""
         bench = self.vms["bench"]
-        size = 160 << 20
-        bench.run(f"head -c {size} /dev/urandom > /root/big.bin && sha256sum /root/big.bin > /root/big.sha")
-        sha = bench.read_file("/root/big.sha").decode().split()[0]
+        bench.run(f"head -c {160 << 20} /dev/urandom > /root/{name}.bin && sha256sum /root/{name}.bin > /root/{name}.sha")
+        sha = bench.read_file(f"/root/{name}.sha").decode().split()[0]
         before = {n: v.get("flows_total", 0) for n, v in self.balancer_flows().items()}
         put_blocks = infra.read_json(self.run / "uploads-front.json").get("put_block", 0)
         pin = self.pki.relay_sha256()
         upload = subprocess.Popen(
-            [*self.vms["bench"].nsenter(), "/bin/sh", "-c",
-             f"RELAY_TOKEN={self.client_token} relay-client upload /root/big.bin --to {self.values['container']}/failover "
+            [*bench.nsenter(), "/bin/sh", "-c",
+             f"RELAY_TOKEN={self.client_token} relay-client upload /root/{name}.bin --to {self.values['container']}/failover "
              f"--block-size 5MiB --relay {infra.LB_IP}:{self.values['relay_port']} --relay-cert-sha256 {pin} --json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # The relay that got the new flow, once it has staged a few blocks.
         victim = self.wait("the upload's flow on a relay", lambda: next(
             (n for n, v in self.balancer_flows().items() if v.get("flows_total", 0) > before[n]), None), 30)
         self.wait("blocks staged", lambda: infra.read_json(self.run / "uploads-front.json").get("put_block", 0)
-                  >= put_blocks + 3, 120, step=0.05)
-        unit = self.unit(victim, "relay-server.service")
-        restarts = unit["restarts"]
-        os.kill(unit["pid"], signal.SIGKILL)
+                  >= put_blocks + 6, 120, step=0.05)
+        interrupt(victim)
         try:
-            out, err = upload.communicate(timeout=240)
+            out, err = upload.communicate(timeout=300)
         except subprocess.TimeoutExpired:
             upload.kill()
-            raise StageFailed("the upload did not finish within 240 s of the kill")
-        check(upload.returncode == 0, f"upload after the kill: {err.strip()[-400:]}")
-        summary = json.loads(out)
-        resumed = sum(f.get("bytes_resumed", 0) for f in summary.get("files", []))
-        after = self.unit(victim, "relay-server.service")
-        check(after["restarts"] == restarts + 1 and after["state"] == "active",
-              f"{victim}: Restart=on-failure: {after}")
-        meta = self.deployer.get_blob(f"https://{self.storage_host}/{self.values['container']}/failover/big.bin",
-                                      self.run / "big.bin")
-        got = hashlib.sha256((self.run / "big.bin").read_bytes()).hexdigest()
-        check(got == sha == meta.get("sha256"), f"failover blob {got} / {meta.get('sha256')} != {sha}")
-        check(resumed > 0, f"the client did not resume from the staged prefix (bytes_resumed {resumed})")
-        # The probe: a relay that stops answering leaves rotation, new flows go
-        # to the other, and it takes flows again once it is back.
-        other = next(n for n in RELAYS if n != victim)
-        self.systemctl(victim, "stop", "relay-server.service")
+            raise StageFailed("the upload did not finish within 300 s of the interruption")
+        check(upload.returncode == 0, f"upload after the interruption: {(out + err).strip()[-400:]}")
+        resumed = sum(f.get("bytes_resumed", 0) for f in json.loads(out).get("files", []))
+        meta = self.deployer.get_blob(f"https://{self.storage_host}/{self.values['container']}/failover/{name}.bin",
+                                      self.run / f"{name}.bin")
+        got = hashlib.sha256((self.run / f"{name}.bin").read_bytes()).hexdigest()
+        check(got == sha == meta.get("sha256"), f"{name}: blob {got} / metadata {meta.get('sha256')} != {sha}")
+        check(resumed > 0, f"{name}: the client did not resume from the staged prefix (bytes_resumed {resumed})")
+        line = rf"blob=failover/{name}\.bin[^\n]*: relay_server::transfer: committed "
+        committed_by = [n for n in RELAYS if re.search(line, self.journal(n, "relay-server.service"))]
+        check(len(committed_by) == 1, f"{name}: committed by {committed_by}")
+        return {"victim": victim, "resumed_mib": resumed >> 20, "committed_by": committed_by[0]}
+
+    def stage_failover(self) -> str:
+        # 1. Killed: Restart=on-failure (RestartSec=2s) brings the relay back
+        #    before the probe's second failure, so the flow stays on it.
+        seen = {}
+
+        def kill(victim):
+            unit = self.unit(victim, "relay-server.service")
+            seen["restarts"] = unit["restarts"]
+            os.kill(unit["pid"], signal.SIGKILL)
+
+        killed = self.interrupted_upload("killed", kill)
+        after = self.unit(killed["victim"], "relay-server.service")
+        check(after["restarts"] == seen["restarts"] + 1 and after["state"] == "active",
+              f"{killed['victim']}: Restart=on-failure: {after}")
+        # 2. Stopped (and kept down): the probe takes it out, the flow moves to
+        #    the other relay, which resumes from what the first one staged.
         probe = self.values["probe"]
-        self.wait(f"{victim} out of rotation", lambda: not self.balancer_flows()[victim].get("healthy"),
-                  probe["interval_s"] * (probe["threshold"] + 2))
+
+        def stop(victim):
+            self.systemctl(victim, "stop", "relay-server.service")
+            self.wait(f"{victim} out of rotation", lambda: not self.balancer_flows()[victim].get("healthy"),
+                      probe["interval_s"] * (probe["threshold"] + 2))
+
+        stopped = self.interrupted_upload("stopped", stop)
+        victim = stopped["victim"]
+        other = next(n for n in RELAYS if n != victim)
+        check(stopped["committed_by"] == other, f"the stopped relay's upload was committed by {stopped['committed_by']}")
+        bench = self.vms["bench"]
         bench.run("head -c 100000 /dev/urandom > /root/small.bin")
         base = {n: v.get("flows_total", 0) for n, v in self.balancer_flows().items()}
         for i in range(3):
@@ -168,10 +192,12 @@ class TrafficStages:
             check(r.returncode == 0, f"upload with {victim} back: {r.stderr.strip()[-300:]}")
             time.sleep(1.1)
         check(self.balancer_flows()[victim].get("flows_total", 0) > now[victim], f"{victim} took no new flow")
-        return (f"{victim} killed (SIGKILL) mid-upload of 160 MiB; Restart=on-failure brought it back "
-                f"({after['restarts']} restart), the client resumed {resumed >> 20} MiB from the staged blocks and the "
-                f"blob verifies; {victim} stopped: the probe took it out, 3 new flows all went to {other}; started "
-                f"again: the probe put it back and it took a new flow")
+        same = killed["committed_by"] == killed["victim"]
+        return (f"160 MiB uploads interrupted after 6 blocks: {killed['victim']} killed (SIGKILL), Restart=on-failure "
+                f"brought it back ({after['restarts']} restart) and the client resumed {killed['resumed_mib']} MiB on "
+                f"{killed['committed_by']}{' (back before the probe noticed)' if same else ''}; {victim} stopped: the "
+                f"probe took it out and the client resumed {stopped['resumed_mib']} MiB on {other}; both blobs verify; "
+                f"3 new flows all went to {other}; {victim} started: the probe put it back and it took a new flow")
 
     def stage_tokens(self) -> str:
         timer = self.unit("relay-1", "blob-relay-tokens.timer")
