@@ -265,6 +265,11 @@ class Rehearsal(TrafficStages):
         return r.returncode == 0
 
     def stage_identity(self) -> str:
+        if os.environ.get("REHEARSAL_PLANT_KEY"):
+            # Negative control of this stage (docs/DEPLOY.md): an account key
+            # where an operator might leave one must fail it.
+            key = next(iter(self.account_keys.values()))
+            self.vms["relay-2"].run(f"echo 'RELAY_ACCOUNT_KEY={key}' >> /etc/blob-relay/relay.env")
         log = [json.loads(l) for l in (self.logs / "imds.jsonl").read_text().splitlines()]
         by_vm = {vm: [e for e in log if e["vm"] == vm and e["status"] == 200] for vm in VMS}
         check(all(by_vm[vm] for vm in VMS), f"IMDS tokens per VM: { {k: len(v) for k, v in by_vm.items()} }")
@@ -293,6 +298,7 @@ class Rehearsal(TrafficStages):
                 # Everything the VM has written (its overlays' upper layers) and
                 # its tmpfs: the image below is the host's own.
                 where = f"{self.run}/vm/{name}/upper /run /tmp /var/tmp /mnt"
+                vm.run(f"test -d {self.run}/vm/{name}/upper/etc/blob-relay")  # the scan sees what the VM wrote
                 r = vm.run(f"grep -rlaF -- {json.dumps(s)} {where} 2>/dev/null", check=False)
                 check(r.stdout.strip() == "", f"{name}: {s[:8]}... found in {r.stdout.split()[:3]}")
         for pid in self.vm_pids():

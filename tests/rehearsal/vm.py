@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 OVERLAYS = ["etc", "usr/local", "var/lib", "root", "home"]
-TMPFS = ["tmp", "var/tmp", "mnt", "run"]
+TMPFS = ["tmp", "var/tmp", "mnt"]  # and /run, mounted first
 
 
 def sh(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -62,7 +62,10 @@ class Vm:
         sh("unshare", f"--mount={self.mnt}", "--propagation", "private", "true")
         scratch = self.run_dir / "vm" / self.name
         scratch.mkdir(parents=True, exist_ok=True)
-        lines = ["set -e", f"mount -t tmpfs -o mode=0700 rh-{self.name} {scratch}"]
+        # /run first: the scratch tmpfs (under the host's /run) is then made
+        # inside the VM's own /run, where the VM (and the key scan) can see it.
+        lines = ["set -e", f"mount -t tmpfs -o mode=0755 rh-{self.name} /run", f"mkdir -p {scratch}",
+                 f"mount -t tmpfs -o mode=0700 rh-{self.name} {scratch}"]
         for d in OVERLAYS:
             up, work = f"{scratch}/upper/{d}", f"{scratch}/work/{d}"
             lines += [f"mkdir -p {up} {work}",
