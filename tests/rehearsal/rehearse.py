@@ -353,7 +353,8 @@ class Rehearsal(TrafficStages):
                                 "--max-time", "5", f"http://{infra.STORAGE_IP}:443/"], capture_output=True, text=True)
         check(plain.stdout.strip() in ("000", "400"), f"plain HTTP to storage answered {plain.stdout}")
         return ("storage only over HTTPS with a CA made for this run, trusted through each VM's system store "
-                f"(update-ca-certificates); Azurite --oauth basic with two accounts: token 200, no token refused, "
+                "(update-ca-certificates; the fetch script's curl and the relay's and client's rustls verified "
+                f"storage against it); Azurite --oauth basic with two accounts: token 200, no token refused, "
                 f"expired and wrong-audience tokens {refusals[0]}/{refusals[1]} AuthenticationFailed; an empty trust "
                 f"store fails the handshake")
 
