@@ -9,6 +9,7 @@ pub mod http;
 pub mod load;
 pub mod proxy;
 pub mod relay;
+pub mod tls_pipe;
 pub mod upload;
 
 use std::path::PathBuf;

@@ -92,6 +92,10 @@ pub struct Schedule {
     pub chances: Vec<(Op, f64, Fault)>,
     /// Every forwarded request of these operations waits this long first.
     pub delays: Vec<(Op, Duration)>,
+    /// The next request of each listed `Op` (one per entry, then consumed) has
+    /// one bit of its body flipped on arrival, as a corrupting path would: the
+    /// checksum check below then refuses it as the service would.
+    pub corrupt: Vec<Op>,
 }
 
 impl Schedule {
@@ -109,6 +113,14 @@ struct State {
 }
 
 impl State {
+    fn take_corruption(&mut self, op: Op) -> bool {
+        let found = self.schedule.corrupt.iter().position(|o| *o == op);
+        if let Some(i) = found {
+            self.schedule.corrupt.remove(i);
+        }
+        found.is_some()
+    }
+
     fn decide(&mut self, op: Op) -> Option<Fault> {
         if let Some(i) = self.schedule.script.iter().position(|(o, _)| *o == op) {
             return Some(self.schedule.script.remove(i).1);
@@ -159,6 +171,8 @@ pub struct Stats {
     /// it, so the header is not forwarded).
     pub crc64_matched: AtomicU64,
     pub crc64_mismatched: AtomicU64,
+    /// Bodies corrupted on purpose (`Schedule::corrupt`).
+    pub corrupted: AtomicU64,
 }
 
 impl Stats {
@@ -294,7 +308,7 @@ async fn serve(
     stats: Arc<Stats>,
     gate: Arc<Gate>,
 ) {
-    let Some((head, body)) = read_request(&mut client).await else {
+    let Some((head, mut body)) = read_request(&mut client).await else {
         return;
     };
     stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -307,6 +321,12 @@ async fn serve(
         })
         .unwrap_or(Op::Other);
     stats.requests_by_op[op.index()].fetch_add(1, Ordering::SeqCst);
+    let corrupt = state.lock().is_ok_and(|mut s| s.take_corruption(op));
+    if corrupt && !body.is_empty() {
+        let mid = body.len() / 2;
+        body[mid] ^= 0x01;
+        stats.corrupted.fetch_add(1, Ordering::SeqCst);
+    }
     if let Some(claimed) = header(&head, "x-ms-content-crc64") {
         if crc64_header_matches(&claimed, &body) {
             stats.crc64_matched.fetch_add(1, Ordering::SeqCst);

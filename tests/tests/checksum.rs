@@ -104,3 +104,51 @@ async fn direct_mode_sends_crc64_when_asked() {
     assert_eq!(matched, proxy.stats.requests_of(Op::PutBlock));
     assert_eq!(blob_sha(&container, "d.bin").await, (size, sha));
 }
+
+/// A body corrupted on its way to storage (one bit flipped by the proxy, as a
+/// faulty path would) is refused by the service with 400 Crc64Mismatch; the
+/// relay still holds the block, so it sends it again and the blob verifies.
+/// Found by the deployment rehearsal (scripts/rehearse): the relay used to
+/// treat that 400 like any other refusal and fail the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_corrupted_in_transit_is_sent_again() {
+    let container = new_container("crc64bad").await;
+    let az = shared_azurite();
+    let upstream = format!("127.0.0.1:{}", az.port)
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let schedule = Schedule {
+        corrupt: vec![Op::PutBlock],
+        ..Schedule::seeded(5)
+    };
+    let proxy = FaultProxy::start(upstream, schedule).await;
+    let storage = az.storage_at(
+        &proxy.url(),
+        WriterOptions {
+            block_checksum: BlockChecksum::Crc64,
+            ..WriterOptions::default()
+        },
+    );
+    let relay = RelayHandle::start(storage, RelayOptions::default());
+    let dir = Scratch::new("crc64bad");
+    let file = dir.path("f.bin");
+    let size = 2 * 5 * MIB + 99;
+    let sha = write_random(&file, size, 92);
+    let args = Upload::file(&file)
+        .json()
+        .block_size("5MiB")
+        .via(&relay)
+        .to(&container)
+        .args();
+    let out = run_client(&args, &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (matched, mismatched) = proxy.stats.crc64_checks();
+    assert_eq!(mismatched, 1, "the corrupted body was refused");
+    assert_eq!(
+        proxy.stats.requests_of(Op::PutBlock),
+        matched + 1,
+        "the refused block was sent again"
+    );
+    assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
+    relay.stop().await;
+}

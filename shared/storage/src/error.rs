@@ -9,6 +9,10 @@ use crate::retry::is_retryable_status;
 /// `BlobError::code` of a request that missed its deadline (no status).
 pub const TIMEOUT_CODE: &str = "Timeout";
 
+/// Azure's codes for a body whose transactional checksum (Content-MD5,
+/// x-ms-content-crc64) does not match what the service received.
+pub const TRANSIT_CORRUPTION_CODES: [&str; 2] = ["Md5Mismatch", "Crc64Mismatch"];
+
 /// An Azure failure, with the HTTP status and Azure's error code when there was a response.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -64,9 +68,20 @@ impl BlobError {
         }
     }
 
-    /// Transport failures (no status) and throttling/server errors are retried.
+    /// Transport failures (no status), throttling/server errors and bodies the
+    /// service got corrupted (its checksum of what arrived differs from the one
+    /// sent: the bytes are still here, sending them again is right) are retried.
     pub fn is_retryable(&self) -> bool {
-        self.status.is_none_or(is_retryable_status)
+        self.status.is_none_or(is_retryable_status) || self.is_corrupted_in_transit()
+    }
+
+    /// 400 Md5Mismatch / Crc64Mismatch: what arrived is not what was sent.
+    pub fn is_corrupted_in_transit(&self) -> bool {
+        self.status == Some(400)
+            && self
+                .code
+                .as_deref()
+                .is_some_and(|c| TRANSIT_CORRUPTION_CODES.contains(&c))
     }
 
     pub fn is_conflict(&self) -> bool {
@@ -116,7 +131,25 @@ fn without_url_queries(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::without_url_queries;
+    use super::{BlobError, without_url_queries};
+
+    fn refused(status: u16, code: &str) -> BlobError {
+        BlobError {
+            status: Some(status),
+            code: Some(code.into()),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn corrupted_bodies_are_retried_other_refusals_are_not() {
+        assert!(refused(400, "Crc64Mismatch").is_retryable());
+        assert!(refused(400, "Md5Mismatch").is_retryable());
+        assert!(!refused(400, "InvalidBlockId").is_retryable());
+        assert!(!refused(403, "AuthorizationPermissionMismatch").is_retryable());
+        assert!(!refused(412, "Crc64Mismatch").is_retryable());
+        assert!(refused(503, "ServerBusy").is_retryable());
+    }
 
     #[test]
     fn url_queries_are_cut_from_error_text() {

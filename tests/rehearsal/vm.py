@@ -1,0 +1,136 @@
+"""A VM of the rehearsal: a network namespace (its own interfaces, routes and
+169.254.169.254) plus a persistent mount namespace in which /etc, /usr/local,
+/var/lib, /root and /home are overlays on the host's (writes land in the VM's
+own tmpfs, the host's files are never changed) and /tmp, /var/tmp, /mnt and
+/run are empty tmpfs. /proc/sys is read-only inside: the kernel is shared
+with the host, so a VM must not change global sysctls.
+
+Everything a VM runs enters both namespaces with nsenter; nothing uses
+`ip netns exec` (it would make a mount namespace of its own).
+"""
+
+from __future__ import annotations
+
+import base64
+import grp
+import os
+import pwd
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OVERLAYS = ["etc", "usr/local", "var/lib", "root", "home"]
+TMPFS = ["tmp", "var/tmp", "mnt"]  # and /run, mounted first
+
+
+def sh(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), check=check, capture_output=True, text=True, **kw)
+
+
+@dataclass
+class Vm:
+    name: str  # relay-1, relay-2, bench, storage, balancer
+    run_dir: Path  # the rehearsal's private run directory (host side)
+    addresses: list[str] = field(default_factory=list)
+
+    @property
+    def netns(self) -> str:
+        return f"rh-{self.name}"
+
+    @property
+    def mnt(self) -> Path:
+        return self.run_dir / "ns" / f"{self.name}.mnt"
+
+    def nsenter(self, mount: bool = True) -> list[str]:
+        cmd = ["nsenter", f"--net=/run/netns/{self.netns}"]
+        if mount:
+            cmd.append(f"--mount={self.mnt}")
+        return cmd
+
+    def run(self, cmd: str, check: bool = True, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """A shell command inside the VM (both namespaces), as root."""
+        full = [*self.nsenter(), "/bin/sh", "-c", cmd]
+        r = subprocess.run(full, capture_output=True, text=True, env=env, timeout=timeout)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{self.name}: `{cmd}` exited {r.returncode}: {r.stderr.strip()}")
+        return r
+
+    def create_mounts(self) -> None:
+        """The persistent mount namespace with the overlays described above."""
+        self.mnt.touch()
+        sh("unshare", f"--mount={self.mnt}", "--propagation", "private", "true")
+        scratch = self.run_dir / "vm" / self.name
+        scratch.mkdir(parents=True, exist_ok=True)
+        # /run first: the scratch tmpfs (under the host's /run) is then made
+        # inside the VM's own /run, where the VM (and the key scan) can see it.
+        lines = ["set -e", f"mount -t tmpfs -o mode=0755 rh-{self.name} /run", f"mkdir -p {scratch}",
+                 f"mount -t tmpfs -o mode=0700 rh-{self.name} {scratch}"]
+        for d in OVERLAYS:
+            up, work = f"{scratch}/upper/{d}", f"{scratch}/work/{d}"
+            lines += [f"mkdir -p {up} {work}",
+                      f"mount -t overlay rh-{self.name}-{d.replace('/', '-')} "
+                      f"-o lowerdir=/{d},upperdir={up},workdir={work} /{d}"]
+        for d in TMPFS:
+            lines.append(f"mount -t tmpfs -o mode={'1777' if 'tmp' in d else '0755'} rh-{self.name} /{d}")
+        lines += ["mount --bind /proc/sys /proc/sys", "mount -o remount,bind,ro /proc/sys"]
+        subprocess.run(["nsenter", f"--mount={self.mnt}", "/bin/sh", "-c", "\n".join(lines)], check=True)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644, owner: str = "root:root") -> None:
+        """Writes a file inside the VM (its mount namespace), like cloud-init's
+        write_files: parent directories made, then owner and mode."""
+        user, _, group = owner.partition(":")
+        cmd = (f"mkdir -p {shlex.quote(os.path.dirname(path))} && cat > {shlex.quote(path)} && "
+               f"chown {shlex.quote(user)}:{shlex.quote(group or user)} {shlex.quote(path)} && "
+               f"chmod {mode:o} {shlex.quote(path)}")
+        r = subprocess.run([*self.nsenter(), "/bin/sh", "-c", cmd], input=data, capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{self.name}: write {path}: {r.stderr.decode().strip()}")
+
+    def read_file(self, path: str) -> bytes:
+        r = subprocess.run([*self.nsenter(), "cat", path], capture_output=True)
+        if r.returncode != 0:
+            raise FileNotFoundError(f"{self.name}:{path}: {r.stderr.decode().strip()}")
+        return r.stdout
+
+
+def apply_write_files(vm: Vm, cfg: dict) -> list[str]:
+    """cloud-init's write_files module: every entry, decoded, with its owner and
+    permissions. Returns the paths written."""
+    written = []
+    for entry in cfg.get("write_files", []):
+        content = entry.get("content", "")
+        enc = entry.get("encoding", "")
+        if enc in ("b64", "base64"):
+            data = base64.b64decode(content)
+        elif enc in ("", "text/plain"):
+            data = content.encode()
+        else:
+            raise ValueError(f"write_files encoding {enc!r} is not handled by the rehearsal")
+        vm.write_file(entry["path"], data, int(str(entry.get("permissions", "0644")), 8),
+                      entry.get("owner", "root:root"))
+        written.append(entry["path"])
+    return written
+
+
+def runcmd_lines(cfg: dict) -> list[str]:
+    """cloud-init's runcmd as the shell lines it writes into its runcmd script: a
+    list entry is quoted word by word, a string entry is taken as is."""
+    out = []
+    for c in cfg.get("runcmd", []):
+        out.append(" ".join(shlex.quote(str(w)) for w in c) if isinstance(c, list) else str(c))
+    return out
+
+
+def host_has_no(user: str) -> bool:
+    """For the assertion that a VM's useradd never reached the host."""
+    try:
+        pwd.getpwnam(user)
+        return False
+    except KeyError:
+        pass
+    try:
+        grp.getgrnam(user)
+        return False
+    except KeyError:
+        return True

@@ -1,0 +1,91 @@
+"""The deployment rehearsal's pure parts (tests/rehearsal; scripts/rehearse
+runs the whole thing as root): its renderer agrees with the offline tests',
+its unit parser reads the deploy/ units as systemd would, its balancer's
+hash spreads flows, and its IMDS stand-in's tokens pass the checks Azurite's
+`--oauth basic` makes."""
+
+import base64
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from test_cloud_init import env_file, rendered as offline_rendered, write_file
+from tfmodel import DEPLOY
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rehearsal"))
+
+import balancer  # noqa: E402
+import imds  # noqa: E402
+import render  # noqa: E402
+import units  # noqa: E402
+
+
+def test_rehearsal_renders_what_the_offline_tests_render_but_with_its_values(module):
+    texts, used = render.rendered("198.51.100.10", suffix="ab12cd")
+    relay = yaml.safe_load(texts["relay"])
+    env = env_file(write_file(relay, "/etc/blob-relay/relay.env"))
+    assert env["RELAY_STORAGE_URL"] == "https://blobrelayab12cd.blob.core.windows.net"
+    assert env["RELAY_BLOCK_CHECKSUM"] == "crc64"
+    # rehearsal.tfvars: the variables an operator of a small relay sets.
+    assert env["RELAY_MEMORY_BUDGET"] == used["tfvars"]["relay_memory_budget"] == "2GiB"
+    assert used["values"]["relay_count"] == 2
+    bench = yaml.safe_load(texts["bench"])
+    assert env_file(write_file(bench, "/etc/blob-relay/bench.env"))["BENCH_RELAY"] == "198.51.100.10:4433"
+    # Same template, same renderer: everything but the evaluated values is identical.
+    offline, _ = offline_rendered(module, "cloud-init-relay.yaml.tftpl")
+    offline_cfg = yaml.safe_load(offline)
+    for entry in relay["write_files"]:
+        if entry.get("encoding") == "b64":
+            assert write_file(offline_cfg, entry["path"]) == write_file(relay, entry["path"]), entry["path"]
+    assert [c for c in relay["runcmd"]] == offline_cfg["runcmd"]
+
+
+def test_probe_is_read_from_the_terraform():
+    _, used = render.rendered("198.51.100.10", suffix="ab12cd")
+    assert used["values"]["probe"] == {"protocol": "Http", "port": 9090, "path": "/healthz",
+                                       "interval_s": 5, "threshold": 2}
+
+
+def test_unit_files_parse_as_systemd_reads_them():
+    conf = units.parse_unit((DEPLOY / "relay-server.service").read_text(), {})
+    units.parse_unit((DEPLOY / "relay-server.service.d/10-fetch.conf").read_text(), conf)
+    u = units.Unit("relay-server.service", conf)
+    assert u.all("Unit", "Requires") == ["blob-relay-fetch@relay.service"]
+    assert u.get("Service", "User") == "blob-relay"
+    assert u.get("Service", "Restart") == "on-failure"
+    # Repeated keys accumulate; the runner reports what it does not apply.
+    assert conf["Service"]["SystemCallFilter"] == ["@system-service", "~@privileged"]
+    not_applied = {k for k in conf["Service"] if k not in units.IMPLEMENTED["Service"]}
+    assert {"ProtectSystem", "SystemCallFilter", "PrivateUsers", "MemoryDenyWriteExecute"} <= not_applied
+    fetch = units.Unit("blob-relay-fetch@relay.service",
+                       units.parse_unit((DEPLOY / "blob-relay-fetch@.service").read_text(), {}))
+    assert fetch.spec(fetch.get("Service", "ExecStart")) == "/usr/local/sbin/blob-relay-fetch relay"
+    assert units.seconds("1min") == 60 and units.seconds("2s") == 2 and units.seconds("infinity") == float("inf")
+    assert units.seconds(fetch.get("Unit", "StartLimitIntervalSec")) == 0
+
+
+def test_balancer_hash_is_stable_and_uses_every_backend():
+    backends = [balancer.Backend("10.60.1.4"), balancer.Backend("10.60.1.5")]
+    picks = [balancer.pick(("10.61.1.4", port, "198.18.2.2", 4433, "udp"), backends) for port in range(40000, 40064)]
+    assert {b.ip for b in picks} == {"10.60.1.4", "10.60.1.5"}
+    again = [balancer.pick(("10.61.1.4", port, "198.18.2.2", 4433, "udp"), backends) for port in range(40000, 40064)]
+    assert picks == again
+    assert balancer.pick(("10.61.1.4", 1, "198.18.2.2", 4433, "udp"), []) is None
+
+
+def test_imds_tokens_pass_azurites_basic_checks():
+    class Args:
+        tenant, principal, resource_id, key, lifetime_s = "t-1", "p-1", "/sub/x", "00" * 32, 600
+
+    body = imds.token_for(Args, "https://storage.azure.com/", 1_700_000_000)
+    claims = json.loads(base64.urlsafe_b64decode(body["access_token"].split(".")[1] + "=="))
+    # node_modules/azurite BlobTokenAuthenticator: issuer prefix, audience pattern, nbf/exp/iat.
+    assert claims["iss"].startswith("https://sts.windows.net/")
+    assert re.fullmatch(r"https://storage\.azure\.com/?", claims["aud"])
+    assert claims["nbf"] <= claims["iat"] < claims["exp"] == 1_700_000_600
+    assert claims["oid"] == "p-1"
+    # azure_identity reads expires_on as a string of epoch seconds.
+    assert body["expires_on"] == "1700000600" and body["token_type"] == "Bearer"
