@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Stand-ins for what deploy/blob-relay-fetch.sh talks to, for the sandbox
+check run on its own: the instance metadata service's managed-identity token
+endpoint and a blob container that answers only that token. The point is a
+real run of the script (bash, curl, python3, install, ...) under strace, not
+a test of the identity flow: the rehearsal's identity and HTTPS stages do
+that against Azurite.
+
+    sandbox_imds.py IMDS_ADDR:PORT BLOBS_ADDR:PORT DIR READY_FILE
+
+GET /metadata/identity/oauth2/token (header Metadata: true) on IMDS_ADDR
+answers a token; GET /CONTAINER/NAME on BLOBS_ADDR with `Authorization:
+Bearer TOKEN` and `x-ms-version` answers DIR/NAME (404 if absent, 403
+without the token). READY_FILE is created once both listen.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+TOKEN = "sandbox-" + secrets.token_hex(16)
+
+
+class Imds(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path != "/metadata/identity/oauth2/token" or self.headers.get("Metadata") != "true":
+            self.send_error(400)
+            return
+        now = int(time.time())
+        body = json.dumps(
+            {
+                "access_token": TOKEN,
+                "expires_in": "3600",
+                "expires_on": str(now + 3600),
+                "not_before": str(now),
+                "resource": "https://storage.azure.com/",
+                "token_type": "Bearer",
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def blobs_handler(root: Path):
+    class Blobs(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}" or not self.headers.get("x-ms-version"):
+                self.send_error(403)
+                return
+            parts = urlsplit(self.path).path.strip("/").split("/")
+            path = root / parts[-1]
+            if len(parts) != 2 or not path.is_file():
+                self.send_error(404)
+                return
+            body = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Blobs
+
+
+def serve(addr: str, handler) -> ThreadingHTTPServer:
+    host, _, port = addr.rpartition(":")
+    server = ThreadingHTTPServer((host, int(port)), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    imds, blobs, root, ready = argv
+    serve(imds, Imds)
+    serve(blobs, blobs_handler(Path(root)))
+    Path(ready).touch()
+    threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
