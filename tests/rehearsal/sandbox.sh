@@ -8,8 +8,11 @@
 #      message about them fails (verify exits 0 on unknown keys).
 #   2. Every system call the relay and blob-relay-fetch make is allowed by
 #      their unit's SystemCallFilter= as `systemd-analyze syscall-filter`
-#      expands it, and every path the relay writes is inside what
-#      ProtectSystem=strict leaves writable (tests/rehearsal/sandbox_check.py).
+#      expands it; no socket family outside RestrictAddressFamilies=, no
+#      writable+executable mapping (MemoryDenyWriteExecute=), no new
+#      namespace (RestrictNamespaces=); and every path the relay writes is
+#      inside what ProtectSystem=strict leaves writable
+#      (tests/rehearsal/sandbox_check.py).
 #
 # Usage (root):
 #   sandbox.sh [--strace-log FILE] [--fetch-strace-log FILE] [--tokens-strace-log FILE]

@@ -6,8 +6,10 @@ systemd expands them (`systemd-analyze syscall-filter` lists every group;
 groups nest), and the paths `ProtectSystem=strict` leaves writable
 (`StateDirectory=`, `RuntimeDirectory=`, `PrivateTmp=`, ...). A recording is
 `strace -f -qq -y -o LOG` of the program as the unit runs it. This script
-reads both and names every system call outside the filter and every path
-written outside the writable set.
+reads both and names every system call outside the filter, every socket
+family outside RestrictAddressFamilies=, every mapping
+MemoryDenyWriteExecute= refuses, every new namespace RestrictNamespaces=
+refuses, and (--writes) every path written outside the writable set.
 
     sandbox_check.py check UNIT[,DROPIN...] LOG [--writes] [--label NAME]
     sandbox_check.py allowed UNIT[,DROPIN...]          (the expanded filter)
@@ -197,6 +199,13 @@ class Recording:
     lines: int = 0
     # strace -y was used (AT_FDCWD</dir> seen): relative paths can be resolved.
     paths_decoded: bool = False
+    # (call, arguments) of the calls other sandbox settings restrict.
+    restricted: list[tuple[str, str]] = field(default_factory=list)
+
+
+# Calls that RestrictAddressFamilies=, MemoryDenyWriteExecute= and
+# RestrictNamespaces= look at.
+RESTRICTED = {"socket", "socketpair", "mmap", "mprotect", "pkey_mprotect", "unshare", "setns", "clone", "clone3"}
 
 
 def resolve(base: str, name: str) -> str:
@@ -277,7 +286,40 @@ def read_recording(path: Path) -> Recording:
                 cwd[child.group(1)] = here
             for p in written_paths(call, args, here):
                 rec.writes.append((p, call, result))
+            if call in RESTRICTED:
+                rec.restricted.append((call, args))
     return rec
+
+
+def other_settings(directives: dict[str, list[str]], rec: Recording) -> list[str]:
+    """What the recording does that the unit's other seccomp-enforced
+    settings forbid: a socket family outside RestrictAddressFamilies=, a
+    writable and executable mapping or an mprotect to executable under
+    MemoryDenyWriteExecute=yes (systemd refuses both), a new namespace under
+    RestrictNamespaces=yes."""
+
+    def last(key: str) -> str:
+        values = directives.get(key, [])
+        return values[-1] if values else ""
+
+    families = " ".join(directives.get("RestrictAddressFamilies", [])).split()
+    deny_families = bool(families) and families[0].startswith("~")
+    families = [f.lstrip("~") for f in families]
+    out: set[str] = set()
+    for call, args in rec.restricted:
+        if call in ("socket", "socketpair") and families:
+            fam = args.split(",", 1)[0].strip()
+            if (fam in families) == deny_families:
+                out.add(f"{call}({fam}) outside RestrictAddressFamilies={' '.join(families)}")
+        if last("MemoryDenyWriteExecute") == "yes":
+            if call == "mmap" and "PROT_WRITE" in args and "PROT_EXEC" in args:
+                out.add("mmap(PROT_WRITE|PROT_EXEC), refused under MemoryDenyWriteExecute=yes")
+            if call in ("mprotect", "pkey_mprotect") and "PROT_EXEC" in args:
+                out.add(f"{call}(PROT_EXEC), refused under MemoryDenyWriteExecute=yes")
+        if last("RestrictNamespaces") == "yes" and call in ("unshare", "setns", "clone", "clone3"):
+            if "CLONE_NEW" in args or call == "setns":
+                out.add(f"{call} into a new namespace, refused under RestrictNamespaces=yes")
+    return sorted(out)
 
 
 def under(path: str, roots: list[str]) -> bool:
@@ -322,6 +364,8 @@ def check(args: argparse.Namespace) -> int:
         problems.append(
             f"{label}: system call {n} (called {rec.syscalls[n]} times) is outside the unit's SystemCallFilter"
         )
+    for what in other_settings(directives, rec):
+        problems.append(f"{label}: {what}")
     summary = f"{len(rec.syscalls)} distinct syscalls recorded, all allowed by SystemCallFilter"
     if args.writes:
         roots = writable_paths(directives)

@@ -156,3 +156,19 @@ def test_every_deployed_unit_that_runs_a_program_has_a_filter():
         d = sc.unit_directives([DEPLOY / name])
         assert d.get("SystemCallFilter"), name
         assert d.get("SystemCallArchitectures") == ["native"], name
+
+
+def test_sockets_mappings_and_namespaces_the_unit_forbids_are_reported(tmp_path):
+    strace_or_skip()
+    # A packet socket (RestrictAddressFamilies= has no AF_PACKET), a writable
+    # and executable mapping (MemoryDenyWriteExecute=yes) and a new user
+    # namespace (RestrictNamespaces=yes). Refused or not here, each is recorded.
+    log = record(tmp_path, "python3 -c 'import mmap, socket\n"
+                 "try:\n    socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\nexcept OSError:\n    pass\n"
+                 "mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)'; "
+                 "unshare --user true 2>/dev/null; true")
+    r = run_checker("--label", "relay", UNIT, log)
+    assert r.returncode == 1
+    assert "relay: socket(AF_PACKET) outside RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK" in r.stderr
+    assert "relay: mmap(PROT_WRITE|PROT_EXEC), refused under MemoryDenyWriteExecute=yes" in r.stderr
+    assert "relay: unshare into a new namespace, refused under RestrictNamespaces=yes" in r.stderr
