@@ -22,20 +22,21 @@
 # upload: `strace -f -qq -y -o FILE`), that log is checked; without it this
 # script records its own: in a private network and mount namespace it writes
 # the rendered cloud-init's files, runs blob-relay-fetch (relay role: it
-# installs the relay binary) under strace against a stand-in IMDS and
-# artifacts container (tests/rehearsal/sandbox_imds.py), starts Azurite
+# installs the relay binary; and the bench VM's client role) under strace
+# against a stand-in IMDS and HTTPS artifacts container
+# (tests/rehearsal/sandbox_imds.py), starts Azurite
 # (--loose: it accepts crc64) on loopback, runs the relay as the unit does
 # (user blob-relay, the rendered relay.env, its state and runtime
 # directories, umask 0027, cwd /) under strace, uploads a multi-block file
 # and small files with relay-client, refreshes the tokens with
 # `blob-relay-fetch tokens` (also under strace) and uploads with the new
 # token, scrapes /healthz and /metrics, and stops the relay with SIGTERM.
-# What differs from Azure standalone: the relay reaches Azurite over http
-# with the development account key (RELAY_ACCOUNT_KEY, added to the rendered
-# relay.env), not HTTPS with a managed-identity token (the rehearsal's own
-# log covers that path), and RELAY_MEMORY_LIMIT=64GiB tells it the deployed
-# VM's memory (its start-up check would refuse the rendered 16 GiB budget on
-# a smaller machine).
+# What differs from Azure standalone: the relay reaches Azurite (HTTPS, a CA
+# made for the run in the system trust store) with the development account
+# key (RELAY_ACCOUNT_KEY, added to the rendered relay.env), not a
+# managed-identity token (the rehearsal's own log covers that path), and
+# RELAY_MEMORY_LIMIT=64GiB tells it the deployed VM's memory (its start-up
+# check would refuse the rendered 16 GiB budget on a smaller machine).
 #
 # --fetch-strace-log / --tokens-strace-log: the rehearsal's recordings of
 # blob-relay-fetch@relay.service and blob-relay-tokens.service (recorded
@@ -126,11 +127,11 @@ done
 mount -t tmpfs -o mode=0755 tmpfs /run
 
 az_port=10000 art_port=8080
-storage_url=http://127.0.0.1:$az_port/devstoreaccount1
+storage_url=https://127.0.0.1:$az_port/devstoreaccount1
 dev_key='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
 
 echo "sandbox: cloud-init write_files (rendered from terraform/templates/cloud-init-relay.yaml.tftpl):"
-"$SANDBOX_VENV/bin/python" "$here/sandbox_boot.py" / "$storage_url" "http://127.0.0.1:$art_port/relay-boot" >"$work/boot.out" ||
+"$SANDBOX_VENV/bin/python" "$here/sandbox_boot.py" / "$storage_url" "https://127.0.0.1:$art_port/relay-boot" >"$work/boot.out" ||
     { cat "$work/boot.out"; fail "rendering the cloud-init"; }
 sed 's/^/ /' "$work/boot.out"
 # The user the cloud-init's runcmd makes (here in the overlay /etc).
@@ -150,13 +151,30 @@ cp "$SANDBOX_BIN/relay-server" "$art/relay-server"
 echo "$token1" >"$art/client-token"
 cp "$SANDBOX_BIN/relay-client" "$art/relay-client"
 
-python3 "$here/sandbox_imds.py" 169.254.169.254:80 "127.0.0.1:$art_port" "$art" "$work/imds.ready" &
+# Storage (Azurite, and the artifacts stand-in) speaks HTTPS with a
+# certificate from a CA made for this run, which the system trust store
+# (here the overlay's) trusts as the VM image trusts Microsoft's: the
+# relay's TLS client and curl load it as on Azure.
+tls=$work/tls
+mkdir -p "$tls"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=sandbox CA" \
+    -keyout "$tls/ca-key.pem" -out "$tls/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+    -keyout "$tls/key.pem" -out "$tls/req.pem" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$tls/ext"
+openssl x509 -req -in "$tls/req.pem" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" -CAcreateserial -days 2 \
+    -extfile "$tls/ext" -out "$tls/cert.pem" 2>/dev/null
+cat "$tls/ca.pem" >>/etc/ssl/certs/ca-certificates.crt
+
+python3 "$here/sandbox_imds.py" 169.254.169.254:80 "127.0.0.1:$art_port" "$art" "$work/imds.ready" \
+    "$tls/cert.pem" "$tls/key.pem" &
 pids+=($!)
 "$repo/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$az_port" --inMemoryPersistence \
-    --disableTelemetry --skipApiVersionCheck --silent --loose >"$work/azurite.out" 2>&1 &
+    --disableTelemetry --skipApiVersionCheck --silent --loose --cert "$tls/cert.pem" --key "$tls/key.pem" \
+    >"$work/azurite.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 600); do
-    [ -e "$work/imds.ready" ] && curl -s -o /dev/null "http://127.0.0.1:$az_port/" && break
+    [ -e "$work/imds.ready" ] && curl -s -o /dev/null "https://127.0.0.1:$az_port/" && break
     sleep 0.1
 done
 [ -e "$work/imds.ready" ] || fail "the IMDS stand-in did not start"
@@ -289,7 +307,7 @@ if [ -z "$SANDBOX_RELAY_LOG" ]; then
     [ -n "$main" ] || fail "cannot find the relay's PID under strace"
     kill -TERM "$main"
     wait "$relay_pid" || { cat "$work/relay.out"; fail "the relay did not exit cleanly on SIGTERM"; }
-    echo "sandbox: recorded the relay (as blob-relay, rendered relay.env + account key) through 2 uploads," \
+    echo "sandbox: recorded the relay (as blob-relay, rendered relay.env + account key, HTTPS) through 2 uploads," \
         "a token refresh, /healthz, /metrics and SIGTERM"
 else
     relay_log=$SANDBOX_RELAY_LOG

@@ -6,18 +6,20 @@ real run of the script (bash, curl, python3, install, ...) under strace, not
 a test of the identity flow: the rehearsal's identity and HTTPS stages do
 that against Azurite.
 
-    sandbox_imds.py IMDS_ADDR:PORT BLOBS_ADDR:PORT DIR READY_FILE
+    sandbox_imds.py IMDS_ADDR:PORT BLOBS_ADDR:PORT DIR READY_FILE [CERT KEY]
 
 GET /metadata/identity/oauth2/token (header Metadata: true) on IMDS_ADDR
 answers a token; GET /CONTAINER/NAME on BLOBS_ADDR with `Authorization:
 Bearer TOKEN` and `x-ms-version` answers DIR/NAME (404 if absent, 403
-without the token). READY_FILE is created once both listen.
+without the token), over HTTPS with CERT and KEY when given (IMDS is plain
+HTTP, as on Azure). READY_FILE is created once both listen.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import ssl
 import sys
 import threading
 import time
@@ -78,20 +80,26 @@ def blobs_handler(root: Path):
     return Blobs
 
 
-def serve(addr: str, handler) -> ThreadingHTTPServer:
+def serve(addr: str, handler, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
     host, _, port = addr.rpartition(":")
     server = ThreadingHTTPServer((host, int(port)), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 4:
+    if len(argv) not in (4, 6):
         print(__doc__, file=sys.stderr)
         return 2
-    imds, blobs, root, ready = argv
+    imds, blobs, root, ready = argv[:4]
+    tls = None
+    if len(argv) == 6:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(argv[4], argv[5])
     serve(imds, Imds)
-    serve(blobs, blobs_handler(Path(root)))
+    serve(blobs, blobs_handler(Path(root)), tls)
     Path(ready).touch()
     threading.Event().wait()
     return 0
