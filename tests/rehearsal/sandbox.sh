@@ -19,24 +19,25 @@
 #              [--bin-dir DIR] [--keep DIR]
 #
 # With --strace-log (the rehearsal's recording of the relay during its own
-# upload: `strace -f -qq -y -o FILE`), that log is checked; without it this
-# script records its own: in a private network and mount namespace it writes
-# the rendered cloud-init's files, runs blob-relay-fetch (relay role: it
-# installs the relay binary; and the bench VM's client role) under strace
-# against a stand-in IMDS and HTTPS artifacts container
-# (tests/rehearsal/sandbox_imds.py), starts Azurite
-# (--loose: it accepts crc64) on loopback, runs the relay as the unit does
-# (user blob-relay, the rendered relay.env, its state and runtime
-# directories, umask 0027, cwd /) under strace, uploads a multi-block file
-# and small files with relay-client, refreshes the tokens with
-# `blob-relay-fetch tokens` (also under strace) and uploads with the new
-# token, scrapes /healthz and /metrics, and stops the relay with SIGTERM.
-# What differs from Azure standalone: the relay reaches Azurite (HTTPS, a CA
-# made for the run in the system trust store) with the development account
-# key (RELAY_ACCOUNT_KEY, added to the rendered relay.env), not a
-# managed-identity token (the rehearsal's own log covers that path), and
-# RELAY_MEMORY_LIMIT=64GiB tells it the deployed VM's memory (its start-up
-# check would refuse the rendered 16 GiB budget on a smaller machine).
+# upload: `strace -f -qq -y -o FILE`, started at the relay's execve, i.e.
+# after the switch to its user), that log is checked; without it this
+# script records its own, on the deployed path: in a private network and
+# mount namespace it writes the rendered cloud-init's files, puts a
+# stand-in IMDS at 169.254.169.254 (tests/rehearsal/sandbox_imds.py: tokens
+# Azurite's --oauth basic accepts) and an HTTPS artifacts container, runs
+# blob-relay-fetch (relay role: it installs the relay binary; and the bench
+# VM's client role) under strace, starts Azurite on loopback (HTTPS with a
+# CA made for the run and put in the system trust store, bearer tokens,
+# --loose so it takes crc64), runs the relay as the unit does (user
+# blob-relay, the rendered relay.env: managed identity, crc64; its state and
+# runtime directories, umask 0027, cwd /) under strace, uploads a
+# multi-block file and small files with relay-client, refreshes the tokens
+# with `blob-relay-fetch tokens` (also under strace) and uploads with the
+# new token, scrapes /healthz and /metrics, and stops the relay with
+# SIGTERM. One addition to the rendered relay.env: RELAY_MEMORY_LIMIT=57GiB,
+# what the relay's default (90 % of the machine's memory) is on the deployed
+# VM's 64 GiB (its start-up check would refuse the rendered 16 GiB budget
+# on a smaller machine).
 #
 # --fetch-strace-log / --tokens-strace-log: the rehearsal's recordings of
 # blob-relay-fetch@relay.service and blob-relay-tokens.service (recorded
@@ -128,7 +129,6 @@ mount -t tmpfs -o mode=0755 tmpfs /run
 
 az_port=10000 art_port=8080
 storage_url=https://127.0.0.1:$az_port/devstoreaccount1
-dev_key='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
 
 echo "sandbox: cloud-init write_files (rendered from terraform/templates/cloud-init-relay.yaml.tftpl):"
 "$SANDBOX_VENV/bin/python" "$here/sandbox_boot.py" / "$storage_url" "https://127.0.0.1:$art_port/relay-boot" >"$work/boot.out" ||
@@ -171,6 +171,7 @@ python3 "$here/sandbox_imds.py" 169.254.169.254:80 "127.0.0.1:$art_port" "$art" 
 pids+=($!)
 "$repo/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$az_port" --inMemoryPersistence \
     --disableTelemetry --skipApiVersionCheck --silent --loose --cert "$tls/cert.pem" --key "$tls/key.pem" \
+    --oauth basic \
     >"$work/azurite.out" 2>&1 &
 pids+=($!)
 for _ in $(seq 600); do
@@ -245,8 +246,8 @@ if [ -z "$SANDBOX_RELAY_LOG" ]; then
     mapfile -t unit_env < <(grep -E '^[A-Z_][A-Z0-9_]*=' /etc/blob-relay/relay.env)
     # The relay checks its worst-case memory against the machine's at start:
     # the rendered budget is sized for the deployed VM (Standard_D16ds_v5,
-    # 64 GiB), not for this machine, so it is told the VM's memory.
-    unit_env+=(RELAY_ACCOUNT_KEY="$dev_key" RELAY_MEMORY_LIMIT=64GiB STATE_DIRECTORY=/var/lib/blob-relay
+    # 64 GiB), not for this machine: it gets the limit it defaults to there (90 %).
+    unit_env+=(RELAY_MEMORY_LIMIT=57GiB STATE_DIRECTORY=/var/lib/blob-relay
         RUNTIME_DIRECTORY=/run/blob-relay USER=blob-relay LOGNAME=blob-relay HOME=/
         SHELL=/usr/sbin/nologin)
     listen=$(sed -n 's/^RELAY_LISTEN=//p' /etc/blob-relay/relay.env)
@@ -254,14 +255,17 @@ if [ -z "$SANDBOX_RELAY_LOG" ]; then
     relay_addr=127.0.0.1:${listen##*:}
     health_addr=127.0.0.1:${health##*:}
 
-    # Blobs the relay writes into: a container made with the account key.
+    # The container the relay writes into, made with the managed identity's
+    # token (what Terraform's azurerm_storage_container does on Azure).
     data=$work/data
     mkdir -p "$data/small"
     head -c $((24 << 20)) /dev/urandom >"$data/big.bin"
     for i in 1 2 3; do head -c $((i * 1000)) /dev/urandom >"$data/small/s$i.bin"; done
-    "$SANDBOX_BIN/relay-client" upload --direct --create-container --storage-url "$storage_url" \
-        --account-key "$dev_key" --block-checksum crc64 --to sandbox/direct "$data/small/s1.bin" \
-        >"$work/direct.out" 2>&1 || { cat "$work/direct.out"; fail "creating the container"; }
+    mi_token=$(curl -fsS -H 'Metadata: true' \
+        'http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://storage.azure.com/' |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])')
+    curl -fsS -X PUT -H "Authorization: Bearer $mi_token" -H 'x-ms-version: 2023-11-03' -H 'Content-Length: 0' \
+        "$storage_url/sandbox?restype=container" || fail "creating the container with the token"
 
     (umask 0027 && record "$relay_log" blob-relay /usr/local/bin/relay-server) >"$work/relay.out" 2>&1 &
     relay_pid=$!
@@ -307,7 +311,7 @@ if [ -z "$SANDBOX_RELAY_LOG" ]; then
     [ -n "$main" ] || fail "cannot find the relay's PID under strace"
     kill -TERM "$main"
     wait "$relay_pid" || { cat "$work/relay.out"; fail "the relay did not exit cleanly on SIGTERM"; }
-    echo "sandbox: recorded the relay (as blob-relay, rendered relay.env + account key, HTTPS) through 2 uploads," \
+    echo "sandbox: recorded the relay (as blob-relay, rendered relay.env, managed identity, HTTPS) through 2 uploads," \
         "a token refresh, /healthz, /metrics and SIGTERM"
 else
     relay_log=$SANDBOX_RELAY_LOG

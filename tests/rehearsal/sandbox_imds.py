@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Stand-ins for what deploy/blob-relay-fetch.sh talks to, for the sandbox
-check run on its own: the instance metadata service's managed-identity token
-endpoint and a blob container that answers only that token. The point is a
-real run of the script (bash, curl, python3, install, ...) under strace, not
-a test of the identity flow: the rehearsal's identity and HTTPS stages do
-that against Azurite.
+"""Stand-ins for the instance metadata service's managed-identity token
+endpoint and for the artifacts container (which answers only that token),
+for the sandbox check run on its own: the relay and deploy/blob-relay-fetch.sh
+get their tokens as on Azure, so their recordings include that path. The
+token is an unsigned JWT with the claims Azurite's `--oauth basic` checks
+(issuer, audience, times); it tests nothing about identity (the rehearsal's
+identity stage does).
 
     sandbox_imds.py IMDS_ADDR:PORT BLOBS_ADDR:PORT DIR READY_FILE [CERT KEY]
 
@@ -17,6 +18,7 @@ HTTP, as on Azure). READY_FILE is created once both listen.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import ssl
@@ -27,7 +29,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
-TOKEN = "sandbox-" + secrets.token_hex(16)
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def make_token() -> str:
+    now = int(time.time())
+    claims = {
+        "aud": "https://storage.azure.com",
+        "iss": "https://sts.windows.net/00000000-0000-0000-0000-000000000000/",
+        "iat": now - 60,
+        "nbf": now - 60,
+        "exp": now + 86400,
+        "oid": secrets.token_hex(8),
+    }
+    head = {"alg": "none", "typ": "JWT"}
+    return ".".join([b64url(json.dumps(head).encode()), b64url(json.dumps(claims).encode()),
+                     b64url(b"unsigned")])
+
+
+TOKEN = make_token()
 
 
 class Imds(BaseHTTPRequestHandler):
@@ -41,7 +62,7 @@ class Imds(BaseHTTPRequestHandler):
             {
                 "access_token": TOKEN,
                 "expires_in": "3600",
-                "expires_on": str(now + 3600),
+                "expires_on": str(now + 3600),  # a string, as IMDS sends it
                 "not_before": str(now),
                 "resource": "https://storage.azure.com/",
                 "token_type": "Bearer",
