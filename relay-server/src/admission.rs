@@ -411,12 +411,9 @@ impl Admitted {
     }
 }
 
-/// Admission and budget-wait series for `/metrics`.
-pub fn render_metrics(
-    a: &Admission,
-    budget: &relay_storage::staging::Budget,
-    out: &mut crate::exposition::Exposition,
-) {
+/// Admission and budget-wait series for `/metrics`; `blocks_waiting` is
+/// `Shared::blocks_waiting` (the shared budget and every token's share).
+pub fn render_metrics(a: &Admission, blocks_waiting: u64, out: &mut crate::exposition::Exposition) {
     use crate::exposition::Kind;
     let r = &a.refusals;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
@@ -460,8 +457,8 @@ pub fn render_metrics(
     out.value(
         "blob_relay_budget_waiting_blocks",
         Kind::Gauge,
-        "Blocks waiting for memory from the budget right now.",
-        budget.waiting(),
+        "Blocks waiting for memory right now, for the budget or for their token's share of it.",
+        blocks_waiting,
     );
 }
 

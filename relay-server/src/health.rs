@@ -115,7 +115,7 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     m.rejections.render(&mut out);
     m.failures.render(&mut out);
     budget_series(shared, &mut out);
-    crate::admission::render_metrics(&shared.admission, &shared.budget, &mut out);
+    crate::admission::render_metrics(&shared.admission, shared.blocks_waiting(), &mut out);
     storage_series(m, storage, &mut out);
     out
 }

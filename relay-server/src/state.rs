@@ -131,6 +131,14 @@ impl Shared {
         self.max_block_size.min(self.token_share_bytes)
     }
 
+    /// Blocks waiting for memory right now. A block takes its token's share
+    /// first, then the shared budget, so it may wait at either: with every
+    /// token at its share, the shared budget alone shows no one waiting.
+    pub fn blocks_waiting(&self) -> u64 {
+        let shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        self.budget.waiting() + shares.values().map(Budget::waiting).sum::<u64>()
+    }
+
     /// The budget share of one token (created on its first transfer; the number
     /// of shares is bounded by the tokens file, not by peers).
     pub fn share_of(&self, owner: &Owner) -> Budget {

@@ -555,6 +555,15 @@ async fn many_small_files_stream_at_once_within_the_budget() {
         assert!(Instant::now() < deadline, "no file waits for the budget");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // /metrics (blob_relay_budget_waiting_blocks) counts the waits on a
+    // token's share too; it used to show only the shared budget's, 0 here.
+    // Nothing is released while the proxy holds, so waits only grow: read
+    // the share's first.
+    let on_share = share.waiting();
+    assert!(
+        relay.shared.blocks_waiting() >= on_share,
+        "blob_relay_budget_waiting_blocks misses waits on the share"
+    );
     assert!(
         share.in_use_bytes() <= share_bytes,
         "{} > {share_bytes}",
