@@ -23,6 +23,51 @@ pub enum AuthError {
     /// Valid token, but not for this container.
     #[error("token may not write container {0:?}")]
     Container(String),
+    /// An Entra ID access token that failed a check (named by the refusal).
+    #[error("Entra ID token refused: {0}")]
+    Entra(crate::entra::Refusal),
+}
+
+/// Who an Offer's token names, once checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// A token from the tokens file.
+    Static,
+    /// An Entra ID principal.
+    Entra(crate::entra::Principal),
+}
+
+impl Caller {
+    /// Whose resume state and memory share a transfer is: the token's hash for a
+    /// static token, the tenant and object ID for an Entra ID principal (so a
+    /// refreshed token resumes what the previous one started).
+    pub fn owner(&self, token: &str) -> relay_proto::id_key::Owner {
+        match self {
+            Caller::Static => relay_proto::id_key::Owner::of_token(token),
+            Caller::Entra(p) => relay_proto::id_key::Owner::of_principal(&p.tenant, &p.object_id),
+        }
+    }
+}
+
+/// Checks an Offer's bearer token: a JWT goes to Entra ID (when configured), any
+/// other token to the tokens file (an empty store when there is none).
+pub async fn authenticate(
+    tokens: &TokenStore,
+    entra: Option<&crate::entra::Entra>,
+    token: &str,
+    container: &str,
+) -> Result<Caller, AuthError> {
+    match entra {
+        Some(entra) if crate::entra::looks_like_jwt(token) => {
+            let p = entra.authenticate(token).await.map_err(AuthError::Entra)?;
+            if entra.grants.allows(&p, container) {
+                Ok(Caller::Entra(p))
+            } else {
+                Err(AuthError::Container(container.to_string()))
+            }
+        }
+        _ => tokens.check(token, container).map(|()| Caller::Static),
+    }
 }
 
 /// Why the tokens file cannot be used at start.
@@ -91,6 +136,19 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl TokenStore {
+    /// No tokens file (Entra ID only): accepts no static token.
+    pub fn none() -> Self {
+        Self {
+            path: PathBuf::new(),
+            state: Mutex::new(State {
+                entries: Vec::new(),
+                stamp: None,
+                settling: false,
+                checked: Instant::now(),
+            }),
+        }
+    }
+
     /// Reads the file; skipped lines are logged. Refuses a file that cannot be
     /// read or lists no valid token (the relay would refuse everyone).
     pub fn load(path: &Path) -> Result<Self, TokensError> {

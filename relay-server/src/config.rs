@@ -88,8 +88,59 @@ pub struct Args {
     /// `#` starts a comment. Re-read when it changes; a line that breaks a rule is
     /// skipped and logged with its number and the rule. `relay-server token new`
     /// makes a line.
-    #[arg(long, env = "RELAY_TOKENS", required = true)]
+    #[arg(long, env = "RELAY_TOKENS", required_unless_present = "entra_audience")]
     pub tokens: Option<PathBuf>,
+
+    /// Accept Entra ID access tokens for this audience: the relay app
+    /// registration's application ID URI and/or client ID (comma-separated).
+    /// Needs --entra-tenant and at least one --entra-grant. Beside --tokens or
+    /// alone (docs/SECURITY.md, "Entra ID sign-in").
+    #[arg(
+        long,
+        env = "RELAY_ENTRA_AUDIENCE",
+        value_delimiter = ',',
+        requires = "entra_tenant"
+    )]
+    pub entra_audience: Vec<String>,
+
+    /// The directory (tenant) ID whose tokens are accepted (the `tid` claim).
+    #[arg(long, env = "RELAY_ENTRA_TENANT", requires = "entra_audience")]
+    pub entra_tenant: Option<String>,
+
+    /// Accepted issuers (comma-separated). Default: the tenant's v2 issuer
+    /// `{authority}/{tenant}/v2.0` and, for the public cloud, its v1 issuer
+    /// `https://sts.windows.net/{tenant}/`.
+    #[arg(long, env = "RELAY_ENTRA_ISSUER", value_delimiter = ',')]
+    pub entra_issuer: Vec<String>,
+
+    /// Where the tenant's OpenID discovery document is:
+    /// `{authority}/{tenant}/v2.0/.well-known/openid-configuration`.
+    #[arg(
+        long,
+        env = "RELAY_ENTRA_AUTHORITY",
+        default_value = "https://login.microsoftonline.com"
+    )]
+    pub entra_authority: String,
+
+    /// A role or group that may write containers: `ROLE_OR_GROUP_ID=CONTAINER[,...]`
+    /// (repeatable, or `;`-separated in the environment), e.g.
+    /// `Uploader.lab-a=lab-a`.
+    #[arg(long, env = "RELAY_ENTRA_GRANT", value_delimiter = ';')]
+    pub entra_grant: Vec<String>,
+
+    /// Extra trusted root (PEM) for fetching the authority's documents (a
+    /// private PKI or the tests' stand-in issuer); the usual roots stay trusted.
+    #[arg(long, env = "RELAY_ENTRA_CA_FILE")]
+    pub entra_ca_file: Option<PathBuf>,
+
+    /// Clock skew allowed on a token's expiry and not-before (seconds).
+    #[arg(long, env = "RELAY_ENTRA_SKEW", default_value_t = 60)]
+    pub entra_skew: u64,
+
+    /// Most key (JWKS) fetches per minute for tokens naming a key the relay does
+    /// not hold; more such tokens are refused as unknown_key without a fetch.
+    #[arg(long, env = "RELAY_ENTRA_KEY_REFRESHES", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub entra_key_refreshes: u64,
 
     /// One budget for block buffers, shared by all transfers.
     #[arg(long, env = "RELAY_MEMORY_BUDGET", default_value = "1GiB", value_parser = size)]

@@ -114,6 +114,9 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
     m.failures.render(&mut out);
+    if let Some(entra) = &shared.entra {
+        entra.render(&mut out);
+    }
     budget_series(shared, &mut out);
     crate::admission::render_metrics(&shared.admission, shared.blocks_waiting(), &mut out);
     storage_series(m, storage, &mut out);

@@ -6,6 +6,8 @@ pub mod admission;
 pub mod auth;
 pub mod commands;
 pub mod config;
+pub mod entra;
+pub mod entra_config;
 pub mod exposition;
 pub mod failures;
 pub mod frame_turns;
@@ -45,8 +47,10 @@ pub enum ResolveError {
     StorageAccess(#[from] CredentialError),
     #[error(transparent)]
     HttpClient(#[from] ClientBuildError),
-    #[error("--tokens is required")]
+    #[error("--tokens or --entra-audience is required")]
     NoTokens,
+    #[error(transparent)]
+    Entra(#[from] entra_config::EntraConfigError),
     #[error(transparent)]
     Tokens(#[from] auth::TokensError),
     #[error("--block-size: {0}")]
@@ -69,8 +73,12 @@ impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
     pub fn from_args(args: &config::Args) -> Result<Self, ResolveError> {
         let storage = storage(args)?;
-        let tokens_path = args.tokens.as_deref().ok_or(ResolveError::NoTokens)?;
-        let tokens = auth::TokenStore::load(tokens_path)?;
+        let entra = entra_config::entra(args)?;
+        let tokens = match (args.tokens.as_deref(), &entra) {
+            (Some(path), _) => auth::TokenStore::load(path)?,
+            (None, Some(_)) => auth::TokenStore::none(),
+            (None, None) => return Err(ResolveError::NoTokens),
+        };
         relay_proto::plan::BlockPlan::new(0, args.block_size).map_err(ResolveError::BlockSize)?;
         let identity = identity(args)?;
         let id_key = id_key(args)?;
@@ -78,6 +86,7 @@ impl Config {
             listen: args.listen,
             storage,
             tokens,
+            entra,
             identity,
             budget: Budget::new(args.memory_budget),
             block_size: args.block_size,
@@ -143,6 +152,7 @@ impl Config {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             storage,
             tokens,
+            entra: None,
             identity: tls::Identity::self_signed(vec!["localhost".into()])?,
             budget: Budget::new(memory_budget),
             block_size: relay_proto::limits::DEFAULT_BLOCK_SIZE,

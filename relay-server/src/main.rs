@@ -85,10 +85,15 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), RunError> {
     let cfg = Config::from_args(&args)?;
-    let probe = StorageProbe::new(
-        cfg.storage.access().clone(),
-        &cfg.tokens.granted_containers(),
-    )?;
+    let mut granted = cfg.tokens.granted_containers();
+    if let Some(entra) = &cfg.entra {
+        for c in entra.grants.containers() {
+            if !granted.contains(&c) {
+                granted.push(c);
+            }
+        }
+    }
+    let probe = StorageProbe::new(cfg.storage.access().clone(), &granted)?;
     if args.check_config {
         return check_config(&args, &cfg, &probe).await;
     }

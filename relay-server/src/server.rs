@@ -91,6 +91,7 @@ impl Relay {
                 )),
                 storage,
                 tokens: cfg.tokens,
+                entra: cfg.entra,
                 budget: cfg.budget,
                 id_key: cfg.id_key,
                 max_block_size: cfg.max_block_size,

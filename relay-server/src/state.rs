@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::admission::{Admission, Limits as AdmissionLimits};
 use crate::auth::TokenStore;
+use crate::entra::Entra;
 use crate::metrics::Metrics;
 use crate::tls::Identity;
 
@@ -36,6 +37,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub storage: Storage,
     pub tokens: TokenStore,
+    /// Entra ID access tokens, when `--entra-audience` is set.
+    pub entra: Option<Arc<Entra>>,
     pub identity: Identity,
     pub budget: Budget,
     pub block_size: u64,
@@ -82,6 +85,7 @@ impl Default for BlockFill {
 pub struct Shared {
     pub storage: Storage,
     pub tokens: TokenStore,
+    pub entra: Option<Arc<Entra>>,
     pub budget: Budget,
     /// Connection admission: pending and authenticated slots, refusals.
     pub admission: Arc<Admission>,

@@ -27,6 +27,7 @@ use relay_transport::frames::write_frame;
 use tracing::Instrument;
 
 use crate::admission::AuthGate;
+use crate::auth::{AuthError, Caller};
 use crate::frame_turns::FrameTurns;
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
@@ -218,16 +219,22 @@ async fn reject(
 }
 
 /// Everything the Offer must satisfy before any Azure call: its version, then the
-/// token, then the rest of `relay_proto::offer_rules`.
-fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
+/// token (a static token, or an Entra ID access token: `auth::authenticate`), then
+/// the rest of `relay_proto::offer_rules`. Nothing here raises stream credit: the
+/// connection's gate opens only after it passes.
+async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller), Failure> {
     check_version(offer)?;
-    shared
-        .tokens
-        .check(&offer.token.0, &offer.container)
-        .map_err(|e| match e {
-            crate::auth::AuthError::Unknown => fail(Code::Unauthorized, e.to_string()),
-            crate::auth::AuthError::Container(_) => fail(Code::Forbidden, e.to_string()),
-        })?;
+    let caller = crate::auth::authenticate(
+        &shared.tokens,
+        shared.entra.as_deref(),
+        &offer.token.0,
+        &offer.container,
+    )
+    .await
+    .map_err(|e| match e {
+        AuthError::Unknown | AuthError::Entra(_) => fail(Code::Unauthorized, e.to_string()),
+        AuthError::Container(_) => fail(Code::Forbidden, e.to_string()),
+    })?;
     if shared.reserved_containers.contains(&offer.container) {
         // The deployment's own files (the relay binary, keys, tokens) live there:
         // no upload may ever write them, whatever a token's grant says.
@@ -243,7 +250,7 @@ fn validate(shared: &Shared, offer: &Offer) -> Result<BlockPlan, Failure> {
         default_block_size: shared.block_size,
         max_block_bytes: shared.max_block_bytes(),
     };
-    check_offer(offer, &limits)
+    Ok((check_offer(offer, &limits)?, caller))
 }
 
 /// Drives one file's `RelaySession`: performs each action it asks for (storage
@@ -257,10 +264,14 @@ async fn run(
     send: &mut SendStream,
     recv: &mut RecvStream,
 ) -> Action {
-    let plan = match validate(shared, offer) {
-        Ok(plan) => plan,
+    let (plan, caller) = match validate(shared, offer).await {
+        Ok(v) => v,
         Err(f) => return Action::Reject(f),
     };
+    if let Caller::Entra(p) = &caller {
+        // Who uploads, never the token; the name is the peer's text: escaped.
+        tracing::info!(tenant = %safe(&p.tenant), oid = %safe(&p.object_id), name = %safe(&p.name), "Entra ID principal");
+    }
     // A valid Offer: the connection may now have its full windows and a
     // connection slot (`admission`).
     link.gate.open();
@@ -268,8 +279,9 @@ async fn run(
         Ok(w) => Arc::new(w),
         Err(e) => return Action::Reject(storage_failure(&e)),
     };
-    // Resume state is private to the token that started the transfer.
-    let owner = Owner::of_token(&offer.token.0);
+    // Resume state is private to the token (or Entra ID principal) that
+    // started the transfer.
+    let owner = caller.owner(&offer.token.0);
     let condition = condition(&offer.overwrite);
     let dest = Destination {
         container: &offer.container,

@@ -181,7 +181,7 @@ impl IdKey {
 }
 
 /// Who may see and continue a transfer's resume state: the SHA-256 of the token
-/// that started it (direct mode: a fixed owner, its key is per user anyway).
+/// that started it, or of the Entra ID principal's tenant and object ID (direct mode: a fixed owner, its key is per user anyway).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Owner(pub [u8; 32]);
 
@@ -194,6 +194,18 @@ impl std::fmt::Debug for Owner {
 impl Owner {
     pub fn of_token(token: &str) -> Self {
         Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// An Entra ID principal: its tenant and object ID, which stay the same
+    /// across token refreshes. In its own domain, apart from token hashes (a
+    /// static token cannot contain the NUL separators).
+    pub fn of_principal(tenant: &str, object_id: &str) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"blob-relay/entra\0");
+        h.update(tenant.as_bytes());
+        h.update(b"\0");
+        h.update(object_id.as_bytes());
+        Self(h.finalize().into())
     }
 
     pub fn direct() -> Self {

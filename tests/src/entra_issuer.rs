@@ -1,0 +1,258 @@
+//! A stand-in for Entra ID's token issuer, for the tests: the OpenID discovery
+//! document and the JWKS served over HTTPS on loopback (certificate from a CA
+//! made per run, which the relay is told to trust), RSA keys made per run, and
+//! tokens signed with them (or forged, for the refusal tests). Counts JWKS
+//! fetches, so the tests can check the relay's refresh rate limit.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::rsa::{KeyPair, KeySize};
+use aws_lc_rs::signature::{KeyPair as _, RSA_PKCS1_SHA256, RsaPublicKeyComponents};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+pub const TENANT: &str = "72f988bf-0000-4000-8000-00000000cafe";
+pub const AUDIENCE: &str = "api://blob-relay-test";
+
+struct Key {
+    kid: String,
+    pair: KeyPair,
+}
+
+pub struct Issuer {
+    pub addr: SocketAddr,
+    /// The per-run CA's certificate (PEM): what `--entra-ca-file` names.
+    pub ca_pem: String,
+    /// Published keys (the JWKS); the first signs by default.
+    keys: Arc<Mutex<Vec<Arc<Key>>>>,
+    jwks_fetches: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn b64(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn new_key(kid: &str) -> Arc<Key> {
+    let pair = KeyPair::generate(KeySize::Rsa2048).unwrap_or_else(|e| panic!("rsa: {e}"));
+    Arc::new(Key {
+        kid: kid.to_string(),
+        pair,
+    })
+}
+
+impl Issuer {
+    pub async fn start() -> Self {
+        relay_transport::install_crypto_provider();
+        let mut ca_params =
+            CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+        let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap_or_else(|e| panic!("{e}"));
+        let leaf_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+        let leaf = CertificateParams::new(vec!["localhost".to_string()])
+            .and_then(|p| p.signed_by(&leaf_key, &ca))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tls = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let keys = Arc::new(Mutex::new(vec![new_key("key-1")]));
+        let jwks_fetches = Arc::new(AtomicU64::new(0));
+        let base = format!("https://localhost:{}", addr.port());
+        let (k, f) = (keys.clone(), jwks_fetches.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, k, f, base) = (acceptor.clone(), k.clone(), f.clone(), base.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        serve(tls, &base, &k, &f).await;
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            ca_pem: ca.pem(),
+            keys,
+            jwks_fetches,
+            task,
+        }
+    }
+
+    /// What `--entra-authority` is for this stand-in.
+    pub fn authority(&self) -> String {
+        format!("https://localhost:{}", self.addr.port())
+    }
+
+    pub fn discovery_url(&self) -> String {
+        format!(
+            "{}/{TENANT}/v2.0/.well-known/openid-configuration",
+            self.authority()
+        )
+    }
+
+    /// The v2 issuer the stand-in's tokens name.
+    pub fn issuer(&self) -> String {
+        format!("{}/{TENANT}/v2.0", self.authority())
+    }
+
+    pub fn jwks_fetches(&self) -> u64 {
+        self.jwks_fetches.load(Ordering::SeqCst)
+    }
+
+    /// Publishes a new key and signs with it from now on (Entra's key rotation).
+    pub fn rotate(&self, kid: &str) {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.insert(0, new_key(kid));
+    }
+
+    /// Claims of a valid token for `oid` with `roles`, valid from now-60 s for an hour.
+    pub fn claims(&self, oid: &str, roles: &[&str]) -> serde_json::Value {
+        let now = now();
+        serde_json::json!({
+            "iss": self.issuer(),
+            "aud": AUDIENCE,
+            "tid": TENANT,
+            "oid": oid,
+            "name": format!("Test user {oid}"),
+            "roles": roles,
+            "iat": now - 60,
+            "nbf": now - 60,
+            "exp": now + 3600,
+        })
+    }
+
+    /// Signs `claims` (RS256) with the current key, under `header_kid`.
+    pub fn sign_as(&self, header_kid: &str, claims: &serde_json::Value) -> String {
+        let key = self.current();
+        let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "kid": header_kid});
+        let msg = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let mut sig = vec![0u8; key.pair.public_modulus_len()];
+        key.pair
+            .sign(
+                &RSA_PKCS1_SHA256,
+                &SystemRandom::new(),
+                msg.as_bytes(),
+                &mut sig,
+            )
+            .unwrap_or_else(|e| panic!("sign: {e}"));
+        format!("{msg}.{}", b64(&sig))
+    }
+
+    /// A validly signed token with these claims, under the current key's ID.
+    pub fn sign(&self, claims: &serde_json::Value) -> String {
+        let kid = self.current().kid.clone();
+        self.sign_as(&kid, claims)
+    }
+
+    /// The classic confusion attack: HS256 with the published public key as the
+    /// HMAC secret.
+    pub fn forge_hs256_with_public_key(&self, claims: &serde_json::Value) -> String {
+        let key = self.current();
+        let header = serde_json::json!({"alg": "HS256", "typ": "JWT", "kid": key.kid});
+        let msg = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let secret =
+            aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, key.pair.public_key().as_ref());
+        let tag = aws_lc_rs::hmac::sign(&secret, msg.as_bytes());
+        format!("{msg}.{}", b64(tag.as_ref()))
+    }
+
+    /// `alg: none`, no signature.
+    pub fn unsigned(&self, claims: &serde_json::Value) -> String {
+        let header = serde_json::json!({"alg": "none", "typ": "JWT", "kid": self.current().kid});
+        format!(
+            "{}.{}.",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        )
+    }
+
+    fn current(&self) -> Arc<Key> {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys[0].clone()
+    }
+}
+
+impl Drop for Issuer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// One request per connection: the discovery document or the JWKS.
+async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+    base: &str,
+    keys: &Mutex<Vec<Arc<Key>>>,
+    fetches: &AtomicU64,
+) {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 << 10 {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&req);
+    let path = text
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let (status, body) = if path == format!("/{TENANT}/v2.0/.well-known/openid-configuration") {
+        let doc = serde_json::json!({
+            "issuer": format!("{base}/{TENANT}/v2.0"),
+            "jwks_uri": format!("{base}/{TENANT}/discovery/v2.0/keys"),
+        });
+        ("200 OK", doc.to_string())
+    } else if path == format!("/{TENANT}/discovery/v2.0/keys") {
+        fetches.fetch_add(1, Ordering::SeqCst);
+        let keys = keys.lock().unwrap_or_else(|p| p.into_inner());
+        let jwks: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|k| {
+                let c = RsaPublicKeyComponents::<Vec<u8>>::from(k.pair.public_key());
+                serde_json::json!({"kty": "RSA", "use": "sig", "kid": k.kid, "n": b64(&c.n), "e": b64(&c.e)})
+            })
+            .collect();
+        ("200 OK", serde_json::json!({ "keys": jwks }).to_string())
+    } else {
+        ("404 Not Found", String::new())
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(resp.as_bytes()).await;
+    let _ = s.shutdown().await;
+}

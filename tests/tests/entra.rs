@@ -1,0 +1,299 @@
+//! Entra ID access tokens at the relay, without Azure: a stand-in issuer
+//! (`relay_tests::entra_issuer`: discovery document and JWKS over HTTPS on
+//! loopback, CA and RSA keys made per run) signs tokens; the relay's verifier
+//! fetches its keys over real HTTPS. Every refusal is checked by name, key
+//! rotation and the refresh rate limit by counting the issuer's JWKS fetches,
+//! and uploads go through the real client binary, a real relay and Azurite.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_proto::id_key::Owner;
+use relay_server::auth::Caller;
+use relay_server::entra::{Entra, Grants, KeySource, Policy, Principal, RefreshBudget, Refusal};
+use relay_tests::blobs::blob_sha;
+use relay_tests::entra_issuer::{AUDIENCE, Issuer, TENANT, now};
+use relay_tests::files::{Scratch, write_random};
+use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_tests::upload::Upload;
+use relay_tests::{run_client, stderr};
+
+const T: Duration = Duration::from_secs(120);
+
+fn verifier(issuer: &Issuer, dir: &Scratch, refreshes: usize) -> Entra {
+    let ca = dir.path("ca.pem");
+    std::fs::write(&ca, &issuer.ca_pem).unwrap_or_else(|e| panic!("{e}"));
+    let http = relay_server::entra_config::client(Some(&ca)).unwrap_or_else(|e| panic!("{e}"));
+    let policy = Policy {
+        tenant: TENANT.into(),
+        issuers: vec![issuer.issuer()],
+        audiences: vec![AUDIENCE.into()],
+        skew_secs: 60,
+    };
+    // A window far longer than any test run: the count is exact, whatever the
+    // machine's speed.
+    let budget = RefreshBudget::new(refreshes, Duration::from_secs(3600));
+    let keys = KeySource::new(http, issuer.discovery_url(), budget);
+    let grants = Grants::parse(&["Uploader.lab-a=lab-a".into()]).unwrap_or_else(|e| panic!("{e}"));
+    Entra::new(policy, keys, grants)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_token_is_refused_by_name() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-refusals");
+    let entra = verifier(&issuer, &dir, 10);
+    let good = issuer.claims("oid-1", &["Uploader.lab-a"]);
+    let p = entra
+        .authenticate(&issuer.sign(&good))
+        .await
+        .unwrap_or_else(|e| panic!("valid token refused: {e}"));
+    assert_eq!((p.tenant.as_str(), p.object_id.as_str()), (TENANT, "oid-1"));
+    assert_eq!(p.roles, vec!["Uploader.lab-a".to_string()]);
+
+    let with = |key: &str, value: serde_json::Value| {
+        let mut c = good.clone();
+        c[key] = value;
+        c
+    };
+    let cases: Vec<(&str, String, Refusal)> = vec![
+        (
+            "expired",
+            issuer.sign(&with("exp", (now() - 3600).into())),
+            Refusal::Expired,
+        ),
+        (
+            "nbf in the future",
+            issuer.sign(&with("nbf", (now() + 3600).into())),
+            Refusal::NotYetValid,
+        ),
+        (
+            "wrong audience",
+            issuer.sign(&with("aud", "api://someone-else".into())),
+            Refusal::Audience,
+        ),
+        (
+            "wrong issuer",
+            issuer.sign(&with(
+                "iss",
+                "https://login.microsoftonline.com/other/v2.0".into(),
+            )),
+            Refusal::Issuer,
+        ),
+        (
+            "wrong tenant",
+            issuer.sign(&with("tid", "00000000-0000-0000-0000-000000000000".into())),
+            Refusal::Tenant,
+        ),
+        ("alg none", issuer.unsigned(&good), Refusal::Algorithm),
+        (
+            "HS256 with the public key",
+            issuer.forge_hs256_with_public_key(&good),
+            Refusal::Algorithm,
+        ),
+        (
+            "unknown kid",
+            issuer.sign_as("no-such-key", &good),
+            Refusal::UnknownKey,
+        ),
+        (
+            "garbage",
+            "eyJhbGciOi.not-base64!.x".into(),
+            Refusal::Malformed("header is not base64url"),
+        ),
+        (
+            "not JSON",
+            "eyJub3Q.e30.e30".into(),
+            Refusal::Malformed("header is not JSON"),
+        ),
+    ];
+    for (what, token, want) in &cases {
+        assert_eq!(entra.authenticate(token).await.err(), Some(*want), "{what}");
+    }
+    // A valid token whose claims were altered after signing.
+    let signed = issuer.sign(&good);
+    let mut parts: Vec<String> = signed.split('.').map(String::from).collect();
+    parts[1] = base64_url(&with("oid", "someone-else".into()).to_string());
+    assert_eq!(
+        entra.authenticate(&parts.join(".")).await.err(),
+        Some(Refusal::Signature)
+    );
+    // Each refusal counted under its own name.
+    for (what, _, want) in &cases {
+        assert!(entra.refused(*want) >= 1, "{what} not counted");
+    }
+    assert_eq!(entra.refused(Refusal::Algorithm), 2);
+    assert_eq!(entra.refused(Refusal::Signature), 1);
+    // One fetch for the first token, one for the unknown kid: nothing else
+    // reached for the keys (alg and malformed are refused before the lookup).
+    assert_eq!(issuer.jwks_fetches(), 2);
+}
+
+fn base64_url(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rotation_costs_one_fetch() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-rotation");
+    let entra = verifier(&issuer, &dir, 10);
+    let claims = issuer.claims("oid-r", &["Uploader.lab-a"]);
+    for _ in 0..5 {
+        entra
+            .authenticate(&issuer.sign(&claims))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(issuer.jwks_fetches(), 1, "cached after the first");
+    issuer.rotate("key-2");
+    for _ in 0..5 {
+        entra
+            .authenticate(&issuer.sign(&claims))
+            .await
+            .unwrap_or_else(|e| panic!("after rotation: {e}"));
+    }
+    assert_eq!(issuer.jwks_fetches(), 2, "one refetch for the new key");
+    assert_eq!(entra.key_fetches(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_unknown_key_ids_fetches_at_most_the_budget() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-flood");
+    let entra = Arc::new(verifier(&issuer, &dir, 3));
+    let claims = issuer.claims("oid-f", &["Uploader.lab-a"]);
+    // Known key first (one fetch), then 200 made-up key IDs, 8 at a time.
+    entra
+        .authenticate(&issuer.sign(&claims))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (entra, tokens): (Arc<Entra>, Vec<String>) = (
+            entra.clone(),
+            (0..25)
+                .map(|i| issuer.sign_as(&format!("bogus-{worker}-{i}"), &claims))
+                .collect(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for t in tokens {
+                assert_eq!(
+                    entra.authenticate(&t).await.err(),
+                    Some(Refusal::UnknownKey)
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(issuer.jwks_fetches(), 3, "the budget of 3, not 201");
+    assert_eq!(entra.refused(Refusal::UnknownKey), 200);
+    // The known key still verifies (the cache was kept).
+    entra
+        .authenticate(&issuer.sign(&claims))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(issuer.jwks_fetches(), 3);
+}
+
+#[test]
+fn a_refreshed_token_keeps_the_same_owner() {
+    let p = |oid: &str| Principal {
+        tenant: TENANT.into(),
+        object_id: oid.into(),
+        name: "n".into(),
+        roles: vec![],
+        groups: vec![],
+    };
+    // Two different token strings for one principal: one owner.
+    let a = Caller::Entra(p("oid-1")).owner("eyJ-first-token");
+    let b = Caller::Entra(p("oid-1")).owner("eyJ-refreshed-token");
+    assert_eq!(a, b);
+    assert_ne!(a, Caller::Entra(p("oid-2")).owner("eyJ-first-token"));
+    assert_eq!(a, Owner::of_principal(TENANT, "oid-1"));
+    // Static tokens keep their own owner (the token's hash).
+    assert_eq!(Caller::Static.owner(TOKEN), Owner::of_token(TOKEN));
+    assert_ne!(Caller::Static.owner("oid-1"), a);
+}
+
+/// A relay trusting the stand-in issuer, beside its static tokens.
+fn relay_with_entra(issuer: &Issuer, dir: &Scratch, grant: String) -> RelayHandle {
+    let ca = dir.path("ca.pem");
+    std::fs::write(&ca, &issuer.ca_pem).unwrap_or_else(|e| panic!("{e}"));
+    let http = relay_server::entra_config::client(Some(&ca)).unwrap_or_else(|e| panic!("{e}"));
+    let policy = Policy {
+        tenant: TENANT.into(),
+        issuers: vec![issuer.issuer()],
+        audiences: vec![AUDIENCE.into()],
+        skew_secs: 60,
+    };
+    let keys = KeySource::new(
+        http,
+        issuer.discovery_url(),
+        RefreshBudget::new(4, Duration::from_secs(60)),
+    );
+    let grants = Grants::parse(&[grant]).unwrap_or_else(|e| panic!("{e}"));
+    let entra = Arc::new(Entra::new(policy, keys, grants));
+    RelayHandle::start(
+        relay_tests::azurite::shared_azurite().storage(),
+        RelayOptions {
+            configure: Some(Box::new(move |cfg| cfg.entra = Some(entra))),
+            ..Default::default()
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_client_uploads_with_an_entra_token_to_granted_containers_only() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-e2e");
+    let granted = relay_tests::blobs::new_container("entra-ok").await;
+    let other = relay_tests::blobs::new_container("entra-no").await;
+    let relay = relay_with_entra(&issuer, &dir, format!("Uploader.lab={granted}"));
+    let file = dir.path("a.bin");
+    let sha = write_random(&file, 3 << 20, 35);
+    let token = issuer.sign(&issuer.claims("oid-e2e", &["Uploader.lab"]));
+    let up = |to: &str, token: &str| {
+        Upload::file(&file)
+            .json()
+            .via_addr(&relay.addr.to_string(), &relay.fingerprint)
+            .to(to)
+            .token(token)
+            .args()
+    };
+
+    // Granted: committed, and the blob hashes to the file's SHA-256.
+    let out = run_client(&up(&format!("{granted}/a.bin"), &token), &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(blob_sha(&granted, "a.bin").await.1, sha);
+
+    // Not granted: refused, nothing written.
+    let out = run_client(&up(&format!("{other}/a.bin"), &token), &[], T).await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("may not write container"),
+        "{}",
+        stderr(&out)
+    );
+
+    // An expired token: refused as unauthorized, counted as expired.
+    let mut old = issuer.claims("oid-e2e", &["Uploader.lab"]);
+    old["exp"] = (now() - 600).into();
+    let out = run_client(&up(&format!("{granted}/b.bin"), &issuer.sign(&old)), &[], T).await;
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("token expired"), "{}", stderr(&out));
+    let metrics = relay_server::health::render(&relay.shared);
+    assert!(
+        metrics.contains("blob_relay_entra_refusals_total{reason=\"expired\"} 1"),
+        "{metrics}"
+    );
+
+    // Static tokens keep working beside Entra ID.
+    let out = run_client(&up(&format!("{granted}/c.bin"), TOKEN), &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(blob_sha(&granted, "c.bin").await.1, sha);
+    relay.stop().await;
+}
