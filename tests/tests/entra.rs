@@ -98,7 +98,7 @@ async fn every_bad_token_is_refused_by_name() {
         ),
         (
             "garbage",
-            "eyJhbGciOi.not-base64!.x".into(),
+            "e!!.not-base64.x".into(),
             Refusal::Malformed("header is not base64url"),
         ),
         (
@@ -286,10 +286,12 @@ async fn real_client_uploads_with_an_entra_token_to_granted_containers_only() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("token expired"), "{}", stderr(&out));
     let metrics = relay_server::health::render(&relay.shared);
-    assert!(
-        metrics.contains("blob_relay_entra_refusals_total{reason=\"expired\"} 1"),
-        "{metrics}"
-    );
+    // Counted under its own name (at least once: the client may have tried again).
+    let expired = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("blob_relay_entra_refusals_total{reason=\"expired\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert!(matches!(expired, Some(n) if n >= 1), "{metrics}");
 
     // Static tokens keep working beside Entra ID.
     let out = run_client(&up(&format!("{granted}/c.bin"), TOKEN), &[], T).await;
