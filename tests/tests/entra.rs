@@ -129,6 +129,11 @@ async fn every_bad_token_is_refused_by_name() {
     assert_eq!(issuer.jwks_fetches(), 2);
 }
 
+/// What the client reported (JSON on stdout, text on stderr).
+fn said(out: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(out))
+}
+
 fn base64_url(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s.as_bytes())
@@ -257,10 +262,15 @@ async fn real_client_uploads_with_an_entra_token_to_granted_containers_only() {
     let sha = write_random(&file, 3 << 20, 35);
     let token = issuer.sign(&issuer.claims("oid-e2e", &["Uploader.lab"]));
     let up = |to: &str, token: &str| {
-        Upload::file(&file)
+        let (container, name) = to.split_once('/').unwrap_or((to, "a.bin"));
+        let f = dir.path(name);
+        if !f.exists() {
+            std::fs::copy(&file, &f).unwrap_or_else(|e| panic!("{e}"));
+        }
+        Upload::file(&f)
             .json()
             .via_addr(&relay.addr.to_string(), &relay.fingerprint)
-            .to(to)
+            .to(container)
             .token(token)
             .args()
     };
@@ -274,7 +284,7 @@ async fn real_client_uploads_with_an_entra_token_to_granted_containers_only() {
     let out = run_client(&up(&format!("{other}/a.bin"), &token), &[], T).await;
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("may not write container"),
+        said(&out).contains("may not write container"),
         "{}",
         stderr(&out)
     );
@@ -284,7 +294,7 @@ async fn real_client_uploads_with_an_entra_token_to_granted_containers_only() {
     old["exp"] = (now() - 600).into();
     let out = run_client(&up(&format!("{granted}/b.bin"), &issuer.sign(&old)), &[], T).await;
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("token expired"), "{}", stderr(&out));
+    assert!(said(&out).contains("token expired"), "{}", stderr(&out));
     let metrics = relay_server::health::render(&relay.shared);
     // Counted under its own name (at least once: the client may have tried again).
     let expired = metrics
