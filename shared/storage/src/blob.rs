@@ -219,7 +219,7 @@ impl BlobWriter {
         let res = self
             .with_retry("Get Block List", 0, || {
                 self.block.get_block_list(
-                    which.clone(),
+                    which,
                     Some(BlockBlobClientGetBlockListOptions::default()),
                 )
             })
