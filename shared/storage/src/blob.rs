@@ -218,10 +218,8 @@ impl BlobWriter {
     async fn block_list(&self, which: BlockListType) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
         let res = self
             .with_retry("Get Block List", 0, || {
-                self.block.get_block_list(
-                    which,
-                    Some(BlockBlobClientGetBlockListOptions::default()),
-                )
+                self.block
+                    .get_block_list(which, Some(BlockBlobClientGetBlockListOptions::default()))
             })
             .await;
         let resp = match res {
