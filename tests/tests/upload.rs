@@ -280,14 +280,21 @@ async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(
-        err.contains(&format!("relay {dead_addr} unreachable for 0 s (no answer from relay"))
-            && err.contains("still trying until")
+        err.contains(&format!(
+            "relay {dead_addr} unreachable for 0 s (no answer from relay"
+        )) && err.contains("still trying until")
             && err.contains("Ctrl-C stops, a rerun resumes"),
         "{err}"
     );
-    assert!(err.contains("stopped: the relay stayed unreachable for 3 s (--patience)"), "{err}");
+    assert!(
+        err.contains("stopped: the relay stayed unreachable for 3 s (--patience)"),
+        "{err}"
+    );
     assert!(err.contains("to resume, run the same command"), "{err}");
-    assert!(err.contains("DEBUG") && err.contains("relay unreachable; trying again"), "{err}");
+    assert!(
+        err.contains("DEBUG") && err.contains("relay unreachable; trying again"),
+        "{err}"
+    );
     assert!(!err.contains('\x1b'), "ANSI escapes on a pipe: {err:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let events: Vec<serde_json::Value> = stdout
@@ -301,7 +308,9 @@ async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
         .collect();
     assert_eq!(states.first(), Some(&"unreachable"), "{stdout}");
     assert_eq!(states.last(), Some(&"gave_up"), "{stdout}");
-    let end = events.last().unwrap_or_else(|| panic!("no events: {stdout}"));
+    let end = events
+        .last()
+        .unwrap_or_else(|| panic!("no events: {stdout}"));
     assert_eq!(end["event"], "summary", "{stdout}");
     assert_eq!(end["stopped_by"], "patience", "{stdout}");
     // The same run with --color always does colour its log lines: the check

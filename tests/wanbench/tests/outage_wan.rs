@@ -411,3 +411,130 @@ fn out_of_patience_stops_resumably_and_the_rerun_resumes() {
     s.assert_no_resend(&[size]);
     println!("patience: {f} ({:.1} s)", s.t0.elapsed().as_secs_f64());
 }
+
+/// The bench (not in CI: minutes of wall time): the client with its default
+/// timeouts and patience (idle 10 s, connect 5 s, patience 10 min, 16 MiB
+/// blocks, no rate cap) on the path, 200 ms / 1 % / 200 Mbit/s; a
+/// directory of two 128 MiB files and 200 small ones; the link cut for
+/// `OUTAGE_S` seconds (default 90) once the first block is staged. Prints one
+/// JSON line with what happened (docs/bench/wan-outage/ has the runs):
+///
+/// `OUTAGE_S=90 cargo test --release -p wanbench --test outage_wan -- --ignored --nocapture default_values`
+#[test]
+#[ignore = "bench: minutes of wall time (docs/bench/wan-outage/)"]
+fn default_values_ride_out_an_outage() {
+    let _one = LABS.lock().unwrap_or_else(|e| e.into_inner());
+    let test = "outbench";
+    if let Err(e) = linklab::check_privileges() {
+        eprintln!("SKIPPED {test}: {e:#}");
+        return;
+    }
+    let outage_s: u64 = std::env::var("OUTAGE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(90);
+    let lab =
+        Lab::start(LinkProfile::new(200.0, 0.01, 200.0)).unwrap_or_else(|e| panic!("lab: {e:#}"));
+    let dir = Scratch::new(test);
+    let cloud = Cloud::start(&lab, &dir.0, CONTAINER);
+    let root = dir.path("bench");
+    std::fs::create_dir_all(root.join("small")).unwrap_or_else(|e| panic!("{e}"));
+    let mut blobs = Vec::new();
+    let mut sizes = Vec::new();
+    for i in 0..2u64 {
+        let name = format!("large-{i}.bin");
+        let size = 128 * MIB;
+        let sha = write_random(&root.join(&name), size, 200 + i);
+        blobs.push((format!("bench/{name}"), sha));
+        sizes.push(size);
+    }
+    for i in 0..200u64 {
+        let name = format!("small/s{i:03}.bin");
+        let size = 64 * 1024;
+        let sha = write_random(&root.join(&name), size, 2000 + i);
+        blobs.push((format!("bench/{name}"), sha));
+        sizes.push(size);
+    }
+    let mut args = cloud.client_args(&lab, &[&root]);
+    args.extend(["--json".to_string(), "--quiet".to_string()]);
+    let out = dir.path("run");
+    let t0 = Instant::now();
+    let mut c = spawn_client(&lab, &args, &out);
+    wait_blocks(&lab, CONTAINER, "bench/large-0.bin", 1, &mut c);
+    let cut_at = t0.elapsed();
+    let cut = lab.outage();
+    std::thread::sleep(Duration::from_secs(outage_s));
+    let before = lab.stats().site_to_cloud;
+    cut.end();
+    let back_at = t0.elapsed();
+    // Queue loss in the first seconds after the link returns (the client's
+    // first connection after the outage must not start faster than the path).
+    let mut first = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = lab.stats().site_to_cloud;
+        if now.forwarded_packets > before.forwarded_packets + 100 && first.is_none() {
+            first = Some((Instant::now(), now));
+        }
+        if let Some((at, start)) = first
+            && at.elapsed() >= Duration::from_secs(5)
+        {
+            first = Some((at, start));
+            break;
+        }
+    }
+    let after5 = lab.stats().site_to_cloud;
+    let resumed_at = first.map(|(at, _)| at);
+    let (code, stdout, stderr) = wait_client(c, &out, Duration::from_secs(outage_s + 900));
+    let total = t0.elapsed();
+    assert_eq!(code, Some(0), "{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(v["totals"]["failed"], 0, "{}", v["totals"]);
+    verify(&lab, CONTAINER, &blobs);
+    let sent = lab.stats().site_to_cloud.forwarded_bytes;
+    let payload: u64 = sizes.iter().sum();
+    let files = v["files"].as_array().cloned().unwrap_or_default();
+    let large: Vec<Value> = files
+        .iter()
+        .filter(|f| {
+            f["blob"]
+                .as_str()
+                .is_some_and(|b| b.starts_with("bench/large"))
+        })
+        .map(|f| {
+            serde_json::json!({"blob": f["blob"], "bytes_resumed": f["bytes_resumed"],
+                "attempts": f["attempts"], "reconnects": f["reconnects"]})
+        })
+        .collect();
+    let (start_pkts, start_q) = first.map_or((0, 0), |(_, s)| {
+        (s.forwarded_packets + s.dropped_queue, s.dropped_queue)
+    });
+    let window_pkts = (after5.forwarded_packets + after5.dropped_queue).saturating_sub(start_pkts);
+    let window_q = after5.dropped_queue.saturating_sub(start_q);
+    let report = serde_json::json!({
+        "outage_s": outage_s,
+        "cut_at_s": cut_at.as_secs_f64(),
+        "link_back_at_s": back_at.as_secs_f64(),
+        "first_packets_after_s": resumed_at.map(|r| (r - t0 - back_at).as_secs_f64()),
+        "queue_loss_first_5s": if window_pkts > 0 { window_q as f64 / window_pkts as f64 } else { 0.0 },
+        "total_s": total.as_secs_f64(),
+        "exit": code,
+        "committed": v["totals"]["committed"],
+        "failed": v["totals"]["failed"],
+        "connections": v["connections"],
+        "large": large,
+        "files_that_reconnected": files.iter().filter(|f| f["reconnects"].as_u64() >= Some(1)).count(),
+        "payload_bytes": payload,
+        "ip_bytes_from_site": sent,
+        "notices": stderr.lines().filter(|l| l.contains("unreachable") || l.contains("reachable again")).collect::<Vec<_>>(),
+        "lab": serde_json::from_str::<Value>(&lab.stats().to_json()).unwrap_or_default(),
+    });
+    println!("{report}");
+    let bound = sizes.iter().map(|s| s + s.min(&(16 * MIB))).sum::<u64>() as f64 * 1.1;
+    assert!(
+        (sent as f64) < bound,
+        "{sent} IP bytes for {payload}: {report}"
+    );
+}
