@@ -29,6 +29,8 @@ pub const CLOUD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 /// a /30 the cloud routes back over the link.
 pub const MOVED_ADDRS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 77, 0, 5), Ipv4Addr::new(10, 77, 0, 6)];
 const MOVED_NET: &str = "10.77.0.4/30";
+/// The cloud's second address (`Lab::add_cloud_address`).
+pub const SECOND_CLOUD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 9);
 const PREFIX_LEN: u8 = 30;
 /// Name of the TUN inside each namespace (same name, separate namespaces).
 const TUN_NAME: &str = "brl0";
@@ -325,6 +327,32 @@ impl Lab {
                 next
             })
             .context("rebind_address: the lab has no NAT (LinkProfile::nat)")
+    }
+
+    /// Gives the cloud a second address (`SECOND_CLOUD_ADDR`), routed from the
+    /// site over the link: where a replacement relay can listen, as an
+    /// instance replaced behind a DNS name would.
+    pub fn add_cloud_address(&self) -> anyhow::Result<Ipv4Addr> {
+        let host = format!("{SECOND_CLOUD_ADDR}/32");
+        netns::ip(&[
+            "-n",
+            self.cloud.name(),
+            "addr",
+            "add",
+            &host,
+            "dev",
+            TUN_NAME,
+        ])?;
+        netns::ip(&[
+            "-n",
+            self.site.name(),
+            "route",
+            "add",
+            &host,
+            "dev",
+            TUN_NAME,
+        ])?;
+        Ok(SECOND_CLOUD_ADDR)
     }
 
     /// Packets an outage dropped (both ways), and packets from the cloud to a

@@ -22,6 +22,7 @@ pub mod tun;
 pub mod weather;
 
 pub use lab::{
-    CLOUD_ADDR, Lab, LabStats, LinkProfile, MOVED_ADDRS, Outage, SITE_ADDR, Side, check_privileges,
+    CLOUD_ADDR, Lab, LabStats, LinkProfile, MOVED_ADDRS, Outage, SECOND_CLOUD_ADDR, SITE_ADDR,
+    Side, check_privileges,
 };
 pub use link::{DelayLine, Link, LinkConfig, LinkStats, Verdict};

@@ -371,6 +371,76 @@ fn rebinding_port_then_address_keeps_the_connection() {
     );
 }
 
+/// The relay's name resolves elsewhere after the outage (the instance
+/// replaced behind DNS: the old one killed, a new one on another address with
+/// the same key and certificate): the client resolves `--relay` again for its
+/// new connection and resumes there. That connection is made by the run's one
+/// `Connector`, whose verifier accepts only the pinned certificate, as the
+/// first was. The client sees a hosts file of the test's (a private mount
+/// namespace), rewritten during the outage.
+#[test]
+fn relay_name_resolved_again_after_the_outage() {
+    let _one = LABS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut s) = setup("outdns", false) else {
+        return;
+    };
+    let second = s
+        .lab
+        .add_cloud_address()
+        .unwrap_or_else(|e| panic!("address: {e:#}"));
+    let hosts = s.dir.path("hosts");
+    let point = |addr: std::net::Ipv4Addr| {
+        // In place (same inode): the client's bind mount sees the new text.
+        std::fs::write(&hosts, format!("127.0.0.1 localhost\n{addr} relay.lab\n"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    };
+    point(s.lab.addr(linklab::Side::Cloud));
+    let size = 40 * MIB;
+    let file = s.dir.path("outdns.bin");
+    let sha = write_random(&file, size, 36);
+    let mut args = s.cloud.client_args(&s.lab, &[&file]);
+    let relay = args
+        .iter()
+        .position(|a| a == "--relay")
+        .unwrap_or_else(|| panic!("no --relay in {args:?}"));
+    args[relay + 1] = format!("relay.lab:{}", wan_cloud::RELAY_PORT);
+    args.extend(short_weather("60s"));
+    args.extend(
+        ["--attempts", "1", "--json", "-v"]
+            .iter()
+            .map(|a| a.to_string()),
+    );
+    let out = s.dir.path("run");
+    let mut c = wan_cloud::spawn_client_with_hosts(&s.lab, &args, &out, &hosts);
+    wait_blocks(&s.lab, CONTAINER, "outdns.bin", 1, &mut c);
+    let cut = s.lab.outage();
+    let t = Instant::now();
+    s.cloud.kill_relay();
+    s.cloud.start_relay_at(&s.lab, second);
+    point(second);
+    std::thread::sleep(OUTAGE.saturating_sub(t.elapsed()));
+    cut.end();
+    let (code, stdout, stderr) = wait_client(c, &out, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("relay name resolves elsewhere now")
+            && stderr.contains(&second.to_string()),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}\n{stderr}"));
+    let f = &v["files"][0];
+    assert_eq!(f["status"], "committed", "{f}");
+    let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);
+    assert!(
+        resumed >= BLOCK && resumed % BLOCK == 0,
+        "resumed at {resumed}: {f}"
+    );
+    verify(&s.lab, CONTAINER, &[("outdns.bin".to_string(), sha)]);
+    s.assert_no_resend(&[size]);
+    println!("outdns: {f} ({:.1} s)", s.t0.elapsed().as_secs_f64());
+}
+
 /// Patience runs out while the link is still down: exit 130, the message and
 /// the command that resumes; once the link is back that command finishes the
 /// upload from the staged prefix.

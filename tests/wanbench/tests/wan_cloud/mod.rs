@@ -108,12 +108,17 @@ impl Cloud {
 
     /// (Re)starts the relay: same port, certificate and `--id-key-file`.
     pub fn start_relay(&mut self, lab: &Lab) {
+        self.start_relay_at(lab, lab.addr(Side::Cloud));
+    }
+
+    /// As `start_relay`, listening on `addr` (one of the cloud's).
+    pub fn start_relay_at(&mut self, lab: &Lab, addr: std::net::Ipv4Addr) {
         let fp_file = self.dir.join("relay.sha256");
         let _ = std::fs::remove_file(&fp_file);
         let mut relay = Command::new(binary("relay-server"));
         relay
             .arg("--listen")
-            .arg(format!("{}:{RELAY_PORT}", lab.addr(Side::Cloud)))
+            .arg(format!("{addr}:{RELAY_PORT}"))
             .arg("--storage-url")
             .arg(format!("http://127.0.0.1:{AZURITE_PORT}/{DEV_ACCOUNT}"))
             .arg("--tokens")
@@ -194,6 +199,59 @@ pub fn spawn_client(lab: &Lab, args: &[String], out: &Path) -> Proc {
         .stderr(std::fs::File::create(out.with_extension("err")).unwrap_or_else(|e| panic!("{e}")));
     cloud::strip_proxies(&mut cmd);
     die_with_parent(&mut cmd);
+    Proc(
+        lab.spawn_in(Side::Site, cmd)
+            .unwrap_or_else(|e| panic!("client: {e:#}")),
+    )
+}
+
+/// Makes `cmd` see `hosts` as its /etc/hosts (a private mount namespace with
+/// a bind mount), so a test can point a name elsewhere by rewriting that file
+/// in place while the process runs; the machine's own /etc/hosts is untouched.
+pub fn with_hosts_file(cmd: &mut Command, hosts: &Path) {
+    let src = std::ffi::CString::new(hosts.as_os_str().as_encoded_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: unshare and mount are async-signal-safe system calls on
+    // arguments prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let root = c"/";
+            let target = c"/etc/hosts";
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                || libc::mount(
+                    src.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Starts relay-client with `args` in the site namespace, seeing `hosts` as
+/// its /etc/hosts (`with_hosts_file`).
+pub fn spawn_client_with_hosts(lab: &Lab, args: &[String], out: &Path, hosts: &Path) -> Proc {
+    let mut cmd = Command::new(binary("relay-client"));
+    cmd.args(args)
+        .env("RELAY_TOKEN", cloud::TOKEN)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out.with_extension("out")).unwrap_or_else(|e| panic!("{e}")))
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap_or_else(|e| panic!("{e}")));
+    cloud::strip_proxies(&mut cmd);
+    die_with_parent(&mut cmd);
+    with_hosts_file(&mut cmd, hosts);
     Proc(
         lab.spawn_in(Side::Site, cmd)
             .unwrap_or_else(|e| panic!("client: {e:#}")),
