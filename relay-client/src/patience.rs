@@ -186,7 +186,7 @@ pub fn human(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..60 => format!("{s} s"),
-        60..3600 if s % 60 == 0 => format!("{} min", s / 60),
+        60..3600 if s.is_multiple_of(60) => format!("{} min", s / 60),
         60..3600 => format!("{} min {} s", s / 60, s % 60),
         _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
@@ -279,7 +279,7 @@ mod tests {
     fn announces_at_once_then_periodically() {
         let mut p = Patience::new(600 * S);
         let steps = run(&mut p, Duration::ZERO, S);
-        let notices: Vec<Notice> = steps.iter().filter_map(|s| retry_notice(s)).collect();
+        let notices: Vec<Notice> = steps.iter().filter_map(retry_notice).collect();
         assert!(notices[0].first && notices[0].waited.is_zero());
         assert_eq!(notices[0].left, 600 * S);
         assert!(notices[1..].iter().all(|n| !n.first));

@@ -112,8 +112,8 @@ pub enum SetupError {
 }
 
 pub enum Mode {
-    Relay(RelayLink),
-    Direct(Direct),
+    Relay(Box<RelayLink>),
+    Direct(Box<Direct>),
 }
 
 impl Mode {
@@ -307,7 +307,7 @@ pub async fn mode(
     weather: WeatherSink,
 ) -> Result<Mode, SetupError> {
     if args.direct {
-        return Ok(Mode::Direct(direct_mode(args, container).await?));
+        return Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)));
     }
     if args.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
@@ -344,14 +344,14 @@ pub async fn mode(
     );
     let patient = args.fallback.is_none() && link.patient();
     match link.get_with(patient).await {
-        Ok(_) => Ok(Mode::Relay(link)),
-        Err(_) if link.gave_up() => Ok(Mode::Relay(link)),
+        Ok(_) => Ok(Mode::Relay(Box::new(link))),
+        Err(_) if link.gave_up() => Ok(Mode::Relay(Box::new(link))),
         Err(e) if args.fallback.is_some() => {
             eprintln!(
                 "relay-client: {}; falling back to direct upload (--fallback direct)",
                 e.message
             );
-            Ok(Mode::Direct(direct_mode(args, container).await?))
+            Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)))
         }
         Err(e) => Err(SetupError::Relay(e)),
     }

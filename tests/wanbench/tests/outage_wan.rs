@@ -202,7 +202,7 @@ fn outage_mid_file_resumes_from_the_staged_prefix() {
     assert!(f["reconnects"].as_u64() >= Some(1), "{f}");
     let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);
     assert!(
-        resumed >= BLOCK && resumed % BLOCK == 0,
+        resumed >= BLOCK && resumed.is_multiple_of(BLOCK),
         "resumed at {resumed}: {f}"
     );
     verify(
@@ -272,7 +272,7 @@ fn outage_mid_directory_every_file_finishes() {
     }) {
         assert_eq!(f["attempts"], 1, "{f}");
         let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);
-        assert_eq!(resumed % BLOCK, 0, "{f}");
+        assert!(resumed.is_multiple_of(BLOCK), "{f}");
     }
     let large0 = files
         .iter()
@@ -318,7 +318,7 @@ fn relay_replaced_during_the_outage() {
     assert_eq!(f["attempts"], 1, "{f}");
     let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);
     assert!(
-        resumed >= BLOCK && resumed % BLOCK == 0,
+        resumed >= BLOCK && resumed.is_multiple_of(BLOCK),
         "resumed at {resumed}: {f}"
     );
     assert!(v["connections"].as_u64() >= Some(2), "{v}");
@@ -433,7 +433,7 @@ fn relay_name_resolved_again_after_the_outage() {
     assert_eq!(f["status"], "committed", "{f}");
     let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);
     assert!(
-        resumed >= BLOCK && resumed % BLOCK == 0,
+        resumed >= BLOCK && resumed.is_multiple_of(BLOCK),
         "resumed at {resumed}: {f}"
     );
     verify(&s.lab, CONTAINER, &[("outdns.bin".to_string(), sha)]);
