@@ -132,6 +132,11 @@ impl RelayLink {
         self.connections.load(Ordering::Relaxed)
     }
 
+    /// Waiting for the relay to answer again right now.
+    pub fn waiting(&self) -> bool {
+        self.patience().waiting()
+    }
+
     pub fn gave_up(&self) -> bool {
         *self.out_of_patience.borrow()
     }

@@ -160,7 +160,9 @@ pub async fn run(
     if let Some(t) = ticker {
         t.abort();
     }
-    if matches!(stop, Stop::Interrupted) {
+    // No commit can land while the relay is unreachable: no point waiting.
+    let offline = matches!(mode.as_ref(), Mode::Relay(link) if link.waiting());
+    if matches!(stop, Stop::Interrupted) && !offline {
         await_commits(&mut tasks, &running, &reporter).await;
     }
     finish(stop, tasks, &mode, &reporter, patience).await
