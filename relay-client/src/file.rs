@@ -272,7 +272,15 @@ async fn out_of_patience() -> std::convert::Infallible {
 /// `--dry-run`: what would happen, from the relay's (or storage's) own answer.
 async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, FileError> {
     let verdict = match job.mode.as_ref() {
-        Mode::Relay(link) => probe::through_relay(&link.get().await?, src, opts).await?,
+        Mode::Relay(link) => {
+            let conn = match link.get().await {
+                Ok(c) => c,
+                // The run stops resumably; this file is not a failure.
+                Err(_) if link.gave_up() => match out_of_patience().await {},
+                Err(e) => return Err(e),
+            };
+            probe::through_relay(&conn, src, opts).await?
+        }
         Mode::Direct(d) => probe::direct(d, src, opts).await?,
     };
     let reason = match (verdict, job.sync) {
