@@ -16,6 +16,11 @@ pub struct Cli {
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// Colour in logs: auto (only on a terminal, and not with NO_COLOR set) |
+    /// always | never.
+    #[arg(long, global = true, default_value = "auto", value_name = "WHEN")]
+    pub color: relay_proto::color::ColorChoice,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -190,6 +195,20 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 5)]
     pub connect_timeout: u64,
 
+    /// How long to wait for a relay that cannot be reached or a connection
+    /// that was lost (a VPN reconnecting, a route flap, a lid closed) before
+    /// stopping with exit 130 and the command that resumes; meanwhile it is
+    /// asked again with capped backoff and the wait is reported. Attempts
+    /// spent waiting do not count against --attempts. 0: fail at once.
+    /// e.g. 90s, 30m, 2h.
+    #[arg(long, default_value = "10m", value_parser = crate::units::duration, value_name = "DURATION")]
+    pub patience: std::time::Duration,
+
+    /// A relay that acknowledges nothing for this long is taken as gone: the
+    /// connection is closed and a new one tried (files resume on it).
+    #[arg(long, default_value = "10s", value_parser = crate::units::duration, value_name = "DURATION")]
+    pub idle_timeout: std::time::Duration,
+
     /// Seconds to keep asking a relay that is at its connection limit (it says
     /// "busy": later, not no) before giving up with exit 2.
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
@@ -302,4 +321,5 @@ const UPLOAD_EXAMPLES: &str = "Examples:
 Exit status: 0 when every file was committed and verified or skipped; 1 when any
 file failed (one line per failed file on stderr); 2 for usage or setup errors (one
 message: bad flags, relay unreachable, token or grant refused, missing container);
-130 when interrupted (Ctrl-C; the message says how to resume).";
+130 when interrupted (Ctrl-C, or the relay unreachable for longer than
+--patience; the message says how to resume).";

@@ -99,6 +99,7 @@ pub async fn upload_file(
             .md5
             .filter(|_| !published.earlier_commit)
             .map(hex::encode),
+        reconnects: 0,
     })
 }
 
@@ -248,5 +249,6 @@ async fn already_there(
         relay_timings: None,
         identical: true,
         content_md5: None,
+        reconnects: 0,
     })
 }

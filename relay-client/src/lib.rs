@@ -13,6 +13,7 @@ pub mod link;
 pub mod live_list;
 pub mod manifest;
 pub mod path_cache;
+pub mod patience;
 pub mod probe;
 pub mod progress;
 pub mod rate;

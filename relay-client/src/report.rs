@@ -39,6 +39,10 @@ pub struct FileReport {
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
     pub retries: u32,
+    /// Times this file went on over a new connection after the network went
+    /// away (not counted in `attempts`).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub reconnects: u32,
     /// Storage requests the file cost (the relay's count from its Receipt, or
     /// direct mode's own), retries included.
     pub storage_requests: u32,
@@ -87,6 +91,14 @@ pub struct Summary {
     /// Relay mode: what QUIC saw on the (last) connection to the relay.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicStats>,
+    /// Relay mode: QUIC connections this run made (1 unless one was lost; a
+    /// connection that migrated to a new address is still one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u64>,
+    /// Why an interrupted run stopped: `interrupt` (Ctrl-C) or `patience`
+    /// (the relay stayed unreachable for longer than `--patience`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<&'static str>,
 }
 
 /// Round-trip time and packet loss of a QUIC connection, as quinn counted them.
@@ -120,6 +132,10 @@ pub struct Totals {
 }
 
 fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
@@ -159,6 +175,8 @@ impl Summary {
             warm_start: None,
             interrupted: false,
             quic: None,
+            connections: None,
+            stopped_by: None,
             totals,
             files,
         }

@@ -16,7 +16,6 @@ use relay_storage::staging::Budget;
 use relay_transport::congestion::PathObserver;
 use relay_transport::quic::{PathMemory, Windows};
 use relay_transport::tls::FingerprintError;
-use tokio::sync::Mutex;
 
 use crate::cli::{OverwriteMode, UploadArgs};
 use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
@@ -25,6 +24,7 @@ use crate::filter::FilterError;
 use crate::link::RelayLink;
 use crate::manifest::ManifestError;
 use crate::path_cache::{self, PathCache};
+use crate::patience::WeatherSink;
 use crate::report::FileError;
 use crate::send::Options;
 use crate::walk::{Destination, DestinationError, parse_destination};
@@ -112,8 +112,8 @@ pub enum SetupError {
 }
 
 pub enum Mode {
-    Relay(RelayLink),
-    Direct(Direct),
+    Relay(Box<RelayLink>),
+    Direct(Box<Direct>),
 }
 
 impl Mode {
@@ -297,9 +297,17 @@ async fn check_access(access: &StorageAccess, container: &str) -> Result<(), Set
 
 /// Relay mode, connected once up front so a wrong address or certificate is one
 /// clear error; `--fallback direct` turns a failed handshake into direct mode.
-pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError> {
+/// A relay that does not answer is waited for within `--patience` (not with
+/// `--fallback`, which asks for direct mode instead of waiting); if patience
+/// runs out here the link says so (`RelayLink::gave_up`) and the run stops
+/// resumably before any file starts.
+pub async fn mode(
+    args: &UploadArgs,
+    container: &str,
+    weather: WeatherSink,
+) -> Result<Mode, SetupError> {
     if args.direct {
-        return Ok(Mode::Direct(direct_mode(args, container).await?));
+        return Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)));
     }
     if args.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
@@ -316,26 +324,34 @@ pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError
     let name = args.server_name.clone().unwrap_or(name);
     let (memory, cache) = path_memory(args, addr, &name);
     let observer = memory.observer.clone().unwrap_or_default();
-    let connector =
+    let mut connector =
         Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
-    let link = RelayLink {
+    let silence = args.idle_timeout.max(Duration::from_secs(1));
+    // The watchdog must hear an ACK well within its silence limit.
+    connector.keep_alive(silence / 3);
+    let link = RelayLink::new(
         connector,
+        relay,
         addr,
         name,
-        timeout: Duration::from_secs(args.connect_timeout),
-        busy_wait: Duration::from_secs(args.busy_wait),
-        current: Mutex::new(None),
+        Duration::from_secs(args.connect_timeout),
+        Duration::from_secs(args.busy_wait),
+        silence,
+        args.patience,
         observer,
         cache,
-    };
-    match link.get().await {
-        Ok(_) => Ok(Mode::Relay(link)),
+        weather,
+    );
+    let patient = args.fallback.is_none() && link.patient();
+    match link.get_with(patient).await {
+        Ok(_) => Ok(Mode::Relay(Box::new(link))),
+        Err(_) if link.gave_up() => Ok(Mode::Relay(Box::new(link))),
         Err(e) if args.fallback.is_some() => {
             eprintln!(
                 "relay-client: {}; falling back to direct upload (--fallback direct)",
                 e.message
             );
-            Ok(Mode::Direct(direct_mode(args, container).await?))
+            Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)))
         }
         Err(e) => Err(SetupError::Relay(e)),
     }

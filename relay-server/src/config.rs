@@ -234,6 +234,11 @@ pub struct Args {
     /// Log format: text (colour only on a terminal) | json (one object a line).
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Colour in text logs: auto (only when stderr is a terminal and NO_COLOR
+    /// is not set) | always | never.
+    #[arg(long, env = "RELAY_COLOR", default_value = "auto", value_name = "WHEN")]
+    pub color: relay_proto::color::ColorChoice,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

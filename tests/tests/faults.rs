@@ -460,7 +460,10 @@ async fn relay_killed_mid_transfer_client_resumes_through_a_new_relay() {
         "resumed {resumed} with {staged} blocks staged: {f}"
     );
     assert_eq!(f["bytes_sent"], size - resumed, "{f}");
-    assert!(f["attempts"].as_u64().unwrap_or(0) >= 2, "{f}");
+    // A second stream: an attempt, or (if the new relay was not up yet when
+    // the client first tried, so it waited for the network) a reconnect.
+    let streams = f["attempts"].as_u64().unwrap_or(0) + f["reconnects"].as_u64().unwrap_or(0);
+    assert!(streams >= 2, "{f}");
     assert_eq!(blob_sha(&container, "f.bin").await, (size, sha));
     assert!(second.log_text().contains("committed"));
 }
