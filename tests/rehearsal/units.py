@@ -21,7 +21,7 @@ Every directive the runner does not implement is listed in its state file,
 so nothing is silently dropped.
 
 Traced units (`--trace UNIT=LOG`, the sandbox stage's recordings): the
-unit's ExecCondition= and ExecStart= run under `strace -f -qq -y -A -o LOG`,
+unit's ExecCondition= and ExecStart= run under `strace -f -qq -y -s 0 -A -o LOG`,
 started after the switch to the unit's user (as setpriv would), so the log
 begins at the program's own execve and holds everything it and its children
 called; restarts append. The unit's main PID is the traced program, not
@@ -184,7 +184,9 @@ def load(name: str) -> Unit:
     return Unit(name, conf)
 
 
-STRACE = ["/usr/bin/strace", "-f", "-qq", "-y", "-A", "-o"]
+# -s 0: no buffer contents (file names are always printed whole): the relay's
+# recvmsg/sendmsg of a 160 MiB upload would otherwise fill the VM's /run.
+STRACE = ["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-A", "-o"]
 
 
 def tracee(tracer: int, limit_s: float = 10) -> int | None:
