@@ -103,6 +103,7 @@ async fn report_of(
         bytes_sent: sent.bytes_sent,
         retries: sent.retries,
         storage_requests: sent.storage_requests,
+        abandoned: sent.abandoned.map(Into::into),
         attempts: tries,
         client_ms: ClientTimings {
             wait_ms,
@@ -340,6 +341,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         bytes_sent: 0,
         retries: 0,
         storage_requests: 0,
+        abandoned: None,
         attempts: 0,
         client_ms: ClientTimings::default(),
         relay_ms: None,

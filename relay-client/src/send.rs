@@ -56,6 +56,8 @@ pub struct Sent {
     pub identical: bool,
     /// The Content-MD5 (hex) this upload's commit gave the blob (`--put-md5`).
     pub content_md5: Option<String>,
+    /// Direct mode: storage requests its watch gave up (`watch.rs`).
+    pub abandoned: Option<relay_storage::retry::Abandoned>,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -159,6 +161,7 @@ impl Stream {
             // an earlier commit of exactly these bytes.
             identical: self.identical || receipt.earlier_commit,
             content_md5: receipt.content_md5,
+            abandoned: None,
         }
     }
 }

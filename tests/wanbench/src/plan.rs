@@ -295,6 +295,8 @@ pub struct Plan {
     pub nic_offload: bool,
     /// Extra arguments for every relay-client run (`--client-arg`).
     pub client_args: Vec<String>,
+    /// Plain TCP flows measured after each one-file direct row (`--tcp-reference`).
+    pub tcp_reference: bool,
 }
 
 impl Plan {
@@ -314,6 +316,7 @@ impl Plan {
             storage_cpu: None,
             nic_offload: false,
             client_args: Vec::new(),
+            tcp_reference: false,
         }
     }
 
