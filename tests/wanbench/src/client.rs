@@ -72,18 +72,17 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
             }
         }
         Method::DirectCubic | Method::DirectBbr | Method::DirectBbr32 => {
-            let connections = if spec.method == Method::DirectBbr32 {
-                "32"
-            } else {
-                "8"
-            };
             cmd = Command::new(&bins.relay_client);
             cmd.arg("upload")
                 .args(spec.files)
                 .arg("--direct")
                 .args(["--storage-url", spec.storage_url])
-                .args(["--connections", connections])
                 .env("RELAY_ACCOUNT_KEY", DEV_KEY);
+            // direct-cubic and direct-bbr size themselves as a user's upload
+            // does (block size and requests in flight from the measured path).
+            if spec.method == Method::DirectBbr32 {
+                cmd.args(["--connections", "32"]);
+            }
         }
         Method::PythonSdk | Method::PythonSdkBbr | Method::PythonSdk32 | Method::PythonSdk64 => {
             cmd = Command::new(&bins.python);

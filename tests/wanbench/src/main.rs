@@ -34,7 +34,7 @@ use crate::row::Row;
 
 const LONG_ABOUT: &str = "\
 Uploads the same files through the relay (QUIC), directly with relay-client \
---direct (TCP cubic and bbr, 8 connections) and with the Python azure-storage-blob \
+--direct (TCP cubic and bbr, sized from the measured path) and with the Python azure-storage-blob \
 SDK (max_concurrency=8), across a user-space emulated WAN link (linklab) between \
 two network namespaces: client in `site`, Azurite and relay-server in `cloud`. \
 Needs root, /dev/net/tun, iproute2, Azurite (npm ci) and release binaries \

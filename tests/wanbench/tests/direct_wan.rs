@@ -7,7 +7,10 @@
 //!
 //! Now the upload must finish, verified by a download inside the cloud
 //! namespace, with no request given up while its body still moved (the
-//! client's own count, `abandoned.while_moving` in its JSON report). Nothing
+//! client's own count, `abandoned.while_moving` in its JSON report). It runs as
+//! the fallback a user whose UDP is blocked gets: `--fallback direct` with a
+//! relay address where nothing answers over UDP, so the same run checks that
+//! the client says it fell back (`--direct` itself: tests/tests/upload.rs). Nothing
 //! here asserts a time or a rate: how long it takes depends on the shared
 //! machine; the bound on the wait is against hangs only. The 512 MiB runs,
 //! BBR, 100 ms / 0.5 %, and the comparison with plain TCP flows are in the
@@ -39,7 +42,7 @@ const MIB: u64 = 1 << 20;
 const CONTAINER: &str = "direct-wan";
 
 #[test]
-fn direct_upload_over_cubic_at_200ms_1pct_finishes_without_abandoning_moving_requests() {
+fn fallback_direct_over_cubic_at_200ms_1pct_finishes_without_abandoning_moving_requests() {
     if let Err(e) = linklab::check_privileges() {
         eprintln!("SKIPPED direct_wan: {e:#}");
         return;
@@ -54,7 +57,7 @@ fn direct_upload_over_cubic_at_200ms_1pct_finishes_without_abandoning_moving_req
         relay_server: binary("relay-server"),
         storage_cpus: None,
     };
-    let _cloud = cloud::Cloud::start(&lab, &bins, "relay", None, &dir.0)
+    let cloud = cloud::Cloud::start(&lab, &bins, "relay", None, &dir.0)
         .unwrap_or_else(|e| panic!("cloud: {e:#}"));
     cloud::ensure_container(&lab, CONTAINER).unwrap_or_else(|e| panic!("container: {e:#}"));
 
@@ -63,11 +66,16 @@ fn direct_upload_over_cubic_at_200ms_1pct_finishes_without_abandoning_moving_req
     let out = dir.path("upload.json");
     let err = dir.path("upload.err");
     let mut cmd = Command::new(binary("relay-client"));
+    // The relay's host, a port where nothing listens: no QUIC answer.
+    let dead_relay = format!("{}:4999", cloud.relay_addr.ip());
     cmd.arg("upload")
         .arg(&file)
-        .args(["--direct", "--json"])
+        .args(["--relay", &dead_relay, "--connect-timeout", "3"])
+        .args(["--relay-cert-sha256", &cloud.fingerprint])
+        .args(["--fallback", "direct", "--json"])
         .args(["--storage-url", &cloud::Cloud::storage_url_from_site(&lab)])
         .args(["--to", &format!("{CONTAINER}/cubic")])
+        .env("RELAY_TOKEN", cloud::TOKEN)
         .env("RELAY_ACCOUNT_KEY", DEV_KEY)
         .env("RELAY_ID_KEY_FILE", dir.path("direct-id.key"))
         .stdin(Stdio::null())
@@ -115,6 +123,12 @@ fn direct_upload_over_cubic_at_200ms_1pct_finishes_without_abandoning_moving_req
         f["abandoned"],
     );
     assert_eq!(status.code(), Some(0), "{stderr}\n{report}");
+    assert!(
+        stderr.contains("falling back to direct upload (--fallback direct)"),
+        "{stderr}"
+    );
+    assert_eq!(report["mode"], "direct", "{report}");
+    assert_eq!(report["direct"]["fell_back"], true, "{report}");
     assert_eq!(f["status"], "committed", "{report}");
     assert_eq!(f["sha256"], sha.as_str(), "{report}");
     // The request watch saw every attempt; none ended while its body moved.
