@@ -262,9 +262,10 @@ pub struct UploadArgs {
     pub create_container: bool,
 
     /// With --direct: Put Block requests in flight per file [default: from the
-    /// measured round trip to storage: 8 near it (< 20 ms), 16 up to 60 ms, 32
-    /// beyond, as AzCopy on a slow path]. Without --block-size, blocks are then
-    /// 16 MiB near storage and 8 MiB far from it.
+    /// measured round trip to storage and the system's TCP congestion control:
+    /// 8 near storage (< 20 ms) or with BBR; with CUBIC and others 16 up to 60
+    /// ms, 32 beyond]. Without --block-size, blocks are then 16 MiB near
+    /// storage and 8 MiB (AzCopy's) far from it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub connections: Option<u64>,
 

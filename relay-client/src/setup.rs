@@ -264,8 +264,12 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         .or_else(default_direct_key_file)
         .ok_or(SetupError::NoKeyFile)?;
     let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
+    let tcp_congestion = system_tcp_congestion();
     let sizing = crate::direct_sizing::choose(
-        rtt,
+        crate::direct_sizing::Path {
+            rtt,
+            tcp_congestion: tcp_congestion.as_deref(),
+        },
         args.block_size,
         args.connections
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
@@ -284,6 +288,17 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         storage_rtt: rtt,
         fell_back: false,
     })
+}
+
+/// The TCP congestion control new sockets of this process get: direct mode
+/// does not choose one, so its connections have the system's default (Linux:
+/// `net.ipv4.tcp_congestion_control` of this network namespace). `None` where
+/// it cannot be read (other systems: Windows and macOS default to CUBIC).
+pub fn system_tcp_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 /// One quick request with the credentials before any file: a missing or wrong

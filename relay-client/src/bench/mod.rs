@@ -205,15 +205,13 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     })
 }
 
-/// The TCP congestion control the direct runs' connections got: direct mode
-/// does not choose one, so its sockets get the system's default for new TCP
-/// sockets (Linux: `net.ipv4.tcp_congestion_control` of this network
-/// namespace). Direct upload's goodput on a lossy path depends on it far more
-/// than on anything of ours (cubic vs bbr: docs/BENCHMARKS.md).
+/// The TCP congestion control the direct runs' connections got: the system's
+/// default for new sockets (`setup::system_tcp_congestion`). Direct upload's
+/// goodput on a lossy path depends on it far more than on anything of ours
+/// (cubic vs bbr: docs/BENCHMARKS.md).
 fn tcp_congestion() -> String {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "the system default (not readable here)".to_string())
+    crate::setup::system_tcp_congestion()
+        .unwrap_or_else(|| "the system default (not readable here)".to_string())
 }
 
 /// Odd runs start with the relay, even ones with direct upload, so neither
