@@ -119,16 +119,6 @@ pub struct Abandoned {
     pub while_moving: u32,
 }
 
-impl Abandoned {
-    pub fn add(self, o: Abandoned) -> Abandoned {
-        Abandoned {
-            stalled: self.stalled + o.stalled,
-            unanswered: self.unanswered + o.unanswered,
-            while_moving: self.while_moving + o.while_moving,
-        }
-    }
-}
-
 /// The live counters behind [`Abandoned`].
 #[derive(Debug, Default)]
 pub struct AbandonCounts {
