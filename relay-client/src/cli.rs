@@ -280,9 +280,20 @@ pub struct UploadArgs {
     #[arg(long)]
     pub create_container: bool,
 
-    /// With --direct: Put Block requests in flight per file.
-    #[arg(long, default_value_t = 8)]
-    pub connections: usize,
+    /// With --direct: Put Block requests in flight per file [default: from the
+    /// measured round trip to storage and the system's TCP congestion control:
+    /// 8 near storage (< 20 ms) or with BBR; with CUBIC and others 16 up to 60
+    /// ms, 32 beyond]. Without --block-size, blocks are then 16 MiB near
+    /// storage and 8 MiB (AzCopy's) far from it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub connections: Option<u64>,
+
+    /// With --direct: seconds a storage request may go without progress before
+    /// it is abandoned and retried (no byte of its body accepted for this
+    /// long, or no answer this long after its body went). A slow request that
+    /// keeps moving is never abandoned.
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub storage_stall_timeout: u64,
 
     /// With --direct: transactional checksum of each Put Block: md5
     /// (Content-MD5) | crc64 (x-ms-content-crc64, Azure's CRC-64: a fraction of

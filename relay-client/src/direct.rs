@@ -28,8 +28,13 @@ pub struct Direct {
     /// resumes, and treats as already committed, only what this key made.
     pub id_key: IdKey,
     pub budget: Budget,
+    /// Put Block requests in flight per file (`direct_sizing`).
     pub connections: usize,
     pub block_size: u64,
+    /// The storage round trip measured at setup (sizes the two above).
+    pub storage_rtt: Option<std::time::Duration>,
+    /// `--fallback direct` took over from an unreachable relay.
+    pub fell_back: bool,
 }
 
 fn relay_like(f: relay_proto::protocol::Failure) -> FileError {
@@ -100,6 +105,7 @@ pub async fn upload_file(
             .filter(|_| !published.earlier_commit)
             .map(hex::encode),
         reconnects: 0,
+        abandoned: Some(writer.abandoned()),
     })
 }
 
@@ -250,5 +256,6 @@ async fn already_there(
         identical: true,
         content_md5: None,
         reconnects: 0,
+        abandoned: Some(writer.abandoned()),
     })
 }

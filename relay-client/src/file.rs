@@ -104,6 +104,7 @@ async fn report_of(
         retries: sent.retries,
         reconnects: sent.reconnects,
         storage_requests: sent.storage_requests,
+        abandoned: sent.abandoned.map(Into::into),
         attempts: tries,
         client_ms: ClientTimings {
             wait_ms,
@@ -389,6 +390,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         retries: 0,
         reconnects: 0,
         storage_requests: 0,
+        abandoned: None,
         attempts: 0,
         client_ms: ClientTimings::default(),
         relay_ms: None,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cli;
 pub mod connect;
 pub mod direct;
+pub mod direct_sizing;
 pub mod file;
 pub mod filter;
 pub mod in_flight;

@@ -59,6 +59,8 @@ pub struct Sent {
     /// Times the file went on over a new connection after the network went
     /// away (set by the retry loop, `crate::file`).
     pub reconnects: u32,
+    /// Direct mode: storage requests its watch gave up (`watch.rs`).
+    pub abandoned: Option<relay_storage::retry::Abandoned>,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -163,6 +165,7 @@ impl Stream {
             identical: self.identical || receipt.earlier_commit,
             content_md5: receipt.content_md5,
             reconnects: 0,
+            abandoned: None,
         }
     }
 }

@@ -13,6 +13,7 @@ use relay_proto::protocol::{Overwrite, Secret};
 use relay_storage::blob::{BlobError, ClientBuildError, Storage, WriterOptions};
 use relay_storage::credentials::{CredentialError, StorageAccess};
 use relay_storage::staging::Budget;
+use relay_storage::watch::Patience;
 use relay_transport::congestion::PathObserver;
 use relay_transport::quic::{PathMemory, Windows};
 use relay_transport::tls::FingerprintError;
@@ -234,15 +235,17 @@ fn default_direct_key_file() -> Option<std::path::PathBuf> {
     Some(state.join("blob-relay/direct-id.key"))
 }
 
-/// Direct mode from the flags: the same writer the relay uses, straight to storage.
+/// Direct mode from the flags: the same writer the relay uses, straight to
+/// storage, sized from the measured round trip (`direct_sizing`).
 pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, SetupError> {
     let url = args.storage_url.clone().unwrap_or_default();
     storage_account(args)?;
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(&url, key.as_ref(), args.entra)?;
-    check_access(&access, container).await?;
+    let rtt = check_access(&access, container).await?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
+        patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
         ..WriterOptions::default()
     };
     let storage = Storage::new(access, &writer)?;
@@ -261,21 +264,53 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         .or_else(default_direct_key_file)
         .ok_or(SetupError::NoKeyFile)?;
     let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
+    let tcp_congestion = system_tcp_congestion();
+    let sizing = crate::direct_sizing::choose(
+        crate::direct_sizing::Path {
+            rtt,
+            tcp_congestion: tcp_congestion.as_deref(),
+        },
+        args.block_size,
+        args.connections
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        args.memory_budget,
+    );
+    if !args.quiet {
+        eprintln!("relay-client: direct: {}", sizing.why);
+    }
+    tracing::info!(why = %sizing.why, "direct mode sizing");
     Ok(Direct {
         storage,
         id_key,
         budget: Budget::new(args.memory_budget),
-        connections: args.connections.max(1),
-        block_size: args
-            .block_size
-            .unwrap_or(relay_proto::limits::DEFAULT_BLOCK_SIZE),
+        connections: sizing.connections,
+        block_size: sizing.block_size,
+        storage_rtt: rtt,
+        fell_back: false,
     })
+}
+
+/// The TCP congestion control new sockets of this process get: direct mode
+/// does not choose one, so its connections have the system's default (Linux:
+/// `net.ipv4.tcp_congestion_control` of this network namespace). `None` where
+/// it cannot be read (other systems: Windows and macOS default to CUBIC).
+pub fn system_tcp_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 /// One quick request with the credentials before any file: a missing or wrong
 /// credential fails here with its cause in seconds, instead of every file
-/// retrying it as if it were a transient error.
-async fn check_access(access: &StorageAccess, container: &str) -> Result<(), SetupError> {
+/// retrying it as if it were a transient error. Then two more on the same
+/// (now warm) connection, each one round trip plus the service's time: the
+/// faster is the storage round trip that sizes direct mode (`None` if neither
+/// answered).
+async fn check_access(
+    access: &StorageAccess,
+    container: &str,
+) -> Result<Option<Duration>, SetupError> {
     let quick = WriterOptions {
         backoff: relay_storage::retry::Backoff {
             initial: Duration::from_millis(200),
@@ -288,11 +323,16 @@ async fn check_access(access: &StorageAccess, container: &str) -> Result<(), Set
     let writer = probe
         .writer(container, ".relay-client-access-check")
         .map_err(SetupError::Writer)?;
-    writer
-        .properties()
-        .await
-        .map(|_| ())
-        .map_err(SetupError::Credentials)
+    writer.properties().await.map_err(SetupError::Credentials)?;
+    let mut best: Option<Duration> = None;
+    for _ in 0..2 {
+        let t0 = std::time::Instant::now();
+        if writer.properties().await.is_ok() {
+            let took = t0.elapsed();
+            best = Some(best.map_or(took, |b| b.min(took)));
+        }
+    }
+    Ok(best)
 }
 
 /// Relay mode, connected once up front so a wrong address or certificate is one
@@ -351,7 +391,9 @@ pub async fn mode(
                 "relay-client: {}; falling back to direct upload (--fallback direct)",
                 e.message
             );
-            Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)))
+            let mut direct = direct_mode(args, container).await?;
+            direct.fell_back = true;
+            Ok(Mode::Direct(Box::new(direct)))
         }
         Err(e) => Err(SetupError::Relay(e)),
     }

@@ -273,8 +273,17 @@ async fn finish(
     let stopped = reporter.progress();
     let (in_flight, in_flight_bytes) = (stopped.files_in_flight, stopped.in_flight_bytes);
     let mut summary_connections = None;
+    let mut direct = None;
     let (warm_start, quic) = match mode {
-        Mode::Direct(_) => (None, None),
+        Mode::Direct(d) => {
+            direct = Some(crate::report::DirectReport {
+                block_size_bytes: d.block_size,
+                connections: d.connections,
+                storage_rtt_ms: d.storage_rtt.map(|r| r.as_secs_f64() * 1e3),
+                fell_back: d.fell_back,
+            });
+            (None, None)
+        }
         Mode::Relay(link) => {
             let quic = link.current.lock().await.as_ref().map(|c| {
                 let p = c.stats().path;
@@ -294,6 +303,7 @@ async fn finish(
     summary.warm_start = warm_start;
     summary.quic = quic;
     summary.connections = summary_connections;
+    summary.direct = direct;
     let interrupted = |cause| {
         Ok(Outcome::Interrupted {
             summary: summary.clone(),

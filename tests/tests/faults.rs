@@ -29,7 +29,7 @@ fn azurite_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], shared_azurite().port))
 }
 
-/// Relay-side HTTP settings for fault tests: quick retries, and a read timeout
+/// Relay-side HTTP settings for fault tests: quick retries, and a patience
 /// far shorter than the proxy's stalls (which never answer) so a stall is always
 /// a timeout, then a retry. The timeouts are far longer than Azurite takes on a
 /// busy machine, and the attempts many more than the faults any one request can
@@ -43,12 +43,12 @@ fn quick_writer() -> WriterOptions {
             max_attempts: 20,
         },
         connect_timeout: Duration::from_secs(10),
-        read_timeout: Duration::from_secs(10),
+        patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
         ..WriterOptions::default()
     }
 }
 
-/// Longer than any read timeout here: a stalled request is never answered.
+/// Longer than any patience here: a stalled request is never answered.
 const STALL: Duration = Duration::from_secs(600);
 
 fn upload_args(file: &Path, to: &str, relay: &[String]) -> Vec<String> {
