@@ -119,6 +119,10 @@ impl Reporter {
         }
     }
 
+    pub fn output(&self) -> Output {
+        self.output
+    }
+
     pub fn bars(&self) -> bool {
         self.bars
     }
