@@ -405,7 +405,8 @@ impl Driver {
             for dir in dirs {
                 for entry in walkdir::WalkDir::new(&dir).follow_links(follow) {
                     let Ok(entry) = entry else { continue };
-                    if !entry.file_type().is_file() && !(follow && entry.path().is_file()) {
+                    let regular = entry.file_type().is_file() || (follow && entry.path().is_file());
+                    if !regular {
                         continue;
                     }
                     let path = entry.into_path();
