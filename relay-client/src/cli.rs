@@ -16,6 +16,11 @@ pub struct Cli {
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// Colour in logs: auto (only on a terminal, and not with NO_COLOR set) |
+    /// always | never.
+    #[arg(long, global = true, default_value = "auto", value_name = "WHEN")]
+    pub color: relay_proto::color::ColorChoice,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -194,6 +199,20 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 5)]
     pub connect_timeout: u64,
 
+    /// How long to wait for a relay that cannot be reached or a connection
+    /// that was lost (a VPN reconnecting, a route flap, a lid closed) before
+    /// stopping with exit 130 and the command that resumes; meanwhile it is
+    /// asked again with capped backoff and the wait is reported. Attempts
+    /// spent waiting do not count against --attempts. 0: fail at once.
+    /// e.g. 90s, 30m, 2h.
+    #[arg(long, default_value = "10m", value_parser = crate::units::duration, value_name = "DURATION")]
+    pub patience: std::time::Duration,
+
+    /// A relay that acknowledges nothing for this long is taken as gone: the
+    /// connection is closed and a new one tried (files resume on it).
+    #[arg(long, default_value = "10s", value_parser = crate::units::duration, value_name = "DURATION")]
+    pub idle_timeout: std::time::Duration,
+
     /// Seconds to keep asking a relay that is at its connection limit (it says
     /// "busy": later, not no) before giving up with exit 2.
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
@@ -265,9 +284,20 @@ pub struct UploadArgs {
     #[arg(long)]
     pub create_container: bool,
 
-    /// With --direct: Put Block requests in flight per file.
-    #[arg(long, default_value_t = 8)]
-    pub connections: usize,
+    /// With --direct: Put Block requests in flight per file [default: from the
+    /// measured round trip to storage and the system's TCP congestion control:
+    /// 8 near storage (< 20 ms) or with BBR; with CUBIC and others 16 up to 60
+    /// ms, 32 beyond]. Without --block-size, blocks are then 16 MiB near
+    /// storage and 8 MiB (AzCopy's) far from it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub connections: Option<u64>,
+
+    /// With --direct: seconds a storage request may go without progress before
+    /// it is abandoned and retried (no byte of its body accepted for this
+    /// long, or no answer this long after its body went). A slow request that
+    /// keeps moving is never abandoned.
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub storage_stall_timeout: u64,
 
     /// With --direct: transactional checksum of each Put Block: md5
     /// (Content-MD5) | crc64 (x-ms-content-crc64, Azure's CRC-64: a fraction of
@@ -306,7 +336,8 @@ const UPLOAD_EXAMPLES: &str = "Examples:
 Exit status: 0 when every file was committed and verified or skipped; 1 when any
 file failed (one line per failed file on stderr); 2 for usage or setup errors (one
 message: bad flags, relay unreachable, token or grant refused, missing container);
-130 when interrupted (Ctrl-C; the message says how to resume).";
+130 when interrupted (Ctrl-C, or the relay unreachable for longer than
+--patience; the message says how to resume).";
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {

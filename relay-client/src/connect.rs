@@ -202,6 +202,23 @@ pub enum ConnectError {
     NoAnswer { addr: SocketAddr, timeout: Duration },
 }
 
+impl ConnectError {
+    /// No answer, or an answer that is not the relay's (a stateless reset from
+    /// a restarted process, a path that timed out): the network or the relay is
+    /// away, which `--patience` waits out. A refusal (busy, a certificate that
+    /// does not match the pin, a bad name) is an answer, not weather.
+    pub fn is_network(&self) -> bool {
+        match self {
+            ConnectError::NoAnswer { .. } => true,
+            ConnectError::Handshake { source, .. } => matches!(
+                source,
+                quinn::ConnectionError::TimedOut | quinn::ConnectionError::Reset
+            ),
+            ConnectError::Busy { .. } | ConnectError::Start { .. } => false,
+        }
+    }
+}
+
 /// Why `--relay` gave no address to connect to; `relay` as given.
 #[derive(Debug, thiserror::Error)]
 pub enum AddressError {
@@ -236,6 +253,9 @@ pub struct Connector {
     /// With warm start: the windows and path memory each new connection's
     /// transport is built from (see `connect`).
     memory: Option<(Windows, PathMemory)>,
+    /// Keep-alive interval of connections built from `memory` (the link's
+    /// watchdog must hear an ACK well within its silence limit).
+    keep_alive: Option<Duration>,
 }
 
 impl Connector {
@@ -281,6 +301,7 @@ impl Connector {
             endpoint,
             config,
             memory: None,
+            keep_alive: None,
         })
     }
 
@@ -303,6 +324,12 @@ impl Connector {
         Ok(c)
     }
 
+    /// Keep-alives every `every` (at most the default 5 s) on the connections
+    /// `with_memory` builds.
+    pub fn keep_alive(&mut self, every: Duration) {
+        self.keep_alive = Some(every);
+    }
+
     fn config(&self) -> quinn::ClientConfig {
         let mut config = self.config.clone();
         if let Some((windows, memory)) = &self.memory {
@@ -311,7 +338,11 @@ impl Connector {
                 warm: latest.or(memory.warm),
                 observer: memory.observer.clone(),
             };
-            config.transport_config(Arc::new(windows.transport_with(memory)));
+            let mut transport = windows.transport_with(memory);
+            if let Some(every) = self.keep_alive {
+                transport.keep_alive_interval(Some(every.min(Duration::from_secs(5))));
+            }
+            config.transport_config(Arc::new(transport));
         }
         config
     }

@@ -28,8 +28,13 @@ pub struct Direct {
     /// resumes, and treats as already committed, only what this key made.
     pub id_key: IdKey,
     pub budget: Budget,
+    /// Put Block requests in flight per file (`direct_sizing`).
     pub connections: usize,
     pub block_size: u64,
+    /// The storage round trip measured at setup (sizes the two above).
+    pub storage_rtt: Option<std::time::Duration>,
+    /// `--fallback direct` took over from an unreachable relay.
+    pub fell_back: bool,
 }
 
 fn relay_like(f: relay_proto::protocol::Failure) -> FileError {
@@ -99,6 +104,8 @@ pub async fn upload_file(
             .md5
             .filter(|_| !published.earlier_commit)
             .map(hex::encode),
+        reconnects: 0,
+        abandoned: Some(writer.abandoned()),
     })
 }
 
@@ -248,5 +255,7 @@ async fn already_there(
         relay_timings: None,
         identical: true,
         content_md5: None,
+        reconnects: 0,
+        abandoned: Some(writer.abandoned()),
     })
 }

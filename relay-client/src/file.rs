@@ -104,7 +104,9 @@ pub async fn report_of(
         bytes_resumed: sent.bytes_resumed,
         bytes_sent: sent.bytes_sent,
         retries: sent.retries,
+        reconnects: sent.reconnects,
         storage_requests: sent.storage_requests,
+        abandoned: sent.abandoned.map(Into::into),
         attempts: tries,
         client_ms: ClientTimings {
             wait_ms,
@@ -183,24 +185,41 @@ async fn with_retries(
     let mut tries = 0;
     // Since when, and how often, the relay closed this file's connection as busy.
     let mut busy: Option<(Instant, u32)> = None;
+    // Times this file went on over a new connection after the network went away.
+    let mut reconnects = 0;
     loop {
         tries += 1;
         let (res, closed_busy) = match job.mode.as_ref() {
             Mode::Relay(link) => match link.get().await {
                 Ok(conn) => {
+                    let outages = link.outages();
                     let res = send_file(&conn, src, opts, bar).await;
+                    let lost = res.as_ref().is_err_and(|e| e.retryable)
+                        && conn.close_reason().is_some_and(|e| !is_busy(&e));
+                    if lost && link.patient() && weathered(link, outages).await {
+                        // Lost to an outage, not to anything of this file's: not
+                        // an attempt, and no backoff (the link waited already).
+                        tries -= 1;
+                        reconnects += 1;
+                        tracing::info!(path = %src.path.display(), "resuming after the network came back");
+                        continue;
+                    }
                     // Authenticated, then closed because every slot was taken:
                     // "later", not a failure of this file.
                     let closed_busy =
                         res.is_err() && conn.close_reason().is_some_and(|e| is_busy(&e));
                     (res, closed_busy.then_some(link.busy_wait))
                 }
+                Err(_) if link.gave_up() => match out_of_patience().await {},
                 Err(e) => (Err(e), None),
             },
             Mode::Direct(d) => (upload_file(d, src, opts, bar).await, None),
         };
         match (res, closed_busy) {
-            (Ok(sent), _) => return Ok((sent, tries)),
+            (Ok(mut sent), _) => {
+                sent.reconnects = reconnects;
+                return Ok((sent, tries));
+            }
             (Err(_), Some(busy_wait)) => {
                 let (since, times) = busy.get_or_insert((Instant::now(), 0));
                 *times += 1;
@@ -231,10 +250,40 @@ async fn with_retries(
     }
 }
 
+/// After this file's connection was lost: waits for a working one (the link
+/// holds every file here while the relay cannot be reached, within
+/// `--patience`) and says whether the loss was weather, i.e. the link had to
+/// wait for the network since the attempt began (`outages` then). A loss
+/// followed by an immediate reconnect (a relay restarted, or something this
+/// file does) counts as an attempt, so a file that keeps breaking its
+/// connection still fails after `--attempts`.
+async fn weathered(link: &crate::link::RelayLink, outages: u64) -> bool {
+    match link.get().await {
+        Ok(_) => link.outages() != outages,
+        Err(_) if link.gave_up() => match out_of_patience().await {},
+        Err(_) => link.outages() != outages,
+    }
+}
+
+/// Patience ran out: the upload loop stops the run (`RelayLink::wait_gave_up`)
+/// and reports this file as stopped in flight, resumable; it must not be
+/// reported failed meanwhile, so it waits here to be dropped.
+async fn out_of_patience() -> std::convert::Infallible {
+    std::future::pending().await
+}
+
 /// `--dry-run`: what would happen, from the relay's (or storage's) own answer.
 async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, FileError> {
     let verdict = match job.mode.as_ref() {
-        Mode::Relay(link) => probe::through_relay(&link.get().await?, src, opts).await?,
+        Mode::Relay(link) => {
+            let conn = match link.get().await {
+                Ok(c) => c,
+                // The run stops resumably; this file is not a failure.
+                Err(_) if link.gave_up() => match out_of_patience().await {},
+                Err(e) => return Err(e),
+            };
+            probe::through_relay(&conn, src, opts).await?
+        }
         Mode::Direct(d) => probe::direct(d, src, opts).await?,
     };
     let reason = match (verdict, job.sync) {
@@ -341,7 +390,9 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         bytes_resumed: 0,
         bytes_sent: 0,
         retries: 0,
+        reconnects: 0,
         storage_requests: 0,
+        abandoned: None,
         attempts: 0,
         client_ms: ClientTimings::default(),
         relay_ms: None,

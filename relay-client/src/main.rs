@@ -6,7 +6,7 @@ use relay_client::cli::{Cli, Command, UploadArgs, WatchArgs};
 use relay_client::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
 use relay_client::progress::{Output, Reporter, summary_line};
 use relay_client::report::Summary;
-use relay_client::upload::Outcome;
+use relay_client::upload::{Cause, Outcome};
 use relay_client::watch::WatchEnd;
 use serde_json::json;
 
@@ -39,8 +39,16 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Colour codes only for a person at a terminal: a log file or a CI log
+    // read later must not be full of ESC bytes.
+    use std::io::IsTerminal;
+    let ansi = cli.color.ansi(
+        std::env::var_os("NO_COLOR").as_deref(),
+        std::io::stderr().is_terminal(),
+    );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
@@ -157,13 +165,25 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
             mut summary,
             in_flight,
             in_flight_bytes,
+            cause,
         }) => {
             summary.ok = false;
             summary.interrupted = true;
+            summary.stopped_by = Some(match cause {
+                Cause::Interrupt => "interrupt",
+                Cause::Patience(_) => "patience",
+            });
             print_summary(&summary, output);
             let t = &summary.totals;
+            let what = match cause {
+                Cause::Interrupt => "interrupted".to_string(),
+                Cause::Patience(p) => format!(
+                    "stopped: the relay stayed unreachable for {} (--patience)",
+                    relay_client::patience::human(p)
+                ),
+            };
             eprintln!(
-                "relay-client: interrupted: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
+                "relay-client: {what}: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
                  ({} staged for them, kept and resumed; a small file whose bytes had all \
                  reached the relay may still be committed, and the rerun skips it)",
                 t.committed,

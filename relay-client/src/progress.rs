@@ -13,13 +13,14 @@
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relay_proto::size::format_size;
 use serde_json::json;
 
 use crate::live_list::LiveList;
+use crate::patience::{Weather, human};
 use crate::report::{FileReport, Status, Summary, Totals};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +245,51 @@ impl Reporter {
             .then(|| Duration::from_secs_f64(status_interval))
     }
 
+    /// The network's comings and goings (`crate::link::Weather`): a line on
+    /// stderr whether or not it is a terminal (a person reading a log later
+    /// wants to know why nothing moved), and a `network` event with
+    /// `--json-lines`.
+    pub fn weather(&self, w: &Weather) {
+        self.notice(&format!("relay-client: {}", weather_line(w)));
+        if self.output == Output::JsonLines {
+            let event = match w {
+                Weather::Unreachable {
+                    relay,
+                    waited,
+                    until,
+                    patience,
+                    error,
+                } => json!({
+                    "event": "network",
+                    "state": "unreachable",
+                    "relay": relay,
+                    "waited_s": waited.as_secs(),
+                    "until_unix": unix(*until),
+                    "patience_s": patience.as_secs(),
+                    "error": error,
+                }),
+                Weather::Reachable { relay, after } => json!({
+                    "event": "network",
+                    "state": "reachable",
+                    "relay": relay,
+                    "waited_s": after.as_secs(),
+                }),
+                Weather::GaveUp {
+                    relay,
+                    waited,
+                    patience,
+                } => json!({
+                    "event": "network",
+                    "state": "gave_up",
+                    "relay": relay,
+                    "waited_s": waited.as_secs(),
+                    "patience_s": patience.as_secs(),
+                }),
+            };
+            println!("{event}");
+        }
+    }
+
     /// Prints above the bars (or plainly) on stderr.
     pub fn note(&self, line: &str) {
         self.multi.suspend(|| eprintln!("{line}"));
@@ -258,6 +304,70 @@ impl Reporter {
         }
         let totals = st.totals.clone().finish(self.t0.elapsed().as_secs_f64());
         Summary::new(mode, std::mem::take(&mut st.kept), totals)
+    }
+}
+
+/// `relay 10.0.0.5:4433 unreachable for 40 s, still trying until 14:52:10; Ctrl-C stops, a rerun resumes`.
+pub fn weather_line(w: &Weather) -> String {
+    match w {
+        Weather::Unreachable {
+            relay,
+            waited,
+            until,
+            patience,
+            error,
+        } => {
+            let why = error
+                .as_ref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default();
+            format!(
+                "relay {relay} unreachable for {}{why}, still trying until {} (--patience {}); \
+                 Ctrl-C stops, a rerun resumes",
+                human(*waited),
+                clock_time(*until),
+                human(*patience)
+            )
+        }
+        Weather::Reachable { relay, after } => {
+            format!(
+                "relay {relay} reachable again after {}; resuming",
+                human(*after)
+            )
+        }
+        Weather::GaveUp {
+            relay,
+            waited,
+            patience,
+        } => format!(
+            "relay {relay} unreachable for {} (--patience {}); stopping",
+            human(*waited),
+            human(*patience)
+        ),
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// `14:52:10` in local time (UTC, marked so, if the local zone is unknown).
+fn clock_time(t: SystemTime) -> String {
+    let secs = unix(t) as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which we own; it reads the
+    // zone (TZ, /etc/localtime), which this program never changes.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = !unsafe { libc::localtime_r(&secs, &mut tm) }.is_null();
+    if ok {
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    } else {
+        let day = unix(t) % 86_400;
+        format!(
+            "{:02}:{:02}:{:02} UTC",
+            day / 3600,
+            (day % 3600) / 60,
+            day % 60
+        )
     }
 }
 

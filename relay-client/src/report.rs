@@ -39,9 +39,18 @@ pub struct FileReport {
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
     pub retries: u32,
+    /// Times this file went on over a new connection after the network went
+    /// away (not counted in `attempts`).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub reconnects: u32,
     /// Storage requests the file cost (the relay's count from its Receipt, or
     /// direct mode's own), retries included.
     pub storage_requests: u32,
+    /// Direct mode: storage requests given up for making no progress, by
+    /// reason, and how many were ended while their body still moved (0 by
+    /// design: docs/CLIENT.md, "Direct mode").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandoned: Option<Abandoned>,
     pub attempts: u32,
     /// The client's timings (`clocks_ms` in the JSON report, a stable name).
     #[serde(rename = "clocks_ms")]
@@ -52,6 +61,27 @@ pub struct FileReport {
     pub relay_ms: Option<Timings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorReport>,
+}
+
+/// `relay_storage::retry::Abandoned`, as the JSON report shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Abandoned {
+    /// No byte of the body accepted for the stall interval.
+    pub stalled: u32,
+    /// No answer within the interval after the body went.
+    pub unanswered: u32,
+    /// Ended by any timer while the body still moved.
+    pub while_moving: u32,
+}
+
+impl From<relay_storage::retry::Abandoned> for Abandoned {
+    fn from(a: relay_storage::retry::Abandoned) -> Self {
+        Self {
+            stalled: a.stalled,
+            unanswered: a.unanswered,
+            while_moving: a.while_moving,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +117,30 @@ pub struct Summary {
     /// Relay mode: what QUIC saw on the (last) connection to the relay.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicStats>,
+    /// Relay mode: QUIC connections this run made (1 unless one was lost; a
+    /// connection that migrated to a new address is still one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u64>,
+    /// Why an interrupted run stopped: `interrupt` (Ctrl-C) or `patience`
+    /// (the relay stayed unreachable for longer than `--patience`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<&'static str>,
+    /// Direct mode: how it sized itself, and whether it was a fallback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direct: Option<DirectReport>,
+}
+
+/// Direct mode's sizing (`direct_sizing.rs`) as the JSON report shows it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DirectReport {
+    pub block_size_bytes: u64,
+    /// Put Block requests in flight per file.
+    pub connections: usize,
+    /// The measured storage round trip (absent when not measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_rtt_ms: Option<f64>,
+    /// `--fallback direct` took over because the relay was unreachable.
+    pub fell_back: bool,
 }
 
 /// Round-trip time and packet loss of a QUIC connection, as quinn counted them.
@@ -120,6 +174,10 @@ pub struct Totals {
 }
 
 fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
@@ -159,6 +217,9 @@ impl Summary {
             warm_start: None,
             interrupted: false,
             quic: None,
+            connections: None,
+            stopped_by: None,
+            direct: None,
             totals,
             files,
         }

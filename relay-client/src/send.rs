@@ -56,6 +56,11 @@ pub struct Sent {
     pub identical: bool,
     /// The Content-MD5 (hex) this upload's commit gave the blob (`--put-md5`).
     pub content_md5: Option<String>,
+    /// Times the file went on over a new connection after the network went
+    /// away (set by the retry loop, `crate::file`).
+    pub reconnects: u32,
+    /// Direct mode: storage requests its watch gave up (`watch.rs`).
+    pub abandoned: Option<relay_storage::retry::Abandoned>,
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
@@ -159,6 +164,8 @@ impl Stream {
             // an earlier commit of exactly these bytes.
             identical: self.identical || receipt.earlier_commit,
             content_md5: receipt.content_md5,
+            reconnects: 0,
+            abandoned: None,
         }
     }
 }

@@ -13,10 +13,10 @@ use relay_proto::protocol::{Overwrite, Secret};
 use relay_storage::blob::{BlobError, ClientBuildError, Storage, WriterOptions};
 use relay_storage::credentials::{CredentialError, StorageAccess};
 use relay_storage::staging::Budget;
+use relay_storage::watch::Patience;
 use relay_transport::congestion::PathObserver;
 use relay_transport::quic::{PathMemory, Windows};
 use relay_transport::tls::FingerprintError;
-use tokio::sync::Mutex;
 
 use crate::cli::{OverwriteMode, UploadArgs};
 use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
@@ -25,6 +25,7 @@ use crate::filter::FilterError;
 use crate::link::RelayLink;
 use crate::manifest::ManifestError;
 use crate::path_cache::{self, PathCache};
+use crate::patience::WeatherSink;
 use crate::report::FileError;
 use crate::send::Options;
 use crate::walk::{Destination, DestinationError, parse_destination};
@@ -112,8 +113,8 @@ pub enum SetupError {
 }
 
 pub enum Mode {
-    Relay(RelayLink),
-    Direct(Direct),
+    Relay(Box<RelayLink>),
+    Direct(Box<Direct>),
 }
 
 impl Mode {
@@ -234,15 +235,17 @@ fn default_direct_key_file() -> Option<std::path::PathBuf> {
     Some(state.join("blob-relay/direct-id.key"))
 }
 
-/// Direct mode from the flags: the same writer the relay uses, straight to storage.
+/// Direct mode from the flags: the same writer the relay uses, straight to
+/// storage, sized from the measured round trip (`direct_sizing`).
 pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, SetupError> {
     let url = args.storage_url.clone().unwrap_or_default();
     storage_account(args)?;
     let key = args.account_key.clone().map(Secret);
     let access = StorageAccess::resolve(&url, key.as_ref(), args.entra)?;
-    check_access(&access, container).await?;
+    let rtt = check_access(&access, container).await?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
+        patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
         ..WriterOptions::default()
     };
     let storage = Storage::new(access, &writer)?;
@@ -261,21 +264,53 @@ pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, S
         .or_else(default_direct_key_file)
         .ok_or(SetupError::NoKeyFile)?;
     let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
+    let tcp_congestion = system_tcp_congestion();
+    let sizing = crate::direct_sizing::choose(
+        crate::direct_sizing::Path {
+            rtt,
+            tcp_congestion: tcp_congestion.as_deref(),
+        },
+        args.block_size,
+        args.connections
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        args.memory_budget,
+    );
+    if !args.quiet {
+        eprintln!("relay-client: direct: {}", sizing.why);
+    }
+    tracing::info!(why = %sizing.why, "direct mode sizing");
     Ok(Direct {
         storage,
         id_key,
         budget: Budget::new(args.memory_budget),
-        connections: args.connections.max(1),
-        block_size: args
-            .block_size
-            .unwrap_or(relay_proto::limits::DEFAULT_BLOCK_SIZE),
+        connections: sizing.connections,
+        block_size: sizing.block_size,
+        storage_rtt: rtt,
+        fell_back: false,
     })
+}
+
+/// The TCP congestion control new sockets of this process get: direct mode
+/// does not choose one, so its connections have the system's default (Linux:
+/// `net.ipv4.tcp_congestion_control` of this network namespace). `None` where
+/// it cannot be read (other systems: Windows and macOS default to CUBIC).
+pub fn system_tcp_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 /// One quick request with the credentials before any file: a missing or wrong
 /// credential fails here with its cause in seconds, instead of every file
-/// retrying it as if it were a transient error.
-async fn check_access(access: &StorageAccess, container: &str) -> Result<(), SetupError> {
+/// retrying it as if it were a transient error. Then two more on the same
+/// (now warm) connection, each one round trip plus the service's time: the
+/// faster is the storage round trip that sizes direct mode (`None` if neither
+/// answered).
+async fn check_access(
+    access: &StorageAccess,
+    container: &str,
+) -> Result<Option<Duration>, SetupError> {
     let quick = WriterOptions {
         backoff: relay_storage::retry::Backoff {
             initial: Duration::from_millis(200),
@@ -288,18 +323,31 @@ async fn check_access(access: &StorageAccess, container: &str) -> Result<(), Set
     let writer = probe
         .writer(container, ".relay-client-access-check")
         .map_err(SetupError::Writer)?;
-    writer
-        .properties()
-        .await
-        .map(|_| ())
-        .map_err(SetupError::Credentials)
+    writer.properties().await.map_err(SetupError::Credentials)?;
+    let mut best: Option<Duration> = None;
+    for _ in 0..2 {
+        let t0 = std::time::Instant::now();
+        if writer.properties().await.is_ok() {
+            let took = t0.elapsed();
+            best = Some(best.map_or(took, |b| b.min(took)));
+        }
+    }
+    Ok(best)
 }
 
 /// Relay mode, connected once up front so a wrong address or certificate is one
 /// clear error; `--fallback direct` turns a failed handshake into direct mode.
-pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError> {
+/// A relay that does not answer is waited for within `--patience` (not with
+/// `--fallback`, which asks for direct mode instead of waiting); if patience
+/// runs out here the link says so (`RelayLink::gave_up`) and the run stops
+/// resumably before any file starts.
+pub async fn mode(
+    args: &UploadArgs,
+    container: &str,
+    weather: WeatherSink,
+) -> Result<Mode, SetupError> {
     if args.direct {
-        return Ok(Mode::Direct(direct_mode(args, container).await?));
+        return Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)));
     }
     if args.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
@@ -316,26 +364,36 @@ pub async fn mode(args: &UploadArgs, container: &str) -> Result<Mode, SetupError
     let name = args.server_name.clone().unwrap_or(name);
     let (memory, cache) = path_memory(args, addr, &name);
     let observer = memory.observer.clone().unwrap_or_default();
-    let connector =
+    let mut connector =
         Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
-    let link = RelayLink {
+    let silence = args.idle_timeout.max(Duration::from_secs(1));
+    // The watchdog must hear an ACK well within its silence limit.
+    connector.keep_alive(silence / 3);
+    let link = RelayLink::new(
         connector,
+        relay,
         addr,
         name,
-        timeout: Duration::from_secs(args.connect_timeout),
-        busy_wait: Duration::from_secs(args.busy_wait),
-        current: Mutex::new(None),
+        Duration::from_secs(args.connect_timeout),
+        Duration::from_secs(args.busy_wait),
+        silence,
+        args.patience,
         observer,
         cache,
-    };
-    match link.get().await {
-        Ok(_) => Ok(Mode::Relay(link)),
+        weather,
+    );
+    let patient = args.fallback.is_none() && link.patient();
+    match link.get_with(patient).await {
+        Ok(_) => Ok(Mode::Relay(Box::new(link))),
+        Err(_) if link.gave_up() => Ok(Mode::Relay(Box::new(link))),
         Err(e) if args.fallback.is_some() => {
             eprintln!(
                 "relay-client: {}; falling back to direct upload (--fallback direct)",
                 e.message
             );
-            Ok(Mode::Direct(direct_mode(args, container).await?))
+            let mut direct = direct_mode(args, container).await?;
+            direct.fell_back = true;
+            Ok(Mode::Direct(Box::new(direct)))
         }
         Err(e) => Err(SetupError::Relay(e)),
     }

@@ -17,6 +17,7 @@ use crate::in_flight::InFlight;
 use crate::interrupt::Interrupt;
 use crate::live_list::LiveList;
 use crate::manifest::Manifest;
+use crate::patience::WeatherSink;
 use crate::progress::{Found as FoundSoFar, Reporter};
 use crate::report::Summary;
 use crate::setup::{self, Mode, SetupError};
@@ -26,12 +27,23 @@ use crate::walk::{Found, Walk, WalkOptions};
 /// How a run ended (setup errors aside).
 pub enum Outcome {
     Done(Summary),
-    /// Ctrl-C: what was done, and what was stopped.
+    /// Ctrl-C, or patience ran out: what was done, and what was stopped.
     Interrupted {
         summary: Summary,
         in_flight: usize,
         in_flight_bytes: u64,
+        cause: Cause,
     },
+}
+
+/// Why a run stopped before every file was done (exit 130 either way: the
+/// rerun resumes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Ctrl-C.
+    Interrupt,
+    /// The relay could not be reached for longer than `--patience`.
+    Patience(Duration),
 }
 
 /// After Ctrl-C, how long the files whose every byte is already staged may take
@@ -66,14 +78,24 @@ pub async fn run(
     let dest = setup::destination(&args)?;
     let opts = setup::options(&args, &dest)?;
     let walk_opts = walk_options(&args, &dest.prefix)?;
+    let weather: WeatherSink = {
+        let r = reporter.clone();
+        Arc::new(move |w| r.weather(w))
+    };
     let mode = tokio::select! {
-        m = setup::mode(&args, &dest.container) => m?,
+        m = setup::mode(&args, &dest.container, weather) => m?,
         _ = interrupt.wait() => {
             let name = if args.direct { "direct" } else { "relay" };
-            return Ok(Outcome::Interrupted { summary: reporter.summary(name), in_flight: 0, in_flight_bytes: 0 });
+            return Ok(Outcome::Interrupted {
+                summary: reporter.summary(name),
+                in_flight: 0,
+                in_flight_bytes: 0,
+                cause: Cause::Interrupt,
+            });
         }
     };
     let mode = Arc::new(mode);
+    let patience = args.patience;
     let sync = match args.overwrite {
         OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
@@ -100,6 +122,7 @@ pub async fn run(
         let item = tokio::select! {
             item = found.recv() => item,
             _ = interrupt.wait() => break 'walk Stop::Interrupted,
+            _ = gave_up(&mode) => break 'walk Stop::OutOfPatience,
         };
         let src = match item {
             None => break Stop::Finished,
@@ -114,6 +137,7 @@ pub async fn run(
         let permits = tokio::select! {
             p = async { tokio::join!(slots.clone().acquire_owned(), window.acquire(src.size)) } => p,
             _ = interrupt.wait() => break 'walk Stop::Interrupted,
+            _ = gave_up(&mode) => break 'walk Stop::OutOfPatience,
         };
         while let Some(done) = tasks.try_join_next() {
             if let Some(fatal) = done.ok().flatten() {
@@ -130,16 +154,26 @@ pub async fn run(
         running.push(Running { task, bar }, |r| !r.task.is_finished());
     };
     let stop = match stop {
-        Stop::Finished => drain(&mut tasks, &mut interrupt).await,
+        Stop::Finished => drain(&mut tasks, &mut interrupt, &mode).await,
         other => other,
     };
     if let Some(t) = ticker {
         t.abort();
     }
-    if matches!(stop, Stop::Interrupted) {
+    // No commit can land while the relay is unreachable: no point waiting.
+    let offline = matches!(mode.as_ref(), Mode::Relay(link) if link.waiting());
+    if matches!(stop, Stop::Interrupted) && !offline {
         await_commits(&mut tasks, &running, &reporter).await;
     }
-    finish(stop, tasks, &mode, &reporter).await
+    finish(stop, tasks, &mode, &reporter, patience).await
+}
+
+/// Resolves once the relay link ran out of patience (never in direct mode).
+async fn gave_up(mode: &Mode) {
+    match mode {
+        Mode::Relay(link) => link.wait_gave_up().await,
+        Mode::Direct(_) => std::future::pending().await,
+    }
 }
 
 /// After Ctrl-C: stops every file that still has bytes to stage (its stream is
@@ -194,12 +228,18 @@ fn spawn_ticker(
 enum Stop {
     Finished,
     Interrupted,
+    /// The relay stayed unreachable for longer than `--patience`.
+    OutOfPatience,
     /// A refusal every file would get: one setup error.
     Fatal(String),
 }
 
 /// Waits for the files in flight, unless Ctrl-C or a fatal refusal comes first.
-async fn drain(tasks: &mut JoinSet<Option<String>>, interrupt: &mut Interrupt) -> Stop {
+async fn drain(
+    tasks: &mut JoinSet<Option<String>>,
+    interrupt: &mut Interrupt,
+    mode: &Mode,
+) -> Stop {
     loop {
         tokio::select! {
             done = tasks.join_next() => match done {
@@ -208,6 +248,7 @@ async fn drain(tasks: &mut JoinSet<Option<String>>, interrupt: &mut Interrupt) -
                 Some(_) => {}
             },
             _ = interrupt.wait() => return Stop::Interrupted,
+            _ = gave_up(mode) => return Stop::OutOfPatience,
         }
     }
 }
@@ -217,6 +258,7 @@ async fn finish(
     mut tasks: JoinSet<Option<String>>,
     mode: &Mode,
     reporter: &Reporter,
+    patience: Duration,
 ) -> Result<Outcome, SetupError> {
     if !matches!(stop, Stop::Finished) {
         // Dropping a file's task resets its stream: the relay commits nothing of
@@ -230,8 +272,18 @@ async fn finish(
     // Files stopped in flight never finished: their bars are still active.
     let stopped = reporter.progress();
     let (in_flight, in_flight_bytes) = (stopped.files_in_flight, stopped.in_flight_bytes);
+    let mut summary_connections = None;
+    let mut direct = None;
     let (warm_start, quic) = match mode {
-        Mode::Direct(_) => (None, None),
+        Mode::Direct(d) => {
+            direct = Some(crate::report::DirectReport {
+                block_size_bytes: d.block_size,
+                connections: d.connections,
+                storage_rtt_ms: d.storage_rtt.map(|r| r.as_secs_f64() * 1e3),
+                fell_back: d.fell_back,
+            });
+            (None, None)
+        }
         Mode::Relay(link) => {
             let quic = link.current.lock().await.as_ref().map(|c| {
                 let p = c.stats().path;
@@ -243,19 +295,27 @@ async fn finish(
                 }
             });
             link.connector.close().await;
+            summary_connections = Some(link.connections());
             (Some(link.remember_path()), quic)
         }
     };
     let mut summary = reporter.summary(mode.name());
     summary.warm_start = warm_start;
     summary.quic = quic;
-    match stop {
-        Stop::Finished => Ok(Outcome::Done(summary)),
-        Stop::Interrupted => Ok(Outcome::Interrupted {
-            summary,
+    summary.connections = summary_connections;
+    summary.direct = direct;
+    let interrupted = |cause| {
+        Ok(Outcome::Interrupted {
+            summary: summary.clone(),
             in_flight,
             in_flight_bytes,
-        }),
+            cause,
+        })
+    };
+    match stop {
+        Stop::Finished => Ok(Outcome::Done(summary)),
+        Stop::Interrupted => interrupted(Cause::Interrupt),
+        Stop::OutOfPatience => interrupted(Cause::Patience(patience)),
         Stop::Fatal(message) => Err(SetupError::Refused(message)),
     }
 }

@@ -207,6 +207,13 @@ pub struct Args {
     #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub storage_idle_timeout: u64,
 
+    /// Seconds a storage request may go without progress before it is
+    /// abandoned and retried: no byte of its body accepted for this long, or
+    /// no answer this long after its body went. Never for being slow while
+    /// its body moves (docs/ARCHITECTURE.md, "Storage requests").
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub storage_stall_timeout: u64,
+
     /// Storage requests in flight at once (all transfers together). Bounds the
     /// connections the relay opens to storage, so a burst of small files cannot
     /// overflow the storage endpoint's accept queue (docs/LOAD.md).
@@ -234,6 +241,11 @@ pub struct Args {
     /// Log format: text (colour only on a terminal) | json (one object a line).
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Colour in text logs: auto (only when stderr is a terminal and NO_COLOR
+    /// is not set) | always | never.
+    #[arg(long, env = "RELAY_COLOR", default_value = "auto", value_name = "WHEN")]
+    pub color: relay_proto::color::ColorChoice,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -32,6 +32,7 @@ use relay_proto::size::format_size;
 use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
 use relay_storage::credentials::{CredentialError, StorageAccess};
 use relay_storage::staging::Budget;
+use relay_storage::watch::Patience;
 use relay_transport::quic::Windows;
 
 pub use server::{BlockFill, Config, Relay, TestHooks};
@@ -184,6 +185,7 @@ fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
     let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
     let writer = WriterOptions {
         pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
+        patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
         max_concurrent_requests: args.storage_concurrency as usize,
         max_idle_per_host: args.storage_concurrency as usize,
         block_checksum: args.block_checksum,

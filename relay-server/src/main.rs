@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(args.log_format);
+    init_logging(args.log_format, args.color);
     relay_transport::install_crypto_provider();
     if let Some(command) = &args.command {
         return match relay_server::commands::run(command, &args) {
@@ -211,15 +211,20 @@ impl StopSignals {
     }
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, color: relay_proto::color::ColorChoice) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
+    // Colour codes only for a person at a terminal (and not with NO_COLOR): in
+    // journald or a file an ESC byte is noise, and a log a reader can trust
+    // has none.
+    let ansi = color.ansi(
+        std::env::var_os("NO_COLOR").as_deref(),
+        std::io::stderr().is_terminal(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Colour codes only for a person at a terminal: in journald or a file an
-        // ESC byte is noise, and a log a reader can trust has none.
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),

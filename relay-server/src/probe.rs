@@ -55,7 +55,7 @@ impl StorageProbe {
                 ..Backoff::default()
             },
             connect_timeout: Duration::from_secs(5),
-            request_base: Duration::from_secs(10),
+            patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
             ..WriterOptions::default()
         };
         Ok(Self {

@@ -53,6 +53,12 @@ impl Relay {
             cfg.admission.window_before_auth,
             cfg.admission.streams_before_auth,
         )));
+        // A client behind a NAT that rebinds (a new port after an idle spell,
+        // Wi-Fi to wired) keeps its connection: quinn validates the new path
+        // (PATH_CHALLENGE) and moves the connection there, so the transfer
+        // goes on without a restart. quinn's default, stated because the
+        // client's patience relies on it (tests/wanbench/tests/outage_wan.rs).
+        server.migration(true);
         server.max_incoming(cfg.admission.max_pending.max(1));
         // Early data is not used (no 0-RTT); keep what an unaccepted attempt may
         // buffer small.

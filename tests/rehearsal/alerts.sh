@@ -14,7 +14,7 @@
 # Usage: alerts.sh [--bin-dir DIR]   (relay-server; default
 # $CARGO_TARGET_DIR/debug or target/debug). Needs promtool (Debian:
 # prometheus) and python3. Prints one line per step and last:
-#   alerts: 8 rules checked; 5 recorded scenarios, N alert tests passed; dashboard ...
+#   alerts: 8 rules checked; N recorded scenarios, M alert checks passed; ...
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

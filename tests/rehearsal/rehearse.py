@@ -11,6 +11,7 @@ import argparse
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -34,6 +35,15 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RELAYS = ["relay-1", "relay-2"]
 VMS = [*RELAYS, "bench"]
+# The units whose programs the sandbox stage checks, recorded with strace by
+# the unit runner (units.py --trace) from their execve on, for the whole run:
+# the relays through every upload of the traffic stages, restarts included.
+STRACE_DIR = "/run/rehearsal/strace"
+TRACED = {
+    "relay": {"relay-server.service": "relay-server.log", "blob-relay-fetch@relay.service": "fetch.log",
+              "blob-relay-tokens.service": "tokens.log"},
+    "bench": {"blob-relay-fetch@client.service": "fetch.log"},
+}
 SHIM = """#!/bin/sh
 # systemctl in a rehearsal VM: systemd is not PID 1 here, so requests go to the
 # rehearsal's unit runner (tests/rehearsal/units.py), which reads the real units.
@@ -163,7 +173,9 @@ class Rehearsal(TrafficStages):
         vm.write_file("/run/rehearsal/systemctl", SHIM.encode(), 0o755)
         vm.run("mount --bind /run/rehearsal/systemctl /usr/bin/systemctl")
         vm.write_file("/run/rehearsal/units.py", (HERE / "units.py").read_bytes())
-        self.runners[name] = self.spawn([*vm.nsenter(), "/usr/bin/python3", "/run/rehearsal/units.py"],
+        trace = sum((["--trace", f"{unit}={STRACE_DIR}/{log}"]
+                     for unit, log in TRACED["bench" if name == "bench" else "relay"].items()), [])
+        self.runners[name] = self.spawn([*vm.nsenter(), "/usr/bin/python3", "/run/rehearsal/units.py", *trace],
                                         f"{name}-runner.log")
         self.procs.append(self.spawn(
             ["ip", "netns", "exec", vm.netns, sys.executable, str(HERE / "imds.py"), "--vm", name,
@@ -368,7 +380,33 @@ class Rehearsal(TrafficStages):
                     "--state", str(self.run / "balancer.json")], "balancer.log")
 
     # --- driver -----------------------------------------------------------
+    def collect_traces(self) -> None:
+        """Stops the relays (systemctl stop: SIGTERM, as at a shutdown, so the
+        recording ends with the relay's own exit) and keeps each VM's strace
+        logs in logs/VM-strace/ for the sandbox stage, with what each traced
+        relay did (traced.json)."""
+        summary = {}
+        for name in RELAYS:
+            if name not in self.runners or self.runners[name].poll() is not None:
+                continue
+            try:
+                self.systemctl(name, "stop", "relay-server.service")
+                self.wait(f"{name}: relay-server stopped", lambda n=name: self.unit(n, "relay-server.service")
+                          .get("state") in ("inactive", "failed"), 40)
+            except Exception as e:  # noqa: BLE001 - the sandbox stage then fails on what is missing
+                print(f"rehearse: {name}: stopping the relay for its recording: {e}", flush=True)
+            journal = self.journal(name, "relay-server.service")
+            unit = self.unit(name, "relay-server.service")
+            summary[name] = {"commits": len(re.findall(r"relay_server::transfer: committed ", journal)),
+                             "starts": unit.get("starts", 0), "exits": unit.get("exits", [])}
+        for name, p in self.runners.items():
+            src = Path(f"/proc/{p.pid}/root{STRACE_DIR}")
+            if p.poll() is None and src.is_dir():
+                shutil.copytree(src, self.logs / f"{name}-strace", dirs_exist_ok=True)
+        (self.logs / "traced.json").write_text(json.dumps(summary, indent=1))
+
     def teardown(self) -> None:
+        self.collect_traces()
         for name, p in self.runners.items():
             # The VMs' journals, kept with the run's logs.
             src = Path(f"/proc/{p.pid}/root/run/rehearsal/journal")

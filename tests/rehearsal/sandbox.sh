@@ -15,12 +15,14 @@
 #      (tests/rehearsal/sandbox_check.py).
 #
 # Usage (root):
-#   sandbox.sh [--strace-log FILE] [--fetch-strace-log FILE] [--tokens-strace-log FILE]
-#              [--bin-dir DIR] [--keep DIR]
+#   sandbox.sh [--strace-log FILE]... [--fetch-strace-log FILE] [--tokens-strace-log FILE]
+#              [--recorded TEXT] [--bin-dir DIR] [--keep DIR]
 #
-# With --strace-log (the rehearsal's recording of the relay during its own
-# upload: `strace -f -qq -y -o FILE`, started at the relay's execve, i.e.
-# after the switch to its user), that log is checked; without it this
+# With --strace-log (the rehearsal's recordings of its relays, one per
+# relay, `strace -f -qq -y -o FILE` started at the relay's execve, i.e.
+# after the switch to its user, through all the rehearsal's uploads; a file
+# under a directory VM-strace/ is labelled with VM), those logs are checked,
+# and --recorded says in the last line where they come from; without it this
 # script records its own, on the deployed path: in a private network and
 # mount namespace it writes the rendered cloud-init's files, puts a
 # stand-in IMDS at 169.254.169.254 (tests/rehearsal/sandbox_imds.py: tokens
@@ -47,19 +49,21 @@
 # Prints one line per check and last:
 #   sandbox: 4 units verified; N distinct syscalls recorded, all allowed by SystemCallFilter; writes only under ...
 # Exits non-zero naming every system call outside a filter and every path
-# written outside the writable set.
+# written outside the writable set (each on stderr, and the system calls
+# again in the FAILED line).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-relay_log='' fetch_log='' tokens_log='' keep=''
+relay_logs=() fetch_log='' tokens_log='' keep='' recorded=''
 bin_dir=${CARGO_TARGET_DIR:-$repo/target}/debug
 while [ $# -gt 0 ]; do
     case "$1" in
-    --strace-log) relay_log=$(realpath "$2"); shift 2 ;;
-    --fetch-strace-log) fetch_log=$(realpath "$2"); shift 2 ;;
-    --tokens-strace-log) tokens_log=$(realpath "$2"); shift 2 ;;
+    --strace-log) relay_logs+=("$(realpath -m "$2")"); shift 2 ;;
+    --recorded) recorded=$2; shift 2 ;;
+    --fetch-strace-log) fetch_log=$(realpath -m "$2"); shift 2 ;;
+    --tokens-strace-log) tokens_log=$(realpath -m "$2"); shift 2 ;;
     --bin-dir) bin_dir=$(realpath "$2"); shift 2 ;;
     --keep) keep=$(realpath -m "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -93,9 +97,24 @@ if [ -z "${SANDBOX_INNER:-}" ]; then
     # The relay (user blob-relay) writes its strace log under here.
     chmod 0711 "$work"
     trap 'rm -rf "$work"' EXIT
+    # The given recordings, copied where the namespace below still sees them
+    # (it mounts a fresh /run, where the rehearsal keeps its logs); each
+    # relay's keeps its directory's name (VM-strace), its label.
+    for i in "${!relay_logs[@]}"; do
+        d=$work/given/$i/$(basename "$(dirname "${relay_logs[$i]}")")
+        mkdir -p "$d"
+        cp "${relay_logs[$i]}" "$d/relay-server.log" 2>/dev/null || : >"$d/relay-server.log"
+        relay_logs[$i]=$d/relay-server.log
+    done
+    for v in fetch_log tokens_log; do
+        [ -n "${!v}" ] || continue
+        cp "${!v}" "$work/given-$v.log" 2>/dev/null || : >"$work/given-$v.log"
+        printf -v "$v" '%s' "$work/given-$v.log"
+    done
     rc=0
     SANDBOX_INNER=1 SANDBOX_WORK=$work SANDBOX_VENV=$venv SANDBOX_BIN=$bin_dir \
-        SANDBOX_RELAY_LOG=$relay_log SANDBOX_FETCH_LOG=$fetch_log SANDBOX_TOKENS_LOG=$tokens_log \
+        SANDBOX_RELAY_LOGS=$(printf '%s\n' "${relay_logs[@]}") SANDBOX_FETCH_LOG=$fetch_log \
+        SANDBOX_TOKENS_LOG=$tokens_log SANDBOX_RECORDED=$recorded \
         unshare --mount --net --propagation private "$0" || rc=$?
     if [ -n "$keep" ]; then
         mkdir -p "$keep"
@@ -238,7 +257,9 @@ fi
 echo "sandbox: systemd-analyze verify: ${units[*]} (with ${dropins[*]}): clean"
 
 # ---- 2. the recording --------------------------------------------------------
-if [ -z "$SANDBOX_RELAY_LOG" ]; then
+mapfile -t relay_logs < <(printf '%s' "$SANDBOX_RELAY_LOGS" | sed '/^$/d')
+if [ ${#relay_logs[@]} = 0 ]; then
+    relay_logs=("$work/relay.log")
     relay_log=$work/relay.log
     # StateDirectory=, RuntimeDirectory= as systemd makes them.
     install -d -o blob-relay -g blob-relay -m 0700 /var/lib/blob-relay
@@ -313,9 +334,11 @@ if [ -z "$SANDBOX_RELAY_LOG" ]; then
     wait "$relay_pid" || { cat "$work/relay.out"; fail "the relay did not exit cleanly on SIGTERM"; }
     echo "sandbox: recorded the relay (as blob-relay, rendered relay.env, managed identity, HTTPS) through 2 uploads," \
         "a token refresh, /healthz, /metrics and SIGTERM"
+    recorded="recorded by this script's own uploads"
 else
-    relay_log=$SANDBOX_RELAY_LOG
     tokens_log=$SANDBOX_TOKENS_LOG
+    recorded=$SANDBOX_RECORDED
+    for l in "${relay_logs[@]}"; do [ -s "$l" ] || fail "$l: no recording of the relay (empty or missing)"; done
 fi
 
 # ---- 3. the recordings against the units -------------------------------------
@@ -335,15 +358,30 @@ if ! grep -q 'system call chroot ' "$work/selfcheck.out" ||
 fi
 echo "sandbox: self-check: a recorded chroot and a write to /etc are reported by name"
 rc=0
-relay_line=$(python3 "$here/sandbox_check.py" check --writes --label relay-server \
-    "$sys/relay-server.service,$sys/relay-server.service.d/10-fetch.conf" "$relay_log") || rc=1
-fetch_line=$(python3 "$here/sandbox_check.py" check --label blob-relay-fetch@ \
-    "$sys/blob-relay-fetch@.service" "$fetch_log") || rc=1
-tokens_line=
+lines=() relay_lines=()
+for log in "${relay_logs[@]}"; do
+    label=relay-server
+    vm=$(basename "$(dirname "$log")")
+    [ "${vm%-strace}" = "$vm" ] || label="relay-server on ${vm%-strace}"
+    l=$(python3 "$here/sandbox_check.py" check --writes --label "$label" \
+        "$sys/relay-server.service,$sys/relay-server.service.d/10-fetch.conf" "$log" 2>>"$work/violations") || rc=1
+    lines+=("$l") relay_lines+=("$l")
+done
+l=$(python3 "$here/sandbox_check.py" check --label blob-relay-fetch@ \
+    "$sys/blob-relay-fetch@.service" "$fetch_log" 2>>"$work/violations") || rc=1
+lines+=("$l")
 if [ -n "${tokens_log:-}" ]; then
-    tokens_line=$(python3 "$here/sandbox_check.py" check --label blob-relay-tokens \
-        "$sys/blob-relay-tokens.service" "$tokens_log") || rc=1
+    l=$(python3 "$here/sandbox_check.py" check --label blob-relay-tokens \
+        "$sys/blob-relay-tokens.service" "$tokens_log" 2>>"$work/violations") || rc=1
+    lines+=("$l")
 fi
-for l in "$relay_line" "$fetch_line" "$tokens_line"; do [ -z "$l" ] || echo "sandbox: $l"; done
-[ "$rc" = 0 ] || fail "a recorded program steps outside its unit's sandbox (above)"
-echo "sandbox: ${#units[@]} units verified; ${relay_line#relay-server: }"
+for l in "${lines[@]}"; do [ -z "$l" ] || echo "sandbox: $l"; done
+if [ "$rc" != 0 ]; then
+    cat "$work/violations" >&2
+    named=$(grep -o '^[^:]*: system call [a-z0-9_]*' "$work/violations" | sed 's/: system call / /' | sort -u |
+        paste -sd, - | sed 's/,/, /g')
+    fail "a recorded program steps outside its unit's sandbox${named:+: system calls outside the filter: $named}" \
+        "(all violations above)"
+fi
+summary=$(printf '%s; ' "${relay_lines[@]}" | sed 's/; $//')
+echo "sandbox: ${#units[@]} units verified; ${recorded:+$recorded: }$summary"

@@ -20,6 +20,14 @@ applied here: the sandbox stage checks them against what the programs did.
 Every directive the runner does not implement is listed in its state file,
 so nothing is silently dropped.
 
+Traced units (`--trace UNIT=LOG`, the sandbox stage's recordings): the
+unit's ExecCondition= and ExecStart= run under `strace -f -qq -y -s 0 -A -o LOG`,
+started after the switch to the unit's user (as setpriv would), so the log
+begins at the program's own execve and holds everything it and its children
+called; restarts append. The unit's main PID is the traced program, not
+strace: signals (kill, KillMode=mixed's SIGTERM) go to it, as systemd's
+would, and strace ends with its status.
+
 Requests come as files in /run/rehearsal/systemctl.d (written by the
 systemctl shim installed in the VM, or by the rehearsal); the state (per unit:
 state, main PID, starts, restarts, exit statuses) is written to
@@ -138,6 +146,11 @@ class Unit:
     timer_next: float | None = None
     stopping: bool = False
     start_times: list = field(default_factory=list)
+    # The traced program under strace (its main PID), when the unit is traced.
+    main_pid: int | None = None
+
+    def main(self) -> int | None:
+        return self.main_pid or (self.proc.pid if self.proc else None)
 
     def get(self, section: str, key: str, default=None):
         values = self.conf.get(section, {}).get(key)
@@ -171,8 +184,37 @@ def load(name: str) -> Unit:
     return Unit(name, conf)
 
 
+# -s 0: no buffer contents (file names are always printed whole): the relay's
+# recvmsg/sendmsg of a 160 MiB upload would otherwise fill the VM's /run.
+STRACE = ["/usr/bin/strace", "-f", "-qq", "-y", "-s", "0", "-A", "-o"]
+
+
+def tracee(tracer: int, limit_s: float = 10) -> int | None:
+    """strace's child that has executed the program (strace also forks
+    short-lived children of its own to probe the kernel at start)."""
+    deadline = time.monotonic() + limit_s
+    try:
+        own = os.readlink(f"/proc/{tracer}/exe")
+    except OSError:
+        return None
+    while time.monotonic() < deadline:
+        try:
+            kids = Path(f"/proc/{tracer}/task/{tracer}/children").read_text().split()
+        except OSError:
+            return None  # strace is gone
+        for kid in kids:
+            try:
+                if os.readlink(f"/proc/{kid}/exe") != own:
+                    return int(kid)
+            except OSError:
+                continue
+        time.sleep(0.01)
+    return None
+
+
 class Runner:
-    def __init__(self):
+    def __init__(self, trace: dict[str, str] | None = None):
+        self.trace = trace or {}
         self.units: dict[str, Unit] = {}
         self.enabled: set[str] = set()
         self.boot = time.monotonic()
@@ -224,7 +266,7 @@ class Runner:
     def execute(self, u: Unit) -> bool:
         cond = u.get("Service", "ExecCondition")
         if cond is not None:
-            rc = self.spawn(u, cond).wait()
+            rc = self.spawn(u, cond, traced=True).wait()
             if rc != 0:
                 u.state = "skipped" if 1 <= rc <= 254 else "failed"
                 self.say(f"{u.name}: ExecCondition exited {rc}: {u.state}")
@@ -245,15 +287,17 @@ class Runner:
         self.prepare_dirs(u)
         u.starts += 1
         kind = u.get("Service", "Type", "simple")
-        proc = self.spawn(u, u.get("Service", "ExecStart"))
+        proc = self.spawn(u, u.get("Service", "ExecStart"), traced=True)
         u.proc, u.pid = proc, proc.pid
-        self.say(f"{u.name}: started ({kind}) pid {proc.pid}")
+        u.main_pid = tracee(proc.pid) if u.name in self.trace else None
+        self.say(f"{u.name}: started ({kind}) pid {u.main()}"
+                 + (f" under strace (pid {proc.pid}) -> {self.trace[u.name]}" if u.name in self.trace else ""))
         if kind == "oneshot":
             u.state = "activating"
             self.write_state()
             rc = proc.wait()
             u.exits.append(rc)
-            u.proc = None
+            u.proc, u.main_pid = None, None
             if rc != 0:
                 return self.failed(u, rc)
             self.say(f"{u.name}: ExecStart exited 0")
@@ -283,16 +327,19 @@ class Runner:
         u.stopping = True
         if u.proc is not None and u.proc.poll() is None:
             if u.get("Service", "KillMode", "control-group") == "mixed":
-                u.proc.send_signal(signal.SIGTERM)
+                try:
+                    os.kill(u.main(), signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
             else:
                 self.killpg(u.proc.pid, signal.SIGTERM)
             try:
                 u.proc.wait(timeout=min(seconds(u.get("Service", "TimeoutStopSec", "90s")), limit_s))
             except subprocess.TimeoutExpired:
-                u.proc.kill()
+                self.killpg(u.proc.pid, signal.SIGKILL)
                 u.proc.wait()
             self.killpg(u.proc.pid, signal.SIGKILL)
-        u.state, u.proc, u.restart_at, u.timer_next = "inactive", None, None, None
+        u.state, u.proc, u.main_pid, u.restart_at, u.timer_next = "inactive", None, None, None, None
         self.cleanup_dirs(u)
         u.stopping = False
 
@@ -343,13 +390,21 @@ class Runner:
             env.update(env_file(f.lstrip("-")))
         return env
 
-    def spawn(self, u: Unit, cmdline: str) -> subprocess.Popen:
+    def spawn(self, u: Unit, cmdline: str, traced: bool = False) -> subprocess.Popen:
         argv = shlex.split(u.spec(cmdline))
         flags = ""
         while argv and argv[0][:1] in "-@:+!":
             flags += argv[0][0]
             argv[0] = argv[0][1:]
         uid, gid = self.ids(u)
+        if traced and u.name in self.trace:
+            log = Path(self.trace[u.name])
+            # strace runs as the unit's user (after the switch below): the
+            # log is made for it first, and appended to across restarts.
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.touch(mode=0o600, exist_ok=True)
+            os.chown(log, uid, gid)
+            argv = [*STRACE, str(log), *argv]
         umask = int(u.get("Service", "UMask", "0022"), 8)
         nofile = u.get("Service", "LimitNOFILE")
 
@@ -385,7 +440,7 @@ class Runner:
             if rc is None:
                 continue
             u.exits.append(rc)
-            u.proc = None
+            u.proc, u.main_pid = None, None
             if u.stopping:
                 continue
             clean = rc == 0 or (rc < 0 and signal.Signals(-rc) in CLEAN_SIGNALS)
@@ -445,7 +500,8 @@ class Runner:
     def write_state(self) -> None:
         state = {
             "enabled": sorted(self.enabled),
-            "units": {n: {"state": u.state, "pid": u.proc.pid if u.proc else None, "starts": u.starts,
+            "units": {n: {"state": u.state, "pid": u.main() if u.proc else None, "starts": u.starts,
+                          "traced": self.trace.get(n),
                           "restarts": u.restarts, "exits": [str(e) for e in u.exits],
                           "not_applied": sorted({f"{s}/{k}" for s, kv in u.conf.items() for k in kv
                                                  if k not in IMPLEMENTED.get(s, set())})}
@@ -474,9 +530,18 @@ class Runner:
 
 
 def main() -> int:
+    trace = {}
+    args = sys.argv[1:]
+    while args:
+        if args[0] != "--trace" or len(args) < 2 or "=" not in args[1]:
+            print(f"units.py: usage: units.py [--trace UNIT=LOG]... (got {args[0]!r})", file=sys.stderr)
+            return 2
+        unit, _, log = args[1].partition("=")
+        trace[unit] = log
+        args = args[2:]
     for d in (CTL, REQUESTS, JOURNAL):
         d.mkdir(parents=True, exist_ok=True)
-    Runner().run()
+    Runner(trace).run()
     return 0
 
 

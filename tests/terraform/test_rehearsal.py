@@ -89,3 +89,57 @@ def test_imds_tokens_pass_azurites_basic_checks():
     assert claims["oid"] == "p-1"
     # azure_identity reads expires_on as a string of epoch seconds.
     assert body["expires_on"] == "1700000600" and body["token_type"] == "Bearer"
+
+
+def test_a_traced_unit_runs_under_strace_from_its_execve_and_signals_reach_the_program(tmp_path, monkeypatch):
+    """units.py --trace: the sandbox stage's recordings. The main PID is the
+    traced program (a kill or KillMode=mixed's SIGTERM must reach it, not
+    strace), the log starts at its execve and a restart appends."""
+    import shutil
+    import signal
+    import time
+
+    import pytest
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    unit_dir, journal = tmp_path / "units", tmp_path / "journal"
+    unit_dir.mkdir()
+    journal.mkdir()
+    monkeypatch.setattr(units, "UNIT_DIR", unit_dir)
+    monkeypatch.setattr(units, "JOURNAL", journal)
+    monkeypatch.setattr(units, "CTL", tmp_path)
+    (unit_dir / "t.service").write_text("[Service]\nType=simple\nExecStart=/bin/sleep 60\nKillMode=mixed\n"
+                                        "Restart=on-failure\nRestartSec=0\n")
+    log = tmp_path / "strace" / "t.log"
+    r = units.Runner({"t.service": str(log)})
+    try:
+        assert r.start("t.service")
+        u = r.unit("t.service")
+        main = u.main()
+        assert main != u.proc.pid
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{main}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Path(f"/proc/{main}/comm").read_text().strip() == "sleep"
+        # Killed: strace ends with the program's signal, Restart=on-failure starts it again.
+        import os
+        os.kill(main, signal.SIGKILL)
+        u.proc.wait(timeout=10)
+        r.reap()
+        assert u.exits == [str(-signal.SIGKILL)] or u.exits == [-signal.SIGKILL]
+        r.tick()
+        assert u.restarts == 1 and u.main() not in (None, main)
+        second = u.main()
+        t0 = time.monotonic()
+        r.stop("t.service", limit_s=10)
+        assert u.state == "inactive"
+        assert time.monotonic() - t0 < 5, "SIGTERM did not end the traced program"
+        assert not Path(f"/proc/{second}").exists()
+    finally:
+        r.stop("t.service", limit_s=5)
+    text = log.read_text()
+    assert text.count('execve("/bin/sleep"') == 2, text[:500]
+    # -qq leaves out strace's own exit lines: the signals show as delivered to the program.
+    assert "--- SIGKILL" in text or text.count("execve") == 2
+    assert "--- SIGTERM {si_signo=SIGTERM" in text, text[-500:]

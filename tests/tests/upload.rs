@@ -248,22 +248,77 @@ async fn direct_mode_and_fallback_when_the_relay_is_unreachable() {
         (11 << 20, sha)
     );
 
-    // Without --fallback the same dead relay is one clear setup error.
-    let a = args(&[
-        "upload",
-        file.to_str().unwrap_or_default(),
-        "--relay",
-        &dead_addr,
-        "--insecure",
-        "--token",
-        "x-token-0123456789abcdef",
-        "--connect-timeout",
-        "2",
-        "--to",
-        &container,
-    ]);
-    let out = run_client(&a, &[], T).await;
+    // Without --fallback and with --patience 0 the same dead relay is one
+    // clear setup error, at once.
+    let dead_relay = |extra: &[&str]| {
+        let mut a = args(&[
+            "upload",
+            file.to_str().unwrap_or_default(),
+            "--relay",
+            &dead_addr,
+            "--insecure",
+            "--token",
+            "x-token-0123456789abcdef",
+            "--connect-timeout",
+            "1",
+            "--to",
+            &container,
+        ]);
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let out = run_client(&dead_relay(&["--patience", "0"]), &[], T).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("is relay-server listening on UDP port"));
+
+    // With patience it is waited for, said at once and as JSON events, and when
+    // patience runs out the run stops resumably (exit 130) with the command
+    // that resumes. stderr is a pipe here: no colour escapes in the logs.
+    let debug = [("RELAY_LOG", "relay_client=debug")];
+    let patient = dead_relay(&["--patience", "3s", "--json-lines"]);
+    let out = run_client(&patient, &debug, T).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains(&format!(
+            "relay {dead_addr} unreachable for 0 s (no answer from relay"
+        )) && err.contains("still trying until")
+            && err.contains("Ctrl-C stops, a rerun resumes"),
+        "{err}"
+    );
+    assert!(
+        err.contains("stopped: the relay stayed unreachable for 3 s (--patience)"),
+        "{err}"
+    );
+    assert!(err.contains("to resume, run the same command"), "{err}");
+    assert!(
+        err.contains("DEBUG") && err.contains("relay unreachable; trying again"),
+        "{err}"
+    );
+    assert!(!err.contains('\x1b'), "ANSI escapes on a pipe: {err:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let states: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "network")
+        .filter_map(|e| e["state"].as_str())
+        .collect();
+    assert_eq!(states.first(), Some(&"unreachable"), "{stdout}");
+    assert_eq!(states.last(), Some(&"gave_up"), "{stdout}");
+    let end = events
+        .last()
+        .unwrap_or_else(|| panic!("no events: {stdout}"));
+    assert_eq!(end["event"], "summary", "{stdout}");
+    assert_eq!(end["stopped_by"], "patience", "{stdout}");
+    // The same run with --color always does colour its log lines: the check
+    // above can fail.
+    let mut coloured = dead_relay(&["--patience", "1s"]);
+    coloured.push("--color=always".into());
+    let out = run_client(&coloured, &debug, T).await;
+    assert_eq!(out.status.code(), Some(130));
+    assert!(stderr(&out).contains('\x1b'), "{}", stderr(&out));
     drop(dead);
 }

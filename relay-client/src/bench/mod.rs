@@ -101,9 +101,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cli")]
     pub entra: String,
 
-    /// Direct mode: Put Block requests in flight per file (TCP connections).
-    #[arg(long, default_value_t = 8)]
-    pub connections: usize,
+    /// Direct mode: Put Block requests in flight per file (TCP connections)
+    /// [default: direct mode's own choice from the measured path].
+    #[arg(long)]
+    pub connections: Option<usize>,
 
     /// Keep the uploaded blobs (default: delete them when storage credentials
     /// are given).
@@ -194,6 +195,7 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     }
     let ok = !rows.is_empty() && rows.iter().all(|r| r.verified);
     Ok(Report {
+        direct_tcp_congestion: storage.as_ref().map(|_| tcp_congestion()),
         ratio_relay_direct: table::ratio(&rows),
         rows,
         rtt_ms,
@@ -201,6 +203,15 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         kept: args.keep || storage.is_none(),
         ok,
     })
+}
+
+/// The TCP congestion control the direct runs' connections got: the system's
+/// default for new sockets (`setup::system_tcp_congestion`). Direct upload's
+/// goodput on a lossy path depends on it far more than on anything of ours
+/// (cubic vs bbr: docs/BENCHMARKS.md).
+fn tcp_congestion() -> String {
+    crate::setup::system_tcp_congestion()
+        .unwrap_or_else(|| "the system default (not readable here)".to_string())
 }
 
 /// Odd runs start with the relay, even ones with direct upload, so neither
@@ -261,7 +272,9 @@ fn upload_argv(
             opt("--storage-url", &args.storage_url);
             opt("--account-key", &args.account_key);
             v.extend(["--direct".into(), "--entra".into(), args.entra.clone()]);
-            v.extend(["--connections".into(), args.connections.to_string()]);
+            if let Some(n) = args.connections {
+                v.extend(["--connections".into(), n.to_string()]);
+            }
         }
     }
     v

@@ -49,6 +49,10 @@ pub struct Report {
     /// Round-trip time QUIC measured on a connection to the relay opened after
     /// the runs (its handshake).
     pub rtt_ms: Option<f64>,
+    /// The TCP congestion control of the direct runs' connections (the
+    /// system's default for new sockets); `None` without direct runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direct_tcp_congestion: Option<String>,
     /// Blobs deleted afterwards (0 with --keep or without storage credentials).
     pub deleted: usize,
     pub kept: bool,
@@ -116,6 +120,9 @@ pub fn render_text(r: &Report) -> String {
         opt(r.ratio_relay_direct, ""),
         opt(r.rtt_ms, " ms"),
     ));
+    if let Some(cc) = &r.direct_tcp_congestion {
+        out.push_str(&format!("direct runs' TCP congestion control: {cc}\n"));
+    }
     out
 }
 

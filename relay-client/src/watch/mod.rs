@@ -121,7 +121,13 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         Some(f) => Some(Arc::new(Manifest::load(f).map_err(SetupError::from)?)),
         None => None,
     };
-    let mode = Arc::new(setup::mode(up, &dest.container).await?);
+    // Waiting for an unreachable relay is announced as `upload` announces it
+    // (`--patience`).
+    let weather: crate::patience::WeatherSink = {
+        let r = reporter.clone();
+        Arc::new(move |w| r.weather(w))
+    };
+    let mode = Arc::new(setup::mode(up, &dest.container, weather).await?);
     let sync = match up.overwrite {
         OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),

@@ -11,6 +11,7 @@ pub mod blob_name;
 pub mod block_id;
 pub mod checkpoint;
 pub mod codec;
+pub mod color;
 pub mod exchange;
 pub mod id_key;
 pub mod limits;

@@ -14,7 +14,8 @@ use crate::blob::BlobWriter;
 use crate::credentials::{StorageAccess, StorageAuth};
 use crate::error::BlobError;
 use crate::options::WriterOptions;
-use crate::retry::RetryCounts;
+use crate::progress::WatchedClient;
+use crate::retry::{AbandonCounts, RetryCounts};
 
 /// The HTTP client could not be built (TLS roots, system configuration).
 #[derive(Debug, thiserror::Error)]
@@ -45,14 +46,16 @@ impl Storage {
     pub fn new(access: StorageAccess, opts: &WriterOptions) -> Result<Self, ClientBuildError> {
         let http = reqwest::Client::builder()
             .connect_timeout(opts.connect_timeout)
-            .read_timeout(opts.read_timeout)
+            // No read timeout: reqwest's runs from the start of the request to
+            // its answer, body upload included, so it ended slow uploads that
+            // still moved. The writer's watch (`watch.rs`) decides instead.
             .pool_max_idle_per_host(opts.max_idle_per_host)
             .pool_idle_timeout(opts.pool_idle_timeout)
             .tcp_nodelay(true)
             .build()?;
         Ok(Self {
             access,
-            transport: Transport::new(Arc::new(http)),
+            transport: Transport::new(Arc::new(WatchedClient::new(http))),
             retry_counts: None,
             request_count: None,
             options: opts.clone(),
@@ -141,6 +144,7 @@ impl Storage {
             request_count: self.request_count.clone(),
             options: self.options.clone(),
             in_flight: self.in_flight.clone(),
+            abandons: Arc::new(AbandonCounts::default()),
         })
     }
 

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use azure_core::http::{Etag, NoFormat, RequestContent};
 use azure_storage_blob::models::{
@@ -18,8 +19,10 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 
 use crate::checksum::{BlockChecksum, crc64_header_bytes};
-use crate::retry::RetryCounts;
+use crate::progress::{BodyTracker, TRACKER};
+use crate::retry::{AbandonCounts, Abandoned, RetryCounts};
 use crate::store::{BlobStore, Commit, Condition};
+use crate::watch::{Abandon, RequestWatch};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
@@ -51,6 +54,7 @@ pub struct BlobWriter {
     pub(crate) request_count: Option<Arc<AtomicU64>>,
     pub(crate) options: WriterOptions,
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
+    pub(crate) abandons: Arc<AbandonCounts>,
 }
 
 impl BlobWriter {
@@ -63,12 +67,20 @@ impl BlobWriter {
         self.requests.load(Ordering::Relaxed)
     }
 
-    /// Sends `call` until it succeeds, fails for good, or the backoff gives up;
-    /// each attempt within its deadline for a body of `body_bytes`.
+    /// What this writer's requests gave up, by reason.
+    pub fn abandoned(&self) -> Abandoned {
+        self.abandons.snapshot()
+    }
+
+    /// Sends `call` until it succeeds, fails for good, or the backoff gives up.
+    /// Each attempt is abandoned only for making no progress (`watch.rs`):
+    /// `has_body` says whether it sends one, `answer_allowance` is time the
+    /// service may need beyond the usual to answer.
     async fn with_retry<T, F, Fut>(
         &self,
         op: &str,
-        body_bytes: u64,
+        has_body: bool,
+        answer_allowance: Duration,
         mut call: F,
     ) -> Result<T, BlobError>
     where
@@ -82,18 +94,10 @@ impl BlobWriter {
             if let Some(c) = &self.request_count {
                 c.fetch_add(1, Ordering::Relaxed);
             }
-            let deadline = self.options.request_deadline(body_bytes);
-            // The deadline counts from when the request may go out, not from
-            // when it started waiting for a permit. The semaphore is never closed.
+            // The watch starts when the request may go out, not when it started
+            // waiting for a permit. The semaphore is never closed.
             let permit = self.in_flight.acquire().await.ok();
-            let outcome = match tokio::time::timeout(deadline, call()).await {
-                Ok(r) => r.map_err(|e| BlobError::from_azure(op, e)),
-                Err(_) => Err(BlobError {
-                    status: None,
-                    code: Some(TIMEOUT_CODE.into()),
-                    message: format!("{op}: no answer within {} s", deadline.as_secs()),
-                }),
-            };
+            let outcome = self.attempt(op, has_body, answer_allowance, call()).await;
             drop(permit);
             match outcome {
                 Ok(v) => return Ok(v),
@@ -118,11 +122,62 @@ impl BlobWriter {
         }
     }
 
+    /// One attempt under its watch: the SDK call runs with this attempt's body
+    /// tracker in scope (`progress::TRACKER`), and the watch wakes only at its
+    /// deadline, so a healthy request costs no timer work.
+    async fn attempt<T, Fut>(
+        &self,
+        op: &str,
+        has_body: bool,
+        answer_allowance: Duration,
+        call: Fut,
+    ) -> Result<T, BlobError>
+    where
+        Fut: Future<Output = azure_core::Result<T>>,
+    {
+        let start = Instant::now();
+        let tracker = Arc::new(BodyTracker::new(start));
+        let mut watch = RequestWatch::new(self.options.patience, start, has_body, answer_allowance);
+        let call = TRACKER.scope(tracker.clone(), call);
+        tokio::pin!(call);
+        loop {
+            let deadline = tokio::time::Instant::from_std(watch.deadline());
+            tokio::select! {
+                result = &mut call => {
+                    let e = match result {
+                        Ok(v) => return Ok(v),
+                        Err(e) => e,
+                    };
+                    watch.observe(tracker.snapshot());
+                    // A timer of the HTTP stack (none is set today) ending a
+                    // body that still moved: the failure this design rules out.
+                    if is_timeout(&e) && watch.moving_at(Instant::now()) {
+                        self.abandons.record_while_moving();
+                    }
+                    return Err(BlobError::from_azure(op, e));
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    watch.observe(tracker.snapshot());
+                    let now = Instant::now();
+                    if let Some(why) = watch.verdict(now) {
+                        if watch.moving_at(now) {
+                            self.abandons.record_while_moving();
+                        }
+                        self.abandons.record(&why);
+                        return Err(abandoned_error(op, &why));
+                    }
+                }
+            }
+        }
+    }
+
     /// Deletes the committed blob (e.g. what `relay-client bench` wrote); a blob
     /// that is not there counts as deleted.
     pub async fn delete(&self) -> Result<(), BlobError> {
         match self
-            .with_retry("Delete Blob", 0, || self.blob.delete(None))
+            .with_retry("Delete Blob", false, Duration::ZERO, || {
+                self.blob.delete(None)
+            })
             .await
         {
             Ok(_) => Ok(()),
@@ -134,7 +189,9 @@ impl BlobWriter {
     /// Properties, or `None` if the blob does not exist.
     pub async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
         let res = self
-            .with_retry("Get Blob Properties", 0, || self.blob.get_properties(None))
+            .with_retry("Get Blob Properties", false, Duration::ZERO, || {
+                self.blob.get_properties(None)
+            })
             .await;
         let resp = match res {
             Ok(r) => r,
@@ -172,7 +229,9 @@ impl BlobWriter {
     /// `rclone check` compare), `None` if it has none or there is no blob.
     pub async fn content_md5(&self) -> Result<Option<Vec<u8>>, BlobError> {
         let res = self
-            .with_retry("Get Blob Properties", 0, || self.blob.get_properties(None))
+            .with_retry("Get Blob Properties", false, Duration::ZERO, || {
+                self.blob.get_properties(None)
+            })
             .await;
         match res {
             Ok(resp) => resp
@@ -196,7 +255,22 @@ impl BlobWriter {
         let mut body = resp.body;
         let mut h = sha2::Sha256::new();
         let mut n = 0u64;
-        while let Some(chunk) = body.next().await {
+        // The HTTP client has no read timeout (it would end slow uploads too):
+        // a download that stops moving for the stall interval fails here.
+        let stall = self.options.patience.stall;
+        loop {
+            let next = tokio::time::timeout(stall, body.next())
+                .await
+                .map_err(|_| {
+                    abandoned_error(
+                        "Get Blob",
+                        &Abandon::Stalled {
+                            accepted_bytes: n,
+                            quiet: stall,
+                        },
+                    )
+                })?;
+            let Some(chunk) = next else { break };
             let chunk = chunk.map_err(|e| BlobError::from_azure("Get Blob", e))?;
             n += chunk.len() as u64;
             h.update(&chunk);
@@ -217,11 +291,9 @@ impl BlobWriter {
 
     async fn block_list(&self, which: BlockListType) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
         let res = self
-            .with_retry("Get Block List", 0, || {
-                self.block.get_block_list(
-                    which.clone(),
-                    Some(BlockBlobClientGetBlockListOptions::default()),
-                )
+            .with_retry("Get Block List", false, Duration::ZERO, || {
+                self.block
+                    .get_block_list(which, Some(BlockBlobClientGetBlockListOptions::default()))
             })
             .await;
         let resp = match res {
@@ -263,7 +335,7 @@ impl BlobWriter {
             BlockChecksum::Crc64 => (None, Some(crc64_header_bytes(&data))),
         };
         let len = data.len() as u64;
-        self.with_retry("Put Block", len, || {
+        self.with_retry("Put Block", len > 0, Duration::ZERO, || {
             let opts = BlockBlobClientStageBlockOptions {
                 transactional_content_md5: md5.clone(),
                 transactional_content_crc64: crc64.clone(),
@@ -293,7 +365,7 @@ impl BlobWriter {
         // One request whatever the size: the partition is the whole body.
         let partition = std::num::NonZero::new(data.len().max(1) as u64);
         let result = self
-            .with_retry("Put Blob", data.len() as u64, || {
+            .with_retry("Put Blob", !data.is_empty(), Duration::ZERO, || {
                 let opts = BlockBlobClientUploadOptions {
                     blob_content_md5: Some(md5.clone()),
                     blob_content_type: commit.content_type.map(str::to_string),
@@ -325,15 +397,16 @@ impl BlobWriter {
     ) -> Result<String, BlobError> {
         let meta = commit_metadata(commit);
         let (if_match, if_none_match) = conditions(commit.condition);
-        // The service's work grows with the list: give it time per block.
-        let commit_weight = ids.len() as u64 * 1024;
+        // The service's work grows with the list: give it a second per 1024
+        // blocks to answer (49 s more for 50,000).
+        let allowance = Duration::from_secs(ids.len().div_ceil(1024) as u64);
         let list = BlockLookupList {
             committed: None,
             latest: Some(ids),
             uncommitted: None,
         };
         let resp = self
-            .with_retry("Put Block List", commit_weight, || {
+            .with_retry("Put Block List", true, allowance, || {
                 let opts = BlockBlobClientCommitBlockListOptions {
                     blob_content_md5: commit.content_md5.map(|m| m.to_vec()),
                     blob_content_type: commit.content_type.map(str::to_string),
@@ -356,6 +429,45 @@ impl BlobWriter {
             .unwrap_or_default();
         Ok(etag)
     }
+}
+
+/// The error of an attempt its watch gave up (retryable: no status).
+fn abandoned_error(op: &str, why: &Abandon) -> BlobError {
+    let message = match why {
+        Abandon::Stalled {
+            accepted_bytes,
+            quiet,
+        } => format!(
+            "{op}: abandoned: no progress for {} s ({accepted_bytes} bytes of the body sent)",
+            quiet.as_secs()
+        ),
+        Abandon::Unanswered { waited } => format!(
+            "{op}: abandoned: no answer {} s after the request was sent",
+            waited.as_secs()
+        ),
+    };
+    BlobError {
+        status: None,
+        code: Some(TIMEOUT_CODE.into()),
+        message,
+    }
+}
+
+/// Whether a failure was some timer's (the HTTP client's or the OS's), found
+/// anywhere in its chain of causes.
+fn is_timeout(err: &azure_core::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(c) = cause {
+        if c.downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_timeout)
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// `If-Match` / `If-None-Match` for a commit under `condition`.
@@ -410,5 +522,9 @@ impl BlobStore for BlobWriter {
 
     fn requests(&self) -> u32 {
         BlobWriter::requests(self)
+    }
+
+    fn abandoned(&self) -> Abandoned {
+        BlobWriter::abandoned(self)
     }
 }

@@ -2,8 +2,9 @@
 //! Azure credentials and SAS tokens (`credentials`, `sas`), one account's HTTP
 //! client and writers (`account`), the blob writer over
 //! the Azure SDK (`blob`), staging a file's blocks with bounded memory
-//! (`staging`), verify-then-commit publishing (`publish`) and the retry schedule
-//! (`retry`). Every upload request goes through one seam, `store::BlobStore`,
+//! (`staging`), verify-then-commit publishing (`publish`), the retry schedule
+//! (`retry`) and when a request is given up (`watch`, fed by `progress`).
+//! Every upload request goes through one seam, `store::BlobStore`,
 //! with the Azure implementation (`blob::BlobWriter`) and an in-memory twin that
 //! can interleave writers deterministically (`memory`).
 //!
@@ -17,8 +18,10 @@ pub mod credentials;
 pub mod error;
 pub mod memory;
 pub mod options;
+pub mod progress;
 pub mod publish;
 pub mod retry;
 pub mod sas;
 pub mod staging;
 pub mod store;
+pub mod watch;

@@ -2,7 +2,7 @@
 //! and the counts of retries by cause. Pure: the caller supplies the random draw,
 //! so schedules are unit-tested.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
@@ -51,8 +51,8 @@ pub fn is_retryable_status(status: u16) -> bool {
 
 /// Labels of the [`RetryCounts`] slots, in slot order: each retryable status, then
 /// `other` (any other status), `transport` (no response: the connection was
-/// reset or closed, DNS, TLS) and `timeout` (no complete answer within the
-/// request's deadline, which scales with its body).
+/// reset or closed, DNS, TLS) and `timeout` (abandoned: its body made no
+/// progress, or no answer came, for the writer's patience; `watch.rs`).
 pub const RETRY_LABELS: [&str; 9] = [
     "408",
     "429",
@@ -105,6 +105,47 @@ impl RetryCounts {
     /// `(label, count)` for every label, zeros included.
     pub fn snapshot(&self) -> [(&'static str, u64); RETRY_LABELS.len()] {
         std::array::from_fn(|i| (RETRY_LABELS[i], self.slots[i].load(Ordering::Relaxed)))
+    }
+}
+
+/// Requests one writer gave up, by reason (`watch::Abandon`), and how many of
+/// all its failed attempts were ended by a timer while their body was still
+/// being accepted: with progress-based deadlines that last count stays 0, and
+/// the WAN-lab tests assert it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Abandoned {
+    pub stalled: u32,
+    pub unanswered: u32,
+    pub while_moving: u32,
+}
+
+/// The live counters behind [`Abandoned`].
+#[derive(Debug, Default)]
+pub struct AbandonCounts {
+    stalled: AtomicU32,
+    unanswered: AtomicU32,
+    while_moving: AtomicU32,
+}
+
+impl AbandonCounts {
+    pub fn record(&self, why: &crate::watch::Abandon) {
+        match why {
+            crate::watch::Abandon::Stalled { .. } => &self.stalled,
+            crate::watch::Abandon::Unanswered { .. } => &self.unanswered,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn record_while_moving(&self) {
+        self.while_moving.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Abandoned {
+        Abandoned {
+            stalled: self.stalled.load(Ordering::Relaxed),
+            unanswered: self.unanswered.load(Ordering::Relaxed),
+            while_moving: self.while_moving.load(Ordering::Relaxed),
+        }
     }
 }
 

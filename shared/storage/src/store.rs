@@ -63,4 +63,9 @@ pub trait BlobStore: Send + Sync {
     fn retries(&self) -> u32;
     /// Requests sent so far, retries included.
     fn requests(&self) -> u32;
+
+    /// Requests given up by the writer's watch (`watch.rs`), by reason.
+    fn abandoned(&self) -> crate::retry::Abandoned {
+        crate::retry::Abandoned::default()
+    }
 }

@@ -24,6 +24,7 @@ use anyhow::Context;
 use crate::link::{DelayLine, Link, LinkConfig, LinkStats, Verdict};
 use crate::offload::{self, VNET_HDR_LEN, VnetHdr, Wire};
 use crate::tun::Tun;
+use crate::weather::Weather;
 
 /// Bytes per buffer slot: an MTU-1500 packet with room to spare.
 pub const SLOT_BYTES: usize = 2048;
@@ -133,6 +134,10 @@ struct Direction {
     offload: bool,
     /// Packets due in this round (offload only: coalesced before writing).
     due: Vec<(u32, u16)>,
+    /// Outage and NAT, shared with the other direction and the lab.
+    weather: Arc<Weather>,
+    /// Site to cloud (the NAT rewrites sources this way, destinations back).
+    outbound: bool,
 }
 
 impl Direction {
@@ -245,6 +250,10 @@ impl Direction {
                 Err(_) => break,
             };
             read_any = true;
+            // An outage drops everything; offloaded labs have no NAT.
+            if !self.weather.admit(&mut [], self.outbound) {
+                continue;
+            }
             let wire = VnetHdr::parse(&scratch[..n])
                 .and_then(|hdr| Wire::new(&hdr, &scratch[VNET_HDR_LEN..n]));
             let wire = match wire {
@@ -299,6 +308,13 @@ impl Direction {
             match self.from.read(self.pool.slot_mut(slot)) {
                 Ok(len) => {
                     read_any = true;
+                    if !self
+                        .weather
+                        .admit(&mut self.pool.slot_mut(slot)[..len], self.outbound)
+                    {
+                        self.pool.put(slot);
+                        continue;
+                    }
                     match self.link.on_packet(Instant::now(), len) {
                         Verdict::Forward { release_at } => {
                             self.line.push(release_at, (slot, len as u16))
@@ -352,6 +368,7 @@ impl Forwarder {
         down: LinkConfig,
         slots: usize,
         offload: bool,
+        weather: Arc<Weather>,
     ) -> anyhow::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut forwarder = Self {
@@ -365,6 +382,7 @@ impl Forwarder {
             (cloud, site, down, forwarder.down.clone(), "down"),
         ];
         for (from, to, config, shared, label) in plan {
+            let outbound = label == "up";
             let direction = Direction {
                 from,
                 to,
@@ -375,6 +393,8 @@ impl Forwarder {
                 stop: stop.clone(),
                 offload,
                 due: Vec::with_capacity(slots),
+                weather: weather.clone(),
+                outbound,
             };
             // On error, `forwarder` drops here and stops the started thread.
             let handle = std::thread::Builder::new()

@@ -20,10 +20,17 @@ use crate::forwarder::Forwarder;
 use crate::link::{LinkConfig, LinkStats};
 use crate::netns::{self, Netns};
 use crate::tun::Tun;
+use crate::weather::{Nat, Weather};
 
 /// Addresses exist only inside the lab's namespaces (a private /30).
 pub const SITE_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 pub const CLOUD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+/// Where the NAT moves the site after `Lab::rebind_address` (alternately), in
+/// a /30 the cloud routes back over the link.
+pub const MOVED_ADDRS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 77, 0, 5), Ipv4Addr::new(10, 77, 0, 6)];
+const MOVED_NET: &str = "10.77.0.4/30";
+/// The cloud's second address (`Lab::add_cloud_address`).
+pub const SECOND_CLOUD_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 9);
 const PREFIX_LEN: u8 = 30;
 /// Name of the TUN inside each namespace (same name, separate namespaces).
 const TUN_NAME: &str = "brl0";
@@ -53,6 +60,10 @@ pub struct LinkProfile {
     /// the TUN whole, checksums are the "NIC's". Off: a plain TUN, every
     /// datagram segmented and checksummed by the processes' own kernel work.
     pub offload: bool,
+    /// A NAT in front of the site (`weather::Nat`) that tests can rebind
+    /// (`Lab::rebind_port`, `Lab::rebind_address`); the identity until then.
+    /// Not with `offload`.
+    pub nat: bool,
 }
 
 impl LinkProfile {
@@ -64,6 +75,7 @@ impl LinkProfile {
             queue_bytes: None,
             seed: 1,
             offload: false,
+            nat: false,
         }
     }
 
@@ -90,6 +102,9 @@ impl LinkProfile {
         }
         if !(0.0..=1.0).contains(&self.loss) {
             bail!("loss must be within 0.0..=1.0, got {}", self.loss);
+        }
+        if self.nat && self.offload {
+            bail!("the NAT rewrites single datagrams: not with offload");
         }
         Ok(())
     }
@@ -147,6 +162,7 @@ pub struct Lab {
     profile: LinkProfile,
     // Field order is drop order: stop forwarding, close TUNs, delete namespaces.
     forwarder: Forwarder,
+    weather: Arc<Weather>,
     _tuns: [Arc<Tun>; 2],
     site: Netns,
     cloud: Netns,
@@ -167,6 +183,19 @@ impl Lab {
         let cloud = Netns::create(&format!("{}cloud-{pid}-{n}", netns::PREFIX))?;
         let site_tun = setup_side(&site, SITE_ADDR, profile.offload)?;
         let cloud_tun = setup_side(&cloud, CLOUD_ADDR, profile.offload)?;
+        if profile.nat {
+            // Replies to where the NAT may move the site go over the link too.
+            netns::ip(&[
+                "-n",
+                cloud.name(),
+                "route",
+                "add",
+                MOVED_NET,
+                "dev",
+                TUN_NAME,
+            ])?;
+        }
+        let weather = Arc::new(Weather::new(profile.nat.then(|| Nat::new(SITE_ADDR))));
         let forwarder = Forwarder::start(
             site_tun.clone(),
             cloud_tun.clone(),
@@ -174,10 +203,12 @@ impl Lab {
             profile.link_config(profile.seed ^ 0x9e37_79b9_7f4a_7c15),
             profile.pool_slots(),
             profile.offload,
+            weather.clone(),
         )?;
         Ok(Lab {
             profile,
             forwarder,
+            weather,
             _tuns: [site_tun, cloud_tun],
             site,
             cloud,
@@ -266,6 +297,70 @@ impl Lab {
         self.netns(side).run(f)
     }
 
+    /// Cuts the link both ways (every packet dropped, the ones already in
+    /// the delay line excepted) until the returned guard is ended or dropped.
+    pub fn outage(&self) -> Outage<'_> {
+        self.weather.set_down(true);
+        Outage { lab: self }
+    }
+
+    /// The NAT forgets its mappings: each UDP flow from the site leaves from a
+    /// new port from its next packet on, and the cloud's packets to the old
+    /// port are dropped. Needs `LinkProfile::nat`.
+    pub fn rebind_port(&self) -> anyhow::Result<()> {
+        self.weather
+            .with_nat(|n| n.rebind_port())
+            .context("rebind_port: the lab has no NAT (LinkProfile::nat)")
+    }
+
+    /// As `rebind_port`, and the site's flows come from another address
+    /// (alternately `MOVED_ADDRS`); returns it.
+    pub fn rebind_address(&self) -> anyhow::Result<Ipv4Addr> {
+        self.weather
+            .with_nat(|n| {
+                let next = if n.outer() == MOVED_ADDRS[0] {
+                    MOVED_ADDRS[1]
+                } else {
+                    MOVED_ADDRS[0]
+                };
+                n.rebind_address(next);
+                next
+            })
+            .context("rebind_address: the lab has no NAT (LinkProfile::nat)")
+    }
+
+    /// Gives the cloud a second address (`SECOND_CLOUD_ADDR`), routed from the
+    /// site over the link: where a replacement relay can listen, as an
+    /// instance replaced behind a DNS name would.
+    pub fn add_cloud_address(&self) -> anyhow::Result<Ipv4Addr> {
+        let host = format!("{SECOND_CLOUD_ADDR}/32");
+        netns::ip(&[
+            "-n",
+            self.cloud.name(),
+            "addr",
+            "add",
+            &host,
+            "dev",
+            TUN_NAME,
+        ])?;
+        netns::ip(&[
+            "-n",
+            self.site.name(),
+            "route",
+            "add",
+            &host,
+            "dev",
+            TUN_NAME,
+        ])?;
+        Ok(SECOND_CLOUD_ADDR)
+    }
+
+    /// Packets an outage dropped (both ways), and packets from the cloud to a
+    /// mapping the NAT had forgotten.
+    pub fn weather_drops(&self) -> (u64, u64) {
+        (self.weather.dropped_outage(), self.weather.dropped_nat())
+    }
+
     pub fn stats(&self) -> LabStats {
         let (site_to_cloud, cloud_to_site) = self.forwarder.stats();
         LabStats {
@@ -291,6 +386,22 @@ impl Lab {
             p.seed,
             p.offload
         )
+    }
+}
+
+/// An outage in progress (`Lab::outage`): the link is down until `end` or drop.
+pub struct Outage<'a> {
+    lab: &'a Lab,
+}
+
+impl Outage<'_> {
+    /// The link comes back.
+    pub fn end(self) {}
+}
+
+impl Drop for Outage<'_> {
+    fn drop(&mut self) {
+        self.lab.weather.set_down(false);
     }
 }
 

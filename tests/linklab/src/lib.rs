@@ -7,7 +7,7 @@
 //!
 //! Layout: `link` is the pure model (time passed in, unit-tested), `tun` and
 //! `netns` the system plumbing, `offload` what a NIC's offloads do (pure),
-//! `forwarder` the I/O loop, `lab` the guard
+//! `weather` the outage and NAT tests drive, `forwarder` the I/O loop, `lab` the guard
 //! object, `tcp_tool` a small iperf with per-socket congestion control,
 //! `calibrate` the accuracy report (`linklab calibrate`).
 
@@ -19,6 +19,10 @@ pub mod netns;
 pub mod offload;
 pub mod tcp_tool;
 pub mod tun;
+pub mod weather;
 
-pub use lab::{CLOUD_ADDR, Lab, LabStats, LinkProfile, SITE_ADDR, Side, check_privileges};
+pub use lab::{
+    CLOUD_ADDR, Lab, LabStats, LinkProfile, MOVED_ADDRS, Outage, SECOND_CLOUD_ADDR, SITE_ADDR,
+    Side, check_privileges,
+};
 pub use link::{DelayLine, Link, LinkConfig, LinkStats, Verdict};

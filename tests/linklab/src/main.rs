@@ -117,6 +117,7 @@ fn main() -> ExitCode {
             queue_bytes,
             seed,
             offload,
+            nat: false,
         }),
         Cmd::Calibrate {
             rtt_ms,

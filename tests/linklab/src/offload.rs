@@ -387,7 +387,7 @@ pub fn udp_payload(packet: &[u8]) -> &[u8] {
 }
 
 /// One's-complement sum of the UDP pseudo-header.
-fn pseudo_header_sum(packet: &[u8], udp_len: u16) -> u64 {
+pub(crate) fn pseudo_header_sum(packet: &[u8], udp_len: u16) -> u64 {
     let addresses = if packet[0] >> 4 == 4 {
         &packet[12..20]
     } else {
@@ -397,7 +397,7 @@ fn pseudo_header_sum(packet: &[u8], udp_len: u16) -> u64 {
 }
 
 /// Add big-endian 16-bit words (an odd last byte padded with zero) to `sum`.
-fn sum_words(mut sum: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn sum_words(mut sum: u64, bytes: &[u8]) -> u64 {
     let mut words = bytes.chunks_exact(2);
     for w in &mut words {
         sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
@@ -408,7 +408,7 @@ fn sum_words(mut sum: u64, bytes: &[u8]) -> u64 {
     sum
 }
 
-fn fold(mut sum: u64) -> u16 {
+pub(crate) fn fold(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }

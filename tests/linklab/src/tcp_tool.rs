@@ -63,8 +63,9 @@ pub fn sink(listen: SocketAddr, once: bool) -> anyhow::Result<()> {
     }
 }
 
-/// Drain one flow, then send the count back.
-fn receive(mut stream: TcpStream) -> anyhow::Result<FlowReport> {
+/// Drain one flow, then send the count back (the sink's work for one
+/// accepted connection; wanbench runs it beside its own listener).
+pub fn receive(mut stream: TcpStream) -> anyhow::Result<FlowReport> {
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;

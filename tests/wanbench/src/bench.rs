@@ -77,8 +77,12 @@ impl Bench<'_> {
                     )?;
                     cloud::ensure_container(&lab, CONTAINER)?;
                     cloud.check_alive()?;
-                    let row =
+                    let mut row =
                         self.run_one(&lab, &cloud, &urls, &dir, profile, method, workload, repeat)?;
+                    drop(cloud);
+                    if self.plan.tcp_reference {
+                        self.tcp_reference(&lab, method, workload, &mut row)?;
+                    }
                     eprintln!("{}", progress_line(&row));
                     (self.on_row)(&row);
                     rows.push(row);
@@ -179,6 +183,8 @@ impl Bench<'_> {
         let mut reattempts = 0;
         let mut warm_start = None;
         let mut storage_requests = None;
+        let mut abandoned = None;
+        let mut direct_sizing = None;
         let (verified, seconds, bytes_done, retries) = if done.capped {
             // What reached storage by the cap; in-flight data is not counted.
             let stored = cloud::stored_bytes(lab, CONTAINER, expected_blobs)?;
@@ -190,6 +196,8 @@ impl Bench<'_> {
                     reattempts = r.reattempts;
                     warm_start = r.warm_start;
                     storage_requests = r.storage_requests;
+                    abandoned = r.abandoned;
+                    direct_sizing = r.direct_sizing;
                     let (ok, why) = verify(lab, files, &r)?;
                     if !ok {
                         error = Some(why.unwrap_or_else(|| tail(&stderr)));
@@ -237,12 +245,56 @@ impl Bench<'_> {
             congestion,
             loadavg_1m,
             storage_requests,
+            abandoned: abandoned.map(|a| a.0),
+            abandoned_while_moving: abandoned.map(|a| a.1),
+            direct_block_size: direct_sizing.map(|d| d.0),
+            direct_connections: direct_sizing.map(|d| d.1),
+            tcp_reference: None,
             loopback: self.plan.loopback,
             storage_delay: self.plan.storage_delay,
             storage_cpu: self.plan.storage_cpu,
             nic_offload: self.plan.nic_offload,
             error,
         })
+    }
+}
+
+impl Bench<'_> {
+    /// `--tcp-reference`: after a direct row of one file, as many plain TCP
+    /// flows of its controller as it had requests in flight (its connections,
+    /// at most the file's blocks), for as long as it took (at most 120 s).
+    fn tcp_reference(
+        &self,
+        lab: &Lab,
+        method: Method,
+        workload: Workload,
+        row: &mut Row,
+    ) -> anyhow::Result<()> {
+        let (Some(cc), Some(block), Some(connections)) = (
+            method.tcp_cc(),
+            row.direct_block_size,
+            row.direct_connections,
+        ) else {
+            return Ok(());
+        };
+        if workload.count != 1 || block == 0 {
+            return Ok(());
+        }
+        let blocks = workload.file_bytes.div_ceil(block);
+        let flows = usize::try_from(blocks.min(connections)).unwrap_or(1);
+        let seconds = row.seconds.clamp(1.0, 120.0);
+        crate::interrupt::check()?;
+        let r = crate::tcp_reference::measure(lab, cc, flows, seconds)?;
+        eprintln!(
+            "wanbench: {:<16} tcp reference: {} x {} for {:.0} s: {:.1} Mbit/s",
+            row.place(),
+            r.flows,
+            r.cc,
+            r.seconds,
+            r.goodput_mbit
+        );
+        row.tcp_reference = Some(r);
+        Ok(())
     }
 }
 

@@ -72,18 +72,17 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
             }
         }
         Method::DirectCubic | Method::DirectBbr | Method::DirectBbr32 => {
-            let connections = if spec.method == Method::DirectBbr32 {
-                "32"
-            } else {
-                "8"
-            };
             cmd = Command::new(&bins.relay_client);
             cmd.arg("upload")
                 .args(spec.files)
                 .arg("--direct")
                 .args(["--storage-url", spec.storage_url])
-                .args(["--connections", connections])
                 .env("RELAY_ACCOUNT_KEY", DEV_KEY);
+            // direct-cubic and direct-bbr size themselves as a user's upload
+            // does (block size and requests in flight from the measured path).
+            if spec.method == Method::DirectBbr32 {
+                cmd.args(["--connections", "32"]);
+            }
         }
         Method::PythonSdk | Method::PythonSdkBbr | Method::PythonSdk32 | Method::PythonSdk64 => {
             cmd = Command::new(&bins.python);
@@ -147,6 +146,8 @@ pub fn rclone_report(
         reattempts: 0,
         warm_start: None,
         storage_requests: None,
+        abandoned: None,
+        direct_sizing: None,
         files: files
             .iter()
             .map(|p| {
@@ -192,6 +193,10 @@ pub struct ClientReport {
     /// Requests to storage: relay-client's per-file counts (the relay's, in
     /// relay mode), the Python SDK's request hook; None for rclone.
     pub storage_requests: Option<u64>,
+    /// relay-client --direct: (given up, given up while moving), over files.
+    pub abandoned: Option<(u64, u64)>,
+    /// relay-client --direct: (block size, requests in flight per file).
+    pub direct_sizing: Option<(u64, u64)>,
     pub files: Vec<FileOutcome>,
 }
 
@@ -241,6 +246,23 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
             requests,
         )
     };
+    let abandoned = files
+        .iter()
+        .map(|f| {
+            let a = f.get("abandoned")?;
+            let n = |k: &str| a.get(k).and_then(Value::as_u64).unwrap_or(0);
+            Some((n("stalled") + n("unanswered"), n("while_moving")))
+        })
+        .try_fold((0, 0), |acc: (u64, u64), x| {
+            x.map(|(a, m)| (acc.0 + a, acc.1 + m))
+        })
+        .filter(|_| !files.is_empty());
+    let direct_sizing = v.get("direct").and_then(|d| {
+        Some((
+            d.get("block_size_bytes")?.as_u64()?,
+            d.get("connections")?.as_u64()?,
+        ))
+    });
     Ok(ClientReport {
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(false),
         seconds: seconds.context("JSON has no seconds")?,
@@ -249,6 +271,8 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
         reattempts,
         warm_start: v.get("warm_start").and_then(Value::as_bool),
         storage_requests: requests,
+        abandoned,
+        direct_sizing,
         files: outcomes,
     })
 }
@@ -261,8 +285,9 @@ mod tests {
     fn reads_relay_client_and_python_summaries() {
         let rc = r#"{"ok":true,"mode":"direct","files":[{"path":"/t/a.bin","container":"c",
             "blob":"p/a.bin","status":"committed","bytes":5,"sha256":"ab","retries":2,"attempts":3,
-            "storage_requests":2}],
-            "totals":{"files":1,"committed":1,"failed":0,"bytes":5,"seconds":1.5,"mbit_per_s":0.1}}"#;
+            "storage_requests":2,"abandoned":{"stalled":1,"unanswered":0,"while_moving":0}}],
+            "totals":{"files":1,"committed":1,"failed":0,"bytes":5,"seconds":1.5,"mbit_per_s":0.1},
+            "direct":{"block_size_bytes":8388608,"connections":32,"fell_back":false}}"#;
         let r = parse(Method::DirectBbr, rc).expect("parses");
         assert!(r.ok);
         assert_eq!(
@@ -271,6 +296,8 @@ mod tests {
         );
         assert_eq!(r.files[0].sha256.as_deref(), Some("ab"));
         assert_eq!(r.storage_requests, Some(2));
+        assert_eq!(r.abandoned, Some((1, 0)));
+        assert_eq!(r.direct_sizing, Some((8 << 20, 32)));
 
         let py = r#"{"ok":false,"seconds":2.0,"bytes":0,"retries":1,"requests":3,
             "files":[{"path":"a","blob":"p/a","bytes":5,"status":"failed","error":"x"}]}"#;

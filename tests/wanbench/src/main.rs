@@ -19,6 +19,7 @@ mod row;
 mod storage_delay;
 mod summary;
 mod tcp_cc;
+mod tcp_reference;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ use crate::row::Row;
 
 const LONG_ABOUT: &str = "\
 Uploads the same files through the relay (QUIC), directly with relay-client \
---direct (TCP cubic and bbr, 8 connections) and with the Python azure-storage-blob \
+--direct (TCP cubic and bbr, sized from the measured path) and with the Python azure-storage-blob \
 SDK (max_concurrency=8), across a user-space emulated WAN link (linklab) between \
 two network namespaces: client in `site`, Azurite and relay-server in `cloud`. \
 Needs root, /dev/net/tun, iproute2, Azurite (npm ci) and release binaries \
@@ -116,6 +117,15 @@ struct Args {
     /// repeatable), e.g. `--client-arg=--max-rate --client-arg=50`.
     #[arg(long, allow_hyphen_values = true, value_name = "ARG")]
     client_arg: Vec<String>,
+    /// After every direct row of one file, measure as many plain TCP flows of
+    /// the same congestion control as it had requests in flight, on the same
+    /// link (the path's TCP ceiling, printed beside the row).
+    #[arg(long)]
+    tcp_reference: bool,
+    /// Exit 1 unless every row verified its blobs and no direct request was
+    /// abandoned while its body still moved (implied by --quick).
+    #[arg(long)]
+    strict: bool,
     /// Directory with relay-client and relay-server (default: next to wanbench).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -262,8 +272,23 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         rows.len() - bad.len(),
         out.display()
     );
-    // The smoke test's one assertion: every row verified its blobs.
-    if args.quick && !bad.is_empty() {
+    // The smoke test's assertions: every row verified its blobs, and no direct
+    // request was given up while its bytes moved.
+    let moving: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.abandoned_while_moving.unwrap_or(0) > 0)
+        .collect();
+    for r in &moving {
+        eprintln!(
+            "wanbench: ABANDONED WHILE MOVING: {} {} {} #{}: {} request(s)",
+            r.profile.label(),
+            r.workload,
+            r.method,
+            r.repeat,
+            r.abandoned_while_moving.unwrap_or(0)
+        );
+    }
+    if (args.quick || args.strict) && (!bad.is_empty() || !moving.is_empty()) {
         for r in bad {
             eprintln!(
                 "wanbench: NOT VERIFIED: {} {} {} #{}: {}",
@@ -339,6 +364,7 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
     plan.storage_cpu = args.storage_cpu;
     plan.nic_offload = args.nic_offload;
     plan.client_args = args.client_arg.clone();
+    plan.tcp_reference = args.tcp_reference;
     Ok(plan)
 }
 
@@ -423,6 +449,11 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     if !pairs.is_empty() {
         md.push_str("\n## Many files vs one file of the same bytes\n\n");
         md.push_str(&pairs);
+    }
+    let direct = summary::direct_table(rows);
+    if !direct.is_empty() {
+        md.push_str("\n## Direct upload beside plain TCP\n\n");
+        md.push_str(&direct);
     }
     md.push_str(
         "\n† capped: at least one run hit the time cap; its time is the cap and its goodput is \

@@ -98,9 +98,10 @@ pub enum Method {
     /// Cold and `--no-probe-train`: plain slow start, the cold start before
     /// the packet train (optional row, for comparison).
     RelayColdPlain,
-    /// relay-client --direct --connections 8, TCP cubic.
+    /// relay-client --direct, sized by itself from the path (8 MiB blocks and
+    /// 16-32 requests in flight per file on a far path), TCP cubic.
     DirectCubic,
-    /// relay-client --direct --connections 8, TCP bbr.
+    /// The same with TCP bbr.
     DirectBbr,
     /// Python azure-storage-blob, max_concurrency=8, TCP cubic.
     PythonSdk,
@@ -295,6 +296,8 @@ pub struct Plan {
     pub nic_offload: bool,
     /// Extra arguments for every relay-client run (`--client-arg`).
     pub client_args: Vec<String>,
+    /// Plain TCP flows measured after each one-file direct row (`--tcp-reference`).
+    pub tcp_reference: bool,
 }
 
 impl Plan {
@@ -314,6 +317,7 @@ impl Plan {
             storage_cpu: None,
             nic_offload: false,
             client_args: Vec::new(),
+            tcp_reference: false,
         }
     }
 

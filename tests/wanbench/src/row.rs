@@ -106,6 +106,25 @@ pub struct Row {
     /// made by the relay in relay mode; Python SDK: its request hook).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_requests: Option<u64>,
+    /// relay-client --direct: storage requests its watch gave up (stalled or
+    /// unanswered), summed over files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned: Option<u64>,
+    /// relay-client --direct: requests ended while their body still moved
+    /// (the failure of issue 37; must stay 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned_while_moving: Option<u64>,
+    /// relay-client --direct: the sizing it chose (block size, requests in
+    /// flight per file) and the storage round trip it measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_block_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_connections: Option<u64>,
+    /// `--tcp-reference`: what as many plain TCP flows of the same controller
+    /// as the direct run had requests in flight carried on the same link,
+    /// measured right after it (linklab's TCP sender).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_reference: Option<TcpReference>,
     /// The client ran in the cloud namespace (loopback), not across the link.
     #[serde(default)]
     pub loopback: bool,
@@ -122,7 +141,23 @@ pub struct Row {
     pub error: Option<String>,
 }
 
+/// Plain TCP beside a direct run: the path's TCP ceiling for that many flows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TcpReference {
+    pub cc: String,
+    pub flows: usize,
+    pub seconds: f64,
+    /// Sum over flows of the bytes each sink counted over its own time.
+    pub goodput_mbit: f64,
+}
+
 impl Row {
+    /// Direct goodput as a share of the TCP reference (1.0 = TCP's limit).
+    pub fn share_of_tcp(&self) -> Option<f64> {
+        let r = self.tcp_reference.as_ref()?;
+        (r.goodput_mbit > 0.0).then(|| self.goodput_mbit / r.goodput_mbit)
+    }
+
     /// Where the run happened: the link profile or `loopback`, and the storage
     /// delay if any (the group key of the tables).
     pub fn place(&self) -> String {

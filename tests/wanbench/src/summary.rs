@@ -297,6 +297,45 @@ pub fn runs_table(rows: &[Row]) -> String {
     s
 }
 
+/// Direct rows with their sizing, abandoned requests and, with
+/// `--tcp-reference`, the plain TCP flows measured beside them: a direct row
+/// far below its reference is capped by us, near it by TCP on that path.
+pub fn direct_table(rows: &[Row]) -> String {
+    let direct: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.direct_connections.is_some())
+        .collect();
+    if direct.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "| Link | Files | Method | # | Blocks MiB x in flight | Goodput Mbit/s | Abandoned (while moving) | Plain TCP flows | TCP Mbit/s | Direct / TCP |\n\
+         |---|---|---|---:|---|---:|---|---|---:|---:|\n",
+    );
+    for r in direct {
+        let reference = r.tcp_reference.as_ref();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} x {} | {:.1}{} | {} ({}) | {} | {} | {} |",
+            r.place(),
+            r.workload,
+            r.method,
+            r.repeat,
+            r.direct_block_size.unwrap_or(0) >> 20,
+            r.direct_connections.unwrap_or(0),
+            r.goodput_mbit,
+            if r.verified { "" } else { " (not verified)" },
+            r.abandoned.unwrap_or(0),
+            r.abandoned_while_moving.unwrap_or(0),
+            reference.map_or("-".into(), |t| format!("{} x {}", t.flows, t.cc)),
+            reference.map_or("-".into(), |t| format!("{:.1}", t.goodput_mbit)),
+            r.share_of_tcp()
+                .map_or("-".into(), |x| format!("{:.0} %", x * 100.0)),
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,4 +110,18 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
     let rtt = relay["quic"]["rtt_ms"].as_f64().unwrap_or(0.0);
     assert!(rtt >= 45.0, "RTT {rtt} ms on a 50 ms link: {relay}");
     assert_eq!(report["deleted"], 2 * 9, "{report}");
+    // It says which TCP congestion control its direct runs had: the site
+    // namespace's default for new sockets.
+    let site_cc = lab
+        .run_in(Side::Site, || {
+            Ok(std::fs::read_to_string(
+                "/proc/sys/net/ipv4/tcp_congestion_control",
+            )?)
+        })
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        report["direct_tcp_congestion"].as_str(),
+        Some(site_cc.trim()),
+        "{report}"
+    );
 }

@@ -71,6 +71,15 @@ impl PathObserver {
         })
     }
 
+    /// Drops the estimate: the connection that made it ended in an outage,
+    /// and what a path measured just before it went away is no start for the
+    /// next connection or run. A later connection's estimate replaces nothing
+    /// then, and is saved alone.
+    pub fn forget(&self) {
+        self.bandwidth.store(0, Ordering::Relaxed);
+        self.min_rtt_us.store(0, Ordering::Relaxed);
+    }
+
     /// Whether a connection started warm (jumped on a saved estimate).
     pub fn warm_started(&self) -> bool {
         self.warm_started.load(Ordering::Relaxed)

@@ -762,3 +762,18 @@ fn the_train_is_measured_and_reported() {
         link.rate
     );
 }
+
+#[test]
+fn an_observer_forgets_what_a_connection_measured_before_an_outage() {
+    // What the client's watchdog does when a connection ends in an outage:
+    // the estimate it had recorded is no start for the next connection or run.
+    let (m, _) = replay_ack_clock(&[at_link_rate(LINK_RATE)]);
+    let observer = super::PathObserver::default();
+    observer.record(&m);
+    assert!(observer.estimate().is_some());
+    observer.forget();
+    assert_eq!(observer.estimate(), None);
+    // A later connection's estimate is kept again.
+    observer.record(&m);
+    assert_eq!(observer.estimate(), m.estimate());
+}

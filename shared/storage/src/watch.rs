@@ -1,0 +1,300 @@
+//! When a storage request is given up: for making no progress, never for being
+//! slow.
+//!
+//! A deadline that grows with the body (say 15 s + 1 s per MiB) assumes a
+//! slowest acceptable rate. On a long lossy path a TCP connection can carry
+//! less than that while still moving bytes steadily, and then every block is
+//! abandoned at its deadline and sent again, forever (issue 37: a 48 MiB
+//! direct upload over 200 ms / 1 % loss never finished). So a request lives as
+//! long as the peer keeps accepting its body, and is abandoned only when
+//!
+//! - its body has made no progress for `stall` (nothing accepted: a dead or
+//!   wedged connection), or
+//! - its body is all handed over and no answer came within `response` (plus
+//!   an allowance for work the service does per request, e.g. a long block
+//!   list).
+//!
+//! Pure: the caller feeds what the body stream recorded and the time
+//! (`RequestWatch::observe`), and asks for the next instant worth waking up at
+//! (`deadline`) and the verdict (`verdict`). `blob.rs` is the thin I/O around
+//! it; `progress.rs` records the body's progress as the HTTP client pulls it.
+
+use std::time::{Duration, Instant};
+
+/// How long a request may go without progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    /// Longest time the body may go without the peer accepting any of it.
+    pub stall: Duration,
+    /// Longest wait for the answer once the whole body is handed over.
+    pub response: Duration,
+}
+
+impl Patience {
+    /// One interval for both: a request unanswered is as stuck as one whose
+    /// body does not move.
+    pub const fn both(interval: Duration) -> Self {
+        Self {
+            stall: interval,
+            response: interval,
+        }
+    }
+}
+
+impl Default for Patience {
+    /// Tens of seconds: far longer than a healthy TCP connection goes without
+    /// an ACK (even a few backed-off retransmission timeouts at 200 ms RTT),
+    /// far shorter than a user waits for a dead connection.
+    fn default() -> Self {
+        Self::both(Duration::from_secs(30))
+    }
+}
+
+/// What the body stream recorded by the time of an observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BodyProgress {
+    /// Bytes of the body the peer has accepted (handed to the transport).
+    pub bytes: u64,
+    /// When `bytes` last grew.
+    pub at: Option<Instant>,
+    /// When the whole body had been handed over.
+    pub done_at: Option<Instant>,
+}
+
+/// Why a request was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandon {
+    /// The body made no progress for the stall interval.
+    Stalled {
+        accepted_bytes: u64,
+        quiet: Duration,
+    },
+    /// The whole body went and no answer came in time.
+    Unanswered { waited: Duration },
+}
+
+/// One attempt of one request.
+#[derive(Debug, Clone)]
+pub struct RequestWatch {
+    patience: Patience,
+    /// Extra time the service may need to answer (e.g. per block of a list).
+    answer_allowance: Duration,
+    /// When the body last moved (the start counts as progress).
+    last_progress: Instant,
+    accepted_bytes: u64,
+    /// When the body was all handed over; a request without a body starts so.
+    body_done: Option<Instant>,
+}
+
+impl RequestWatch {
+    /// An attempt that may start sending now; `has_body` false for requests
+    /// whose only wait is for the answer (GET, HEAD, DELETE).
+    pub fn new(
+        patience: Patience,
+        now: Instant,
+        has_body: bool,
+        answer_allowance: Duration,
+    ) -> Self {
+        Self {
+            patience,
+            answer_allowance,
+            last_progress: now,
+            accepted_bytes: 0,
+            body_done: (!has_body).then_some(now),
+        }
+    }
+
+    /// Takes in what the body stream recorded. Progress never goes back: a
+    /// stale observation changes nothing.
+    pub fn observe(&mut self, progress: BodyProgress) {
+        if progress.bytes > self.accepted_bytes {
+            self.accepted_bytes = progress.bytes;
+            if let Some(at) = progress.at {
+                self.last_progress = self.last_progress.max(at);
+            }
+        }
+        if self.body_done.is_none() {
+            self.body_done = progress.done_at;
+        }
+    }
+
+    /// The instant after which `verdict` may abandon the request, if nothing
+    /// moves before it.
+    pub fn deadline(&self) -> Instant {
+        match self.body_done {
+            None => self.last_progress + self.patience.stall,
+            Some(done) => done + self.patience.response + self.answer_allowance,
+        }
+    }
+
+    /// `Some` when the request should be given up at `now`.
+    pub fn verdict(&self, now: Instant) -> Option<Abandon> {
+        if now < self.deadline() {
+            return None;
+        }
+        Some(match self.body_done {
+            None => Abandon::Stalled {
+                accepted_bytes: self.accepted_bytes,
+                quiet: now.saturating_duration_since(self.last_progress),
+            },
+            Some(done) => Abandon::Unanswered {
+                waited: now.saturating_duration_since(done),
+            },
+        })
+    }
+
+    /// Whether the body was still being accepted within the stall interval
+    /// before `now`: a request ended at such a moment (by any timer, ours or
+    /// the HTTP client's) was abandoned while its bytes moved, which is the
+    /// thing this module exists to prevent. Counted, and asserted zero in the
+    /// WAN lab.
+    pub fn moving_at(&self, now: Instant) -> bool {
+        self.body_done.is_none()
+            && self.accepted_bytes > 0
+            && now.saturating_duration_since(self.last_progress) < self.patience.stall
+    }
+
+    pub fn accepted_bytes(&self) -> u64 {
+        self.accepted_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn patience() -> Patience {
+        Patience {
+            stall: 30 * S,
+            response: 20 * S,
+        }
+    }
+
+    fn moved(bytes: u64, at: Instant) -> BodyProgress {
+        BodyProgress {
+            bytes,
+            at: Some(at),
+            done_at: None,
+        }
+    }
+
+    #[test]
+    fn a_slow_body_that_keeps_moving_is_never_abandoned() {
+        // 16 MiB at 64 KiB every 5 s: 21 minutes, far past any rate-based
+        // deadline, and never abandoned.
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, true, Duration::ZERO);
+        let mut now = t0;
+        for chunk in 1..=256u64 {
+            now += 5 * S;
+            assert_eq!(w.verdict(now), None, "chunk {chunk}");
+            w.observe(moved(chunk * 65536, now));
+            assert_eq!(w.deadline(), now + 30 * S);
+            assert!(w.moving_at(now + 29 * S));
+        }
+        assert_eq!(w.accepted_bytes(), 16 << 20);
+    }
+
+    #[test]
+    fn a_body_that_stops_is_abandoned_after_the_stall_interval() {
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, true, Duration::ZERO);
+        w.observe(moved(1 << 20, t0 + 3 * S));
+        assert_eq!(w.verdict(t0 + 32 * S), None);
+        assert_eq!(
+            w.verdict(t0 + 33 * S),
+            Some(Abandon::Stalled {
+                accepted_bytes: 1 << 20,
+                quiet: 30 * S
+            })
+        );
+        assert!(!w.moving_at(t0 + 33 * S));
+    }
+
+    #[test]
+    fn a_body_that_never_starts_stalls_from_the_start() {
+        let t0 = Instant::now();
+        let w = RequestWatch::new(patience(), t0, true, Duration::ZERO);
+        assert_eq!(w.deadline(), t0 + 30 * S);
+        assert!(matches!(
+            w.verdict(t0 + 30 * S),
+            Some(Abandon::Stalled {
+                accepted_bytes: 0,
+                ..
+            })
+        ));
+        // Nothing accepted yet: not "moving", whatever the time.
+        assert!(!w.moving_at(t0 + S));
+    }
+
+    #[test]
+    fn after_the_body_the_answer_has_the_response_interval_plus_allowance() {
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, true, 5 * S);
+        let done = t0 + 100 * S;
+        w.observe(BodyProgress {
+            bytes: 8 << 20,
+            at: Some(done),
+            done_at: Some(done),
+        });
+        assert!(!w.moving_at(done));
+        assert_eq!(w.deadline(), done + 25 * S);
+        assert_eq!(w.verdict(done + 24 * S), None);
+        assert_eq!(
+            w.verdict(done + 25 * S),
+            Some(Abandon::Unanswered { waited: 25 * S })
+        );
+    }
+
+    #[test]
+    fn a_request_without_a_body_waits_only_for_its_answer() {
+        let t0 = Instant::now();
+        let w = RequestWatch::new(patience(), t0, false, Duration::ZERO);
+        assert_eq!(w.deadline(), t0 + 20 * S);
+        assert_eq!(
+            w.verdict(t0 + 20 * S),
+            Some(Abandon::Unanswered { waited: 20 * S })
+        );
+    }
+
+    #[test]
+    fn stale_observations_change_nothing() {
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, true, Duration::ZERO);
+        w.observe(moved(2 << 20, t0 + 10 * S));
+        // An older snapshot (fewer bytes, earlier time) read late.
+        w.observe(moved(1 << 20, t0 + 4 * S));
+        assert_eq!(w.deadline(), t0 + 40 * S);
+        assert_eq!(w.accepted_bytes(), 2 << 20);
+        // The same bytes again do not extend the deadline.
+        w.observe(moved(2 << 20, t0 + 20 * S));
+        assert_eq!(w.deadline(), t0 + 40 * S);
+    }
+
+    #[test]
+    fn a_deadline_of_the_old_kind_would_have_abandoned_what_this_keeps() {
+        // Issue 37's case: a 16 MiB Put Block over a connection carrying
+        // 0.75 Mbit/s takes ~180 s; the old deadline was 15 s + 16 s. Here
+        // the body moves every 0.7 s (64 KiB) and the request lives.
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(Patience::default(), t0, true, Duration::ZERO);
+        let step = Duration::from_millis(700);
+        let mut now = t0;
+        let mut sent = 0u64;
+        while sent < 16 << 20 {
+            now += step;
+            assert_eq!(w.verdict(now), None);
+            sent += 65536;
+            w.observe(moved(sent, now));
+        }
+        assert!(now - t0 > 31 * S);
+        w.observe(BodyProgress {
+            bytes: sent,
+            at: Some(now),
+            done_at: Some(now),
+        });
+        assert_eq!(w.verdict(now + S), None);
+    }
+}
