@@ -169,9 +169,6 @@ async fn assert_blob(container: &str, blob: &str, file: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: a file written into a directory created while watching \
-            (new/g1.bin) was not committed within the bound in the one run made; \
-            under investigation (issue 33)"]
 async fn present_appearing_slow_writer_tree_and_restarts() {
     let (relay, container) = RelayHandle::with_container("watch", RelayOptions::default()).await;
     let scratch = Scratch::new("watch");
@@ -276,7 +273,9 @@ async fn present_appearing_slow_writer_tree_and_restarts() {
     assert_eq!(again["totals"]["bytes_sent"], 0);
 
     // Without the journal: the skip rules decide (the relay's seal): every
-    // file identical, no byte sent.
+    // file identical. A one-block file (4 MiB or less) travels before the
+    // relay looks at the blob (docs/CLIENT.md, "identical"), so its bytes are
+    // sent again; a larger one is checked first and sends nothing.
     let w = Watch::start(
         &relay,
         &format!("{container}/w"),
@@ -290,7 +289,12 @@ async fn present_appearing_slow_writer_tree_and_restarts() {
     let cold = w.stop().await;
     assert_eq!(cold["totals"]["skipped"], all.len(), "{cold}");
     assert_eq!(cold["totals"]["committed"], 0);
-    assert_eq!(cold["totals"]["bytes_sent"], 0);
+    let one_block: u64 = all
+        .iter()
+        .map(|(_, f)| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .filter(|&n| n <= 4 << 20)
+        .sum();
+    assert_eq!(cold["totals"]["bytes_sent"], one_block, "{cold}");
     relay.stop().await;
 }
 

@@ -35,7 +35,27 @@ pub struct Events {
     pub close_events: bool,
     /// How the folder is watched, for the start line.
     pub how: String,
-    _watcher: Box<dyn Watcher + Send>,
+    /// Polling (no per-directory watches to add).
+    polling: bool,
+    watcher: Box<dyn Watcher + Send>,
+}
+
+impl Events {
+    /// Makes sure `dir`, created or moved in while watching, is watched
+    /// before anyone scans it. notify adds the watch itself, but only after
+    /// it has handed the event on: a scan started at once could walk the
+    /// directory before the watch exists, and a file created in between
+    /// would then raise no event and be missed by the scan too. `watch`
+    /// returns once the watch is in place, so a scan after it misses nothing.
+    pub fn watch_new_dir(&mut self, dir: &std::path::Path) {
+        if self.polling {
+            return; // the poller walks every folder on each round
+        }
+        if let Err(e) = self.watcher.watch(dir, RecursiveMode::Recursive) {
+            tracing::warn!(error = %e, dir = %dir.display(), "cannot watch a new folder; a reconcile scan will catch up");
+            self.lost.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// File systems whose writers may be remote: events are not to be trusted.
@@ -79,6 +99,7 @@ pub fn start(dirs: &[PathBuf], poll: Option<Duration>) -> Result<Events, notify:
     };
     let remote = dirs.iter().find_map(|d| remote_fs(d));
     let poll = poll.or(remote.map(|_| Duration::from_secs(30)));
+    let polling = poll.is_some();
     let (mut watcher, close_events, how): (Box<dyn Watcher + Send>, bool, String) = match poll {
         Some(every) => {
             let config = notify::Config::default().with_poll_interval(every);
@@ -109,8 +130,21 @@ pub fn start(dirs: &[PathBuf], poll: Option<Duration>) -> Result<Events, notify:
         lost,
         close_events,
         how,
-        _watcher: watcher,
+        polling,
+        watcher,
     })
+}
+
+/// The directory a change brings into the folder, if it is one: created
+/// there, or a tree moved in (whose files raised no events of their own).
+pub fn new_dir(change: &Change) -> Option<PathBuf> {
+    match change {
+        Change::Dir(dir) => Some(dir.clone()),
+        Change::File(path, Seen::MovedIn) => std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.is_dir())
+            .then(|| path.clone()),
+        Change::File(..) => None,
+    }
 }
 
 /// One notify event as the driver's changes.

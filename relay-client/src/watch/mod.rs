@@ -189,7 +189,12 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         let room = w.settle.has_room();
         tokio::select! {
             _ = &mut stop => break None,
-            Some(change) = events.rx.recv() => w.change(change, &scan_tx),
+            Some(change) = events.rx.recv() => {
+                if let Some(dir) = events::new_dir(&change) {
+                    events.watch_new_dir(&dir);
+                }
+                w.change(change, &scan_tx)
+            }
             Some((path, stat)) = scan_rx.recv(), if room => {
                 w.settle.observe(path, Seen::Found, Some(stat), Instant::now().into_std());
             }
