@@ -30,6 +30,10 @@ pub enum Command {
     /// Upload files and directories; each blob is committed only after its SHA-256 is verified.
     #[command(after_long_help = UPLOAD_EXAMPLES)]
     Upload(Box<UploadArgs>),
+    /// Watch directories: upload what is there, then every file that appears or
+    /// changes once it is complete (closed and unchanged for --settle), until stopped.
+    #[command(after_long_help = WATCH_EXAMPLES)]
+    Watch(Box<WatchArgs>),
     /// Compare uploads through the relay with direct uploads from here: generated
     /// files, alternating runs, verified, deleted afterwards unless --keep.
     Bench(Box<crate::bench::BenchArgs>),
@@ -334,3 +338,65 @@ file failed (one line per failed file on stderr); 2 for usage or setup errors (o
 message: bad flags, relay unreachable, token or grant refused, missing container);
 130 when interrupted (Ctrl-C, or the relay unreachable for longer than
 --patience; the message says how to resume).";
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Every `upload` option; PATHS are the directories to watch.
+    #[command(flatten)]
+    pub upload: UploadArgs,
+
+    /// Seconds a file must stay closed and unchanged (size and modification
+    /// time) before it is uploaded.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub settle: f64,
+
+    /// Poll every SECONDS instead of file-system events (NFS, SMB; chosen
+    /// automatically, every 30 s, on such mounts).
+    #[arg(long, value_name = "SECONDS")]
+    pub poll: Option<f64>,
+
+    /// Leave out files whose name matches GLOB (repeatable), besides the
+    /// temporary names *.part, ~*, .*.swp, *.tmp, .~lock.*.
+    #[arg(long, value_name = "GLOB")]
+    pub ignore: Vec<String>,
+
+    /// Do not leave out the default temporary names.
+    #[arg(long)]
+    pub no_default_ignore: bool,
+
+    /// The journal of committed files (SQLite) [default:
+    /// $XDG_STATE_HOME/blob-relay/watch-HASH.sqlite, one per folders and destination].
+    #[arg(long, value_name = "FILE", env = "RELAY_WATCH_JOURNAL")]
+    pub journal: Option<PathBuf>,
+
+    /// Keep no journal: a restart asks the relay about every file (slower).
+    #[arg(long, conflicts_with = "journal")]
+    pub no_journal: bool,
+
+    /// What to do with a source file once its blob is committed and verified:
+    /// keep | delete | move DIR (DIR outside the watched folders).
+    #[arg(long, num_args = 1..=2, value_names = ["ACTION", "DIR"], default_values = ["keep"])]
+    pub after_upload: Vec<String>,
+
+    /// Most files waiting to settle; beyond it, files are picked up by a
+    /// reconcile scan once there is room (memory stays bounded).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_pending: usize,
+
+    /// Seconds between reconcile scans that catch what events missed (0: only
+    /// when events were lost).
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
+    pub reconcile: f64,
+}
+
+const WATCH_EXAMPLES: &str = "Examples:
+  # Upload what appears in /data/runs, replacing blobs whose file changed:
+  relay-client watch /data/runs --relay relay.example.net:4433 --to lab/runs \\
+      --relay-cert-sha256 AB:CD:... --overwrite=if-different
+
+  # Move each file away once its blob is committed and verified:
+  relay-client watch /srv/scans --relay HOST:4433 --to scans --after-upload move /srv/scans-done
+
+Exit status: 0 after a clean stop (SIGTERM or Ctrl-C: commits under way are
+finished first); 2 for usage or setup errors; 3 when the relay or storage refused
+what every file needs (a revoked token, a deleted container) while watching.";

@@ -61,7 +61,9 @@ pub async fn one_file(
     None
 }
 
-async fn report_of(
+/// The upload (with its retries and `--overwrite` second step) of one file,
+/// as its report; the error with the attempts made when it failed.
+pub async fn report_of(
     job: &Job,
     src: &Source,
     bar: &ProgressBar,
@@ -319,7 +321,7 @@ async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, 
 }
 
 /// A refusal that every other file would get too.
-fn fatal(e: &FileError, container: &str) -> Option<String> {
+pub fn fatal(e: &FileError, container: &str) -> Option<String> {
     match e.code.as_str() {
         "unauthorized" => Some(format!(
             "the relay refused the token ({}); check --token or RELAY_TOKEN",

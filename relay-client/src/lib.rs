@@ -26,3 +26,4 @@ pub mod sync;
 pub mod units;
 pub mod upload;
 pub mod walk;
+pub mod watch;

@@ -2,15 +2,18 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{CommandFactory, Parser};
-use relay_client::cli::{Cli, Command, UploadArgs};
+use relay_client::cli::{Cli, Command, UploadArgs, WatchArgs};
 use relay_client::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
 use relay_client::progress::{Output, Reporter, summary_line};
 use relay_client::report::Summary;
 use relay_client::upload::{Cause, Outcome};
+use relay_client::watch::WatchEnd;
 use serde_json::json;
 
 const EXIT_FAILED: u8 = 1;
 const EXIT_SETUP: u8 = 2;
+/// `watch`: the relay or storage refused what every file needs (a revoked token).
+const EXIT_REFUSED: u8 = 3;
 
 fn main() -> ExitCode {
     relay_storage::backtraces::no_library_backtraces();
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench(args) => bench(*args),
         Command::Upload(args) => upload(*args, &argv),
+        Command::Watch(args) => watch(*args),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
@@ -192,6 +196,48 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
                 rerun_command(argv)
             );
             ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(e) => {
+            print_error(output, "setup", "setup", &e.to_string());
+            ExitCode::from(EXIT_SETUP)
+        }
+    }
+}
+
+fn watch(args: WatchArgs) -> ExitCode {
+    relay_transport::install_crypto_provider();
+    let output = if args.upload.json_lines {
+        Output::JsonLines
+    } else {
+        Output::Text
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            print_error(
+                output,
+                "setup",
+                "runtime",
+                &format!("cannot start the runtime: {e}"),
+            );
+            return ExitCode::from(EXIT_SETUP);
+        }
+    };
+    // No progress bars: a watch runs for months; status lines say where it is.
+    let reporter = Arc::new(Reporter::new(output, true));
+    let outcome = rt.block_on(relay_client::watch::run(args, reporter));
+    rt.shutdown_background();
+    match outcome {
+        Ok(WatchEnd::Stopped(summary)) => {
+            print_summary(&summary, output);
+            ExitCode::SUCCESS
+        }
+        Ok(WatchEnd::Refused(message)) => {
+            print_error(output, "refused", "refused", &message);
+            ExitCode::from(EXIT_REFUSED)
         }
         Err(e) => {
             print_error(output, "setup", "setup", &e.to_string());

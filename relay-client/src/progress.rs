@@ -120,6 +120,10 @@ impl Reporter {
         }
     }
 
+    pub fn output(&self) -> Output {
+        self.output
+    }
+
     pub fn bars(&self) -> bool {
         self.bars
     }

@@ -255,3 +255,22 @@ def test_compare_reads_the_pin_from_a_file(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert f"--relay-cert-sha256 {'cd' * 32}" in r.stdout
+
+
+def test_watch_unit_verifies_and_is_hardened(tmp_path):
+    """Issue 33: the watch-folder unit, hardened like the relay's."""
+    unit = unit_directives((DEPLOY / "relay-client-watch@.service").read_text())
+    assert unit["ExecStart"][0].startswith("/usr/local/bin/relay-client watch ")
+    assert unit["ProtectSystem"] == ["strict"]
+    assert unit["NoNewPrivileges"] == ["yes"]
+    assert "@system-service" in unit["SystemCallFilter"]
+    # A revoked token (3) or bad configuration (2) is not retried in a loop.
+    assert set(unit["RestartPreventExitStatus"][0].split()) == {"2", "3"}
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze not installed")
+    text = (DEPLOY / "relay-client-watch@.service").read_text().replace("/usr/local/bin/relay-client", "/bin/true")
+    (tmp_path / "relay-client-watch@.service").write_text(text)
+    r = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "relay-client-watch@scans.service")],
+                       capture_output=True, text=True)
+    problems = [line for line in (r.stdout + r.stderr).splitlines() if "relay-client-watch@" in line]
+    assert not problems, problems

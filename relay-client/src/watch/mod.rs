@@ -1,0 +1,487 @@
+//! The `watch` command: uploads what is in the folders (skipping what the
+//! journal says is committed), then every file that appears or changes, once
+//! it has settled (`settle`), through the same per-file upload as `upload`
+//! (`crate::file::report_of`: retries, reconnects, same-source checks, the
+//! `--overwrite` rules). Runs until SIGTERM or Ctrl-C, then finishes the
+//! uploads under way.
+//!
+//! Memory is bounded by configuration: files waiting to settle (`--max-pending`),
+//! events queued (`events::EVENT_QUEUE`), files in flight (`--parallel`), the
+//! scan's lead (`SCAN_AHEAD`); the journal lives on disk. A file dropped for
+//! want of room (or an event lost) is found by the next reconcile scan.
+
+pub mod after;
+pub mod events;
+pub mod journal;
+pub mod roots;
+pub mod settle;
+mod status;
+mod task;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::cli::{OverwriteMode, WatchArgs};
+use crate::file::Job;
+use crate::filter::Filter;
+use crate::manifest::Manifest;
+use crate::progress::Reporter;
+use crate::report::Summary;
+use crate::setup::{self, Mode, SetupError};
+use crate::sync::SyncRule;
+use after::{After, AfterError};
+use journal::{Journal, JournalError};
+use roots::{DEFAULT_IGNORE, RootError, Roots};
+use settle::{Seen, Settle, Stat, Verdict};
+use task::{Ctx, Done};
+
+/// Files the scan hands the driver at most this far ahead.
+const SCAN_AHEAD: usize = 256;
+/// How often due files are checked.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+/// After a stop, how long uploads under way may take to finish.
+const FINISH_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error(transparent)]
+    Root(#[from] RootError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    After(#[from] AfterError),
+    #[error("cannot watch: {0}")]
+    Notify(#[from] notify::Error),
+    #[error("{0}")]
+    Usage(&'static str),
+}
+
+/// How a watch ended.
+pub enum WatchEnd {
+    /// Stopped by a signal, after the uploads under way.
+    Stopped(Summary),
+    /// A refusal every file gets (a revoked token, a deleted container).
+    Refused(String),
+}
+
+pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, WatchError> {
+    let up = &args.upload;
+    if up.dry_run {
+        return Err(WatchError::Usage("watch does not take --dry-run"));
+    }
+    if up.json {
+        return Err(WatchError::Usage(
+            "watch does not end with one summary; use --json-lines",
+        ));
+    }
+    if !(args.settle.is_finite() && args.settle >= 0.0) {
+        return Err(WatchError::Usage("--settle takes seconds, 0 or more"));
+    }
+    let dest = setup::destination(up)?;
+    let opts = setup::options(up, &dest)?;
+    let after = After::parse(&args.after_upload)?;
+    let mut ignore: Vec<String> = if args.no_default_ignore {
+        Vec::new()
+    } else {
+        DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect()
+    };
+    ignore.extend(args.ignore.iter().cloned());
+    let filter = Filter::new(&up.include, &up.exclude).map_err(SetupError::from)?;
+    let mut roots = Roots::new(&up.paths, &dest.prefix, filter, &ignore)?;
+    if let After::Move(dir) = &after {
+        let _ = std::fs::create_dir_all(dir);
+        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+        if roots.contains(&canon) {
+            return Err(AfterError::Inside(dir.clone()).into());
+        }
+    }
+    let journal = if args.no_journal {
+        None
+    } else {
+        let file = match &args.journal {
+            Some(f) => f.clone(),
+            None => default_journal(&roots, &dest.container, &dest.prefix).ok_or(
+                WatchError::Usage("no home directory for the journal; give --journal"),
+            )?,
+        };
+        let j = Journal::open(&file)?;
+        roots.leave_out(&file);
+        Some(Arc::new(j))
+    };
+    let manifest = match &up.checksums {
+        Some(f) => Some(Arc::new(Manifest::load(f).map_err(SetupError::from)?)),
+        None => None,
+    };
+    // Waiting for an unreachable relay is announced as `upload` announces it
+    // (`--patience`).
+    let weather: crate::patience::WeatherSink = {
+        let r = reporter.clone();
+        Arc::new(move |w| r.weather(w))
+    };
+    let mode = Arc::new(setup::mode(up, &dest.container, weather).await?);
+    let sync = match up.overwrite {
+        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
+        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
+        OverwriteMode::Never | OverwriteMode::Always => None,
+    };
+    let poll = args.poll.map(|s| Duration::from_secs_f64(s.max(0.1)));
+    let mut events = events::start(&roots.dirs(), poll)?;
+    reporter.notice(&format!(
+        "relay-client: watching {} folder(s) ({}), settle {} s, journal {}",
+        roots.dirs().len(),
+        events.how,
+        args.settle,
+        journal
+            .as_ref()
+            .map_or("none".to_string(), |j| j.file().display().to_string()),
+    ));
+    let ctx = Arc::new(Ctx {
+        job: Job {
+            mode: mode.clone(),
+            opts,
+            sync,
+            attempts: up.attempts.max(1),
+            dry_run: false,
+        },
+        roots: roots.clone(),
+        journal: journal.clone(),
+        after,
+        reporter: reporter.clone(),
+        manifest,
+        follow_symlinks: up.follow_symlinks,
+    });
+    let stop = stop_signal();
+    let mut w = Driver {
+        settle: Settle::new(
+            Duration::from_secs_f64(args.settle),
+            events.close_events,
+            args.max_pending,
+        ),
+        ctx,
+        tasks: JoinSet::new(),
+        in_flight: HashSet::new(),
+        again: HashSet::new(),
+        parallel: up.parallel.max(1),
+        counts: status::Counts::default(),
+        scanning: Arc::new(AtomicBool::new(false)),
+        known: Arc::new(AtomicU64::new(0)),
+        close_events: events.close_events,
+    };
+    let (scan_tx, mut scan_rx) = mpsc::channel::<(PathBuf, Stat)>(SCAN_AHEAD);
+    w.scan(&scan_tx, roots.dirs());
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let every = reporter.tick_every(up.status_interval.max(0.0));
+    let mut status_at = every.map(|e| Instant::now() + e);
+    let reconcile = (args.reconcile > 0.0).then(|| Duration::from_secs_f64(args.reconcile));
+    let mut reconcile_at = reconcile.map(|r| Instant::now() + r);
+    let mut stop = std::pin::pin!(stop);
+    let end = loop {
+        let room = w.settle.has_room();
+        tokio::select! {
+            _ = &mut stop => break None,
+            Some(change) = events.rx.recv() => {
+                if let Some(dir) = events::new_dir(&change) {
+                    events.watch_new_dir(&dir);
+                }
+                w.change(change, &scan_tx)
+            }
+            Some((path, stat)) = scan_rx.recv(), if room => {
+                w.settle.observe(path, Seen::Found, Some(stat), Instant::now().into_std());
+            }
+            Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
+                if let Some(fatal) = w.finished(done) {
+                    break Some(fatal);
+                }
+            }
+            _ = check.tick() => {
+                w.start_ready();
+                let lost = events.lost.swap(false, Ordering::Relaxed) | w.settle.take_overflow();
+                let due = reconcile_at.is_some_and(|t| Instant::now() >= t);
+                if lost || due {
+                    reconcile_at = reconcile.map(|r| Instant::now() + r);
+                    let started = w.scan(&scan_tx, roots.dirs());
+                    w.counts.reconciles += u64::from(started);
+                }
+                if let (Some(at), Some(e)) = (status_at, every)
+                    && Instant::now() >= at
+                {
+                    status_at = Some(Instant::now() + e);
+                    status::print(&reporter, &w.status());
+                }
+            }
+        }
+    };
+    if let Some(fatal) = end {
+        w.tasks.abort_all();
+        close(&mode).await;
+        return Ok(WatchEnd::Refused(fatal));
+    }
+    // Stopped: no new files; the uploads under way finish (or time out).
+    let n = w.tasks.len();
+    if n > 0 {
+        reporter.notice(&format!(
+            "relay-client: stopping; finishing {n} upload(s) under way (up to {} s)",
+            FINISH_WAIT.as_secs()
+        ));
+    }
+    let deadline = Instant::now() + FINISH_WAIT;
+    while let Ok(Some(done)) = tokio::time::timeout_at(deadline, w.tasks.join_next()).await {
+        if let Some(fatal) = w.finished(done) {
+            close(&mode).await;
+            return Ok(WatchEnd::Refused(fatal));
+        }
+    }
+    w.tasks.abort_all();
+    status::print(&reporter, &w.status());
+    close(&mode).await;
+    Ok(WatchEnd::Stopped(reporter.summary(mode.name())))
+}
+
+async fn close(mode: &Mode) {
+    if let Mode::Relay(link) = mode {
+        link.connector.close().await;
+    }
+}
+
+struct Driver {
+    settle: Settle,
+    ctx: Arc<Ctx>,
+    tasks: JoinSet<(PathBuf, Done)>,
+    in_flight: HashSet<PathBuf>,
+    /// Files that settled again while their upload ran: looked at once it ends.
+    again: HashSet<PathBuf>,
+    parallel: usize,
+    counts: status::Counts,
+    /// A full scan is running (one at a time).
+    scanning: Arc<AtomicBool>,
+    /// Files a scan found already in the journal.
+    known: Arc<AtomicU64>,
+    close_events: bool,
+}
+
+impl Driver {
+    fn status(&self) -> status::Status {
+        let now = Instant::now().into_std();
+        status::Status {
+            waiting: self.settle.waiting(),
+            oldest_waiting: self.settle.oldest(now),
+            in_flight: self.in_flight.len(),
+            known: self.known.load(Ordering::Relaxed),
+            ..self.counts.status()
+        }
+    }
+
+    fn change(&mut self, change: events::Change, scan_tx: &mpsc::Sender<(PathBuf, Stat)>) {
+        let now = Instant::now().into_std();
+        let (path, seen) = match change {
+            events::Change::Dir(dir) => {
+                self.scan_dir(scan_tx, dir);
+                return;
+            }
+            events::Change::File(path, seen) => (path, seen),
+        };
+        if seen == Seen::Removed {
+            self.settle.observe(path, seen, None, now);
+            return;
+        }
+        // A write is the hot path: no stat for each (the close brings one).
+        let stat = if seen == Seen::Changed && self.settle_needs_close() {
+            None
+        } else {
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    // A tree moved in: its files raised no events of their own.
+                    self.scan_dir(scan_tx, path);
+                    return;
+                }
+                Ok(m) if m.is_file() => Some(Stat::of(&m)),
+                Ok(_) => return, // links, FIFOs: not uploaded
+                Err(_) => return,
+            }
+        };
+        if self.ctx.roots.name(&path).is_none() {
+            return; // a temporary name, filtered out, or our journal
+        }
+        self.settle.observe(path, seen, stat, now);
+    }
+
+    /// Only inotify sends close events; with polling every change is stat-ed.
+    fn settle_needs_close(&self) -> bool {
+        self.close_events
+    }
+
+    /// Files ready to go: checked, then started up to `--parallel`.
+    fn start_ready(&mut self) {
+        let now = Instant::now().into_std();
+        for path in self.settle.due(now) {
+            if self.in_flight.len() >= self.parallel {
+                break;
+            }
+            let stat = std::fs::metadata(&path)
+                .ok()
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| Stat::of(&m));
+            let Verdict::Ready(stat) = self.settle.check(&path, stat, now) else {
+                continue;
+            };
+            if self.in_flight.contains(&path) {
+                self.again.insert(path);
+                continue;
+            }
+            self.in_flight.insert(path.clone());
+            let ctx = self.ctx.clone();
+            self.tasks.spawn(async move {
+                let done = task::upload(&ctx, &path, stat).await;
+                (path, done)
+            });
+        }
+    }
+
+    /// An upload ended; `Some` with the message of a refusal every file gets.
+    fn finished(
+        &mut self,
+        done: Result<(PathBuf, Done), tokio::task::JoinError>,
+    ) -> Option<String> {
+        let Ok((path, done)) = done else {
+            return None; // aborted at the stop
+        };
+        self.in_flight.remove(&path);
+        let now = Instant::now().into_std();
+        let requeue = match done {
+            Done::Fatal(message) => return Some(message),
+            Done::Committed { bytes } => {
+                self.counts.committed += 1;
+                self.counts.bytes += bytes;
+                false
+            }
+            Done::Identical => {
+                self.counts.identical += 1;
+                false
+            }
+            Done::Known => {
+                self.known.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Done::Failed => {
+                self.counts.failed += 1;
+                false
+            }
+            Done::Changed => {
+                self.counts.changed += 1;
+                true
+            }
+        };
+        if self.again.remove(&path) || requeue {
+            let stat = std::fs::metadata(&path).ok().map(|m| Stat::of(&m));
+            if stat.is_some() {
+                self.settle.observe(path, Seen::Found, stat, now);
+            }
+        }
+        None
+    }
+
+    /// A full scan of every folder (start, reconcile); not while one runs.
+    fn scan(&mut self, tx: &mpsc::Sender<(PathBuf, Stat)>, dirs: Vec<PathBuf>) -> bool {
+        if self.scanning.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let flag = self.scanning.clone();
+        self.spawn_scan(tx, dirs, Some(flag));
+        true
+    }
+
+    fn scan_dir(&mut self, tx: &mpsc::Sender<(PathBuf, Stat)>, dir: PathBuf) {
+        self.spawn_scan(tx, vec![dir], None);
+    }
+
+    fn spawn_scan(
+        &self,
+        tx: &mpsc::Sender<(PathBuf, Stat)>,
+        dirs: Vec<PathBuf>,
+        done: Option<Arc<AtomicBool>>,
+    ) {
+        let (tx, ctx, known) = (tx.clone(), self.ctx.clone(), self.known.clone());
+        let follow = ctx.follow_symlinks;
+        tokio::task::spawn_blocking(move || {
+            for dir in dirs {
+                for entry in walkdir::WalkDir::new(&dir).follow_links(follow) {
+                    let Ok(entry) = entry else { continue };
+                    let regular = entry.file_type().is_file() || (follow && entry.path().is_file());
+                    if !regular {
+                        continue;
+                    }
+                    let path = entry.into_path();
+                    let Some(named) = ctx.roots.name(&path) else {
+                        continue;
+                    };
+                    let Ok(meta) = std::fs::metadata(&path) else {
+                        continue;
+                    };
+                    let stat = Stat::of(&meta);
+                    if ctx.committed(&path, &named.blob, stat) {
+                        known.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if tx.blocking_send((path, stat)).is_err() {
+                        break; // the watch stopped
+                    }
+                }
+            }
+            if let Some(flag) = done {
+                flag.store(false, Ordering::Release);
+            }
+        });
+    }
+}
+
+/// `$XDG_STATE_HOME/blob-relay/watch-HASH.sqlite` (else `~/.local/state/...`),
+/// one journal per set of folders and destination.
+fn default_journal(roots: &Roots, container: &str, prefix: &str) -> Option<PathBuf> {
+    use sha2::Digest;
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))?;
+    let mut h = sha2::Sha256::new();
+    h.update(format!("{container}/{prefix}\n"));
+    for d in roots.dirs() {
+        h.update(d.as_os_str().as_encoded_bytes());
+        h.update(b"\n");
+    }
+    let id = hex::encode(&h.finalize()[..8]);
+    Some(state.join(format!("blob-relay/watch-{id}.sqlite")))
+}
+
+/// Resolves at the first SIGTERM or Ctrl-C; a second Ctrl-C exits at once.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    tokio::spawn(async move {
+        let (Ok(mut term), Ok(mut int)) = (term, int) else {
+            return std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = tx.send(());
+        if int.recv().await.is_some() {
+            eprintln!("\nrelay-client: interrupted again; exiting now");
+            std::process::exit(i32::from(crate::interrupt::EXIT_INTERRUPTED));
+        }
+    });
+    async move {
+        let _ = rx.await;
+    }
+}

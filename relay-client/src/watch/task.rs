@@ -1,0 +1,178 @@
+//! One settled file: looked up in the journal, uploaded like `upload` does,
+//! recorded after its commit, then kept, deleted or moved.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::file::{Job, failed, fatal, report_of};
+use crate::manifest::Manifest;
+use crate::progress::Reporter;
+use crate::report::{FileError, Status};
+use crate::walk::Source;
+
+use super::after::{After, act};
+use super::journal::{Entry, Journal};
+use super::roots::Roots;
+use super::settle::Stat;
+
+/// What every upload of a watch shares.
+pub struct Ctx {
+    pub job: Job,
+    pub roots: Roots,
+    pub journal: Option<Arc<Journal>>,
+    pub after: After,
+    pub reporter: Arc<Reporter>,
+    pub manifest: Option<Arc<Manifest>>,
+    pub follow_symlinks: bool,
+}
+
+impl Ctx {
+    /// The journal says this file, as it is, is committed to this blob.
+    pub fn committed(&self, path: &Path, blob: &str, stat: Stat) -> bool {
+        let Some(j) = &self.journal else {
+            return false;
+        };
+        let Some(p) = path.to_str() else {
+            return false;
+        };
+        match j.has(p, &self.job.opts.container, blob, stat) {
+            Ok(has) => has,
+            Err(e) => {
+                tracing::warn!(error = %e, "journal lookup failed; asking the relay");
+                false
+            }
+        }
+    }
+}
+
+/// How one file's turn ended.
+#[derive(Debug)]
+pub enum Done {
+    Committed {
+        bytes: u64,
+    },
+    /// The blob already held these bytes (skip rules): nothing sent.
+    Identical,
+    /// The journal had it: no request at all.
+    Known,
+    Failed,
+    /// The file changed during its upload: settles again, uploaded again.
+    Changed,
+    /// A refusal every file gets: the watch stops.
+    Fatal(String),
+}
+
+pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
+    let Some(named) = ctx.roots.name(path) else {
+        return Done::Known;
+    };
+    let committed = {
+        let (path, blob) = (path.to_path_buf(), named.blob.clone());
+        // The lookup is a disk read: off the runtime's threads.
+        let ctx_journal = ctx.journal.clone();
+        let container = ctx.job.opts.container.clone();
+        tokio::task::spawn_blocking(move || {
+            let (Some(j), Some(p)) = (ctx_journal, path.to_str()) else {
+                return false;
+            };
+            j.has(p, &container, &blob, stat).unwrap_or(false)
+        })
+        .await
+        .unwrap_or(false)
+    };
+    if committed {
+        return Done::Known;
+    }
+    let container = ctx.job.opts.container.clone();
+    let sha256 = match &ctx.manifest {
+        None => None,
+        Some(m) => match m.lookup(path) {
+            Some(h) => Some(h.to_string()),
+            None => {
+                let e = FileError::new(
+                    "not_in_manifest",
+                    format!("not listed in {}; not uploaded", m.file().display()),
+                    false,
+                );
+                let r = failed(&path.display().to_string(), &container, &named.blob, e);
+                ctx.reporter.finish_file(None, r, 0);
+                return Done::Failed;
+            }
+        },
+    };
+    let src = Source {
+        path: path.to_path_buf(),
+        blob: named.blob.clone(),
+        size: stat.size,
+        sha256,
+    };
+    let bar = ctx.reporter.start(&src.blob);
+    let report = match report_of(&ctx.job, &src, &bar, 0).await {
+        Ok(r) => r,
+        Err((e, attempts)) => {
+            if let Some(message) = fatal(&e, &container) {
+                bar.finish_and_clear();
+                return Done::Fatal(message);
+            }
+            if e.code == "source_changed" {
+                bar.finish_and_clear();
+                tracing::info!(path = %path.display(), "changed during its upload; nothing committed; waiting for it to settle again");
+                return Done::Changed;
+            }
+            let mut r = failed(&path.display().to_string(), &container, &src.blob, e);
+            r.attempts = attempts;
+            ctx.reporter.finish_file(Some(&bar), r, src.size);
+            return Done::Failed;
+        }
+    };
+    // Only a blob the relay (or direct mode) verified and committed, or found
+    // to hold exactly these bytes, is journalled and acted on.
+    let verified = match (&report.status, &report.sha256, &report.etag) {
+        (Status::Committed, Some(sha), Some(etag)) => Some((sha.clone(), etag.clone(), false)),
+        (Status::Skipped, Some(sha), Some(etag)) => Some((sha.clone(), etag.clone(), true)),
+        _ => None,
+    };
+    let Some((sha256, etag, identical)) = verified else {
+        let done = if report.status == Status::Failed {
+            Done::Failed
+        } else {
+            Done::Identical
+        };
+        ctx.reporter.finish_file(Some(&bar), report, src.size);
+        return done;
+    };
+    let bytes = report.bytes;
+    let now = std::fs::metadata(path).ok().map(|m| Stat::of(&m));
+    if now != Some(stat) {
+        // The blob holds the version that was sent (checked whole); the file
+        // has moved on since: not journalled, not acted on, uploaded again.
+        ctx.reporter.finish_file(Some(&bar), report, src.size);
+        return Done::Changed;
+    }
+    if let (Some(j), Some(p)) = (&ctx.journal, path.to_str()) {
+        let entry = Entry {
+            path: p.to_string(),
+            container: container.clone(),
+            blob: src.blob.clone(),
+            stat,
+            sha256,
+            etag,
+        };
+        let j = j.clone();
+        match tokio::task::spawn_blocking(move || j.record(&entry)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => ctx.reporter.notice(&format!("relay-client: {e}")),
+            Err(e) => ctx.reporter.notice(&format!("relay-client: journal: {e}")),
+        }
+    }
+    ctx.reporter.finish_file(Some(&bar), report, src.size);
+    if let Err(why) = act(&ctx.after, path, &named.relative, stat) {
+        ctx.reporter
+            .notice(&format!("relay-client: {}: {why}", path.display()));
+    }
+    if identical {
+        Done::Identical
+    } else {
+        Done::Committed { bytes }
+    }
+}
