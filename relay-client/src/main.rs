@@ -121,6 +121,25 @@ fn bench(args: relay_client::bench::BenchArgs) -> ExitCode {
     }
 }
 
+/// The async runtime of a command; `None` (said on stderr) when it cannot start.
+fn runtime(output: Output) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            print_error(
+                output,
+                "setup",
+                "runtime",
+                &format!("cannot start the runtime: {e}"),
+            );
+            None
+        }
+    }
+}
+
 fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
     relay_transport::install_crypto_provider();
     let output = if args.json {
@@ -130,20 +149,8 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
     } else {
         Output::Text
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            print_error(
-                output,
-                "setup",
-                "runtime",
-                &format!("cannot start the runtime: {e}"),
-            );
-            return ExitCode::from(EXIT_SETUP);
-        }
+    let Some(rt) = runtime(output) else {
+        return ExitCode::from(EXIT_SETUP);
     };
     let reporter = Arc::new(Reporter::new(output, args.quiet));
     let outcome = rt.block_on(async {
@@ -211,20 +218,8 @@ fn watch(args: WatchArgs) -> ExitCode {
     } else {
         Output::Text
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            print_error(
-                output,
-                "setup",
-                "runtime",
-                &format!("cannot start the runtime: {e}"),
-            );
-            return ExitCode::from(EXIT_SETUP);
-        }
+    let Some(rt) = runtime(output) else {
+        return ExitCode::from(EXIT_SETUP);
     };
     // No progress bars: a watch runs for months; status lines say where it is.
     let reporter = Arc::new(Reporter::new(output, true));

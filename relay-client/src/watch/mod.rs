@@ -68,7 +68,7 @@ pub enum WatchError {
 /// How a watch ended.
 pub enum WatchEnd {
     /// Stopped by a signal, after the uploads under way.
-    Stopped(Summary),
+    Stopped(Box<Summary>),
     /// A refusal every file gets (a revoked token, a deleted container).
     Refused(String),
 }
@@ -244,7 +244,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     w.tasks.abort_all();
     status::print(&reporter, &w.status());
     close(&mode).await;
-    Ok(WatchEnd::Stopped(reporter.summary(mode.name())))
+    Ok(WatchEnd::Stopped(Box::new(reporter.summary(mode.name()))))
 }
 
 async fn close(mode: &Mode) {
@@ -334,6 +334,14 @@ impl Driver {
             let Verdict::Ready(stat) = self.settle.check(&path, stat, now) else {
                 continue;
             };
+            // A file found by a scan (one created with its folder, before the
+            // folder's watch existed) settles on time alone; if a writer
+            // still holds it open, wait for its close, which the watch now
+            // in place will report.
+            if self.close_events && events::open_for_writing(&path) {
+                self.settle.observe(path, Seen::Changed, Some(stat), now);
+                continue;
+            }
             if self.in_flight.contains(&path) {
                 self.again.insert(path);
                 continue;

@@ -148,7 +148,7 @@ fn estimates_the_path() {
         min >= rtt && min < rtt + Duration::from_millis(1),
         "{min:?}"
     );
-    assert!(matches!(m.mode(), super::Mode::ProbeBw { .. }));
+    assert!(matches!(m.mode(), crate::congestion::Mode::ProbeBw { .. }));
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn application_limited_periods_never_become_the_saved_estimate() {
     let (m, _) = replay_ack_clock(&[at_link_rate(LINK_RATE), small_files()]);
     // Its filter now holds what the small files measured (their demand)...
     assert!(m.bandwidth() < 200_000, "bw {}", m.bandwidth());
-    assert!(matches!(m.mode(), super::Mode::ProbeBw { .. }));
+    assert!(matches!(m.mode(), crate::congestion::Mode::ProbeBw { .. }));
     // ...which is no estimate of the path: what it saves for the next warm start
     // is still what it measured while bandwidth-limited.
     let saved = m.estimate().unwrap_or_else(|| panic!("no estimate"));
@@ -405,7 +405,7 @@ fn an_observer_forgets_what_a_connection_measured_before_an_outage() {
     // What the client's watchdog does when a connection ends in an outage:
     // the estimate it had recorded is no start for the next connection or run.
     let (m, _) = replay_ack_clock(&[at_link_rate(LINK_RATE)]);
-    let observer = super::PathObserver::default();
+    let observer = crate::congestion::PathObserver::default();
     observer.record(&m);
     assert!(observer.estimate().is_some());
     observer.forget();
