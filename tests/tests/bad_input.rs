@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use relay_client::connect::{Connector, Trust};
 use relay_proto::codec::encode;
-use relay_proto::limits::{MAX_FRAME_LEN, PROTOCOL_VERSION};
-use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start, Trailer};
+use relay_proto::limits::MAX_FRAME_LEN;
+use relay_proto::protocol::{Code, Message, Offer, Secret, Start, Trailer};
 use relay_server::TestHooks;
 use relay_tests::blobs::blob_exists;
 use relay_tests::files::{Scratch, write_random};
+use relay_tests::hostile::open_with_offer;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
@@ -33,21 +34,9 @@ async fn connect(relay: &RelayHandle) -> (Connector, quinn::Connection) {
 }
 
 fn offer(container: &str, blob: &str, size: u64) -> Offer {
-    Offer {
-        version: PROTOCOL_VERSION,
-        token: Secret(TOKEN.into()),
-        container: container.into(),
-        blob: blob.into(),
-        size,
-        content_type: None,
-        metadata: Default::default(),
-        overwrite: Overwrite::Never,
-        sha256: None,
-        block_size: None,
-        put_md5: false,
-        progress: false,
-        eager: false,
-    }
+    let mut o = relay_tests::hostile::offer(TOKEN, container, blob, size);
+    o.block_size = None;
+    o
 }
 
 /// Sends one Offer; returns the relay's first answer.
@@ -222,14 +211,8 @@ async fn send_raw(
     body: &[u8],
     trailer: Option<&str>,
 ) -> Message {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
-    write_frame(&mut send, &Message::Offer(o))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    match read_frame(&mut recv)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-    {
+    let (mut send, mut recv, answer) = open_with_offer(conn, o).await;
+    match answer {
         Message::Plan(p) => assert_eq!(p.resume_offset, 0),
         other => panic!("expected a Plan, got {other:?}"),
     }

@@ -1,96 +1,28 @@
 //! The hostile-peer review's findings, each pinned: two users racing one blob
 //! name, one token continuing another's transfer, peers that never authenticate,
-//! and a token holder trying to hold all of the relay's memory. Real relay, real
+//! and a token holder trying to hold all of the relay's memory (that last and the
+//! unauthenticated peers in `hostile_budget.rs`). Real relay, real
 //! QUIC on loopback, Azurite; a raw-protocol client where the real one cannot
 //! misbehave. Every committed blob is downloaded and hashed.
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use relay_client::connect::{Connector, Trust};
 use relay_proto::block_id::{BlockId, BlockState, IdSigner, TransferTag};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::Owner;
-use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret, Start};
-use relay_server::{BlockFill, Config};
+use relay_proto::protocol::{Code, Message, Offer, Overwrite, Start};
 use relay_storage::store::{Commit, Condition};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
-use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
-use relay_tests::upload::Upload;
+use relay_tests::hostile::{offer, raw_connect, relay_with, upload_args};
+use relay_tests::relay::{LIMITED_TOKEN, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::Digest;
 
 const MIB: u64 = 1 << 20;
 const T: Duration = Duration::from_secs(120);
-
-fn relay_with(
-    container: &str,
-    configure: impl FnOnce(&mut Config) + Send + 'static,
-) -> RelayHandle {
-    RelayHandle::start(
-        shared_azurite().storage(),
-        RelayOptions {
-            // The second token may write the test's container too: two users.
-            limited_to: container.into(),
-            configure: Some(Box::new(configure)),
-            ..Default::default()
-        },
-    )
-}
-
-fn upload_args(relay: &RelayHandle, file: &std::path::Path, to: &str, token: &str) -> Vec<String> {
-    Upload::file(file)
-        .json()
-        .block_size("5MiB")
-        .via_addr(&relay.addr.to_string(), &relay.fingerprint)
-        .to(to)
-        .token(token)
-        .args()
-}
-
-/// A raw QUIC connection from a chosen loopback address (tests play several hosts).
-async fn raw_connect(
-    relay: &RelayHandle,
-    from: &str,
-) -> Result<(Connector, quinn::Connection), String> {
-    let fp =
-        relay_transport::tls::parse_fingerprint(&relay.fingerprint).map_err(|e| e.to_string())?;
-    let bind: SocketAddr = format!("{from}:0").parse().map_err(|e| format!("{e}"))?;
-    let c = Connector::bound_at(
-        &Trust::Pinned(fp),
-        relay_transport::quic::Windows::default().transport(),
-        1 << 20,
-        bind,
-    )
-    .map_err(|e| e.to_string())?;
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(10))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((c, conn))
-}
-
-fn offer(token: &str, container: &str, blob: &str, size: u64) -> Offer {
-    Offer {
-        version: PROTOCOL_VERSION,
-        token: Secret(token.into()),
-        container: container.into(),
-        blob: blob.into(),
-        size,
-        content_type: None,
-        metadata: Default::default(),
-        overwrite: Overwrite::Never,
-        sha256: None,
-        block_size: Some(5 * MIB),
-        put_md5: false,
-        progress: false,
-        eager: false,
-    }
-}
 
 /// Finding 1: two ordinary users upload different bytes of the same size to the
 /// same name at the same moment. Whatever the interleaving (30 rounds each, with
@@ -263,236 +195,6 @@ async fn resume_is_private_to_the_token_that_started_it() {
     assert_eq!(f["bytes_resumed"], 0, "{f}");
     assert_eq!(blob_sha(&container, "f.bin").await, (size, other_sha));
     assert_ne!(sha, sha256_file(&other_file));
-    relay.stop().await;
-}
-
-/// Finding 4: connections that never present a valid Offer hold no
-/// `--max-connections` slot, are capped per source address, and are closed at
-/// the deadline; a legitimate client uploads meanwhile. With many pending, new
-/// peers must validate their address (Retry), which a real client does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unauthenticated_peers_cannot_lock_others_out() {
-    let container = new_container("lockout").await;
-    let relay = relay_with(&container, |cfg| {
-        cfg.max_connections = 2;
-        cfg.admission.max_pending = 16;
-        cfg.admission.max_per_address = 3;
-        cfg.admission.retry_above_pending = 6;
-        // Long enough that every connection below is still pending when counted.
-        cfg.admission.auth_deadline = Duration::from_secs(20);
-    });
-    // Three "hosts" open as many tokenless connections as they may, and more.
-    let mut held = Vec::new();
-    let mut refused = 0;
-    for host in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
-        for _ in 0..5 {
-            match raw_connect(&relay, host).await {
-                Ok(c) => held.push(c),
-                Err(_) => refused += 1,
-            }
-        }
-    }
-    assert_eq!(held.len(), 9, "three per address are admitted");
-    assert_eq!(refused, 6, "the rest are refused at once");
-    let admission = relay.shared.admission.clone();
-    assert_eq!(
-        admission.authenticated_now(),
-        0,
-        "pending peers hold no connection slot"
-    );
-    assert!(
-        admission
-            .refusals
-            .retry_sent
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0,
-        "with many pending, new peers had to validate their address"
-    );
-
-    // A legitimate client from another address is admitted and uploads, twice
-    // the connection limit's worth of files on one connection.
-    let dir = Scratch::new("lockout");
-    let file = dir.path("ok.bin");
-    let sha = write_random(&file, 3 * MIB, 41);
-    let out = run_client(&upload_args(&relay, &file, &container, TOKEN), &[], T).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(blob_sha(&container, "ok.bin").await, (3 * MIB, sha));
-
-    // The tokenless connections are closed at the deadline, with a reason.
-    for (_c, conn) in &held {
-        let why = tokio::time::timeout(Duration::from_secs(60), conn.closed())
-            .await
-            .unwrap_or_else(|_| panic!("a tokenless connection outlived its deadline"));
-        match why {
-            quinn::ConnectionError::ApplicationClosed(c) => assert_eq!(
-                c.error_code,
-                quinn::VarInt::from_u32(relay_proto::protocol::app_error::UNAUTHENTICATED)
-            ),
-            other => panic!("unexpected close: {other}"),
-        }
-    }
-    relay.stop().await;
-}
-
-/// Finding 5: before a valid Offer a connection may not make the relay buffer
-/// more than a small window: the relay advertises 1 MiB of connection credit,
-/// raised only after authentication. (A peer that withholds byte 0 of every
-/// stream can make quinn buffer everything up to the credit.)
-#[test]
-fn pre_auth_credit_is_small_and_raised_only_by_a_valid_offer() {
-    let limits = relay_server::admission::Limits::default();
-    let windows = relay_transport::quic::Windows::default();
-    assert!(limits.window_before_auth <= MIB);
-    assert!(limits.window_before_auth < windows.connection_window / 16);
-    assert!(limits.streams_before_auth <= 4);
-    // The relay's whole pre-auth exposure is in its memory bound.
-    let cfg = Config::for_tests(
-        shared_azurite().storage(),
-        relay_server::auth::TokenStore::load(&tokens_file()).unwrap_or_else(|e| panic!("{e}")),
-        256 * MIB,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let bound = cfg.memory_bound();
-    assert!(bound.pending >= cfg.admission.max_pending as u64 * limits.window_before_auth);
-    assert!(bound.authenticated >= cfg.max_connections as u64 * cfg.windows.connection_window);
-    assert_eq!(
-        bound.total(),
-        bound.base + bound.budget + bound.authenticated + bound.pending
-    );
-}
-
-fn tokens_file() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("hostile-tokens-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let path = dir.join("tokens");
-    std::fs::write(&path, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("{e}"));
-    path
-}
-
-/// Finding 6: one token holder asks for huge blocks and trickles bytes into the
-/// ones it gets. Block size is capped, a token holds at most its share of the
-/// budget, waiting for memory ends in a retryable `busy`, a block that fills too
-/// slowly is cut, and another token's uploads go through meanwhile.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_token_cannot_hold_the_budget() {
-    let container = new_container("hog").await;
-    let relay = RelayHandle::start(
-        shared_azurite().storage(),
-        RelayOptions {
-            memory_budget: 64 * MIB,
-            limited_to: container.clone(),
-            configure: Some(Box::new(|cfg: &mut Config| {
-                cfg.max_block_size = 16 * MIB;
-                cfg.token_share_percent = 50;
-                cfg.budget_wait = Duration::from_secs(2);
-                // Trickling blocks are cut 15 s after their memory is granted.
-                cfg.block_fill = BlockFill {
-                    min_bytes_per_s: u64::MAX,
-                    grace: Duration::from_secs(15),
-                };
-            })),
-            ..Default::default()
-        },
-    );
-    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    // A 1 GiB block is refused outright.
-    let mut huge = offer(LIMITED_TOKEN, &container, "hog.bin", 64 << 30);
-    huge.block_size = Some(1 << 30);
-    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
-    write_frame(&mut send, &Message::Offer(huge))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    match read_frame(&mut recv)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-    {
-        Message::Reject(f) => assert_eq!(f.code, Code::TooLarge, "{f:?}"),
-        other => panic!("expected a Reject, got {other:?}"),
-    }
-
-    // Three streams with 16 MiB blocks, a few bytes each: two fit the token's
-    // 32 MiB share, the third waits and is told `busy`.
-    let mut hogs = Vec::new();
-    for i in 0..3 {
-        let mut o = offer(LIMITED_TOKEN, &container, &format!("hog{i}.bin"), 64 * MIB);
-        o.block_size = Some(16 * MIB);
-        let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
-        write_frame(&mut send, &Message::Offer(o))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        match read_frame(&mut recv)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-        {
-            Message::Plan(p) => assert_eq!(p.resume_offset, 0),
-            other => panic!("expected a Plan, got {other:?}"),
-        }
-        write_frame(&mut send, &Message::Start(Start { offset: 0 }))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        send.write_all(&[7u8; 100])
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        hogs.push((send, recv));
-        // Observe the relay hold this block before the next stream asks.
-        let want = ((i as u64) + 1).min(2) * 16 * MIB;
-        let t0 = Instant::now();
-        while relay.shared.budget.in_use_bytes() < want && i < 2 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "the relay never granted the block"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    assert!(
-        relay.shared.budget.in_use_bytes() <= 32 * MIB,
-        "a token holds at most its share"
-    );
-
-    // Meanwhile the other token uploads (the global budget still has room).
-    let dir = Scratch::new("hog");
-    let file = dir.path("legit.bin");
-    let sha = write_random(&file, 12 * MIB + 3, 51);
-    let out = run_client(&upload_args(&relay, &file, &container, TOKEN), &[], T).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(blob_sha(&container, "legit.bin").await, (12 * MIB + 3, sha));
-
-    // The waiting stream is told busy (retryable); the trickling ones are cut.
-    let mut codes = Vec::new();
-    for (_send, mut recv) in hogs {
-        let m = tokio::time::timeout(Duration::from_secs(60), read_frame(&mut recv))
-            .await
-            .unwrap_or_else(|_| panic!("a hog stream was never ended"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        match m {
-            Message::Error(f) => codes.push((f.code, f.message)),
-            other => panic!("expected an Error, got {other:?}"),
-        }
-    }
-    assert!(
-        codes.iter().filter(|(c, _)| *c == Code::Truncated).count() == 2
-            && codes
-                .iter()
-                .any(|(c, m)| *c == Code::Busy && m.contains("memory")),
-        "{codes:?}"
-    );
-    for i in 0..3 {
-        assert!(
-            writer(&container, &format!("hog{i}.bin"))
-                .properties()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"))
-                .is_none()
-        );
-    }
-    assert_eq!(
-        relay.shared.budget.in_use_bytes(),
-        0,
-        "every block returned"
-    );
     relay.stop().await;
 }
 

@@ -244,6 +244,7 @@ impl Bench<'_> {
             warm_start,
             congestion,
             loadavg_1m,
+            commit: source_commit(),
             storage_requests,
             abandoned: abandoned.map(|a| a.0),
             abandoned_while_moving: abandoned.map(|a| a.1),
@@ -390,6 +391,23 @@ fn delta(a: &LabStats, b: &LabStats) -> LinkDelta {
 /// Packets the emulator itself lost or refused (should stay 0).
 fn emulator_faults(s: &linklab::LinkStats) -> u64 {
     s.dropped_no_buffer + s.write_errors + s.malformed
+}
+
+/// The checkout's commit (`-dirty` with uncommitted changes), once per run: what
+/// each row records so published figures name the code they measured.
+fn source_commit() -> Option<String> {
+    static COMMIT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    COMMIT
+        .get_or_init(|| {
+            let out = std::process::Command::new("git")
+                .args(["describe", "--always", "--dirty", "--abbrev=12"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()?;
+            let text = String::from_utf8(out.stdout).ok()?;
+            (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
+        })
+        .clone()
 }
 
 fn loadavg_1m() -> f64 {

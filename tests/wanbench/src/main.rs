@@ -8,6 +8,7 @@
 //! `plot` (results.json, Markdown, SVG).
 
 mod bench;
+mod card;
 mod child;
 mod client;
 mod cloud;
@@ -142,6 +143,10 @@ struct Args {
     /// Only re-render summary.md and goodput.svg from this results.json.
     #[arg(long)]
     render: Option<PathBuf>,
+    /// With --render: also rewrite the headline card in README.md and
+    /// docs/BENCHMARKS.md from that results file (the test suite checks they match).
+    #[arg(long, requires = "render")]
+    card: bool,
 }
 
 fn main() -> ExitCode {
@@ -168,6 +173,9 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
         let rows: Vec<Row> = serde_json::from_str(&text).context("parse results.json")?;
         write_outputs(&out, &rows, None)?;
+        if args.card {
+            write_cards(&rows)?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let plan = make_plan(&args)?;
@@ -415,6 +423,20 @@ fn check_python(python: &Path) -> anyhow::Result<()> {
 }
 
 /// results.json, summary.md (medians + every run) and goodput.svg.
+/// Rewrites the card block of README.md and docs/BENCHMARKS.md from `rows`.
+fn write_cards(rows: &[Row]) -> anyhow::Result<()> {
+    let text = card::card(rows);
+    for doc in ["README.md", "docs/BENCHMARKS.md"] {
+        let path = repo_root().join(doc);
+        let old = std::fs::read_to_string(&path).with_context(|| format!("read {doc}"))?;
+        let new = card::replace(&old, &text).with_context(|| doc.to_string())?;
+        card::check(&new, &text).with_context(|| doc.to_string())?;
+        std::fs::write(&path, new).with_context(|| format!("write {doc}"))?;
+        eprintln!("wanbench: card rewritten in {doc}");
+    }
+    Ok(())
+}
+
 fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(rows).context("encode rows")?;
     std::fs::write(out.join("results.json"), json + "\n").context("write results.json")?;

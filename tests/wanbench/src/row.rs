@@ -139,6 +139,10 @@ pub struct Row {
     pub nic_offload: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The commit the binaries were built from (`git describe --always
+    /// --dirty` of the checkout at run time); absent in rows older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 /// Plain TCP beside a direct run: the path's TCP ceiling for that many flows.

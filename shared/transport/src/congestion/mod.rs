@@ -14,6 +14,7 @@
 //! connection from.
 
 mod delivery;
+mod fair;
 mod filters;
 mod model;
 #[cfg(test)]

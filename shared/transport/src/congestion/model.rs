@@ -23,7 +23,7 @@
 //! - **Loss is not congestion** unless a round loses more than `loss_tolerance`
 //!   (default 15 %; random loss on real long paths is a few %): then the bandwidth
 //!   estimate restarts from what that round delivered.
-//! - **Fair mode** adds a TCP-Cubic-shaped cap that backs off (× 0.7, once per
+//! - **Fair mode** (`fair.rs`) adds a TCP-Cubic-shaped cap that backs off (× 0.7, once per
 //!   round) on losses seen while the RTT is inflated by a queue (> min RTT + half
 //!   of it): that is when a loss-based flow shares the bottleneck with us. Random
 //!   loss on an empty queue still costs nothing.
@@ -51,6 +51,7 @@
 use std::time::{Duration, Instant};
 
 use super::delivery::Sampler;
+use super::fair::{self, FairCap};
 use super::filters::{BW_WINDOW_ROUNDS, MinRtt, RoundMax};
 use super::train::{TRAIN_JUMP, Train};
 use super::warm::{PathEstimate, WARM_JUMP, Warm};
@@ -94,15 +95,6 @@ const RATE_ACK_ALLOWANCE: Duration = Duration::from_millis(25);
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(5);
 /// Before any RTT sample (RFC 9002's initial RTT).
 const INITIAL_RTT: Duration = Duration::from_millis(333);
-/// Fair mode: Cubic's multiplicative decrease and its C constant (packets/s³).
-const FAIR_BETA: f64 = 0.7;
-const CUBIC_C: f64 = 0.4;
-/// Fair mode: a loss counts as congestion when the RTT exceeds min RTT by this
-/// fraction of min RTT (or `FAIR_QUEUE_MIN`, whichever is larger). Our own probe
-/// queue stays below 0.35 BDP, so only someone else's queue gets this high.
-const FAIR_QUEUE_FRACTION: f64 = 0.5;
-const FAIR_QUEUE_MIN: Duration = Duration::from_millis(4);
-
 /// Knobs of the relay controller.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Params {
@@ -155,18 +147,6 @@ pub struct Snapshot {
 pub enum Mode {
     Startup,
     ProbeBw { phase: usize, since: Instant },
-}
-
-/// Fair mode's Cubic-shaped cap, in bytes.
-#[derive(Debug, Clone, Copy)]
-struct FairCap {
-    /// Window before the last backoff.
-    w_max: f64,
-    /// Seconds until the cap is back at `w_max`.
-    k: f64,
-    /// When the last backoff happened.
-    epoch: Instant,
-    last_backoff_round: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -519,19 +499,8 @@ impl Model {
                 };
             }
         }
-        if self.params.fair && self.congestive(lost_bytes) {
-            let round = self.round;
-            let recent = self.fair.is_some_and(|f| f.last_backoff_round >= round);
-            if !recent {
-                let before = self.window as f64;
-                let pkts = before / self.mtu as f64;
-                self.fair = Some(FairCap {
-                    w_max: before,
-                    k: (pkts * (1.0 - FAIR_BETA) / CUBIC_C).cbrt(),
-                    epoch: now,
-                    last_backoff_round: round,
-                });
-            }
+        if self.params.fair && fair::congestive(lost_bytes, self.latest_rtt, self.min_rtt.get()) {
+            self.fair = FairCap::backoff(self.fair, self.window, self.mtu, now, self.round);
         }
         self.window = self.compute_window(Some(now));
     }
@@ -539,20 +508,6 @@ impl Model {
     pub fn on_mtu(&mut self, mtu: u16) {
         self.mtu = u64::from(mtu).max(1200);
         self.window = self.window.max(self.min_window());
-    }
-
-    /// Loss while the RTT shows a queue we did not build, or an ECN mark.
-    fn congestive(&self, lost_bytes: u64) -> bool {
-        if lost_bytes == 0 {
-            return true;
-        }
-        match (self.latest_rtt, self.min_rtt.get()) {
-            (Some(rtt), Some(min)) => {
-                let extra = min.mul_f64(FAIR_QUEUE_FRACTION).max(FAIR_QUEUE_MIN);
-                rtt > min + extra
-            }
-            _ => false,
-        }
     }
 
     /// The first RTT sample decides: same path, jump to half its saved BDP at the
@@ -719,10 +674,7 @@ impl Model {
             w = w.min((rate as f64 * (rtt + RATE_ACK_ALLOWANCE.as_secs_f64())) as u64);
         }
         if let (Some(f), Some(now)) = (&self.fair, now) {
-            let t = now.saturating_duration_since(f.epoch).as_secs_f64();
-            let w_max_pkts = f.w_max / self.mtu as f64;
-            let cap_pkts = CUBIC_C * (t - f.k).powi(3) + w_max_pkts;
-            let cap = (cap_pkts.max(0.0) * self.mtu as f64) as u64;
+            let cap = f.cap(now, self.mtu);
             // Once the cap is far above the model it no longer binds; stop it
             // growing without bound so the next backoff starts from a sane value.
             if cap > 2 * w.max(self.min_window()) {

@@ -1,0 +1,250 @@
+//! The headline card: the WAN-lab matrix's medians as README.md and
+//! docs/BENCHMARKS.md show them, rendered from the results file they cite, so
+//! the figures a reader sees can be checked against the runs behind them.
+//!
+//! Each document holds the card between `CARD_BEGIN` and `CARD_END`.
+//! `wanbench --render docs/bench/results.json --out docs/bench --card` rewrites
+//! both blocks; this module's test fails when either block no longer equals
+//! what the committed results file renders to (a figure edited by hand, or
+//! results regenerated without the documents).
+
+use std::fmt::Write as _;
+
+use crate::row::Row;
+use crate::summary::{Group, groups};
+
+/// The opening marker; the results file the card is rendered from is named in it.
+pub const CARD_BEGIN: &str = "<!-- card: docs/bench/results.json (wanbench --render docs/bench/results.json --out docs/bench --card); checked by `cargo test -p wanbench card` -->";
+pub const CARD_END: &str = "<!-- /card -->";
+
+/// Methods in the card's row order, with the name a reader knows them by.
+const METHODS: [(&str, &str); 4] = [
+    ("relay", "relay (QUIC to the relay)"),
+    ("direct-bbr", "direct, kernel BBR"),
+    ("direct-cubic", "direct, TCP CUBIC"),
+    ("python-sdk", "Azure Python SDK"),
+];
+
+/// Why a document's card does not match the results.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CardError {
+    #[error("no card block ({CARD_BEGIN} … {CARD_END})")]
+    Missing,
+    #[error(
+        "the card differs from what the results render to:\n--- document\n{found}\n--- results\n{expected}"
+    )]
+    Differs { found: String, expected: String },
+}
+
+/// The card for `rows`: one table per workload, goodput medians (Mbit/s) per
+/// method and link, with each link's share of its TCP ceiling for the relay,
+/// and the commit the runs were measured on.
+pub fn card(rows: &[Row]) -> String {
+    let gs: Vec<Group> = groups(rows)
+        .into_iter()
+        .filter(|g| !g.place.contains(','))
+        .collect();
+    let mut places: Vec<String> = Vec::new();
+    for g in &gs {
+        if !places.contains(&g.place) {
+            places.push(g.place.clone());
+        }
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "{}\n", provenance(rows));
+    let mut workloads: Vec<(String, usize, u64)> = Vec::new();
+    for g in &gs {
+        if !workloads.iter().any(|(w, _, _)| *w == g.workload) {
+            workloads.push((g.workload.clone(), g.files, g.bytes));
+        }
+    }
+    for (workload, files, bytes) in workloads {
+        let _ = write!(s, "| {}: goodput Mbit/s, median |", title(files, bytes));
+        for p in &places {
+            let _ = write!(s, " {p} |");
+        }
+        s.push_str("\n|---|");
+        s.push_str(&"---:|".repeat(places.len()));
+        s.push('\n');
+        for (method, name) in METHODS {
+            let _ = write!(s, "| {name} |");
+            for p in &places {
+                let cell = gs
+                    .iter()
+                    .find(|g| g.workload == workload && g.method == method && &g.place == p)
+                    .map(cell)
+                    .unwrap_or_else(|| "–".into());
+                let _ = write!(s, " {cell} |");
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+    }
+    s.push_str("† capped: the runs were stopped at the time cap; the figure is what the link carried until then.");
+    s
+}
+
+/// "1 file of 256 MiB", "200 files of 256 KiB".
+fn title(files: usize, bytes: u64) -> String {
+    let each = bytes / files.max(1) as u64;
+    let size = if each >= 1 << 20 {
+        format!("{} MiB", each >> 20)
+    } else {
+        format!("{} KiB", each >> 10)
+    };
+    let plural = if files == 1 { "" } else { "s" };
+    format!("{files} file{plural} of {size}")
+}
+
+/// One figure: the median, its share of the TCP ceiling, and a mark for capped runs.
+fn cell(g: &Group) -> String {
+    let capped = if g.capped > 0 { "†" } else { "" };
+    format!(
+        "{:.1}{capped} ({:.0} %)",
+        g.goodput_mbit,
+        g.goodput_mbit / g.ceiling_mbit * 100.0
+    )
+}
+
+/// Runs, repeats and the commit they were measured on, as the rows record it.
+fn provenance(rows: &[Row]) -> String {
+    let mut commits: Vec<&str> = rows.iter().filter_map(|r| r.commit.as_deref()).collect();
+    commits.sort_unstable();
+    commits.dedup();
+    let unrecorded = rows.iter().filter(|r| r.commit.is_none()).count();
+    let commit = match (commits.as_slice(), unrecorded) {
+        ([one], 0) => format!("measured on commit {one}"),
+        ([], _) => "the commit is not recorded (these results predate the field)".to_string(),
+        (many, _) => format!(
+            "measured on {} commits ({}){}",
+            many.len(),
+            many.join(", "),
+            if unrecorded > 0 {
+                format!(", {unrecorded} runs unrecorded")
+            } else {
+                String::new()
+            }
+        ),
+    };
+    let repeats = rows.iter().map(|r| r.repeat).max().unwrap_or(0);
+    format!(
+        "{} runs, up to {repeats} repeats per cell; (x %) is the share of the link's TCP goodput ceiling; {commit}.",
+        rows.len()
+    )
+}
+
+/// The card block of `doc`, markers excluded, trimmed.
+fn block(doc: &str) -> Option<&str> {
+    let start = doc.find(CARD_BEGIN)? + CARD_BEGIN.len();
+    let end = start + doc[start..].find(CARD_END)?;
+    Some(doc[start..end].trim())
+}
+
+/// Whether `doc`'s card equals `expected`.
+pub fn check(doc: &str, expected: &str) -> Result<(), CardError> {
+    let found = block(doc).ok_or(CardError::Missing)?;
+    if found == expected.trim() {
+        Ok(())
+    } else {
+        Err(CardError::Differs {
+            found: found.to_string(),
+            expected: expected.trim().to_string(),
+        })
+    }
+}
+
+/// `doc` with its card block replaced by `card`.
+pub fn replace(doc: &str, card: &str) -> Result<String, CardError> {
+    let start = doc.find(CARD_BEGIN).ok_or(CardError::Missing)? + CARD_BEGIN.len();
+    let end = start + doc[start..].find(CARD_END).ok_or(CardError::Missing)?;
+    Ok(format!(
+        "{}\n\n{}\n\n{}",
+        &doc[..start],
+        card.trim(),
+        &doc[end..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    fn repo() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    fn committed_rows() -> Vec<Row> {
+        let text = std::fs::read_to_string(repo().join("docs/bench/results.json"))
+            .unwrap_or_else(|e| panic!("docs/bench/results.json: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("results.json: {e}"))
+    }
+
+    /// The check the test suite runs: both documents' cards are what the
+    /// committed results render to.
+    #[test]
+    fn readme_and_benchmarks_cards_match_the_results_file() {
+        let expected = card(&committed_rows());
+        for doc in ["README.md", "docs/BENCHMARKS.md"] {
+            let text =
+                std::fs::read_to_string(repo().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
+            if let Err(e) = check(&text, &expected) {
+                panic!(
+                    "{doc}: {e}\nregenerate with: wanbench --render docs/bench/results.json --out docs/bench --card"
+                );
+            }
+        }
+    }
+
+    /// The check can fail: one figure changed by hand is caught, and so is a
+    /// document without the block.
+    #[test]
+    fn an_edited_figure_or_a_missing_block_is_caught() {
+        let rows = committed_rows();
+        let expected = card(&rows);
+        let doc = replace(
+            &format!("intro\n{CARD_BEGIN}\n{CARD_END}\nrest\n"),
+            &expected,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(check(&doc, &expected), Ok(()));
+        assert!(doc.starts_with("intro\n") && doc.ends_with("rest\n"));
+        // Change one digit of the relay's first figure.
+        let row = expected
+            .find("| relay (QUIC to the relay) | ")
+            .unwrap_or_else(|| panic!("no relay row in:\n{expected}"));
+        let pos = row
+            + expected[row..]
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or_else(|| panic!("no figure in the relay row"));
+        let mut edited = expected.clone();
+        let other = if &expected[pos..=pos] == "9" {
+            "8"
+        } else {
+            "9"
+        };
+        edited.replace_range(pos..=pos, other);
+        let tampered = replace(&doc, &edited).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            check(&tampered, &expected),
+            Err(CardError::Differs { .. })
+        ));
+        assert_eq!(check("no card here", &expected), Err(CardError::Missing));
+    }
+
+    /// Rows from more than one commit, or without one, say so.
+    #[test]
+    fn provenance_names_the_commit_or_says_it_is_unrecorded() {
+        let mut rows = committed_rows();
+        rows.truncate(2);
+        rows[0].commit = None;
+        rows[1].commit = None;
+        assert!(provenance(&rows).contains("not recorded"));
+        rows[0].commit = Some("abc1234".into());
+        rows[1].commit = Some("abc1234".into());
+        assert!(provenance(&rows).contains("measured on commit abc1234"));
+        rows[1].commit = Some("def5678".into());
+        assert!(provenance(&rows).contains("2 commits"));
+    }
+}
