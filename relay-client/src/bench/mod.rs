@@ -101,6 +101,16 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cli")]
     pub entra: String,
 
+    /// Relay runs: sign in to the relay with Entra ID instead of --token (cli |
+    /// managed-identity | workload-identity; device-code would ask at every
+    /// run), for the application --entra-scope names.
+    #[arg(long, value_name = "FLOW")]
+    pub relay_entra: Option<String>,
+
+    /// With --relay-entra: the relay's application ID URI.
+    #[arg(long, env = "RELAY_ENTRA_SCOPE", value_name = "APP_ID_URI")]
+    pub entra_scope: Option<String>,
+
     /// Direct mode: Put Block requests in flight per file (TCP connections)
     /// [default: direct mode's own choice from the measured path].
     #[arg(long)]
@@ -260,6 +270,8 @@ fn upload_argv(
     match method {
         Method::Relay => {
             opt("--token", &args.token);
+            opt("--entra", &args.relay_entra);
+            opt("--entra-scope", &args.entra_scope);
             opt("--relay-cert-sha256", &args.relay_cert_sha256);
             let ca = args
                 .relay_ca
