@@ -400,3 +400,41 @@ def test_renderer_agrees_with_terraform(module, name, tmp_path):
     out = subprocess.run(["terraform", "output", "-raw", "r"], cwd=tmp_path, env=env, check=True,
                          capture_output=True, text=True).stdout
     assert out == text
+
+
+@pytest.mark.skipif(not shutil.which("terraform"), reason="terraform not installed")
+def test_entra_env_agrees_with_terraform(module, tmp_path):
+    """relay.env with Entra ID on, as the real terraform evaluates entra.tf's
+    own expressions (local.entra_grant, local.relay_entra_env, copied from the
+    parsed source; the values Entra ID supplies replaced by samples) and
+    renders the template: the same text the offline renderer produces."""
+    containers = ["lab-a", "lab-b"]
+    name = "cloud-init-relay.yaml.tftpl"
+    text, variables = rendered(module, name, entra=containers)
+    loc = module.locals()
+    del variables["entra_env"]
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    (tmp_path / "main.tf").write_text(
+        f"variable \"entra_upload_containers\" {{\n  default = {json.dumps(containers)}\n}}\n"
+        "locals {\n"
+        "  entra_enabled = true\n"
+        f"  entra_audience = {json.dumps(ENTRA_AUDIENCE)}\n"
+        f"  entra_tenant = {json.dumps(ENTRA_TENANT)}\n"
+        f"  entra_grant = {loc['entra_grant'].text}\n"
+        f"  relay_entra_env = {loc['relay_entra_env'].text}\n"
+        "}\n"
+        'output "r" {\n'
+        f'  value = templatefile("{TERRAFORM / "templates" / name}", '
+        'merge(jsondecode(file("vars.json")), { entra_env = local.relay_entra_env }))\n'
+        "}\n"
+    )
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1",
+           "TF_CLI_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}
+    env["PATH"] = shutil.which("terraform").rsplit("/", 1)[0] + ":" + env["PATH"]
+    for args in (["init", "-input=false", "-backend=false"], ["apply", "-auto-approve", "-input=false"]):
+        r = subprocess.run(["terraform", *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    out = subprocess.run(["terraform", "output", "-raw", "r"], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out == text
+    assert "RELAY_ENTRA_GRANT=Uploader.lab-a=lab-a;Uploader.lab-b=lab-b\n" in out
