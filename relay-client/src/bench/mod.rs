@@ -412,3 +412,62 @@ async fn delete(storage: &Storage, container: &str, rows: &[Row], files: &[Gener
     }
     deleted
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn bench_args(extra: &[&str]) -> BenchArgs {
+        let mut argv = vec!["relay-client", "bench", "--relay", "h:4433", "--to", "cont"];
+        argv.extend(extra);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Bench(b),
+                ..
+            }) => *b,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn upload_of(argv: Vec<String>) -> crate::cli::UploadArgs {
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Upload(a),
+                ..
+            }) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn relay_runs_sign_in_as_asked() {
+        let dir = std::path::Path::new("/tmp");
+        let one = [Generated {
+            name: "large-0.bin".into(),
+            size: 1,
+            sha256: String::new(),
+        }];
+        let args = bench_args(&[
+            "--relay-entra",
+            "managed-identity",
+            "--entra-scope",
+            "api://r",
+        ]);
+        let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
+        assert_eq!(relay.entra, Some(crate::sign_in::Flow::ManagedIdentity));
+        assert_eq!(relay.entra_scope.as_deref(), Some("api://r"));
+        assert_eq!(relay.token, None);
+        // Without it, relay runs use the token, and direct runs keep --entra.
+        let args = bench_args(&[
+            "--token",
+            "abcdefghijklmnopqrst",
+            "--storage-url",
+            "https://acct.blob.core.windows.net",
+        ]);
+        let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
+        assert_eq!(relay.entra, None);
+        let direct = upload_of(upload_argv(&args, dir, &one, Method::Direct, "cont/x"));
+        assert_eq!(direct.entra, Some(crate::sign_in::Flow::Cli));
+    }
+}
