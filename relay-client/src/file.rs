@@ -328,7 +328,7 @@ pub fn fatal(e: &FileError, opts: &Options) -> Option<String> {
         ("unauthorized", _) => Some(format!(
             "the relay refused the token ({}); {}",
             e.message,
-            opts.token.hint()
+            opts.token.hint(&e.message)
         )),
         ("forbidden", None) => Some(format!(
             "the relay refused container {container:?} for this token ({})",

@@ -66,10 +66,18 @@ impl Bearer {
         }
     }
 
-    /// What the user can change when the relay refuses the token.
-    pub fn hint(&self) -> &'static str {
+    /// What the user can change when the relay refuses the token with
+    /// `refusal` (the relay's reason).
+    pub fn hint(&self, refusal: &str) -> &'static str {
         match self {
             Bearer::Static(_) => "check --token or RELAY_TOKEN",
+            // The token was renewed with time to spare by this machine's
+            // clock: one the relay finds expired means the clocks disagree.
+            Bearer::Entra(_)
+                if refusal.contains("expired") || refusal.contains("not valid yet") =>
+            {
+                "check this machine's clock (tokens are renewed by it)"
+            }
             Bearer::Entra(_) => {
                 "check --entra-scope (the relay's application ID URI) and that the \
                  relay trusts this tenant"
@@ -232,6 +240,35 @@ mod tests {
         // Already expired, or no life at all: never fresh.
         assert!(!fresh(1_000, 1_000, 1_000));
         assert!(!fresh(1_000, 1_000, 900));
+    }
+
+    #[test]
+    fn a_refused_token_gets_the_hint_that_fits() {
+        let entra = Bearer::Entra(Arc::new(EntraToken::new(
+            super::super::azure_credential(&super::super::SignIn {
+                flow: Flow::ManagedIdentity,
+                tenant: None,
+                client_id: None,
+            })
+            .unwrap_or_else(|e| panic!("{e}")),
+            Flow::ManagedIdentity,
+            "api://r/.default".into(),
+        )));
+        assert!(
+            entra
+                .hint("Entra ID token refused: token expired")
+                .contains("clock")
+        );
+        assert!(
+            entra
+                .hint("Entra ID token refused: token audience is not this relay")
+                .contains("--entra-scope")
+        );
+        assert!(
+            Bearer::Static(Secret::default())
+                .hint("unknown or expired token")
+                .contains("--token")
+        );
     }
 
     #[test]
