@@ -17,6 +17,7 @@ locals {
     health_port         = var.health_port
     storage_url         = local.storage_url
     memory_budget       = var.relay_memory_budget
+    entra_env           = local.relay_entra_env
     artifacts_url       = "${local.artifacts_url}/${local.relay_boot_container}"
     storage_api_version = local.storage_api_version
     fetch_script_b64    = filebase64("${path.module}/../deploy/blob-relay-fetch.sh")

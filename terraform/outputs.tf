@@ -67,3 +67,13 @@ output "ssh_bench" {
   description = "SSH to the benchmark source VM (null without bench_source_region)."
   value       = local.bench_enabled ? "ssh ${var.admin_username}@${azurerm_public_ip.bench[0].ip_address}" : null
 }
+
+output "relay_entra_scope" {
+  description = "The relay's application ID URI, for relay-client --entra-scope (or RELAY_ENTRA_SCOPE); null while Entra ID sign-in is off."
+  value       = local.entra_enabled ? local.entra_app_uri : null
+}
+
+output "entra_client_command" {
+  description = "Upload command signed in with Entra ID (the Azure CLI's user; or --entra device-code | managed-identity | workload-identity); null while Entra ID sign-in is off."
+  value       = local.entra_enabled ? "relay-client upload PATH... --relay ${local.relay_address} --to CONTAINER --relay-cert-sha256 ${terraform_data.relay_cert_sha256.output} --entra cli --entra-scope ${local.entra_app_uri}" : null
+}

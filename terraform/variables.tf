@@ -302,3 +302,40 @@ variable "client_binary_path" {
   type        = string
   default     = null
 }
+
+variable "entra_upload_containers" {
+  description = "Containers clients may write when signed in with Entra ID (relay-client --entra): one app role Uploader.CONTAINER each on the relay's app registration, mapped by the relay to that container. Empty: Entra ID sign-in is off and nothing is created in Entra ID (needs the azuread provider's rights: Application Administrator or Application.ReadWrite.OwnedBy)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.entra_upload_containers : length(c) >= 3 && length(c) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*$", c))])
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens)."
+  }
+}
+
+variable "entra_uploaders" {
+  description = "Object IDs of groups, users or service principals => containers they may upload into (each must be in entra_upload_containers): each gets the app role Uploader.CONTAINER. Assigning a group needs Entra ID P1; its members then carry the role in their tokens. Only with a registration Terraform creates."
+  type        = map(list(string))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for p in keys(var.entra_uploaders) : can(regex("^[0-9a-fA-F-]{36}$", p))])
+    error_message = "Keys are object IDs (GUIDs): `az ad group show --group NAME --query id -o tsv`."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for cs in values(var.entra_uploaders) : [for c in cs : contains(var.entra_upload_containers, c)]]))
+    error_message = "Every container in entra_uploaders must be listed in entra_upload_containers (it needs its app role)."
+  }
+}
+
+variable "entra_existing_application" {
+  description = "Use an existing app registration instead of creating one: its client ID, application ID URI and (default: this subscription's) tenant ID. Its app roles must include Uploader.CONTAINER for each of entra_upload_containers; assignments are then made outside Terraform."
+  type = object({
+    client_id          = string
+    application_id_uri = string
+    tenant_id          = optional(string)
+  })
+  default = null
+}

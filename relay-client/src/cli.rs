@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use relay_storage::credentials::EntraSource;
 use relay_transport::quic::Congestion;
 
 use crate::units::{block_size, size};
@@ -82,9 +81,34 @@ pub struct UploadArgs {
     #[arg(long, env = "RELAY_ADDR", required_unless_present = "direct")]
     pub relay: Option<String>,
 
-    /// Bearer token for the relay.
+    /// Bearer token for the relay (or sign in with --entra instead).
     #[arg(long, env = "RELAY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+
+    /// Sign in with Entra ID: cli (az login) | device-code (a code to enter on
+    /// another device) | managed-identity (an Azure VM) | workload-identity
+    /// (Kubernetes, federated). Through a relay: instead of --token, a token
+    /// for the relay's application (--entra-scope), renewed before it expires.
+    /// With --direct: the storage credential when no key or SAS is given
+    /// [default there: cli].
+    #[arg(long, value_enum, value_name = "FLOW")]
+    pub entra: Option<crate::sign_in::Flow>,
+
+    /// With --entra through a relay: the relay's application ID URI (e.g.
+    /// api://blob-relay; `/.default` is added) or client ID.
+    #[arg(long, env = "RELAY_ENTRA_SCOPE", value_name = "APP_ID_URI")]
+    pub entra_scope: Option<String>,
+
+    /// With --entra: the directory (tenant) ID or domain [device-code default:
+    /// organizations; cli: the CLI's default tenant].
+    #[arg(long, env = "AZURE_TENANT_ID", value_name = "TENANT")]
+    pub entra_tenant: Option<String>,
+
+    /// With --entra: device-code's public client [default: the Azure CLI's],
+    /// managed-identity's user-assigned identity, workload-identity's
+    /// application.
+    #[arg(long, env = "AZURE_CLIENT_ID", value_name = "CLIENT_ID")]
+    pub entra_client_id: Option<String>,
 
     /// Trust the relay whose certificate has this SHA-256 fingerprint (hex, colons optional).
     #[arg(long, env = "RELAY_CERT_SHA256")]
@@ -276,10 +300,6 @@ pub struct UploadArgs {
     #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
     pub account_key: Option<String>,
 
-    /// With --direct: Entra ID credential when no key or SAS is given: cli | managed-identity.
-    #[arg(long, default_value = "cli")]
-    pub entra: EntraSource,
-
     /// With --direct: create the container if it does not exist.
     #[arg(long)]
     pub create_container: bool,
@@ -323,6 +343,12 @@ const UPLOAD_EXAMPLES: &str = "Examples:
   relay-client upload data/ big.iso --relay relay.example.net:4433 --to lab/2026 \\
       --token \"$RELAY_TOKEN\" --relay-cert-sha256 AB:CD:...
   # -> blobs lab: 2026/data/..., 2026/big.iso
+
+  # Signed in with Entra ID (no shared token): the Azure CLI's user, or a code
+  # to enter on another device (device-code), a VM's managed identity, a
+  # Kubernetes workload identity:
+  relay-client upload data/ --relay HOST:4433 --to lab --relay-cert-sha256 AB:CD:... \\
+      --entra cli --entra-scope api://blob-relay
 
   # Straight to storage (baseline, or where UDP is blocked):
   relay-client upload data/ --direct --storage-url https://ACCT.blob.core.windows.net --to lab/2026

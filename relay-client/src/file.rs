@@ -42,7 +42,7 @@ pub async fn one_file(
     let report = match report_of(job, &src, &bar, wait_ms).await {
         Ok(r) => r,
         Err((e, attempts)) => {
-            if let Some(fatal) = fatal(&e, &job.opts.container) {
+            if let Some(fatal) = fatal(&e, &job.opts) {
                 bar.finish_and_clear();
                 return Some(fatal);
             }
@@ -321,17 +321,28 @@ async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, 
 }
 
 /// A refusal that every other file would get too.
-pub fn fatal(e: &FileError, container: &str) -> Option<String> {
-    match e.code.as_str() {
-        "unauthorized" => Some(format!(
-            "the relay refused the token ({}); check --token or RELAY_TOKEN",
-            e.message
+pub fn fatal(e: &FileError, opts: &Options) -> Option<String> {
+    let container = &opts.container;
+    match (e.code.as_str(), opts.token.who()) {
+        ("sign_in", _) => Some(e.message.clone()),
+        ("unauthorized", _) => Some(format!(
+            "the relay refused the token ({}); {}",
+            e.message,
+            opts.token.hint(&e.message)
         )),
-        "forbidden" => Some(format!(
+        ("forbidden", None) => Some(format!(
             "the relay refused container {container:?} for this token ({})",
             e.message
         )),
-        "storage_refused" if e.message.contains("ContainerNotFound") => Some(format!(
+        // An Entra ID principal without the grant: say who was refused and
+        // what would let them in, since the fix is the operator's.
+        ("forbidden", Some(who)) => Some(format!(
+            "the relay refused container {container:?} to {who} ({}); an app role \
+             or group the relay maps to {container:?} (--entra-grant) must be \
+             assigned to this identity (docs/DEPLOY.md)",
+            e.message
+        )),
+        ("storage_refused", _) if e.message.contains("ContainerNotFound") => Some(format!(
             "container {container:?} does not exist; create it first \
              (with --direct, --create-container does)"
         )),
@@ -416,7 +427,7 @@ mod tests {
     #[test]
     fn content_type_from_the_extension_unless_given() {
         let opts = Options {
-            token: relay_proto::protocol::Secret(String::new()),
+            token: crate::sign_in::Bearer::Static(relay_proto::protocol::Secret(String::new())),
             container: "c".into(),
             overwrite: relay_proto::protocol::Overwrite::Never,
             block_size: None,

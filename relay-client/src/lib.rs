@@ -21,6 +21,7 @@ pub mod rate;
 pub mod report;
 pub mod send;
 pub mod setup;
+pub mod sign_in;
 pub mod source;
 pub mod sync;
 pub mod units;

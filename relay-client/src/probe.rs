@@ -56,9 +56,14 @@ pub async fn through_relay(
 ) -> Result<Verdict, FileError> {
     let (size, sha256) = sha256_of(src).await?;
     let (mut send, mut recv) = conn.open_bi().await.map_err(protocol)?;
+    let token = opts
+        .token
+        .current()
+        .await
+        .map_err(crate::send::sign_in_failed)?;
     let offer = Offer {
         version: PROTOCOL_VERSION,
-        token: opts.token.clone(),
+        token,
         container: opts.container.clone(),
         blob: src.blob.clone(),
         size,

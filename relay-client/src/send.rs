@@ -13,9 +13,7 @@ use relay_proto::checkpoint::Checkpoint;
 use relay_proto::codec::FrameError;
 use relay_proto::exchange::{EagerAnswer, eager_answer};
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{
-    Message, Offer, Overwrite, Receipt, Secret, Start, Trailer, app_error,
-};
+use relay_proto::protocol::{Message, Offer, Overwrite, Receipt, Start, Trailer, app_error};
 use relay_proto::session::client::{
     Action, ClientSession, Event, Failed, Replaces, StreamEnd, prefix_to_check, start_offset,
 };
@@ -29,7 +27,8 @@ use crate::walk::Source;
 /// What every file of one run shares.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub token: Secret,
+    /// What each Offer carries: a static token, or an Entra ID token kept fresh.
+    pub token: crate::sign_in::Bearer,
     pub container: String,
     pub overwrite: Overwrite,
     pub block_size: Option<u64>,
@@ -65,6 +64,11 @@ pub struct Sent {
 
 fn lost(e: impl std::fmt::Display) -> FileError {
     FileError::new("connection", format!("connection to relay lost: {e}"), true)
+}
+
+/// No token for the relay: every file would fail the same way (`file::fatal`).
+pub fn sign_in_failed(e: crate::sign_in::SignInError) -> FileError {
+    FileError::new("sign_in", e.to_string(), false)
 }
 
 fn unreadable(e: std::io::Error) -> FileError {
@@ -202,9 +206,12 @@ async fn attempt(
     // published while the next ones travel (issue 13).
     let order = i32::try_from(send.id().index()).map_or(i32::MIN, |i| -i);
     let _ = send.set_priority(order);
+    // Asked per Offer: a file resumed over a new connection, and every later
+    // file, goes with a token that has life left (`sign_in::bearer`).
+    let token = opts.token.current().await.map_err(sign_in_failed)?;
     let offer = Offer {
         version: PROTOCOL_VERSION,
-        token: opts.token.clone(),
+        token,
         container: opts.container.clone(),
         blob: src.blob.clone(),
         size: before.len,

@@ -28,6 +28,7 @@ use crate::path_cache::{self, PathCache};
 use crate::patience::WeatherSink;
 use crate::report::FileError;
 use crate::send::Options;
+use crate::sign_in::{Bearer, EntraToken, Flow, SignIn, SignInError};
 use crate::walk::{Destination, DestinationError, parse_destination};
 
 /// A setup problem that stops the whole command (exit status 2).
@@ -93,8 +94,15 @@ pub enum SetupError {
         "--create-container works with --direct only (a relay writes into containers its operator made)"
     )]
     CreateContainerNeedsDirect,
-    #[error("a token is needed: --token T or RELAY_TOKEN")]
+    #[error(
+        "a token is needed: --token T or RELAY_TOKEN, or sign in with --entra \
+         cli|device-code|managed-identity|workload-identity"
+    )]
     NoToken,
+    #[error("give --token (or RELAY_TOKEN) or --entra, not both")]
+    TokenAndEntra,
+    #[error(transparent)]
+    SignIn(#[from] SignInError),
     #[error(transparent)]
     Address(#[from] AddressError),
     #[error(transparent)]
@@ -176,7 +184,7 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         }
     };
     Ok(Options {
-        token: Secret(args.token.clone().unwrap_or_default()),
+        token: bearer(args)?,
         container: dest.container.clone(),
         overwrite,
         block_size: args.block_size,
@@ -184,6 +192,33 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         metadata: parse_metadata(&args.metadata)?,
         put_md5: args.put_md5,
     })
+}
+
+/// The relay's token: `--token`, or with `--entra` an Entra ID token for
+/// `--entra-scope`, fetched when the first Offer needs it (`mode` asks for it
+/// before any file, so a sign-in problem is one setup error).
+fn bearer(args: &UploadArgs) -> Result<Bearer, SetupError> {
+    let token = args.token.clone().unwrap_or_default();
+    let Some(flow) = args.entra.filter(|_| !args.direct) else {
+        return Ok(Bearer::Static(Secret(token)));
+    };
+    if !token.is_empty() {
+        return Err(SetupError::TokenAndEntra);
+    }
+    let audience = args.entra_scope.as_deref().ok_or(SignInError::NoScope)?;
+    let scope = crate::sign_in::scope(audience)?;
+    let credential = crate::sign_in::credential(&sign_in(args, flow))?;
+    Ok(Bearer::Entra(Arc::new(EntraToken::new(
+        credential, flow, scope,
+    ))))
+}
+
+fn sign_in(args: &UploadArgs, flow: Flow) -> SignIn {
+    SignIn {
+        flow,
+        tenant: args.entra_tenant.clone(),
+        client_id: args.entra_client_id.clone(),
+    }
 }
 
 pub fn windows(args: &UploadArgs) -> Windows {
@@ -237,11 +272,22 @@ fn default_direct_key_file() -> Option<std::path::PathBuf> {
 
 /// Direct mode from the flags: the same writer the relay uses, straight to
 /// storage, sized from the measured round trip (`direct_sizing`).
-pub async fn direct_mode(args: &UploadArgs, container: &str) -> Result<Direct, SetupError> {
+pub async fn direct_mode(
+    args: &UploadArgs,
+    bearer: &Bearer,
+    container: &str,
+) -> Result<Direct, SetupError> {
     let url = args.storage_url.clone().unwrap_or_default();
     storage_account(args)?;
     let key = args.account_key.clone().map(Secret);
-    let access = StorageAccess::resolve(&url, key.as_ref(), args.entra)?;
+    // After a fallback from the relay, the identity already signed in (one
+    // device code prompt, not two); else --entra's flow, the Azure CLI by default.
+    let access = StorageAccess::resolve_with(&url, key.as_ref(), || match bearer {
+        Bearer::Entra(e) => Ok(e.credential()),
+        Bearer::Static(_) => {
+            crate::sign_in::azure_credential(&sign_in(args, args.entra.unwrap_or(Flow::Cli)))
+        }
+    })?;
     let rtt = check_access(&access, container).await?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
@@ -343,11 +389,14 @@ async fn check_access(
 /// resumably before any file starts.
 pub async fn mode(
     args: &UploadArgs,
+    bearer: &Bearer,
     container: &str,
     weather: WeatherSink,
 ) -> Result<Mode, SetupError> {
     if args.direct {
-        return Ok(Mode::Direct(Box::new(direct_mode(args, container).await?)));
+        return Ok(Mode::Direct(Box::new(
+            direct_mode(args, bearer, container).await?,
+        )));
     }
     if args.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
@@ -356,8 +405,14 @@ pub async fn mode(
         crate::rate::set_cap(rate);
     }
     let relay = args.relay.clone().unwrap_or_default();
-    if args.token.as_deref().unwrap_or_default().is_empty() {
-        return Err(SetupError::NoToken);
+    match bearer {
+        Bearer::Static(t) if t.0.is_empty() => return Err(SetupError::NoToken),
+        Bearer::Static(_) => {}
+        // The first token now: a sign-in that cannot work is one setup error
+        // before any file, and a device code prompt comes before the progress.
+        Bearer::Entra(_) => {
+            bearer.current().await?;
+        }
     }
     let trust = trust(args)?;
     let (addr, name) = resolve(&relay).await?;
@@ -391,7 +446,7 @@ pub async fn mode(
                 "relay-client: {}; falling back to direct upload (--fallback direct)",
                 e.message
             );
-            let mut direct = direct_mode(args, container).await?;
+            let mut direct = direct_mode(args, bearer, container).await?;
             direct.fell_back = true;
             Ok(Mode::Direct(Box::new(direct)))
         }

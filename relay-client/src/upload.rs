@@ -83,7 +83,7 @@ pub async fn run(
         Arc::new(move |w| r.weather(w))
     };
     let mode = tokio::select! {
-        m = setup::mode(&args, &dest.container, weather) => m?,
+        m = setup::mode(&args, &opts.token, &dest.container, weather) => m?,
         _ = interrupt.wait() => {
             let name = if args.direct { "direct" } else { "relay" };
             return Ok(Outcome::Interrupted {

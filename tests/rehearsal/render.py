@@ -101,6 +101,11 @@ class Evaluator:
             return value
         if m := re.fullmatch(r'filebase64\("\$\{path\.module\}/(.+)"\)', text):
             return base64.b64encode((TERRAFORM / m.group(1)).read_bytes()).decode()
+        if m := re.fullmatch(r'local\.entra_enabled \? .+ : "([^"]*)"', text, re.S):
+            # Entra ID sign-in needs a tenant to ask: the rehearsal runs with it off.
+            if self.var("entra_upload_containers"):
+                raise EvalError("the rehearsal cannot sign in with Entra ID: leave entra_upload_containers empty")
+            return m.group(1)
         raise EvalError(f"rehearsal cannot evaluate {text!r}: extend tests/rehearsal/render.py")
 
 

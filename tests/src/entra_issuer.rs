@@ -17,6 +17,8 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::entra_sts::Sts;
+
 pub const TENANT: &str = "72f988bf-0000-4000-8000-00000000cafe";
 pub const AUDIENCE: &str = "api://blob-relay-test";
 
@@ -32,6 +34,8 @@ pub struct Issuer {
     /// Published keys (the JWKS); the first signs by default.
     keys: Arc<Mutex<Vec<Arc<Key>>>>,
     jwks_fetches: Arc<AtomicU64>,
+    /// The token endpoints the client's sign-in flows use (`entra_sts`).
+    pub sts: Arc<Sts>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -74,13 +78,20 @@ impl Issuer {
         let keys = Arc::new(Mutex::new(vec![new_key("key-1")]));
         let jwks_fetches = Arc::new(AtomicU64::new(0));
         let base = format!("https://localhost:{}", addr.port());
-        let (k, f) = (keys.clone(), jwks_fetches.clone());
+        let sts = Arc::new(Sts::default());
+        let (k, f, t) = (keys.clone(), jwks_fetches.clone(), sts.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, k, f, base) = (acceptor.clone(), k.clone(), f.clone(), base.clone());
+                let (acceptor, k, f, t, base) = (
+                    acceptor.clone(),
+                    k.clone(),
+                    f.clone(),
+                    t.clone(),
+                    base.clone(),
+                );
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(tcp).await {
-                        serve(tls, &base, &k, &f).await;
+                        serve(tls, &base, &k, &f, &t).await;
                     }
                 });
             }
@@ -90,8 +101,38 @@ impl Issuer {
             ca_pem: ca.pem(),
             keys,
             jwks_fetches,
+            sts,
             task,
         }
+    }
+
+    /// The relay's verifier for this stand-in: trusting its CA (written to
+    /// `ca_file`), its v2 issuer, `AUDIENCE` and `TENANT`, with `skew_secs` on
+    /// expiry, `refreshes` key fetches per `window`, and these `--entra-grant`s.
+    pub fn verifier(
+        &self,
+        ca_file: &std::path::Path,
+        skew_secs: i64,
+        (refreshes, window): (usize, std::time::Duration),
+        grants: &[String],
+    ) -> relay_server::entra::Entra {
+        use relay_server::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
+        std::fs::write(ca_file, &self.ca_pem).unwrap_or_else(|e| panic!("{e}"));
+        let http = relay_server::entra_config::client(Some(&ca_file.to_path_buf()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let policy = Policy {
+            tenant: TENANT.into(),
+            issuers: vec![self.issuer()],
+            audiences: vec![AUDIENCE.into()],
+            skew_secs,
+        };
+        let keys = KeySource::new(
+            http,
+            self.discovery_url(),
+            RefreshBudget::new(refreshes, window),
+        );
+        let grants = Grants::parse(grants).unwrap_or_else(|e| panic!("{e}"));
+        Entra::new(policy, keys, grants)
     }
 
     /// What `--entra-authority` is for this stand-in.
@@ -139,23 +180,7 @@ impl Issuer {
 
     /// Signs `claims` (RS256) with the current key, under `header_kid`.
     pub fn sign_as(&self, header_kid: &str, claims: &serde_json::Value) -> String {
-        let key = self.current();
-        let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "kid": header_kid});
-        let msg = format!(
-            "{}.{}",
-            b64(header.to_string().as_bytes()),
-            b64(claims.to_string().as_bytes())
-        );
-        let mut sig = vec![0u8; key.pair.public_modulus_len()];
-        key.pair
-            .sign(
-                &RSA_PKCS1_SHA256,
-                &SystemRandom::new(),
-                msg.as_bytes(),
-                &mut sig,
-            )
-            .unwrap_or_else(|e| panic!("sign: {e}"));
-        format!("{msg}.{}", b64(&sig))
+        sign_with(&self.current(), header_kid, claims)
     }
 
     /// A validly signed token with these claims, under the current key's ID.
@@ -196,6 +221,26 @@ impl Issuer {
     }
 }
 
+/// `claims` signed (RS256) with `key`, under `header_kid`.
+fn sign_with(key: &Key, header_kid: &str, claims: &serde_json::Value) -> String {
+    let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "kid": header_kid});
+    let msg = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let mut sig = vec![0u8; key.pair.public_modulus_len()];
+    key.pair
+        .sign(
+            &RSA_PKCS1_SHA256,
+            &SystemRandom::new(),
+            msg.as_bytes(),
+            &mut sig,
+        )
+        .unwrap_or_else(|e| panic!("sign: {e}"));
+    format!("{msg}.{}", b64(&sig))
+}
+
 impl Drop for Issuer {
     fn drop(&mut self) {
         self.task.abort();
@@ -208,28 +253,59 @@ pub fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// One request per connection: the discovery document or the JWKS.
+/// One request per connection: the discovery document, the JWKS, or a token
+/// endpoint (`entra_sts`).
 async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut s: S,
     base: &str,
     keys: &Mutex<Vec<Arc<Key>>>,
     fetches: &AtomicU64,
+    sts: &Sts,
 ) {
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 << 10 {
+    let head_end = loop {
+        if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if req.len() >= 16 << 10 {
+            return;
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&req[..head_end]).to_string();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0)
+        .min(64 << 10);
+    while req.len() < head_end + length {
         match s.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => req.extend_from_slice(&buf[..n]),
         }
     }
-    let text = String::from_utf8_lossy(&req);
-    let path = text
+    let body = String::from_utf8_lossy(&req[head_end..]).to_string();
+    let path = head
         .split_whitespace()
         .nth(1)
         .unwrap_or_default()
         .to_string();
-    let (status, body) = if path == format!("/{TENANT}/v2.0/.well-known/openid-configuration") {
+    let sign = |claims: &serde_json::Value| {
+        let key = keys.lock().unwrap_or_else(|p| p.into_inner())[0].clone();
+        sign_with(&key, &key.kid, claims)
+    };
+    let issuer = format!("{base}/{TENANT}/v2.0");
+    let (status, body) = if let Some(answer) = sts.answer(&path, &body, &issuer, TENANT, sign) {
+        answer
+    } else if path == format!("/{TENANT}/v2.0/.well-known/openid-configuration") {
         let doc = serde_json::json!({
             "issuer": format!("{base}/{TENANT}/v2.0"),
             "jwks_uri": format!("{base}/{TENANT}/discovery/v2.0/keys"),

@@ -5,7 +5,9 @@
 pub mod azurite;
 pub mod blobs;
 pub mod entra_issuer;
+pub mod entra_sts;
 pub mod files;
+pub mod gate;
 pub mod hostile;
 pub mod http;
 pub mod load;

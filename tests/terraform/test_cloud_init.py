@@ -30,16 +30,44 @@ RELAY_FLAGS = {  # relay-server's flags as RELAY_<FLAG> variables
     "RELAY_LISTEN", "RELAY_STORAGE_URL", "RELAY_ACCOUNT_KEY", "RELAY_TLS_CERT", "RELAY_TLS_KEY",
     "RELAY_CERT_FINGERPRINT_FILE", "RELAY_TOKENS", "RELAY_MEMORY_BUDGET", "RELAY_HEALTH_LISTEN",
     "RELAY_ID_KEY_FILE", "RELAY_BLOCK_CHECKSUM",
+    "RELAY_ENTRA_AUDIENCE", "RELAY_ENTRA_TENANT", "RELAY_ENTRA_GRANT",
 }
+ENTRA_TENANT = "72f988bf-0000-4000-8000-00000000cafe"
+ENTRA_AUDIENCE = "api://blob-relay-test,0b5e7c1e-1111-4222-8333-444455556666"
 
 
-def evaluate(module, text: str):
+def entra_env(module, containers: list[str]) -> str:
+    """local.relay_entra_env as Terraform computes it for these
+    entra_upload_containers: the expression's shape is checked here, then
+    its parts filled in (audience and tenant with samples: they come from
+    Entra ID)."""
+    loc = module.locals()
+    m = re.fullmatch(r'local\.entra_enabled \? join\("(.*?)", \[(.*)\]\) : "(.*)"', loc["relay_entra_env"].text)
+    assert m, loc["relay_entra_env"]
+    if not containers:
+        return m.group(3)
+    sep = m.group(1).encode().decode("unicode_escape")
+    g = re.fullmatch(r'join\(";", \[for c in var\.entra_upload_containers : "(.*)"\]\)', loc["entra_grant"].text)
+    assert g, loc["entra_grant"]
+    values = {
+        "local.entra_audience": ENTRA_AUDIENCE,
+        "local.entra_tenant": ENTRA_TENANT,
+        "local.entra_grant": ";".join(g.group(1).replace("${c}", c) for c in containers),
+    }
+    lines = re.findall(r'"([^"]*)"', m.group(2))
+    return sep.join(re.sub(r"\$\{([^}]+)\}", lambda x: values[x.group(1)], line) for line in lines)
+
+
+def evaluate(module, text: str, entra: list[str] = ()):
     """Value of a templatefile argument, for the few expression shapes the
-    module uses. Unknown shapes fail: extend this when adding arguments."""
+    module uses (with `entra` as entra_upload_containers). Unknown shapes
+    fail: extend this when adding arguments."""
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] == '"':
         # A string template: "${local.a}/${local.b}".
         return re.sub(r"\$\{([^}]+)\}", lambda m: str(evaluate(module, m.group(1))), text[1:-1])
+    if text == "local.relay_entra_env":
+        return entra_env(module, list(entra))
     if m := re.fullmatch(r"local\.(\w+_container)", text):
         value = module.locals()[m.group(1)]
         assert isinstance(value, str), value
@@ -62,9 +90,9 @@ def evaluate(module, text: str):
     raise AssertionError(f"test does not know how to evaluate templatefile argument {text!r}")
 
 
-def rendered(module, name):
+def rendered(module, name, entra: list[str] = ()):
     call = templatefile_calls(module)[name]
-    variables = {k: evaluate(module, v) for k, v in call.items()}
+    variables = {k: evaluate(module, v, entra) for k, v in call.items()}
     text = (TERRAFORM / "templates" / name).read_text()
     return render_template(text, variables), variables
 
@@ -123,9 +151,41 @@ def test_relay_env_file(module):
     # Azure checks x-ms-content-crc64 as it checks Content-MD5, for a tenth of the CPU.
     assert env["RELAY_BLOCK_CHECKSUM"] == "crc64"
     assert "RELAY_ACCOUNT_KEY" not in env
+    # Entra ID sign-in is off by default: static tokens only.
+    assert not any(k.startswith("RELAY_ENTRA") for k in env), env
     # No key, SAS or secret material inline: key and tokens are fetched at boot.
     lowered = text.lower().replace("# no account key:", "")
     assert not re.search(r"account[-_ ]?key|accountkey|[?&]sig=|-----begin", lowered)
+
+
+def test_relay_env_with_entra_sign_in(module):
+    """entra_upload_containers set: relay.env gains the relay's Entra ID
+    settings, one grant per container's app role, and nothing else changes."""
+    off = env_file(write_file(yaml.safe_load(rendered(module, "cloud-init-relay.yaml.tftpl")[0]),
+                              "/etc/blob-relay/relay.env"))
+    text, _ = rendered(module, "cloud-init-relay.yaml.tftpl", entra=["lab-a", "lab-b"])
+    env = env_file(write_file(yaml.safe_load(text), "/etc/blob-relay/relay.env"))
+    assert set(env) <= RELAY_FLAGS
+    assert env.pop("RELAY_ENTRA_AUDIENCE") == ENTRA_AUDIENCE
+    assert env.pop("RELAY_ENTRA_TENANT") == ENTRA_TENANT
+    assert env.pop("RELAY_ENTRA_GRANT") == "Uploader.lab-a=lab-a;Uploader.lab-b=lab-b"
+    assert env == off
+
+
+def test_entra_resources_only_when_asked(module):
+    """Nothing in Entra ID unless entra_upload_containers is set and no
+    existing registration is given; the service principal admits only
+    principals assigned a role."""
+    assert module.default("entra_upload_containers") == []
+    assert module.default("entra_existing_application") is None
+    for rtype in ("azuread_application", "azuread_service_principal", "azuread_application_pre_authorized"):
+        (r,) = module.resources(rtype)
+        assert r.body["count"].text == "local.entra_create ? 1 : 0", r.body
+    (sp,) = module.resources("azuread_service_principal")
+    assert sp.body["app_role_assignment_required"] is True
+    loc = module.locals()
+    assert loc["entra_enabled"].text == "length(var.entra_upload_containers) > 0"
+    assert loc["entra_create"].text == "local.entra_enabled && var.entra_existing_application == null"
 
 
 @pytest.fixture(scope="session")
@@ -340,3 +400,41 @@ def test_renderer_agrees_with_terraform(module, name, tmp_path):
     out = subprocess.run(["terraform", "output", "-raw", "r"], cwd=tmp_path, env=env, check=True,
                          capture_output=True, text=True).stdout
     assert out == text
+
+
+@pytest.mark.skipif(not shutil.which("terraform"), reason="terraform not installed")
+def test_entra_env_agrees_with_terraform(module, tmp_path):
+    """relay.env with Entra ID on, as the real terraform evaluates entra.tf's
+    own expressions (local.entra_grant, local.relay_entra_env, copied from the
+    parsed source; the values Entra ID supplies replaced by samples) and
+    renders the template: the same text the offline renderer produces."""
+    containers = ["lab-a", "lab-b"]
+    name = "cloud-init-relay.yaml.tftpl"
+    text, variables = rendered(module, name, entra=containers)
+    loc = module.locals()
+    del variables["entra_env"]
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    (tmp_path / "main.tf").write_text(
+        f"variable \"entra_upload_containers\" {{\n  default = {json.dumps(containers)}\n}}\n"
+        "locals {\n"
+        "  entra_enabled = true\n"
+        f"  entra_audience = {json.dumps(ENTRA_AUDIENCE)}\n"
+        f"  entra_tenant = {json.dumps(ENTRA_TENANT)}\n"
+        f"  entra_grant = {loc['entra_grant'].text}\n"
+        f"  relay_entra_env = {loc['relay_entra_env'].text}\n"
+        "}\n"
+        'output "r" {\n'
+        f'  value = templatefile("{TERRAFORM / "templates" / name}", '
+        'merge(jsondecode(file("vars.json")), { entra_env = local.relay_entra_env }))\n'
+        "}\n"
+    )
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1",
+           "TF_CLI_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}
+    env["PATH"] = shutil.which("terraform").rsplit("/", 1)[0] + ":" + env["PATH"]
+    for args in (["init", "-input=false", "-backend=false"], ["apply", "-auto-approve", "-input=false"]):
+        r = subprocess.run(["terraform", *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    out = subprocess.run(["terraform", "output", "-raw", "r"], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out == text
+    assert "RELAY_ENTRA_GRANT=Uploader.lab-a=lab-a;Uploader.lab-b=lab-b\n" in out

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use relay_proto::id_key::Owner;
 use relay_server::auth::Caller;
-use relay_server::entra::{Entra, Grants, KeySource, Policy, Principal, RefreshBudget, Refusal};
+use relay_server::entra::{Entra, Principal, Refusal};
 use relay_tests::blobs::blob_sha;
-use relay_tests::entra_issuer::{AUDIENCE, Issuer, TENANT, now};
+use relay_tests::entra_issuer::{Issuer, TENANT, now};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::upload::Upload;
@@ -21,21 +21,14 @@ use relay_tests::{run_client, stderr};
 const T: Duration = Duration::from_secs(120);
 
 fn verifier(issuer: &Issuer, dir: &Scratch, refreshes: usize) -> Entra {
-    let ca = dir.path("ca.pem");
-    std::fs::write(&ca, &issuer.ca_pem).unwrap_or_else(|e| panic!("{e}"));
-    let http = relay_server::entra_config::client(Some(&ca)).unwrap_or_else(|e| panic!("{e}"));
-    let policy = Policy {
-        tenant: TENANT.into(),
-        issuers: vec![issuer.issuer()],
-        audiences: vec![AUDIENCE.into()],
-        skew_secs: 60,
-    };
     // A window far longer than any test run: the count is exact, whatever the
     // machine's speed.
-    let budget = RefreshBudget::new(refreshes, Duration::from_secs(3600));
-    let keys = KeySource::new(http, issuer.discovery_url(), budget);
-    let grants = Grants::parse(&["Uploader.lab-a=lab-a".into()]).unwrap_or_else(|e| panic!("{e}"));
-    Entra::new(policy, keys, grants)
+    issuer.verifier(
+        &dir.path("ca.pem"),
+        60,
+        (refreshes, Duration::from_secs(3600)),
+        &["Uploader.lab-a=lab-a".into()],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,22 +219,12 @@ fn a_refreshed_token_keeps_the_same_owner() {
 
 /// A relay trusting the stand-in issuer, beside its static tokens.
 fn relay_with_entra(issuer: &Issuer, dir: &Scratch, grant: String) -> RelayHandle {
-    let ca = dir.path("ca.pem");
-    std::fs::write(&ca, &issuer.ca_pem).unwrap_or_else(|e| panic!("{e}"));
-    let http = relay_server::entra_config::client(Some(&ca)).unwrap_or_else(|e| panic!("{e}"));
-    let policy = Policy {
-        tenant: TENANT.into(),
-        issuers: vec![issuer.issuer()],
-        audiences: vec![AUDIENCE.into()],
-        skew_secs: 60,
-    };
-    let keys = KeySource::new(
-        http,
-        issuer.discovery_url(),
-        RefreshBudget::new(4, Duration::from_secs(60)),
-    );
-    let grants = Grants::parse(&[grant]).unwrap_or_else(|e| panic!("{e}"));
-    let entra = Arc::new(Entra::new(policy, keys, grants));
+    let entra = Arc::new(issuer.verifier(
+        &dir.path("ca.pem"),
+        60,
+        (4, Duration::from_secs(60)),
+        &[grant],
+    ));
     RelayHandle::start(
         relay_tests::azurite::shared_azurite().storage(),
         RelayOptions {

@@ -12,15 +12,15 @@
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use relay_proto::id_key::Owner;
 use relay_server::TestHooks;
-use relay_storage::staging::Pace;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
+use relay_tests::gate::Gate;
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{binary, run_client, summary};
@@ -110,47 +110,6 @@ async fn proxy() -> FaultProxy {
         Schedule::seeded(1),
     )
     .await
-}
-
-/// Holds the relay's first transfer once it has read `at` bytes, until released.
-struct Gate {
-    at: u64,
-    armed: AtomicBool,
-    holding: AtomicBool,
-    released: AtomicBool,
-    received: AtomicU64,
-}
-
-impl Gate {
-    fn new(at: u64) -> Arc<Self> {
-        Arc::new(Self {
-            at,
-            armed: AtomicBool::new(true),
-            holding: AtomicBool::new(false),
-            released: AtomicBool::new(false),
-            received: AtomicU64::new(0),
-        })
-    }
-
-    fn pace(self: &Arc<Self>) -> Pace {
-        let g = self.clone();
-        Arc::new(move |offset, len| {
-            let end = offset + len as u64;
-            g.received.fetch_max(end, Ordering::SeqCst);
-            if end >= g.at && g.armed.swap(false, Ordering::SeqCst) {
-                g.holding.store(true, Ordering::SeqCst);
-                // The hook is synchronous: block this thread (tokio moves other
-                // work elsewhere) until released; the bound only stops a hang.
-                tokio::task::block_in_place(|| {
-                    let deadline = Instant::now() + Duration::from_secs(120);
-                    while !g.released.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                });
-            }
-            Duration::ZERO
-        })
-    }
 }
 
 /// A relay with small windows (the client is never more than 256 KiB ahead of
@@ -288,10 +247,10 @@ async fn small_file_killed_midway_leaves_nothing_and_reruns_cleanly() {
     let size = MIB + 17;
     let sha = write_random(&file, size, 3);
     let a = upload(&relay, &container, &[&file], &[]);
-    run_and_kill(&a, || gate.holding.load(Ordering::SeqCst)).await;
+    run_and_kill(&a, || gate.holding()).await;
     // Held at 512 KiB with a 256 KiB stream window: the client never sent the
     // rest or a Trailer, so there is nothing the relay could publish.
-    gate.released.store(true, Ordering::SeqCst);
+    gate.release();
     assert!(
         !blob_exists(&container, "f.bin").await,
         "a killed run must not publish"
@@ -412,7 +371,7 @@ async fn small_file_changed_during_transfer_fails_and_publishes_nothing() {
         async move { run_client(&a, &[], T).await }
     });
     let deadline = Instant::now() + T;
-    while !gate.holding.load(Ordering::SeqCst) {
+    while !gate.holding() {
         assert!(Instant::now() < deadline, "transfer never started");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -428,7 +387,7 @@ async fn small_file_changed_during_transfer_fails_and_publishes_nothing() {
             .open(&file)
             .and_then(|f| f.set_modified(before + Duration::from_secs(1)));
     }
-    gate.released.store(true, Ordering::SeqCst);
+    gate.release();
     let out = client.await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status.code(), Some(1));
     let f = &summary(&out)["files"][0];

@@ -101,6 +101,16 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cli")]
     pub entra: String,
 
+    /// Relay runs: sign in to the relay with Entra ID instead of --token (cli |
+    /// managed-identity | workload-identity; device-code would ask at every
+    /// run), for the application --entra-scope names.
+    #[arg(long, value_name = "FLOW")]
+    pub relay_entra: Option<String>,
+
+    /// With --relay-entra: the relay's application ID URI.
+    #[arg(long, env = "RELAY_ENTRA_SCOPE", value_name = "APP_ID_URI")]
+    pub entra_scope: Option<String>,
+
     /// Direct mode: Put Block requests in flight per file (TCP connections)
     /// [default: direct mode's own choice from the measured path].
     #[arg(long)]
@@ -260,6 +270,8 @@ fn upload_argv(
     match method {
         Method::Relay => {
             opt("--token", &args.token);
+            opt("--entra", &args.relay_entra);
+            opt("--entra-scope", &args.entra_scope);
             opt("--relay-cert-sha256", &args.relay_cert_sha256);
             let ca = args
                 .relay_ca
@@ -399,4 +411,63 @@ async fn delete(storage: &Storage, container: &str, rows: &[Row], files: &[Gener
         }
     }
     deleted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn bench_args(extra: &[&str]) -> BenchArgs {
+        let mut argv = vec!["relay-client", "bench", "--relay", "h:4433", "--to", "cont"];
+        argv.extend(extra);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Bench(b),
+                ..
+            }) => *b,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn upload_of(argv: Vec<String>) -> crate::cli::UploadArgs {
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Upload(a),
+                ..
+            }) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn relay_runs_sign_in_as_asked() {
+        let dir = std::path::Path::new("/tmp");
+        let one = [Generated {
+            name: "large-0.bin".into(),
+            size: 1,
+            sha256: String::new(),
+        }];
+        let args = bench_args(&[
+            "--relay-entra",
+            "managed-identity",
+            "--entra-scope",
+            "api://r",
+        ]);
+        let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
+        assert_eq!(relay.entra, Some(crate::sign_in::Flow::ManagedIdentity));
+        assert_eq!(relay.entra_scope.as_deref(), Some("api://r"));
+        assert_eq!(relay.token, None);
+        // Without it, relay runs use the token, and direct runs keep --entra.
+        let args = bench_args(&[
+            "--token",
+            "abcdefghijklmnopqrst",
+            "--storage-url",
+            "https://acct.blob.core.windows.net",
+        ]);
+        let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
+        assert_eq!(relay.entra, None);
+        let direct = upload_of(upload_argv(&args, dir, &one, Method::Direct, "cont/x"));
+        assert_eq!(direct.entra, Some(crate::sign_in::Flow::Cli));
+    }
 }

@@ -127,7 +127,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         let r = reporter.clone();
         Arc::new(move |w| r.weather(w))
     };
-    let mode = Arc::new(setup::mode(up, &dest.container, weather).await?);
+    let mode = Arc::new(setup::mode(up, &opts.token, &dest.container, weather).await?);
     let sync = match up.overwrite {
         OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),

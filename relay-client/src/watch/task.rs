@@ -110,7 +110,7 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
     let report = match report_of(&ctx.job, &src, &bar, 0).await {
         Ok(r) => r,
         Err((e, attempts)) => {
-            if let Some(message) = fatal(&e, &container) {
+            if let Some(message) = fatal(&e, &ctx.job.opts) {
                 bar.finish_and_clear();
                 return Done::Fatal(message);
             }

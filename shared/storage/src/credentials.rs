@@ -68,6 +68,16 @@ impl std::str::FromStr for EntraSource {
     }
 }
 
+impl EntraSource {
+    /// The credential this source names.
+    pub fn credential(self) -> Result<Arc<dyn TokenCredential>, azure_core::Error> {
+        Ok(match self {
+            EntraSource::ManagedIdentity => azure_identity::ManagedIdentityCredential::new(None)?,
+            EntraSource::DeveloperTools => azure_identity::DeveloperToolsCredential::new(None)?,
+        })
+    }
+}
+
 /// Resolved storage endpoint and authentication.
 #[derive(Clone)]
 pub struct StorageAccess {
@@ -101,6 +111,17 @@ impl StorageAccess {
         url: &str,
         account_key: Option<&Secret>,
         entra: EntraSource,
+    ) -> Result<Self, CredentialError> {
+        Self::resolve_with(url, account_key, || entra.credential())
+    }
+
+    /// `resolve`, with the Entra ID credential made by `entra` (called only when
+    /// neither a key nor a SAS is given): the client's sign-in flows
+    /// (device code, workload identity) beside the two this crate makes.
+    pub fn resolve_with(
+        url: &str,
+        account_key: Option<&Secret>,
+        entra: impl FnOnce() -> Result<Arc<dyn TokenCredential>, azure_core::Error>,
     ) -> Result<Self, CredentialError> {
         let mut service_url = Url::parse(url).map_err(|source| CredentialError::InvalidUrl {
             url: url.to_string(),
@@ -139,15 +160,7 @@ impl StorageAccess {
             if service_url.scheme() != "https" {
                 return Err(CredentialError::EntraNeedsHttps { service_url });
             }
-            let cred: Arc<dyn TokenCredential> = match entra {
-                EntraSource::ManagedIdentity => {
-                    azure_identity::ManagedIdentityCredential::new(None)
-                        .map_err(CredentialError::Entra)?
-                }
-                EntraSource::DeveloperTools => azure_identity::DeveloperToolsCredential::new(None)
-                    .map_err(CredentialError::Entra)?,
-            };
-            StorageAuth::Entra(cred)
+            StorageAuth::Entra(entra().map_err(CredentialError::Entra)?)
         };
         Ok(Self { service_url, auth })
     }

@@ -1,0 +1,105 @@
+# Entra ID sign-in for clients (docs/SECURITY.md, "Entra ID sign-in"): the
+# relay's app registration, one app role per container (Uploader.CONTAINER),
+# its service principal (only principals assigned a role get a token), and
+# the relay's settings in relay.env. Off while entra_upload_containers is
+# empty: static tokens only, and nothing is created in Entra ID.
+#
+# Or bring an existing registration (entra_existing_application): nothing is
+# created, its roles must include Uploader.CONTAINER for each container.
+
+locals {
+  entra_enabled = length(var.entra_upload_containers) > 0
+  entra_create  = local.entra_enabled && var.entra_existing_application == null
+  entra_tenant  = local.entra_enabled ? coalesce(try(var.entra_existing_application.tenant_id, null), data.azurerm_client_config.current.tenant_id) : ""
+  entra_app_uri = coalesce(try(var.entra_existing_application.application_id_uri, null), "api://blob-relay-${local.prefix}")
+  entra_client  = local.entra_create ? azuread_application.relay[0].client_id : try(var.entra_existing_application.client_id, "")
+  # Stable IDs without state: name-based UUIDs (a role's ID must not change
+  # while it is assigned).
+  entra_role_ids = { for c in var.entra_upload_containers : c => uuidv5("url", "urn:blob-relay:${local.prefix}:Uploader.${c}") }
+  entra_scope_id = uuidv5("url", "urn:blob-relay:${local.prefix}:user_impersonation")
+
+  # What the relay accepts: v2 access tokens name the client ID as audience,
+  # v1 tokens the application ID URI; both, so either works.
+  entra_audience = join(",", compact([local.entra_app_uri, local.entra_client]))
+  entra_grant    = join(";", [for c in var.entra_upload_containers : "Uploader.${c}=${c}"])
+
+  # relay.env's Entra ID lines, joined at the YAML block's indentation: the
+  # template holds plain interpolations only (tests/terraform renders it with
+  # no directive support).
+  relay_entra_env = local.entra_enabled ? join("\n      ", [
+    "RELAY_ENTRA_AUDIENCE=${local.entra_audience}",
+    "RELAY_ENTRA_TENANT=${local.entra_tenant}",
+    "RELAY_ENTRA_GRANT=${local.entra_grant}",
+  ]) : "# Entra ID sign-in is off (entra_upload_containers is empty): static tokens only."
+
+  # (principal, container) pairs to assign, keyed for for_each.
+  entra_assignments = {
+    for pair in flatten([
+      for principal, containers in var.entra_uploaders : [
+        for c in containers : { principal = principal, container = c }
+      ]
+    ]) : "${pair.principal}/${pair.container}" => pair
+  }
+
+  # The Azure CLI's public client: pre-authorised, so `--entra cli` and
+  # `--entra device-code` (which asks as this client) need no consent prompt.
+  azure_cli_client_id = "04b07795-8ddb-461a-bbee-02f9e1bf7b46"
+}
+
+resource "azuread_application" "relay" {
+  count            = local.entra_create ? 1 : 0
+  display_name     = "Blob Relay ${local.prefix}"
+  identifier_uris  = [local.entra_app_uri]
+  sign_in_audience = "AzureADMyOrg"
+
+  api {
+    requested_access_token_version = 2
+
+    # A delegated scope to pre-authorise the Azure CLI on; what a user may
+    # write still comes only from the app roles assigned to them.
+    oauth2_permission_scope {
+      id                         = local.entra_scope_id
+      value                      = "user_impersonation"
+      type                       = "User"
+      enabled                    = true
+      admin_consent_display_name = "Upload through Blob Relay"
+      admin_consent_description  = "Upload files through the relay into the containers the user's app roles grant."
+      user_consent_display_name  = "Upload through Blob Relay"
+      user_consent_description   = "Upload files through the relay into the containers your app roles grant."
+    }
+  }
+
+  dynamic "app_role" {
+    for_each = local.entra_role_ids
+    content {
+      id                   = app_role.value
+      value                = "Uploader.${app_role.key}"
+      display_name         = "Uploader: ${app_role.key}"
+      description          = "May upload into container ${app_role.key} through the relay."
+      allowed_member_types = ["User", "Application"]
+      enabled              = true
+    }
+  }
+}
+
+resource "azuread_application_pre_authorized" "azure_cli" {
+  count                = local.entra_create ? 1 : 0
+  application_id       = azuread_application.relay[0].id
+  authorized_client_id = local.azure_cli_client_id
+  permission_ids       = [local.entra_scope_id]
+}
+
+resource "azuread_service_principal" "relay" {
+  count     = local.entra_create ? 1 : 0
+  client_id = azuread_application.relay[0].client_id
+  # No token for a principal without a role: Entra ID refuses before the relay.
+  app_role_assignment_required = true
+}
+
+# Who may upload where: a group, user or workload identity per container.
+resource "azuread_app_role_assignment" "uploader" {
+  for_each            = local.entra_create ? local.entra_assignments : {}
+  app_role_id         = local.entra_role_ids[each.value.container]
+  principal_object_id = each.value.principal
+  resource_object_id  = azuread_service_principal.relay[0].object_id
+}
