@@ -2,8 +2,9 @@
 //! (scripts/rehearse, docs/DEPLOY.md "Rehearsal"): HTTPS with the storage
 //! certificate, then the fault proxy, which checks every `x-ms-content-crc64`
 //! against Azure's CRC-64 of the body as the service does (400 Crc64Mismatch
-//! on a difference) and can corrupt the next N Put Block bodies on arrival,
-//! then HTTPS again to Azurite. The proxy's counts are written to `--stats` as
+//! on a difference), can corrupt the next N Put Block bodies on arrival and
+//! hold the next M Put Block Lists (slow commits), then HTTPS again to
+//! Azurite. The proxy's counts are written to `--stats` as
 //! JSON four times a second.
 
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Parser;
-use relay_tests::proxy::{FaultProxy, Op, Schedule};
+use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule};
 use relay_tests::tls_pipe;
 
 #[derive(Parser)]
@@ -36,6 +37,14 @@ struct Args {
     /// How many Put Block bodies to corrupt (the first ones that arrive).
     #[arg(long, default_value_t = 0)]
     corrupt_put_blocks: usize,
+    /// How many Put Block Lists to hold before forwarding them (the first
+    /// ones that arrive): commits slower than the alert rules' threshold,
+    /// for the series the alerts stage is tested on.
+    #[arg(long, default_value_t = 0)]
+    slow_put_block_lists: usize,
+    /// Seconds each of those is held.
+    #[arg(long, default_value_t = 12)]
+    slow_put_block_list_s: u64,
     #[arg(long)]
     stats: PathBuf,
 }
@@ -44,8 +53,10 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let plain = tls_pipe::originate(args.upstream, &args.upstream_name, &args.ca).await?;
+    let slow = Fault::Delay(Duration::from_secs(args.slow_put_block_list_s));
     let schedule = Schedule {
         corrupt: vec![Op::PutBlock; args.corrupt_put_blocks],
+        script: vec![(Op::PutBlockList, slow); args.slow_put_block_lists],
         ..Schedule::seeded(31)
     };
     let proxy = FaultProxy::start(plain, schedule).await;

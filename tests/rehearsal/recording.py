@@ -1,0 +1,130 @@
+"""What the alerts stage is tested on: the rehearsal's relays scraped as
+Prometheus would scrape them, through the stages that produce the alerts'
+conditions. A mixin of `rehearse.Rehearsal` (its VMs, network, journals).
+
+From the end of the booted stage, scrape.py (in the balancer's namespace)
+takes both relays' /metrics every 15 s. The conditions come from the stages
+themselves, noted against the sample numbers in logs/alerts-events.json:
+
+- commit latency: the uploads front end holds the run's first Put Block List
+  12 s (the CRC-64 stage's upload), above the rule's 10 s;
+- a relay down: the failover stage's kill and stop (short), and at the end
+  relay-2 stopped for good;
+- refusals rising: during the token stage's wait for its timer, a burst of
+  uploads with a token no relay knows;
+- storage unreachable: at the end, the uploads account's front end stopped,
+  so relay-1's storage check fails.
+
+The end state (relay-2 stopped, storage gone) is held until each shows in
+two scrapes; tests/rehearsal/alert_test.py then holds the last scrape for
+the rules' `for:` (docs/DEPLOY.md, "Rehearsal": the alerts stage).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+import infra
+from errors import StageFailed, check
+
+HERE = Path(__file__).resolve().parent
+RELAYS = ["relay-1", "relay-2"]
+INTERVAL_S = 15
+# Uploads with an unknown token in the burst: the rule wants more than 0.05
+# refusals a second over 5 min (15) on one relay; the balancer's hash splits
+# them, so both relays usually pass it, and one always does.
+BURST = 48
+
+
+class AlertRecording:
+    def instance(self, relay: str) -> str:
+        return f"{relay}:{self.values['health_port']}"
+
+    def start_recording(self) -> None:
+        self.scrapes = self.logs / "scrapes.jsonl"
+        self.events: list[dict] = []
+        # Per alert the rehearsal produces: the instance it must fire on
+        # (None: any), and the others it may fire on.
+        self.expect: dict[str, str | None] = {}
+        self.allow: dict[str, list[str]] = {}
+        self.spawn(["ip", "netns", "exec", "rh-balancer", sys.executable, str(HERE / "scrape.py"),
+                    *sum((["--target", f"{n}={self.net.ip(n)}:{self.values['health_port']}"] for n in RELAYS), []),
+                    "--interval", str(INTERVAL_S), "--out", str(self.scrapes)], "scrape.log")
+        self.scraper = self.procs[-1]
+        self.wait("the first scrape", lambda: self.samples(), 10, step=0.1)
+        self.note("scrapes begin (both relays up)")
+
+    def samples(self) -> list[dict]:
+        try:
+            lines = self.scrapes.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip() and '"pages"' in line]
+
+    def t0(self) -> float:
+        return json.loads(self.scrapes.read_text().splitlines()[0])["t0"]
+
+    def note(self, what: str) -> None:
+        """An event, numbered by the first scrape that can show it."""
+        k = math.ceil((time.time() - self.t0()) / INTERVAL_S)
+        self.events.append({"k": k, "what": what})
+
+    def refusal_burst(self) -> int:
+        """BURST uploads with a token no relay knows, four at a time, through
+        the balancer; each is refused at its Offer. Returns how many were."""
+        bench = self.vms["bench"]
+        bench.run("head -c 1000 /dev/urandom > /root/refused.bin")
+        pin = self.pki.relay_sha256()
+        one = (f"RELAY_TOKEN=unknown-$i-$$ relay-client upload /root/refused.bin --to {self.values['container']}/"
+               f"refused/$i --relay {infra.LB_IP}:{self.values['relay_port']} --relay-cert-sha256 {pin} --json "
+               f"--patience 0 >/dev/null 2>&1; echo $? >> /tmp/refused.rc")
+        loop = f"for i in $(seq {BURST // 4}); do {one}; done"
+        self.note(f"refusal burst: {BURST} uploads with a token no relay knows, through the balancer")
+        bench.run("rm -f /tmp/refused.rc; " + " & ".join([f"( {loop} )"] * 4) + " & wait", timeout=300)
+        codes = bench.read_file("/tmp/refused.rc").decode().split()
+        self.note("refusal burst ends")
+        return sum(1 for c in codes if c == "2")
+
+    def record_outage(self) -> str:
+        """The end state the long alerts are tested on: relay-2 stopped, and
+        the uploads account unreachable for relay-1 (its front end stopped).
+        Waits until two scrapes show each, then stops scraping."""
+        k0 = len(self.samples())
+        self.systemctl("relay-2", "stop", "relay-server.service")
+        self.front.terminate()
+        self.note("relay-2 stopped (systemctl stop); the uploads account's front end stopped")
+        r1, r2 = self.instance("relay-1"), self.instance("relay-2")
+
+        def shown() -> bool:
+            after = self.samples()[k0:]
+            down = sum(1 for s in after if s["pages"].get(r2) is None)
+            unreachable = sum(1 for s in after if any(
+                k.startswith("blob_relay_storage_reachable{") and v == 0
+                for k, v in (s["pages"].get(r1) or {}).items()))
+            return down >= 2 and unreachable >= 2
+        # The relay checks storage every 30 s (each check up to 20 s).
+        self.wait("relay-2 down and relay-1's storage unreachable in two scrapes each", shown,
+                  30 + 20 + 3 * INTERVAL_S, step=1)
+        self.scraper.terminate()
+        self.scraper.wait(timeout=10)
+        self.note("scrapes end")
+        self.expect.update({"BlobRelayDown": r2, "BlobRelayStorageUnreachable": r1})
+        n = len(self.samples())
+        (self.logs / "alerts-events.json").write_text(json.dumps(
+            {"interval": INTERVAL_S, "events": self.events, "expect": self.expect, "allow": self.allow}, indent=1))
+        return f"{n} scrapes of both relays, {len(self.events)} events"
+
+    def commit_of(self, blob_re: str) -> str:
+        """The relay whose journal shows the commit of the blob."""
+        line = rf"blob={blob_re}[^\n]*: relay_server::transfer: committed "
+        by = [n for n in RELAYS if re.search(line, self.journal(n, "relay-server.service"))]
+        check(len(by) == 1, f"{blob_re}: committed by {by}")
+        return by[0]
+
+
+__all__ = ["AlertRecording", "StageFailed"]
