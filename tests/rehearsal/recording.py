@@ -8,8 +8,9 @@ themselves, noted against the sample numbers in logs/alerts-events.json:
 
 - commit latency: the uploads front end holds the run's first Put Block List
   12 s (the CRC-64 stage's upload), above the rule's 10 s;
-- a relay down: the failover stage's kill and stop (short), and at the end
-  relay-2 stopped for good;
+- a relay down: the failover stage's kill and stop (the stopped relay may
+  stay down over a minute on a loaded machine: allowed to fire), and at the
+  end relay-2 stopped for good;
 - refusals rising: during the token stage's wait for its timer, a burst of
   uploads with a token no relay knows;
 - storage unreachable: at the end, the uploads account's front end stopped,
