@@ -6,18 +6,16 @@ From the end of the booted stage, scrape.py (in the balancer's namespace)
 takes both relays' /metrics every 15 s. The conditions come from the stages
 themselves, noted against the sample numbers in logs/alerts-events.json:
 
-- commit latency: the uploads front end holds the run's first Put Block List
-  12 s (the CRC-64 stage's upload), above the rule's 10 s;
 - a relay down: the failover stage's kill and stop (the stopped relay may
-  stay down over a minute on a loaded machine: allowed to fire), and at the
-  end relay-2 stopped for good;
+  stay down over a minute on a loaded machine: allowed to fire);
 - refusals rising: during the token stage's wait for its timer, a burst of
   uploads with a token no relay knows;
-- storage unreachable: at the end, the uploads account's front end stopped,
-  so relay-1's storage check fails.
+- at the end: an upload whose Put Block List the uploads front end holds
+  12 s (commit latency, above the rule's 10 s), then the other relay stopped
+  for good (down) and the front end stopped, so the committing relay's
+  storage check fails (storage unreachable).
 
-The end state (relay-2 stopped, storage gone) is held until each shows in
-two scrapes; tests/rehearsal/alert_test.py then holds the last scrape for
+The end state is held until each shows in two scrapes; tests/rehearsal/alert_test.py then holds the last scrape for
 the rules' `for:` (docs/DEPLOY.md, "Rehearsal": the alerts stage).
 """
 
@@ -91,30 +89,50 @@ class AlertRecording:
         self.note("refusal burst ends")
         return sum(1 for c in codes if c == "2")
 
+    def slow_commit(self) -> str:
+        """One 12 MiB upload through the balancer whose Put Block List the
+        uploads front end holds 12 s (above the commit-latency rule's 10 s).
+        Returns the relay that committed it."""
+        bench = self.vms["bench"]
+        bench.run("head -c 12582912 /dev/urandom > /root/slow.bin")
+        (self.run / "slow-commit").touch()
+        self.note("a 12 MiB upload whose Put Block List the uploads front end holds 12 s (a slow commit)")
+        r = self.client(f"/root/slow.bin --to {self.values['container']}/slow --block-size 5MiB")
+        check(r.returncode == 0, f"the slow-commit upload: {r.stderr.strip()[-300:]}")
+        commit_ms = json.loads(r.stdout)["files"][0]["relay_ms"]["commit_ms"]
+        check(commit_ms >= 12000, f"the held Put Block List: the relay's commit took {commit_ms} ms")
+        return self.commit_of(r"slow/slow\.bin")
+
     def record_outage(self) -> str:
-        """The end state the long alerts are tested on: relay-2 stopped, and
-        the uploads account unreachable for relay-1 (its front end stopped).
-        Waits until two scrapes show each, then stops scraping."""
+        """The end state the long alerts are tested on: a slow commit, then
+        the other relay stopped and the uploads account unreachable for the
+        one that committed it (its front end stopped), so neither relay
+        restarts after the slow commit (a restart resets the histogram, and
+        Prometheus would not see the slow commit then). Waits until two
+        scrapes show each, then stops scraping."""
+        slow = self.slow_commit()
+        other = next(n for n in RELAYS if n != slow)
         k0 = len(self.samples())
-        self.systemctl("relay-2", "stop", "relay-server.service")
+        self.systemctl(other, "stop", "relay-server.service")
         self.front.terminate()
-        self.note("relay-2 stopped (systemctl stop); the uploads account's front end stopped")
-        r1, r2 = self.instance("relay-1"), self.instance("relay-2")
+        self.note(f"{other} stopped (systemctl stop); the uploads account's front end stopped")
+        up, down = self.instance(slow), self.instance(other)
 
         def shown() -> bool:
             after = self.samples()[k0:]
-            down = sum(1 for s in after if s["pages"].get(r2) is None)
+            stopped = sum(1 for s in after if s["pages"].get(down) is None)
             unreachable = sum(1 for s in after if any(
                 k.startswith("blob_relay_storage_reachable{") and v == 0
-                for k, v in (s["pages"].get(r1) or {}).items()))
-            return down >= 2 and unreachable >= 2
+                for k, v in (s["pages"].get(up) or {}).items()))
+            return stopped >= 2 and unreachable >= 2
         # The relay checks storage every 30 s (each check up to 20 s).
-        self.wait("relay-2 down and relay-1's storage unreachable in two scrapes each", shown,
+        self.wait(f"{other} down and {slow}'s storage unreachable in two scrapes each", shown,
                   30 + 20 + 3 * INTERVAL_S, step=1)
         self.scraper.terminate()
         self.scraper.wait(timeout=10)
         self.note("scrapes end")
-        self.expect.update({"BlobRelayDown": r2, "BlobRelayStorageUnreachable": r1})
+        self.expect.update({"BlobRelayCommitLatencyHigh": up, "BlobRelayDown": down,
+                            "BlobRelayStorageUnreachable": up})
         n = len(self.samples())
         (self.logs / "alerts-events.json").write_text(json.dumps(
             {"interval": INTERVAL_S, "events": self.events, "expect": self.expect, "allow": self.allow}, indent=1))

@@ -126,7 +126,8 @@ class Rehearsal(TrafficStages, AlertRecording):
         self.account_keys = {a: __import__("base64").b64encode(k.encode()).decode() for a, k in self.account_keys.items()}
         self.procs += infra.start_storage(self.run, REPO / "node_modules/.bin/azurite-blob", self.pki,
                                           self.account_keys, self.bins / "rehearsal-storage", self.storage_host,
-                                          corrupt=1, slow_commits=1, logs=self.logs)
+                                          corrupt=1, slow_commit_trigger=self.run / "slow-commit",
+                                          logs=self.logs)
         self.front = self.procs[-1]
         infra.wait_tcp("rh-storage", infra.STORAGE_IP, 443, 60)
         infra.wait_tcp("rh-storage", infra.UPLOADS_IP, 443, 30)

@@ -3,7 +3,7 @@
 //! certificate, then the fault proxy, which checks every `x-ms-content-crc64`
 //! against Azure's CRC-64 of the body as the service does (400 Crc64Mismatch
 //! on a difference), can corrupt the next N Put Block bodies on arrival and
-//! hold the next M Put Block Lists (slow commits), then HTTPS again to
+//! hold a Put Block List when told (a slow commit), then HTTPS again to
 //! Azurite. The proxy's counts are written to `--stats` as
 //! JSON four times a second.
 
@@ -37,12 +37,12 @@ struct Args {
     /// How many Put Block bodies to corrupt (the first ones that arrive).
     #[arg(long, default_value_t = 0)]
     corrupt_put_blocks: usize,
-    /// How many Put Block Lists to hold before forwarding them (the first
-    /// ones that arrive): commits slower than the alert rules' threshold,
-    /// for the series the alerts stage is tested on.
-    #[arg(long, default_value_t = 0)]
-    slow_put_block_lists: usize,
-    /// Seconds each of those is held.
+    /// When this file appears, the next Put Block List is held
+    /// --slow-put-block-list-s before it is forwarded (and the file removed):
+    /// a commit slower than the alert rules' threshold, at the moment the
+    /// rehearsal chooses, for the series the alerts stage is tested on.
+    #[arg(long)]
+    slow_commit_trigger: Option<PathBuf>,
     #[arg(long, default_value_t = 12)]
     slow_put_block_list_s: u64,
     #[arg(long)]
@@ -53,13 +53,26 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let plain = tls_pipe::originate(args.upstream, &args.upstream_name, &args.ca).await?;
-    let slow = Fault::Delay(Duration::from_secs(args.slow_put_block_list_s));
     let schedule = Schedule {
         corrupt: vec![Op::PutBlock; args.corrupt_put_blocks],
-        script: vec![(Op::PutBlockList, slow); args.slow_put_block_lists],
         ..Schedule::seeded(31)
     };
-    let proxy = FaultProxy::start(plain, schedule).await;
+    let proxy = std::sync::Arc::new(FaultProxy::start(plain, schedule).await);
+    if let Some(trigger) = args.slow_commit_trigger.clone() {
+        let (proxy, hold) = (proxy.clone(), Duration::from_secs(args.slow_put_block_list_s));
+        tokio::spawn(async move {
+            loop {
+                if std::fs::remove_file(&trigger).is_ok() {
+                    // Whatever was scheduled before (the corrupted body) is done by now.
+                    proxy.set_schedule(Schedule {
+                        script: vec![(Op::PutBlockList, Fault::Delay(hold))],
+                        ..Schedule::seeded(31)
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
     let stats = proxy.stats.clone();
     let path = args.stats.clone();
     tokio::spawn(async move {
