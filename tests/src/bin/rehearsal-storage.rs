@@ -59,7 +59,10 @@ async fn main() -> Result<()> {
     };
     let proxy = std::sync::Arc::new(FaultProxy::start(plain, schedule).await);
     if let Some(trigger) = args.slow_commit_trigger.clone() {
-        let (proxy, hold) = (proxy.clone(), Duration::from_secs(args.slow_put_block_list_s));
+        let (proxy, hold) = (
+            proxy.clone(),
+            Duration::from_secs(args.slow_put_block_list_s),
+        );
         tokio::spawn(async move {
             loop {
                 if std::fs::remove_file(&trigger).is_ok() {
