@@ -283,6 +283,14 @@ pub struct UploadArgs {
     #[arg(long, default_value = "256MiB", value_parser = size)]
     pub connection_window: u64,
 
+    /// QUIC connections to the relay, each from its own UDP port: files are
+    /// spread over them (the least loaded takes the next file), so a load
+    /// balancer that spreads flows by address and port, as Azure's does, can
+    /// send them to several relays. Each has its own windows and congestion
+    /// control: up to N × --connection-window bytes in flight.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64), conflicts_with = "direct")]
+    pub relay_connections: u64,
+
     /// Upload straight to Blob Storage over HTTPS (no relay).
     #[arg(long, requires = "storage_url")]
     pub direct: bool,

@@ -8,8 +8,9 @@ use indicatif::ProgressBar;
 use relay_storage::retry::Backoff;
 
 use crate::connect::is_busy;
-use crate::direct::upload_file;
+use crate::direct::{Direct, upload_file};
 use crate::link::BUSY_BACKOFF;
+use crate::links::Lane;
 use crate::probe::{self, Verdict};
 use crate::progress::Reporter;
 use crate::report::{ClientTimings, ErrorReport, FileError, FileReport, Status};
@@ -187,11 +188,14 @@ async fn with_retries(
     let mut busy: Option<(Instant, u32)> = None;
     // Times this file went on over a new connection after the network went away.
     let mut reconnects = 0;
+    // The run's connection this file goes on, for every attempt.
+    let route = Route::of(job.mode.as_ref(), src.size);
     loop {
         tries += 1;
-        let (res, closed_busy) = match job.mode.as_ref() {
-            Mode::Relay(link) => match link.get().await {
+        let (res, closed_busy) = match &route {
+            Route::Relay(lane) => match lane.link().get().await {
                 Ok(conn) => {
+                    let link = lane.link();
                     let outages = link.outages();
                     let res = send_file(&conn, src, opts, bar).await;
                     let lost = res.as_ref().is_err_and(|e| e.retryable)
@@ -210,10 +214,10 @@ async fn with_retries(
                         res.is_err() && conn.close_reason().is_some_and(|e| is_busy(&e));
                     (res, closed_busy.then_some(link.busy_wait))
                 }
-                Err(_) if link.gave_up() => match out_of_patience().await {},
+                Err(_) if lane.link().gave_up() => match out_of_patience().await {},
                 Err(e) => (Err(e), None),
             },
-            Mode::Direct(d) => (upload_file(d, src, opts, bar).await, None),
+            Route::Direct(d) => (upload_file(d, src, opts, bar).await, None),
         };
         match (res, closed_busy) {
             (Ok(mut sent), _) => {
@@ -250,6 +254,21 @@ async fn with_retries(
     }
 }
 
+/// How one file travels: on one of the run's relay connections, or direct.
+enum Route<'a> {
+    Relay(Lane<'a>),
+    Direct(&'a Direct),
+}
+
+impl<'a> Route<'a> {
+    fn of(mode: &'a Mode, bytes: u64) -> Self {
+        match mode {
+            Mode::Relay(links) => Route::Relay(links.assign(bytes)),
+            Mode::Direct(d) => Route::Direct(d),
+        }
+    }
+}
+
 /// After this file's connection was lost: waits for a working one (the link
 /// holds every file here while the relay cannot be reached, within
 /// `--patience`) and says whether the loss was weather, i.e. the link had to
@@ -274,17 +293,17 @@ async fn out_of_patience() -> std::convert::Infallible {
 
 /// `--dry-run`: what would happen, from the relay's (or storage's) own answer.
 async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, FileError> {
-    let verdict = match job.mode.as_ref() {
-        Mode::Relay(link) => {
-            let conn = match link.get().await {
+    let verdict = match Route::of(job.mode.as_ref(), src.size) {
+        Route::Relay(lane) => {
+            let conn = match lane.link().get().await {
                 Ok(c) => c,
                 // The run stops resumably; this file is not a failure.
-                Err(_) if link.gave_up() => match out_of_patience().await {},
+                Err(_) if lane.link().gave_up() => match out_of_patience().await {},
                 Err(e) => return Err(e),
             };
             probe::through_relay(&conn, src, opts).await?
         }
-        Mode::Direct(d) => probe::direct(d, src, opts).await?,
+        Route::Direct(d) => probe::direct(d, src, opts).await?,
     };
     let reason = match (verdict, job.sync) {
         (Verdict::Identical, _) => "would skip (identical)".to_string(),

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use relay_transport::quic::Windows;
 use tokio::sync::Semaphore;
 
-/// Bytes in flight against the relay's connection window, in 64 KiB units: a file
-/// takes min(size, stream window), at least one unit.
+/// Bytes in flight against the relay connections' windows, in 64 KiB units: a
+/// file takes min(size, stream window), at least one unit; the run's
+/// connections (`--relay-connections`) each bring one connection window.
 pub struct InFlight {
     units: Arc<Semaphore>,
     stream_units: u64,
@@ -16,11 +17,18 @@ pub struct InFlight {
 const IN_FLIGHT_UNIT: u64 = 64 << 10;
 
 impl InFlight {
-    pub fn new(windows: &Windows) -> Self {
-        let total_units = (windows.connection_window / IN_FLIGHT_UNIT).max(1);
+    pub fn new(windows: &Windows, connections: usize) -> Self {
+        let connections = u64::try_from(connections.max(1)).unwrap_or(1);
+        let per_connection = (windows.connection_window / IN_FLIGHT_UNIT).max(1);
+        let total_units = per_connection.saturating_mul(connections);
         Self {
-            units: Arc::new(Semaphore::new(total_units as usize)),
-            stream_units: (windows.stream_window / IN_FLIGHT_UNIT).clamp(1, total_units),
+            units: Arc::new(Semaphore::new(
+                usize::try_from(total_units)
+                    .unwrap_or(usize::MAX)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
+            // A file is on one connection: its stream fits that one's window.
+            stream_units: (windows.stream_window / IN_FLIGHT_UNIT).clamp(1, per_connection),
             total_units,
         }
     }

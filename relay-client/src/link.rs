@@ -1,6 +1,7 @@
-//! The relay connection of a run: one QUIC connection, re-established when it
-//! is lost (a watchdog notices a silent relay long before QUIC's idle timeout),
-//! and the path estimate saved for the next run's warm start.
+//! One relay connection of a run (`links.rs` holds the run's N): a QUIC
+//! connection, re-established when it is lost (a watchdog notices a silent
+//! relay long before QUIC's idle timeout), and what it measured of the path
+//! for the next run's warm start.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -92,13 +93,10 @@ impl RelayLink {
         }
     }
 
-    /// Whether the connection started warm; saves what it measured (nothing
-    /// when the last connection ended in an outage: see `watchdog`).
-    pub fn remember_path(&self) -> bool {
-        if let (Some(cache), Some(estimate)) = (&self.cache, self.observer.estimate()) {
-            cache.save(estimate);
-        }
-        self.observer.warm_started()
+    /// This link ends the run through `other`'s out-of-patience signal (and
+    /// sees it): a run's connections (`RelayLinks`) give up as one.
+    pub fn share_stop(&mut self, other: &RelayLink) {
+        self.out_of_patience = other.out_of_patience.clone();
     }
 
     /// Closes the connection now (Ctrl-C): every stream is reset, so the relay

@@ -23,6 +23,7 @@ use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
 use crate::direct::Direct;
 use crate::filter::FilterError;
 use crate::link::RelayLink;
+use crate::links::RelayLinks;
 use crate::manifest::ManifestError;
 use crate::path_cache::{self, PathCache};
 use crate::patience::WeatherSink;
@@ -121,7 +122,7 @@ pub enum SetupError {
 }
 
 pub enum Mode {
-    Relay(Box<RelayLink>),
+    Relay(Box<RelayLinks>),
     Direct(Box<Direct>),
 }
 
@@ -417,30 +418,46 @@ pub async fn mode(
     let trust = trust(args)?;
     let (addr, name) = resolve(&relay).await?;
     let name = args.server_name.clone().unwrap_or(name);
+    let n = usize::try_from(args.relay_connections).map_or(1, |n| n.max(1));
     let (memory, cache) = path_memory(args, addr, &name);
-    let observer = memory.observer.clone().unwrap_or_default();
-    let mut connector =
-        Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
-    let silence = args.idle_timeout.max(Duration::from_secs(1));
-    // The watchdog must hear an ACK well within its silence limit.
-    connector.keep_alive(silence / 3);
-    let link = RelayLink::new(
-        connector,
-        relay,
-        addr,
-        name,
-        Duration::from_secs(args.connect_timeout),
-        Duration::from_secs(args.busy_wait),
-        silence,
-        args.patience,
-        observer,
-        cache,
-        weather,
-    );
-    let patient = args.fallback.is_none() && link.patient();
-    match link.get_with(patient).await {
-        Ok(_) => Ok(Mode::Relay(Box::new(link))),
-        Err(_) if link.gave_up() => Ok(Mode::Relay(Box::new(link))),
+    let link = |warm, observer, cache| -> Result<RelayLink, SetupError> {
+        let memory = PathMemory {
+            warm,
+            observer: Some(observer),
+        };
+        let observer = memory.observer.clone().unwrap_or_default();
+        let mut connector =
+            Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
+        let silence = args.idle_timeout.max(Duration::from_secs(1));
+        // The watchdog must hear an ACK well within its silence limit.
+        connector.keep_alive(silence / 3);
+        Ok(RelayLink::new(
+            connector,
+            relay.clone(),
+            addr,
+            name.clone(),
+            Duration::from_secs(args.connect_timeout),
+            Duration::from_secs(args.busy_wait),
+            silence,
+            args.patience,
+            observer,
+            cache,
+            weather.clone(),
+        ))
+    };
+    // Each connection starts warm from its share of the saved path, with an
+    // observer of its own; the first keeps the cache, for the run's total.
+    let warm = memory.warm.map(|e| crate::spread::share(e, n));
+    let first = link(warm, memory.observer.clone().unwrap_or_default(), cache)?;
+    let rest = (1..n)
+        .map(|_| link(warm, Arc::default(), None))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The first connection is made now, so a wrong address or certificate is
+    // one clear error; the others when a file first needs them.
+    let patient = args.fallback.is_none() && first.patient();
+    match first.get_with(patient).await {
+        Ok(_) => Ok(Mode::Relay(Box::new(RelayLinks::new(first, rest)))),
+        Err(_) if first.gave_up() => Ok(Mode::Relay(Box::new(RelayLinks::new(first, rest)))),
         Err(e) if args.fallback.is_some() => {
             eprintln!(
                 "relay-client: {}; falling back to direct upload (--fallback direct)",

@@ -15,6 +15,7 @@ use crate::file::{Job, one_file, walk_report};
 use crate::filter::Filter;
 use crate::in_flight::InFlight;
 use crate::interrupt::Interrupt;
+use crate::links::RelayLinks;
 use crate::live_list::LiveList;
 use crate::manifest::Manifest;
 use crate::patience::WeatherSink;
@@ -115,7 +116,12 @@ pub async fn run(
 
     let t0 = Instant::now();
     let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
-    let window = InFlight::new(&setup::windows(&args));
+    // Each relay connection has its own window (`--relay-connections`).
+    let connections = match mode.as_ref() {
+        Mode::Relay(links) => links.all().len(),
+        Mode::Direct(_) => 1,
+    };
+    let window = InFlight::new(&setup::windows(&args), connections);
     let mut tasks: JoinSet<Option<String>> = JoinSet::new();
     let mut running: LiveList<Running> = LiveList::default();
     let stop = 'walk: loop {
@@ -161,7 +167,7 @@ pub async fn run(
         t.abort();
     }
     // No commit can land while the relay is unreachable: no point waiting.
-    let offline = matches!(mode.as_ref(), Mode::Relay(link) if link.waiting());
+    let offline = matches!(mode.as_ref(), Mode::Relay(links) if links.waiting());
     if matches!(stop, Stop::Interrupted) && !offline {
         await_commits(&mut tasks, &running, &reporter).await;
     }
@@ -171,7 +177,7 @@ pub async fn run(
 /// Resolves once the relay link ran out of patience (never in direct mode).
 async fn gave_up(mode: &Mode) {
     match mode {
-        Mode::Relay(link) => link.wait_gave_up().await,
+        Mode::Relay(links) => links.wait_gave_up().await,
         Mode::Direct(_) => std::future::pending().await,
     }
 }
@@ -264,8 +270,8 @@ async fn finish(
         // Dropping a file's task resets its stream: the relay commits nothing of
         // it and keeps what it staged for the rerun to resume.
         tasks.abort_all();
-        if let Mode::Relay(link) = mode {
-            link.abort().await;
+        if let Mode::Relay(links) = mode {
+            links.abort().await;
         }
         while tasks.join_next().await.is_some() {}
     }
@@ -284,19 +290,11 @@ async fn finish(
             });
             (None, None)
         }
-        Mode::Relay(link) => {
-            let quic = link.current.lock().await.as_ref().map(|c| {
-                let p = c.stats().path;
-                crate::report::QuicStats {
-                    rtt_ms: p.rtt.as_secs_f64() * 1e3,
-                    sent_packets: p.sent_packets,
-                    lost_packets: p.lost_packets,
-                    train_mbit: link.observer.train_mbit(),
-                }
-            });
-            link.connector.close().await;
-            summary_connections = Some(link.connections());
-            (Some(link.remember_path()), quic)
+        Mode::Relay(links) => {
+            let quic = quic_stats(links).await;
+            links.close().await;
+            summary_connections = Some(links.connections());
+            (Some(links.remember_path()), quic)
         }
     };
     let mut summary = reporter.summary(mode.name());
@@ -318,6 +316,32 @@ async fn finish(
         Stop::OutOfPatience => interrupted(Cause::Patience(patience)),
         Stop::Fatal(message) => Err(SetupError::Refused(message)),
     }
+}
+
+/// What QUIC saw on the run's (last) connections: the first one's round trip
+/// and packet train, the packets of all of them.
+async fn quic_stats(links: &RelayLinks) -> Option<crate::report::QuicStats> {
+    let mut stats: Option<crate::report::QuicStats> = None;
+    for link in links.all() {
+        let Some(p) = link.current.lock().await.as_ref().map(|c| c.stats().path) else {
+            continue;
+        };
+        match &mut stats {
+            Some(s) => {
+                s.sent_packets += p.sent_packets;
+                s.lost_packets += p.lost_packets;
+            }
+            None => {
+                stats = Some(crate::report::QuicStats {
+                    rtt_ms: p.rtt.as_secs_f64() * 1e3,
+                    sent_packets: p.sent_packets,
+                    lost_packets: p.lost_packets,
+                    train_mbit: link.observer.train_mbit(),
+                })
+            }
+        }
+    }
+    stats
 }
 
 fn walk_options(args: &UploadArgs, prefix: &str) -> Result<WalkOptions, SetupError> {

@@ -202,8 +202,10 @@ class Deployer:
 
 
 def start_storage(run: Path, azurite: Path, pki: Pki, accounts: dict[str, str], storage_bin: Path,
-                  uploads_host: str, corrupt: int, logs: Path) -> list[subprocess.Popen]:
-    """Azurite (both accounts, HTTPS, --oauth basic) and the uploads front end."""
+                  uploads_host: str, corrupt: int, slow_commit_trigger: Path, logs: Path) -> list[subprocess.Popen]:
+    """Azurite (both accounts, HTTPS, --oauth basic) and the uploads front end
+    (last): it corrupts the first `corrupt` Put Block bodies and holds the
+    next Put Block List 12 s whenever `slow_commit_trigger` appears."""
     env = dict(os.environ, AZURITE_ACCOUNTS=";".join(f"{a}:{k}" for a, k in accounts.items()))
     az = subprocess.Popen(
         ["ip", "netns", "exec", "rh-storage", str(azurite), "--blobHost", STORAGE_IP, "--blobPort", "443",
@@ -214,6 +216,7 @@ def start_storage(run: Path, azurite: Path, pki: Pki, accounts: dict[str, str], 
         ["ip", "netns", "exec", "rh-storage", str(storage_bin), "--listen", f"{UPLOADS_IP}:443",
          "--cert", str(pki.storage), "--key", str(pki.storage_key), "--upstream", f"{STORAGE_IP}:443",
          "--upstream-name", uploads_host, "--ca", str(pki.ca), "--corrupt-put-blocks", str(corrupt),
+         "--slow-commit-trigger", str(slow_commit_trigger), "--slow-put-block-list-s", "12",
          "--stats", str(run / "uploads-front.json")],
         stdout=open(logs / "uploads-front.log", "w"), stderr=subprocess.STDOUT)
     return [az, front]

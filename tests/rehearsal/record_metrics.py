@@ -71,7 +71,7 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
-def parse_page(text: str) -> dict[str, float]:
+def parse_page(text: str, instance: str = INSTANCE) -> dict[str, float]:
     """Samples of one scrape, keyed by their series name with sorted labels
     (job and instance added, as Prometheus' target labels)."""
     out: dict[str, float] = {}
@@ -85,7 +85,7 @@ def parse_page(text: str) -> dict[str, float]:
         if name.endswith("_created"):
             continue  # OpenMetrics creation times; Prometheus does not store them by default
         pairs = dict(LABEL.findall(labels or ""))
-        pairs.update(job=JOB, instance=INSTANCE)
+        pairs.update(job=JOB, instance=instance)
         out[series_name(name, pairs)] = float(value)
     return out
 
@@ -383,7 +383,9 @@ SCENARIOS = {
 
 
 def values_text(values: list[str]) -> str:
-    """promtool's notation, runs of one value as `VxN` (N more of it)."""
+    """promtool's notation, runs of one value as `VxN` (N more of it), runs
+    of missing samples as `_xN` (N of them: a missing sample has no value to
+    repeat, so promtool counts `_xN` as N, not N + 1)."""
     out: list[str] = []
     i = 0
     while i < len(values):
@@ -391,7 +393,9 @@ def values_text(values: list[str]) -> str:
         while j + 1 < len(values) and values[j + 1] == values[i]:
             j += 1
         run = j - i
-        if run >= 2 and values[i] != "stale":
+        if run >= 1 and values[i] == "_":
+            out.append(f"_x{run + 1}")
+        elif run >= 2 and values[i] != "stale":
             out.append(f"{values[i]}x{run}")
         else:
             out.extend(values[i : j + 1])
@@ -403,23 +407,28 @@ def fmt(v: float) -> str:
     return str(int(v)) if v == int(v) else repr(v)
 
 
-def input_series(samples: list[dict[str, float] | None]) -> list[tuple[str, str]]:
+def input_series(samples: list[dict[str, float] | None], instance: str = INSTANCE) -> list[tuple[str, str]]:
     names = sorted({n for s in samples if s for n in s})
-    rows = [(series_name("up", {"job": JOB, "instance": INSTANCE}),
+    rows = [(series_name("up", {"job": JOB, "instance": instance}),
              values_text(["1" if s is not None else "0" for s in samples]))]
     for name in names:
-        vals: list[str] = []
-        present = False
-        for s in samples:
-            if s is not None and name in s:
-                vals.append(fmt(s[name]))
-                present = True
-            else:
-                # Prometheus marks a series stale when it vanishes from a scrape.
-                vals.append("stale" if present else "_")
-                present = False
-        rows.append((name, values_text(vals)))
+        rows.append((name, promtool_values([s.get(name) if s is not None else None for s in samples])))
     return rows
+
+
+def promtool_values(values: list[float | None]) -> str:
+    """One series' samples (None: not in that scrape) in promtool's notation."""
+    vals: list[str] = []
+    present = False
+    for v in values:
+        if v is not None:
+            vals.append(fmt(v))
+            present = True
+        else:
+            # Prometheus marks a series stale when it vanishes from a scrape.
+            vals.append("stale" if present else "_")
+            present = False
+    return values_text(vals)
 
 
 def git_commit() -> str:

@@ -27,6 +27,7 @@ import yaml
 import infra
 from errors import StageFailed, check
 from render import rendered
+from recording import AlertRecording
 from traffic import TrafficStages
 from tfmodel import DEPLOY, Module
 from vm import Vm, apply_write_files, host_has_no, runcmd_lines
@@ -52,7 +53,7 @@ printf '%s\\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f"
 """
 
 
-class Rehearsal(TrafficStages):
+class Rehearsal(TrafficStages, AlertRecording):
     def __init__(self, args):
         self.args = args
         self.bins = Path(args.bin_dir).resolve()
@@ -125,7 +126,9 @@ class Rehearsal(TrafficStages):
         self.account_keys = {a: __import__("base64").b64encode(k.encode()).decode() for a, k in self.account_keys.items()}
         self.procs += infra.start_storage(self.run, REPO / "node_modules/.bin/azurite-blob", self.pki,
                                           self.account_keys, self.bins / "rehearsal-storage", self.storage_host,
-                                          corrupt=1, logs=self.logs)
+                                          corrupt=1, slow_commit_trigger=self.run / "slow-commit",
+                                          logs=self.logs)
+        self.front = self.procs[-1]
         infra.wait_tcp("rh-storage", infra.STORAGE_IP, 443, 60)
         infra.wait_tcp("rh-storage", infra.UPLOADS_IP, 443, 30)
         self.deployer = infra.Deployer(self.run, self.pki.ca, self.tenant, self.jwt_key,
@@ -264,6 +267,7 @@ class Rehearsal(TrafficStages):
         check(pin == self.pki.relay_sha256(), "bench: relay-cert-sha256 is not the relay certificate's")
         check(bench.run("test -x /usr/local/bin/relay-client", check=False).returncode == 0, "bench: no relay-client")
         skipped = self.unit("relay-1", "relay-server.service").get("not_applied", [])
+        self.start_recording()
         return ("blob-relay-fetch@relay before relay-server on both relays (binary, cert, key, tokens, id key from the "
                 "artifacts account); relay-server as blob-relay with relay.env, STATE_DIRECTORY=/var/lib/blob-relay "
                 "(0700), /run/blob-relay (0750) with the fetched cert's fingerprint; /healthz 200 on both; bench "
@@ -486,6 +490,14 @@ def main() -> int:
                     traceback.print_exc(file=f)
                 print(f"{label}: FAILED ({time.monotonic() - t0:.0f} s): {e}", flush=True)
                 broken = s in ("rendered", "booted")
+        if passed == len(STAGES):
+            # The alerts stage's end state, after the last traffic stage.
+            try:
+                r.record_outage()
+            except Exception as e:  # noqa: BLE001 - the alerts stage then fails on the missing recording
+                with open(r.logs / "alerts-recording-error.log", "w") as f:
+                    traceback.print_exc(file=f)
+                print(f"rehearse: the alerts recording failed: {e}", flush=True)
     finally:
         if os.environ.get("REHEARSAL_HOLD"):
             # Debugging: leave the VMs up until this file exists.

@@ -12,14 +12,20 @@ import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
 
 import infra
 from errors import StageFailed, check
+from recording import BURST
 from tfmodel import DEPLOY
 from units import parse_unit, seconds
 
 RELAYS = ["relay-1", "relay-2"]
+# The balancer stage's client with several connections: all of them hashed
+# to one relay has probability 2^-15.
+MULTI_CONNECTIONS = 16
+MULTI_FILES = 16
 
 
 class TrafficStages:
@@ -98,10 +104,42 @@ class TrafficStages:
             time.sleep(1.1)  # the balancer writes its state once a second
         got = flows()
         check(all(got.values()), f"flows per relay {got} after {uploads} more uploads")
-        flows = got
+        multi = self.several_connections(flows)
         return (f"UDP frontend {infra.LB_IP}:{self.values['relay_port']} spreading flows by 5-tuple hash; probe "
                 f"HTTP {v['path']} on :{v['port']} every {v['interval_s']} s, out after {v['threshold']} failures "
-                f"(from azurerm_lb_probe); clients' flows landed on both relays {flows}")
+                f"(from azurerm_lb_probe); clients' flows landed on both relays {got}; {multi}")
+
+    def several_connections(self, flows) -> str:
+        """One client, MULTI_CONNECTIONS QUIC connections (each its own UDP
+        port): its flows land on both relays, both commit its files, and every
+        blob downloads with its SHA-256. All of them on one relay by the hash:
+        2^(1 - MULTI_CONNECTIONS)."""
+        bench = self.vms["bench"]
+        bench.run(f"mkdir -p /root/multi && for i in $(seq {MULTI_FILES}); do "
+                  f"head -c 262144 /dev/urandom > /root/multi/f$i; done && cd /root && sha256sum multi/* > multi.sha")
+        want = dict(reversed(line.split()) for line in bench.read_file("/root/multi.sha").decode().splitlines())
+        before = flows()
+        r = self.client(f"/root/multi --to {self.values['container']} --relay-connections {MULTI_CONNECTIONS}")
+        check(r.returncode == 0, f"upload over {MULTI_CONNECTIONS} connections: {r.stderr.strip()[-300:]}")
+        summary = json.loads(r.stdout)
+        check(summary.get("connections") == MULTI_CONNECTIONS,
+              f"the client made {summary.get('connections')} connections, not {MULTI_CONNECTIONS}")
+        time.sleep(1.1)  # the balancer writes its state once a second
+        after = flows()
+        new = {n: after[n] - before[n] for n in RELAYS}
+        check(sum(new.values()) == MULTI_CONNECTIONS and all(new.values()),
+              f"the client's {MULTI_CONNECTIONS} flows per relay: {new}")
+        committed = {n: len(re.findall(r"blob=multi/f\d+[^\n]*: relay_server::transfer: committed ",
+                                       self.journal(n, "relay-server.service"))) for n in RELAYS}
+        check(all(committed.values()) and sum(committed.values()) == MULTI_FILES,
+              f"the client's files committed per relay (journals): {committed}")
+        container = f"https://{self.storage_host}/{self.values['container']}"
+        for name, sha in want.items():
+            meta = self.deployer.get_blob(f"{container}/{name}", self.run / "blob")
+            got = hashlib.sha256((self.run / "blob").read_bytes()).hexdigest()
+            check(got == sha == meta.get("sha256"), f"{name}: blob {got} / metadata {meta.get('sha256')} != {sha}")
+        return (f"one client with --relay-connections {MULTI_CONNECTIONS}: its flows landed on both relays {new}, "
+                f"its {MULTI_FILES} files were committed by both {committed}, every blob downloads with its sha256")
 
     def balancer_flows(self) -> dict:
         st = infra.read_json(self.run / "balancer.json")
@@ -155,6 +193,7 @@ class TrafficStages:
             unit = self.unit(victim, "relay-server.service")
             seen["restarts"] = unit["restarts"]
             os.kill(unit["pid"], signal.SIGKILL)
+            self.note(f"failover: {victim} killed (SIGKILL)")
 
         killed = self.interrupted_upload("killed", kill)
         after = self.unit(killed["victim"], "relay-server.service")
@@ -166,6 +205,10 @@ class TrafficStages:
 
         def stop(victim):
             self.systemctl(victim, "stop", "relay-server.service")
+            self.note(f"failover: {victim} stopped (systemctl stop)")
+            # Down for as long as the failover takes: a minute or more on a
+            # loaded machine, which is BlobRelayDown's condition.
+            self.allow["BlobRelayDown"] = [self.instance(victim)]
             self.wait(f"{victim} out of rotation", lambda: not self.balancer_flows()[victim].get("healthy"),
                       probe["interval_s"] * (probe["threshold"] + 2))
 
@@ -183,6 +226,7 @@ class TrafficStages:
         now = {n: v.get("flows_total", 0) for n, v in self.balancer_flows().items()}
         check(now[victim] == base[victim] and now[other] == base[other] + 3, f"flows with {victim} out: {base} -> {now}")
         self.systemctl(victim, "start", "relay-server.service")
+        self.note(f"failover: {victim} started")
         self.wait(f"{victim} back in rotation", lambda: self.balancer_flows()[victim].get("healthy"),
                   probe["interval_s"] * 3 + 10)
         tries = 0
@@ -213,11 +257,19 @@ class TrafficStages:
                      f"# rehearsal-new\n{new_token} {v['container']}\n")
         self.deployer.put_blob(self.relay_boot, "tokens", tokens_v2.encode())
         t0 = time.monotonic()
+        # While the timer is due: the alerts stage's refusals (recording.py).
+        refused_by = {}
+        burst_thread = threading.Thread(target=lambda: refused_by.update(n=self.refusal_burst()), daemon=True)
+        burst_thread.start()
         # Within the timer's period (OnUnitActiveSec + RandomizedDelaySec), plus the run itself.
         t = self.units_timer()
         self.wait("the new tokens file on both relays", lambda: all(
             self.vms[n].read_file("/etc/blob-relay/tokens").decode() == tokens_v2 for n in RELAYS), t + 20, step=1)
         took = time.monotonic() - t0
+        burst_thread.join(timeout=300)
+        burst = refused_by.get("n", 0)
+        check(burst == BURST, f"refusal burst: {burst} of {BURST} uploads refused (exit 2)")
+        self.expect["BlobRelayRefusalsRising"] = None
         time.sleep(3)  # the relay's own file check: every 2 s
         r_new = self.client(f"/root/tok.bin --to {v['container']}/tokens/new", token=new_token)
         check(r_new.returncode == 0, f"the new token: {r_new.stderr.strip()[-300:]}")
@@ -234,7 +286,7 @@ class TrafficStages:
             check("blob-relay-tokens.timer: elapsed" in self.journal(n, "runner"), f"{n}: the timer never ran")
         return (f"new tokens blob reached both relays through blob-relay-tokens.timer/.service in {took:.0f} s "
                 f"(period {t:.0f} s); the new token uploads, the removed one is refused ({refused} tries), "
-                f"no relay restarted")
+                f"no relay restarted; meanwhile {burst} uploads with an unknown token refused (alerts stage)")
 
     def units_timer(self) -> float:
         conf = parse_unit((DEPLOY / "blob-relay-tokens.timer").read_text(), {})

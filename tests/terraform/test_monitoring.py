@@ -35,7 +35,8 @@ def test_a_scrape_becomes_series_with_the_target_labels():
 
 def test_runs_are_compressed_in_promtool_notation():
     assert rm.values_text(["0", "0", "0", "1", "2", "2"]) == "0x2 1 2 2"
-    assert rm.values_text(["1", "stale", "_", "_", "_"]) == "1 stale _x2"
+    assert rm.values_text(["1", "stale", "_", "_", "_"]) == "1 stale _x3"
+    assert rm.values_text(["_", "3"]) == "_ 3"
 
 
 def test_a_failed_scrape_is_up_0_and_vanished_series_go_stale():

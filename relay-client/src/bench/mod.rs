@@ -111,6 +111,11 @@ pub struct BenchArgs {
     #[arg(long, env = "RELAY_ENTRA_SCOPE", value_name = "APP_ID_URI")]
     pub entra_scope: Option<String>,
 
+    /// Relay runs: QUIC connections to the relay, each from its own UDP port
+    /// (upload's --relay-connections).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub relay_connections: u64,
+
     /// Direct mode: Put Block requests in flight per file (TCP connections)
     /// [default: direct mode's own choice from the measured path].
     #[arg(long)]
@@ -278,7 +283,12 @@ fn upload_argv(
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned());
             opt("--relay-ca", &ca);
-            v.extend(["--relay".into(), args.relay.clone()]);
+            v.extend([
+                "--relay".into(),
+                args.relay.clone(),
+                "--relay-connections".into(),
+                args.relay_connections.to_string(),
+            ]);
         }
         Method::Direct => {
             opt("--storage-url", &args.storage_url);

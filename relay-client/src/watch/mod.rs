@@ -248,8 +248,8 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
 }
 
 async fn close(mode: &Mode) {
-    if let Mode::Relay(link) = mode {
-        link.connector.close().await;
+    if let Mode::Relay(links) = mode {
+        links.close().await;
     }
 }
 
