@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from imds import jwt
-from vm import Vm, sh
+from vm import Vm, ns_name, sh
 
 STORAGE_IP = "198.18.1.2"  # Azurite: the artifacts account's front end
 UPLOADS_IP = "198.18.1.3"  # the uploads account's front end (CRC-64 proxy)
@@ -34,8 +34,8 @@ def relay_subnet(vnet: str) -> ipaddress.IPv4Network:
 
 
 class Network:
-    """Namespaces rh-<vm> joined by the router namespace rh-wan; the relays
-    share one subnet (a bridge in rh-wan), as a scale set's instances do."""
+    """Namespaces rhRUN-<vm> joined by the router namespace rhRUN-wan (RUN: `ns_name`); the relays
+    share one subnet (a bridge in the wan namespace), as a scale set's instances do."""
 
     def __init__(self, relay_net: ipaddress.IPv4Network, bench_net: ipaddress.IPv4Network):
         hosts = list(relay_net.hosts())
@@ -53,20 +53,20 @@ class Network:
         return self.plan[vm][1][0].split("/")[0]
 
     def create(self) -> None:
-        sh("ip", "netns", "add", "rh-wan")
-        wan = ["ip", "-n", "rh-wan"]
+        sh("ip", "netns", "add", ns_name("wan"))
+        wan = ["ip", "-n", ns_name("wan")]
         sh(*wan, "link", "set", "lo", "up")
-        sh("ip", "netns", "exec", "rh-wan", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "netns", "exec", ns_name("wan"), "sysctl", "-qw", "net.ipv4.ip_forward=1")
         bridge_addr = self.plan["relay-1"][2]
         sh(*wan, "link", "add", "br-relay", "type", "bridge")
         sh(*wan, "addr", "add", bridge_addr, "dev", "br-relay")
         sh(*wan, "link", "set", "br-relay", "up")
         for name, (wan_addr, addrs, bridged) in self.plan.items():
-            ns = f"rh-{name}"
+            ns = ns_name(name)
             sh("ip", "netns", "add", ns)
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             peer = f"w-{name}"
-            sh("ip", "link", "add", peer, "netns", "rh-wan", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "add", peer, "netns", ns_name("wan"), "type", "veth", "peer", "name", "eth0", "netns", ns)
             if bridged:
                 sh(*wan, "link", "set", peer, "master", "br-relay")
                 gw = bridged.split("/")[0]
@@ -84,7 +84,7 @@ class Network:
 
     def destroy(self) -> None:
         for name in [*self.plan, "wan"]:
-            sh("ip", "netns", "del", f"rh-{name}", check=False)
+            sh("ip", "netns", "del", ns_name(name), check=False)
 
 
 class Pki:
@@ -142,9 +142,9 @@ class Deployer:
 
     def request(self, method: str, url: str, body: Path | None = None, headers: list[str] = (),
                 out: Path | None = None, token: str | None = "deployer", cacert: Path | None = None) -> int:
-        """HTTP status of one storage request (curl in rh-wan); the body to `out`."""
+        """HTTP status of one storage request (curl in the wan namespace); the body to `out`."""
         host = url.split("/")[2]
-        cmd = ["ip", "netns", "exec", "rh-wan", "curl", "-sS", "--max-time", "120",
+        cmd = ["ip", "netns", "exec", ns_name("wan"), "curl", "-sS", "--max-time", "120",
                "--cacert", str(cacert or self.ca), "--resolve", f"{host}:443:{self.hosts[host]}",
                "-X", method, "-H", f"{API_VERSION_HEADER}: {self.api_version}", "-o", str(out or "/dev/null"),
                "-w", "%{http_code}"]
@@ -187,7 +187,7 @@ class Deployer:
         """Downloads a blob; returns its metadata (x-ms-meta-*) as a dict."""
         host = url.split("/")[2]
         self.auth.write_text(f"Authorization: Bearer {self.token()}\n")
-        r = subprocess.run(["ip", "netns", "exec", "rh-wan", "curl", "-sS", "-f", "--cacert", str(self.ca),
+        r = subprocess.run(["ip", "netns", "exec", ns_name("wan"), "curl", "-sS", "-f", "--cacert", str(self.ca),
                             "--resolve", f"{host}:443:{self.hosts[host]}", "-H", f"@{self.auth}",
                             "-H", f"{API_VERSION_HEADER}: {self.api_version}", "-D", "-", "-o", str(out), url],
                            capture_output=True, text=True)
@@ -208,12 +208,12 @@ def start_storage(run: Path, azurite: Path, pki: Pki, accounts: dict[str, str], 
     next Put Block List 12 s whenever `slow_commit_trigger` appears."""
     env = dict(os.environ, AZURITE_ACCOUNTS=";".join(f"{a}:{k}" for a, k in accounts.items()))
     az = subprocess.Popen(
-        ["ip", "netns", "exec", "rh-storage", str(azurite), "--blobHost", STORAGE_IP, "--blobPort", "443",
+        ["ip", "netns", "exec", ns_name("storage"), str(azurite), "--blobHost", STORAGE_IP, "--blobPort", "443",
          "--cert", str(pki.storage), "--key", str(pki.storage_key), "--oauth", "basic",
          "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck"],
         env=env, stdout=open(logs / "azurite.log", "w"), stderr=subprocess.STDOUT)
     front = subprocess.Popen(
-        ["ip", "netns", "exec", "rh-storage", str(storage_bin), "--listen", f"{UPLOADS_IP}:443",
+        ["ip", "netns", "exec", ns_name("storage"), str(storage_bin), "--listen", f"{UPLOADS_IP}:443",
          "--cert", str(pki.storage), "--key", str(pki.storage_key), "--upstream", f"{STORAGE_IP}:443",
          "--upstream-name", uploads_host, "--ca", str(pki.ca), "--corrupt-put-blocks", str(corrupt),
          "--slow-commit-trigger", str(slow_commit_trigger), "--slow-put-block-list-s", "12",

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import infra
 from errors import StageFailed, check
+from vm import ns_name
 
 HERE = Path(__file__).resolve().parent
 RELAYS = ["relay-1", "relay-2"]
@@ -51,7 +52,7 @@ class AlertRecording:
         # (None: any), and the others it may fire on.
         self.expect: dict[str, str | None] = {}
         self.allow: dict[str, list[str]] = {}
-        self.spawn(["ip", "netns", "exec", "rh-balancer", sys.executable, str(HERE / "scrape.py"),
+        self.spawn(["ip", "netns", "exec", ns_name("balancer"), sys.executable, str(HERE / "scrape.py"),
                     *sum((["--target", f"{n}={self.net.ip(n)}:{self.values['health_port']}"] for n in RELAYS), []),
                     "--interval", str(INTERVAL_S), "--out", str(self.scrapes)], "scrape.log")
         self.scraper = self.procs[-1]

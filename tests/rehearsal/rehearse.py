@@ -30,7 +30,7 @@ from render import rendered
 from recording import AlertRecording
 from traffic import TrafficStages
 from tfmodel import DEPLOY, Module
-from vm import Vm, apply_write_files, host_has_no, runcmd_lines
+from vm import Vm, apply_write_files, host_has_no, ns_name, runcmd_lines
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -129,8 +129,8 @@ class Rehearsal(TrafficStages, AlertRecording):
                                           corrupt=1, slow_commit_trigger=self.run / "slow-commit",
                                           logs=self.logs)
         self.front = self.procs[-1]
-        infra.wait_tcp("rh-storage", infra.STORAGE_IP, 443, 60)
-        infra.wait_tcp("rh-storage", infra.UPLOADS_IP, 443, 30)
+        infra.wait_tcp(ns_name("storage"), infra.STORAGE_IP, 443, 60)
+        infra.wait_tcp(ns_name("storage"), infra.UPLOADS_IP, 443, 30)
         self.deployer = infra.Deployer(self.run, self.pki.ca, self.tenant, self.jwt_key,
                                        used["relay"]["storage_api_version"], self.hosts)
         self.upload_artifacts()
@@ -276,7 +276,7 @@ class Rehearsal(TrafficStages, AlertRecording):
 
     def health(self, name: str) -> bool:
         ip = self.net.ip(name)
-        r = subprocess.run(["ip", "netns", "exec", "rh-balancer", "curl", "-fsS", "--max-time", "2",
+        r = subprocess.run(["ip", "netns", "exec", ns_name("balancer"), "curl", "-fsS", "--max-time", "2",
                             f"http://{ip}:{self.values['health_port']}/healthz"], capture_output=True)
         return r.returncode == 0
 
@@ -292,7 +292,7 @@ class Rehearsal(TrafficStages, AlertRecording):
         check(all(e["resource"].rstrip("/") == "https://storage.azure.com" for es in by_vm.values() for e in es),
               "a token for another resource was asked for")
         # IMDS is each VM's own: not reachable from outside a VM namespace.
-        for ns in ("rh-wan", "rh-balancer", "rh-storage"):
+        for ns in (ns_name("wan"), ns_name("balancer"), ns_name("storage")):
             r = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sS", "--max-time", "2", "-H", "Metadata: true",
                                 "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01"
                                 "&resource=https://storage.azure.com/"], capture_output=True)
@@ -333,7 +333,7 @@ class Rehearsal(TrafficStages, AlertRecording):
     def vm_pids(self) -> list[int]:
         pids = []
         for name in VMS:
-            r = subprocess.run(["ip", "netns", "pids", f"rh-{name}"], capture_output=True, text=True)
+            r = subprocess.run(["ip", "netns", "pids", ns_name(name)], capture_output=True, text=True)
             pids += [int(p) for p in r.stdout.split()]
         return pids
 
@@ -365,7 +365,7 @@ class Rehearsal(TrafficStages, AlertRecording):
             check(code in (401, 403) and "AuthenticationFailed" in text and why in text.lower(),
                   f"{why} token: HTTP {code} {text[:200]}")
             refusals.append(code)
-        plain = subprocess.run(["ip", "netns", "exec", "rh-wan", "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+        plain = subprocess.run(["ip", "netns", "exec", ns_name("wan"), "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
                                 "--max-time", "5", f"http://{infra.STORAGE_IP}:443/"], capture_output=True, text=True)
         check(plain.stdout.strip() in ("000", "400"), f"plain HTTP to storage answered {plain.stdout}")
         return ("storage only over HTTPS with a CA made for this run, trusted through each VM's system store "
@@ -376,7 +376,7 @@ class Rehearsal(TrafficStages, AlertRecording):
 
     def start_balancer(self) -> None:
         v = self.values["probe"]
-        self.spawn(["ip", "netns", "exec", "rh-balancer", sys.executable, str(HERE / "balancer.py"),
+        self.spawn(["ip", "netns", "exec", ns_name("balancer"), sys.executable, str(HERE / "balancer.py"),
                     "--listen", f"{infra.LB_IP}:{self.values['relay_port']}",
                     *sum((["--backend", self.net.ip(n)] for n in RELAYS), []),
                     "--backend-port", str(self.values["relay_port"]), "--probe-port", str(v["port"]),

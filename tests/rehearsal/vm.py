@@ -20,6 +20,16 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Network namespace names carry this run's id, so a second rehearsal on the
+# machine, or the leftovers of a killed one, never collide with this run's.
+# Set by the first process; the ones it starts inherit it.
+RUN_ID = os.environ.setdefault("REHEARSAL_RUN_ID", f"{os.getpid():x}")
+
+
+def ns_name(name: str) -> str:
+    """The network namespace of `name` (wan, balancer, storage, a VM) in this run."""
+    return f"rh{RUN_ID}-{name}"
+
 OVERLAYS = ["etc", "usr/local", "var/lib", "root", "home"]
 TMPFS = ["tmp", "var/tmp", "mnt"]  # and /run, mounted first
 
@@ -36,7 +46,7 @@ class Vm:
 
     @property
     def netns(self) -> str:
-        return f"rh-{self.name}"
+        return ns_name(self.name)
 
     @property
     def mnt(self) -> Path:
