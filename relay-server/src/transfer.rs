@@ -12,10 +12,11 @@ use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::codec::FrameError;
 use relay_proto::id_key::Owner;
+use relay_proto::inflate::DECODER_BYTES;
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
-use relay_proto::protocol::{Code, Failure, Message, Offer, Progress};
+use relay_proto::protocol::{Code, Encoding, Failure, Message, Offer, Progress};
 use relay_proto::resume::ResumePoint;
 use relay_proto::session::relay::{
     Accepted, Action, CONTROL_TIMEOUT, Committed, Event, Prepared, RelaySession, Staged, Usage,
@@ -29,6 +30,7 @@ use tracing::Instrument;
 use crate::admission::AuthGate;
 use crate::auth::{AuthError, Caller};
 use crate::frame_turns::FrameTurns;
+use crate::inflating::{Inflating, refusal};
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
 use crate::state::Shared;
@@ -128,14 +130,18 @@ pub struct Link {
     gate: Arc<AuthGate>,
     frame_turns: FrameTurns,
     conn: quinn::Connection,
+    /// Both ends announced compressed chunks (the handshake's ALPN).
+    zstd: bool,
 }
 
 impl Link {
     pub fn new(gate: Arc<AuthGate>, conn: quinn::Connection) -> Self {
+        let zstd = relay_transport::tls::agreed_zstd(&conn);
         Self {
             gate,
             frame_turns: FrameTurns::default(),
             conn,
+            zstd,
         }
     }
 
@@ -302,6 +308,8 @@ async fn run(
         resume: None,
         stager: None,
         staged: None,
+        encoding: None,
+        zstd_agreed: link.zstd,
     };
     let (mut session, mut action) = RelaySession::new(Accepted {
         container: offer.container.clone(),
@@ -322,7 +330,12 @@ async fn run(
             }
             Action::ReadFrame { timeout } => {
                 match tokio::time::timeout(timeout, link.read_frame(recv)).await {
-                    Ok(frame) => Event::Frame(frame),
+                    Ok(frame) => {
+                        if let Ok(Message::Start(s)) = &frame {
+                            io.encoding = s.encoding;
+                        }
+                        Event::Frame(frame)
+                    }
                     Err(_) => Event::TimedOut,
                 }
             }
@@ -401,6 +414,10 @@ struct Io<'a> {
     staged: Option<relay_storage::staging::Staged>,
     /// Bytes of the file staged so far, when the Offer asked for `Progress`.
     progress: Option<tokio::sync::watch::Sender<u64>>,
+    /// How the client's Start said its bytes travel.
+    encoding: Option<Encoding>,
+    /// The connection agreed on compressed chunks.
+    zstd_agreed: bool,
 }
 
 impl Io<'_> {
@@ -505,11 +522,34 @@ impl Io<'_> {
         if let Some(f) = on_staged {
             stager = stager.with_on_staged(f);
         }
-        let pumped = stager.pump(recv).await;
+        let pumped = match self.encoding {
+            None => stager.pump(recv).await,
+            Some(Encoding::Zstd) if !self.zstd_agreed => {
+                return Err(fail(
+                    Code::BadEncoding,
+                    "compressed chunks were not agreed in the handshake (ALPN); nothing committed",
+                ));
+            }
+            Some(Encoding::Zstd) => {
+                // The decoder's memory comes from the budget like a block's.
+                let _decoder = stager.reserve(DECODER_BYTES).await.map_err(stage_failure)?;
+                let remaining = self.offer.size - stager.offset();
+                stager.pump(&mut Inflating::new(recv, remaining)).await
+            }
+        };
         if let Err(e) = pumped {
             // Blocks already in flight are worth keeping: a resume reuses them.
             stager.drain().await;
-            return Err(stage_failure(e));
+            return Err(match &e {
+                relay_storage::staging::StageError::Source(io) => match refusal(io) {
+                    Some(why) => fail(
+                        Code::BadEncoding,
+                        format!("compressed chunks refused: {why}; nothing committed"),
+                    ),
+                    None => stage_failure(e),
+                },
+                _ => stage_failure(e),
+            });
         }
         self.stager = Some(stager);
         Ok(())

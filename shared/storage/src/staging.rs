@@ -336,6 +336,14 @@ impl Stager {
         self.offset
     }
 
+    /// Memory this transfer needs beside its blocks (the relay's decoder of
+    /// compressed chunks, `relay_proto::inflate::DECODER_BYTES`), taken as a
+    /// block's is: from the owner's share, then the budget, within
+    /// `budget_wait`. Held until the permit is dropped.
+    pub async fn reserve(&self, bytes: u64) -> Result<BlockPermit, StageError> {
+        self.acquire(bytes).await
+    }
+
     /// Reads exactly the remaining bytes of the file from `src`, staging each block as
     /// it fills. Back-pressure: no byte is read before its block's budget is granted.
     pub async fn pump<R: AsyncRead + Unpin>(&mut self, src: &mut R) -> Result<(), StageError> {
@@ -541,8 +549,9 @@ impl Stager {
     }
 }
 
-/// A block's memory: the owner's share and the global budget, returned together.
-struct BlockPermit {
+/// A block's memory: the owner's share and the global budget, returned together
+/// when dropped.
+pub struct BlockPermit {
     _share: Option<OwnedSemaphorePermit>,
     _global: OwnedSemaphorePermit,
 }
