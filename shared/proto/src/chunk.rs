@@ -145,7 +145,9 @@ impl Deflater {
             self.level = level;
         }
         let mut out = vec![0u8; CHUNK_HEADER_LEN + max_wire_len(raw.len() as u32) as usize];
-        let n = self.cctx.compress_to_buffer(raw, &mut out[CHUNK_HEADER_LEN..])?;
+        let n = self
+            .cctx
+            .compress_to_buffer(raw, &mut out[CHUNK_HEADER_LEN..])?;
         if n >= raw.len() {
             return Ok(Self::plain(raw));
         }

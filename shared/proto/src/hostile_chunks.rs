@@ -33,7 +33,10 @@ fn frame(raw: &[u8]) -> Vec<u8> {
 
 /// 1 MiB of zeros in a frame that declares 1000 bytes: a decompression bomb.
 pub fn bomb() -> (Vec<u8>, u64) {
-    (chunk(ChunkKind::Zstd, 1000, &frame(&vec![0u8; 1 << 20])), 1 << 20)
+    (
+        chunk(ChunkKind::Zstd, 1000, &frame(&vec![0u8; 1 << 20])),
+        1 << 20,
+    )
 }
 
 /// A frame of 5000 bytes in a chunk that declares 6000.

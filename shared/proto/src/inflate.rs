@@ -20,6 +20,9 @@ use crate::chunk::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, MAX_CHUNK_RAW, WIND
 /// (`decoder_bytes_cover_what_the_decoder_holds` measures it).
 pub const DECODER_BYTES: u64 = 2 << 20;
 
+/// Wire bytes a relay reads ahead of its decoder (within `DECODER_BYTES`).
+pub const READ_AHEAD_BYTES: usize = 64 * 1024;
+
 /// Why the relay refused a client's compressed chunks. Each is final for the
 /// transfer (nothing is committed; blocks staged before stay for a resume).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
