@@ -115,7 +115,7 @@ impl DataSet {
                 DataSet::Sparse => {
                     let offset = at + buf.len() as u64;
                     let mut block = vec![0u8; 256 << 10];
-                    if offset % (4 << 20) == 0 {
+                    if offset.is_multiple_of(4 << 20) {
                         rng.fill_bytes(&mut block);
                     }
                     buf.extend_from_slice(&block);

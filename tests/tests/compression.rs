@@ -128,6 +128,8 @@ async fn compressed_uploads_commit_exactly_the_files_bytes() {
                 .unwrap_or_else(|| panic!("no wire_bytes: {f}"));
             let sent = f["bytes_sent"].as_u64().unwrap_or_default();
             assert_eq!(sent, s.size, "{f}");
+            // For the record (`-- --nocapture`): what each set cost on the wire.
+            eprintln!("{mode} {}: {sent} bytes, {wire} on the wire", s.name);
             if s.name.starts_with("random") {
                 // Plain chunks: at most a header per MiB more.
                 assert!(wire >= sent && wire <= sent + 9 * (sent / MIB + 1), "{f}");

@@ -82,7 +82,9 @@ async fn each_hostile_chunk_is_refused_and_publishes_nothing() {
     let (relay, container) = RelayHandle::with_container("zhostile", RelayOptions::default()).await;
     let (_c, conn) = connect(&relay, true).await;
     assert!(relay_transport::tls::agreed_zstd(&conn));
-    let cases: [(&str, (Vec<u8>, u64), &str); 10] = [
+    // (name, the chunk and the file size it claims, what the refusal says)
+    type Case = (&'static str, (Vec<u8>, u64), &'static str);
+    let cases: [Case; 10] = [
         ("bomb", hostile::bomb(), "decompression bomb"),
         ("short", hostile::short_frame(), "ends after 5000 of"),
         (
