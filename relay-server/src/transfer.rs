@@ -12,7 +12,6 @@ use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::codec::FrameError;
 use relay_proto::id_key::Owner;
-use relay_proto::inflate::DECODER_BYTES;
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
@@ -23,7 +22,7 @@ use relay_proto::session::relay::{
 };
 use relay_storage::blob::BlobWriter;
 use relay_storage::publish::{Destination, PublishError};
-use relay_storage::staging::{StageLimits, Stager};
+use relay_storage::staging::{StageError, StageLimits, Stager};
 use relay_transport::frames::write_frame;
 use tracing::Instrument;
 
@@ -531,25 +530,17 @@ impl Io<'_> {
                 ));
             }
             Some(Encoding::Zstd) => {
-                // The decoder's memory comes from the budget like a block's.
-                let _decoder = stager.reserve(DECODER_BYTES).await.map_err(stage_failure)?;
                 let remaining = self.offer.size - stager.offset();
-                stager.pump(&mut Inflating::new(recv, remaining)).await
+                let reserve = decoder_memory(shared, &self.owner);
+                stager
+                    .pump(&mut Inflating::new(recv, remaining, reserve))
+                    .await
             }
         };
         if let Err(e) = pumped {
             // Blocks already in flight are worth keeping: a resume reuses them.
             stager.drain().await;
-            return Err(match &e {
-                relay_storage::staging::StageError::Source(io) => match refusal(io) {
-                    Some(why) => fail(
-                        Code::BadEncoding,
-                        format!("compressed chunks refused: {why}; nothing committed"),
-                    ),
-                    None => stage_failure(e),
-                },
-                _ => stage_failure(e),
-            });
+            return Err(receive_failure(e));
         }
         self.stager = Some(stager);
         Ok(())
@@ -606,6 +597,51 @@ impl Io<'_> {
             content_md5,
         })
     }
+}
+
+/// A failure while receiving, as the peer hears it: its compressed chunks
+/// refused (`bad_encoding`), no memory for its decoder (`busy`, as for a
+/// block), or the stager's own failure.
+fn receive_failure(e: StageError) -> Failure {
+    let StageError::Source(io) = e else {
+        return stage_failure(e);
+    };
+    if let Some(why) = refusal(&io) {
+        return fail(
+            Code::BadEncoding,
+            format!("compressed chunks refused: {why}; nothing committed"),
+        );
+    }
+    if !io.get_ref().is_some_and(|inner| inner.is::<StageError>()) {
+        return stage_failure(StageError::Source(io));
+    }
+    match io.into_inner().map(|inner| inner.downcast::<StageError>()) {
+        Some(Ok(inner)) => stage_failure(*inner),
+        _ => fail(Code::Internal, "the decoder's memory failed"),
+    }
+}
+
+/// The decoder's memory, taken when a transfer's first zstd chunk needs it as
+/// a block's is: from the owner's share, then the budget, within the budget
+/// wait (else a retryable `busy`, as for a block).
+fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::inflating::Reserve {
+    let share = shared.share_of(owner);
+    let budget = shared.budget.clone();
+    let wait = shared.budget_wait;
+    Box::new(move |bytes| {
+        Box::pin(async move {
+            let take = async {
+                let a = share.take(bytes).await?;
+                let b = budget.take(bytes).await?;
+                Ok::<_, StageError>((a, b))
+            };
+            match tokio::time::timeout(wait, take).await {
+                Ok(Ok(held)) => Ok(Box::new(held) as crate::inflating::Held),
+                Ok(Err(e)) => Err(std::io::Error::other(e)),
+                Err(_) => Err(std::io::Error::other(StageError::Busy(wait.as_secs()))),
+            }
+        })
+    })
 }
 
 /// Test hook: waits (at most 30 s) until the connection has received `bytes`, so

@@ -16,7 +16,7 @@ use crate::chunk::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, MAX_CHUNK_RAW, WIND
 
 /// Memory one decoder may hold (its window of `2^WINDOW_LOG_MAX` bytes, input
 /// and output blocks and its context, rounded up): counted against the
-/// relay's block budget for each transfer that receives compressed chunks
+/// relay's block budget for each transfer from its first zstd chunk
 /// (`decoder_bytes_cover_what_the_decoder_holds` measures it).
 pub const DECODER_BYTES: u64 = 2 << 20;
 
@@ -106,6 +106,12 @@ impl Inflater {
         }
     }
 
+    /// Whether the next step makes the decoder (`DECODER_BYTES`): a zstd chunk
+    /// has begun and none exists yet. A transfer of plain chunks never does.
+    pub fn needs_decoder(&self) -> bool {
+        self.dctx.is_none() && matches!(self.state, State::Zstd { .. })
+    }
+
     /// Whether every byte of the file was delivered, at a chunk boundary.
     pub fn is_done(&self) -> bool {
         self.remaining == 0 && matches!(self.state, State::Header { have: 0 })
@@ -167,12 +173,12 @@ impl Inflater {
         self.state = match h.kind {
             ChunkKind::Plain => State::Plain { left: h.raw_len },
             ChunkKind::Zstd => {
-                let dctx = match &mut self.dctx {
-                    Some(d) => d,
-                    None => self.dctx.insert(new_dctx()?),
-                };
-                dctx.reset(ResetDirective::SessionOnly)
-                    .map_err(|c| InflateError::Decoder(zstd_safe::get_error_name(c)))?;
+                // The decoder is made at the first zstd chunk (`needs_decoder`:
+                // its caller grants the memory first), then reset per frame.
+                if let Some(dctx) = &mut self.dctx {
+                    dctx.reset(ResetDirective::SessionOnly)
+                        .map_err(|c| InflateError::Decoder(zstd_safe::get_error_name(c)))?;
+                }
                 State::Zstd {
                     declared: h.raw_len,
                     raw_left: h.raw_len,
@@ -191,10 +197,10 @@ impl Inflater {
         raw_left: u32,
         wire_left: u32,
     ) -> Result<Step, InflateError> {
-        let dctx = self
-            .dctx
-            .as_mut()
-            .ok_or(InflateError::Decoder("no decoder"))?;
+        let dctx = match &mut self.dctx {
+            Some(d) => d,
+            None => self.dctx.insert(new_dctx()?),
+        };
         // Once the declared bytes are out, the frame may only end: a byte more
         // is a bomb, found with a one-byte probe instead of a larger buffer.
         let mut probe = [0u8; 1];

@@ -64,6 +64,11 @@ impl Budget {
         bytes.div_ceil(UNIT) <= self.total_bytes / UNIT
     }
 
+    /// Memory outside a block (a decoder's), held until the permit drops.
+    pub async fn take(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
+        self.acquire(bytes).await
+    }
+
     async fn acquire(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
         let units = u32::try_from(bytes.div_ceil(UNIT).max(1))
             .map_err(|_| StageError::BudgetTooSmall(bytes))?;
@@ -336,14 +341,6 @@ impl Stager {
         self.offset
     }
 
-    /// Memory this transfer needs beside its blocks (the relay's decoder of
-    /// compressed chunks, `relay_proto::inflate::DECODER_BYTES`), taken as a
-    /// block's is: from the owner's share, then the budget, within
-    /// `budget_wait`. Held until the permit is dropped.
-    pub async fn reserve(&self, bytes: u64) -> Result<BlockPermit, StageError> {
-        self.acquire(bytes).await
-    }
-
     /// Reads exactly the remaining bytes of the file from `src`, staging each block as
     /// it fills. Back-pressure: no byte is read before its block's budget is granted.
     pub async fn pump<R: AsyncRead + Unpin>(&mut self, src: &mut R) -> Result<(), StageError> {
@@ -549,9 +546,8 @@ impl Stager {
     }
 }
 
-/// A block's memory: the owner's share and the global budget, returned together
-/// when dropped.
-pub struct BlockPermit {
+/// A block's memory: the owner's share and the global budget, returned together.
+struct BlockPermit {
     _share: Option<OwnedSemaphorePermit>,
     _global: OwnedSemaphorePermit,
 }
