@@ -5,6 +5,11 @@
 //! * [`check_frame_bytes`]: the frame codec on arbitrary bytes.
 //! * [`check_offer_input`]: Offer validation on arbitrary Offers and relay limits,
 //!   against an independent restatement of the rules ([`expected_outcome`]).
+//! * [`inflate::check_inflate_bytes`]: the relay's decoder of compressed chunks
+//!   on arbitrary bytes (and [`inflate::check_round_trip`]: the client's chunks
+//!   come back as the file).
+
+pub mod inflate;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -422,7 +427,7 @@ pub fn seed_messages() -> Vec<Message> {
             message: "invalid blob name \"a/\": ends with '/' or '.'".into(),
             existing: None,
         }),
-        Message::Start(Start { offset: 0 }),
+        Message::Start(Start::plain(0)),
         Message::Trailer(Trailer {
             sha256: "ef".repeat(32),
         }),

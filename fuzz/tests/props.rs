@@ -167,3 +167,70 @@ fn seed_files_are_current() {
         );
     }
 }
+
+/// The `inflate` target's seeds (`seeds/inflate/`, rewritten by
+/// `WRITE_SEEDS=1 cargo test --test props`) and the hostile chunks they hold.
+/// Not compared byte for byte: another zstd may compress the valid seed
+/// differently, and any of its frames is a fine seed.
+#[test]
+fn inflate_seeds_hold_the_properties() {
+    use blob_relay_fuzz::inflate::{check_inflate_bytes, seed_inputs};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/inflate");
+    if std::env::var_os("WRITE_SEEDS").is_some() {
+        std::fs::create_dir_all(&dir).expect("seed dir");
+        for (i, input) in seed_inputs().iter().enumerate() {
+            std::fs::write(dir.join(format!("{i}.bin")), input).expect("write seed");
+        }
+    }
+    for input in seed_inputs() {
+        check_inflate_bytes(&input);
+    }
+    let on_disk = std::fs::read_dir(&dir).expect("seeds/inflate (WRITE_SEEDS=1 writes it)");
+    let mut n = 0;
+    for entry in on_disk {
+        check_inflate_bytes(&std::fs::read(entry.expect("seed").path()).expect("read seed"));
+        n += 1;
+    }
+    assert_eq!(
+        n,
+        seed_inputs().len(),
+        "seeds/inflate is stale (WRITE_SEEDS=1)"
+    );
+}
+
+/// A seed with one edit: a flipped byte, a cut, or a changed header field.
+fn edited_inflate_input() -> impl Strategy<Value = Vec<u8>> {
+    let n = blob_relay_fuzz::inflate::seed_inputs().len();
+    (0..n, 0u8..3, any::<prop::sample::Index>(), any::<u8>()).prop_map(|(i, op, at, byte)| {
+        let mut v = blob_relay_fuzz::inflate::seed_inputs().swap_remove(i);
+        let k = at.index(v.len());
+        match op {
+            0 => v[k] ^= byte | 1,
+            1 => v.truncate(k),
+            _ => v[k] = byte,
+        }
+        v
+    })
+}
+
+proptest! {
+    #[test]
+    fn inflate_takes_arbitrary_bytes(data in prop::collection::vec(any::<u8>(), 0..4096)) {
+        blob_relay_fuzz::inflate::check_inflate_bytes(&data);
+    }
+
+    #[test]
+    fn inflate_takes_edited_chunks(data in edited_inflate_input()) {
+        blob_relay_fuzz::inflate::check_inflate_bytes(&data);
+    }
+
+    #[test]
+    fn client_chunks_inflate_to_the_file(
+        raw in prop::collection::vec(0u8..8, 1..200_000),
+        chunk in 1usize..70_000,
+        level in 1i32..6,
+        room in 1usize..70_000,
+    ) {
+        blob_relay_fuzz::inflate::check_round_trip(&raw, chunk, level, room);
+    }
+}

@@ -211,6 +211,13 @@ pub struct UploadArgs {
     #[arg(long)]
     pub put_md5: bool,
 
+    /// Compress on the wire: auto (each 1 MiB chunk that shrinks, at a zstd
+    /// level the link leaves time for; already-compressed data goes as it
+    /// is), zstd (every chunk that shrinks, level 3), off. Used only with a
+    /// relay that announces it; the blob always holds the file's own bytes.
+    #[arg(long, value_enum, default_value_t = crate::compress::Mode::Auto)]
+    pub compress: crate::compress::Mode,
+
     /// Metadata KEY=VALUE stored on every blob (repeatable).
     #[arg(long = "metadata", value_name = "KEY=VALUE")]
     pub metadata: Vec<String>,

@@ -119,7 +119,7 @@ pub enum ConnectorError {
     Endpoint(#[source] std::io::Error),
 }
 
-fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, ConnectorError> {
+fn tls_config(trust: &Trust, zstd: bool) -> Result<rustls::ClientConfig, ConnectorError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -143,8 +143,20 @@ fn tls_config(trust: &Trust) -> Result<rustls::ClientConfig, ConnectorError> {
             .with_root_certificates(load_roots(path)?)
             .with_no_client_auth(),
     };
-    cfg.alpn_protocols = vec![relay_proto::limits::ALPN.to_vec()];
+    cfg.alpn_protocols = relay_transport::tls::alpn_protocols(zstd);
     Ok(cfg)
+}
+
+fn client_config(
+    trust: &Trust,
+    zstd: bool,
+    transport: &Arc<quinn::TransportConfig>,
+) -> Result<quinn::ClientConfig, ConnectorError> {
+    let crypto =
+        QuicClientConfig::try_from(tls_config(trust, zstd)?).map_err(ConnectorError::Quic)?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(transport.clone());
+    Ok(config)
 }
 
 fn load_roots(path: &Path) -> Result<rustls::RootCertStore, ConnectorError> {
@@ -250,6 +262,7 @@ pub fn is_busy(e: &quinn::ConnectionError) -> bool {
 pub struct Connector {
     endpoint: Endpoint,
     config: quinn::ClientConfig,
+    transport: Arc<quinn::TransportConfig>,
     /// With warm start: the windows and path memory each new connection's
     /// transport is built from (see `connect`).
     memory: Option<(Windows, PathMemory)>,
@@ -290,19 +303,26 @@ impl Connector {
         udp_buffer: usize,
         bind: SocketAddr,
     ) -> Result<Self, ConnectorError> {
-        let crypto =
-            QuicClientConfig::try_from(tls_config(trust)?).map_err(ConnectorError::Quic)?;
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport));
+        let transport = Arc::new(transport);
+        let config = client_config(trust, true, &transport)?;
         let socket = bind_udp(bind, udp_buffer).map_err(ConnectorError::Bind)?;
         let endpoint =
             relay_transport::quic::endpoint(None, socket).map_err(ConnectorError::Endpoint)?;
         Ok(Self {
             endpoint,
             config,
+            transport,
             memory: None,
             keep_alive: None,
         })
+    }
+
+    /// Whether new connections announce compressed chunks (every connector
+    /// does unless told: `--compress off` does not, nor a test that plays a
+    /// client from before issue 34).
+    pub fn announce_zstd(&mut self, trust: &Trust, zstd: bool) -> Result<(), ConnectorError> {
+        self.config = client_config(trust, zstd, &self.transport)?;
+        Ok(())
     }
 
     /// Connections start warm from `memory`; a reconnect during the run starts

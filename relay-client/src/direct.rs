@@ -89,6 +89,7 @@ pub async fn upload_file(
         etag: published.props.etag,
         bytes_resumed: staged.bytes_resumed,
         bytes_sent: staged.bytes_received,
+        wire_bytes: None,
         retries: writer.retries(),
         storage_requests: writer.requests(),
         timings: ClientTimings {
@@ -245,6 +246,7 @@ async fn already_there(
         etag: props.etag,
         bytes_resumed: before.len,
         bytes_sent: 0,
+        wire_bytes: None,
         retries: writer.retries(),
         storage_requests: writer.requests(),
         timings: ClientTimings {

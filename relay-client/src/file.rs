@@ -104,6 +104,7 @@ pub async fn report_of(
         content_md5: sent.content_md5,
         bytes_resumed: sent.bytes_resumed,
         bytes_sent: sent.bytes_sent,
+        wire_bytes: sent.wire_bytes,
         retries: sent.retries,
         reconnects: sent.reconnects,
         storage_requests: sent.storage_requests,
@@ -419,6 +420,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         content_md5: None,
         bytes_resumed: 0,
         bytes_sent: 0,
+        wire_bytes: None,
         retries: 0,
         reconnects: 0,
         storage_requests: 0,
@@ -453,6 +455,7 @@ mod tests {
             content_type: None,
             metadata: Default::default(),
             put_md5: false,
+            compress: Default::default(),
         };
         let t = |o: &Options, n: &str| with_content_type(o, &src(n)).content_type;
         assert_eq!(t(&opts, "a/notes.txt").as_deref(), Some("text/plain"));

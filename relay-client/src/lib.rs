@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod compress;
 pub mod connect;
 pub mod direct;
 pub mod direct_sizing;
@@ -30,3 +31,4 @@ pub mod units;
 pub mod upload;
 pub mod walk;
 pub mod watch;
+pub mod wire;

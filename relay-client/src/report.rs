@@ -38,6 +38,11 @@ pub struct FileReport {
     pub content_md5: Option<String>,
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
+    /// Relay mode, compressed on the wire (`--compress`): the bytes that
+    /// carried `bytes_sent` of the file (chunk headers included). Absent when
+    /// every byte went as it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wire_bytes: Option<u64>,
     pub retries: u32,
     /// Times this file went on over a new connection after the network went
     /// away (not counted in `attempts`).

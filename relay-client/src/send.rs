@@ -13,15 +13,18 @@ use relay_proto::checkpoint::Checkpoint;
 use relay_proto::codec::FrameError;
 use relay_proto::exchange::{EagerAnswer, eager_answer};
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Message, Offer, Overwrite, Receipt, Start, Trailer, app_error};
+use relay_proto::protocol::{
+    Encoding, Message, Offer, Overwrite, Receipt, Start, Trailer, app_error,
+};
 use relay_proto::session::client::{
     Action, ClientSession, Event, Failed, Replaces, StreamEnd, prefix_to_check, start_offset,
 };
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
+use crate::compress::Mode;
 use crate::report::{ClientTimings, FileError};
-use crate::source::{Snapshot, hash_prefix, read_range};
+use crate::source::{Snapshot, hash_prefix, read_range_with};
 use crate::walk::Source;
 
 /// What every file of one run shares.
@@ -36,6 +39,8 @@ pub struct Options {
     pub metadata: BTreeMap<String, String>,
     /// Ask for a Content-MD5 of every byte on each committed blob.
     pub put_md5: bool,
+    /// `--compress`: used only on a connection where both ends announced it.
+    pub compress: Mode,
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +50,8 @@ pub struct Sent {
     pub etag: String,
     pub bytes_resumed: u64,
     pub bytes_sent: u64,
+    /// Compressed on the wire: the bytes that carried `bytes_sent`.
+    pub wire_bytes: Option<u64>,
     pub retries: u32,
     pub storage_requests: u32,
     pub timings: ClientTimings,
@@ -141,6 +148,7 @@ struct Stream {
     sha256: String,
     len: u64,
     bytes_sent: u64,
+    wire_bytes: Option<u64>,
     /// The relay answered the Offer's SHA-256 with a Receipt, no bytes sent.
     identical: bool,
     t0: Instant,
@@ -156,6 +164,7 @@ impl Stream {
             etag: receipt.etag,
             bytes_resumed: receipt.bytes_resumed,
             bytes_sent: self.bytes_sent,
+            wire_bytes: self.wire_bytes,
             retries: receipt.retries,
             storage_requests: receipt.requests,
             timings: ClientTimings {
@@ -172,6 +181,16 @@ impl Stream {
             abandoned: None,
         }
     }
+}
+
+/// How a stream's bytes travel: `encoding` from the Start, `mode` for the
+/// encoder's choices.
+#[derive(Debug)]
+struct Wire {
+    encoding: Option<Encoding>,
+    mode: Mode,
+    /// Wire bytes of the file's chunks sent so far.
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Why the body (bytes and Trailer) stopped before the end.
@@ -197,6 +216,15 @@ async fn attempt(
     let t0 = Instant::now();
     let before = Snapshot::take(&src.path).map_err(unreadable)?;
     bar.set_length(before.len);
+    // Compressed chunks only where both ends announced them (version skew
+    // either way: plain, no error).
+    let how = Wire {
+        encoding: (opts.compress != Mode::Off && relay_transport::tls::agreed_zstd(conn))
+            .then_some(Encoding::Zstd),
+        mode: opts.compress,
+        sent: Default::default(),
+    };
+
     let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
     // Files go out in the order their streams opened, not interleaved: quinn
     // sends a higher priority's buffered data first and round-robins equal
@@ -231,14 +259,15 @@ async fn attempt(
         sha256: known_sha256.clone().unwrap_or_default(),
         len: before.len,
         bytes_sent: 0,
+        wire_bytes: None,
         identical: false,
         t0,
         t_sent: t0,
     };
     let body = if eager {
-        eager_body(&mut send, &mut recv, src, &before, bar).await?
+        eager_body(&mut send, &mut recv, src, &before, bar, &how).await?
     } else {
-        plain_body(&mut send, &mut recv, src, &before, bar, known_sha256).await?
+        plain_body(&mut send, &mut recv, src, &before, bar, known_sha256, &how).await?
     };
     let (start, answer) = match body {
         Body::Answered {
@@ -259,6 +288,9 @@ async fn attempt(
         }
     };
     stream.bytes_sent = before.len - start;
+    stream.wire_bytes = how
+        .encoding
+        .map(|_| how.sent.load(std::sync::atomic::Ordering::Relaxed));
     let end = match answer {
         Message::Receipt(receipt) => StreamEnd::Receipt {
             receipt,
@@ -366,6 +398,7 @@ async fn plain_body(
     before: &Snapshot,
     bar: &ProgressBar,
     known_sha256: Option<String>,
+    how: &Wire,
 ) -> Result<Body, FileError> {
     let plan = match read_frame(recv)
         .await
@@ -381,12 +414,16 @@ async fn plain_body(
         other => return Err(unexpected("a Plan", &other)),
     };
     let (start, hasher) = resume_from(src, &plan, before.len).await?;
-    write_frame(send, &Message::Start(Start { offset: start }))
+    let start_frame = Start {
+        offset: start,
+        encoding: how.encoding,
+    };
+    write_frame(send, &Message::Start(start_frame))
         .await
         .map_err(|e| frame_err("sending Start", e))?;
     // What is resumed is staged already.
     bar.set_position(start);
-    let body = send_body(send, src, start, before, hasher);
+    let body = send_body(send, src, start, before, hasher, how);
     body_and_answer(body, answer(recv, bar), start).await
 }
 
@@ -400,13 +437,18 @@ async fn eager_body(
     src: &Source,
     before: &Snapshot,
     bar: &ProgressBar,
+    how: &Wire,
 ) -> Result<Body, FileError> {
     let mut body = Box::pin(async {
-        write_frame(send, &Message::Start(Start { offset: 0 }))
+        let start = Start {
+            offset: 0,
+            encoding: how.encoding,
+        };
+        write_frame(send, &Message::Start(start))
             .await
             .map_err(|e| BodyEnd::Transport(frame_err("sending Start", e)))?;
         bar.set_position(0);
-        send_body(send, src, 0, before, Sha256::new()).await
+        send_body(send, src, 0, before, Sha256::new(), how).await
     });
     let mut sent = None;
     let first = {
@@ -466,8 +508,9 @@ async fn send_body(
     start: u64,
     before: &Snapshot,
     hasher: Sha256,
+    how: &Wire,
 ) -> Result<String, BodyEnd> {
-    let hasher = stream_bytes(send, src, start, before.len, hasher).await?;
+    let hasher = stream_bytes(send, src, start, before.len, hasher, how).await?;
     let after = Snapshot::take(&src.path).map_err(|e| BodyEnd::Source(unreadable(e)))?;
     if &after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
@@ -520,32 +563,54 @@ async fn resume_from(
     }
 }
 
-/// Sends the file's bytes `[start, len)`, hashing them on the way.
+/// Sends the file's bytes `[start, len)`, hashing them on the way: as they are,
+/// or (`Start{encoding: zstd}`) as chunks, each plain or compressed as
+/// `compress::Policy` decides from the sender's measured pace (`wire`).
 async fn stream_bytes(
     send: &mut quinn::SendStream,
     src: &Source,
     start: u64,
     len: u64,
     mut hasher: Sha256,
+    how: &Wire,
 ) -> Result<Sha256, BodyEnd> {
-    let mut chunks = read_range(src.path.clone(), start, len - start);
-    while let Some(chunk) = chunks.recv().await {
-        let chunk = match chunk {
-            Ok(c) => c,
+    let meter = std::sync::Arc::new(crate::wire::Meter::default());
+    let (path, count) = (src.path.clone(), len - start);
+    let mut pieces = match how.encoding {
+        None => read_range_with(path, start, count, |raw| {
+            Ok(crate::wire::Piece {
+                wire: raw.clone(),
+                raw,
+            })
+        }),
+        Some(Encoding::Zstd) => {
+            let encoder = crate::wire::encoder(how.mode, meter.clone())
+                .map_err(|e| BodyEnd::Source(FileError::new("compress", e.to_string(), false)))?;
+            read_range_with(path, start, count, encoder)
+        }
+    };
+    while let Some(piece) = pieces.recv().await {
+        let piece = match piece {
+            Ok(p) => p,
             Err(e) => {
                 let _ = send.reset(app_error::CLIENT_ABORT.into());
                 return Err(BodyEnd::Source(changed_or(e)));
             }
         };
-        hasher.update(&chunk);
+        hasher.update(&piece.raw);
         // Under `--max-rate` the chunk goes out in metered pieces (`crate::rate`).
-        let mut rest = chunk;
+        let t0 = Instant::now();
+        let wire_len = piece.wire.len() as u64;
+        let mut rest = piece.wire;
         while !rest.is_empty() {
-            let piece = crate::rate::next_piece(&mut rest).await;
-            send.write_chunk(piece)
+            let part = crate::rate::next_piece(&mut rest).await;
+            send.write_chunk(part)
                 .await
                 .map_err(|e| BodyEnd::Transport(lost(e)))?;
         }
+        meter.sent(t0.elapsed());
+        how.sent
+            .fetch_add(wire_len, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(hasher)
 }

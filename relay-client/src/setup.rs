@@ -192,6 +192,7 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         content_type: args.content_type.clone(),
         metadata: parse_metadata(&args.metadata)?,
         put_md5: args.put_md5,
+        compress: args.compress,
     })
 }
 
@@ -428,6 +429,7 @@ pub async fn mode(
         let observer = memory.observer.clone().unwrap_or_default();
         let mut connector =
             Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
+        connector.announce_zstd(&trust, args.compress != crate::compress::Mode::Off)?;
         let silence = args.idle_timeout.max(Duration::from_secs(1));
         // The watchdog must hear an ACK well within its silence limit.
         connector.keep_alive(silence / 3);

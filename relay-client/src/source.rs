@@ -54,12 +54,19 @@ pub async fn hash_prefix(path: PathBuf, len: u64) -> std::io::Result<Sha256> {
     .map_err(std::io::Error::other)?
 }
 
-/// Streams `[offset, offset + len)` as chunks from a blocking thread. Ends early
-/// with an `UnexpectedEof` error if the file shrank.
-pub fn read_range(path: PathBuf, offset: u64, len: u64) -> mpsc::Receiver<std::io::Result<Bytes>> {
+/// Streams `[offset, offset + len)` as chunks from a blocking thread, each
+/// passed through `each` there (its encoding, `send::stream_bytes`:
+/// compressing on this thread overlaps with sending the chunks before it).
+/// Ends early with an `UnexpectedEof` error if the file shrank.
+pub fn read_range_with<T: Send + 'static>(
+    path: PathBuf,
+    offset: u64,
+    len: u64,
+    mut each: impl FnMut(Bytes) -> std::io::Result<T> + Send + 'static,
+) -> mpsc::Receiver<std::io::Result<T>> {
     let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
-        let run = || -> std::io::Result<()> {
+        let mut run = || -> std::io::Result<()> {
             let mut f = std::fs::File::open(&path)?;
             f.seek(SeekFrom::Start(offset))?;
             let mut left = len;
@@ -76,8 +83,10 @@ pub fn read_range(path: PathBuf, offset: u64, len: u64) -> mpsc::Receiver<std::i
                     ));
                 }
                 left -= want as u64;
-                if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                    return Ok(()); // receiver gone: the transfer was abandoned
+                let item = each(Bytes::from(buf));
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return Ok(()); // receiver gone (the transfer was abandoned), or told why
                 }
             }
             Ok(())

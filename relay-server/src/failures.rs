@@ -46,7 +46,9 @@ impl Class {
                 // its If-Match.
                 | Code::HashMismatch
                 | Code::Truncated
-                | Code::Conflict => Class::Client,
+                | Code::Conflict
+                // Its compressed chunks were refused (`relay_proto::inflate`).
+                | Code::BadEncoding => Class::Client,
                 Code::Busy | Code::Internal => Class::Relay,
                 Code::Storage | Code::StorageRefused => Class::Storage,
             },

@@ -72,7 +72,7 @@ mod tests {
     async fn stalled_frames_hold_at_most_the_turns_and_others_wait() {
         let turns = FrameTurns::default();
         let n = FRAME_READS_PER_CONNECTION + 4;
-        let frame = encode(&Message::Start(Start { offset: 7 })).expect("encode");
+        let frame = encode(&Message::Start(Start::plain(7))).expect("encode");
         let (mut writers, mut readers, mut taken) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..n {
             let (mut w, r) = tokio::io::duplex(1 << 16);
@@ -105,7 +105,7 @@ mod tests {
         }
         for r in readers {
             let m = r.await.expect("reader task").expect("frame");
-            assert_eq!(m, Message::Start(Start { offset: 7 }));
+            assert_eq!(m, Message::Start(Start::plain(7)));
         }
         assert_eq!(turns.free(), FRAME_READS_PER_CONNECTION);
     }

@@ -13,6 +13,7 @@ pub mod failures;
 pub mod frame_turns;
 pub mod health;
 pub mod http;
+pub mod inflating;
 pub mod metrics;
 pub mod probe;
 pub mod rejections;

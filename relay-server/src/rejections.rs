@@ -32,7 +32,7 @@ pub enum Reason {
 
 /// Every code, in the order `/metrics` lists them. The match in `code_label` is
 /// exhaustive, so a new code fails to compile until it is named here too.
-const CODES: [Code; 14] = [
+const CODES: [Code; 15] = [
     Code::Unauthorized,
     Code::Forbidden,
     Code::InvalidName,
@@ -46,6 +46,7 @@ const CODES: [Code; 14] = [
     Code::Conflict,
     Code::Storage,
     Code::StorageRefused,
+    Code::BadEncoding,
     Code::Internal,
 ];
 
@@ -72,6 +73,7 @@ fn code_label(code: Code) -> &'static str {
         Code::Conflict => "conflict",
         Code::Storage => "storage",
         Code::StorageRefused => "storage_refused",
+        Code::BadEncoding => "bad_encoding",
         Code::Internal => "internal",
     }
 }

@@ -45,7 +45,9 @@ pub struct Relay {
 
 impl Relay {
     pub fn bind(cfg: Config) -> Result<Self, BindError> {
-        let crypto = cfg.identity.server_crypto()?;
+        let crypto = cfg
+            .identity
+            .server_crypto_with(!cfg.hooks.before_compression)?;
         let mut server = quinn::ServerConfig::with_crypto(crypto);
         // Until a connection presents a valid Offer it gets small windows and few
         // streams (`admission`); they are raised to `cfg.windows` afterwards.

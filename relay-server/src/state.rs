@@ -31,6 +31,9 @@ pub struct TestHooks {
     /// bytes: makes "the Plan arrives after the client sent everything" (a long
     /// path) deterministic on loopback.
     pub hold_plan_until_received: Option<u64>,
+    /// Announce only the plain protocol, as a relay from before compressed
+    /// chunks (issue 34) does: the version-skew tests.
+    pub before_compression: bool,
 }
 
 pub struct Config {

@@ -110,6 +110,15 @@ impl Identity {
     }
 
     pub fn server_crypto(&self) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, TlsError> {
+        self.server_crypto_with(true)
+    }
+
+    /// `zstd`: announce compressed chunks (every relay does; a test hook turns
+    /// it off to play a relay from before issue 34).
+    pub fn server_crypto_with(
+        &self,
+        zstd: bool,
+    ) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -117,7 +126,9 @@ impl Identity {
             .with_no_client_auth()
             .with_single_cert(self.certs.clone(), self.key.clone_key())
             .map_err(TlsError::Rejected)?;
-        cfg.alpn_protocols = vec![relay_proto::limits::ALPN.to_vec()];
+        // rustls takes the first of ours the client also offers: compressed
+        // chunks with a client that knows them, plain with any other.
+        cfg.alpn_protocols = relay_transport::tls::alpn_protocols(zstd);
         cfg.max_early_data_size = 0;
         let q = quinn::crypto::rustls::QuicServerConfig::try_from(cfg).map_err(TlsError::Quic)?;
         Ok(Arc::new(q))

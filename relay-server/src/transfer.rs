@@ -15,20 +15,21 @@ use relay_proto::id_key::Owner;
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
 use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
-use relay_proto::protocol::{Code, Failure, Message, Offer, Progress};
+use relay_proto::protocol::{Code, Encoding, Failure, Message, Offer, Progress};
 use relay_proto::resume::ResumePoint;
 use relay_proto::session::relay::{
     Accepted, Action, CONTROL_TIMEOUT, Committed, Event, Prepared, RelaySession, Staged, Usage,
 };
 use relay_storage::blob::BlobWriter;
 use relay_storage::publish::{Destination, PublishError};
-use relay_storage::staging::{StageLimits, Stager};
+use relay_storage::staging::{StageError, StageLimits, Stager};
 use relay_transport::frames::write_frame;
 use tracing::Instrument;
 
 use crate::admission::AuthGate;
 use crate::auth::{AuthError, Caller};
 use crate::frame_turns::FrameTurns;
+use crate::inflating::{Inflating, refusal};
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
 use crate::state::Shared;
@@ -128,14 +129,18 @@ pub struct Link {
     gate: Arc<AuthGate>,
     frame_turns: FrameTurns,
     conn: quinn::Connection,
+    /// Both ends announced compressed chunks (the handshake's ALPN).
+    zstd: bool,
 }
 
 impl Link {
     pub fn new(gate: Arc<AuthGate>, conn: quinn::Connection) -> Self {
+        let zstd = relay_transport::tls::agreed_zstd(&conn);
         Self {
             gate,
             frame_turns: FrameTurns::default(),
             conn,
+            zstd,
         }
     }
 
@@ -302,6 +307,8 @@ async fn run(
         resume: None,
         stager: None,
         staged: None,
+        encoding: None,
+        zstd_agreed: link.zstd,
     };
     let (mut session, mut action) = RelaySession::new(Accepted {
         container: offer.container.clone(),
@@ -322,7 +329,12 @@ async fn run(
             }
             Action::ReadFrame { timeout } => {
                 match tokio::time::timeout(timeout, link.read_frame(recv)).await {
-                    Ok(frame) => Event::Frame(frame),
+                    Ok(frame) => {
+                        if let Ok(Message::Start(s)) = &frame {
+                            io.encoding = s.encoding;
+                        }
+                        Event::Frame(frame)
+                    }
                     Err(_) => Event::TimedOut,
                 }
             }
@@ -401,6 +413,10 @@ struct Io<'a> {
     staged: Option<relay_storage::staging::Staged>,
     /// Bytes of the file staged so far, when the Offer asked for `Progress`.
     progress: Option<tokio::sync::watch::Sender<u64>>,
+    /// How the client's Start said its bytes travel.
+    encoding: Option<Encoding>,
+    /// The connection agreed on compressed chunks.
+    zstd_agreed: bool,
 }
 
 impl Io<'_> {
@@ -505,11 +521,26 @@ impl Io<'_> {
         if let Some(f) = on_staged {
             stager = stager.with_on_staged(f);
         }
-        let pumped = stager.pump(recv).await;
+        let pumped = match self.encoding {
+            None => stager.pump(recv).await,
+            Some(Encoding::Zstd) if !self.zstd_agreed => {
+                return Err(fail(
+                    Code::BadEncoding,
+                    "compressed chunks were not agreed in the handshake (ALPN); nothing committed",
+                ));
+            }
+            Some(Encoding::Zstd) => {
+                let remaining = self.offer.size - stager.offset();
+                let reserve = decoder_memory(shared, &self.owner);
+                stager
+                    .pump(&mut Inflating::new(recv, remaining, reserve))
+                    .await
+            }
+        };
         if let Err(e) = pumped {
             // Blocks already in flight are worth keeping: a resume reuses them.
             stager.drain().await;
-            return Err(stage_failure(e));
+            return Err(receive_failure(e));
         }
         self.stager = Some(stager);
         Ok(())
@@ -566,6 +597,51 @@ impl Io<'_> {
             content_md5,
         })
     }
+}
+
+/// A failure while receiving, as the peer hears it: its compressed chunks
+/// refused (`bad_encoding`), no memory for its decoder (`busy`, as for a
+/// block), or the stager's own failure.
+fn receive_failure(e: StageError) -> Failure {
+    let StageError::Source(io) = e else {
+        return stage_failure(e);
+    };
+    if let Some(why) = refusal(&io) {
+        return fail(
+            Code::BadEncoding,
+            format!("compressed chunks refused: {why}; nothing committed"),
+        );
+    }
+    if !io.get_ref().is_some_and(|inner| inner.is::<StageError>()) {
+        return stage_failure(StageError::Source(io));
+    }
+    match io.into_inner().map(|inner| inner.downcast::<StageError>()) {
+        Some(Ok(inner)) => stage_failure(*inner),
+        _ => fail(Code::Internal, "the decoder's memory failed"),
+    }
+}
+
+/// The decoder's memory, taken when a transfer's first zstd chunk needs it as
+/// a block's is: from the owner's share, then the budget, within the budget
+/// wait (else a retryable `busy`, as for a block).
+fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::inflating::Reserve {
+    let share = shared.share_of(owner);
+    let budget = shared.budget.clone();
+    let wait = shared.budget_wait;
+    Box::new(move |bytes| {
+        Box::pin(async move {
+            let take = async {
+                let a = share.take(bytes).await?;
+                let b = budget.take(bytes).await?;
+                Ok::<_, StageError>((a, b))
+            };
+            match tokio::time::timeout(wait, take).await {
+                Ok(Ok(held)) => Ok(Box::new(held) as crate::inflating::Held),
+                Ok(Err(e)) => Err(std::io::Error::other(e)),
+                Err(_) => Err(std::io::Error::other(StageError::Busy(wait.as_secs()))),
+            }
+        })
+    })
 }
 
 /// Test hook: waits (at most 30 s) until the connection has received `bytes`, so

@@ -4,6 +4,7 @@
 
 pub mod azurite;
 pub mod blobs;
+pub mod datasets;
 pub mod entra_issuer;
 pub mod entra_sts;
 pub mod files;

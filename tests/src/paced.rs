@@ -174,3 +174,25 @@ pub async fn run_and_kill(args: &[String], ready: impl Fn() -> bool) {
     }
     child.kill().await.unwrap_or_else(|e| panic!("kill: {e}"));
 }
+
+/// The blob's uncommitted blocks (ID, size).
+pub async fn uncommitted(container: &str, blob: &str) -> Vec<(Vec<u8>, u64)> {
+    crate::blobs::writer(container, blob)
+        .uncommitted_blocks()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until `blob` has `n` uncommitted blocks (the killed run's in-flight Put
+/// Blocks landing), then returns them; after a bound against hangs, returns what
+/// there is.
+pub async fn wait_uncommitted(container: &str, blob: &str, n: usize) -> Vec<(Vec<u8>, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = uncommitted(container, blob).await;
+        if list.len() >= n || Instant::now() > deadline {
+            return list;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

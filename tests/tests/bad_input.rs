@@ -153,7 +153,7 @@ async fn refused_eager_offer_stops_the_bytes() {
     let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
     let frame = |m: &Message| bytes::Bytes::from(encode(m).unwrap_or_else(|e| panic!("{e}")));
     let offer_frame = frame(&Message::Offer(o));
-    let start_frame = frame(&Message::Start(Start { offset: 0 }));
+    let start_frame = frame(&Message::Start(Start::plain(0)));
     let chunk = bytes::Bytes::from(vec![7u8; 1 << 20]);
     // Offer, Start and the whole file, as an eager client sends them; the first
     // failed write ends it.
@@ -216,7 +216,7 @@ async fn send_raw(
         Message::Plan(p) => assert_eq!(p.resume_offset, 0),
         other => panic!("expected a Plan, got {other:?}"),
     }
-    let mut bytes = encode(&Message::Start(Start { offset: 0 })).unwrap_or_else(|e| panic!("{e}"));
+    let mut bytes = encode(&Message::Start(Start::plain(0))).unwrap_or_else(|e| panic!("{e}"));
     bytes.extend_from_slice(body);
     if let Some(h) = trailer {
         bytes.extend(
@@ -513,7 +513,7 @@ async fn refused_streams_are_counted_by_reason() {
 
     // A Start before any Offer.
     let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
-    write_frame(&mut send, &Message::Start(Start { offset: 0 }))
+    write_frame(&mut send, &Message::Start(Start::plain(0)))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let m = read_frame(&mut recv)

@@ -169,7 +169,7 @@ async fn resume_is_private_to_the_token_that_started_it() {
     assert_eq!(other.checkpoint, Checkpoint::start().to_hex());
     assert_ne!(other.tag, own.tag);
     // ... and cannot start at the owner's offset.
-    write_frame(&mut send, &Message::Start(Start { offset: 10 * MIB }))
+    write_frame(&mut send, &Message::Start(Start::plain(10 * MIB)))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     match read_frame(&mut recv)

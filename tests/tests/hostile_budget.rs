@@ -168,7 +168,7 @@ async fn one_token_cannot_hold_the_budget() {
             Message::Plan(p) => assert_eq!(p.resume_offset, 0),
             other => panic!("expected a Plan, got {other:?}"),
         }
-        write_frame(&mut send, &Message::Start(Start { offset: 0 }))
+        write_frame(&mut send, &Message::Start(Start::plain(0)))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         send.write_all(&[7u8; 100])

@@ -16,7 +16,7 @@ use relay_proto::id_key::{IdKey, Owner};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_content_md5, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
-use relay_tests::paced::{TestRelay, run_and_kill};
+use relay_tests::paced::{TestRelay, run_and_kill, uncommitted, wait_uncommitted};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::TOKEN;
 use relay_tests::upload::Upload;
@@ -31,28 +31,6 @@ const T: Duration = Duration::from_secs(120);
 async fn setup(tag: &str) -> (TestRelay, String, Scratch) {
     let container = new_container(tag).await;
     (TestRelay::start(), container, Scratch::new(tag))
-}
-
-/// The committed blob's size and SHA-256 (downloaded and hashed).
-async fn uncommitted(container: &str, blob: &str) -> Vec<(Vec<u8>, u64)> {
-    writer(container, blob)
-        .uncommitted_blocks()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Waits until `blob` has `n` uncommitted blocks (the killed run's in-flight Put
-/// Blocks landing), then returns them; after a bound against hangs, returns what
-/// there is.
-async fn wait_uncommitted(container: &str, blob: &str, n: usize) -> Vec<(Vec<u8>, u64)> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let list = uncommitted(container, blob).await;
-        if list.len() >= n || Instant::now() > deadline {
-            return list;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn committed_file(out: &std::process::Output) -> serde_json::Value {

@@ -10,7 +10,6 @@
 //! every outcome is checked by downloading and hashing the blob, or by its absence.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -21,9 +20,10 @@ use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::gate::Gate;
+use relay_tests::paced::run_and_kill;
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
-use relay_tests::{binary, run_client, summary};
+use relay_tests::{run_client, summary};
 use relay_transport::quic::Windows;
 
 const KIB: u64 = 1 << 10;
@@ -132,27 +132,6 @@ fn gated_relay(gate: &Arc<Gate>) -> RelayHandle {
             ..RelayOptions::default()
         },
     )
-}
-
-/// Runs the client and SIGKILLs it (by its own PID) once `ready()` holds.
-async fn run_and_kill(args: &[String], ready: impl Fn() -> bool) {
-    let mut child = tokio::process::Command::new(binary("relay-client"))
-        .args(args)
-        .env_remove("RELAY_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run relay-client: {e}"));
-    let deadline = Instant::now() + T;
-    while !ready() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("client ended ({status}) before the kill point");
-        }
-        assert!(Instant::now() < deadline, "kill point never reached");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    child.kill().await.unwrap_or_else(|e| panic!("kill: {e}"));
 }
 
 fn committed(out: &std::process::Output) -> serde_json::Value {

@@ -60,6 +60,51 @@ pub fn upload_paths(dir: &Path, files: &[Generated]) -> Vec<PathBuf> {
     paths
 }
 
+/// The user's own files under `dir` (`bench --from`), read and hashed in
+/// 1 MiB chunks; each named `DIRNAME/PATH`, as `upload DIR` names its blob.
+pub fn from_dir(dir: &Path) -> std::io::Result<Vec<Generated>> {
+    let top = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.map_err(std::io::Error::other)?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let rel = entry
+            .path()
+            .strip_prefix(dir)
+            .map_err(std::io::Error::other)?
+            .to_string_lossy()
+            .into_owned();
+        let mut file = std::fs::File::open(entry.path())?;
+        let mut hash = Sha256::new();
+        let size = std::io::copy(&mut file, &mut HashWriter(&mut hash))?;
+        out.push(Generated {
+            name: format!("{top}/{rel}"),
+            size,
+            sha256: hex::encode(hash.finalize()),
+        });
+    }
+    Ok(out)
+}
+
+/// Hashes what is written to it.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn write_random(dir: &Path, name: &str, size: u64) -> std::io::Result<Generated> {
     let mut file = std::io::BufWriter::new(std::fs::File::create(dir.join(name))?);
     let mut hash = Sha256::new();
@@ -107,6 +152,23 @@ mod tests {
         }
         let paths = upload_paths(&dir, &files);
         assert_eq!(paths, [dir.join("large-1.bin"), dir.join("small")]);
+        // The same files as a user's directory: named as `upload DIR` names them.
+        let mut found = from_dir(&dir).expect("walk");
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        let top = dir
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let mut want: Vec<Generated> = files
+            .iter()
+            .map(|f| Generated {
+                name: format!("{top}/{}", f.name),
+                ..f.clone()
+            })
+            .collect();
+        want.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(found, want);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,6 +1,8 @@
 //! `relay-client bench`: the comparative run as a product command (like `azcopy
 //! bench`). It generates random files (large and small, sizes and counts from
-//! flags) in a temporary directory, uploads them through the relay and, when
+//! flags) in a temporary directory, or takes a user's own (`--from DIR`: then
+//! the relay runs with and without compression, to show what it buys on that
+//! data), uploads them through the relay and, when
 //! storage credentials are given, straight to storage (direct mode with N
 //! connections), alternating which goes first from run to run, verifies every
 //! blob against the SHA-256 of what it generated, deletes what it wrote unless
@@ -134,6 +136,13 @@ pub struct BenchArgs {
     /// temporary directory, removed afterwards).
     #[arg(long)]
     pub workdir: Option<PathBuf>,
+
+    /// Upload the files of this directory (only read, never changed) instead
+    /// of generated random ones, through the relay with compression
+    /// (`--compress auto`) and without (`relay-off`), and direct when storage
+    /// credentials are given: what compression buys on your own data.
+    #[arg(long, value_name = "DIR")]
+    pub from: Option<PathBuf>,
 }
 
 /// Runs the bench; the exit status is 0 only if every run verified.
@@ -185,7 +194,19 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         small_size: args.small_size,
         small_count: args.small_count,
     };
-    let generated = files::generate(&dir, shape).map_err(|source| BenchError::Generate {
+    let made = match &args.from {
+        Some(from) => files::from_dir(from).map(|f| (f, vec![from.clone()])),
+        None => files::generate(&dir, shape).map(|f| {
+            let paths = files::upload_paths(&dir, &f);
+            (f, paths)
+        }),
+    };
+    let (generated, paths) = made.map_err(|source| BenchError::Generate {
+        dir: args.from.clone().unwrap_or_else(|| dir.clone()),
+        source,
+    })?;
+    // The bench's own path memory lives in its work directory.
+    std::fs::create_dir_all(&dir).map_err(|source| BenchError::Generate {
         dir: dir.clone(),
         source,
     })?;
@@ -195,9 +216,10 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     };
     let mut rows = Vec::new();
     for run in 1..=args.runs {
-        for method in order(run, storage.is_some()) {
+        for method in order(run, storage.is_some(), args.from.is_some()) {
             let dest = format!("{container}/{base}/run-{run}/{}", method.name());
-            rows.push(upload_once(args, &dir, &generated, method, run, dest).await);
+            let argv = upload_argv(args, &dir, &paths, method, &dest);
+            rows.push(upload_once(argv, &generated, method, run, dest).await);
         }
     }
     let rtt_ms = probe_rtt(args).await;
@@ -230,12 +252,21 @@ fn tcp_congestion() -> String {
 }
 
 /// Odd runs start with the relay, even ones with direct upload, so neither
-/// always meets a cold (or warm) path and storage first.
-fn order(run: u32, direct: bool) -> Vec<Method> {
-    match (direct, run % 2 == 1) {
-        (false, _) => vec![Method::Relay],
-        (true, true) => vec![Method::Relay, Method::Direct],
-        (true, false) => vec![Method::Direct, Method::Relay],
+/// always meets a cold (or warm) path and storage first. With `--from` the
+/// relay also runs without compression, next to the compressed run.
+fn order(run: u32, direct: bool, from: bool) -> Vec<Method> {
+    let mut relay = vec![Method::Relay];
+    if from {
+        relay.push(Method::RelayOff);
+    }
+    if !direct {
+        return relay;
+    }
+    if run % 2 == 1 {
+        relay.push(Method::Direct);
+        relay
+    } else {
+        [vec![Method::Direct], relay].concat()
     }
 }
 
@@ -250,16 +281,12 @@ fn storage(url: &str, args: &BenchArgs) -> Result<Storage, BenchError> {
 fn upload_argv(
     args: &BenchArgs,
     dir: &std::path::Path,
-    files: &[Generated],
+    paths: &[PathBuf],
     method: Method,
     dest: &str,
 ) -> Vec<String> {
     let mut v: Vec<String> = vec!["relay-client".into(), "upload".into()];
-    v.extend(
-        files::upload_paths(dir, files)
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned()),
-    );
+    v.extend(paths.iter().map(|p| p.to_string_lossy().into_owned()));
     v.extend(["--to".into(), dest.into(), "--quiet".into()]);
     // The bench's own path memory: runs after the first start warm, as a
     // user's repeated uploads do; the user's cache is left alone.
@@ -267,13 +294,16 @@ fn upload_argv(
         "--path-cache".into(),
         dir.join("paths.json").to_string_lossy().into_owned(),
     ]);
+    if method == Method::RelayOff {
+        v.extend(["--compress".into(), "off".into()]);
+    }
     let mut opt = |flag: &str, value: &Option<String>| {
         if let Some(x) = value {
             v.extend([flag.to_string(), x.clone()]);
         }
     };
     match method {
-        Method::Relay => {
+        Method::Relay | Method::RelayOff => {
             opt("--token", &args.token);
             opt("--entra", &args.relay_entra);
             opt("--entra-scope", &args.entra_scope);
@@ -303,8 +333,7 @@ fn upload_argv(
 }
 
 async fn upload_once(
-    args: &BenchArgs,
-    dir: &std::path::Path,
+    argv: Vec<String>,
     files: &[Generated],
     method: Method,
     run: u32,
@@ -312,7 +341,7 @@ async fn upload_once(
 ) -> Row {
     let bytes: u64 = files.iter().map(|f| f.size).sum();
     let t0 = Instant::now();
-    let outcome = match Cli::try_parse_from(upload_argv(args, dir, files, method, &dest)) {
+    let outcome = match Cli::try_parse_from(argv) {
         Ok(Cli {
             command: Command::Upload(a),
             ..
@@ -353,11 +382,24 @@ async fn upload_once(
         } else {
             0.0
         },
+        wire_bytes: outcome.as_ref().ok().and_then(wire_bytes),
         verified,
         destination: dest,
         quic: outcome.as_ref().ok().and_then(|s| s.quic),
         error,
     }
+}
+
+/// The bytes that carried the files' bytes, when some went compressed.
+fn wire_bytes(summary: &Summary) -> Option<u64> {
+    let any = summary.files.iter().any(|f| f.wire_bytes.is_some());
+    any.then(|| {
+        summary
+            .files
+            .iter()
+            .map(|f| f.wire_bytes.unwrap_or(f.bytes_sent))
+            .sum()
+    })
 }
 
 /// Why the run does not verify: a file not committed, or committed with a
@@ -453,11 +495,7 @@ mod tests {
     #[test]
     fn relay_runs_sign_in_as_asked() {
         let dir = std::path::Path::new("/tmp");
-        let one = [Generated {
-            name: "large-0.bin".into(),
-            size: 1,
-            sha256: String::new(),
-        }];
+        let one = [dir.join("large-0.bin")];
         let args = bench_args(&[
             "--relay-entra",
             "managed-identity",

@@ -6,7 +6,11 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
+    /// Through the relay, `--compress auto`.
     Relay,
+    /// Through the relay, `--compress off` (`bench --from`: what compression buys).
+    #[serde(rename = "relay-off")]
+    RelayOff,
     Direct,
 }
 
@@ -14,6 +18,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Relay => "relay",
+            Method::RelayOff => "relay-off",
             Method::Direct => "direct",
         }
     }
@@ -29,6 +34,9 @@ pub struct Row {
     pub seconds: f64,
     /// Payload bits per second of wall time, in Mbit/s.
     pub goodput_mbit_s: f64,
+    /// Bytes that carried the files' bytes sent, where some went compressed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wire_bytes: Option<u64>,
     /// Every file committed, with the SHA-256 of what was generated.
     pub verified: bool,
     /// Where the blobs went: CONTAINER/PREFIX.
@@ -90,16 +98,26 @@ pub fn ratio(rows: &[Row]) -> Option<f64> {
 
 pub fn render_text(r: &Report) -> String {
     let mut out = format!(
-        "{:<7} {:>3} {:>6} {:>12} {:>9} {:>10} {:>9} {:>7}  {}\n",
-        "method", "run", "files", "bytes", "seconds", "Mbit/s", "RTT ms", "loss %", "verified"
+        "{:<9} {:>3} {:>6} {:>12} {:>12} {:>9} {:>10} {:>9} {:>7}  {}\n",
+        "method",
+        "run",
+        "files",
+        "bytes",
+        "on wire",
+        "seconds",
+        "Mbit/s",
+        "RTT ms",
+        "loss %",
+        "verified"
     );
     for row in &r.rows {
         out.push_str(&format!(
-            "{:<7} {:>3} {:>6} {:>12} {:>9.2} {:>10.1} {:>9} {:>7}  {}\n",
+            "{:<9} {:>3} {:>6} {:>12} {:>12} {:>9.2} {:>10.1} {:>9} {:>7}  {}\n",
             row.method.name(),
             row.run,
             row.files,
             row.bytes,
+            row.wire_bytes.map_or("-".into(), |w| w.to_string()),
             row.seconds,
             row.goodput_mbit_s,
             row.quic.map_or("-".into(), |q| format!("{:.1}", q.rtt_ms)),
@@ -138,6 +156,7 @@ mod tests {
             bytes: 1,
             seconds: 1.0,
             goodput_mbit_s: mbit,
+            wire_bytes: None,
             verified,
             destination: String::new(),
             quic: None,

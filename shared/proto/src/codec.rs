@@ -113,7 +113,7 @@ mod tests {
                 message: "x".into(),
                 existing: None,
             }),
-            Message::Start(Start { offset: 7 }),
+            Message::Start(Start::plain(7)),
             Message::Trailer(Trailer {
                 sha256: "ff".into(),
             }),

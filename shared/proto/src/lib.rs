@@ -10,10 +10,13 @@
 pub mod blob_name;
 pub mod block_id;
 pub mod checkpoint;
+pub mod chunk;
 pub mod codec;
 pub mod color;
 pub mod exchange;
+pub mod hostile_chunks;
 pub mod id_key;
+pub mod inflate;
 pub mod limits;
 pub mod logsafe;
 pub mod md5_state;

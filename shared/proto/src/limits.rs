@@ -8,6 +8,11 @@ pub const TIB: u64 = 1024 * GIB;
 /// ALPN of the relay protocol; the version is part of it, so an incompatible
 /// client fails the handshake with a clear "no application protocol" error.
 pub const ALPN: &[u8] = b"blob-relay/1";
+/// The same protocol, announcing compressed chunks (`chunk`). A client lists it
+/// before `ALPN` and a relay that knows it prefers it; either end that does not
+/// know it settles on `ALPN`, and then every byte goes plain: capability
+/// negotiation in the handshake, before any stream (eager ones too) opens.
+pub const ALPN_ZSTD: &[u8] = b"blob-relay/1+zstd";
 /// Version carried in every Offer, checked by the relay.
 pub const PROTOCOL_VERSION: u32 = 1;
 

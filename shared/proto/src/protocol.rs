@@ -93,6 +93,30 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Start {
     pub offset: u64,
+    /// How the bytes after this Start travel: absent, as they are; `zstd`, in
+    /// chunks (`chunk`). A client sets it only on a connection whose ALPN is
+    /// `limits::ALPN_ZSTD` (both ends announced it), so an older relay never
+    /// sees it and an older client never sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<Encoding>,
+}
+
+impl Start {
+    /// The file's bytes from `offset`, as they are.
+    pub fn plain(offset: u64) -> Self {
+        Self {
+            offset,
+            encoding: None,
+        }
+    }
+}
+
+/// How a stream's file bytes travel after its Start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// Chunks, each plain or one zstd frame (`chunk`).
+    Zstd,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +152,11 @@ pub enum Code {
     /// Azure Storage refused the request (a 4xx other than throttling or a
     /// conflict, e.g. 403 or a missing container): trying again will not help.
     StorageRefused,
+    /// The client's compressed chunks were refused (a decompression bomb, a
+    /// frame that lies about its length, a corrupt frame, a window or
+    /// dictionary beyond the relay's limit): nothing committed. Only a client
+    /// that sends `encoding: zstd` can meet it.
+    BadEncoding,
     Internal,
 }
 

@@ -228,15 +228,32 @@ impl BlobWriter {
     /// The committed blob's Content-MD5 property (what `azcopy --check-md5` and
     /// `rclone check` compare), `None` if it has none or there is no blob.
     pub async fn content_md5(&self) -> Result<Option<Vec<u8>>, BlobError> {
+        self.header(|r| r.content_md5()).await
+    }
+
+    /// The committed blob's Content-Encoding, `None` if it has none (a relay's
+    /// never has: the blob holds the file's bytes however they travelled).
+    pub async fn content_encoding(&self) -> Result<Option<String>, BlobError> {
+        self.header(|r| r.content_encoding()).await
+    }
+
+    /// One header of Get Blob Properties; `None` if there is no blob.
+    async fn header<T>(
+        &self,
+        read: impl Fn(
+            &azure_core::http::Response<
+                azure_storage_blob::models::BlobClientGetPropertiesResult,
+                NoFormat,
+            >,
+        ) -> azure_core::Result<Option<T>>,
+    ) -> Result<Option<T>, BlobError> {
         let res = self
             .with_retry("Get Blob Properties", false, Duration::ZERO, || {
                 self.blob.get_properties(None)
             })
             .await;
         match res {
-            Ok(resp) => resp
-                .content_md5()
-                .map_err(|e| BlobError::from_azure("Get Blob Properties", e)),
+            Ok(resp) => read(&resp).map_err(|e| BlobError::from_azure("Get Blob Properties", e)),
             Err(e) if e.status == Some(404) => Ok(None),
             Err(e) => Err(e),
         }

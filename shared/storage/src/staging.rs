@@ -64,6 +64,11 @@ impl Budget {
         bytes.div_ceil(UNIT) <= self.total_bytes / UNIT
     }
 
+    /// Memory outside a block (a decoder's), held until the permit drops.
+    pub async fn take(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
+        self.acquire(bytes).await
+    }
+
     async fn acquire(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
         let units = u32::try_from(bytes.div_ceil(UNIT).max(1))
             .map_err(|_| StageError::BudgetTooSmall(bytes))?;

@@ -55,11 +55,11 @@ mod tests {
 
     #[tokio::test]
     async fn reads_one_frame_and_leaves_the_rest() {
-        let mut bytes = encode(&Message::Start(Start { offset: 9 })).expect("encode");
+        let mut bytes = encode(&Message::Start(Start::plain(9))).expect("encode");
         bytes.extend_from_slice(b"RAW");
         let mut r = &bytes[..];
         let m = read_frame(&mut r).await.expect("frame");
-        assert_eq!(m, Message::Start(Start { offset: 9 }));
+        assert_eq!(m, Message::Start(Start::plain(9)));
         assert_eq!(r, b"RAW");
         let mut short = &bytes[..3];
         assert!(matches!(

@@ -1,7 +1,26 @@
 //! Certificate fingerprints as people handle them: SHA-256 of the DER certificate,
 //! printed like `openssl x509 -fingerprint -sha256` (colons optional when parsing).
 
+use relay_proto::limits::{ALPN, ALPN_ZSTD};
 use sha2::{Digest, Sha256};
+
+/// The ALPN protocols an end announces, preferred first: compressed chunks
+/// (issue 34) when it may use them, and the plain protocol every version knows.
+pub fn alpn_protocols(zstd: bool) -> Vec<Vec<u8>> {
+    match zstd {
+        true => vec![ALPN_ZSTD.to_vec(), ALPN.to_vec()],
+        false => vec![ALPN.to_vec()],
+    }
+}
+
+/// Whether the handshake settled on compressed chunks: both ends announced
+/// them (an end that does not know `ALPN_ZSTD` settles on `ALPN`).
+pub fn agreed_zstd(conn: &quinn::Connection) -> bool {
+    conn.handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|h| h.protocol)
+        .is_some_and(|p| p == ALPN_ZSTD)
+}
 
 pub fn fingerprint(der: &[u8]) -> [u8; 32] {
     Sha256::digest(der).into()

@@ -112,11 +112,9 @@ fn run(c: &Case) -> Vec<Action> {
                 Event::Frame(Ok(Message::Trailer(Trailer { sha256: sha.into() })))
             }
             Action::ReadFrame { .. } => match c.start {
-                StartFrame::AtResume => {
-                    Event::Frame(Ok(Message::Start(Start { offset: c.resume })))
-                }
-                StartFrame::AtZero => Event::Frame(Ok(Message::Start(Start { offset: 0 }))),
-                StartFrame::Elsewhere => Event::Frame(Ok(Message::Start(Start { offset: 7 }))),
+                StartFrame::AtResume => Event::Frame(Ok(Message::Start(Start::plain(c.resume)))),
+                StartFrame::AtZero => Event::Frame(Ok(Message::Start(Start::plain(0)))),
+                StartFrame::Elsewhere => Event::Frame(Ok(Message::Start(Start::plain(7)))),
                 StartFrame::NotStart => Event::Frame(Ok(Message::Trailer(Trailer {
                     sha256: FILE_SHA.into(),
                 }))),
@@ -298,10 +296,7 @@ fn timings_come_from_the_instants_passed_in() {
     );
     assert!(matches!(plan, Action::SendPlan(_)));
     s.handle(Event::PlanSent(Ok(())), at(1));
-    s.handle(
-        Event::Frame(Ok(Message::Start(Start { offset: 0 }))),
-        at(100),
-    );
+    s.handle(Event::Frame(Ok(Message::Start(Start::plain(0)))), at(100));
     s.handle(Event::Received(Ok(())), at(1100));
     s.handle(
         Event::Frame(Ok(Message::Trailer(Trailer {

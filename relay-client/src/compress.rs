@@ -1,0 +1,236 @@
+//! Whether and how hard to compress each 1 MiB chunk (`--compress`), as a
+//! pure decision fed with what the client measured. The bytes themselves are
+//! encoded by `relay_proto::chunk::Deflater` on the reader thread, ahead of the
+//! sender (`send::stream_bytes`), so compressing and sending overlap.
+//!
+//! The rule (`auto`):
+//! - **Does it shrink?** The file's first chunk is compressed as a sample; a
+//!   chunk whose frame is not below `SHRINKS` of its bytes goes plain (always:
+//!   in `zstd` mode too), and in `auto` the next `PROBE_EVERY - 1` chunks go
+//!   plain without trying. Then one chunk is sampled again, so a file that
+//!   turns compressible later (a tar of mixed files) is noticed within 16 MiB,
+//!   and already-compressed data costs one trial per 16 MiB.
+//! - **Does the compressor keep up with the link?** Once `WARMUP` chunks went
+//!   out (before that the send buffer takes anything at once and says nothing
+//!   about the link), each compressed chunk's compression time `c` is compared
+//!   with the time the sender was held per chunk by the link `s` (its writes
+//!   block while QUIC's windows are full). `c > s`: the compressor, not the
+//!   link, sets the pace, so step down a level (3 → 2 → 1). At level 1 it
+//!   still pays while `c < s / r` (r = wire/raw: sending the chunk plain would
+//!   take `s / r`); otherwise the next `PROBE_EVERY - 1` chunks go plain. With
+//!   ample headroom (`c < s / 2`) it steps back up, never above the start level.
+//!
+//! So compression never makes an upload slower than `off` by more than the
+//! one-chunk trials, and on a slow link it uses the level the link leaves time for.
+
+use relay_proto::chunk::DEFAULT_LEVEL;
+
+/// What the user asked for (`--compress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// Compress where it pays: per chunk, at a level the link leaves time for.
+    #[default]
+    Auto,
+    /// Compress every chunk that shrinks, at the start level.
+    Zstd,
+    /// Send every byte as it is (and do not announce compression).
+    Off,
+}
+
+/// How the next chunk goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    Plain,
+    Zstd { level: i32 },
+}
+
+/// A chunk pays for its compression if its frame is below this share of its bytes.
+pub const SHRINKS: f64 = 0.95;
+/// Chunks between samples of data that did not shrink (or was too slow to shrink).
+pub const PROBE_EVERY: u64 = 16;
+/// Chunks sent before the link's pace is trusted.
+pub const WARMUP: u64 = 32;
+const MIN_LEVEL: i32 = 1;
+
+/// One compressed chunk, as measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Trial {
+    pub raw: usize,
+    pub wire: usize,
+    /// Seconds spent compressing it.
+    pub compress_s: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    mode: Mode,
+    level: i32,
+    /// Index of the next chunk.
+    next: u64,
+    /// Chunks before this index go plain without a trial.
+    plain_until: u64,
+}
+
+impl Policy {
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            level: DEFAULT_LEVEL,
+            next: 0,
+            plain_until: 0,
+        }
+    }
+
+    /// The level compressed chunks use now.
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    /// How the next chunk goes.
+    pub fn choose(&mut self) -> Choice {
+        let index = self.next;
+        self.next += 1;
+        match self.mode {
+            Mode::Off => Choice::Plain,
+            Mode::Auto if index < self.plain_until => Choice::Plain,
+            Mode::Auto | Mode::Zstd => Choice::Zstd { level: self.level },
+        }
+    }
+
+    /// What the last chosen chunk's compression gave, and how long the sender
+    /// was held by the link per chunk so far (`send_s`, None while unknown).
+    pub fn record(&mut self, t: Trial, send_s: Option<f64>) {
+        if self.mode != Mode::Auto || t.raw == 0 {
+            return;
+        }
+        let ratio = t.wire as f64 / t.raw as f64;
+        if ratio >= SHRINKS {
+            self.rest();
+            return;
+        }
+        let Some(s) = send_s.filter(|_| self.next > WARMUP) else {
+            return;
+        };
+        let c = t.compress_s;
+        if c > s {
+            if self.level > MIN_LEVEL {
+                self.level -= 1;
+            } else if c >= s / ratio {
+                // Even the fastest level takes longer than the plain bytes would.
+                self.rest();
+            }
+        } else if c < s / 2.0 && self.level < DEFAULT_LEVEL {
+            self.level += 1;
+        }
+    }
+
+    /// Plain until the next sample.
+    fn rest(&mut self) {
+        self.plain_until = self.next + PROBE_EVERY - 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(ratio: f64, compress_s: f64) -> Trial {
+        Trial {
+            raw: 1 << 20,
+            wire: ((1 << 20) as f64 * ratio) as usize,
+            compress_s,
+        }
+    }
+
+    /// Runs `n` chunks, each compressed one answering `trial`; returns the choices.
+    fn run(p: &mut Policy, n: usize, t: Trial, send_s: Option<f64>) -> Vec<Choice> {
+        (0..n)
+            .map(|_| {
+                let c = p.choose();
+                if matches!(c, Choice::Zstd { .. }) {
+                    p.record(t, send_s);
+                }
+                c
+            })
+            .collect()
+    }
+
+    fn zstd_count(c: &[Choice]) -> usize {
+        c.iter()
+            .filter(|c| matches!(c, Choice::Zstd { .. }))
+            .count()
+    }
+
+    #[test]
+    fn off_never_compresses_and_zstd_always_tries() {
+        let mut off = Policy::new(Mode::Off);
+        assert_eq!(zstd_count(&run(&mut off, 64, trial(0.2, 0.0), None)), 0);
+        let mut z = Policy::new(Mode::Zstd);
+        // Incompressible or slow: zstd mode still tries every chunk, at its level.
+        assert_eq!(
+            zstd_count(&run(&mut z, 64, trial(1.0, 1.0), Some(0.001))),
+            64
+        );
+        assert_eq!(z.level(), DEFAULT_LEVEL);
+    }
+
+    #[test]
+    fn incompressible_data_is_sampled_once_per_probe_interval() {
+        let mut p = Policy::new(Mode::Auto);
+        let c = run(&mut p, 160, trial(0.999, 0.001), None);
+        assert_eq!(zstd_count(&c), 10, "one trial per {PROBE_EVERY} chunks");
+        assert_eq!(c[0], Choice::Zstd { level: 3 });
+        assert_eq!(c[1], Choice::Plain);
+        assert_eq!(c[16], Choice::Zstd { level: 3 });
+    }
+
+    #[test]
+    fn data_that_turns_compressible_is_noticed_at_the_next_sample() {
+        let mut p = Policy::new(Mode::Auto);
+        run(&mut p, 16, trial(1.0, 0.001), None);
+        let c = run(&mut p, 16, trial(0.3, 0.001), None);
+        assert!(c.iter().all(|c| matches!(c, Choice::Zstd { .. })), "{c:?}");
+    }
+
+    #[test]
+    fn a_slow_link_keeps_the_start_level() {
+        let mut p = Policy::new(Mode::Auto);
+        // 1 MiB at 200 Mbit/s of 30 % wire: the sender waits ~13 ms per chunk;
+        // level 3 takes ~3 ms.
+        let c = run(&mut p, 200, trial(0.3, 0.003), Some(0.013));
+        assert_eq!(zstd_count(&c), 200);
+        assert_eq!(p.level(), DEFAULT_LEVEL);
+    }
+
+    #[test]
+    fn a_fast_link_steps_down_then_goes_plain() {
+        let mut p = Policy::new(Mode::Auto);
+        // Nothing is judged during the warm-up.
+        run(&mut p, WARMUP as usize, trial(0.5, 0.004), Some(0.0005));
+        assert_eq!(p.level(), DEFAULT_LEVEL);
+        // Compression takes 8× the link's time per chunk: down to level 1,
+        // and there plain beats it (0.004 ≥ 0.0005 / 0.5).
+        let c = run(&mut p, 64, trial(0.5, 0.004), Some(0.0005));
+        assert_eq!(p.level(), 1);
+        assert!(zstd_count(&c) <= 3 + 64 / PROBE_EVERY as usize, "{c:?}");
+    }
+
+    #[test]
+    fn level_one_stays_while_it_beats_plain() {
+        let mut p = Policy::new(Mode::Auto);
+        run(&mut p, WARMUP as usize, trial(0.2, 0.002), Some(0.001));
+        // c = 2 ms > s = 1 ms, but plain would take s / r = 5 ms: keep level 1.
+        let c = run(&mut p, 64, trial(0.2, 0.002), Some(0.001));
+        assert_eq!(p.level(), 1);
+        assert_eq!(zstd_count(&c), 64);
+    }
+
+    #[test]
+    fn headroom_steps_back_up_to_the_start_level_only() {
+        let mut p = Policy::new(Mode::Auto);
+        run(&mut p, WARMUP as usize + 4, trial(0.3, 0.01), Some(0.005));
+        assert_eq!(p.level(), 1);
+        run(&mut p, 16, trial(0.3, 0.001), Some(0.005));
+        assert_eq!(p.level(), DEFAULT_LEVEL);
+    }
+}

@@ -1,0 +1,216 @@
+//! A stream's compressed chunks read as the file's bytes: the stager
+//! (`Stager::pump`) reads from this as from the plain stream, so blocks, block
+//! IDs, hashing and resume points stay in the file's own bytes whatever
+//! travelled.
+//!
+//! The decoding is `relay_proto::inflate::Inflater` (pure); this shell only
+//! moves bytes. It writes into the stager's block buffer (never more than the
+//! read asked for), holds at most `INPUT_BYTES` of wire bytes, and never reads
+//! past the last chunk, so the Trailer that follows stays for the frame reader.
+//! A refusal is an `io::Error` of kind `InvalidData` carrying the
+//! `InflateError` (`refusal` finds it again).
+//!
+//! The decoder's memory (`DECODER_BYTES`) is granted before the decoder is
+//! made, at the first zstd chunk (`Reserve`): a transfer whose chunks are all
+//! plain (already-compressed data) costs the budget nothing beyond its blocks.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use relay_proto::inflate::{
+    DECODER_BYTES, InflateError, Inflater, READ_AHEAD_BYTES as INPUT_BYTES,
+};
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// Memory held for the decoder until the stream ends.
+pub type Held = Box<dyn Send + Sync>;
+type Holding = Pin<Box<dyn Future<Output = std::io::Result<Held>> + Send>>;
+/// Takes `DECODER_BYTES` from the budget (and the owner's share), within its wait.
+pub type Reserve = Box<dyn FnOnce(u64) -> Holding + Send>;
+
+pub struct Inflating<R> {
+    inner: R,
+    inflater: Inflater,
+    input: Box<[u8]>,
+    start: usize,
+    end: usize,
+    reserve: Option<Reserve>,
+    holding: Option<Holding>,
+    held: Option<Held>,
+}
+
+impl<R> Inflating<R> {
+    /// For the `remaining` bytes of the file after the Start's offset; the
+    /// decoder's memory comes from `reserve` when a zstd chunk first needs it.
+    pub fn new(inner: R, remaining: u64, reserve: Reserve) -> Self {
+        Self {
+            inner,
+            inflater: Inflater::new(remaining),
+            input: vec![0u8; INPUT_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            reserve: Some(reserve),
+            holding: None,
+            held: None,
+        }
+    }
+
+    /// Ready once the decoder's memory is held (or none is needed yet).
+    fn poll_memory(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.held.is_some() || !self.inflater.needs_decoder() {
+            return Poll::Ready(Ok(()));
+        }
+        if self.holding.is_none() {
+            let reserve = self
+                .reserve
+                .take()
+                .ok_or_else(|| std::io::Error::other("the decoder's memory was asked for twice"))?;
+            self.holding = Some(reserve(DECODER_BYTES));
+        }
+        let Some(holding) = self.holding.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        match holding.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                self.holding = None;
+                self.held = Some(r?);
+                Poll::Ready(Ok(()))
+            }
+        }
+    }
+}
+
+/// The decoder's refusal inside an error from a read, if that is what it is.
+pub fn refusal(e: &std::io::Error) -> Option<&InflateError> {
+    e.get_ref()?.downcast_ref::<InflateError>()
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if out.remaining() == 0 || this.inflater.is_done() {
+                return Poll::Ready(Ok(()));
+            }
+            match this.poll_memory(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            let step = this
+                .inflater
+                .step(&this.input[this.start..this.end], out.initialize_unfilled())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            this.start += step.consumed;
+            out.advance(step.produced);
+            if step.produced > 0 {
+                return Poll::Ready(Ok(()));
+            }
+            if step.consumed > 0 {
+                continue;
+            }
+            // Nothing moved: the decoder needs more of this chunk's wire bytes.
+            this.input.copy_within(this.start..this.end, 0);
+            this.end -= this.start;
+            this.start = 0;
+            let want = this
+                .inflater
+                .wants_input()
+                .saturating_sub(this.end)
+                .min(INPUT_BYTES - this.end);
+            if want == 0 {
+                // The chunk's wire bytes are all buffered and the decoder took
+                // none of them: it cannot go on.
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    InflateError::CutShort,
+                )));
+            }
+            let mut rb = ReadBuf::new(&mut this.input[this.end..this.end + want]);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                // End of stream inside the file: the stager reports it truncated.
+                Poll::Ready(Ok(())) if rb.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => this.end += rb.filled().len(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_proto::chunk::Deflater;
+    use tokio::io::AsyncReadExt;
+
+    /// Memory granted at once; counts how often it was asked for.
+    fn free(asked: std::sync::Arc<std::sync::atomic::AtomicU32>) -> Reserve {
+        Box::new(move |_| {
+            asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async { Ok(Box::new(()) as Held) })
+        })
+    }
+
+    #[tokio::test]
+    async fn reads_the_file_and_leaves_what_follows() {
+        let file: Vec<u8> = b"a log line that repeats\n"
+            .iter()
+            .copied()
+            .cycle()
+            .take(3 << 20)
+            .collect();
+        let mut d = Deflater::new().expect("compressor");
+        let mut wire = Vec::new();
+        for part in file.chunks(1 << 20) {
+            wire.extend(d.chunk(part, 1).expect("compress"));
+        }
+        wire.extend_from_slice(b"TRAILER");
+        let mut src = &wire[..];
+        let mut got = Vec::new();
+        let asked = std::sync::Arc::default();
+        Inflating::new(
+            &mut src,
+            file.len() as u64,
+            free(std::sync::Arc::clone(&asked)),
+        )
+        .read_to_end(&mut got)
+        .await
+        .expect("inflates");
+        assert!(got == file);
+        assert_eq!(src, b"TRAILER");
+        assert_eq!(
+            asked.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "memory asked once"
+        );
+        // Plain chunks only: no decoder, no memory asked for.
+        let plain = Deflater::plain(&file[..1000]);
+        let asked = std::sync::Arc::default();
+        let mut got = Vec::new();
+        Inflating::new(&plain[..], 1000, free(std::sync::Arc::clone(&asked)))
+            .read_to_end(&mut got)
+            .await
+            .expect("plain");
+        assert!(got == file[..1000]);
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_typed() {
+        let mut wire = Deflater::plain(b"0123456789");
+        wire[0] = 9;
+        let mut got = Vec::new();
+        let e = Inflating::new(&wire[..], 10, free(Default::default()))
+            .read_to_end(&mut got)
+            .await
+            .expect_err("refused");
+        assert_eq!(refusal(&e), Some(&InflateError::UnknownKind(9)));
+    }
+}

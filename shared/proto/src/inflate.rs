@@ -1,0 +1,274 @@
+//! The relay's side of compressed chunks (`chunk`): a decoder that writes the
+//! file's bytes into the caller's buffer and never more than a chunk declared.
+//!
+//! A peer's frame is bounded three ways before and while it expands: the
+//! header (`ChunkHeader::parse`: at most 1 MiB, never past the file's end,
+//! wire bytes within zstd's bound), the output (at most the chunk's declared
+//! bytes, into a buffer the caller owns, so a bomb fills nothing it did not
+//! grant), and the decoder's window (`WINDOW_LOG_MAX`: zstd refuses a frame
+//! that asks for more before allocating it). What the decoder itself holds is
+//! `DECODER_BYTES`, taken from the relay's memory budget while a transfer
+//! receives compressed chunks. Pure: no I/O, fed bytes by the caller.
+
+use zstd::zstd_safe::{self, DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
+
+use crate::chunk::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, MAX_CHUNK_RAW, WINDOW_LOG_MAX};
+
+/// Memory one decoder may hold (its window of `2^WINDOW_LOG_MAX` bytes, input
+/// and output blocks and its context, rounded up): counted against the
+/// relay's block budget for each transfer from its first zstd chunk
+/// (`decoder_bytes_cover_what_the_decoder_holds` measures it).
+pub const DECODER_BYTES: u64 = 2 << 20;
+
+/// Wire bytes a relay reads ahead of its decoder (within `DECODER_BYTES`).
+pub const READ_AHEAD_BYTES: usize = 64 * 1024;
+
+/// Why the relay refused a client's compressed chunks. Each is final for the
+/// transfer (nothing is committed; blocks staged before stay for a resume).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InflateError {
+    #[error("chunk kind {0} is unknown")]
+    UnknownKind(u8),
+    #[error("empty chunk")]
+    Empty,
+    #[error("chunk declares {raw_len} bytes, more than the {MAX_CHUNK_RAW} a chunk may carry")]
+    ChunkTooLarge { raw_len: u32 },
+    #[error("chunk declares {raw_len} bytes past the file's end ({remaining} left)")]
+    PastEnd { raw_len: u32, remaining: u64 },
+    #[error("chunk of {raw_len} bytes declares {wire_len} wire bytes, beyond its kind's bound")]
+    WireLength { raw_len: u32, wire_len: u32 },
+    #[error("decompression bomb: the frame inflates past its chunk's declared {declared} bytes")]
+    Bomb { declared: u32 },
+    #[error("the frame ends after {got} of its chunk's declared {declared} bytes")]
+    Short { declared: u32, got: u32 },
+    #[error("the frame ends {extra} bytes before its chunk's declared wire length")]
+    Trailing { extra: u32 },
+    #[error("the chunk's wire bytes end inside its frame")]
+    CutShort,
+    #[error("the frame asks for a window beyond the relay's limit of {} bytes", 1u64 << WINDOW_LOG_MAX)]
+    Window,
+    #[error("the frame asks for a dictionary; the relay uses none")]
+    Dictionary,
+    #[error("corrupt frame: {0}")]
+    Corrupt(&'static str),
+    #[error("zstd decoder: {0}")]
+    Decoder(&'static str),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Header {
+        have: usize,
+    },
+    Plain {
+        left: u32,
+    },
+    Zstd {
+        declared: u32,
+        raw_left: u32,
+        wire_left: u32,
+    },
+}
+
+/// Bytes one `step` took from its input and wrote to its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Step {
+    pub consumed: usize,
+    pub produced: usize,
+}
+
+pub struct Inflater {
+    /// Created at the first zstd chunk: a transfer of plain chunks costs none.
+    dctx: Option<DCtx<'static>>,
+    /// File bytes not yet declared by a chunk header.
+    remaining: u64,
+    state: State,
+    header: [u8; CHUNK_HEADER_LEN],
+}
+
+impl std::fmt::Debug for Inflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inflater")
+            .field("remaining", &self.remaining)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl Inflater {
+    /// For `remaining` bytes of the file (from the Start's offset to its size).
+    pub fn new(remaining: u64) -> Self {
+        Self {
+            dctx: None,
+            remaining,
+            state: State::Header { have: 0 },
+            header: [0; CHUNK_HEADER_LEN],
+        }
+    }
+
+    /// Whether the next step makes the decoder (`DECODER_BYTES`): a zstd chunk
+    /// has begun and none exists yet. A transfer of plain chunks never does.
+    pub fn needs_decoder(&self) -> bool {
+        self.dctx.is_none() && matches!(self.state, State::Zstd { .. })
+    }
+
+    /// Whether every byte of the file was delivered, at a chunk boundary.
+    pub fn is_done(&self) -> bool {
+        self.remaining == 0 && matches!(self.state, State::Header { have: 0 })
+    }
+
+    /// How many more input bytes the current chunk may take: a reader that reads
+    /// at most this never takes a byte past the last chunk (the Trailer follows).
+    pub fn wants_input(&self) -> usize {
+        match self.state {
+            State::Header { .. } if self.remaining == 0 => 0,
+            State::Header { have } => CHUNK_HEADER_LEN - have,
+            State::Plain { left } => left as usize,
+            State::Zstd { wire_left, .. } => wire_left as usize,
+        }
+    }
+
+    /// Takes what it can of `input` (never beyond the current chunk) and writes
+    /// file bytes into `out`. `Step{0, 0}` with input given means `out` is
+    /// empty; with no input given, that more input is needed.
+    pub fn step(&mut self, input: &[u8], out: &mut [u8]) -> Result<Step, InflateError> {
+        let input = &input[..input.len().min(self.wants_input())];
+        match self.state {
+            State::Header { have } => {
+                let n = input.len().min(CHUNK_HEADER_LEN - have);
+                self.header[have..have + n].copy_from_slice(&input[..n]);
+                self.state = State::Header { have: have + n };
+                if have + n == CHUNK_HEADER_LEN {
+                    self.begin()?;
+                }
+                Ok(Step {
+                    consumed: n,
+                    produced: 0,
+                })
+            }
+            State::Plain { left } => {
+                let n = input.len().min(out.len());
+                out[..n].copy_from_slice(&input[..n]);
+                let left = left - n as u32;
+                self.state = match left {
+                    0 => State::Header { have: 0 },
+                    _ => State::Plain { left },
+                };
+                Ok(Step {
+                    consumed: n,
+                    produced: n,
+                })
+            }
+            State::Zstd {
+                declared,
+                raw_left,
+                wire_left,
+            } => self.zstd(input, out, declared, raw_left, wire_left),
+        }
+    }
+
+    fn begin(&mut self) -> Result<(), InflateError> {
+        let h = ChunkHeader::parse(self.header, self.remaining)?;
+        self.remaining -= u64::from(h.raw_len);
+        self.state = match h.kind {
+            ChunkKind::Plain => State::Plain { left: h.raw_len },
+            ChunkKind::Zstd => {
+                // The decoder is made at the first zstd chunk (`needs_decoder`:
+                // its caller grants the memory first), then reset per frame.
+                if let Some(dctx) = &mut self.dctx {
+                    dctx.reset(ResetDirective::SessionOnly)
+                        .map_err(|c| InflateError::Decoder(zstd_safe::get_error_name(c)))?;
+                }
+                State::Zstd {
+                    declared: h.raw_len,
+                    raw_left: h.raw_len,
+                    wire_left: h.wire_len,
+                }
+            }
+        };
+        Ok(())
+    }
+
+    fn zstd(
+        &mut self,
+        input: &[u8],
+        out: &mut [u8],
+        declared: u32,
+        raw_left: u32,
+        wire_left: u32,
+    ) -> Result<Step, InflateError> {
+        let dctx = match &mut self.dctx {
+            Some(d) => d,
+            None => self.dctx.insert(new_dctx()?),
+        };
+        // Once the declared bytes are out, the frame may only end: a byte more
+        // is a bomb, found with a one-byte probe instead of a larger buffer.
+        let mut probe = [0u8; 1];
+        let room = out.len().min(raw_left as usize);
+        let target: &mut [u8] = if raw_left == 0 {
+            &mut probe
+        } else {
+            &mut out[..room]
+        };
+        if target.is_empty() {
+            return Ok(Step::default());
+        }
+        let mut ib = InBuffer::around(input);
+        let mut ob = OutBuffer::around(target);
+        let hint = dctx.decompress_stream(&mut ob, &mut ib).map_err(classify)?;
+        let (consumed, produced) = (ib.pos(), ob.pos());
+        if raw_left == 0 && produced > 0 {
+            return Err(InflateError::Bomb { declared });
+        }
+        // Both within the chunk: `input` was cut to `wire_left`, `target` to `raw_left`.
+        let wire_left = wire_left - consumed as u32;
+        let raw_left = raw_left - produced as u32;
+        if hint == 0 {
+            // The frame ended: exactly where the header said, or a lie.
+            if raw_left != 0 {
+                return Err(InflateError::Short {
+                    declared,
+                    got: declared - raw_left,
+                });
+            }
+            if wire_left != 0 {
+                return Err(InflateError::Trailing { extra: wire_left });
+            }
+            self.state = State::Header { have: 0 };
+        } else {
+            let stuck = consumed == 0 && produced == 0;
+            if wire_left == 0 && (stuck || raw_left == 0 && produced == 0) {
+                // No input left for a frame that has not ended, and nothing
+                // more came out: it was cut short.
+                return Err(InflateError::CutShort);
+            }
+            self.state = State::Zstd {
+                declared,
+                raw_left,
+                wire_left,
+            };
+        }
+        Ok(Step { consumed, produced })
+    }
+}
+
+fn new_dctx() -> Result<DCtx<'static>, InflateError> {
+    let mut dctx = DCtx::try_create().ok_or(InflateError::Decoder("out of memory"))?;
+    dctx.set_parameter(DParameter::WindowLogMax(WINDOW_LOG_MAX))
+        .map_err(|c| InflateError::Decoder(zstd_safe::get_error_name(c)))?;
+    Ok(dctx)
+}
+
+/// zstd's error, named by what the peer did.
+fn classify(code: usize) -> InflateError {
+    let name = zstd_safe::get_error_name(code);
+    match name {
+        "Frame requires too much memory for decoding" => InflateError::Window,
+        "Dictionary mismatch" => InflateError::Dictionary,
+        other => InflateError::Corrupt(other),
+    }
+}
+
+#[cfg(test)]
+#[path = "inflate_tests.rs"]
+mod tests;

@@ -1,0 +1,177 @@
+//! Hostile compressed chunks against a real relay (issue 34): a raw client
+//! agrees on compression, sends a valid Offer and `Start{encoding: zstd}`,
+//! then one of `relay_proto::hostile_chunks`. Each is refused with
+//! `bad_encoding` and a reason naming what it did, nothing is published, and
+//! every byte of the memory budget (blocks and the decoder) comes back. A
+//! positive control shows the same raw client's valid chunks commit.
+
+use std::time::{Duration, Instant};
+
+use relay_client::connect::{Connector, Trust};
+use relay_proto::chunk::Deflater;
+use relay_proto::hostile_chunks as hostile;
+use relay_proto::protocol::{Code, Encoding, Message, Start, Trailer};
+use relay_tests::blobs::{blob_exists, blob_sha};
+use relay_tests::hostile::{offer, open_with_offer};
+use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_transport::frames::{read_frame, write_frame};
+use sha2::Digest;
+
+const T: Duration = Duration::from_secs(60);
+
+async fn connect(relay: &RelayHandle, zstd: bool) -> (Connector, quinn::Connection) {
+    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let trust = Trust::Pinned(fp);
+    let mut c = Connector::new(&trust, &Default::default(), 1 << 20, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    c.announce_zstd(&trust, zstd)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let conn = c
+        .connect(relay.addr, "localhost", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (c, conn)
+}
+
+/// Offers `blob` of `size` bytes, starts compressed at 0, sends `wire` and
+/// (when `trailer` is given) the Trailer; returns the relay's answer.
+async fn send_chunks(
+    conn: &quinn::Connection,
+    container: &str,
+    blob: &str,
+    size: u64,
+    wire: &[u8],
+    trailer: Option<String>,
+) -> Message {
+    let (mut send, mut recv, plan) =
+        open_with_offer(conn, offer(TOKEN, container, blob, size)).await;
+    match plan {
+        Message::Plan(p) => assert_eq!(p.resume_offset, 0),
+        other => panic!("expected a Plan, got {other:?}"),
+    }
+    let start = Start {
+        offset: 0,
+        encoding: Some(Encoding::Zstd),
+    };
+    write_frame(&mut send, &Message::Start(start))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The relay may stop reading as soon as it refuses: a failed write is fine.
+    let _ = send.write_all(wire).await;
+    if let Some(sha256) = trailer {
+        let _ = write_frame(&mut send, &Message::Trailer(Trailer { sha256 })).await;
+    }
+    match tokio::time::timeout(T, read_frame(&mut recv)).await {
+        Ok(Ok(m)) => m,
+        other => panic!("no answer: {other:?}"),
+    }
+}
+
+/// Waits (bounded) until every byte of the budget is back.
+async fn budget_returns(relay: &RelayHandle) {
+    let deadline = Instant::now() + T;
+    while relay.shared.budget.in_use_bytes() > 0 {
+        assert!(Instant::now() < deadline, "budget never returned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_hostile_chunk_is_refused_and_publishes_nothing() {
+    let (relay, container) = RelayHandle::with_container("zhostile", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay, true).await;
+    assert!(relay_transport::tls::agreed_zstd(&conn));
+    // (name, the chunk and the file size it claims, what the refusal says)
+    type Case = (&'static str, (Vec<u8>, u64), &'static str);
+    let cases: [Case; 10] = [
+        ("bomb", hostile::bomb(), "decompression bomb"),
+        ("short", hostile::short_frame(), "ends after 5000 of"),
+        (
+            "trailing",
+            hostile::trailing_bytes(),
+            "before its chunk's declared wire length",
+        ),
+        ("cut", hostile::cut_frame(), "end inside its frame"),
+        ("corrupt", hostile::corrupt_frame(), "corrupt frame"),
+        (
+            "window",
+            hostile::wide_window(),
+            "window beyond the relay's limit",
+        ),
+        ("dictionary", hostile::needs_dictionary(), "dictionary"),
+        ("kind", hostile::unknown_kind(), "kind 9 is unknown"),
+        ("plain-length", hostile::lying_plain(), "wire bytes, beyond"),
+        (
+            "past-end",
+            (Deflater::plain(&hostile::text(100)), 50),
+            "past the file's end",
+        ),
+    ];
+    for (name, (wire, size), reason) in cases {
+        let blob = format!("{name}.bin");
+        // Bytes after the chunk, as a peer that keeps going would send them.
+        let mut wire = wire;
+        wire.extend(Deflater::plain(&hostile::text(64)));
+        match send_chunks(&conn, &container, &blob, size, &wire, None).await {
+            Message::Error(f) => {
+                assert_eq!(f.code, Code::BadEncoding, "{name}: {f:?}");
+                assert!(f.message.contains(reason), "{name}: {}", f.message);
+                assert!(
+                    f.message.contains("nothing committed"),
+                    "{name}: {}",
+                    f.message
+                );
+            }
+            other => panic!("{name}: expected an Error, got {other:?}"),
+        }
+        assert!(!blob_exists(&container, &blob).await, "{name}: published");
+        budget_returns(&relay).await;
+    }
+    // Positive control: the same raw client's valid chunks commit the file.
+    let file = hostile::text(3 << 20 | 777);
+    let mut d = Deflater::new().unwrap_or_else(|e| panic!("{e}"));
+    let mut wire = Vec::new();
+    for part in file.chunks(1 << 20) {
+        wire.extend(d.chunk(part, 3).unwrap_or_else(|e| panic!("{e}")));
+    }
+    let sha = hex::encode(sha2::Sha256::digest(&file));
+    match send_chunks(
+        &conn,
+        &container,
+        "good.txt",
+        file.len() as u64,
+        &wire,
+        Some(sha.clone()),
+    )
+    .await
+    {
+        Message::Receipt(r) => assert_eq!(r.sha256, sha),
+        other => panic!("expected a Receipt, got {other:?}"),
+    }
+    assert_eq!(
+        blob_sha(&container, "good.txt").await,
+        (file.len() as u64, sha)
+    );
+    budget_returns(&relay).await;
+    relay.stop().await;
+}
+
+/// A peer that did not announce compression (plain ALPN) and sends a
+/// compressed Start all the same is refused: chunks only where both agreed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_chunks_without_agreement_are_refused() {
+    let (relay, container) = RelayHandle::with_container("znoagree", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay, false).await;
+    assert!(!relay_transport::tls::agreed_zstd(&conn));
+    let wire = Deflater::plain(&hostile::text(100));
+    match send_chunks(&conn, &container, "x.bin", 100, &wire, None).await {
+        Message::Error(f) => {
+            assert_eq!(f.code, Code::BadEncoding, "{f:?}");
+            assert!(f.message.contains("not agreed"), "{}", f.message);
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+    assert!(!blob_exists(&container, "x.bin").await);
+    relay.stop().await;
+}
