@@ -157,7 +157,8 @@ impl Watch {
             }
             assert!(
                 t0.elapsed() < BOUND,
-                "no {what} within {BOUND:?}; stderr:\n{}",
+                "no {what} within {BOUND:?}; last events: {:?}\nstderr:\n{}",
+                self.events().iter().rev().take(3).collect::<Vec<_>>(),
                 self.stderr()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;

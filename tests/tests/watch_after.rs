@@ -130,8 +130,7 @@ async fn a_file_changed_during_its_upload_goes_only_once_its_final_content_is_th
         std::fs::create_dir_all(&inbox).unwrap_or_else(|e| panic!("{e}"));
         let mut extra = vec![
             "--no-journal".to_string(),
-            "--overwrite".into(),
-            "if-different".into(),
+            "--overwrite=if-different".into(),
         ];
         extra.extend(after_args(mode, &done));
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();

@@ -96,8 +96,7 @@ async fn watch_memory_and_journal_with_many_files() {
         &j,
         "--parallel",
         "64",
-        "--overwrite",
-        "if-different",
+        "--overwrite=if-different",
     ];
     let t = Instant::now();
     make_files(&inbox, n);

@@ -129,8 +129,7 @@ async fn killed_mid_burst_with_and_without_its_journal_every_file_ends_up_commit
         &j,
         "--parallel",
         "4",
-        "--overwrite",
-        "if-different",
+        "--overwrite=if-different",
     ];
 
     // 1. A burst; SIGKILL once KILL_1 files are reported committed.

@@ -111,9 +111,7 @@ impl Journal {
         // A cached statement: a start scan asks this once per file.
         let db = self.db();
         let mut stmt = db
-            .prepare_cached(
-                "SELECT container, blob, size, mtime_ns FROM committed WHERE path = ?1",
-            )
+            .prepare_cached("SELECT container, blob, size, mtime_ns FROM committed WHERE path = ?1")
             .map_err(|e| self.err(e))?;
         let row: Option<(String, String, i64, i64)> = stmt
             .query_row(params![path], |r| {
