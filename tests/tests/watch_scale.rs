@@ -31,14 +31,18 @@ async fn a_burst_of_10000_files_and_a_tree_renamed_in_are_committed_whole() {
     let w = Watch::start(&relay, &format!("{container}/s"), &[&inbox], &extra);
     w.wait_event("the start", |v| v["event"] == "watch_status")
         .await;
+    // Phase times are printed (not asserted): where a slow run spends them.
+    let t0 = std::time::Instant::now();
     let mut want = Vec::new();
     for i in 0..BURST {
         let rel = format!("d{}/f{i}.bin", i % 100);
         let sha = write_random(&inbox.join(&rel), 100 + (i * 37) % 2000, i);
         want.push((format!("s/inbox/{rel}"), sha));
     }
+    let written = t0.elapsed();
     w.wait_status("the burst committed", |v| v["committed"] == BURST)
         .await;
+    let burst = t0.elapsed();
     let (burst_peak, _) = w.memory_kib();
 
     // A tree built outside, then renamed in whole.
@@ -52,7 +56,13 @@ async fn a_burst_of_10000_files_and_a_tree_renamed_in_are_committed_whole() {
     let n = BURST + TREE;
     w.wait_status("the tree committed", |v| v["committed"] == n)
         .await;
+    let tree = t0.elapsed();
     wait_all_blobs(&container, &want, &w).await;
+    eprintln!(
+        "watch scale: burst written {written:?}, committed {burst:?}; tree committed {tree:?}; \
+         {n} blobs checked {:?}",
+        t0.elapsed()
+    );
     let (peak, rss) = w.memory_kib();
     let s = w.stop().await;
     eprintln!(
