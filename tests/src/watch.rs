@@ -148,43 +148,46 @@ impl Watch {
         self.committed.load(Ordering::SeqCst)
     }
 
-    /// Waits until some event satisfies `pred`.
-    pub async fn wait_event(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let t0 = std::time::Instant::now();
-        loop {
-            if let Some(v) = self.events().into_iter().find(|v| pred(v)) {
-                return v;
-            }
-            assert!(
-                t0.elapsed() < BOUND,
-                "no {what} within {BOUND:?}; last events: {:?}\nstderr:\n{}",
-                self.events().iter().rev().take(3).collect::<Vec<_>>(),
-                self.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    /// The first event at or after index `from` that satisfies `pred`, and
+    /// the number of events looked at (events only grow: a wait looks at
+    /// each once, without copying the lot on every poll).
+    fn find_from(&self, from: usize, pred: &impl Fn(&Value) -> bool) -> (Option<Value>, usize) {
+        let ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let found = ev.iter().skip(from).find(|v| pred(v)).cloned();
+        (found, ev.len())
     }
 
-    /// Waits for a status line (taken after this call) that satisfies `pred`.
+    fn last_events(&self) -> Vec<Value> {
+        let ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        ev.iter().rev().take(3).cloned().collect()
+    }
+
+    /// Waits until some event (from the start) satisfies `pred`.
+    pub async fn wait_event(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_from(0, what, pred).await
+    }
+
+    /// Waits for a status line (printed after this call) that satisfies `pred`.
     pub async fn wait_status(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let from = self.events().len();
+        let from = self.events.lock().unwrap_or_else(|p| p.into_inner()).len();
+        self.wait_from(from, &format!("a status with {what}"), |v| {
+            v["event"] == "watch_status" && pred(v)
+        })
+        .await
+    }
+
+    async fn wait_from(&self, mut from: usize, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let t0 = std::time::Instant::now();
         loop {
-            let found = self
-                .events()
-                .into_iter()
-                .skip(from)
-                .find(|v| v["event"] == "watch_status" && pred(v));
+            let (found, seen) = self.find_from(from, &pred);
             if let Some(v) = found {
                 return v;
             }
+            from = seen;
             assert!(
                 t0.elapsed() < BOUND,
-                "no status with {what} within {BOUND:?}; last: {:?}\nstderr:\n{}",
-                self.events()
-                    .iter()
-                    .rev()
-                    .find(|v| v["event"] == "watch_status"),
+                "no {what} within {BOUND:?}; last events: {:?}\nstderr:\n{}",
+                self.last_events(),
                 self.stderr()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
