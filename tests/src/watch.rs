@@ -301,17 +301,21 @@ pub async fn assert_blob(container: &str, blob: &str, file: &Path) {
 
 /// Downloads every blob (a few at a time) and checks its SHA-256 against
 /// `want` (blob name, SHA-256 hex); returns the blobs that differ or are
-/// missing, as `(blob, what it holds)`.
+/// missing, as `(blob, what it holds)`. One request per blob: a missing blob
+/// is a failed download.
 pub async fn blobs_differing(container: &str, want: &[(String, String)]) -> Vec<(String, String)> {
     futures::stream::iter(want.iter().cloned())
         .map(|(blob, sha)| async move {
-            if !blob_exists(container, &blob).await {
-                return Some((blob, "missing".to_string()));
+            match crate::blobs::writer(container, &blob)
+                .content_sha256()
+                .await
+            {
+                Ok((_, got)) if hex::encode(got) == sha => None,
+                Ok((_, got)) => Some((blob, hex::encode(got))),
+                Err(e) => Some((blob, format!("not downloaded: {e}"))),
             }
-            let (_, got) = blob_sha(container, &blob).await;
-            (got != sha).then_some((blob, got))
         })
-        .buffer_unordered(16)
+        .buffer_unordered(32)
         .filter_map(|x| async move { x })
         .collect()
         .await
