@@ -322,4 +322,17 @@ mod tests {
             vec![PathBuf::from("x")]
         );
     }
+
+    #[test]
+    fn due_gives_at_most_what_the_driver_can_start() {
+        let t0 = Instant::now();
+        let mut m = Settle::new(S, true, 100);
+        for i in 0..10 {
+            m.observe(PathBuf::from(format!("f{i}")), Seen::Closed, st(1, 1), t0);
+        }
+        assert!(m.due(t0, 10).is_empty(), "not settled yet");
+        assert_eq!(m.due(t0 + S, 3).len(), 3);
+        assert_eq!(m.due(t0 + S, 0).len(), 0);
+        assert_eq!(m.due(t0 + S, 50).len(), 10);
+    }
 }
