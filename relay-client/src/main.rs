@@ -234,6 +234,22 @@ fn watch(args: WatchArgs) -> ExitCode {
             print_error(output, "refused", "refused", &message);
             ExitCode::from(EXIT_REFUSED)
         }
+        Ok(WatchEnd::OutOfPatience {
+            mut summary,
+            patience,
+        }) => {
+            summary.ok = false;
+            summary.interrupted = true;
+            summary.stopped_by = Some("patience");
+            print_summary(&summary, output);
+            eprintln!(
+                "relay-client: stopped: the relay stayed unreachable for {} (--patience); \
+                 start the watch again to go on (the journal keeps what was committed, \
+                 the relay what was staged)",
+                relay_client::patience::human(patience)
+            );
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
         Err(e) => {
             print_error(output, "setup", "setup", &e.to_string());
             ExitCode::from(EXIT_SETUP)

@@ -17,6 +17,7 @@ pub mod proxy;
 pub mod relay;
 pub mod tls_pipe;
 pub mod upload;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::process::Output;

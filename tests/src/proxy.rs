@@ -173,6 +173,9 @@ pub struct Stats {
     pub crc64_mismatched: AtomicU64,
     /// Bodies corrupted on purpose (`Schedule::corrupt`).
     pub corrupted: AtomicU64,
+    /// Every request's target path (without its query), in arrival order:
+    /// which blobs were asked about (`Stats::paths`).
+    paths: Mutex<Vec<String>>,
 }
 
 impl Stats {
@@ -186,6 +189,12 @@ impl Stats {
 
     pub fn answered_of(&self, op: Op) -> u64 {
         self.answered_by_op[op.index()].load(Ordering::SeqCst)
+    }
+
+    /// Target paths (`/account/container/blob`, URL-encoded) of the requests
+    /// read so far, in arrival order.
+    pub fn paths(&self) -> Vec<String> {
+        self.paths.lock().map(|p| p.clone()).unwrap_or_default()
     }
 
     /// Requests whose `x-ms-content-crc64` matched their body / did not.
@@ -312,6 +321,10 @@ async fn serve(
         return;
     };
     stats.requests.fetch_add(1, Ordering::Relaxed);
+    let target = head.lines().next().and_then(|l| l.split(' ').nth(1));
+    if let (Some(t), Ok(mut paths)) = (target, stats.paths.lock()) {
+        paths.push(t.split('?').next().unwrap_or(t).to_string());
+    }
     let op = head
         .lines()
         .next()

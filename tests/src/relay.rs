@@ -122,6 +122,14 @@ impl RelayHandle {
         }
     }
 
+    /// One sample of the relay's /metrics text (as its endpoint renders it),
+    /// by its series name with labels.
+    pub fn metric(&self, series: &str) -> Option<u64> {
+        relay_server::health::render(&self.shared)
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
     /// Stops the relay without waiting for its transfers (one a test stalled).
     pub fn abandon(self) {
         let _ = self.stop.send(true);
@@ -131,5 +139,57 @@ impl RelayHandle {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+}
+
+/// A relay that can be stopped and started again as itself: the same address,
+/// certificate and block-ID key, so a client waiting for it (`--patience`)
+/// reconnects to it and resumes what it had staged.
+pub struct Revivable {
+    storage: Storage,
+    listen: std::net::SocketAddr,
+    identity: relay_server::tls::Identity,
+    id_key: relay_proto::id_key::IdKey,
+}
+
+impl Revivable {
+    pub fn new(storage: Storage) -> Self {
+        relay_transport::install_crypto_provider();
+        Self {
+            storage,
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], crate::reserved_port())),
+            identity: relay_server::tls::Identity::self_signed(vec!["localhost".into()])
+                .unwrap_or_else(|e| panic!("{e}")),
+            id_key: relay_proto::id_key::IdKey::random(),
+        }
+    }
+
+    /// Starts it (again), once its address is free (the last one's socket
+    /// closes as its task ends).
+    pub async fn start(&self) -> RelayHandle {
+        let t0 = std::time::Instant::now();
+        while std::net::UdpSocket::bind(self.listen).is_err() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "{} stayed in use",
+                self.listen
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (listen, key) = (self.listen, self.id_key.clone());
+        let identity = relay_server::tls::Identity {
+            certs: self.identity.certs.clone(),
+            key: self.identity.key.clone_key(),
+            fingerprint: self.identity.fingerprint.clone(),
+        };
+        let opts = RelayOptions {
+            configure: Some(Box::new(move |cfg: &mut Config| {
+                cfg.listen = listen;
+                cfg.identity = identity;
+                cfg.id_key = key;
+            })),
+            ..RelayOptions::default()
+        };
+        RelayHandle::start(self.storage.clone(), opts)
     }
 }

@@ -108,13 +108,15 @@ impl Journal {
         blob: &str,
         stat: Stat,
     ) -> Result<bool, JournalError> {
-        let row: Option<(String, String, i64, i64)> = self
-            .db()
-            .query_row(
-                "SELECT container, blob, size, mtime_ns FROM committed WHERE path = ?1",
-                params![path],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
+        // A cached statement: a start scan asks this once per file.
+        let db = self.db();
+        let mut stmt = db
+            .prepare_cached("SELECT container, blob, size, mtime_ns FROM committed WHERE path = ?1")
+            .map_err(|e| self.err(e))?;
+        let row: Option<(String, String, i64, i64)> = stmt
+            .query_row(params![path], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .optional()
             .map_err(|e| self.err(e))?;
         Ok(row.is_some_and(|(c, b, size, mtime)| {

@@ -71,6 +71,19 @@ pub enum WatchEnd {
     Stopped(Box<Summary>),
     /// A refusal every file gets (a revoked token, a deleted container).
     Refused(String),
+    /// The relay stayed unreachable for longer than `--patience` (the link
+    /// said so as it waited); a restart goes on where this one stopped.
+    OutOfPatience {
+        summary: Box<Summary>,
+        patience: Duration,
+    },
+}
+
+/// Why the watch loop ended.
+enum Stop {
+    Signal,
+    Refused(String),
+    OutOfPatience,
 }
 
 pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, WatchError> {
@@ -171,6 +184,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         in_flight: HashSet::new(),
         again: HashSet::new(),
         parallel: up.parallel.max(1),
+        backlog: false,
         counts: status::Counts::default(),
         scanning: Arc::new(AtomicBool::new(false)),
         known: Arc::new(AtomicU64::new(0)),
@@ -185,10 +199,14 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     let reconcile = (args.reconcile > 0.0).then(|| Duration::from_secs_f64(args.reconcile));
     let mut reconcile_at = reconcile.map(|r| Instant::now() + r);
     let mut stop = std::pin::pin!(stop);
+    let mut gave_up = std::pin::pin!(gave_up(&mode));
     let end = loop {
         let room = w.settle.has_room();
         tokio::select! {
-            _ = &mut stop => break None,
+            _ = &mut stop => break Stop::Signal,
+            // Files waiting for the link wait for ever once it gave up: stop,
+            // as `upload` does, and let the service manager start it again.
+            _ = &mut gave_up => break Stop::OutOfPatience,
             Some(change) = events.rx.recv() => {
                 if let Some(dir) = events::new_dir(&change) {
                     events.watch_new_dir(&dir);
@@ -200,7 +218,10 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
             }
             Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
                 if let Some(fatal) = w.finished(done) {
-                    break Some(fatal);
+                    break Stop::Refused(fatal);
+                }
+                if w.backlog {
+                    w.start_ready();
                 }
             }
             _ = check.tick() => {
@@ -221,10 +242,24 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
             }
         }
     };
-    if let Some(fatal) = end {
-        w.tasks.abort_all();
-        close(&mode).await;
-        return Ok(WatchEnd::Refused(fatal));
+    match end {
+        Stop::Signal => {}
+        Stop::Refused(fatal) => {
+            w.tasks.abort_all();
+            close(&mode).await;
+            return Ok(WatchEnd::Refused(fatal));
+        }
+        Stop::OutOfPatience => {
+            // Nothing in flight can commit while the relay is away: what it
+            // staged stays with the relay and the next start resumes it.
+            w.tasks.abort_all();
+            status::print(&reporter, &w.status());
+            close(&mode).await;
+            return Ok(WatchEnd::OutOfPatience {
+                summary: Box::new(reporter.summary(mode.name())),
+                patience: up.patience,
+            });
+        }
     }
     // Stopped: no new files; the uploads under way finish (or time out).
     let n = w.tasks.len();
@@ -247,6 +282,14 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     Ok(WatchEnd::Stopped(Box::new(reporter.summary(mode.name()))))
 }
 
+/// Resolves once the relay link ran out of patience (never in direct mode).
+async fn gave_up(mode: &Mode) {
+    match mode {
+        Mode::Relay(link) => link.wait_gave_up().await,
+        Mode::Direct(_) => std::future::pending().await,
+    }
+}
+
 async fn close(mode: &Mode) {
     if let Mode::Relay(links) = mode {
         links.close().await;
@@ -261,6 +304,8 @@ struct Driver {
     /// Files that settled again while their upload ran: looked at once it ends.
     again: HashSet<PathBuf>,
     parallel: usize,
+    /// The last look at due files found more than it could start.
+    backlog: bool,
     counts: status::Counts,
     /// A full scan is running (one at a time).
     scanning: Arc<AtomicBool>,
@@ -320,39 +365,63 @@ impl Driver {
         self.close_events
     }
 
-    /// Files ready to go: checked, then started up to `--parallel`.
+    /// Files ready to go: checked, then started up to `--parallel`. Called
+    /// on each check tick, and as uploads end while more files are due: in a
+    /// burst, a slot that frees up is filled at once, not at the next tick
+    /// (ticks alone would cap a burst at `--parallel` files per tick).
     fn start_ready(&mut self) {
         let now = Instant::now().into_std();
-        for path in self.settle.due(now) {
+        loop {
+            let room = self.parallel.saturating_sub(self.in_flight.len());
+            let batch = self.settle.due(now, room);
+            self.backlog = room > 0 && batch.len() == room;
+            let mut started = 0;
+            for path in batch {
+                started += usize::from(self.start_one(path, now));
+            }
+            // A batch that was not full leaves nothing due. One that started
+            // nothing (all waiting again, or gone) ends the look too: with
+            // `--settle 0` a file whose stat moved is due again at once and
+            // would be looked at for ever.
+            if started == 0 || !self.backlog {
+                return;
+            }
             if self.in_flight.len() >= self.parallel {
-                break;
+                // Full: more may be due; the next upload to end looks.
+                self.backlog = true;
+                return;
             }
-            let stat = std::fs::metadata(&path)
-                .ok()
-                .filter(std::fs::Metadata::is_file)
-                .map(|m| Stat::of(&m));
-            let Verdict::Ready(stat) = self.settle.check(&path, stat, now) else {
-                continue;
-            };
-            // A file found by a scan (one created with its folder, before the
-            // folder's watch existed) settles on time alone; if a writer
-            // still holds it open, wait for its close, which the watch now
-            // in place will report.
-            if self.close_events && events::open_for_writing(&path) {
-                self.settle.observe(path, Seen::Changed, Some(stat), now);
-                continue;
-            }
-            if self.in_flight.contains(&path) {
-                self.again.insert(path);
-                continue;
-            }
-            self.in_flight.insert(path.clone());
-            let ctx = self.ctx.clone();
-            self.tasks.spawn(async move {
-                let done = task::upload(&ctx, &path, stat).await;
-                (path, done)
-            });
         }
+    }
+
+    /// Starts `path`'s upload if it is ready; says whether it did.
+    fn start_one(&mut self, path: PathBuf, now: std::time::Instant) -> bool {
+        let stat = std::fs::metadata(&path)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map(|m| Stat::of(&m));
+        let Verdict::Ready(stat) = self.settle.check(&path, stat, now) else {
+            return false;
+        };
+        // A file found by a scan (one created with its folder, before the
+        // folder's watch existed) settles on time alone; if a writer
+        // still holds it open, wait for its close, which the watch now
+        // in place will report.
+        if self.close_events && events::open_for_writing(&path) {
+            self.settle.observe(path, Seen::Changed, Some(stat), now);
+            return false;
+        }
+        if self.in_flight.contains(&path) {
+            self.again.insert(path);
+            return false;
+        }
+        self.in_flight.insert(path.clone());
+        let ctx = self.ctx.clone();
+        self.tasks.spawn(async move {
+            let done = task::upload(&ctx, &path, stat).await;
+            (path, done)
+        });
+        true
     }
 
     /// An upload ended; `Some` with the message of a refusal every file gets.

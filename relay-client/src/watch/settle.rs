@@ -125,12 +125,15 @@ impl Settle {
         }
     }
 
-    /// Paths whose settle period is over, to stat and `check`.
-    pub fn due(&self, now: Instant) -> Vec<PathBuf> {
+    /// Up to `limit` paths whose settle period is over, to stat and `check`
+    /// (the driver asks for as many as it can start: in a burst most files
+    /// are due, and the walk stops after `limit` of them).
+    pub fn due(&self, now: Instant, limit: usize) -> Vec<PathBuf> {
         self.pending
             .iter()
             .filter(|(_, p)| p.closed && now.saturating_duration_since(p.since) >= self.settle)
             .map(|(path, _)| path.clone())
+            .take(limit)
             .collect()
     }
 
@@ -191,7 +194,7 @@ mod tests {
     /// Runs the driver's loop once at `now`: checks every due path with `stat`.
     fn ready_at(m: &mut Settle, now: Instant, stat: Option<Stat>) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        for p in m.due(now) {
+        for p in m.due(now, usize::MAX) {
             if let Verdict::Ready(_) = m.check(&p, stat, now) {
                 out.push(p);
             }
@@ -318,5 +321,18 @@ mod tests {
             ready_at(&mut m, t0 + S, st(100, 5)),
             vec![PathBuf::from("x")]
         );
+    }
+
+    #[test]
+    fn due_gives_at_most_what_the_driver_can_start() {
+        let t0 = Instant::now();
+        let mut m = Settle::new(S, true, 100);
+        for i in 0..10 {
+            m.observe(PathBuf::from(format!("f{i}")), Seen::Closed, st(1, 1), t0);
+        }
+        assert!(m.due(t0, 10).is_empty(), "not settled yet");
+        assert_eq!(m.due(t0 + S, 3).len(), 3);
+        assert_eq!(m.due(t0 + S, 0).len(), 0);
+        assert_eq!(m.due(t0 + S, 50).len(), 10);
     }
 }
