@@ -84,6 +84,11 @@ pub struct Inflater {
     remaining: u64,
     state: State,
     header: [u8; CHUNK_HEADER_LEN],
+    /// The decoder's last call left room in its output, so it holds nothing to
+    /// flush: without new input it cannot progress. zstd refuses a stream after
+    /// 16 calls in a row that make no progress ("no forward progress, input
+    /// empty"), and a reader waiting on the network calls with no input often.
+    drained: bool,
 }
 
 impl std::fmt::Debug for Inflater {
@@ -103,6 +108,7 @@ impl Inflater {
             remaining,
             state: State::Header { have: 0 },
             header: [0; CHUNK_HEADER_LEN],
+            drained: true,
         }
     }
 
@@ -179,6 +185,7 @@ impl Inflater {
                     dctx.reset(ResetDirective::SessionOnly)
                         .map_err(|c| InflateError::Decoder(zstd_safe::get_error_name(c)))?;
                 }
+                self.drained = true;
                 State::Zstd {
                     declared: h.raw_len,
                     raw_left: h.raw_len,
@@ -213,10 +220,20 @@ impl Inflater {
         if target.is_empty() {
             return Ok(Step::default());
         }
+        if input.is_empty() && self.drained {
+            // Nothing buffered and nothing new: more input is needed, or, when
+            // the chunk's wire bytes are all in, the frame was cut short.
+            if wire_left == 0 {
+                return Err(InflateError::CutShort);
+            }
+            return Ok(Step::default());
+        }
+        let target_len = target.len();
         let mut ib = InBuffer::around(input);
         let mut ob = OutBuffer::around(target);
         let hint = dctx.decompress_stream(&mut ob, &mut ib).map_err(classify)?;
         let (consumed, produced) = (ib.pos(), ob.pos());
+        self.drained = produced < target_len;
         if raw_left == 0 && produced > 0 {
             return Err(InflateError::Bomb { declared });
         }

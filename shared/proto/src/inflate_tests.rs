@@ -55,6 +55,42 @@ fn mixed_chunks_come_out_as_the_file_in_any_pieces() {
     }
 }
 
+/// A reader waiting on the network calls the decoder with no input, many times
+/// between two arrivals: that is waiting, never a refusal (zstd alone refuses
+/// a stream after 16 calls in a row without progress; the WAN lab hit it).
+#[test]
+fn calls_without_input_between_arrivals_only_wait() {
+    let mut d = Deflater::new().expect("compressor");
+    let file = hostile::text(2 << 20 | 777);
+    let mut wire = Vec::new();
+    for part in file.chunks(MAX_CHUNK_RAW as usize) {
+        wire.extend(d.chunk(part, 3).expect("compress"));
+    }
+    for (inp, outp) in [(1usize, 65536usize), (1000, 4096), (65536, 1 << 20)] {
+        let mut inf = Inflater::new(file.len() as u64);
+        let mut got = Vec::new();
+        let mut out = vec![0u8; outp];
+        let mut pos = 0usize;
+        while !inf.is_done() {
+            // Drain what the decoder holds, then wait (empty input) 40 times.
+            for _ in 0..40 {
+                let step = inf
+                    .step(&[], &mut out)
+                    .unwrap_or_else(|e| panic!("waiting refused ({inp}/{outp}): {e}"));
+                got.extend_from_slice(&out[..step.produced]);
+            }
+            let end = pos.saturating_add(inp).min(wire.len());
+            let step = inf
+                .step(&wire[pos..end], &mut out)
+                .unwrap_or_else(|e| panic!("refused ({inp}/{outp}): {e}"));
+            pos += step.consumed;
+            got.extend_from_slice(&out[..step.produced]);
+        }
+        assert_eq!(pos, wire.len());
+        assert!(got == file, "pieces {inp}/{outp}");
+    }
+}
+
 #[test]
 fn a_frame_that_inflates_past_its_declared_bytes_is_a_bomb() {
     let (wire, size) = hostile::bomb();

@@ -2,6 +2,7 @@
 //! in alternating order, each run as its own process in `site` against a
 //! fresh Azurite and relay in `cloud`, accounted and verified.
 
+use relay_tests::datasets::DataSet;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -245,6 +246,7 @@ impl Bench<'_> {
             congestion,
             loadavg_1m,
             commit: source_commit(),
+            data: (self.plan.data != DataSet::Random).then(|| self.plan.data.name().to_string()),
             storage_requests,
             abandoned: abandoned.map(|a| a.0),
             abandoned_while_moving: abandoned.map(|a| a.1),

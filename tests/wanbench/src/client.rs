@@ -49,7 +49,11 @@ pub struct RunSpec<'a> {
 pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result<Command> {
     let mut cmd;
     match spec.method {
-        Method::Relay | Method::RelayCubic | Method::RelayCold | Method::RelayColdPlain => {
+        Method::Relay
+        | Method::RelayCubic
+        | Method::RelayCold
+        | Method::RelayColdPlain
+        | Method::RelayOff => {
             let cc = if spec.method == Method::RelayCubic {
                 "cubic"
             } else {
@@ -64,8 +68,11 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .args(["--congestion", cc])
                 .env("RELAY_TOKEN", TOKEN);
             cmd.arg("--path-cache").arg(spec.path_cache);
-            if spec.method != Method::Relay {
+            if !matches!(spec.method, Method::Relay | Method::RelayOff) {
                 cmd.arg("--no-warm-start");
+            }
+            if spec.method == Method::RelayOff {
+                cmd.args(["--compress", "off"]);
             }
             if spec.method == Method::RelayColdPlain {
                 cmd.arg("--no-probe-train");

@@ -65,7 +65,7 @@ struct Args {
     /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
-    /// Methods: relay, relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
+    /// Methods: relay, relay-off (relay with --compress off), relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
     /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
@@ -123,6 +123,10 @@ struct Args {
     /// link (the path's TCP ceiling, printed beside the row).
     #[arg(long)]
     tcp_reference: bool,
+    /// What the generated files hold: random (default), or logs, csv, fastq,
+    /// sparse (text-like sets for the compression rows: relay vs relay-off).
+    #[arg(long, value_name = "SET")]
+    data: Option<String>,
     /// Exit 1 unless every row verified its blobs and no direct request was
     /// abandoned while its body still moved (implied by --quick).
     #[arg(long)]
@@ -373,6 +377,14 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
     plan.nic_offload = args.nic_offload;
     plan.client_args = args.client_arg.clone();
     plan.tcp_reference = args.tcp_reference;
+    if let Some(name) = &args.data {
+        plan.data = relay_tests::datasets::DataSet::ALL
+            .into_iter()
+            .find(|d| d.name() == name.as_str())
+            .with_context(|| {
+                format!("unknown --data {name:?} (logs, csv, fastq, sparse, random)")
+            })?;
+    }
     Ok(plan)
 }
 
@@ -444,7 +456,7 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     let mut md = String::from("# wanbench results\n\n");
     if let Some((plan, elapsed)) = run {
         md.push_str(&format!(
-            "Repeats {}, cap {} s, workloads {}, relay QUIC controller {}{}{}{}; bench took {:.0} s.\n\n",
+            "Repeats {}, cap {} s, workloads {} ({} data), relay QUIC controller {}{}{}{}; bench took {:.0} s.\n\n",
             plan.repeats,
             plan.cap.as_secs(),
             plan.workloads
@@ -452,6 +464,7 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
                 .map(|w| w.name())
                 .collect::<Vec<_>>()
                 .join(", "),
+            plan.data.name(),
             plan.relay_congestion,
             if plan.loopback { ", loopback (clients in the cloud namespace)" } else { "" },
             plan.storage_delay

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use relay_tests::datasets::DataSet;
 use serde::{Deserialize, Serialize};
 
 /// One emulated path (both directions alike), as written in results.json.
@@ -95,6 +96,9 @@ pub enum Method {
     /// Relay with `--no-warm-start`: the connection starts cold, as the first
     /// upload to a relay does (optional row; it still saves its estimate).
     RelayCold,
+    /// Relay with `--compress off` (the `relay` row compresses with the
+    /// client's default, `auto`): what compression buys, side by side.
+    RelayOff,
     /// Cold and `--no-probe-train`: plain slow start, the cold start before
     /// the packet train (optional row, for comparison).
     RelayColdPlain,
@@ -134,6 +138,7 @@ impl Method {
             Method::RelayCubic => "relay-cubic",
             Method::RelayCold => "relay-cold",
             Method::RelayColdPlain => "relay-cold-plain",
+            Method::RelayOff => "relay-off",
             Method::DirectCubic => "direct-cubic",
             Method::DirectBbr => "direct-bbr",
             Method::PythonSdk => "python-sdk",
@@ -151,6 +156,7 @@ impl Method {
             Method::RelayCubic,
             Method::RelayCold,
             Method::RelayColdPlain,
+            Method::RelayOff,
             Method::DirectCubic,
             Method::DirectBbr,
             Method::PythonSdk,
@@ -178,7 +184,11 @@ impl Method {
             | Method::PythonSdk64
             | Method::DirectBbr32
             | Method::Rclone => Some("bbr"),
-            Method::Relay | Method::RelayCubic | Method::RelayCold | Method::RelayColdPlain => None,
+            Method::Relay
+            | Method::RelayCubic
+            | Method::RelayCold
+            | Method::RelayColdPlain
+            | Method::RelayOff => None,
         }
     }
 
@@ -298,6 +308,9 @@ pub struct Plan {
     pub client_args: Vec<String>,
     /// Plain TCP flows measured after each one-file direct row (`--tcp-reference`).
     pub tcp_reference: bool,
+    /// What the files hold (`--data`): random by default, or one of the
+    /// text-like sets the compression rows are measured on.
+    pub data: DataSet,
 }
 
 impl Plan {
@@ -318,6 +331,7 @@ impl Plan {
             nic_offload: false,
             client_args: Vec::new(),
             tcp_reference: false,
+            data: DataSet::Random,
         }
     }
 

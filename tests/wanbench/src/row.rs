@@ -143,6 +143,9 @@ pub struct Row {
     /// --dirty` of the checkout at run time); absent in rows older than the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The files' data set when not random (`--data`: logs, csv, fastq, sparse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }
 
 /// Plain TCP beside a direct run: the path's TCP ceiling for that many flows.

@@ -4,8 +4,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use relay_tests::files::write_random;
-
 use crate::plan::{Plan, Workload};
 
 /// (path, SHA-256 hex) per file, per workload.
@@ -14,9 +12,10 @@ pub struct Files {
 }
 
 impl Files {
-    /// Writes the files under `dir/COUNTxSIZE/` (random data: storage and
-    /// transport cannot compress or deduplicate it). Seeds depend on the file's
-    /// index and size only, so a workload's files are the same in every run.
+    /// Writes the files under `dir/COUNTxSIZE/`, of the plan's data set
+    /// (random by default: storage and transport cannot compress or deduplicate
+    /// it). Seeds depend on the file's index and size only, so a workload's
+    /// files are the same in every run.
     pub fn generate(dir: &Path, plan: &Plan) -> Self {
         let mut by_workload = HashMap::new();
         for &w in &plan.workloads {
@@ -24,7 +23,7 @@ impl Files {
             let files = (0..w.count)
                 .map(|i| {
                     let p = sub.join(format!("f-{i:06}.bin"));
-                    let sha = write_random(&p, w.file_bytes, seed(w, i));
+                    let sha = plan.data.write(&p, w.file_bytes, seed(w, i));
                     (p, sha)
                 })
                 .collect();
