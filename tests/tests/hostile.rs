@@ -15,7 +15,7 @@ use relay_storage::store::{Commit, Condition};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
-use relay_tests::hostile::{offer, raw_connect, relay_with, upload_args};
+use relay_tests::hostile::{offer, open_with_offer, raw_connect, relay_with, upload_args};
 use relay_tests::relay::{LIMITED_TOKEN, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
@@ -342,13 +342,7 @@ async fn direct_mode_resumes_only_its_own_blocks() {
 
 /// The answer to a plain Offer (no bytes follow: the stream is reset after it).
 async fn answer_to(conn: &quinn::Connection, o: Offer) -> Message {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
-    write_frame(&mut send, &Message::Offer(o))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let answer = read_frame(&mut recv)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (mut send, _recv, answer) = open_with_offer(conn, o).await;
     let _ = send.reset(0u32.into());
     answer
 }
