@@ -10,11 +10,10 @@
 //!   plain without trying. Then one chunk is sampled again, so a file that
 //!   turns compressible later (a tar of mixed files) is noticed within 16 MiB,
 //!   and already-compressed data costs one trial per 16 MiB.
-//! - **Does the compressor keep up with the link?** Once `WARMUP` chunks went
-//!   out (before that the send buffer takes anything at once and says nothing
-//!   about the link), each compressed chunk's compression time `c` is compared
-//!   with the time the sender was held per chunk by the link `s` (its writes
-//!   block while QUIC's windows are full). `c > s`: the compressor, not the
+//! - **Does the compressor keep up with the link?** Each compressed chunk's
+//!   compression time `c` is compared with the time `s` the link takes to
+//!   carry its frame at the connection's current pace (`wire::Meter`: the
+//!   congestion window over the round trip). `c > s`: the compressor, not the
 //!   link, sets the pace, so step down a level (3 → 2 → 1). At level 1 it
 //!   still pays while `c < s / r` (r = wire/raw: sending the chunk plain would
 //!   take `s / r`); otherwise the next `PROBE_EVERY - 1` chunks go plain. With
@@ -48,8 +47,6 @@ pub enum Choice {
 pub const SHRINKS: f64 = 0.95;
 /// Chunks between samples of data that did not shrink (or was too slow to shrink).
 pub const PROBE_EVERY: u64 = 16;
-/// Chunks sent before the link's pace is trusted.
-pub const WARMUP: u64 = 32;
 const MIN_LEVEL: i32 = 1;
 
 /// One compressed chunk, as measured.
@@ -97,8 +94,8 @@ impl Policy {
         }
     }
 
-    /// What the last chosen chunk's compression gave, and how long the sender
-    /// was held by the link per chunk so far (`send_s`, None while unknown).
+    /// What the last chosen chunk's compression gave, and how long the link
+    /// takes to carry its frame (`send_s`, None while unknown).
     pub fn record(&mut self, t: Trial, send_s: Option<f64>) {
         if self.mode != Mode::Auto || t.raw == 0 {
             return;
@@ -108,7 +105,7 @@ impl Policy {
             self.rest();
             return;
         }
-        let Some(s) = send_s.filter(|_| self.next > WARMUP) else {
+        let Some(s) = send_s else {
             return;
         };
         let c = t.compress_s;
@@ -203,11 +200,16 @@ mod tests {
     }
 
     #[test]
+    fn nothing_is_judged_before_the_link_is_known() {
+        let mut p = Policy::new(Mode::Auto);
+        let c = run(&mut p, 64, trial(0.5, 0.004), None);
+        assert_eq!(zstd_count(&c), 64);
+        assert_eq!(p.level(), DEFAULT_LEVEL);
+    }
+
+    #[test]
     fn a_fast_link_steps_down_then_goes_plain() {
         let mut p = Policy::new(Mode::Auto);
-        // Nothing is judged during the warm-up.
-        run(&mut p, WARMUP as usize, trial(0.5, 0.004), Some(0.0005));
-        assert_eq!(p.level(), DEFAULT_LEVEL);
         // Compression takes 8× the link's time per chunk: down to level 1,
         // and there plain beats it (0.004 ≥ 0.0005 / 0.5).
         let c = run(&mut p, 64, trial(0.5, 0.004), Some(0.0005));
@@ -218,7 +220,7 @@ mod tests {
     #[test]
     fn level_one_stays_while_it_beats_plain() {
         let mut p = Policy::new(Mode::Auto);
-        run(&mut p, WARMUP as usize, trial(0.2, 0.002), Some(0.001));
+        run(&mut p, 4, trial(0.2, 0.002), Some(0.001));
         // c = 2 ms > s = 1 ms, but plain would take s / r = 5 ms: keep level 1.
         let c = run(&mut p, 64, trial(0.2, 0.002), Some(0.001));
         assert_eq!(p.level(), 1);
@@ -228,7 +230,7 @@ mod tests {
     #[test]
     fn headroom_steps_back_up_to_the_start_level_only() {
         let mut p = Policy::new(Mode::Auto);
-        run(&mut p, WARMUP as usize + 4, trial(0.3, 0.01), Some(0.005));
+        run(&mut p, 4, trial(0.3, 0.01), Some(0.005));
         assert_eq!(p.level(), 1);
         run(&mut p, 16, trial(0.3, 0.001), Some(0.005));
         assert_eq!(p.level(), DEFAULT_LEVEL);

@@ -60,6 +60,12 @@ pub fn set_cap(rate_mbit: f64) {
     let _ = CAP.set(RateLimiter::new(rate_mbit));
 }
 
+/// The run's cap in bytes per second, if there is one: the link's pace for the
+/// compressor (`wire::Meter`) is never above it.
+pub fn cap_bytes_per_s() -> Option<f64> {
+    CAP.get().map(|c| c.bytes_per_s)
+}
+
 /// Takes the next piece of `rest` to write, once the cap allows it: all of it at
 /// once without a cap, at most `PIECE` bytes with one.
 pub async fn next_piece(rest: &mut bytes::Bytes) -> bytes::Bytes {

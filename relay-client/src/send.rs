@@ -191,6 +191,8 @@ struct Wire {
     mode: Mode,
     /// Wire bytes of the file's chunks sent so far.
     sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Whose congestion state tells the encoder the link's pace.
+    conn: Connection,
 }
 
 /// Why the body (bytes and Trailer) stopped before the end.
@@ -223,6 +225,7 @@ async fn attempt(
             .then_some(Encoding::Zstd),
         mode: opts.compress,
         sent: Default::default(),
+        conn: conn.clone(),
     };
 
     let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
@@ -599,7 +602,6 @@ async fn stream_bytes(
         };
         hasher.update(&piece.raw);
         // Under `--max-rate` the chunk goes out in metered pieces (`crate::rate`).
-        let t0 = Instant::now();
         let wire_len = piece.wire.len() as u64;
         let mut rest = piece.wire;
         while !rest.is_empty() {
@@ -608,7 +610,9 @@ async fn stream_bytes(
                 .await
                 .map_err(|e| BodyEnd::Transport(lost(e)))?;
         }
-        meter.sent(t0.elapsed());
+        if how.encoding.is_some() {
+            meter.observe(&how.conn.stats().path);
+        }
         how.sent
             .fetch_add(wire_len, std::sync::atomic::Ordering::Relaxed);
     }
