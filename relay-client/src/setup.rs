@@ -290,13 +290,13 @@ pub async fn direct_mode(
             crate::sign_in::azure_credential(&sign_in(args, args.entra.unwrap_or(Flow::Cli)))
         }
     })?;
-    let rtt = check_access(&access, container).await?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
         patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
         ..WriterOptions::default()
     };
     let storage = Storage::new(access, &writer)?;
+    let rtt = check_access(&storage, container).await?;
     if args.create_container && !args.dry_run {
         storage
             .ensure_container(container)
@@ -351,14 +351,13 @@ pub fn system_tcp_congestion() -> Option<String> {
 
 /// One quick request with the credentials before any file: a missing or wrong
 /// credential fails here with its cause in seconds, instead of every file
-/// retrying it as if it were a transient error. Then two more on the same
-/// (now warm) connection, each one round trip plus the service's time: the
-/// faster is the storage round trip that sizes direct mode (`None` if neither
-/// answered).
-async fn check_access(
-    access: &StorageAccess,
-    container: &str,
-) -> Result<Option<Duration>, SetupError> {
+/// retrying it as if it were a transient error. Then one more on the same (now
+/// warm) connection, one round trip plus the service's time: the storage round
+/// trip that sizes direct mode (`None` if it did not answer). It only tells
+/// near (< 20 ms) from far (>= 60 ms), so one sample does. Both go over the
+/// connections the files then use (`with_writer_options`): the first file's
+/// first request finds a connection open.
+async fn check_access(storage: &Storage, container: &str) -> Result<Option<Duration>, SetupError> {
     let quick = WriterOptions {
         backoff: relay_storage::retry::Backoff {
             initial: Duration::from_millis(200),
@@ -367,20 +366,13 @@ async fn check_access(
         },
         ..WriterOptions::default()
     };
-    let probe = Storage::new(access.clone(), &quick)?;
-    let writer = probe
+    let writer = storage
+        .with_writer_options(&quick)
         .writer(container, ".relay-client-access-check")
         .map_err(SetupError::Writer)?;
     writer.properties().await.map_err(SetupError::Credentials)?;
-    let mut best: Option<Duration> = None;
-    for _ in 0..2 {
-        let t0 = std::time::Instant::now();
-        if writer.properties().await.is_ok() {
-            let took = t0.elapsed();
-            best = Some(best.map_or(took, |b| b.min(took)));
-        }
-    }
-    Ok(best)
+    let t0 = std::time::Instant::now();
+    Ok(writer.properties().await.ok().map(|_| t0.elapsed()))
 }
 
 /// Relay mode, connected once up front so a wrong address or certificate is one

@@ -65,6 +65,24 @@ impl Storage {
         })
     }
 
+    /// Writers with other options (retries, patience) over this one's HTTP
+    /// connections: a request made through either warms the connection the
+    /// other's next request takes (direct mode's access check, then its files:
+    /// on a 200 ms path a connection is a round trip). Connection-level
+    /// options (connect timeout, idle pool) stay this one's.
+    pub fn with_writer_options(&self, opts: &WriterOptions) -> Self {
+        Self {
+            access: self.access.clone(),
+            transport: self.transport.clone(),
+            retry_counts: self.retry_counts.clone(),
+            request_count: self.request_count.clone(),
+            options: opts.clone(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                opts.max_concurrent_requests.max(1),
+            )),
+        }
+    }
+
     /// Requests this account's writers may have in flight at once
     /// (`--storage-concurrency`).
     pub fn max_requests_in_flight(&self) -> usize {

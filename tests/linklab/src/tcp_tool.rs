@@ -100,17 +100,46 @@ pub fn send(to: SocketAddr, seconds: f64, cc: &str) -> anyhow::Result<FlowReport
     if !(seconds.is_finite() && seconds > 0.0) {
         bail!("tcp-send: --seconds must be > 0");
     }
-    let mut stream = connect_with_retry(to, Duration::from_secs(30))?;
+    let mut stream = connect_pinned(to, cc)?;
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let buf = vec![0x5au8; CHUNK_BYTES];
+    while Instant::now() < deadline {
+        stream.write_all(&buf).context("tcp-send: write")?;
+    }
+    finish(stream, cc)
+}
+
+/// Send exactly `bytes` to `to` with congestion control `cc`, as one request
+/// body of that size would go; returns the sink's measurement and the time
+/// from before the connect to the sink's answer (what an upload of those bytes
+/// over one fresh connection takes at best: handshake, slow start, the last
+/// byte's arrival and an answer back).
+pub fn send_bytes(to: SocketAddr, bytes: u64, cc: &str) -> anyhow::Result<(FlowReport, Duration)> {
+    let t0 = Instant::now();
+    let mut stream = connect_pinned(to, cc)?;
+    let buf = vec![0x5au8; CHUNK_BYTES];
+    let mut left = bytes;
+    while left > 0 {
+        let n = usize::try_from(left).map_or(CHUNK_BYTES, |l| l.min(CHUNK_BYTES));
+        stream.write_all(&buf[..n]).context("tcp-send: write")?;
+        left -= n as u64;
+    }
+    let report = finish(stream, cc)?;
+    Ok((report, t0.elapsed()))
+}
+
+fn connect_pinned(to: SocketAddr, cc: &str) -> anyhow::Result<TcpStream> {
+    let stream = connect_with_retry(to, Duration::from_secs(30))?;
     set_congestion_control(&stream, cc)?;
     let actual = congestion_control(&stream)?;
     if actual != cc {
         bail!("tcp-send: asked for congestion control {cc}, socket has {actual}");
     }
-    let buf = vec![0x5au8; CHUNK_BYTES];
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    while Instant::now() < deadline {
-        stream.write_all(&buf).context("tcp-send: write")?;
-    }
+    Ok(stream)
+}
+
+/// Half-close and read the sink's count of what arrived.
+fn finish(mut stream: TcpStream, cc: &str) -> anyhow::Result<FlowReport> {
     stream
         .shutdown(Shutdown::Write)
         .context("tcp-send: shutdown")?;
@@ -129,7 +158,7 @@ pub fn send(to: SocketAddr, seconds: f64, cc: &str) -> anyhow::Result<FlowReport
     half.copy_from_slice(&reply[8..]);
     let nanos = u64::from_le_bytes(half);
     Ok(FlowReport {
-        cc: actual,
+        cc: cc.to_string(),
         bytes,
         seconds: nanos as f64 / 1e9,
     })

@@ -253,6 +253,7 @@ impl Bench<'_> {
             direct_block_size: direct_sizing.map(|d| d.0),
             direct_connections: direct_sizing.map(|d| d.1),
             tcp_reference: None,
+            tcp_same_bytes: None,
             loopback: self.plan.loopback,
             storage_delay: self.plan.storage_delay,
             storage_cpu: self.plan.storage_cpu,
@@ -265,7 +266,8 @@ impl Bench<'_> {
 impl Bench<'_> {
     /// `--tcp-reference`: after a direct row of one file, as many plain TCP
     /// flows of its controller as it had requests in flight (its connections,
-    /// at most the file's blocks), for as long as it took (at most 120 s).
+    /// at most the file's blocks), for as long as it took (at most 120 s);
+    /// then the file's bytes over as many fresh flows.
     fn tcp_reference(
         &self,
         lab: &Lab,
@@ -297,6 +299,17 @@ impl Bench<'_> {
             r.goodput_mbit
         );
         row.tcp_reference = Some(r);
+        crate::interrupt::check()?;
+        let same = crate::tcp_reference::measure_same_bytes(lab, cc, flows, workload.file_bytes)?;
+        eprintln!(
+            "wanbench: {:<16} tcp reference, same bytes: {} x {}: {:.2} s, {:.1} Mbit/s",
+            row.place(),
+            same.flows,
+            same.cc,
+            same.seconds,
+            same.goodput_mbit
+        );
+        row.tcp_same_bytes = Some(same);
         Ok(())
     }
 }

@@ -125,6 +125,10 @@ pub struct Row {
     /// measured right after it (linklab's TCP sender).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_reference: Option<TcpReference>,
+    /// `--tcp-reference`: the file's bytes split over as many fresh plain TCP
+    /// flows, first connect to last answer (what TCP takes for this upload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_same_bytes: Option<TcpReference>,
     /// The client ran in the cloud namespace (loopback), not across the link.
     #[serde(default)]
     pub loopback: bool,
@@ -158,11 +162,19 @@ pub struct TcpReference {
     pub goodput_mbit: f64,
 }
 
+fn share(goodput_mbit: f64, r: &TcpReference) -> Option<f64> {
+    (r.goodput_mbit > 0.0).then(|| goodput_mbit / r.goodput_mbit)
+}
+
 impl Row {
     /// Direct goodput as a share of the TCP reference (1.0 = TCP's limit).
     pub fn share_of_tcp(&self) -> Option<f64> {
-        let r = self.tcp_reference.as_ref()?;
-        (r.goodput_mbit > 0.0).then(|| self.goodput_mbit / r.goodput_mbit)
+        share(self.goodput_mbit, self.tcp_reference.as_ref()?)
+    }
+
+    /// Direct goodput as a share of plain TCP moving the same bytes.
+    pub fn share_of_tcp_same_bytes(&self) -> Option<f64> {
+        share(self.goodput_mbit, self.tcp_same_bytes.as_ref()?)
     }
 
     /// Where the run happened: the link profile or `loopback`, and the storage

@@ -309,14 +309,14 @@ pub fn direct_table(rows: &[Row]) -> String {
         return String::new();
     }
     let mut s = String::from(
-        "| Link | Files | Method | # | Blocks MiB x in flight | Goodput Mbit/s | Abandoned (while moving) | Plain TCP flows | TCP Mbit/s | Direct / TCP |\n\
-         |---|---|---|---:|---|---:|---|---|---:|---:|\n",
+        "| Link | Files | Method | # | Blocks MiB x in flight | Goodput Mbit/s | Abandoned (while moving) | Plain TCP flows | TCP Mbit/s | Direct / TCP | TCP, same bytes: s, Mbit/s | Direct / same bytes |\n\
+         |---|---|---|---:|---|---:|---|---|---:|---:|---:|---:|\n",
     );
     for r in direct {
         let reference = r.tcp_reference.as_ref();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} x {} | {:.1}{} | {} ({}) | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} x {} | {:.1}{} | {} ({}) | {} | {} | {} | {} | {} |",
             r.place(),
             r.workload,
             r.method,
@@ -330,6 +330,12 @@ pub fn direct_table(rows: &[Row]) -> String {
             reference.map_or("-".into(), |t| format!("{} x {}", t.flows, t.cc)),
             reference.map_or("-".into(), |t| format!("{:.1}", t.goodput_mbit)),
             r.share_of_tcp()
+                .map_or("-".into(), |x| format!("{:.0} %", x * 100.0)),
+            r.tcp_same_bytes.as_ref().map_or("-".into(), |t| format!(
+                "{:.2}, {:.1}",
+                t.seconds, t.goodput_mbit
+            )),
+            r.share_of_tcp_same_bytes()
                 .map_or("-".into(), |x| format!("{:.0} %", x * 100.0)),
         );
     }

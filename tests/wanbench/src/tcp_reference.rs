@@ -4,9 +4,18 @@
 //! can be read against the path's TCP ceiling rather than against nothing
 //! (issue 37: a baseline capped by our own request deadlines looked like a
 //! slow path).
+//!
+//! Two measures: `measure`, flows running for as long as the direct upload
+//! took (the path's steady ceiling for that many flows, each flow's goodput
+//! over its own life), and `measure_same_bytes`, the file's bytes split over
+//! that many fresh flows, timed from the first connect to the last sink's
+//! answer: what plain TCP takes to move exactly that upload, with the
+//! handshakes, slow starts and stragglers a finite transfer has and a
+//! running flow does not.
 
 use std::net::{SocketAddr, TcpListener};
 use std::thread;
+use std::time::Instant;
 
 use anyhow::Context;
 use linklab::tcp_tool::{self, FlowReport};
@@ -22,6 +31,58 @@ pub fn measure(
     seconds: f64,
 ) -> anyhow::Result<TcpReference> {
     let flows = flows.max(1);
+    let reports = run_flows(lab, flows, move |to| tcp_tool::send(to, seconds, cc))?;
+    Ok(TcpReference {
+        cc: cc.to_string(),
+        flows,
+        seconds: reports.iter().map(|r| r.seconds).fold(0.0, f64::max),
+        goodput_mbit: reports.iter().map(FlowReport::goodput_mbit).sum(),
+    })
+}
+
+/// `bytes` split evenly over `flows` fresh TCP flows with controller `cc`,
+/// site → cloud, all started together; goodput is the bytes over the time from
+/// before the first connect to the last flow's answer from its sink.
+pub fn measure_same_bytes(
+    lab: &Lab,
+    cc: &'static str,
+    flows: usize,
+    bytes: u64,
+) -> anyhow::Result<TcpReference> {
+    let flows = flows.max(1);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let next = std::sync::Arc::new(next);
+    let t0 = Instant::now();
+    let reports = run_flows(lab, flows, move |to| {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tcp_tool::send_bytes(to, share_of(bytes, flows, i), cc).map(|(r, _)| r)
+    })?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let arrived: u64 = reports.iter().map(|r| r.bytes).sum();
+    anyhow::ensure!(
+        arrived == bytes,
+        "plain TCP delivered {arrived} of {bytes} bytes"
+    );
+    Ok(TcpReference {
+        cc: cc.to_string(),
+        flows,
+        seconds,
+        goodput_mbit: bytes as f64 * 8.0 / seconds.max(1e-9) / 1e6,
+    })
+}
+
+/// Flow `i`'s part of `bytes` split as evenly as whole bytes allow.
+fn share_of(bytes: u64, flows: usize, i: u64) -> u64 {
+    let n = flows.max(1) as u64;
+    bytes / n + u64::from(i < bytes % n)
+}
+
+/// `flows` senders in the site namespace, each running `send` to one sink in
+/// the cloud namespace; the senders' reports once every flow ended.
+fn run_flows<F>(lab: &Lab, flows: usize, send: F) -> anyhow::Result<Vec<FlowReport>>
+where
+    F: Fn(SocketAddr) -> anyhow::Result<FlowReport> + Clone + Send + 'static,
+{
     let cloud = lab.cloud_addr();
     let listener = lab.run_in(Side::Cloud, move || {
         Ok(TcpListener::bind(SocketAddr::from((cloud, 0)))?)
@@ -40,16 +101,17 @@ pub fn measure(
         },
     );
     let senders: Vec<_> = (0..flows)
-        .map(|_| lab.thread_in(Side::Site, move || tcp_tool::send(to, seconds, cc)))
+        .map(|_| {
+            let send = send.clone();
+            lab.thread_in(Side::Site, move || send(to))
+        })
         .collect::<Result<_, _>>()?;
-    let mut goodput = 0.0;
-    let mut longest: f64 = 0.0;
+    let mut reports = Vec::with_capacity(flows);
     for s in senders {
-        let report = s
-            .join()
-            .map_err(|_| anyhow::anyhow!("a TCP sender panicked"))??;
-        goodput += report.goodput_mbit();
-        longest = longest.max(report.seconds);
+        reports.push(
+            s.join()
+                .map_err(|_| anyhow::anyhow!("a TCP sender panicked"))??,
+        );
     }
     let readers = sink
         .join()
@@ -58,10 +120,26 @@ pub fn measure(
         r.join()
             .map_err(|_| anyhow::anyhow!("a TCP reader panicked"))??;
     }
-    Ok(TcpReference {
-        cc: cc.to_string(),
-        flows,
-        seconds: longest,
-        goodput_mbit: goodput,
-    })
+    Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_of;
+
+    #[test]
+    fn the_flows_carry_exactly_the_files_bytes() {
+        for (bytes, flows) in [
+            (48u64 << 20, 6usize),
+            (512 << 20, 8),
+            (1_000_003, 7),
+            (5, 8),
+        ] {
+            let total: u64 = (0..flows as u64).map(|i| share_of(bytes, flows, i)).sum();
+            assert_eq!(total, bytes, "{bytes} over {flows}");
+            let most = (0..flows as u64).map(|i| share_of(bytes, flows, i)).max();
+            let least = (0..flows as u64).map(|i| share_of(bytes, flows, i)).min();
+            assert!(most.zip(least).is_some_and(|(a, b)| a - b <= 1));
+        }
+    }
 }
