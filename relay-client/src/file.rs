@@ -198,7 +198,7 @@ async fn with_retries(
                 Ok(conn) => {
                     let link = lane.link();
                     let outages = link.outages();
-                    let res = send_file(&conn, src, opts, bar).await;
+                    let res = send_file(&conn, &link.open_turns, src, opts, bar).await;
                     let lost = res.as_ref().is_err_and(|e| e.retryable)
                         && conn.close_reason().is_some_and(|e| !is_busy(&e));
                     if lost && link.patient() && weathered(link, outages).await {

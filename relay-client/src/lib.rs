@@ -15,6 +15,7 @@ pub mod link;
 pub mod links;
 pub mod live_list;
 pub mod manifest;
+pub mod open_turns;
 pub mod path_cache;
 pub mod patience;
 pub mod probe;

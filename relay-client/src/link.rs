@@ -14,6 +14,7 @@ use relay_transport::congestion::PathObserver;
 use tokio::sync::{Mutex, watch};
 
 use crate::connect::{AddressError, ConnectError, Connector, resolve};
+use crate::open_turns::OpenTurns;
 use crate::path_cache::PathCache;
 use crate::patience::{Patience, Step, Weather, WeatherSink, human};
 use crate::report::FileError;
@@ -41,6 +42,8 @@ pub struct RelayLink {
     /// A relay that acknowledges nothing for this long is taken as gone.
     pub silence: Duration,
     pub current: Mutex<Option<Connection>>,
+    /// Files take turns to open their streams on the current connection.
+    pub open_turns: OpenTurns,
     /// Where this run's connections report their path estimate, and where it is
     /// saved for the next run (warm start).
     pub observer: Arc<PathObserver>,
@@ -83,6 +86,7 @@ impl RelayLink {
             busy_wait,
             silence,
             current: Mutex::new(None),
+            open_turns: OpenTurns::default(),
             observer,
             cache,
             patience: std::sync::Mutex::new(Patience::new(patience)),

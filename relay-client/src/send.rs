@@ -23,6 +23,7 @@ use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
 use crate::compress::Mode;
+use crate::open_turns::OpenTurns;
 use crate::report::{ClientTimings, FileError};
 use crate::source::{Snapshot, hash_prefix, read_range_with};
 use crate::walk::Source;
@@ -95,6 +96,7 @@ fn frame_err(what: &str, e: FrameError) -> FileError {
 
 pub async fn send_file(
     conn: &Connection,
+    turns: &OpenTurns,
     src: &Source,
     opts: &Options,
     bar: &ProgressBar,
@@ -107,7 +109,7 @@ pub async fn send_file(
     loop {
         let event = match action {
             Action::Offer { eager, sha256 } => {
-                let (end, stream) = attempt(conn, src, opts, bar, sha256, eager).await?;
+                let (end, stream) = attempt(conn, turns, src, opts, bar, sha256, eager).await?;
                 last = Some(stream);
                 Event::Stream(end)
             }
@@ -209,6 +211,7 @@ enum BodyEnd {
 /// connection or an unreadable source is an error.
 async fn attempt(
     conn: &Connection,
+    turns: &OpenTurns,
     src: &Source,
     opts: &Options,
     bar: &ProgressBar,
@@ -228,7 +231,7 @@ async fn attempt(
         conn: conn.clone(),
     };
 
-    let (mut send, mut recv) = conn.open_bi().await.map_err(lost)?;
+    let (mut send, mut recv) = turns.open_bi(conn).await.map_err(lost)?;
     // Files go out in the order their streams opened, not interleaved: quinn
     // sends a higher priority's buffered data first and round-robins equal
     // ones. Interleaved, 128 small files in flight all finish at the end of

@@ -1,10 +1,11 @@
 //! A file's chunks as they go on the wire after a `Start{encoding: zstd}`:
 //! each chunk encoded on the reader thread (`source::read_range_with`) as
 //! `compress::Policy` decides, with the link's pace (a `Meter` the sender keeps
-//! up to date from the connection) fed back to that policy. Without compression the chunks go as they are.
+//! up to date from the connection) fed back to that policy. Without
+//! compression the chunks go as they are.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -73,14 +74,17 @@ pub fn encoder(
     mode: Mode,
     meter: Arc<Meter>,
 ) -> std::io::Result<impl FnMut(Bytes) -> std::io::Result<Piece> + Send + 'static> {
-    let mut deflater = Deflater::new().map_err(std::io::Error::other)?;
+    let mut deflater = Lent::take()?;
     let mut policy = Policy::new(mode);
     Ok(move |raw: Bytes| {
         let wire = match policy.choose() {
             Choice::Plain => Deflater::plain(&raw),
             Choice::Zstd { level } => {
                 let t0 = Instant::now();
-                let wire = deflater.chunk(&raw, level).map_err(std::io::Error::other)?;
+                let wire = deflater
+                    .get()?
+                    .chunk(&raw, level)
+                    .map_err(std::io::Error::other)?;
                 let trial = Trial {
                     raw: raw.len(),
                     wire: wire.len(),
@@ -95,6 +99,45 @@ pub fn encoder(
             wire: Bytes::from(wire),
         })
     })
+}
+
+/// Compressors kept between files. Making one (zstd's context and its
+/// tables) cost more than compressing a 4 KiB file's sample chunk
+/// (docs/PERFORMANCE.md, "CPU per small file"); a compressor carries no data
+/// from one frame to the next, and `Deflater::chunk` sets its level each time
+/// it differs, so any file may take any spare one.
+static SPARE: Mutex<Vec<Deflater>> = Mutex::new(Vec::new());
+/// Spares kept at most: about the reader threads that encode at once.
+const SPARES_KEPT: usize = 16;
+
+/// A compressor lent to one file's encoder, given back when the encoder ends.
+struct Lent(Option<Deflater>);
+
+impl Lent {
+    fn take() -> std::io::Result<Self> {
+        let spare = SPARE.lock().ok().and_then(|mut s| s.pop());
+        match spare {
+            Some(d) => Ok(Self(Some(d))),
+            None => Ok(Self(Some(Deflater::new().map_err(std::io::Error::other)?))),
+        }
+    }
+
+    /// Always the compressor: it leaves only when the encoder is dropped.
+    fn get(&mut self) -> std::io::Result<&mut Deflater> {
+        self.0
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the compressor was given back"))
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let (Some(d), Ok(mut spare)) = (self.0.take(), SPARE.lock())
+            && spare.len() < SPARES_KEPT
+        {
+            spare.push(d);
+        }
+    }
 }
 
 #[cfg(test)]

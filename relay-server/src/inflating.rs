@@ -32,7 +32,7 @@ pub type Reserve = Box<dyn FnOnce(u64) -> Holding + Send>;
 pub struct Inflating<R> {
     inner: R,
     inflater: Inflater,
-    input: Box<[u8]>,
+    input: Vec<u8>,
     start: usize,
     end: usize,
     reserve: Option<Reserve>,
@@ -47,7 +47,10 @@ impl<R> Inflating<R> {
         Self {
             inner,
             inflater: Inflater::new(remaining),
-            input: vec![0u8; INPUT_BYTES].into_boxed_slice(),
+            // Grown as chunks ask (up to `INPUT_BYTES`): a small file's stream
+            // would otherwise zero 64 KiB it never uses (docs/PERFORMANCE.md,
+            // "CPU per small file").
+            input: Vec::new(),
             start: 0,
             end: 0,
             reserve: Some(reserve),
@@ -131,6 +134,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
                     std::io::ErrorKind::InvalidData,
                     InflateError::CutShort,
                 )));
+            }
+            if this.input.len() < this.end + want {
+                this.input.resize(this.end + want, 0);
             }
             let mut rb = ReadBuf::new(&mut this.input[this.end..this.end + want]);
             match Pin::new(&mut this.inner).poll_read(cx, &mut rb) {

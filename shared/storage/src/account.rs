@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use azure_core::http::{ClientOptions, RetryOptions, Transport};
 use azure_storage_blob::{
     BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
-    BlockBlobClient, BlockBlobClientOptions,
 };
 
 use crate::blob::BlobWriter;
@@ -135,15 +134,9 @@ impl Storage {
                 code: None,
                 message: e.to_string(),
             })?;
-        let block = BlockBlobClient::new(
-            url.clone(),
-            self.credential(),
-            Some(BlockBlobClientOptions {
-                client_options: self.client_options(),
-                ..Default::default()
-            }),
-        )
-        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        // One pipeline per writer, shared by both clients: building one (its
+        // policies, their header sets) was a few percent of the relay's CPU
+        // per small file (docs/PERFORMANCE.md, "CPU per small file").
         let blob = BlobClient::new(
             url,
             self.credential(),
@@ -153,6 +146,7 @@ impl Storage {
             }),
         )
         .map_err(|e| BlobError::from_azure("client setup", e))?;
+        let block = blob.block_blob_client();
         Ok(BlobWriter {
             block,
             blob,

@@ -1,0 +1,4 @@
+#!/bin/bash
+# run-wan.sh BINDIR OUTNAME [extra]: 10,000 files over the emulated 2 ms / 0 % / 1 Gbit/s link
+B=/work/cpu-bins/$1; N=$2; shift 2
+$B/wanbench --bin-dir $B --python /tmp/blob-relay-pyvenv/bin/python --profiles 2/0/1000 --workloads 10000x4KiB,10000x64KiB --methods relay --repeats 1 --cap-seconds 300 --work-dir /work/cpu-bins/work --out /work/cpu-bins/out/$N "$@" > /work/cpu-bins/out/$N.log 2>&1
