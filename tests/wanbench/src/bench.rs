@@ -354,12 +354,31 @@ fn verify(
         }
         to_check.push((f.blob.clone(), sha.clone()));
     }
-    let results = cloud::verify_blobs(lab, CONTAINER, to_check)?;
-    let bad = results.iter().filter(|ok| !**ok).count();
-    if bad > 0 {
+    let verdicts = cloud::check_blobs(lab, CONTAINER, to_check)?;
+    let differ = verdicts
+        .iter()
+        .filter(|v| **v == cloud::Verdict::Differs)
+        .count();
+    let unread: Vec<&str> = verdicts
+        .iter()
+        .filter_map(|v| match v {
+            cloud::Verdict::Unread(e) => Some(e.as_str()),
+            _ => None,
+        })
+        .collect();
+    if differ > 0 {
         return Ok((
             false,
-            Some(format!("{bad} blobs failed the download hash check")),
+            Some(format!("{differ} blobs failed the download hash check")),
+        ));
+    }
+    if let Some(first) = unread.first() {
+        return Ok((
+            false,
+            Some(format!(
+                "{} blobs could not be downloaded to check (three tries each; first error: {first})",
+                unread.len()
+            )),
         ));
     }
     Ok((true, None))

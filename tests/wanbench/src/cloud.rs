@@ -333,17 +333,53 @@ pub fn verify_blobs(
     container: &str,
     blobs: Vec<(String, String)>,
 ) -> anyhow::Result<Vec<bool>> {
+    Ok(check_blobs(lab, container, blobs)?
+        .into_iter()
+        .map(|v| v == Verdict::Same)
+        .collect())
+}
+
+/// What a blob's download said against the SHA-256 it should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Same,
+    /// The bytes arrived and hash to something else.
+    Differs,
+    /// No download succeeded (the last error): nothing is known of the bytes.
+    Unread(String),
+}
+
+/// Downloads each blob and hashes it against its expected SHA-256. A download
+/// that fails is asked again (twice): Azurite on a loaded 2-core machine
+/// sometimes drops one, and a bench must not report "differs" for bytes it
+/// never read.
+pub fn check_blobs(
+    lab: &Lab,
+    container: &str,
+    blobs: Vec<(String, String)>,
+) -> anyhow::Result<Vec<Verdict>> {
     let c = container.to_string();
     with_storage(lab, move |s| async move {
         let (names, wants): (Vec<String>, Vec<String>) = blobs.into_iter().unzip();
         let got = each_blob(s, &c, names, |w| async move {
-            Ok(w.content_sha256().await.ok().map(|(_, h)| hex::encode(h)))
+            let mut last = String::new();
+            for _ in 0..3 {
+                match w.content_sha256().await {
+                    Ok((_, h)) => return Ok(Ok(hex::encode(h))),
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            Ok(Err(last))
         })
         .await?;
         Ok(got
             .into_iter()
             .zip(wants)
-            .map(|(g, want)| g.as_deref() == Some(want.as_str()))
+            .map(|(g, want)| match g {
+                Ok(h) if h == want => Verdict::Same,
+                Ok(_) => Verdict::Differs,
+                Err(e) => Verdict::Unread(e),
+            })
             .collect())
     })
 }
