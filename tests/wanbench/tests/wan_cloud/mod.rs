@@ -188,9 +188,10 @@ impl Cloud {
     }
 }
 
-/// Starts relay-client with `args` in the site namespace; stdout and stderr
-/// go to `out`.out and `out`.err.
-pub fn spawn_client(lab: &Lab, args: &[String], out: &Path) -> Proc {
+/// relay-client with `args`, the test's token, no proxies, killed with the
+/// test; stdout and stderr go to `out`.out and `out`.err (a caller may
+/// replace either, e.g. with a pipe to timestamp lines as they come).
+pub fn client_command(args: &[String], out: &Path) -> Command {
     let mut cmd = Command::new(binary("relay-client"));
     cmd.args(args)
         .env("RELAY_TOKEN", cloud::TOKEN)
@@ -199,10 +200,21 @@ pub fn spawn_client(lab: &Lab, args: &[String], out: &Path) -> Proc {
         .stderr(std::fs::File::create(out.with_extension("err")).unwrap_or_else(|e| panic!("{e}")));
     cloud::strip_proxies(&mut cmd);
     die_with_parent(&mut cmd);
+    cmd
+}
+
+/// Starts `cmd` (from `client_command`) in the site namespace.
+pub fn spawn_site(lab: &Lab, cmd: Command) -> Proc {
     Proc(
         lab.spawn_in(Side::Site, cmd)
             .unwrap_or_else(|e| panic!("client: {e:#}")),
     )
+}
+
+/// Starts relay-client with `args` in the site namespace; stdout and stderr
+/// go to `out`.out and `out`.err.
+pub fn spawn_client(lab: &Lab, args: &[String], out: &Path) -> Proc {
+    spawn_site(lab, client_command(args, out))
 }
 
 /// Makes `cmd` see `hosts` as its /etc/hosts (a private mount namespace with
@@ -243,19 +255,9 @@ pub fn with_hosts_file(cmd: &mut Command, hosts: &Path) {
 /// Starts relay-client with `args` in the site namespace, seeing `hosts` as
 /// its /etc/hosts (`with_hosts_file`).
 pub fn spawn_client_with_hosts(lab: &Lab, args: &[String], out: &Path, hosts: &Path) -> Proc {
-    let mut cmd = Command::new(binary("relay-client"));
-    cmd.args(args)
-        .env("RELAY_TOKEN", cloud::TOKEN)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(out.with_extension("out")).unwrap_or_else(|e| panic!("{e}")))
-        .stderr(std::fs::File::create(out.with_extension("err")).unwrap_or_else(|e| panic!("{e}")));
-    cloud::strip_proxies(&mut cmd);
-    die_with_parent(&mut cmd);
+    let mut cmd = client_command(args, out);
     with_hosts_file(&mut cmd, hosts);
-    Proc(
-        lab.spawn_in(Side::Site, cmd)
-            .unwrap_or_else(|e| panic!("client: {e:#}")),
-    )
+    spawn_site(lab, cmd)
 }
 
 /// The client's exit status, stdout and stderr, once it ends (within `limit`).
