@@ -539,11 +539,34 @@ fn watch_latency_over_the_wan() {
         "verified: {} blobs by download in {verify_s:.1}s",
         blobs.len()
     );
+    print_windows(&rows, t0, 30.0);
     let report = report(
         &k, &rows, &samples, idle_cpu, hz, writing_s, drained_s, &seen,
     );
     println!("report {report}");
     let _ = (&lab, &cloud);
+}
+
+/// Small files' latency by when they were closed, in windows of `secs`:
+/// how the big uploads show over time.
+fn print_windows(rows: &[Row<'_>], t0: Instant, secs: f64) {
+    let mut by: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for r in rows.iter().filter(|r| !r.w.big) {
+        let w = ((r.w.closed - t0).as_secs_f64() / secs) as u64;
+        by.entry(w).or_default().push(r.latency_s);
+    }
+    for (w, mut v) in by {
+        v.sort_by(f64::total_cmp);
+        println!(
+            "window closed {:>4.0}-{:<4.0}s: {:>5} small, latency p50 {:>5.2}s p99 {:>5.2}s max {:>5.2}s",
+            w as f64 * secs,
+            (w + 1) as f64 * secs,
+            v.len(),
+            pct(&v, 0.5),
+            pct(&v, 0.99),
+            v.last().copied().unwrap_or(f64::NAN)
+        );
+    }
 }
 
 /// The numbers: latencies of small files (all, beside a big upload, alone),
@@ -619,6 +642,12 @@ fn report(
         "small_before_upload_s": before,
         "small_wait_s": stats(small.iter().map(|r| r.e.wait_ms as f64 / 1000.0).collect()),
         "small_own_transfer_s": stats(small.iter().map(|r| r.own_s).collect()),
+        // Offer to last byte sent, then last byte to Receipt (the relay's
+        // staging and commit), beside a big upload: which side held them.
+        "small_beside_big_send_s": stats(near.iter().map(|r| r.e.transfer_ms as f64 / 1000.0).collect()),
+        "small_beside_big_commit_s": stats(near.iter().map(|r| r.e.commit_ms as f64 / 1000.0).collect()),
+        "small_alone_send_s": stats(alone.iter().map(|r| r.e.transfer_ms as f64 / 1000.0).collect()),
+        "small_alone_commit_s": stats(alone.iter().map(|r| r.e.commit_ms as f64 / 1000.0).collect()),
         "small_over_bound": misses.len(),
         "small_over_bound_beside_big": miss_beside,
         "big": bigs,
