@@ -17,6 +17,7 @@ pub mod live_list;
 pub mod manifest;
 pub mod path_cache;
 pub mod patience;
+pub mod priority;
 pub mod probe;
 pub mod progress;
 pub mod rate;
