@@ -181,40 +181,34 @@ struct Sample {
     t_s: f64,
     rss_kib: u64,
     hwm_kib: u64,
-    /// utime + stime, in clock ticks.
-    cpu_ticks: u64,
+    /// User + system CPU seconds so far.
+    cpu_s: f64,
     load1: f64,
 }
 
 fn sample(pid: u32, t0: Instant) -> Option<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces), from field 3 on:
-    // utime and stime are fields 14 and 15.
-    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = |i: usize| rest.get(i)?.parse::<u64>().ok();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
+    let (hwm, cpu_s) = relay_tests::load::process_usage(pid);
     let load1 = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0);
     Some(Sample {
         t_s: t0.elapsed().as_secs_f64(),
-        rss_kib: kib("VmRSS:")?,
-        hwm_kib: kib("VmHWM:")?,
-        cpu_ticks: ticks(11)? + ticks(12)?,
+        rss_kib,
+        hwm_kib: hwm / 1024,
+        cpu_s,
         load1,
     })
 }
 
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf reads a constant of the system.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+/// CPU cores used between two samples.
+fn cores(a: &Sample, b: &Sample) -> f64 {
+    (b.cpu_s - a.cpu_s) / (b.t_s - a.t_s).max(1e-3)
 }
 
 /// Samples the watcher every `every` until `stop`, printing each sample.
@@ -227,12 +221,9 @@ fn sampler(
 ) -> std::thread::JoinHandle<Vec<Sample>> {
     std::thread::spawn(move || {
         let mut out: Vec<Sample> = Vec::new();
-        let hz = clock_ticks();
         while !stop.load(Ordering::Relaxed) {
             let Some(s) = sample(pid, t0) else { break };
-            let cpu = out.last().map_or(0.0, |p| {
-                (s.cpu_ticks - p.cpu_ticks) as f64 / hz / (s.t_s - p.t_s).max(1e-3)
-            });
+            let cpu = out.last().map_or(0.0, |p| cores(p, &s));
             let committed = seen.lock().map_or(0, |s| s.committed);
             println!(
                 "sample t={:.0}s rss={} KiB hwm={} KiB cpu={:.1}% load1={:.2} committed={committed}",
@@ -476,11 +467,10 @@ fn watch_latency_over_the_wan() {
     println!("all answered at t={drained_s:.1}s");
 
     // The quiet minute: nothing written, the watcher idle.
-    let hz = clock_ticks();
     let q0 = sample(pid, t0).unwrap_or_else(|| panic!("watcher gone"));
     std::thread::sleep(Duration::from_secs_f64(k.quiet_s));
     let q1 = sample(pid, t0).unwrap_or_else(|| panic!("watcher gone"));
-    let idle_cpu = (q1.cpu_ticks - q0.cpu_ticks) as f64 / hz / (q1.t_s - q0.t_s).max(1e-3);
+    let idle_cpu = cores(&q0, &q1);
     stop.store(true, Ordering::Relaxed);
     let samples = samples
         .join()
@@ -536,9 +526,7 @@ fn watch_latency_over_the_wan() {
     }
     // The numbers first: a failed check below must not lose the run's.
     print_windows(&rows, t0, 30.0);
-    let report = report(
-        &k, &rows, &samples, idle_cpu, hz, writing_s, drained_s, &seen,
-    );
+    let report = report(&k, &rows, &samples, idle_cpu, writing_s, drained_s, &seen);
     println!("report {report}");
     assert_eq!(seen.failed, 0, "failed files: {stderr}");
     let receipts: Vec<&str> = rows
@@ -551,58 +539,13 @@ fn watch_latency_over_the_wan() {
         "Receipt SHA-256 is not the file's: {receipts:?}"
     );
     let verify_t = Instant::now();
-    check_blobs(&lab, &blobs);
+    wan_cloud::verify_with_second_look(&lab, CONTAINER, &blobs);
     let verify_s = verify_t.elapsed().as_secs_f64();
     println!(
         "verified: {} blobs by download in {verify_s:.1}s",
         blobs.len()
     );
     let _ = &cloud;
-}
-
-/// Every blob downloaded and hashed (32 at a time); a blob whose download
-/// failed is asked again alone, with the error kept, so a download that
-/// failed under load is told apart from a blob that holds other bytes.
-/// Either way the bench fails unless every blob is its file.
-fn check_blobs(lab: &Lab, blobs: &[(String, String)]) {
-    let ok = cloud::verify_blobs(lab, CONTAINER, blobs.to_vec())
-        .unwrap_or_else(|e| panic!("verify: {e:#}"));
-    let again: Vec<(String, String)> = blobs
-        .iter()
-        .zip(&ok)
-        .filter(|(_, ok)| !**ok)
-        .map(|(b, _)| b.clone())
-        .collect();
-    if again.is_empty() {
-        return;
-    }
-    println!(
-        "{} blobs not verified at the first download; again, one at a time",
-        again.len()
-    );
-    let results = cloud::with_storage(lab, move |s| async move {
-        let mut out = Vec::new();
-        for (blob, want) in again {
-            let got = s.writer(CONTAINER, &blob)?.content_sha256().await;
-            out.push(match got {
-                Ok((_, h)) if hex::encode(h) == want => (blob, Ok(())),
-                Ok((n, h)) => (blob, Err(format!("other bytes: {n} B, {}", hex::encode(h)))),
-                Err(e) => (blob, Err(format!("download failed: {e}"))),
-            });
-        }
-        Ok(out)
-    })
-    .unwrap_or_else(|e| panic!("verify: {e:#}"));
-    let bad: Vec<String> = results
-        .iter()
-        .filter_map(|(b, r)| r.as_ref().err().map(|e| format!("{b}: {e}")))
-        .collect();
-    println!(
-        "second look: {} verified, {} not",
-        results.len() - bad.len(),
-        bad.len()
-    );
-    assert!(bad.is_empty(), "blobs not verified:\n{}", bad.join("\n"));
 }
 
 /// Small files' latency by when they were closed, in windows of `secs`:
@@ -635,7 +578,6 @@ fn report(
     rows: &[Row<'_>],
     samples: &[Sample],
     idle_cpu: f64,
-    hz: f64,
     writing_s: f64,
     drained_s: f64,
     seen: &Seen,
@@ -686,9 +628,7 @@ fn report(
     let end_writing = samples.iter().rfind(|s| s.t_s <= writing_s).copied();
     let last = samples.last().copied();
     let cpu_run = match (first, samples.iter().rfind(|s| s.t_s <= drained_s)) {
-        (Some(a), Some(b)) if b.t_s > a.t_s => {
-            (b.cpu_ticks - a.cpu_ticks) as f64 / hz / (b.t_s - a.t_s)
-        }
+        (Some(a), Some(b)) if b.t_s > a.t_s => cores(&a, b),
         _ => f64::NAN,
     };
     let loads: Vec<f64> = samples.iter().map(|s| s.load1).collect();
