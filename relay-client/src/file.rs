@@ -456,6 +456,7 @@ mod tests {
             metadata: Default::default(),
             put_md5: false,
             compress: Default::default(),
+            order: Default::default(),
         };
         let t = |o: &Options, n: &str| with_content_type(o, &src(n)).content_type;
         assert_eq!(t(&opts, "a/notes.txt").as_deref(), Some("text/plain"));

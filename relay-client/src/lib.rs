@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod open_turns;
 pub mod path_cache;
 pub mod patience;
+pub mod priority;
 pub mod probe;
 pub mod progress;
 pub mod rate;

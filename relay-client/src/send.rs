@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 
 use crate::compress::Mode;
 use crate::open_turns::OpenTurns;
+use crate::priority::{Order, stream_priority};
 use crate::report::{ClientTimings, FileError};
 use crate::source::{Snapshot, hash_prefix, read_range_with};
 use crate::walk::Source;
@@ -42,6 +43,8 @@ pub struct Options {
     pub put_md5: bool,
     /// `--compress`: used only on a connection where both ends announced it.
     pub compress: Mode,
+    /// Which files' bytes go first on a connection (`priority`).
+    pub order: Order,
 }
 
 #[derive(Debug, Clone)]
@@ -237,8 +240,9 @@ async fn attempt(
     // ones. Interleaved, 128 small files in flight all finish at the end of
     // the window together and their Put Blobs reach storage as one burst while
     // the link idles; in order, each file is received whole early and
-    // published while the next ones travel (issue 13).
-    let order = i32::try_from(send.id().index()).map_or(i32::MIN, |i| -i);
+    // published while the next ones travel (issue 13). A watch puts one-block
+    // files ahead of bigger ones (`priority`).
+    let order = stream_priority(opts.order, send.id().index(), before.len, opts.block_size);
     let _ = send.set_priority(order);
     // Asked per Offer: a file resumed over a new connection, and every later
     // file, goes with a token that has life left (`sign_in::bearer`).

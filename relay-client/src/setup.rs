@@ -193,6 +193,7 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         metadata: parse_metadata(&args.metadata)?,
         put_md5: args.put_md5,
         compress: args.compress,
+        order: Default::default(),
     })
 }
 

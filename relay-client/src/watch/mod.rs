@@ -100,7 +100,11 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         return Err(WatchError::Usage("--settle takes seconds, 0 or more"));
     }
     let dest = setup::destination(up)?;
-    let opts = setup::options(up, &dest)?;
+    // A file that appears is not held behind a big one under way.
+    let opts = crate::send::Options {
+        order: crate::priority::Order::SmallFirst,
+        ..setup::options(up, &dest)?
+    };
     let after = After::parse(&args.after_upload)?;
     let mut ignore: Vec<String> = if args.no_default_ignore {
         Vec::new()
