@@ -117,15 +117,22 @@ pub async fn report_of(
         relay_ms: sent.relay_timings,
         error: None,
     };
-    // The relay's seal says the blob holds exactly these bytes. On a first attempt
-    // that is an earlier run's work: skipped. After a retry it may be this run's
-    // own commit whose Receipt was lost: committed, as it is.
-    if sent.identical && tries == 1 {
+    if earlier_runs_work(sent.identical, tries, sent.reconnects) {
         r.status = Status::Skipped;
         r.reason = Some("identical".into());
         r.bytes_resumed = 0;
     }
     Ok(r)
+}
+
+/// Whether a file the relay found already committed (`identical`: its seal
+/// says the blob holds exactly these bytes) is an earlier run's work, reported
+/// as skipped. Only if this run never sent it before: after a retry, or a
+/// reconnect within the attempt (an outage between the relay's commit and its
+/// Receipt), it may be this run's own commit whose Receipt was lost, and is
+/// reported committed, as it is.
+fn earlier_runs_work(identical: bool, tries: u32, reconnects: u32) -> bool {
+    identical && tries == 1 && reconnects == 0
 }
 
 /// The file's modification time now (the user's notion of "newer").
@@ -434,6 +441,17 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_commit_whose_receipt_was_lost_is_not_an_earlier_runs_work() {
+        use super::earlier_runs_work;
+        assert!(earlier_runs_work(true, 1, 0));
+        // The outage hit between the relay's commit and its Receipt: the file
+        // went again over a new connection and found its own commit.
+        assert!(!earlier_runs_work(true, 1, 1));
+        assert!(!earlier_runs_work(true, 2, 0));
+        assert!(!earlier_runs_work(false, 1, 0));
+    }
+
     use super::*;
 
     fn src(name: &str) -> Source {
