@@ -26,8 +26,8 @@ pub const MAX_CHUNK_RAW: u32 = 1 << 20;
 /// refused before the decoder allocates for it.
 pub const WINDOW_LOG_MAX: u32 = 20;
 /// zstd level the client starts at: fast (hundreds of MB/s per core), and it
-/// steps down from here when the compressor cannot keep up (`relay-client`'s
-/// `compress` module).
+/// steps down from here when the compressor cannot keep up, up when the link
+/// leaves it time (`relay-client`'s `compress` module).
 pub const DEFAULT_LEVEL: i32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -134,6 +134,42 @@ impl Inflater {
         }
     }
 
+    /// Output bytes the current chunk still owes (at least 1 inside a zstd
+    /// chunk, for the probe that finds a bomb): a caller sizes the buffer it
+    /// prepares for `step` by this, not by the room it has.
+    pub fn output_wanted(&self) -> usize {
+        match self.state {
+            State::Header { .. } => 0,
+            State::Plain { left } => left as usize,
+            State::Zstd { raw_left, .. } => (raw_left as usize).max(1),
+        }
+    }
+
+    /// Inside a plain chunk, the bytes it still has: a caller with no input
+    /// buffered may read up to this many straight from the stream into its
+    /// own buffer and report them with `took_plain`, so plain bytes are
+    /// copied once, as on a stream without compression. `None` elsewhere.
+    pub fn plain_left(&self) -> Option<usize> {
+        match self.state {
+            State::Plain { left } => Some(left as usize),
+            _ => None,
+        }
+    }
+
+    /// Counts `n` bytes of the current plain chunk the caller moved itself
+    /// (at most `plain_left`: more is the caller's bug, and counts as the rest
+    /// of the chunk, never past it).
+    pub fn took_plain(&mut self, n: usize) {
+        if let State::Plain { left } = self.state {
+            debug_assert!(n <= left as usize, "took {n} of a plain chunk's {left}");
+            let left = left.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
+            self.state = match left {
+                0 => State::Header { have: 0 },
+                _ => State::Plain { left },
+            };
+        }
+    }
+
     /// Takes what it can of `input` (never beyond the current chunk) and writes
     /// file bytes into `out`. `Step{0, 0}` with input given means `out` is
     /// empty; with no input given, that more input is needed.

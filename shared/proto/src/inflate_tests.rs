@@ -202,3 +202,47 @@ fn decoder_bytes_cover_what_the_decoder_holds() {
         "the decoder holds {held} bytes"
     );
 }
+
+/// A caller that reads plain chunks' bytes straight into its own buffer
+/// (`plain_left`/`took_plain`) and feeds the rest through `step` gets the file,
+/// and never takes a wire byte past the last chunk.
+#[test]
+fn plain_bytes_taken_by_the_caller_come_out_as_the_file() {
+    let mut d = Deflater::new().expect("compressor");
+    let file = hostile::text(2 << 20 | 777);
+    let mut wire = Vec::new();
+    for (i, part) in file.chunks(MAX_CHUNK_RAW as usize).enumerate() {
+        if i % 2 == 0 {
+            wire.extend(Deflater::plain(part));
+        } else {
+            wire.extend(d.chunk(part, 1).expect("compress"));
+        }
+    }
+    let body = wire.len();
+    wire.extend_from_slice(b"TRAILER");
+    for piece in [1usize, 5, 4096, 1 << 20] {
+        let mut inf = Inflater::new(file.len() as u64);
+        let (mut pos, mut got, mut out) = (0usize, Vec::new(), vec![0u8; piece]);
+        while !inf.is_done() {
+            if let Some(left) = inf.plain_left() {
+                let n = left.min(piece).min(wire.len() - pos);
+                got.extend_from_slice(&wire[pos..pos + n]);
+                inf.took_plain(n);
+                pos += n;
+                continue;
+            }
+            let want = inf.wants_input().min(piece);
+            let room = inf.output_wanted().min(piece);
+            let step = inf
+                .step(&wire[pos..pos + want], &mut out[..room])
+                .expect("inflates");
+            assert!(step.produced <= room);
+            pos += step.consumed;
+            got.extend_from_slice(&out[..step.produced]);
+        }
+        assert!(got == file, "pieces of {piece}");
+        assert_eq!(pos, body, "the Trailer is left for the frame reader");
+        assert_eq!(inf.plain_left(), None);
+        assert_eq!(inf.output_wanted(), 0);
+    }
+}
