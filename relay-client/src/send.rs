@@ -589,6 +589,7 @@ async fn stream_bytes(
     let mut pieces = match how.encoding {
         None => read_range_with(path, start, count, |raw| {
             Ok(crate::wire::Piece {
+                head: bytes::Bytes::new(),
                 wire: raw.clone(),
                 raw,
             })
@@ -609,16 +610,17 @@ async fn stream_bytes(
         };
         hasher.update(&piece.raw);
         // Under `--max-rate` the chunk goes out in metered pieces (`crate::rate`).
-        let wire_len = piece.wire.len() as u64;
-        let mut rest = piece.wire;
-        while !rest.is_empty() {
-            let part = crate::rate::next_piece(&mut rest).await;
-            send.write_chunk(part)
-                .await
-                .map_err(|e| BodyEnd::Transport(lost(e)))?;
+        let wire_len = piece.wire_len() as u64;
+        for mut rest in [piece.head, piece.wire] {
+            while !rest.is_empty() {
+                let part = crate::rate::next_piece(&mut rest).await;
+                send.write_chunk(part)
+                    .await
+                    .map_err(|e| BodyEnd::Transport(lost(e)))?;
+            }
         }
         if how.encoding.is_some() {
-            meter.observe(&how.conn.stats().path);
+            meter.observe(&how.conn);
         }
         how.sent
             .fetch_add(wire_len, std::sync::atomic::Ordering::Relaxed);

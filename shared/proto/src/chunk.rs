@@ -125,10 +125,16 @@ impl Deflater {
         })
     }
 
+    /// A plain chunk's header alone: a sender that writes it and then the
+    /// `raw_len` bytes as they are sends `plain`'s chunk without copying them.
+    pub fn plain_header(raw_len: usize) -> [u8; CHUNK_HEADER_LEN] {
+        header(ChunkKind::Plain, raw_len, raw_len)
+    }
+
     /// A plain chunk: header and the bytes as they are.
     pub fn plain(raw: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + raw.len());
-        out.extend_from_slice(&header(ChunkKind::Plain, raw.len(), raw.len()));
+        out.extend_from_slice(&Self::plain_header(raw.len()));
         out.extend_from_slice(raw);
         out
     }

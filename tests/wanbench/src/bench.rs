@@ -267,7 +267,9 @@ impl Bench<'_> {
     /// `--tcp-reference`: after a direct row of one file, as many plain TCP
     /// flows of its controller as it had requests in flight (its connections,
     /// at most the file's blocks), for as long as it took (at most 120 s);
-    /// then the file's bytes over as many fresh flows.
+    /// then, if the upload finished within the cap, the file's bytes over as
+    /// many fresh flows (a capped upload's path would hold the same-bytes
+    /// flows past the cap too: its time-based ceiling says why it was capped).
     fn tcp_reference(
         &self,
         lab: &Lab,
@@ -299,6 +301,9 @@ impl Bench<'_> {
             r.goodput_mbit
         );
         row.tcp_reference = Some(r);
+        if row.capped {
+            return Ok(());
+        }
         crate::interrupt::check()?;
         let same = crate::tcp_reference::measure_same_bytes(lab, cc, flows, workload.file_bytes)?;
         eprintln!(

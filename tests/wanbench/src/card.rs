@@ -81,6 +81,14 @@ pub fn card(rows: &[Row]) -> String {
         s.push('\n');
     }
     s.push_str("† capped: the runs were stopped at the time cap; the figure is what the link carried until then.");
+    if gs
+        .iter()
+        .any(|g| g.capped > 0 && g.tcp_reference_mbit.is_some())
+    {
+        s.push_str(
+            " \"TCP n\" beside a capped direct figure: what as many plain TCP flows of the same controller carried on that link right after (`--tcp-reference`), the path's own ceiling.",
+        );
+    }
     s
 }
 
@@ -99,8 +107,12 @@ fn title(files: usize, bytes: u64) -> String {
 /// One figure: the median, its share of the TCP ceiling, and a mark for capped runs.
 fn cell(g: &Group) -> String {
     let capped = if g.capped > 0 { "†" } else { "" };
+    let tcp = match g.tcp_reference_mbit {
+        Some(t) if g.capped > 0 => format!("; TCP {t:.1}"),
+        _ => String::new(),
+    };
     format!(
-        "{:.1}{capped} ({:.0} %)",
+        "{:.1}{capped} ({:.0} %{tcp})",
         g.goodput_mbit,
         g.goodput_mbit / g.ceiling_mbit * 100.0
     )

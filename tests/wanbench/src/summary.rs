@@ -38,6 +38,10 @@ pub struct Group {
     pub azurite_cpu_s: f64,
     /// Median storage requests per run, where the client counts them.
     pub storage_requests: Option<f64>,
+    /// Median goodput of the plain TCP flows measured beside the runs
+    /// (`--tcp-reference`), where every run has them: the path's own ceiling
+    /// for a direct row.
+    pub tcp_reference_mbit: Option<f64>,
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
@@ -103,6 +107,13 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 reattempts: m(|r| r.reattempts as f64),
                 queue_loss_pct: m(|r| r.queue_loss_pct),
                 random_loss_pct: m(|r| r.random_loss_pct),
+                tcp_reference_mbit: {
+                    let t: Vec<f64> = rs
+                        .iter()
+                        .filter_map(|r| r.tcp_reference.as_ref().map(|t| t.goodput_mbit))
+                        .collect();
+                    (t.len() == rs.len()).then(|| median(t))
+                },
             })
         })
         .collect();

@@ -111,6 +111,19 @@ impl PathObserver {
     }
 }
 
+/// The bottleneck rate (bytes per second) the relay controller measured on
+/// `conn`, once it has one that the sender did not limit (`Model::estimate`):
+/// what the link carries, not what the window allows (about twice that).
+/// None before, and for other controllers.
+pub fn bottleneck_rate(conn: &quinn::Connection) -> Option<u64> {
+    let relay = conn
+        .congestion_state()
+        .into_any()
+        .downcast::<Relay>()
+        .ok()?;
+    relay.model.estimate().map(|e| e.bandwidth)
+}
+
 /// quinn's view of the model.
 #[derive(Debug, Clone)]
 pub struct Relay {
