@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use relay_proto::inflate::{
     DECODER_BYTES, InflateError, Inflater, READ_AHEAD_BYTES as INPUT_BYTES,
 };
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// Memory held for the decoder until the stream ends.
 pub type Held = Box<dyn Send + Sync>;
@@ -96,17 +96,17 @@ impl<R: AsyncRead + Unpin> Inflating<R> {
         out: &mut ReadBuf<'_>,
         left: usize,
     ) -> Poll<std::io::Result<()>> {
-        let room = left.min(out.remaining());
-        let mut rb = ReadBuf::new(out.initialize_unfilled_to(room));
-        match Pin::new(&mut self.inner).poll_read(cx, &mut rb) {
+        // `Take` hands the stream the unfilled part of `out` as it is (no
+        // zeroing first), bounded to the chunk.
+        let before = out.filled().len();
+        let mut chunk = (&mut self.inner).take(left as u64);
+        match Pin::new(&mut chunk).poll_read(cx, out) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Ready(Ok(())) => {
                 // Nothing read is the end of the stream inside the file: the
                 // stager reports it truncated.
-                let got = rb.filled().len();
-                self.inflater.took_plain(got);
-                out.advance(got);
+                self.inflater.took_plain(out.filled().len() - before);
                 Poll::Ready(Ok(()))
             }
         }

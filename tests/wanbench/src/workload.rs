@@ -29,6 +29,13 @@ impl Files {
                 .collect();
             by_workload.insert(w, files);
         }
+        // Written back before the first run: otherwise the kernel flushes the
+        // new files (about 30 s after they were written) during a run, and
+        // whichever method runs first pays for it (the first row of a series
+        // ran 1-12 % below its repeats; docs/bench/compression/README.md).
+        if let Err(e) = std::process::Command::new("sync").status() {
+            eprintln!("wanbench: sync after writing the files: {e}");
+        }
         Self { by_workload }
     }
 
