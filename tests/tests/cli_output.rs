@@ -94,10 +94,37 @@ async fn until_raw(text: &std::sync::Arc<std::sync::Mutex<String>>, needle: &str
 
 /// Reads until a line contains `needle`; returns every line read.
 async fn until(rx: &mut mpsc::UnboundedReceiver<String>, needle: &str) -> Vec<String> {
+    until_line(rx, needle, |l| l.contains(needle)).await
+}
+
+/// Reads until a status line says every byte found is staged. Only then does
+/// the client know that the held file's bytes are all in storage and its
+/// commit is under way: storage may hold the commit while the relay's last
+/// `Progress` frame is still on its way to the client (a Ctrl-C sent in that
+/// gap found the file "stopped in flight", once in a CI run).
+async fn until_all_staged(rx: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
+    until_line(rx, "status line with every byte staged", |l| {
+        let Some(rest) = l.strip_prefix("status: ") else {
+            return false;
+        };
+        let bytes = rest.split(", ").nth(1).unwrap_or_default();
+        bytes
+            .split_once('/')
+            .is_some_and(|(done, found)| done == found)
+    })
+    .await
+}
+
+/// Reads until a line matches `hit`; returns every line read.
+async fn until_line(
+    rx: &mut mpsc::UnboundedReceiver<String>,
+    needle: &str,
+    hit: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut seen = Vec::new();
     let found = tokio::time::timeout(T, async {
         while let Some(line) = rx.recv().await {
-            let hit = line.contains(needle);
+            let hit = hit(&line);
             seen.push(line);
             if hit {
                 return true;
@@ -288,10 +315,12 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
         mut child,
         mut out,
         mut err,
-    } = held_upload("ctrl_c_sto", &["--status-interval", "0"]).await;
+    } = held_upload("ctrl_c_sto", &["--status-interval", "0.05"]).await;
     until(&mut out, "small.txt").await;
-    // The big file's every byte is sent and its commit is held in storage.
+    // The big file's every byte is sent and its commit is held in storage,
+    // and the client knows its bytes are all staged.
     proxy.wait_held(1, T).await;
+    until_all_staged(&mut err).await;
     sigint(&child);
     // Its commit is under way: the client waits for it, and says so.
     let said = until(&mut err, WAITING).await;
@@ -316,7 +345,11 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
     while let Some(l) = err.recv().await {
         rest.push(l);
     }
-    let rerun = rest.first().cloned().unwrap_or_default();
+    let rerun = rest
+        .iter()
+        .find(|l| !l.starts_with("status: "))
+        .cloned()
+        .unwrap_or_default();
     assert!(
         rerun.contains("--token \"$RELAY_TOKEN\""),
         "the token is not echoed: {rerun}"
@@ -366,9 +399,10 @@ async fn a_second_ctrl_c_exits_at_once() {
         mut out,
         mut err,
         ..
-    } = held_upload("ctrl_c_two", &["--status-interval", "0"]).await;
+    } = held_upload("ctrl_c_two", &["--status-interval", "0.05"]).await;
     until(&mut out, "small.txt").await;
     proxy.wait_held(1, T).await;
+    until_all_staged(&mut err).await;
     sigint(&child);
     until(&mut err, WAITING).await;
     sigint(&child);
