@@ -30,18 +30,25 @@ fn refused((wire, size): (Vec<u8>, u64)) -> InflateError {
     }
 }
 
-#[test]
-fn mixed_chunks_come_out_as_the_file_in_any_pieces() {
+/// `file` as chunks of at most `MAX_CHUNK_RAW`: chunk `i` plain where
+/// `plain(i)`, else zstd at `level(i)`.
+fn mixed_wire(file: &[u8], plain: impl Fn(usize) -> bool, level: impl Fn(usize) -> i32) -> Vec<u8> {
     let mut d = Deflater::new().expect("compressor");
-    let file = hostile::text(3 << 20 | 12_345);
     let mut wire = Vec::new();
     for (i, part) in file.chunks(MAX_CHUNK_RAW as usize).enumerate() {
-        if i == 1 {
+        if plain(i) {
             wire.extend(Deflater::plain(part));
         } else {
-            wire.extend(d.chunk(part, 1 + i as i32).expect("compress"));
+            wire.extend(d.chunk(part, level(i)).expect("compress"));
         }
     }
+    wire
+}
+
+#[test]
+fn mixed_chunks_come_out_as_the_file_in_any_pieces() {
+    let file = hostile::text(3 << 20 | 12_345);
+    let wire = mixed_wire(&file, |i| i == 1, |i| 1 + i as i32);
     assert!(wire.len() < file.len() / 2);
     for (inp, outp) in [
         (1, 1),
@@ -208,16 +215,8 @@ fn decoder_bytes_cover_what_the_decoder_holds() {
 /// and never takes a wire byte past the last chunk.
 #[test]
 fn plain_bytes_taken_by_the_caller_come_out_as_the_file() {
-    let mut d = Deflater::new().expect("compressor");
     let file = hostile::text(2 << 20 | 777);
-    let mut wire = Vec::new();
-    for (i, part) in file.chunks(MAX_CHUNK_RAW as usize).enumerate() {
-        if i % 2 == 0 {
-            wire.extend(Deflater::plain(part));
-        } else {
-            wire.extend(d.chunk(part, 1).expect("compress"));
-        }
-    }
+    let mut wire = mixed_wire(&file, |i| i % 2 == 0, |_| 1);
     let body = wire.len();
     wire.extend_from_slice(b"TRAILER");
     for piece in [1usize, 5, 4096, 1 << 20] {

@@ -259,4 +259,33 @@ mod tests {
         rows[1].commit = Some("def5678".into());
         assert!(provenance(&rows).contains("2 commits"));
     }
+
+    /// A capped direct cell carries the plain-TCP ceiling measured beside its
+    /// runs, and the footnote says what it is; without a reference, neither.
+    #[test]
+    fn a_capped_direct_cell_shows_the_tcp_ceiling_beside_it() {
+        let mut rows: Vec<Row> = committed_rows()
+            .into_iter()
+            .filter(|r| r.method == "direct-cubic" && r.workload == "large")
+            .take(1)
+            .collect();
+        assert_eq!(rows.len(), 1, "a direct-cubic row in the results");
+        rows[0].capped = true;
+        assert!(!card(&rows).contains("TCP 4.4"));
+        rows[0].tcp_reference = Some(crate::row::TcpReference {
+            cc: "cubic".into(),
+            flows: 8,
+            seconds: 60.0,
+            goodput_mbit: 4.44,
+        });
+        let text = card(&rows);
+        assert!(text.contains("%; TCP 4.4)"), "{text}");
+        assert!(
+            text.contains("\"TCP n\" beside a capped direct figure"),
+            "{text}"
+        );
+        // Not capped: the figure stands alone.
+        rows[0].capped = false;
+        assert!(!card(&rows).contains("TCP 4.4"));
+    }
 }
