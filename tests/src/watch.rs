@@ -19,7 +19,8 @@ use crate::client_command;
 use crate::files::sha256_file;
 use crate::relay::RelayHandle;
 
-/// The bound on any one wait (a guard against hangs, not a timing assert).
+/// How long a wait goes on with nothing happening (a guard against hangs, not
+/// a timing assert: the waits for many files count from their last progress).
 pub const BOUND: Duration = Duration::from_secs(180);
 
 /// A running watch.
@@ -148,13 +149,20 @@ impl Watch {
         self.committed.load(Ordering::SeqCst)
     }
 
-    /// The first event at or after index `from` that satisfies `pred`, and
-    /// the number of events looked at (events only grow: a wait looks at
-    /// each once, without copying the lot on every poll).
-    fn find_from(&self, from: usize, pred: &impl Fn(&Value) -> bool) -> (Option<Value>, usize) {
+    /// The first event at or after index `from` that satisfies `pred`, the
+    /// number of events looked at (events only grow: a wait looks at each
+    /// once, without copying the lot on every poll), and whether any of them
+    /// was work (anything but the periodic status line).
+    fn find_from(
+        &self,
+        from: usize,
+        pred: &impl Fn(&Value) -> bool,
+    ) -> (Option<Value>, usize, bool) {
         let ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let found = ev.iter().skip(from).find(|v| pred(v)).cloned();
-        (found, ev.len())
+        let new = || ev.iter().skip(from);
+        let found = new().find(|v| pred(v)).cloned();
+        let worked = new().any(|v| v["event"] != "watch_status");
+        (found, ev.len(), worked)
     }
 
     fn last_events(&self) -> Vec<Value> {
@@ -176,17 +184,24 @@ impl Watch {
         .await
     }
 
+    /// Waits for an event from index `from` on that satisfies `pred`. A hang
+    /// guard, not a timing assertion: it fails only after `BOUND` in which the
+    /// watcher reported no work at all (a loaded machine commits a burst more
+    /// slowly, and that is not a failure).
     async fn wait_from(&self, mut from: usize, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let t0 = std::time::Instant::now();
+        let mut last_work = std::time::Instant::now();
         loop {
-            let (found, seen) = self.find_from(from, &pred);
+            let (found, seen, worked) = self.find_from(from, &pred);
             if let Some(v) = found {
                 return v;
             }
+            if worked {
+                last_work = std::time::Instant::now();
+            }
             from = seen;
             assert!(
-                t0.elapsed() < BOUND,
-                "no {what} within {BOUND:?}; last events: {:?}\nstderr:\n{}",
+                last_work.elapsed() < BOUND,
+                "no {what}, and no work reported for {BOUND:?}; last events: {:?}\nstderr:\n{}",
                 self.last_events(),
                 self.stderr()
             );
@@ -324,16 +339,20 @@ pub async fn blobs_differing(container: &str, want: &[(String, String)]) -> Vec<
 /// Waits until every blob of `want` holds its SHA-256 (polling Azurite, with
 /// the checks of `blobs_differing`); fails with the ones still wrong.
 pub async fn wait_all_blobs(container: &str, want: &[(String, String)], watch: &Watch) {
-    let t0 = std::time::Instant::now();
+    // A hang guard like `wait_from`'s: BOUND with no blob coming right.
+    let mut last_progress = std::time::Instant::now();
     let mut left: Vec<(String, String)> = want.to_vec();
     loop {
         let wrong = blobs_differing(container, &left).await;
         if wrong.is_empty() {
             return;
         }
+        if wrong.len() < left.len() {
+            last_progress = std::time::Instant::now();
+        }
         assert!(
-            t0.elapsed() < BOUND,
-            "{} blob(s) not as their files within {BOUND:?}, e.g. {:?}; stderr:\n{}",
+            last_progress.elapsed() < BOUND,
+            "{} blob(s) not as their files, none coming right for {BOUND:?}, e.g. {:?}; stderr:\n{}",
             wrong.len(),
             &wrong[..wrong.len().min(5)],
             watch.stderr()
