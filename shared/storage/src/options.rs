@@ -13,7 +13,8 @@ pub struct WriterOptions {
     pub connect_timeout: Duration,
     /// When a request is abandoned (and retried): after no progress of its body
     /// for `patience.stall`, or no answer for `patience.response` once the body
-    /// is all sent; never for being slow while it moves (`watch.rs`).
+    /// is all sent and can have left the socket; never for being slow while it
+    /// moves (`watch.rs`).
     pub patience: Patience,
     pub max_idle_per_host: usize,
     /// Storage requests in flight at once, across every writer of a `Storage`.

@@ -12,7 +12,15 @@
 //!   wedged connection), or
 //! - its body is all handed over and no answer came within `response` (plus
 //!   an allowance for work the service does per request, e.g. a long block
-//!   list).
+//!   list), counted from when the transport can have sent it all: "handed
+//!   over" is into the socket, whose send buffer (Linux: up to 4 MiB by
+//!   default) may still hold megabytes that a slow connection needs tens of
+//!   seconds to deliver (the WAN lab saw a Put Block abandoned as unanswered
+//!   at 200 ms / 1 % over CUBIC while its last bytes were still draining). A
+//!   connection drains what it buffered in at most the time it took to take
+//!   the rest of the body when the body is at least twice the buffer (blocks
+//!   are 8 MiB and up), so the wait for the answer is extended by as long as
+//!   the hand-over took.
 //!
 //! Pure: the caller feeds what the body stream recorded and the time
 //! (`RequestWatch::observe`), and asks for the next instant worth waking up at
@@ -79,6 +87,8 @@ pub struct RequestWatch {
     patience: Patience,
     /// Extra time the service may need to answer (e.g. per block of a list).
     answer_allowance: Duration,
+    /// When the attempt started.
+    started: Instant,
     /// When the body last moved (the start counts as progress).
     last_progress: Instant,
     accepted_bytes: u64,
@@ -98,6 +108,7 @@ impl RequestWatch {
         Self {
             patience,
             answer_allowance,
+            started: now,
             last_progress: now,
             accepted_bytes: 0,
             body_done: (!has_body).then_some(now),
@@ -123,7 +134,12 @@ impl RequestWatch {
     pub fn deadline(&self) -> Instant {
         match self.body_done {
             None => self.last_progress + self.patience.stall,
-            Some(done) => done + self.patience.response + self.answer_allowance,
+            Some(done) => {
+                // What the send buffer may still hold drains in about as long
+                // as the hand-over took (module docs).
+                let draining = done.saturating_duration_since(self.started);
+                done + draining + self.patience.response + self.answer_allowance
+            }
         }
     }
 
@@ -231,20 +247,44 @@ mod tests {
 
     #[test]
     fn after_the_body_the_answer_has_the_response_interval_plus_allowance() {
+        // A body taken at once (a fast connection: nothing left to drain).
         let t0 = Instant::now();
         let mut w = RequestWatch::new(patience(), t0, true, 5 * S);
-        let done = t0 + 100 * S;
+        w.observe(BodyProgress {
+            bytes: 8 << 20,
+            at: Some(t0),
+            done_at: Some(t0),
+        });
+        assert!(!w.moving_at(t0));
+        assert_eq!(w.deadline(), t0 + 25 * S);
+        assert_eq!(w.verdict(t0 + 24 * S), None);
+        assert_eq!(
+            w.verdict(t0 + 25 * S),
+            Some(Abandon::Unanswered { waited: 25 * S })
+        );
+    }
+
+    #[test]
+    fn the_answer_wait_counts_from_when_the_send_buffer_can_have_drained() {
+        // The WAN lab's case: an 8 MiB Put Block over a CUBIC connection
+        // carrying ~0.9 Mbit/s. The socket takes the first 4 MiB at once and
+        // the rest as the link drains it: handed over after ~37 s, with
+        // 4 MiB still to deliver, another ~37 s. Waiting 20 s for the answer
+        // from the hand-over abandoned it while its bytes still moved.
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, true, Duration::ZERO);
+        let done = t0 + 37 * S;
         w.observe(BodyProgress {
             bytes: 8 << 20,
             at: Some(done),
             done_at: Some(done),
         });
-        assert!(!w.moving_at(done));
-        assert_eq!(w.deadline(), done + 25 * S);
-        assert_eq!(w.verdict(done + 24 * S), None);
+        let delivered = done + 37 * S;
+        assert_eq!(w.verdict(delivered), None);
+        assert_eq!(w.deadline(), done + 37 * S + 20 * S);
         assert_eq!(
-            w.verdict(done + 25 * S),
-            Some(Abandon::Unanswered { waited: 25 * S })
+            w.verdict(done + 57 * S),
+            Some(Abandon::Unanswered { waited: 57 * S })
         );
     }
 
