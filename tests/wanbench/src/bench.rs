@@ -277,12 +277,18 @@ impl Bench<'_> {
         workload: Workload,
         row: &mut Row,
     ) -> anyhow::Result<()> {
-        let (Some(cc), Some(block), Some(connections)) = (
-            method.tcp_cc(),
-            row.direct_block_size,
-            row.direct_connections,
-        ) else {
+        let Some(cc) = method.tcp_cc() else {
             return Ok(());
+        };
+        let (block, connections) = match (row.direct_block_size, row.direct_connections) {
+            (Some(block), Some(connections)) => (block, connections),
+            // A capped client is stopped before it reports the sizing it
+            // chose; the reference takes what the client's own sizing rule
+            // chooses on this path (the flow count goes into the reference).
+            _ if row.capped && matches!(method, Method::DirectCubic | Method::DirectBbr) => {
+                expected_direct_sizing(row.profile.rtt_ms, cc)
+            }
+            _ => return Ok(()),
         };
         if workload.count != 1 || block == 0 {
             return Ok(());
@@ -317,6 +323,27 @@ impl Bench<'_> {
         row.tcp_same_bytes = Some(same);
         Ok(())
     }
+}
+
+/// The client's default `--memory-budget` (relay-client's CLI), which bounds
+/// the blocks direct mode puts in flight.
+const CLIENT_MEMORY_BUDGET: u64 = 512 << 20;
+
+/// Block size and requests in flight that direct mode chooses on a path of
+/// `rtt_ms` with connections of controller `cc`, by the client's own rule
+/// (`relay_client::direct_sizing`) and its default memory budget.
+fn expected_direct_sizing(rtt_ms: f64, cc: &str) -> (u64, u64) {
+    let sizing = relay_client::direct_sizing::choose(
+        relay_client::direct_sizing::Path {
+            rtt: Some(Duration::from_secs_f64(rtt_ms.max(0.0) / 1000.0)),
+            tcp_congestion: Some(cc),
+        },
+        None,
+        None,
+        CLIENT_MEMORY_BUDGET,
+    );
+    let connections = u64::try_from(sizing.connections).unwrap_or(u64::MAX);
+    (sizing.block_size, connections)
 }
 
 /// Client reported every file committed (matching our hash where it gives
@@ -509,4 +536,19 @@ fn progress_line(r: &Row) -> String {
             .map(|e| format!(" ({e})"))
             .unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_direct_run_gets_the_sizing_its_finished_runs_report() {
+        // What the matrix's finished direct runs reported (results.json,
+        // 2026-12-03): 8 MiB x 32 over CUBIC and 8 MiB x 8 over BBR from
+        // 100 ms on.
+        assert_eq!(expected_direct_sizing(200.0, "cubic"), (8 << 20, 32));
+        assert_eq!(expected_direct_sizing(100.0, "cubic"), (8 << 20, 32));
+        assert_eq!(expected_direct_sizing(200.0, "bbr"), (8 << 20, 8));
+    }
 }

@@ -266,7 +266,7 @@ mod tests {
     fn a_capped_direct_cell_shows_the_tcp_ceiling_beside_it() {
         let mut rows: Vec<Row> = committed_rows()
             .into_iter()
-            .filter(|r| r.method == "direct-cubic" && r.workload == "large")
+            .filter(|r| r.method == "direct-cubic" && r.files == 1)
             .take(1)
             .collect();
         assert_eq!(rows.len(), 1, "a direct-cubic row in the results");
