@@ -360,17 +360,31 @@ pub fn system_tcp_congestion() -> Option<String> {
 /// exist: its properties request answers "not found" just as quickly).
 const ACCESS_CHECK_BLOB: &str = ".relay-client-access-check";
 
-/// Connections opened while the round trip is sampled, so the first file's
-/// blocks find them open: as many as direct mode's smallest sizing puts in
-/// flight (`direct_sizing`), or the user's `--connections` if fewer.
+/// Connections opened by the access check, so the first file's blocks find
+/// them open: as many as direct mode's smallest sizing puts in flight
+/// (`direct_sizing`), or the user's `--connections` if fewer.
 const WARM_CONNECTIONS: usize = 8;
 
-/// One quick request with the credentials before any file: a missing or wrong
-/// credential fails here with its cause in seconds, instead of every file
-/// retrying it as if it were a transient error. Then the storage round trip
-/// that sizes direct mode (`None` if nothing answered), sampled while the
-/// files' first connections open (`sample_and_warm`). Both go over the
-/// connections the files then use (`with_writer_options` shares the pool).
+/// The credentials checked before any file, and the storage round trip that
+/// sizes direct mode, in one round of requests: `warm` properties requests at
+/// once, each on a connection of its own that then waits in the pool for the
+/// first file's blocks (`with_writer_options` shares it), and beside them a bare
+/// TCP connect to the service, timed (`tcp_round_trip`).
+///
+/// The first answer settles the credentials: a missing or wrong one fails here
+/// with its cause in seconds, instead of every file retrying it as if it were a
+/// transient error (if none succeeds, the first failure is the cause). The
+/// round trip is the TCP handshake's: one round trip, no TLS or service time.
+/// Where that connect cannot be made (a proxy in the way), the first answer's
+/// time stands in: a connection's handshakes and one request, so a near path
+/// may be taken for a farther one (the sizing only tells near, < 20 ms, from
+/// far, >= 60 ms).
+///
+/// One round of requests and not three: the check, a timed request on its
+/// idle connection, then the block connections' handshakes after the file's
+/// properties and block list were, at 200 ms, about a fifth of a 48 MiB
+/// upload over BBR (docs/bench/direct-honest/, Runs 3 to 7). The warm requests
+/// that answer later are not waited for.
 async fn check_access(
     storage: &Storage,
     container: &str,
@@ -385,45 +399,71 @@ async fn check_access(
         ..WriterOptions::default()
     };
     let storage = storage.with_writer_options(&quick);
-    let writer = storage
-        .writer(container, ACCESS_CHECK_BLOB)
-        .map_err(SetupError::Writer)?;
-    writer.properties().await.map_err(SetupError::Credentials)?;
-    Ok(sample_and_warm(&storage, container, warm).await)
-}
-
-/// `warm` requests at once, each a properties request: one finds the access
-/// check's connection idle and answers in one round trip plus the service's
-/// time, so the first answer is the round-trip sample (it only tells near,
-/// < 20 ms, from far, >= 60 ms). Each of the others opens a connection of its
-/// own (TCP and TLS handshakes, two or three round trips) that then waits in
-/// the pool. Without them each of the first file's blocks opened its own
-/// connection only once the file's properties and block list were known: the
-/// handshakes' round trips came after those two and before the first block
-/// byte (at 200 ms, about a tenth of a 48 MiB upload over BBR;
-/// docs/bench/direct-honest/). The sample does not wait for them.
-async fn sample_and_warm(storage: &Storage, container: &str, warm: usize) -> Option<Duration> {
-    let (answers, mut first) = tokio::sync::mpsc::unbounded_channel();
+    let sample = tokio::spawn(tcp_round_trip(storage.access().service_url.clone()));
     let t0 = std::time::Instant::now();
+    let mut answers = tokio::task::JoinSet::new();
     for _ in 0..warm.max(1) {
-        let Ok(writer) = storage.writer(container, ACCESS_CHECK_BLOB) else {
-            continue;
-        };
-        let answers = answers.clone();
-        tokio::spawn(async move {
-            let answered = writer.properties().await.is_ok();
-            // The receiver is gone once an earlier answer was taken.
-            let _ = answers.send(answered.then(|| t0.elapsed()));
-        });
+        let writer = storage
+            .writer(container, ACCESS_CHECK_BLOB)
+            .map_err(SetupError::Writer)?;
+        answers.spawn(async move { writer.properties().await.map(|_| t0.elapsed()) });
     }
-    drop(answers);
-    while let Some(answer) = first.recv().await {
-        if answer.is_some() {
-            return answer;
+    let mut first_failure = None;
+    let mut answered = None;
+    while let Some(joined) = answers.join_next().await {
+        match joined {
+            Ok(Ok(elapsed)) => {
+                answered = Some(elapsed);
+                break;
+            }
+            Ok(Err(e)) => {
+                first_failure.get_or_insert(e);
+            }
+            // A request task that panicked says nothing about the credentials.
+            Err(_) => {}
         }
     }
-    None
+    // The rest finish in the background: their connections are the point.
+    answers.detach_all();
+    match (answered, first_failure) {
+        (Some(answered), _) => Ok(Some(sample.await.ok().flatten().unwrap_or(answered))),
+        (None, Some(e)) => Err(SetupError::Credentials(e)),
+        (None, None) => Ok(None),
+    }
 }
+
+/// How long a TCP handshake with the storage service takes: one round trip.
+/// `None` when a proxy is configured (the connect would time another path, or
+/// none) or the connect fails or takes over `SAMPLE_CONNECT_LIMIT`.
+async fn tcp_round_trip(service: url::Url) -> Option<Duration> {
+    const PROXY_VARS: [&str; 6] = [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ];
+    if PROXY_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+        return None;
+    }
+    let host = service.host_str()?.to_string();
+    let port = service.port_or_known_default()?;
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .ok()?
+        .next()?;
+    let t0 = std::time::Instant::now();
+    let connect = tokio::net::TcpStream::connect(addr);
+    match tokio::time::timeout(SAMPLE_CONNECT_LIMIT, connect).await {
+        Ok(Ok(_stream)) => Some(t0.elapsed()),
+        _ => None,
+    }
+}
+
+/// The longest TCP handshake `tcp_round_trip` waits for: a round trip of
+/// seconds is far by any measure, and the first answer then stands in.
+const SAMPLE_CONNECT_LIMIT: Duration = Duration::from_secs(3);
 
 /// Relay mode, connected once up front so a wrong address or certificate is one
 /// clear error; `--fallback direct` turns a failed handshake into direct mode.

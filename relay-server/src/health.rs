@@ -195,7 +195,7 @@ fn storage_series(m: &Metrics, storage: Option<&Reachability>, out: &mut Exposit
     );
     out.histogram(
         "blob_relay_commit_seconds",
-        "Time to verify and commit a blob (hash check, Put Block List and its retries, reading back its properties), per committed blob.",
+        "Time to verify and commit a blob (hash check, Put Block List and its retries), per committed blob.",
         &m.commit_seconds.snapshot(),
     );
     if let Some(storage) = storage {

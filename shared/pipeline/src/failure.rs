@@ -53,7 +53,6 @@ pub fn publish_failure(e: PublishError) -> Failure {
             Code::Conflict
         }
         PublishError::HashMismatch { .. } => Code::HashMismatch,
-        PublishError::ReadBack(_) => Code::Storage,
         PublishError::Storage(e) => return storage_failure(e),
         PublishError::Stage(_) => {
             let PublishError::Stage(e) = e else {

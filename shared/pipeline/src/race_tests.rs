@@ -129,6 +129,7 @@ async fn run_once(
     Vec<usize>,
     Vec<Result<Published, PublishError>>,
     MemoryAccount,
+    Vec<(usize, &'static str)>,
 ) {
     let account = MemoryAccount::new();
     let turnstile = Turnstile::new(writers.len());
@@ -165,7 +166,7 @@ async fn run_once(
     for t in tasks {
         results.push(t.await.expect("writer task"));
     }
-    (branching, results, account)
+    (branching, results, account, turnstile.log())
 }
 
 /// The next interleaving after `choices` (which met `branching`), depth first.
@@ -180,16 +181,33 @@ fn next_choices(mut choices: Vec<usize>, branching: &[usize]) -> Option<Vec<usiz
     None
 }
 
+/// What `every_interleaving` ran.
+struct Explored {
+    runs: usize,
+    /// The orders in which writer 0's first two requests went out (a probed
+    /// upload asks for properties and block list together: both orders must
+    /// have run).
+    first_two: std::collections::BTreeSet<Vec<&'static str>>,
+}
+
 /// Runs every interleaving of `writers`; checks the invariants after each.
-/// Returns how many interleavings ran.
-async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
+async fn every_interleaving(condition: Condition, writers: &[Writer]) -> Explored {
     let key = IdKey::random();
     let hashes: Vec<String> = writers.iter().map(|w| sha_hex(&w.data)).collect();
     let mut choices = Vec::new();
     let mut runs = 0;
+    let mut first_two = std::collections::BTreeSet::new();
     loop {
-        let (branching, results, account) = run_once(&key, &condition, writers, &choices).await;
+        let (branching, results, account, log) =
+            run_once(&key, &condition, writers, &choices).await;
         runs += 1;
+        first_two.insert(
+            log.iter()
+                .filter(|(w, _)| *w == 0)
+                .take(2)
+                .map(|(_, op)| *op)
+                .collect::<Vec<_>>(),
+        );
         let committed = account.committed(CONTAINER, NAME);
         if let Some((bytes, props)) = &committed {
             let recorded = props.sha256.clone().unwrap_or_default();
@@ -202,11 +220,31 @@ async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
         }
         for (i, r) in results.iter().enumerate() {
             match r {
-                Ok(p) => assert_eq!(
-                    p.props.sha256.as_deref(),
-                    Some(hashes[i].as_str()),
-                    "writer {i} reported another file's commit (choices {choices:?})"
-                ),
+                Ok(p) => {
+                    assert_eq!(
+                        p.props.sha256.as_deref(),
+                        Some(hashes[i].as_str()),
+                        "writer {i} reported another file's commit (choices {choices:?})"
+                    );
+                    // The etag a success reports is its own commit's: if it is
+                    // the blob's now, the blob holds this writer's bytes, and
+                    // under the condition nobody could have replaced it since.
+                    let now = committed.as_ref().map(|(_, c)| c);
+                    if now.is_some_and(|c| c.etag == p.props.etag) {
+                        assert_eq!(
+                            now.and_then(|c| c.sha256.as_deref()),
+                            Some(hashes[i].as_str()),
+                            "writer {i}'s etag names another file's commit (choices {choices:?})"
+                        );
+                    } else {
+                        assert!(
+                            condition != Condition::IfAbsent,
+                            "writer {i} reported etag {} but the blob has {:?} (choices {choices:?})",
+                            p.props.etag,
+                            now.map(|c| &c.etag)
+                        );
+                    }
+                }
                 // A refusal names the blob in the way, whichever shape lost.
                 Err(PublishError::Exists(existing)) => assert_eq!(
                     committed.as_ref().map(|(_, p)| &p.etag),
@@ -214,7 +252,7 @@ async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
                     "writer {i} was refused by another blob than the one there (choices {choices:?})"
                 ),
                 // Without the condition a later writer may replace a blob
-                // between a commit and its read-back: a failure, never a lie.
+                // between a commit and its explanation: a failure, never a lie.
                 Err(e) => assert!(
                     condition != Condition::IfAbsent,
                     "writer {i}: {e} (choices {choices:?})"
@@ -231,7 +269,7 @@ async fn every_interleaving(condition: Condition, writers: &[Writer]) -> usize {
         }
         match next_choices(choices, &branching) {
             Some(next) => choices = next,
-            None => return runs,
+            None => return Explored { runs, first_two },
         }
     }
 }
@@ -254,13 +292,22 @@ fn files_of(size: usize, shared_prefix: bool) -> (Bytes, Bytes) {
 
 async fn race(condition: Condition, same_owner: bool, shared_prefix: bool) {
     let (a, b) = files(shared_prefix);
-    let runs = race_files(condition, same_owner, a, b).await;
-    // Two writers of five or more requests each: hundreds of orders, all run.
+    let explored = race_files(condition, same_owner, a, b).await;
+    // Two writers of four or more requests each: hundreds of orders, all run.
+    let runs = explored.runs;
     assert!(runs >= 250, "only {runs} interleavings");
+    let both = ["Get Blob Properties", "Get Block List"];
+    for order in [both.to_vec(), both.iter().rev().copied().collect()] {
+        assert!(
+            explored.first_two.contains(&order),
+            "never ran {order:?} first: {:?}",
+            explored.first_two
+        );
+    }
 }
 
 /// Every interleaving of two writers of `a` and `b`; returns how many ran.
-async fn race_files(condition: Condition, same_owner: bool, a: Bytes, b: Bytes) -> usize {
+async fn race_files(condition: Condition, same_owner: bool, a: Bytes, b: Bytes) -> Explored {
     let owner_a = Owner::of_token("token-a");
     let owner_b = if same_owner {
         owner_a
@@ -306,7 +353,7 @@ async fn racing_small_files_of_one_put_blob_never_publish_unverified_bytes() {
     for condition in [Condition::IfAbsent, Condition::Always] {
         for same_owner in [true, false] {
             for (x, y) in [(a.clone(), b.clone()), (a.clone(), a.clone())] {
-                let runs = race_files(condition.clone(), same_owner, x, y).await;
+                let runs = race_files(condition.clone(), same_owner, x, y).await.runs;
                 // Either Put Blob first (then, if refused, one look at the
                 // blob): every order of the two writers' requests.
                 assert!(runs >= 2, "only {runs} interleavings");
@@ -369,8 +416,9 @@ async fn a_rerun_of_a_committed_file_succeeds_without_staging() {
         .await
         .expect("re-run");
     assert_eq!(again.props.etag, first.props.etag);
-    // Preflight and the "already committed" read: no block staged, no commit.
-    assert_eq!(store.requests() - requests, 2);
+    // Preflight and the block list (asked together), then the "already
+    // committed" read: no block staged, no commit.
+    assert_eq!(store.requests() - requests, 3);
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@
 //! 3. `stager` cuts, hashes and stages the bytes from the resume point (the caller
 //!    feeds it: a QUIC stream on the relay, the file in direct mode);
 //! 4. `commit` publishes only if the SHA-256 of every byte equals each expected
-//!    one, then reads the blob back.
+//!    one; the commit's answer confirms it (block IDs bind their bytes).
 //!
 //! Between the steps the relay talks to its client (Plan, Start, Trailer) and
 //! direct mode checks its source; neither repeats the steps themselves.
@@ -111,16 +111,27 @@ impl<'a> Upload<'a> {
     }
 
     /// Before any byte moves: the destination must be free (or at the expected
-    /// etag); then the longest run of our own staged blocks. A file of one block
+    /// etag), and the longest run of our own staged blocks. A file of one block
     /// has nothing to resume (its only block is its last): no block list to read.
+    ///
+    /// The two questions go out together, one round trip and not two (a fifth
+    /// of a 48 MiB direct upload's setup at 200 ms). Neither answer depends on
+    /// the other, and asking in either order is safe: the commit is conditional
+    /// and names only IDs bound to their bytes, so a blob or block list that
+    /// changes between or after the two reads makes the commit fail, never
+    /// publish something else (the race tests run both orders).
     pub async fn prepare(&self, probe: Probe) -> Result<ResumePoint, PublishError> {
         if !self.probes(probe) {
             return Ok(ResumePoint::fresh());
         }
-        publish::preflight(&*self.store, self.dest.condition).await?;
+        let preflight = publish::preflight(&*self.store, self.dest.condition);
         let uncommitted = if self.plan.block_count() > 1 {
-            self.store.uncommitted_blocks().await?
+            let (free, blocks) =
+                futures::future::join(preflight, self.store.uncommitted_blocks()).await;
+            free?;
+            blocks?
         } else {
+            preflight.await?;
             Vec::new()
         };
         let markers = if self.whole_md5 {
@@ -171,7 +182,7 @@ impl<'a> Upload<'a> {
     }
 
     /// Publishes `staged` only if its SHA-256 equals every `expected` one (who has
-    /// it, hex digest); confirms the committed blob.
+    /// it, hex digest); the commit's answer is the confirmation.
     pub async fn commit(
         &self,
         staged: &Staged,

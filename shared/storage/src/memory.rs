@@ -5,7 +5,7 @@
 //! Put Blob replaces the blob and clears it too, `If-None-Match: *` fails with 409
 //! and a stale `If-Match` with 412.
 //!
-//! A `Turnstile` makes several writers take turns one request at a time, in an
+//! A `Turnstile` lets several writers' requests through one at a time, in an
 //! order the test chooses, so every interleaving of two uploads to one name can be
 //! run and checked (see relay-pipeline's race tests).
 
@@ -306,27 +306,46 @@ impl BlobStore for MemoryBlob {
     }
 }
 
-/// Lets writers through one request at a time, in the order a test picks.
+/// Lets writers' requests through one at a time, in the order a test picks.
 ///
-/// Each writer must send one request at a time (a stager with one block in
-/// flight). The test loop: `ready().await` waits until every writer still running
-/// is waiting at the turnstile, and returns who is waiting (empty once all are
-/// done); `grant(w)` lets one of them send its request.
+/// A writer may have several requests waiting at once (an upload asks for a
+/// blob's properties and its block list together); the test sees each as its
+/// own `Ticket`, so either order is an interleaving. The test loop:
+/// `ready().await` waits until every writer still running has a request waiting
+/// at the turnstile, and returns every waiting request (empty once all writers
+/// are done); `grant(t)` lets one of them through.
 #[derive(Debug)]
 pub struct Turnstile {
     state: Mutex<TurnState>,
     changed: tokio::sync::Notify,
 }
 
+/// One request waiting at a `Turnstile`: its writer and the writer's count of
+/// requests before it (so a writer's requests are told apart, in order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket {
+    pub writer: usize,
+    pub seq: u32,
+}
+
 #[derive(Debug)]
 struct TurnState {
     writers: usize,
-    waiting: BTreeSet<usize>,
-    granted: BTreeSet<usize>,
+    waiting: BTreeSet<Ticket>,
+    granted: BTreeSet<Ticket>,
     done: BTreeSet<usize>,
+    next_seq: HashMap<usize, u32>,
     /// Every request let through, in order: (writer, operation).
     log: Vec<(usize, &'static str)>,
-    ops: HashMap<usize, &'static str>,
+    ops: HashMap<Ticket, &'static str>,
+}
+
+impl TurnState {
+    fn writers_waiting(&self) -> usize {
+        let mut writers: Vec<usize> = self.waiting.iter().map(|t| t.writer).collect();
+        writers.dedup();
+        writers.len()
+    }
 }
 
 impl Turnstile {
@@ -337,6 +356,7 @@ impl Turnstile {
                 waiting: BTreeSet::new(),
                 granted: BTreeSet::new(),
                 done: BTreeSet::new(),
+                next_seq: HashMap::new(),
                 log: Vec::new(),
                 ops: HashMap::new(),
             }),
@@ -345,20 +365,24 @@ impl Turnstile {
     }
 
     async fn enter(&self, writer: usize, op: &'static str) {
-        {
+        let ticket = {
             let mut s = lock(&self.state);
-            assert!(
-                s.waiting.insert(writer),
-                "writer {writer} sent two requests at once ({op}); give it one block in flight"
-            );
-            s.ops.insert(writer, op);
-        }
+            let seq = s.next_seq.entry(writer).or_insert(0);
+            let ticket = Ticket { writer, seq: *seq };
+            *seq += 1;
+            s.waiting.insert(ticket);
+            s.ops.insert(ticket, op);
+            ticket
+        };
         self.changed.notify_waiters();
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if lock(&self.state).granted.remove(&writer) {
+            if lock(&self.state).granted.remove(&ticket) {
+                // `ready` waits for the grant to be taken: a writer whose next
+                // request is already waiting sends no new one to wake it.
+                self.changed.notify_waiters();
                 return;
             }
             notified.await;
@@ -371,15 +395,16 @@ impl Turnstile {
         self.changed.notify_waiters();
     }
 
-    /// Waits until every unfinished writer waits for its turn; returns them.
-    pub async fn ready(&self) -> Vec<usize> {
+    /// Waits until every unfinished writer has a request waiting (and the last
+    /// one granted has gone through); returns every waiting request, in order.
+    pub async fn ready(&self) -> Vec<Ticket> {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
                 let s = lock(&self.state);
-                if s.waiting.len() + s.done.len() >= s.writers && s.granted.is_empty() {
+                if s.writers_waiting() + s.done.len() >= s.writers && s.granted.is_empty() {
                     return s.waiting.iter().copied().collect();
                 }
             }
@@ -387,14 +412,14 @@ impl Turnstile {
         }
     }
 
-    /// Lets `writer` (one that `ready` returned) send its request.
-    pub fn grant(&self, writer: usize) {
+    /// Lets `ticket` (one that `ready` returned) send its request.
+    pub fn grant(&self, ticket: Ticket) {
         {
             let mut s = lock(&self.state);
-            assert!(s.waiting.remove(&writer), "writer {writer} is not waiting");
-            let op = s.ops.get(&writer).copied().unwrap_or("?");
-            s.log.push((writer, op));
-            s.granted.insert(writer);
+            assert!(s.waiting.remove(&ticket), "{ticket:?} is not waiting");
+            let op = s.ops.remove(&ticket).unwrap_or("?");
+            s.log.push((ticket.writer, op));
+            s.granted.insert(ticket);
         }
         self.changed.notify_waiters();
     }
@@ -505,8 +530,8 @@ mod tests {
         }
         for pick in [1, 1, 0, 0] {
             let ready = t.ready().await;
-            assert!(ready.contains(&pick), "{ready:?}");
-            t.grant(pick);
+            let ticket = ready.iter().find(|t| t.writer == pick);
+            t.grant(*ticket.expect("the picked writer waits"));
         }
         assert!(t.ready().await.is_empty());
         while tasks.join_next().await.is_some() {}

@@ -1,6 +1,6 @@
 //! The rules around a commit, shared by the relay and the client's direct mode:
 //! refuse early when the commit is bound to fail, publish only when the SHA-256 of
-//! every staged byte equals the expected one, then read the blob back to confirm.
+//! every staged byte equals the expected one; the commit's answer confirms it.
 //!
 //! Failures are `PublishError`, storage's own words; the relay and direct mode
 //! turn them into wire codes (`relay-pipeline`).
@@ -43,9 +43,6 @@ pub enum PublishError {
     /// Staging the bytes failed.
     #[error(transparent)]
     Stage(#[from] StageError),
-    /// After a commit, the blob is not what was committed.
-    #[error("{0}")]
-    ReadBack(String),
 }
 
 /// The blob that made an upload refuse with `Exists`: what a client needs to
@@ -184,19 +181,20 @@ pub async fn commit_verified(
             });
         }
     };
-    let props = if staged.single.is_some() {
-        // One request: Put Blob returned the etag, and its MD5 was checked by
-        // the service; reading properties back would double the requests of
-        // every small file.
-        BlobProperties {
-            etag,
-            size: dest.size,
-            sha256: Some(ours),
-            seal: Some(seal),
-            last_modified: None,
-        }
-    } else {
-        read_back(store, dest, &ours).await?
+    // The commit's answer is the confirmation, for Put Blob (one request, its
+    // MD5 checked by the service) and Put Block List alike: block IDs bind
+    // their bytes ("same ID, same bytes", `block_id`), so a Put Block List that
+    // succeeded published exactly the bytes hashed to `ours`, whoever else
+    // stages into the blob. Reading the properties back told nothing more, and
+    // cost every large file one more round trip before it was reported (and,
+    // without a condition, failed an upload whose blob a later writer had
+    // already replaced).
+    let props = BlobProperties {
+        etag,
+        size: dest.size,
+        sha256: Some(ours),
+        seal: Some(seal),
+        last_modified: None,
     };
     Ok(Published {
         props,
@@ -228,23 +226,4 @@ async fn conflict_or(
         return Ok(props.clone());
     }
     Err(refusal(dest.condition, existing.as_ref()).unwrap_or(PublishError::LostRace(e)))
-}
-
-/// Reads the committed blob's properties and checks size and SHA-256.
-async fn read_back(
-    store: &dyn BlobStore,
-    dest: &Destination<'_>,
-    ours: &str,
-) -> Result<BlobProperties, PublishError> {
-    let props = store
-        .properties()
-        .await?
-        .ok_or_else(|| PublishError::ReadBack("the committed blob is not readable".into()))?;
-    if props.size != dest.size || props.sha256.as_deref() != Some(ours) {
-        return Err(PublishError::ReadBack(format!(
-            "after commit the blob has {} bytes and sha256 {:?}; expected {} and {ours}",
-            props.size, props.sha256, dest.size
-        )));
-    }
-    Ok(props)
 }
