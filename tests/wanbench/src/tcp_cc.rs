@@ -5,8 +5,10 @@
 //! `net.ipv4.tcp_congestion_control`. The kernel lets a non-initial namespace
 //! default only to controllers in the host-wide
 //! `net.ipv4.tcp_allowed_congestion_control` list (EPERM otherwise), so
-//! `AllowGuard` adds what the bench needs to that list for the bench's
-//! lifetime and restores the previous list on drop.
+//! `AllowGuard` adds what the bench needs to that list while any bench on
+//! the host runs, and the last one to end restores the host's list.
+
+use std::io::{Read, Seek, Write};
 
 use anyhow::Context;
 use linklab::{Lab, Side};
@@ -14,9 +16,16 @@ use linklab::{Lab, Side};
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 
-/// Restores the host's allowed list when dropped.
+/// Where benches on one host agree on the allowed list: an flock held shared
+/// for each bench's life, and the list as it was before the first bench
+/// extended it.
+const LOCK: &str = "/run/wanbench-tcp-cc.lock";
+
+/// Keeps the controllers allowed while any bench on the host runs; the last
+/// to drop restores the host's list. Each bench restoring its own view raced:
+/// one ending put the list back while another still pinned CUBIC (EPERM).
 pub struct AllowGuard {
-    previous: Option<String>,
+    lock: std::fs::File,
 }
 
 impl AllowGuard {
@@ -30,6 +39,15 @@ impl AllowGuard {
                 available.trim()
             );
         }
+        let mut lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(LOCK)
+            .with_context(|| format!("open {LOCK}"))?;
+        // Exclusive while the list is read and extended, then shared.
+        flock(&lock, libc::LOCK_EX).with_context(|| format!("lock {LOCK}"))?;
         let current = std::fs::read_to_string(ALLOWED).context("read allowed controllers")?;
         let mut list: Vec<&str> = current.split_whitespace().collect();
         let missing: Vec<&str> = wanted
@@ -37,26 +55,56 @@ impl AllowGuard {
             .copied()
             .filter(|cc| !list.contains(cc))
             .collect();
-        if missing.is_empty() {
-            return Ok(Self { previous: None });
+        if !missing.is_empty() {
+            let mut saved = String::new();
+            lock.read_to_string(&mut saved)
+                .context("read the saved list")?;
+            if saved.trim().is_empty() {
+                lock.write_all(current.trim().as_bytes())
+                    .context("save the host's allowed list")?;
+            }
+            list.extend(missing);
+            std::fs::write(ALLOWED, list.join(" "))
+                .context("extend tcp_allowed_congestion_control")?;
         }
-        list.extend(missing);
-        std::fs::write(ALLOWED, list.join(" ")).context("extend tcp_allowed_congestion_control")?;
-        Ok(Self {
-            previous: Some(current.trim().to_string()),
-        })
+        flock(&lock, libc::LOCK_SH).with_context(|| format!("lock {LOCK} shared"))?;
+        Ok(Self { lock })
     }
 }
 
 impl Drop for AllowGuard {
     fn drop(&mut self) {
-        if let Some(prev) = &self.previous
-            && let Err(e) = std::fs::write(ALLOWED, prev)
-        {
-            eprintln!(
-                "wanbench: could not restore tcp_allowed_congestion_control to {prev:?}: {e}"
-            );
+        // Only the last bench on the host gets the lock to itself.
+        if flock(&self.lock, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+            return;
         }
+        let mut saved = String::new();
+        let read = self
+            .lock
+            .seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| self.lock.read_to_string(&mut saved));
+        if read.is_err() || saved.trim().is_empty() {
+            return;
+        }
+        if let Err(e) = std::fs::write(ALLOWED, saved.trim()) {
+            eprintln!(
+                "wanbench: could not restore tcp_allowed_congestion_control to {saved:?}: {e}"
+            );
+            return;
+        }
+        let _ = self.lock.set_len(0);
+    }
+}
+
+/// `flock(2)` on `file` (std's `File::lock` needs a newer Rust than our MSRV).
+/// Taking another mode on a held lock converts it.
+fn flock(file: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for as long as `file` is borrowed.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
