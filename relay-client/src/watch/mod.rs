@@ -9,9 +9,12 @@
 //! events queued (`events::EVENT_QUEUE`), files in flight (`--parallel`), the
 //! scan's lead (`SCAN_AHEAD`); the journal lives on disk. A file dropped for
 //! want of room (or an event lost) is found by the next reconcile scan.
+//! After a quiet spell the allocator's free pages go back to the system
+//! (`idle`), so an idle watch does not keep what its last burst needed.
 
 pub mod after;
 pub mod events;
+mod idle;
 pub mod journal;
 pub mod roots;
 pub mod settle;
@@ -202,6 +205,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     let mut status_at = every.map(|e| Instant::now() + e);
     let reconcile = (args.reconcile > 0.0).then(|| Duration::from_secs_f64(args.reconcile));
     let mut reconcile_at = reconcile.map(|r| Instant::now() + r);
+    let mut quiet = idle::Quiet::new(Instant::now().into_std());
     let mut stop = std::pin::pin!(stop);
     let mut gave_up = std::pin::pin!(gave_up(&mode));
     let end = loop {
@@ -242,6 +246,9 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
                 {
                     status_at = Some(Instant::now() + e);
                     status::print(&reporter, &w.status());
+                }
+                if quiet.tick(Instant::now().into_std(), w.busy()) {
+                    idle::give_back_free_memory();
                 }
             }
         }
@@ -362,6 +369,13 @@ impl Driver {
             return; // a temporary name, filtered out, or our journal
         }
         self.settle.observe(path, seen, stat, now);
+    }
+
+    /// Anything waiting to settle, uploading or being scanned.
+    fn busy(&self) -> bool {
+        self.settle.waiting() > 0
+            || !self.in_flight.is_empty()
+            || self.scanning.load(Ordering::Relaxed)
     }
 
     /// Only inotify sends close events; with polling every change is stat-ed.

@@ -28,6 +28,7 @@ mod cpu_split;
 mod storage_delay;
 #[allow(dead_code)]
 mod wan_cloud;
+mod watch_sampling;
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -41,6 +42,7 @@ use linklab::{Lab, LinkProfile};
 use relay_tests::files::{Scratch, write_random};
 use serde_json::{Value, json};
 use wan_cloud::{Cloud, LABS, MIB, Proc, client_command, spawn_site};
+use watch_sampling::{Idle, Pids, Sample, azurite_cores, cores, relay_cores, sample, sampler};
 
 const CONTAINER: &str = "watch-wan";
 
@@ -175,74 +177,6 @@ fn read_events(
     })
 }
 
-/// One look at the watcher from /proc.
-#[derive(Clone, Copy, serde::Serialize)]
-struct Sample {
-    t_s: f64,
-    rss_kib: u64,
-    hwm_kib: u64,
-    /// User + system CPU seconds so far.
-    cpu_s: f64,
-    load1: f64,
-}
-
-fn sample(pid: u32, t0: Instant) -> Option<Sample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
-    let (hwm, cpu_s) = relay_tests::load::process_usage(pid);
-    let load1 = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    Some(Sample {
-        t_s: t0.elapsed().as_secs_f64(),
-        rss_kib,
-        hwm_kib: hwm / 1024,
-        cpu_s,
-        load1,
-    })
-}
-
-/// CPU cores used between two samples.
-fn cores(a: &Sample, b: &Sample) -> f64 {
-    (b.cpu_s - a.cpu_s) / (b.t_s - a.t_s).max(1e-3)
-}
-
-/// Samples the watcher every `every` until `stop`, printing each sample.
-fn sampler(
-    pid: u32,
-    t0: Instant,
-    every: Duration,
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Seen>>,
-) -> std::thread::JoinHandle<Vec<Sample>> {
-    std::thread::spawn(move || {
-        let mut out: Vec<Sample> = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            let Some(s) = sample(pid, t0) else { break };
-            let cpu = out.last().map_or(0.0, |p| cores(p, &s));
-            let committed = seen.lock().map_or(0, |s| s.committed);
-            println!(
-                "sample t={:.0}s rss={} KiB hwm={} KiB cpu={:.1}% load1={:.2} committed={committed}",
-                s.t_s,
-                s.rss_kib,
-                s.hwm_kib,
-                cpu * 100.0,
-                s.load1
-            );
-            out.push(s);
-            let next = Instant::now() + every;
-            while Instant::now() < next && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        out
-    })
-}
-
 /// A small file's size: uniform in the range, the same for the same index in
 /// every run (splitmix64).
 fn small_size(i: u64, (lo, hi): (u64, u64)) -> u64 {
@@ -343,6 +277,13 @@ fn watch_latency_over_the_wan() {
     cmd.stdout(Stdio::piped());
     let mut watcher: Proc = spawn_site(&lab, cmd);
     let pid = watcher.0.id();
+    let pids = Pids {
+        watcher: pid,
+        relay: cloud
+            .relay_pid()
+            .unwrap_or_else(|| panic!("the relay is not running")),
+        azurite: cloud.azurite_pid(),
+    };
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stdout = watcher.0.stdout.take().unwrap_or_else(|| panic!("stdout"));
     let reader = read_events(stdout, seen.clone());
@@ -364,7 +305,7 @@ fn watch_latency_over_the_wan() {
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let samples = sampler(
-        pid,
+        pids,
         t0,
         Duration::from_secs_f64(k.sample_s.max(0.5)),
         stop.clone(),
@@ -467,10 +408,15 @@ fn watch_latency_over_the_wan() {
     println!("all answered at t={drained_s:.1}s");
 
     // The quiet minute: nothing written, the watcher idle.
-    let q0 = sample(pid, t0).unwrap_or_else(|| panic!("watcher gone"));
+    let q0 = sample(pids, t0).unwrap_or_else(|| panic!("watcher gone"));
     std::thread::sleep(Duration::from_secs_f64(k.quiet_s));
-    let q1 = sample(pid, t0).unwrap_or_else(|| panic!("watcher gone"));
-    let idle_cpu = cores(&q0, &q1);
+    let q1 = sample(pids, t0).unwrap_or_else(|| panic!("watcher gone"));
+    let idle = Idle {
+        watcher_cpu: cores(&q0, &q1),
+        relay_cpu: relay_cores(&q0, &q1),
+        azurite_cpu: azurite_cores(&q0, &q1),
+        rss_kib: q1.rss_kib,
+    };
     stop.store(true, Ordering::Relaxed);
     let samples = samples
         .join()
@@ -526,7 +472,7 @@ fn watch_latency_over_the_wan() {
     }
     // The numbers first: a failed check below must not lose the run's.
     print_windows(&rows, t0, 30.0);
-    let report = report(&k, &rows, &samples, idle_cpu, writing_s, drained_s, &seen);
+    let report = report(&k, &rows, &samples, &idle, writing_s, drained_s, &seen);
     println!("report {report}");
     assert_eq!(seen.failed, 0, "failed files: {stderr}");
     let receipts: Vec<&str> = rows
@@ -577,7 +523,7 @@ fn report(
     k: &Knobs,
     rows: &[Row<'_>],
     samples: &[Sample],
-    idle_cpu: f64,
+    idle: &Idle,
     writing_s: f64,
     drained_s: f64,
     seen: &Seen,
@@ -627,8 +573,11 @@ fn report(
     let first = samples.first().copied();
     let end_writing = samples.iter().rfind(|s| s.t_s <= writing_s).copied();
     let last = samples.last().copied();
-    let cpu_run = match (first, samples.iter().rfind(|s| s.t_s <= drained_s)) {
-        (Some(a), Some(b)) if b.t_s > a.t_s => cores(&a, b),
+    let over_run = |f: fn(&Sample, &Sample) -> f64| match (
+        first,
+        samples.iter().rfind(|s| s.t_s <= drained_s),
+    ) {
+        (Some(a), Some(b)) if b.t_s > a.t_s => f(&a, b),
         _ => f64::NAN,
     };
     let loads: Vec<f64> = samples.iter().map(|s| s.load1).collect();
@@ -660,9 +609,14 @@ fn report(
             "end": last.map(|s| s.rss_kib),
             "max_sampled": samples.iter().map(|s| s.rss_kib).max(),
             "hwm": last.map(|s| s.hwm_kib),
+            "idle_end": idle.rss_kib,
         },
-        "cpu_cores_over_run": cpu_run,
-        "cpu_cores_idle": idle_cpu,
+        "cpu_cores_over_run": over_run(cores),
+        "cpu_cores_idle": idle.watcher_cpu,
+        "relay_cpu_cores_over_run": over_run(relay_cores),
+        "relay_cpu_cores_idle": idle.relay_cpu,
+        "azurite_cpu_cores_over_run": over_run(azurite_cores),
+        "azurite_cpu_cores_idle": idle.azurite_cpu,
         "load1": {"min": loads.iter().copied().fold(f64::INFINITY, f64::min),
                   "max": loads.iter().copied().fold(0.0, f64::max)},
         "network_events": seen.network.len(),

@@ -159,6 +159,15 @@ impl Cloud {
         self.relay = Some(p);
     }
 
+    /// The relay's pid while it runs (for its CPU time).
+    pub fn relay_pid(&self) -> Option<u32> {
+        self.relay.as_ref().map(|p| p.0.id())
+    }
+
+    pub fn azurite_pid(&self) -> u32 {
+        self._azurite.0.id()
+    }
+
     pub fn kill_relay(&mut self) {
         // Proc's drop: SIGKILL by pid, then reap.
         self.relay = None;
