@@ -139,6 +139,14 @@ static SPARE: Mutex<Vec<Deflater>> = Mutex::new(Vec::new());
 /// Spares kept at most: about the reader threads that encode at once.
 const SPARES_KEPT: usize = 16;
 
+/// Drops every kept compressor (a watch gone quiet gives their memory back,
+/// up to 50 MB, rather than hold it until its next file).
+pub fn drop_spare_compressors() {
+    if let Ok(mut spare) = SPARE.lock() {
+        *spare = Vec::new();
+    }
+}
+
 /// A compressor lent to one file's encoder, given back when the encoder ends.
 struct Lent(Option<Deflater>);
 

@@ -6,6 +6,8 @@
 //! WATCH_BENCH_FILES=100000 cargo test -p relay-tests --test watch_bench -- --ignored --nocapture
 //! # 1,000,000 files already committed (journal rows written directly, nothing uploaded):
 //! WATCH_BENCH_FILES=1000000 WATCH_BENCH_SEED_JOURNAL=1 cargo test -p relay-tests --test watch_bench -- --ignored --nocapture
+//! # 1,000,000 files none of which is committed: the first 300 s of uploading them:
+//! WATCH_BENCH_FILES=1000000 WATCH_BENCH_UPLOAD_SECONDS=300 cargo test -p relay-tests --test watch_bench -- --ignored --nocapture
 //! ```
 //!
 //! Phase 1 (unless seeded): the watch uploads every file, found by its start
@@ -13,10 +15,12 @@
 //! journal: it must send nothing and make no request. Then a few files change
 //! and must be committed (events still work over that many watched files).
 //! Each phase prints its time, the watcher's peak RSS (VmHWM) and the
-//! journal's size.
+//! journal's size. With `WATCH_BENCH_UPLOAD_SECONDS`, phase 1 is cut short
+//! after that long (a clean stop) and phase 2 is not run: the watcher's
+//! memory while it works through a backlog of N files, sampled every 10 s.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use relay_client::watch::journal::{Entry, Journal};
 use relay_client::watch::settle::Stat;
@@ -83,6 +87,7 @@ fn journal_bytes(journal: &Path) -> u64 {
 async fn watch_memory_and_journal_with_many_files() {
     let n = env_u64("WATCH_BENCH_FILES", 100_000);
     let seeded = std::env::var_os("WATCH_BENCH_SEED_JOURNAL").is_some();
+    let upload_for = env_u64("WATCH_BENCH_UPLOAD_SECONDS", 0);
     let (relay, container) =
         RelayHandle::with_container("watchbench", RelayOptions::default()).await;
     let scratch = Scratch::new("watchbench");
@@ -113,6 +118,10 @@ async fn watch_memory_and_journal_with_many_files() {
             t.elapsed().as_secs_f64(),
             journal_bytes(&journal)
         );
+    } else if upload_for > 0 {
+        backlog(&relay, &to, &inbox, &args, n, upload_for).await;
+        relay.stop().await;
+        return;
     } else {
         let t = Instant::now();
         let w = Watch::start(&relay, &to, &[&inbox], &args);
@@ -159,4 +168,31 @@ async fn watch_memory_and_journal_with_many_files() {
         "{s}"
     );
     relay.stop().await;
+}
+
+/// A watch started over `n` files none of which is committed, stopped
+/// (cleanly) after `seconds`: its memory as it works through the backlog.
+async fn backlog(relay: &RelayHandle, to: &str, inbox: &Path, args: &[&str], n: u64, seconds: u64) {
+    let t = Instant::now();
+    let w = Watch::start(relay, to, &[inbox], args);
+    let mut rss_max = 0;
+    while t.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let (peak, rss) = w.memory_kib();
+        rss_max = rss_max.max(rss);
+        eprintln!(
+            "bench: t={:.0} s: {} of {n} committed; watcher RSS {rss} KiB, peak {peak} KiB",
+            t.elapsed().as_secs_f64(),
+            w.commits()
+        );
+    }
+    let (peak, _) = w.memory_kib();
+    let committed = w.commits();
+    let s = w.stop().await;
+    assert_eq!(s["totals"]["failed"], 0, "{s}");
+    eprintln!(
+        "bench: backlog of {n}: {committed} committed in {:.1} s; watcher RSS at most {rss_max} KiB \
+         (sampled), peak {peak} KiB",
+        t.elapsed().as_secs_f64()
+    );
 }

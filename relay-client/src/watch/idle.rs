@@ -5,8 +5,10 @@
 //! the allocator's per-thread arenas; once freed, glibc keeps those pages
 //! mapped for reuse, so a watcher that moved a few 1 GiB files kept about
 //! 170 MB resident for as long as nothing happened next (docs/bench/watch/).
-//! When nothing has been waiting or in flight for `QUIET` the watch asks the
-//! allocator to return its free pages (`malloc_trim`), once per quiet spell:
+//! When nothing has been waiting or in flight for `QUIET` the watch drops the
+//! zstd contexts it keeps between files (`wire::drop_spare_compressors`, up
+//! to 50 MB) and asks the allocator to return its free pages
+//! (`malloc_trim`), once per quiet spell:
 //! the next burst pays a few page faults, never a delay per file.
 
 use std::time::{Duration, Instant};

@@ -248,6 +248,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
                     status::print(&reporter, &w.status());
                 }
                 if quiet.tick(Instant::now().into_std(), w.busy()) {
+                    crate::wire::drop_spare_compressors();
                     idle::give_back_free_memory();
                 }
             }

@@ -387,6 +387,22 @@ pub fn check_blobs(
     })
 }
 
+/// Deletes these blobs (a bench that checked them keeps in-memory Azurite's
+/// store small: its cost per request grows with the blobs it holds, where a
+/// storage account's does not).
+#[allow(dead_code)]
+pub fn delete_blobs(lab: &Lab, container: &str, blobs: Vec<String>) -> anyhow::Result<()> {
+    let c = container.to_string();
+    with_storage(lab, move |s| async move {
+        each_blob(s, &c, blobs, |w| async move {
+            w.delete().await?;
+            Ok(())
+        })
+        .await?;
+        Ok(())
+    })
+}
+
 /// Bytes that reached storage for these blobs: the size of committed ones,
 /// the staged (uncommitted) blocks of the rest. What a capped run achieved.
 pub fn stored_bytes(lab: &Lab, container: &str, blobs: Vec<String>) -> anyhow::Result<u64> {

@@ -28,6 +28,7 @@ mod cpu_split;
 mod storage_delay;
 #[allow(dead_code)]
 mod wan_cloud;
+mod watch_check;
 mod watch_sampling;
 
 use std::collections::HashMap;
@@ -127,6 +128,8 @@ struct Event {
 #[derive(Default)]
 struct Seen {
     files: HashMap<String, Vec<Event>>,
+    /// Committed blobs and their Receipts' SHA-256, in the order read.
+    commits: Vec<(String, String)>,
     committed: usize,
     failed: usize,
     network: Vec<Value>,
@@ -162,7 +165,10 @@ fn read_events(
                         commit_ms: ms("commit_ms"),
                     };
                     match e.status.as_str() {
-                        "committed" => s.committed += 1,
+                        "committed" => {
+                            s.committed += 1;
+                            s.commits.push((e.blob.clone(), e.sha256.clone()));
+                        }
                         "failed" => s.failed += 1,
                         _ => {}
                     }
@@ -243,8 +249,9 @@ fn watch_latency_over_the_wan() {
     }
     let k = knobs();
     println!("knobs {}", json!(k));
-    let lab =
-        Lab::start(LinkProfile::new(200.0, 0.01, 200.0)).unwrap_or_else(|e| panic!("lab: {e:#}"));
+    let lab = Arc::new(
+        Lab::start(LinkProfile::new(200.0, 0.01, 200.0)).unwrap_or_else(|e| panic!("lab: {e:#}")),
+    );
     let dir = Scratch::new(test);
     let cloud = Cloud::start(&lab, &dir.0, CONTAINER);
     // Canonical, as the watcher reports paths (events are matched by path).
@@ -311,6 +318,18 @@ fn watch_latency_over_the_wan() {
         stop.clone(),
         seen.clone(),
     );
+    // Blobs checked and deleted as the run goes (`watch_check`), unless kept.
+    let keep_blobs = std::env::var_os("WATCH_WAN_KEEP_BLOBS").is_some();
+    let check_stop = Arc::new(AtomicBool::new(false));
+    let checks = (!keep_blobs).then(|| {
+        watch_check::checker(
+            lab.clone(),
+            CONTAINER,
+            seen.clone(),
+            check_stop.clone(),
+            Duration::from_secs(5),
+        )
+    });
 
     // Big files on a thread of their own, at their times, at disk speed.
     let big = {
@@ -406,6 +425,9 @@ fn watch_latency_over_the_wan() {
     }
     let drained_s = t0.elapsed().as_secs_f64();
     println!("all answered at t={drained_s:.1}s");
+    // The last checks before the quiet minute, so it is quiet for Azurite too.
+    check_stop.store(true, Ordering::Relaxed);
+    let checked = checks.map(|h| h.join().unwrap_or_else(|_| panic!("checker panicked")));
 
     // The quiet minute: nothing written, the watcher idle.
     let q0 = sample(pids, t0).unwrap_or_else(|| panic!("watcher gone"));
@@ -485,10 +507,26 @@ fn watch_latency_over_the_wan() {
         "Receipt SHA-256 is not the file's: {receipts:?}"
     );
     let verify_t = Instant::now();
-    wan_cloud::verify_with_second_look(&lab, CONTAINER, &blobs);
+    match checked {
+        Some(c) => {
+            assert!(
+                c.differs.is_empty(),
+                "downloaded SHA-256 is not the Receipt's: {:?}",
+                c.differs
+            );
+            wan_cloud::verify_with_second_look(&lab, CONTAINER, &c.unread);
+            assert_eq!(c.same + c.unread.len(), blobs.len(), "blobs checked");
+            println!(
+                "verified: {} blobs by download during the run (then deleted), {} at the end",
+                c.same,
+                c.unread.len()
+            );
+        }
+        None => wan_cloud::verify_with_second_look(&lab, CONTAINER, &blobs),
+    }
     let verify_s = verify_t.elapsed().as_secs_f64();
     println!(
-        "verified: {} blobs by download in {verify_s:.1}s",
+        "verified: {} blobs by download, the end's checks in {verify_s:.1}s",
         blobs.len()
     );
     let _ = &cloud;
