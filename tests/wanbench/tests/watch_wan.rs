@@ -43,7 +43,7 @@ use linklab::{Lab, LinkProfile};
 use relay_tests::files::{Scratch, write_random};
 use serde_json::{Value, json};
 use wan_cloud::{Cloud, LABS, MIB, Proc, client_command, spawn_site};
-use watch_sampling::{Idle, Pids, Sample, azurite_cores, cores, relay_cores, sample, sampler};
+use watch_sampling::{Cpu, Idle, Pids, Sample, cores, sample, sampler};
 
 const CONTAINER: &str = "watch-wan";
 
@@ -459,9 +459,7 @@ fn watch_latency_over_the_wan() {
     std::thread::sleep(Duration::from_secs_f64(k.quiet_s));
     let q1 = sample(pids, t0).unwrap_or_else(|| panic!("watcher gone"));
     let idle = Idle {
-        watcher_cpu: cores(&q0, &q1),
-        relay_cpu: relay_cores(&q0, &q1),
-        azurite_cpu: azurite_cores(&q0, &q1),
+        cpu: cores(&q0, &q1),
         rss_kib: q1.rss_kib,
     };
     stop.store(true, Ordering::Relaxed);
@@ -629,12 +627,13 @@ fn report(
     let first = samples.first().copied();
     let end_writing = samples.iter().rfind(|s| s.t_s <= writing_s).copied();
     let last = samples.last().copied();
-    let over_run = |f: fn(&Sample, &Sample) -> f64| match (
-        first,
-        samples.iter().rfind(|s| s.t_s <= drained_s),
-    ) {
-        (Some(a), Some(b)) if b.t_s > a.t_s => f(&a, b),
-        _ => f64::NAN,
+    let over_run = match (first, samples.iter().rfind(|s| s.t_s <= drained_s)) {
+        (Some(a), Some(b)) if b.t_s > a.t_s => cores(&a, b),
+        _ => Cpu {
+            watcher: f64::NAN,
+            relay: f64::NAN,
+            azurite: f64::NAN,
+        },
     };
     let loads: Vec<f64> = samples.iter().map(|s| s.load1).collect();
     json!({
@@ -667,12 +666,12 @@ fn report(
             "hwm": last.map(|s| s.hwm_kib),
             "idle_end": idle.rss_kib,
         },
-        "cpu_cores_over_run": over_run(cores),
-        "cpu_cores_idle": idle.watcher_cpu,
-        "relay_cpu_cores_over_run": over_run(relay_cores),
-        "relay_cpu_cores_idle": idle.relay_cpu,
-        "azurite_cpu_cores_over_run": over_run(azurite_cores),
-        "azurite_cpu_cores_idle": idle.azurite_cpu,
+        "cpu_cores_over_run": over_run.watcher,
+        "cpu_cores_idle": idle.cpu.watcher,
+        "relay_cpu_cores_over_run": over_run.relay,
+        "relay_cpu_cores_idle": idle.cpu.relay,
+        "azurite_cpu_cores_over_run": over_run.azurite,
+        "azurite_cpu_cores_idle": idle.cpu.azurite,
         "load1": {"min": loads.iter().copied().fold(f64::INFINITY, f64::min),
                   "max": loads.iter().copied().fold(0.0, f64::max)},
         "network_events": seen.network.len(),

@@ -22,10 +22,8 @@ pub struct Sample {
     pub t_s: f64,
     pub rss_kib: u64,
     pub hwm_kib: u64,
-    /// User + system CPU seconds so far: the watcher's, the relay's, Azurite's.
-    pub cpu_s: f64,
-    pub relay_cpu_s: f64,
-    pub azurite_cpu_s: f64,
+    /// User + system CPU seconds so far.
+    pub cpu_s: Cpu,
     pub load1: f64,
 }
 
@@ -35,9 +33,12 @@ pub fn sample(pids: Pids, t0: Instant) -> Option<Sample> {
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
-    let (hwm, cpu_s) = relay_tests::load::process_usage(pids.watcher);
-    let relay_cpu_s = relay_tests::load::process_usage(pids.relay).1;
-    let azurite_cpu_s = relay_tests::load::process_usage(pids.azurite).1;
+    let (hwm, watcher) = relay_tests::load::process_usage(pids.watcher);
+    let cpu_s = Cpu {
+        watcher,
+        relay: relay_tests::load::process_usage(pids.relay).1,
+        azurite: relay_tests::load::process_usage(pids.azurite).1,
+    };
     let load1 = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
@@ -47,23 +48,27 @@ pub fn sample(pids: Pids, t0: Instant) -> Option<Sample> {
         rss_kib,
         hwm_kib: hwm / 1024,
         cpu_s,
-        relay_cpu_s,
-        azurite_cpu_s,
         load1,
     })
 }
 
-/// CPU cores used between two samples: the watcher's, the relay's, Azurite's.
-pub fn cores(a: &Sample, b: &Sample) -> f64 {
-    (b.cpu_s - a.cpu_s) / (b.t_s - a.t_s).max(1e-3)
+/// CPU of each process sampled: seconds so far in a `Sample`, cores
+/// between two samples from `cores`.
+#[derive(Clone, Copy, Default, serde::Serialize)]
+pub struct Cpu {
+    pub watcher: f64,
+    pub relay: f64,
+    pub azurite: f64,
 }
 
-pub fn relay_cores(a: &Sample, b: &Sample) -> f64 {
-    (b.relay_cpu_s - a.relay_cpu_s) / (b.t_s - a.t_s).max(1e-3)
-}
-
-pub fn azurite_cores(a: &Sample, b: &Sample) -> f64 {
-    (b.azurite_cpu_s - a.azurite_cpu_s) / (b.t_s - a.t_s).max(1e-3)
+/// CPU cores each process used between two samples.
+pub fn cores(a: &Sample, b: &Sample) -> Cpu {
+    let dt = (b.t_s - a.t_s).max(1e-3);
+    Cpu {
+        watcher: (b.cpu_s.watcher - a.cpu_s.watcher) / dt,
+        relay: (b.cpu_s.relay - a.cpu_s.relay) / dt,
+        azurite: (b.cpu_s.azurite - a.cpu_s.azurite) / dt,
+    }
 }
 
 /// Samples the watcher every `every` until `stop`, printing each sample.
@@ -78,18 +83,16 @@ pub fn sampler(
         let mut out: Vec<Sample> = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let Some(s) = sample(pids, t0) else { break };
-            let cpu = out.last().map_or(0.0, |p| cores(p, &s));
-            let relay = out.last().map_or(0.0, |p| relay_cores(p, &s));
-            let azurite = out.last().map_or(0.0, |p| azurite_cores(p, &s));
+            let c = out.last().map_or(Cpu::default(), |p| cores(p, &s));
             let committed = seen.lock().map_or(0, |s| s.committed);
             println!(
                 "sample t={:.0}s rss={} KiB hwm={} KiB cpu={:.1}% relay={:.1}% azurite={:.1}% load1={:.2} committed={committed}",
                 s.t_s,
                 s.rss_kib,
                 s.hwm_kib,
-                cpu * 100.0,
-                relay * 100.0,
-                azurite * 100.0,
+                c.watcher * 100.0,
+                c.relay * 100.0,
+                c.azurite * 100.0,
                 s.load1
             );
             out.push(s);
@@ -104,8 +107,6 @@ pub fn sampler(
 
 /// The quiet minute at the end: CPU of each process, the watcher's RSS.
 pub struct Idle {
-    pub watcher_cpu: f64,
-    pub relay_cpu: f64,
-    pub azurite_cpu: f64,
+    pub cpu: Cpu,
     pub rss_kib: u64,
 }
