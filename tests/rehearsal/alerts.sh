@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rehearsal stage "alerts": the operators' day-one monitoring in
-# deploy/monitoring/ (docs/DEPLOY.md, "Monitoring: alerts and dashboard").
+# deploy/monitoring/ (docs/MONITORING.md, "Alerts and dashboard").
 #
 #   1. promtool check rules deploy/monitoring/relay-alerts.yml
 #   2. the recorded series in relay-alerts.test.yml are exactly the files in

@@ -7,7 +7,7 @@ render.py): a backend leaves rotation after that many consecutive failed
 probes and returns after one success. A flow whose backend left rotation is
 moved to a healthy one (hash over the healthy set), as new flows are.
 
-Difference from Azure, said in docs/DEPLOY.md: this balancer is a user-space
+Difference from Azure, said in docs/REHEARSAL.md: this balancer is a user-space
 proxy, so the relays see the balancer's address as the source of a flow
 (Azure's keeps the client's); the NSG is not modelled.
 

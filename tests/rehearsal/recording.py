@@ -16,7 +16,7 @@ themselves, noted against the sample numbers in logs/alerts-events.json:
   storage check fails (storage unreachable).
 
 The end state is held until each shows in two scrapes; tests/rehearsal/alert_test.py then holds the last scrape for
-the rules' `for:` (docs/DEPLOY.md, "Rehearsal": the alerts stage).
+the rules' `for:` (docs/REHEARSAL.md: the alerts stage).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # The rehearsal's own -var-file, applied after terraform.tfvars.example
-# (scripts/rehearse; docs/DEPLOY.md "Rehearsal"): the scale-set shape with
+# (scripts/rehearse; docs/REHEARSAL.md): the scale-set shape with
 # two relays behind the load balancer, and the benchmark VM. Nothing here
 # is specific to the rehearsal machine: these are values an operator sets.
 relay_count         = 2

@@ -1,4 +1,4 @@
-"""The deployment rehearsal (scripts/rehearse; docs/DEPLOY.md "Rehearsal"):
+"""The deployment rehearsal (scripts/rehearse; docs/REHEARSAL.md):
 stands up what terraform/ describes on this machine, from the rendered
 cloud-init on, runs it through its stages and tears it down. One line per
 stage with what it checked; the last line `rehearsal: N of M stages passed`.
@@ -282,7 +282,7 @@ class Rehearsal(TrafficStages, AlertRecording):
 
     def stage_identity(self) -> str:
         if os.environ.get("REHEARSAL_PLANT_KEY"):
-            # Negative control of this stage (docs/DEPLOY.md): an account key
+            # Negative control of this stage (docs/REHEARSAL.md): an account key
             # where an operator might leave one must fail it.
             key = next(iter(self.account_keys.values()))
             self.vms["relay-2"].run(f"echo 'RELAY_ACCOUNT_KEY={key}' >> /etc/blob-relay/relay.env")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rehearsal stage "sandbox": the units the deployment installs hold the
-# programs they run (docs/DEPLOY.md, "Sandbox check").
+# programs they run (docs/REHEARSAL.md, "Sandbox check").
 #
 #   1. `systemd-analyze verify` on every unit cloud-init installs, in a mount
 #      namespace where the rendered cloud-init's files sit at their real

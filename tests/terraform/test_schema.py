@@ -3,7 +3,7 @@
 of the pinned version range; no required argument is missing.
 
 The schema comes from azurerm_schema.json, read from the provider's Go
-source by azurerm_schema.py (refresh: see docs/DEPLOY.md, "Checks without
+source by azurerm_schema.py (refresh: see docs/REHEARSAL.md, "Checks without
 Azure"). This is what `terraform validate` would catch if the providers
 could be downloaded here."""
 

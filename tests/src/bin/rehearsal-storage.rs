@@ -1,5 +1,5 @@
 //! The uploads account's front end in the deployment rehearsal
-//! (scripts/rehearse, docs/DEPLOY.md "Rehearsal"): HTTPS with the storage
+//! (scripts/rehearse, docs/REHEARSAL.md): HTTPS with the storage
 //! certificate, then the fault proxy, which checks every `x-ms-content-crc64`
 //! against Azure's CRC-64 of the body as the service does (400 Crc64Mismatch
 //! on a difference), can corrupt the next N Put Block bodies on arrival and

@@ -259,7 +259,7 @@ fn fair_mode_leaves_cubic_a_share() {
     // leave Cubic 1 % or 57 % (its Cubic has no HyStart and every flow sees the
     // same synchronized drops). So the claim is over a grid of links: fair mode
     // leaves Cubic, on average, a share and far more than default mode does.
-    // The lab measures real kernel Cubic (docs/TRANSPORT.md, "Fairness").
+    // The lab measures real kernel Cubic (docs/bench/transport/README.md, "Fairness").
     let mut shares = [Vec::new(), Vec::new()];
     for rtt_ms in [16, 20, 24, 30] {
         for mbit in [30.0, 40.0, 50.0] {
