@@ -107,7 +107,7 @@ fn print_error(output: Output, code: &str, kind: &str, message: &str) {
 }
 
 /// `relay-client bench`: generated files through the relay and directly.
-fn bench(args: relay_client::bench::BenchArgs) -> ExitCode {
+fn bench(args: relay_client::cli::BenchArgs) -> ExitCode {
     relay_transport::install_crypto_provider();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args as ClapArgs, Subcommand};
 use relay_proto::blob_name::{ContainerNameError, validate_container};
 
+use crate::command_args::{CertCommand, Command, TokenCommand, TokenNewArgs};
 use crate::config::Args;
 use crate::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir, StateError};
 use crate::tls::{Identity, TlsError};
@@ -34,52 +34,6 @@ pub enum CommandError {
     },
     #[error("--containers {name:?}: reserved (--reserved-containers); no upload may write it")]
     Reserved { name: String },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// The relay's self-signed certificate in --state-dir.
-    #[command(subcommand)]
-    Cert(CertCommand),
-    /// Tokens for the tokens file.
-    #[command(subcommand)]
-    Token(TokenCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum CertCommand {
-    /// Print the fingerprint clients pin (--relay-cert-sha256) and the files.
-    Show,
-    /// Replace the certificate and key with new ones (names from --tls-name).
-    /// The running relay keeps the old one until it restarts; then every client
-    /// needs the new fingerprint.
-    #[command(after_long_help = ROTATE_HELP)]
-    Rotate,
-}
-
-const ROTATE_HELP: &str = "Run it as the user the relay runs as, so the relay can read the new key:
-  sudo -u blob-relay relay-server cert rotate --state-dir /var/lib/blob-relay
-  sudo systemctl restart relay-server     # drains in-flight transfers first
-  cat /var/lib/blob-relay/tls-cert.sha256 # give clients the new --relay-cert-sha256";
-
-#[derive(Debug, Subcommand)]
-pub enum TokenCommand {
-    /// Make a random token. Prints its tokens-file line on stdout (so
-    /// `>> /etc/blob-relay/tokens` adds it) and the client command on stderr.
-    New(TokenNewArgs),
-}
-
-#[derive(Debug, ClapArgs)]
-pub struct TokenNewArgs {
-    /// Containers the token may write (comma-separated); without it, any
-    /// container that is not reserved.
-    #[arg(long, value_delimiter = ',')]
-    pub containers: Vec<String>,
-
-    /// Address clients use to reach this relay, for the printed client command.
-    /// Default: this machine's host name and the port of --listen.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub address: Option<String>,
 }
 
 /// Runs `command`; what it prints is its result, errors are returned.

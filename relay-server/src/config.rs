@@ -31,7 +31,7 @@ fn size(s: &str) -> Result<u64, SizeError> {
 )]
 pub struct Args {
     #[command(subcommand)]
-    pub command: Option<crate::commands::Command>,
+    pub command: Option<crate::command_args::Command>,
 
     /// Where the relay keeps what must survive a restart: its self-signed
     /// certificate and key (made once; `relay-server cert rotate` replaces them),

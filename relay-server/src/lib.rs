@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod command_args;
 pub mod commands;
 pub mod config;
 pub mod entra;
@@ -12,6 +13,7 @@ pub mod exposition;
 pub mod failures;
 pub mod frame_turns;
 pub mod health;
+pub mod histogram;
 pub mod http;
 pub mod inflating;
 pub mod metrics;

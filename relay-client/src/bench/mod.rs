@@ -16,20 +16,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::{Args, Parser};
+use clap::Parser;
 use relay_proto::protocol::Secret;
-use relay_proto::size::{SizeError, parse_byte_size};
 use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
 use relay_storage::credentials::{CredentialError, EntraSource, EntraSourceError, StorageAccess};
 
-use crate::cli::{Cli, Command};
+use crate::cli::{BenchArgs, Cli, Command};
 use crate::report::{Status, Summary};
 use files::{Generated, Shape};
 pub use table::{Method, Report, Row};
-
-fn size(s: &str) -> Result<u64, SizeError> {
-    parse_byte_size(s)
-}
 
 /// Why the bench could not run at all (a failed upload is a row, not this).
 #[derive(Debug, thiserror::Error)]
@@ -45,104 +40,6 @@ enum BenchError {
     StorageAccess(#[from] CredentialError),
     #[error(transparent)]
     HttpClient(#[from] ClientBuildError),
-}
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Relay address HOST:PORT.
-    #[arg(long, env = "RELAY_ADDR")]
-    pub relay: String,
-
-    /// Bearer token for the relay.
-    #[arg(long, env = "RELAY_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-
-    /// Trust the relay whose certificate has this SHA-256 fingerprint.
-    #[arg(long, env = "RELAY_CERT_SHA256")]
-    pub relay_cert_sha256: Option<String>,
-
-    /// Trust relay certificates issued by this CA (PEM).
-    #[arg(long, env = "RELAY_CA")]
-    pub relay_ca: Option<PathBuf>,
-
-    /// Destination CONTAINER or CONTAINER/PREFIX; each run writes under
-    /// PREFIX/bench-UNIXTIME/run-N/METHOD/.
-    #[arg(long)]
-    pub to: String,
-
-    /// Size of each large file (SI or IEC units: 1GB, 1GiB).
-    #[arg(long, default_value = "256MiB", value_parser = size)]
-    pub large_size: u64,
-
-    /// Number of large files.
-    #[arg(long, default_value_t = 1)]
-    pub large_count: usize,
-
-    /// Size of each small file.
-    #[arg(long, default_value = "1MiB", value_parser = size)]
-    pub small_size: u64,
-
-    /// Number of small files.
-    #[arg(long, default_value_t = 64)]
-    pub small_count: usize,
-
-    /// Uploads per method; the first method alternates between runs.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub runs: u32,
-
-    /// Blob service URL for the direct runs, verification and clean-up; without
-    /// it only the relay is measured and the blobs stay.
-    #[arg(long, env = "RELAY_STORAGE_URL")]
-    pub storage_url: Option<String>,
-
-    /// Storage account key (a short-lived SAS is signed from it).
-    #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
-    pub account_key: Option<String>,
-
-    /// Entra ID credential when no key or SAS is given: cli | managed-identity.
-    #[arg(long, default_value = "cli")]
-    pub entra: String,
-
-    /// Relay runs: sign in to the relay with Entra ID instead of --token (cli |
-    /// managed-identity | workload-identity; device-code would ask at every
-    /// run), for the application --entra-scope names.
-    #[arg(long, value_name = "FLOW")]
-    pub relay_entra: Option<String>,
-
-    /// With --relay-entra: the relay's application ID URI.
-    #[arg(long, env = "RELAY_ENTRA_SCOPE", value_name = "APP_ID_URI")]
-    pub entra_scope: Option<String>,
-
-    /// Relay runs: QUIC connections to the relay, each from its own UDP port
-    /// (upload's --relay-connections).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub relay_connections: u64,
-
-    /// Direct mode: Put Block requests in flight per file (TCP connections)
-    /// [default: direct mode's own choice from the measured path].
-    #[arg(long)]
-    pub connections: Option<usize>,
-
-    /// Keep the uploaded blobs (default: delete them when storage credentials
-    /// are given).
-    #[arg(long)]
-    pub keep: bool,
-
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Where to generate the files (default: a new directory in the system's
-    /// temporary directory, removed afterwards).
-    #[arg(long)]
-    pub workdir: Option<PathBuf>,
-
-    /// Upload the files of this directory (only read, never changed) instead
-    /// of generated random ones, through the relay with compression
-    /// (`--compress auto`) and without (`relay-off`), and direct when storage
-    /// credentials are given: what compression buys on your own data.
-    #[arg(long, value_name = "DIR")]
-    pub from: Option<PathBuf>,
 }
 
 /// Runs the bench; the exit status is 0 only if every run verified.

@@ -14,8 +14,6 @@
 //! Trailer's SHA-256 and the blob all stay in the file's own bytes: the chunking
 //! exists only between the two ends.
 
-use crate::inflate::InflateError;
-
 /// Bytes of a chunk's header.
 pub const CHUNK_HEADER_LEN: usize = 9;
 /// Most file bytes one chunk may carry: the client's read size, and the zstd
@@ -29,6 +27,38 @@ pub const WINDOW_LOG_MAX: u32 = 20;
 /// steps down from here when the compressor cannot keep up, up when the link
 /// leaves it time (`relay-client`'s `compress` module).
 pub const DEFAULT_LEVEL: i32 = 3;
+
+/// Why the relay refused a client's compressed chunks. Each is final for the
+/// transfer (nothing is committed; blocks staged before stay for a resume).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InflateError {
+    #[error("chunk kind {0} is unknown")]
+    UnknownKind(u8),
+    #[error("empty chunk")]
+    Empty,
+    #[error("chunk declares {raw_len} bytes, more than the {MAX_CHUNK_RAW} a chunk may carry")]
+    ChunkTooLarge { raw_len: u32 },
+    #[error("chunk declares {raw_len} bytes past the file's end ({remaining} left)")]
+    PastEnd { raw_len: u32, remaining: u64 },
+    #[error("chunk of {raw_len} bytes declares {wire_len} wire bytes, beyond its kind's bound")]
+    WireLength { raw_len: u32, wire_len: u32 },
+    #[error("decompression bomb: the frame inflates past its chunk's declared {declared} bytes")]
+    Bomb { declared: u32 },
+    #[error("the frame ends after {got} of its chunk's declared {declared} bytes")]
+    Short { declared: u32, got: u32 },
+    #[error("the frame ends {extra} bytes before its chunk's declared wire length")]
+    Trailing { extra: u32 },
+    #[error("the chunk's wire bytes end inside its frame")]
+    CutShort,
+    #[error("the frame asks for a window beyond the relay's limit of {} bytes", 1u64 << WINDOW_LOG_MAX)]
+    Window,
+    #[error("the frame asks for a dictionary; the relay uses none")]
+    Dictionary,
+    #[error("corrupt frame: {0}")]
+    Corrupt(&'static str),
+    #[error("zstd decoder: {0}")]
+    Decoder(&'static str),
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkKind {

@@ -12,7 +12,8 @@
 
 use zstd::zstd_safe::{self, DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 
-use crate::chunk::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, MAX_CHUNK_RAW, WINDOW_LOG_MAX};
+pub use crate::chunk::InflateError;
+use crate::chunk::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, WINDOW_LOG_MAX};
 
 /// Memory one decoder may hold (its window of `2^WINDOW_LOG_MAX` bytes, input
 /// and output blocks and its context, rounded up): counted against the
@@ -22,38 +23,6 @@ pub const DECODER_BYTES: u64 = 2 << 20;
 
 /// Wire bytes a relay reads ahead of its decoder (within `DECODER_BYTES`).
 pub const READ_AHEAD_BYTES: usize = 64 * 1024;
-
-/// Why the relay refused a client's compressed chunks. Each is final for the
-/// transfer (nothing is committed; blocks staged before stay for a resume).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InflateError {
-    #[error("chunk kind {0} is unknown")]
-    UnknownKind(u8),
-    #[error("empty chunk")]
-    Empty,
-    #[error("chunk declares {raw_len} bytes, more than the {MAX_CHUNK_RAW} a chunk may carry")]
-    ChunkTooLarge { raw_len: u32 },
-    #[error("chunk declares {raw_len} bytes past the file's end ({remaining} left)")]
-    PastEnd { raw_len: u32, remaining: u64 },
-    #[error("chunk of {raw_len} bytes declares {wire_len} wire bytes, beyond its kind's bound")]
-    WireLength { raw_len: u32, wire_len: u32 },
-    #[error("decompression bomb: the frame inflates past its chunk's declared {declared} bytes")]
-    Bomb { declared: u32 },
-    #[error("the frame ends after {got} of its chunk's declared {declared} bytes")]
-    Short { declared: u32, got: u32 },
-    #[error("the frame ends {extra} bytes before its chunk's declared wire length")]
-    Trailing { extra: u32 },
-    #[error("the chunk's wire bytes end inside its frame")]
-    CutShort,
-    #[error("the frame asks for a window beyond the relay's limit of {} bytes", 1u64 << WINDOW_LOG_MAX)]
-    Window,
-    #[error("the frame asks for a dictionary; the relay uses none")]
-    Dictionary,
-    #[error("corrupt frame: {0}")]
-    Corrupt(&'static str),
-    #[error("zstd decoder: {0}")]
-    Decoder(&'static str),
-}
 
 #[derive(Debug, Clone, Copy)]
 enum State {

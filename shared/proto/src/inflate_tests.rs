@@ -1,5 +1,5 @@
 use super::*;
-use crate::chunk::{Deflater, max_wire_len};
+use crate::chunk::{Deflater, MAX_CHUNK_RAW, max_wire_len};
 use crate::hostile_chunks as hostile;
 
 /// Feeds `wire` through an Inflater in pieces of `inp` input bytes and `outp`

@@ -29,19 +29,7 @@ use relay_proto::id_key::SEAL_METADATA_KEY;
 pub use crate::account::{ClientBuildError, Storage};
 pub use crate::error::{BlobError, TIMEOUT_CODE};
 pub use crate::options::WriterOptions;
-
-/// Properties of a committed blob.
-#[derive(Debug, Clone)]
-pub struct BlobProperties {
-    pub etag: String,
-    pub size: u64,
-    pub sha256: Option<String>,
-    /// The relay's seal over name, size and SHA-256 (`id_key::IdKey::seal`).
-    pub seal: Option<String>,
-    /// Last-Modified, in seconds since the Unix epoch: set by the service at each
-    /// commit, so no writer can choose it (`--overwrite=if-newer` compares it).
-    pub last_modified: Option<u64>,
-}
+pub use crate::store::BlobProperties;
 
 /// Writes one blob. Every call retries transient failures on the writer's schedule
 /// and counts the retries.

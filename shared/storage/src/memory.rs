@@ -18,8 +18,8 @@ use bytes::{Bytes, BytesMut};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
-use crate::blob::{BlobError, BlobProperties};
-use crate::store::{BlobStore, Commit, Condition};
+use crate::error::BlobError;
+use crate::store::{BlobProperties, BlobStore, Commit, Condition};
 
 /// A committed blob: its blocks (for a later Put Block List that names them),
 /// its metadata and etag.

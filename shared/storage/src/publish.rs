@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use relay_proto::id_key::IdKey;
 
-use crate::blob::{BlobError, BlobProperties};
+use crate::error::BlobError;
 use crate::staging::{StageError, Staged};
-use crate::store::{BlobStore, Commit, Condition};
+use crate::store::{BlobProperties, BlobStore, Commit, Condition};
 
 /// Why a blob was not published.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,20 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::blob::{BlobError, BlobProperties};
+use crate::error::BlobError;
+
+/// Properties of a committed blob.
+#[derive(Debug, Clone)]
+pub struct BlobProperties {
+    pub etag: String,
+    pub size: u64,
+    pub sha256: Option<String>,
+    /// The relay's seal over name, size and SHA-256 (`id_key::IdKey::seal`).
+    pub seal: Option<String>,
+    /// Last-Modified, in seconds since the Unix epoch: set by the service at each
+    /// commit, so no writer can choose it (`--overwrite=if-newer` compares it).
+    pub last_modified: Option<u64>,
+}
 
 /// When a commit may replace an existing blob.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,6 +11,7 @@ pub mod congestion;
 pub mod frames;
 pub mod quic;
 pub mod runtime;
+pub mod timer;
 pub mod tls;
 pub mod udp;
 

@@ -33,7 +33,7 @@ use quinn::{AsyncTimer, AsyncUdpSocket, UdpPoller};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use crate::runtime::precise_timer;
+use crate::timer::precise_timer;
 
 use policy::{ReceivePolicy, Wait};
 

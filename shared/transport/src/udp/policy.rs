@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-/// The longest tick (timed by a timerfd, `runtime::precise_timer`). An ack is
+/// The longest tick (timed by a timerfd, `timer::precise_timer`). An ack is
 /// at most this much later, within the 2 ms the congestion controller's window
 /// allows for late acks. With Tokio's timer instead (1 ms, rounded up to whole
 /// milliseconds: 1–2 ms) and ticks on both ends, loopback quicperf fell from
