@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use relay_proto::size::parse_byte_size;
 use relay_transport::quic::Congestion;
 
 use crate::units::{block_size, size};
@@ -467,7 +468,7 @@ pub struct BenchArgs {
     pub to: String,
 
     /// Size of each large file (SI or IEC units: 1GB, 1GiB).
-    #[arg(long, default_value = "256MiB", value_parser = byte_size)]
+    #[arg(long, default_value = "256MiB", value_parser = parse_byte_size)]
     pub large_size: u64,
 
     /// Number of large files.
@@ -475,7 +476,7 @@ pub struct BenchArgs {
     pub large_count: usize,
 
     /// Size of each small file.
-    #[arg(long, default_value = "1MiB", value_parser = byte_size)]
+    #[arg(long, default_value = "1MiB", value_parser = parse_byte_size)]
     pub small_size: u64,
 
     /// Number of small files.
@@ -539,9 +540,4 @@ pub struct BenchArgs {
     /// credentials are given: what compression buys on your own data.
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
-}
-
-/// `bench`'s file sizes: whole bytes, SI or IEC units (`relay_proto::size`).
-fn byte_size(s: &str) -> Result<u64, relay_proto::size::SizeError> {
-    relay_proto::size::parse_byte_size(s)
 }
