@@ -15,6 +15,7 @@ pub mod load;
 pub mod paced;
 pub mod proxy;
 pub mod relay;
+pub mod standin;
 pub mod tls_pipe;
 pub mod upload;
 pub mod watch;

@@ -257,6 +257,7 @@ impl Bench<'_> {
             loopback: self.plan.loopback,
             storage_delay: self.plan.storage_delay,
             storage_cpu: self.plan.storage_cpu,
+            standin: self.plan.standin,
             nic_offload: self.plan.nic_offload,
             error,
         })

@@ -29,9 +29,16 @@ static BACKEND_PORT: AtomicU16 = AtomicU16::new(AZURITE_PORT);
 const RELAY_PORT: u16 = 4433;
 pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
 
+/// What stands for the storage account.
+pub enum StorageBin {
+    Azurite(PathBuf),
+    /// `relay_tests::standin` (`--storage standin`).
+    StandIn(PathBuf),
+}
+
 /// Paths of the programs the cloud side runs.
 pub struct CloudBins {
-    pub azurite: PathBuf,
+    pub storage: StorageBin,
     pub relay_server: PathBuf,
     /// Azurite runs on these CPUs only (`--storage-cpu`).
     pub storage_cpus: Option<Vec<usize>>,
@@ -71,24 +78,35 @@ impl Cloud {
             AZURITE_PORT
         };
         BACKEND_PORT.store(az_port, Ordering::SeqCst);
-        let mut az = Command::new(&bins.azurite);
-        az.args(["--blobHost", "0.0.0.0", "--blobPort"])
-            .arg(az_port.to_string())
-            .args([
-                "--inMemoryPersistence",
-                "--disableTelemetry",
-                "--skipApiVersionCheck",
-                "--silent",
-            ])
-            .stdin(Stdio::null())
+        let mut az = match &bins.storage {
+            StorageBin::Azurite(path) => {
+                let mut az = Command::new(path);
+                az.args(["--blobHost", "0.0.0.0", "--blobPort"])
+                    .arg(az_port.to_string())
+                    .args([
+                        "--inMemoryPersistence",
+                        "--disableTelemetry",
+                        "--skipApiVersionCheck",
+                        "--silent",
+                    ]);
+                // Rows with the relay's `--block-checksum crc64`
+                // (RELAY_BLOCK_CHECKSUM, the setting for Azure): Azurite's
+                // strict mode refuses x-ms-content-crc64, loose mode ignores
+                // it (as loopback-bench does).
+                if std::env::var_os("RELAY_TESTS_AZURITE_LOOSE").is_some() {
+                    az.arg("--loose");
+                }
+                az
+            }
+            StorageBin::StandIn(path) => {
+                let mut s = Command::new(path);
+                s.arg("--listen").arg(format!("0.0.0.0:{az_port}"));
+                s
+            }
+        };
+        az.stdin(Stdio::null())
             .stdout(log_file(dir, "azurite.log")?)
             .stderr(log_file(dir, "azurite.err")?);
-        // Rows with the relay's `--block-checksum crc64` (RELAY_BLOCK_CHECKSUM,
-        // the setting for Azure): Azurite's strict mode refuses
-        // x-ms-content-crc64, loose mode ignores it (as loopback-bench does).
-        if std::env::var_os("RELAY_TESTS_AZURITE_LOOSE").is_some() {
-            az.arg("--loose");
-        }
         die_with_parent(&mut az);
         if let Some(cpus) = bins.storage_cpus.clone() {
             // SAFETY: sched_setaffinity is async-signal-safe; `cpus` was

@@ -82,6 +82,12 @@ struct Args {
     /// MS/MBIT (and that upload rate per TCP connection), e.g. 20/480.
     #[arg(long, value_name = "MS[/MBIT]")]
     storage_delay: Option<String>,
+    /// What stands for the storage account: azurite (default), or standin,
+    /// an in-memory server that answers far faster than Azurite (for CPU
+    /// per small file when storage is not the bottleneck; see
+    /// relay_tests::standin). The relay and every check use it alike.
+    #[arg(long, default_value = "azurite", value_parser = ["azurite", "standin"])]
+    storage: String,
     /// Run Azurite alone on this CPU and everything else on the others (real
     /// storage has its own machines; here it would share cores with the relay
     /// and the client). Applies to every row alike.
@@ -197,10 +203,17 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         None => relay_tests::bin_dir(),
     };
     let cloud_bins = cloud::CloudBins {
-        azurite: existing(
-            root.join("node_modules/.bin/azurite-blob"),
-            "run `npm ci` in the repository root",
-        )?,
+        storage: if plan.standin {
+            cloud::StorageBin::StandIn(existing(
+                bin_dir.join("standin-storage"),
+                "build it: cargo build --release --workspace --bins",
+            )?)
+        } else {
+            cloud::StorageBin::Azurite(existing(
+                root.join("node_modules/.bin/azurite-blob"),
+                "run `npm ci` in the repository root",
+            )?)
+        },
         relay_server: existing(
             bin_dir.join("relay-server"),
             "build it: cargo build --release --workspace --bins",
@@ -374,6 +387,7 @@ fn make_plan(args: &Args) -> anyhow::Result<Plan> {
     }
     plan.relay_congestion = args.relay_congestion.clone();
     plan.storage_cpu = args.storage_cpu;
+    plan.standin = args.storage == "standin";
     plan.nic_offload = args.nic_offload;
     plan.client_args = args.client_arg.clone();
     plan.tcp_reference = args.tcp_reference;

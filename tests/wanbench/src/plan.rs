@@ -302,6 +302,8 @@ pub struct Plan {
     pub storage_delay: Option<crate::storage_delay::DelaySpec>,
     /// Azurite alone on this CPU (`--storage-cpu`).
     pub storage_cpu: Option<usize>,
+    /// The stand-in storage in Azurite's place (`--storage standin`).
+    pub standin: bool,
     /// NIC offloads in the lab (`--nic-offload`).
     pub nic_offload: bool,
     /// Extra arguments for every relay-client run (`--client-arg`).
@@ -328,6 +330,7 @@ impl Plan {
             loopback: false,
             storage_delay: None,
             storage_cpu: None,
+            standin: false,
             nic_offload: false,
             client_args: Vec::new(),
             tcp_reference: false,

@@ -138,6 +138,10 @@ pub struct Row {
     /// Azurite ran alone on this CPU, everything else on the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_cpu: Option<usize>,
+    /// The stand-in storage ran in Azurite's place (`--storage standin`);
+    /// `azurite_cpu_s` is then the stand-in's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub standin: bool,
     /// The lab emulated NIC offloads (`--nic-offload`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nic_offload: bool,
@@ -195,6 +199,11 @@ impl Row {
         let base = match self.storage_cpu {
             Some(cpu) => format!("{base}, Azurite on CPU {cpu}"),
             None => base,
+        };
+        let base = if self.standin {
+            format!("{base}, stand-in storage")
+        } else {
+            base
         };
         if self.nic_offload {
             format!("{base}, NIC offloads")

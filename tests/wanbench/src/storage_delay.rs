@@ -77,15 +77,22 @@ impl DelaySpec {
     }
 }
 
-/// The running proxy; stops accepting when dropped (open connections end with
-/// the bench process).
+/// The running proxy; stops accepting when dropped, and the drop returns only
+/// once its port is free again (the next run binds it at once: with the
+/// stand-in storage, which starts in milliseconds, it came within the
+/// accept loop's 200 ms and found the port taken). Open connections end with
+/// the proxy's runtime.
 pub struct DelayProxy {
     stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl Drop for DelayProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -98,7 +105,7 @@ impl DelayProxy {
         let s = stop.clone();
         // The runtime's threads are started from this thread, so they share its
         // network namespace: the listener and upstream sockets live in `cloud`.
-        let _thread = lab.thread_in(Side::Cloud, move || {
+        let thread = lab.thread_in(Side::Cloud, move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -128,7 +135,10 @@ impl DelayProxy {
             })
         })?;
         match ready_rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(())) => Ok(Self { stop }),
+            Ok(Ok(())) => Ok(Self {
+                stop,
+                thread: Some(thread),
+            }),
             Ok(Err(e)) => bail!("storage delay proxy: {e}"),
             Err(_) => bail!("storage delay proxy did not start"),
         }

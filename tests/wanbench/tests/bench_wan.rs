@@ -37,7 +37,7 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
         Lab::start(LinkProfile::new(50.0, 0.0, 100.0)).unwrap_or_else(|e| panic!("lab: {e:#}"));
     let dir = Scratch::new("bench-wan");
     let bins = cloud::CloudBins {
-        azurite: relay_tests::azurite::azurite_bin(),
+        storage: cloud::StorageBin::Azurite(relay_tests::azurite::azurite_bin()),
         relay_server: binary("relay-server"),
         storage_cpus: None,
     };

@@ -53,7 +53,7 @@ fn fallback_direct_over_cubic_at_200ms_1pct_finishes_without_abandoning_moving_r
     tcp_cc::pin_site(&lab, "cubic").unwrap_or_else(|e| panic!("{e:#}"));
     let dir = Scratch::new("direct-wan");
     let bins = cloud::CloudBins {
-        azurite: relay_tests::azurite::azurite_bin(),
+        storage: cloud::StorageBin::Azurite(relay_tests::azurite::azurite_bin()),
         relay_server: binary("relay-server"),
         storage_cpus: None,
     };

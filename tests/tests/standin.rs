@@ -1,0 +1,134 @@
+//! The stand-in storage (`relay_tests::standin`, what `wanbench --storage
+//! standin` measures against) answers the Azure SDK as the service does, for
+//! every request an upload and the bench's checks make: through the same
+//! `relay_storage` writer the relay uses, over real HTTP on loopback. A
+//! stand-in that accepted what the service refuses (a second If-None-Match
+//! commit, a stale etag, a wrong MD5) would flatter the figures measured on it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use relay_proto::protocol::Secret;
+use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::credentials::{EntraSource, StorageAccess};
+use relay_storage::store::{Commit, Condition};
+use relay_tests::{DEV_ACCOUNT, DEV_KEY};
+use sha2::{Digest, Sha256};
+
+async fn start() -> Storage {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    let addr: SocketAddr = probe.local_addr().expect("addr");
+    drop(probe);
+    tokio::spawn(relay_tests::standin::serve(addr));
+    // Ready once it accepts.
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let url = format!("http://{addr}/{DEV_ACCOUNT}");
+    let access =
+        StorageAccess::resolve(&url, Some(&Secret(DEV_KEY.into())), EntraSource::default())
+            .expect("access");
+    Storage::new(access, &WriterOptions::default()).expect("storage")
+}
+
+fn commit<'a>(sha: &'a str, meta: &'a BTreeMap<String, String>, cond: &'a Condition) -> Commit<'a> {
+    Commit {
+        sha256_hex: sha,
+        seal: "seal",
+        content_type: Some("text/plain"),
+        content_md5: None,
+        metadata: meta,
+        condition: cond,
+    }
+}
+
+#[tokio::test]
+async fn answers_an_upload_as_the_service_does() {
+    relay_transport::install_crypto_provider();
+    let s = start().await;
+    s.ensure_container("c").await.expect("container");
+    s.ensure_container("c")
+        .await
+        .expect("an existing container is fine");
+    let meta = BTreeMap::new();
+    let absent = Condition::IfAbsent;
+
+    // Put Blob, then its properties and bytes as the bench reads them.
+    let w = s.writer("c", "dir/small.txt").expect("writer");
+    assert!(w.properties().await.expect("props").is_none());
+    let data = Bytes::from_static(b"hello, stand-in");
+    let sha = hex::encode(Sha256::digest(&data));
+    let etag = w
+        .put_blob(data.clone(), &commit(&sha, &meta, &absent))
+        .await
+        .expect("put blob");
+    let p = w.properties().await.expect("props").expect("blob");
+    assert_eq!(
+        (p.etag.as_str(), p.size),
+        (etag.as_str(), data.len() as u64)
+    );
+    assert_eq!(p.sha256.as_deref(), Some(sha.as_str()));
+    assert_eq!(p.seal.as_deref(), Some("seal"));
+    assert!(p.last_modified.is_some());
+    let (n, h) = w.content_sha256().await.expect("download");
+    assert_eq!((n, hex::encode(h)), (data.len() as u64, sha.clone()));
+    assert!(w.content_md5().await.expect("md5").is_some());
+
+    // A second writer under If-None-Match loses; a stale If-Match too; the
+    // current etag wins.
+    let again = w
+        .put_blob(Bytes::from_static(b"other"), &commit(&sha, &meta, &absent))
+        .await;
+    assert_eq!(again.err().and_then(|e| e.status), Some(409));
+    let stale = Condition::IfMatch("\"0xSTALE\"".into());
+    let e = w
+        .put_blob(Bytes::from_static(b"other"), &commit(&sha, &meta, &stale))
+        .await;
+    assert_eq!(e.err().and_then(|e| e.status), Some(412));
+    let current = Condition::IfMatch(etag);
+    w.put_blob(Bytes::from_static(b"other"), &commit(&sha, &meta, &current))
+        .await
+        .expect("at the current etag");
+
+    // Blocks: staged, listed, committed in the listed order, list cleared.
+    let b = s.writer("c", "big.bin").expect("writer");
+    b.stage_block(b"id-1", Bytes::from_static(b"first "))
+        .await
+        .expect("stage");
+    b.stage_block(b"id-2", Bytes::from_static(b"second"))
+        .await
+        .expect("stage");
+    let staged = b.uncommitted_blocks().await.expect("list");
+    assert_eq!(staged, vec![(b"id-1".to_vec(), 6), (b"id-2".to_vec(), 6)]);
+    let whole = b"first second";
+    let sha = hex::encode(Sha256::digest(whole));
+    b.commit(
+        vec![b"id-1".to_vec(), b"id-2".to_vec()],
+        &commit(&sha, &meta, &absent),
+    )
+    .await
+    .expect("commit");
+    assert!(b.uncommitted_blocks().await.expect("list").is_empty());
+    assert_eq!(b.committed_blocks().await.expect("list").len(), 2);
+    let (n, h) = b.content_sha256().await.expect("download");
+    assert_eq!((n, hex::encode(h)), (whole.len() as u64, sha.clone()));
+    // A list naming a block nobody staged is refused, the blob unchanged.
+    let e = b
+        .commit(
+            vec![b"id-9".to_vec()],
+            &commit(&sha, &meta, &Condition::Always),
+        )
+        .await;
+    assert_eq!(e.err().and_then(|e| e.status), Some(400));
+    assert_eq!(
+        b.content_sha256().await.expect("download").0,
+        whole.len() as u64
+    );
+
+    b.delete().await.expect("delete");
+    assert!(b.properties().await.expect("props").is_none());
+}
