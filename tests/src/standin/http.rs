@@ -71,7 +71,7 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
     let result = match (blob, &parts.method, param("restype"), param("comp")) {
         (None, &Method::PUT, Some("container"), None) => {
             Ok(if account.create_container(container) {
-                empty(StatusCode::CREATED)
+                base(StatusCode::CREATED)
             } else {
                 error(refusal(409, "ContainerAlreadyExists"), false)
             })
@@ -92,7 +92,7 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
                 Some(_) if !md5_holds(&parts.headers, &body) => Err(refusal(400, "Md5Mismatch")),
                 Some(id) => account
                     .put_block(container, blob, id, body)
-                    .map(|()| empty(StatusCode::CREATED)),
+                    .map(|()| base(StatusCode::CREATED)),
             }
         }
         (Some(blob), &Method::PUT, None, Some("blocklist")) => match parse_block_list(&body) {
@@ -112,7 +112,7 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
             .and_then(|c| read(&c, &parts.headers, head)),
         (Some(blob), &Method::DELETE, None, None) => account
             .delete(container, blob)
-            .map(|()| empty(StatusCode::ACCEPTED)),
+            .map(|()| base(StatusCode::ACCEPTED)),
         _ => Err(refusal(501, "NotImplementedByStandIn")),
     };
     result.unwrap_or_else(|r| error(r, head))
@@ -280,7 +280,7 @@ fn parse_range(r: &str, len: u64) -> Option<(u64, u64)> {
 
 fn written(c: &Committed) -> Reply {
     use md5::{Digest, Md5};
-    let mut r = empty(StatusCode::CREATED);
+    let mut r = base(StatusCode::CREATED);
     let hs = r.headers_mut();
     if let Ok(v) = c.etag.parse() {
         hs.insert("etag", v);
@@ -313,10 +313,6 @@ fn base(status: StatusCode) -> Reply {
             .expect("static"),
     );
     r
-}
-
-fn empty(status: StatusCode) -> Reply {
-    base(status)
 }
 
 fn error(r: Refusal, head: bool) -> Reply {
