@@ -77,7 +77,7 @@ pub const FULL_PROFILES: [Profile; 5] = [
     Profile::new(200.0, 0.05, 100.0),
 ];
 
-/// `--quick`: a clean and a lossy path on which every method finishes well
+/// `--quick`: a clean and a lossy path on which every method finishes
 /// inside the cap, so CI can demand that every row verified its blobs. (At
 /// 1 % loss a single cubic flow, which is what the Python SDK's one Put Blob
 /// of a file under 64 MiB gets, moves ~1.7 Mbit/s: too slow for a smoke test.)
@@ -342,7 +342,10 @@ impl Plan {
         Self {
             profiles: QUICK_PROFILES.to_vec(),
             repeats: 1,
-            cap: Duration::from_secs(60),
+            // The Python SDK's one Put Blob of 16 MiB at 100 ms / 0.1 % is a
+            // single cubic flow: 5-57 s in four CI runs. A 60 s cap left it no
+            // margin; the cap only bounds a hung run, and a slow one must pass.
+            cap: Duration::from_secs(180),
             large_bytes: 16 << 20,
             small_count: 20,
             workloads: vec![Workload::new(1, 16 << 20), Workload::new(20, 256 << 10)],
