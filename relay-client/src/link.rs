@@ -114,6 +114,12 @@ impl RelayLink {
         }
     }
 
+    /// Closes the endpoint at the end of the run (`Connector::close`).
+    pub async fn close(&self) {
+        let conn = self.current.lock().await.clone();
+        self.connector.close(conn.as_ref()).await;
+    }
+
     fn patience(&self) -> std::sync::MutexGuard<'_, Patience<Instant>> {
         self.patience.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -102,10 +102,11 @@ impl RelayLinks {
         }
     }
 
-    /// Closes every endpoint at the end of the run.
+    /// Closes every endpoint at the end of the run (each returns once its
+    /// close is on the wire).
     pub async fn close(&self) {
         for l in &self.links {
-            l.connector.close().await;
+            l.close().await;
         }
     }
 

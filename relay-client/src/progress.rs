@@ -54,6 +54,9 @@ pub struct Reporter {
     bars: bool,
     multi: MultiProgress,
     total: ProgressBar,
+    /// A file bar's style, parsed once: parsing the template per file was
+    /// about 3 % of the client's CPU per 4 KiB file.
+    file_style: ProgressStyle,
     t0: Instant,
     state: Mutex<State>,
 }
@@ -109,6 +112,7 @@ impl Reporter {
             bars,
             multi,
             total,
+            file_style: style("{prefix:40!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec}"),
             t0: Instant::now(),
             state: Mutex::new(State {
                 totals: Totals::default(),
@@ -137,13 +141,18 @@ impl Reporter {
         self.state().found = found;
     }
 
-    /// A bar for a file starting now (drawn only on a terminal).
+    /// A bar for a file starting now. Drawn only on a terminal; without one it
+    /// is a hidden bar that only counts the file's staged bytes (for status
+    /// lines), never styled or added to the drawing.
     pub fn start(&self, blob: &str) -> ProgressBar {
-        let bar = self.multi.insert_before(&self.total, ProgressBar::new(0));
-        bar.set_style(style(
-            "{prefix:40!} {bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec}",
-        ));
-        bar.set_prefix(blob.to_string());
+        let bar = if self.bars {
+            let bar = self.multi.insert_before(&self.total, ProgressBar::new(0));
+            bar.set_style(self.file_style.clone());
+            bar.set_prefix(blob.to_string());
+            bar
+        } else {
+            ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::hidden())
+        };
         self.state().active.push(bar.clone(), |b| !b.is_finished());
         bar
     }
@@ -157,7 +166,9 @@ impl Reporter {
     pub fn finish_file(&self, bar: Option<&ProgressBar>, report: FileReport, size: u64) {
         if let Some(bar) = bar {
             bar.finish_and_clear();
-            self.multi.remove(bar);
+            if self.bars {
+                self.multi.remove(bar);
+            }
         }
         self.print_result(&report);
         let mut st = self.state();

@@ -91,3 +91,51 @@ async fn a_second_run_over_several_connections_skips_every_identical_file() {
     assert_eq!(s["totals"]["committed"], 0, "{s}");
     relay.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_closes_every_connection_at_exit() {
+    // A client that exits without its CONNECTION_CLOSE on the wire leaves the
+    // relay holding the connection (and its --max-connections slot) until the
+    // idle timeout, 60 s. `Connector::close` returns once the close is sent.
+    let (relay, container) =
+        RelayHandle::with_container("conns-close", RelayOptions::default()).await;
+    let dir = Scratch::new("conns-close");
+    let root = dir.path("data");
+    let mut expected = Vec::new();
+    for i in 0..4u64 {
+        let rel = format!("f{i}.bin");
+        let sha = write_random(&root.join(&rel), 30_000 + i, 300 + i);
+        expected.push((format!("c/data/{rel}"), 30_000 + i, sha));
+    }
+    let authenticated = "blob_relay_connections_authenticated";
+    assert_eq!(relay.metric(authenticated), Some(0));
+    let mut a: Vec<String> = [
+        "upload",
+        root.to_str().unwrap_or_default(),
+        "--json",
+        "--relay-connections",
+        "3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(relay.client_args(&format!("{container}/c")));
+    let out = run_client(&a, &[], T).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(summary(&out)["connections"], 3);
+    for (blob, size, sha) in &expected {
+        let (n, got) = blob_sha(&container, blob).await;
+        assert_eq!((n, &got), (*size, sha), "{blob}");
+    }
+    // Half the idle timeout: only a close the relay received ends them sooner.
+    let t0 = std::time::Instant::now();
+    while relay.metric(authenticated) != Some(0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{:?} connections still open after the client exited",
+            relay.metric(authenticated)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    relay.stop().await;
+}

@@ -337,8 +337,7 @@ async fn probe_rtt(args: &BenchArgs) -> Option<f64> {
         .await
         .ok()?;
     let rtt = conn.stats().path.rtt.as_secs_f64() * 1e3;
-    conn.close(0u32.into(), b"");
-    connector.close().await;
+    connector.close(Some(&conn)).await;
     Some(rtt)
 }
 

@@ -4,17 +4,22 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use azure_core::http::{ClientOptions, RetryOptions, Transport};
+use azure_core::http::policies::Policy;
+use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
+use azure_core::http::{ClientOptions, Pipeline, RetryOptions, Transport};
 use azure_storage_blob::{
     BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
 };
 
-use crate::blob::BlobWriter;
+use crate::blob::{BlobWriter, SdkClients};
 use crate::credentials::{StorageAccess, StorageAuth};
 use crate::error::BlobError;
 use crate::options::WriterOptions;
 use crate::progress::WatchedClient;
 use crate::retry::{AbandonCounts, RetryCounts};
+
+/// The scope of an Entra ID token for Azure Storage (what `BlobClient::new` asks for).
+const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
 
 /// The HTTP client could not be built (TLS roots, system configuration).
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +38,83 @@ pub struct Storage {
     options: WriterOptions,
     /// Permits for requests in flight, shared by every writer opened here.
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// The requests this crate builds itself (`put_blob.rs`) go through one
+    /// pipeline for the account, with the SDK's policies.
+    shared: Arc<AccountPipeline>,
+}
+
+/// What every writer of an account shares: one pipeline for the requests this
+/// crate builds itself, the REST API version they name (the SDK's own), and
+/// what a writer needs to build the SDK's clients when it has to.
+pub(crate) struct AccountPipeline {
+    pub pipeline: Pipeline,
+    pub version: String,
+    client_options: ClientOptions,
+    credential: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
+}
+
+impl AccountPipeline {
+    /// The pipeline `BlobClient::new` builds for a blob of this account (its
+    /// per-try auth policy: the SAS, or the Entra ID bearer token for
+    /// storage), built once.
+    fn new(access: &StorageAccess, transport: &Transport) -> Self {
+        let mut per_try: Vec<Arc<dyn Policy>> = Vec::new();
+        if let Some(c) = credential(access) {
+            per_try.push(Arc::new(BearerTokenAuthorizationPolicy::new(
+                c,
+                vec![STORAGE_SCOPE],
+            )));
+        }
+        Self {
+            pipeline: Pipeline::new(
+                option_env!("CARGO_PKG_NAME"),
+                option_env!("CARGO_PKG_VERSION"),
+                client_options(access, transport),
+                Vec::new(),
+                per_try,
+                None,
+            ),
+            version: BlobClientOptions::default().version,
+            client_options: client_options(access, transport),
+            credential: credential(access),
+        }
+    }
+
+    /// The SDK's clients for the blob at `url`: one pipeline, shared by both.
+    pub(crate) fn blob_clients(&self, url: &url::Url) -> Result<SdkClients, BlobError> {
+        let blob = BlobClient::new(
+            url.clone(),
+            self.credential.clone(),
+            Some(BlobClientOptions {
+                client_options: self.client_options.clone(),
+                ..Default::default()
+            }),
+        )
+        .map_err(|e| BlobError::from_azure("client setup", e))?;
+        let block = blob.block_blob_client();
+        Ok(SdkClients { blob, block })
+    }
+}
+
+/// Our transport, no SDK retries (the writer has its own), and the SAS policy
+/// when the account is reached by SAS.
+fn client_options(access: &StorageAccess, transport: &Transport) -> ClientOptions {
+    let mut o = ClientOptions {
+        transport: Some(transport.clone()),
+        retry: RetryOptions::none(),
+        ..Default::default()
+    };
+    if let StorageAuth::Sas(p) = &access.auth {
+        o.per_try_policies.push(p.clone());
+    }
+    o
+}
+
+fn credential(access: &StorageAccess) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
+    match &access.auth {
+        StorageAuth::Entra(c) => Some(c.clone()),
+        StorageAuth::Sas(_) => None,
+    }
 }
 
 impl std::fmt::Debug for Storage {
@@ -52,15 +134,18 @@ impl Storage {
             .pool_idle_timeout(opts.pool_idle_timeout)
             .tcp_nodelay(true)
             .build()?;
+        let transport = Transport::new(Arc::new(WatchedClient::new(http)));
+        let shared = Arc::new(AccountPipeline::new(&access, &transport));
         Ok(Self {
             access,
-            transport: Transport::new(Arc::new(WatchedClient::new(http))),
+            transport,
             retry_counts: None,
             request_count: None,
             options: opts.clone(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(
                 opts.max_concurrent_requests.max(1),
             )),
+            shared,
         })
     }
 
@@ -79,6 +164,7 @@ impl Storage {
             in_flight: Arc::new(tokio::sync::Semaphore::new(
                 opts.max_concurrent_requests.max(1),
             )),
+            shared: self.shared.clone(),
         }
     }
 
@@ -107,24 +193,16 @@ impl Storage {
     }
 
     fn client_options(&self) -> ClientOptions {
-        let mut o = ClientOptions {
-            transport: Some(self.transport.clone()),
-            retry: RetryOptions::none(),
-            ..Default::default()
-        };
-        if let StorageAuth::Sas(p) = &self.access.auth {
-            o.per_try_policies.push(p.clone());
-        }
-        o
+        client_options(&self.access, &self.transport)
     }
 
     fn credential(&self) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
-        match &self.access.auth {
-            StorageAuth::Entra(c) => Some(c.clone()),
-            StorageAuth::Sas(_) => None,
-        }
+        credential(&self.access)
     }
 
+    /// A writer for one blob. Cheap: the SDK's clients for it (a pipeline of
+    /// their own) are built only if one of its requests needs them; a small
+    /// file's only request, Put Blob, goes through the account's pipeline.
     pub fn writer(&self, container: &str, blob: &str) -> Result<BlobWriter, BlobError> {
         let url = self
             .access
@@ -134,22 +212,10 @@ impl Storage {
                 code: None,
                 message: e.to_string(),
             })?;
-        // One pipeline per writer, shared by both clients: building one (its
-        // policies, their header sets) was a few percent of the relay's CPU
-        // per small file (docs/PERFORMANCE.md, "CPU per small file").
-        let blob = BlobClient::new(
-            url,
-            self.credential(),
-            Some(BlobClientOptions {
-                client_options: self.client_options(),
-                ..Default::default()
-            }),
-        )
-        .map_err(|e| BlobError::from_azure("client setup", e))?;
-        let block = blob.block_blob_client();
         Ok(BlobWriter {
-            block,
-            blob,
+            url,
+            sdk: std::sync::OnceLock::new(),
+            account: self.shared.clone(),
             retries: Arc::new(AtomicU32::new(0)),
             retry_counts: self.retry_counts.clone(),
             requests: Arc::new(AtomicU32::new(0)),

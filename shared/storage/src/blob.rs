@@ -4,22 +4,25 @@
 //! name what Azure said.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use azure_core::http::{Etag, NoFormat, RequestContent};
+use azure_core::error::CheckSuccessOptions;
+use azure_core::http::{Context, Etag, NoFormat, PipelineSendOptions, RequestContent};
 use azure_storage_blob::models::{
     BlobClientGetPropertiesResultHeaders, BlockBlobClientCommitBlockListOptions,
     BlockBlobClientCommitBlockListResultHeaders, BlockBlobClientGetBlockListOptions,
-    BlockBlobClientStageBlockOptions, BlockBlobClientUploadOptions, BlockListType, BlockLookupList,
+    BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList,
 };
 use azure_storage_blob::{BlobClient, BlockBlobClient};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
+use crate::account::AccountPipeline;
 use crate::checksum::{BlockChecksum, crc64_header_bytes};
 use crate::progress::{BodyTracker, TRACKER};
+use crate::put_blob::{self, PutBlob};
 use crate::retry::{AbandonCounts, Abandoned, RetryCounts};
 use crate::store::{BlobStore, Commit, Condition};
 use crate::watch::{Abandon, RequestWatch};
@@ -34,8 +37,11 @@ pub use crate::store::BlobProperties;
 /// Writes one blob. Every call retries transient failures on the writer's schedule
 /// and counts the retries.
 pub struct BlobWriter {
-    pub(crate) block: BlockBlobClient,
-    pub(crate) blob: BlobClient,
+    pub(crate) url: url::Url,
+    /// The SDK's clients for this blob, built on the first request that needs
+    /// them (Put Blob does not: `put_blob.rs`).
+    pub(crate) sdk: OnceLock<SdkClients>,
+    pub(crate) account: Arc<AccountPipeline>,
     pub(crate) retries: Arc<AtomicU32>,
     pub(crate) retry_counts: Option<Arc<RetryCounts>>,
     pub(crate) requests: Arc<AtomicU32>,
@@ -45,7 +51,22 @@ pub struct BlobWriter {
     pub(crate) abandons: Arc<AbandonCounts>,
 }
 
+/// The SDK's clients for one blob (one pipeline, shared by both).
+pub(crate) struct SdkClients {
+    pub blob: BlobClient,
+    pub block: BlockBlobClient,
+}
+
 impl BlobWriter {
+    /// The SDK's clients, built now if this is the first request to need them.
+    fn sdk(&self) -> Result<&SdkClients, BlobError> {
+        if let Some(c) = self.sdk.get() {
+            return Ok(c);
+        }
+        let built = self.account.blob_clients(&self.url)?;
+        Ok(self.sdk.get_or_init(|| built))
+    }
+
     pub fn retries(&self) -> u32 {
         self.retries.load(Ordering::Relaxed)
     }
@@ -162,9 +183,10 @@ impl BlobWriter {
     /// Deletes the committed blob (e.g. what `relay-client bench` wrote); a blob
     /// that is not there counts as deleted.
     pub async fn delete(&self) -> Result<(), BlobError> {
+        let sdk = self.sdk()?;
         match self
             .with_retry("Delete Blob", false, Duration::ZERO, || {
-                self.blob.delete(None)
+                sdk.blob.delete(None)
             })
             .await
         {
@@ -176,9 +198,10 @@ impl BlobWriter {
 
     /// Properties, or `None` if the blob does not exist.
     pub async fn properties(&self) -> Result<Option<BlobProperties>, BlobError> {
+        let sdk = self.sdk()?;
         let res = self
             .with_retry("Get Blob Properties", false, Duration::ZERO, || {
-                self.blob.get_properties(None)
+                sdk.blob.get_properties(None)
             })
             .await;
         let resp = match res {
@@ -235,9 +258,10 @@ impl BlobWriter {
             >,
         ) -> azure_core::Result<Option<T>>,
     ) -> Result<Option<T>, BlobError> {
+        let sdk = self.sdk()?;
         let res = self
             .with_retry("Get Blob Properties", false, Duration::ZERO, || {
-                self.blob.get_properties(None)
+                sdk.blob.get_properties(None)
             })
             .await;
         match res {
@@ -253,6 +277,7 @@ impl BlobWriter {
         use futures::StreamExt;
         use sha2::Digest as _;
         let resp = self
+            .sdk()?
             .blob
             .download(None)
             .await
@@ -295,9 +320,10 @@ impl BlobWriter {
     }
 
     async fn block_list(&self, which: BlockListType) -> Result<Vec<(Vec<u8>, u64)>, BlobError> {
+        let sdk = self.sdk()?;
         let res = self
             .with_retry("Get Block List", false, Duration::ZERO, || {
-                self.block
+                sdk.block
                     .get_block_list(which, Some(BlockBlobClientGetBlockListOptions::default()))
             })
             .await;
@@ -340,13 +366,14 @@ impl BlobWriter {
             BlockChecksum::Crc64 => (None, Some(crc64_header_bytes(&data))),
         };
         let len = data.len() as u64;
+        let sdk = self.sdk()?;
         self.with_retry("Put Block", len > 0, Duration::ZERO, || {
             let opts = BlockBlobClientStageBlockOptions {
                 transactional_content_md5: md5.clone(),
                 transactional_content_crc64: crc64.clone(),
                 ..Default::default()
             };
-            self.block.stage_block(
+            sdk.block.stage_block(
                 id,
                 len,
                 <RequestContent<azure_core::Bytes, NoFormat> as From<Bytes>>::from(data.clone()),
@@ -364,32 +391,39 @@ impl BlobWriter {
     /// which the service checks against what arrived, so it doubles as the
     /// transport checksum and lets other tools verify the blob.
     pub async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
-        let md5 = Md5::digest(&data).to_vec();
+        let md5 = Md5::digest(&data);
         let meta = commit_metadata(commit);
-        let (if_match, if_none_match) = conditions(commit.condition);
-        // One request whatever the size: the partition is the whole body.
-        let partition = std::num::NonZero::new(data.len().max(1) as u64);
-        let result = self
+        let (if_match, if_none_match) = condition_headers(commit.condition);
+        let put = PutBlob {
+            url: &self.url,
+            version: &self.account.version,
+            md5: &md5,
+            content_type: commit.content_type,
+            metadata: &meta,
+            if_match,
+            if_none_match,
+        };
+        let resp = self
             .with_retry("Put Blob", !data.is_empty(), Duration::ZERO, || {
-                let opts = BlockBlobClientUploadOptions {
-                    blob_content_md5: Some(md5.clone()),
-                    blob_content_type: commit.content_type.map(str::to_string),
-                    metadata: Some(meta.clone()),
-                    if_match: if_match.clone(),
-                    if_none_match: if_none_match.clone(),
-                    partition_size: partition,
-                    parallel: std::num::NonZero::new(1),
-                    ..Default::default()
-                };
-                self.block.upload(
-                    <RequestContent<azure_core::Bytes, NoFormat> as From<Bytes>>::from(
-                        data.clone(),
-                    ),
-                    Some(opts),
-                )
+                let mut request = put.request(data.clone());
+                async move {
+                    let options = PipelineSendOptions {
+                        check_success: CheckSuccessOptions {
+                            success_codes: put_blob::CREATED,
+                        },
+                        ..Default::default()
+                    };
+                    self.account
+                        .pipeline
+                        .send(&Context::new(), &mut request, Some(options))
+                        .await
+                }
             })
             .await?;
-        Ok(result.etag.map(|e| e.to_string()).unwrap_or_default())
+        Ok(resp
+            .headers()
+            .get_optional_string(&azure_core::http::headers::ETAG)
+            .unwrap_or_default())
     }
 
     /// Put Block List: publishes exactly `ids`, with the verified SHA-256 and the
@@ -410,6 +444,7 @@ impl BlobWriter {
             latest: Some(ids),
             uncommitted: None,
         };
+        let sdk = self.sdk()?;
         let resp = self
             .with_retry("Put Block List", true, allowance, || {
                 let opts = BlockBlobClientCommitBlockListOptions {
@@ -423,7 +458,7 @@ impl BlobWriter {
                 let body = list.clone().try_into();
                 async move {
                     let body = body?;
-                    self.block.commit_block_list(body, Some(opts)).await
+                    sdk.block.commit_block_list(body, Some(opts)).await
                 }
             })
             .await?;
@@ -476,12 +511,18 @@ fn is_timeout(err: &azure_core::Error) -> bool {
 }
 
 /// `If-Match` / `If-None-Match` for a commit under `condition`.
-fn conditions(condition: &Condition) -> (Option<Etag>, Option<Etag>) {
+fn condition_headers(condition: &Condition) -> (Option<&str>, Option<&str>) {
     match condition {
-        Condition::IfAbsent => (None, Some(Etag::from("*"))),
-        Condition::IfMatch(etag) => (Some(Etag::from(etag.clone())), None),
+        Condition::IfAbsent => (None, Some("*")),
+        Condition::IfMatch(etag) => (Some(etag.as_str()), None),
         Condition::Always => (None, None),
     }
+}
+
+/// The same, as the SDK's option types take them.
+fn conditions(condition: &Condition) -> (Option<Etag>, Option<Etag>) {
+    let (m, n) = condition_headers(condition);
+    (m.map(Etag::from), n.map(Etag::from))
 }
 
 /// The user's metadata plus the verified SHA-256 and the seal over it.

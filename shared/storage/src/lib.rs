@@ -20,6 +20,7 @@ pub mod memory;
 pub mod options;
 pub mod progress;
 pub mod publish;
+mod put_blob;
 pub mod retry;
 pub mod sas;
 pub mod staging;

@@ -1,15 +1,17 @@
-//! What one Put Blob costs the relay's process in CPU, through the Azure SDK
-//! as the relay sends it (a writer per file, `BlobWriter::put_blob`) and as
-//! a request built by hand on the same HTTP client library (reqwest), against
-//! the stand-in storage (`standin-storage`, its own process, so its CPU is not
-//! counted). Alternated A B A B; prints µs of this process's CPU per request
-//! (user + system, `getrusage`) and requests per second for each round.
+//! What one Put Blob costs the relay's process in CPU, through the relay's
+//! storage writer (a writer per file, `BlobWriter::put_blob`: since
+//! 2026-12-04 a request it builds itself, sent through the account's shared
+//! Azure pipeline, with the request watch, retries and in-flight limit) and
+//! as a request built by hand on the same HTTP client library (reqwest),
+//! against the stand-in storage (`standin-storage`, its own process, so its
+//! CPU is not counted). Alternated A B A B; prints µs of this process's CPU
+//! per request (user + system, `getrusage`) and requests per second for each
+//! round.
 //!
-//! A benchmark, not a test: it says how much of a small file's HTTP cost
-//! (docs/PERFORMANCE.md, "CPU per small file") a hand-built Put Blob could
-//! save before one is built. The hand-built request here carries the same
-//! headers, SAS and body MD5, but not the relay's request watch, retries or
-//! in-flight limit: it is the floor of such a path, not the path.
+//! A benchmark, not a test: it says how far the writer's Put Blob is from
+//! the floor of such a path (docs/PERFORMANCE.md, "CPU per small file"). The
+//! hand-built request here carries the same headers, SAS and body MD5, but
+//! not the relay's request watch, retries or in-flight limit.
 //!
 //! `target/release/putblob-cost [--requests 20000] [--size 4096] [--in-flight 64] [--rounds 3]`
 
@@ -44,7 +46,7 @@ struct Args {
     /// Requests in flight.
     #[arg(long, default_value_t = 64)]
     in_flight: usize,
-    /// Rounds of (SDK, by hand).
+    /// Rounds of (the relay's writer, by hand).
     #[arg(long, default_value_t = 3)]
     rounds: u32,
 }
@@ -126,7 +128,7 @@ async fn run(args: &Args, addr: SocketAddr) -> anyhow::Result<()> {
             sdk_put(&storage, name, &blob)
         })
         .await?;
-        report(round, "Azure SDK (as the relay)", args.requests, cpu, secs);
+        report(round, "relay writer", args.requests, cpu, secs);
         let (cpu, secs) = measure(args.in_flight, names("raw"), |name| {
             raw_put(&http, &access, &sas, name, &blob)
         })

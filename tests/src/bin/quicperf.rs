@@ -282,7 +282,6 @@ async fn client(a: Args) -> Result<(), String> {
         "server_cpu_cores_per_100mbit": per100(server_cpu, secs),
     });
     println!("{out}");
-    conn.close(0u32.into(), b"done");
-    connector.close().await;
+    connector.close(Some(&conn)).await;
     Ok(())
 }
