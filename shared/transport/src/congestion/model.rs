@@ -45,7 +45,8 @@
 //!   what was actually delivered (the draft's safe retreat).
 //! - **Cold start** (no saved estimate): the first flight after the handshake is
 //!   a packet train whose acks, spread out by the bottleneck, measure its rate
-//!   (`train.rs`); Startup then jumps to half of that BDP one round trip in,
+//!   (`train.rs`); Startup then jumps to that BDP (the smaller of the train's
+//!   two readings) one round trip in,
 //!   validated and retreated from exactly as a warm start's jump.
 
 use std::time::{Duration, Instant};
@@ -53,7 +54,7 @@ use std::time::{Duration, Instant};
 use super::delivery::Sampler;
 use super::fair::{self, FairCap};
 use super::filters::{BW_WINDOW_ROUNDS, MinRtt, RoundMax};
-use super::train::{TRAIN_JUMP, Train};
+use super::train::{Measured, Train};
 use super::warm::{PathEstimate, WARM_JUMP, Warm};
 
 /// Window gains of the ProbeBw cycle, one min RTT each.
@@ -394,8 +395,8 @@ impl Model {
     /// The end of one batch of acks (quinn processes an ACK frame as a batch).
     pub fn on_end_acks(&mut self, now: Instant, in_flight: u64) {
         self.in_flight = in_flight;
-        if let Some(rate) = self.train.on_end_acks(now, self.min_rtt.get()) {
-            self.train_jump(rate);
+        if let Some(measured) = self.train.on_end_acks(now, self.min_rtt.get()) {
+            self.train_jump(measured);
         }
         if self.round_ended {
             self.end_round(now);
@@ -525,15 +526,16 @@ impl Model {
         self.jump_round = Some(self.round);
     }
 
-    /// The train measured the bottleneck at `rate`: jump to half its BDP.
-    fn train_jump(&mut self, rate: u64) {
+    /// The train measured the bottleneck: jump to the BDP of the smaller of its
+    /// two readings (train.rs: one reading's error puts at most one BDP in flight).
+    fn train_jump(&mut self, measured: Measured) {
         let Some(min_rtt) = self.min_rtt.get() else {
             return;
         };
         if self.mode != Mode::Startup {
             return;
         }
-        let jump = (rate as f64 * min_rtt.as_secs_f64() * TRAIN_JUMP) as u64;
+        let jump = (measured.jump_rate as f64 * min_rtt.as_secs_f64()) as u64;
         if jump > self.startup_window {
             self.startup_window = jump;
             self.jump_round = Some(self.round);

@@ -17,25 +17,29 @@
 //!   packets late and in a lump, and then it reads high (224–298 Mbit/s on a
 //!   200 Mbit/s lab link).
 //!
-//! The estimate is the second, capped at twice the first: a lump makes the
-//! second read high, and the cap keeps it under twice the path's rate, so
-//! Startup's jump to half of the measured BDP (as warm start does with a saved
-//! one) puts at most one BDP in flight. The first rests on the min RTT, which
-//! a relay that answered the handshake late inflates (its sample is the only
-//! one before the train's): the first then reads high, and the second, which
-//! does not use the min RTT, is the smaller and is taken (lab, many small
-//! files: a clamp from below at the first read 480 Mbit/s on a 200 Mbit/s link
-//! once, and that upload lost 3 % to the queue). Only both at once (a late
-//! handshake and a lump) can read high. Startup keeps doubling from there
-//! (HyStart still ends it); the round after the jump is validated the same way
-//! (heavy loss: retreat to what was delivered).
+//! The reported estimate is the second, capped at twice the first. Startup
+//! jumps to the whole BDP of the *smaller* reading: each reading errs high in
+//! one case only, and the other bounds it there. The first errs low unless the
+//! min RTT is inflated (a relay that answered the handshake late: its sample is
+//! the only one before the train's), and then the second, which does not use
+//! the min RTT, is the smaller (lab, many small files: the first read
+//! 480 Mbit/s on a 200 Mbit/s link once, and an estimate floored at it lost 3 %
+//! to the queue). The second errs high only with a lump, and then the first is
+//! the smaller. So one error puts at most one BDP in flight; only both at once
+//! (a late handshake and a lump) can put more, at most the lump's factor, and
+//! the round after the jump is validated (heavy loss: retreat to what was
+//! delivered). Until 2026-12-04 the jump was half of the capped estimate, i.e.
+//! half the second reading or the whole first, whichever is smaller: with
+//! prompt acks that left half a BDP of the second round trip unsent
+//! (docs/bench/cold-start/README.md, `200ms-7-jump`). Startup keeps doubling
+//! from there (HyStart still ends it).
 //!
 //! What keeps an error cheap:
 //! - the train is `TRAIN_BYTES` (128 full packets), once per connection, only
 //!   on paths of `TRAIN_MIN_RTT` and more (shorter ones leave Startup in a few
 //!   milliseconds anyway), never under `--max-rate` or `--fair`;
 //! - the bound above; spreads count as at least `MIN_SPREAD`; with one ack
-//!   batch only the first reading exists, and it is the estimate;
+//!   batch only the first reading exists, and it is the estimate and the jump;
 //! - a train the application could not fill (too little to send) spreads out
 //!   by the application's pace and only underestimates;
 //! - a jump the next round contradicts (heavy loss) ends Startup on what was
@@ -49,8 +53,6 @@ use std::time::{Duration, Instant};
 pub const TRAIN_BYTES: u64 = 128 * 1472;
 /// Paths shorter than this skip the train.
 pub const TRAIN_MIN_RTT: Duration = Duration::from_millis(10);
-/// Startup jumps to this fraction of the measured BDP.
-pub const TRAIN_JUMP: f64 = 0.5;
 /// The shortest spread the estimate believes: 188 KB in 2 ms is 750 Mbit/s, so
 /// faster paths are underestimated (still a jump of ~7 doublings).
 const MIN_SPREAD: Duration = Duration::from_millis(2);
@@ -62,6 +64,15 @@ const RESTART_GAP: Duration = Duration::from_millis(1);
 /// quinn's pacer lets a burst of window × 2 ms / RTT go out at once: the train's
 /// window is sized so its whole train is one burst.
 const PACER_BURST_INTERVAL: Duration = Duration::from_millis(2);
+
+/// What the train's acks say, bytes per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Measured {
+    /// The spread reading capped at twice the low one: the estimate reported.
+    pub rate: u64,
+    /// The smaller of the two readings: Startup jumps to its whole BDP.
+    pub jump_rate: u64,
+}
 
 /// Acks of the train so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -226,8 +237,8 @@ impl Train {
     }
 
     /// The end of one ack batch at `now`; `min_rtt` is what the model knows.
-    /// Returns the measured rate once, when the train's acks are in.
-    pub fn on_end_acks(&mut self, now: Instant, min_rtt: Option<Duration>) -> Option<u64> {
+    /// Returns what it measured once, when the train's acks are in.
+    pub fn on_end_acks(&mut self, now: Instant, min_rtt: Option<Duration>) -> Option<Measured> {
         let Self::Measuring {
             start,
             end,
@@ -254,12 +265,12 @@ impl Train {
         if !(acks.acked * 4 >= *sent * 3 || (acks.after_train && waited)) {
             return None;
         }
-        let rate = acks.rate(earliest);
+        let measured = acks.measure(earliest);
         *self = Self::Done {
-            rate,
+            rate: measured.map(|m| m.rate),
             span: Some((*start, *end)),
         };
-        rate
+        measured
     }
 
     /// What the train measured, bytes per second (for metrics and reports).
@@ -272,11 +283,11 @@ impl Train {
 }
 
 impl Acks {
-    /// Train bytes per second (see the module docs): the spread between the
-    /// first and the latest ack batch, at most twice the rate from `earliest`
-    /// (when the first packet's ack could have come back at the soonest); with
-    /// a single batch, the rate from `earliest`.
-    fn rate(&self, earliest: Instant) -> Option<u64> {
+    /// Both readings of the module docs: `low` from `earliest` (when the first
+    /// packet's ack could have come back at the soonest) to the latest ack
+    /// batch, and the spread between the first and the latest batch. With a
+    /// single batch only `low` exists.
+    fn measure(&self, earliest: Instant) -> Option<Measured> {
         let (t1, a1) = self.last?;
         if a1 == 0 {
             return None;
@@ -284,13 +295,17 @@ impl Acks {
         let per_second =
             |bytes: u64, spread: Duration| bytes as f64 / spread.max(MIN_SPREAD).as_secs_f64();
         let low = per_second(a1, t1.saturating_duration_since(earliest));
-        let estimate = match self.first {
+        let (rate, jump_rate) = match self.first {
             Some((t0, a0)) if self.batches >= 2 => {
-                per_second(a1.saturating_sub(a0), t1.saturating_duration_since(t0)).min(2.0 * low)
+                let spread = per_second(a1.saturating_sub(a0), t1.saturating_duration_since(t0));
+                (spread.min(2.0 * low), spread.min(low))
             }
-            _ => low,
+            _ => (low, low),
         };
-        Some(estimate as u64)
+        Some(Measured {
+            rate: rate as u64,
+            jump_rate: jump_rate as u64,
+        })
     }
 }
 
@@ -307,7 +322,7 @@ mod tests {
         t0: Instant,
         rtt: Duration,
         ack_at: impl Fn(u32) -> Duration,
-    ) -> (Train, Option<u64>) {
+    ) -> (Train, Option<Measured>) {
         measure_with(t0, rtt, Duration::ZERO, ack_at)
     }
 
@@ -317,7 +332,7 @@ mod tests {
         rtt: Duration,
         late: Duration,
         ack_at: impl Fn(u32) -> Duration,
-    ) -> (Train, Option<u64>) {
+    ) -> (Train, Option<Measured>) {
         let mut train = Train::new(true);
         let packet = 1472;
         train.on_sent(t0, 1200, None); // the handshake: no RTT yet
@@ -334,7 +349,7 @@ mod tests {
                 assert!(train.window(rtt).is_some_and(|w| w >= 100 * TRAIN_BYTES));
             }
         }
-        let mut rate = None;
+        let mut measured = None;
         for (i, s) in (0u32..).zip(sends) {
             if matches!(train, Train::Done { .. }) {
                 break; // measured once most of the train is acked
@@ -342,9 +357,9 @@ mod tests {
             for _ in 0..10 {
                 assert!(train.on_ack(s, packet));
             }
-            rate = train.on_end_acks(start + rtt + ack_at(i), Some(rtt + late));
+            measured = train.on_end_acks(start + rtt + ack_at(i), Some(rtt + late));
         }
-        (train, rate)
+        (train, measured)
     }
 
     /// A bottleneck that takes `gap` per batch of 10 packets.
@@ -356,10 +371,15 @@ mod tests {
     fn the_spread_of_the_acks_is_the_bottleneck_rate() {
         // 10 packets per 0.6 ms: 14720 B / 0.6 ms = 24.5 MB/s (196 Mbit/s).
         let gap = Duration::from_micros(600);
-        let (train, rate) = measure(Instant::now(), 200 * MS, paced_by(gap));
-        let rate = rate.expect("measured");
+        let (train, measured) = measure(Instant::now(), 200 * MS, paced_by(gap));
+        let Measured { rate, jump_rate } = measured.expect("measured");
         assert!((rate as f64 / 24.53e6 - 1.0).abs() < 0.01, "rate {rate}");
         assert_eq!(train.rate(), Some(rate));
+        // Both readings agree: Startup jumps to the whole BDP.
+        assert!(
+            (jump_rate as f64 / 24.53e6 - 1.0).abs() < 0.01,
+            "jump {jump_rate}"
+        );
         assert!(train.window(200 * MS).is_none(), "the train is over");
     }
 
@@ -370,9 +390,21 @@ mod tests {
         // that came, this would look infinitely fast; the jump of half the
         // BDP must still stay within one BDP.
         let lump = Duration::from_micros(6500);
-        let (_, rate) = measure(Instant::now(), 200 * MS, |_| lump);
-        let rate = rate.expect("measured");
+        let (_, measured) = measure(Instant::now(), 200 * MS, |_| lump);
+        let rate = measured.expect("measured").rate;
         assert!(rate as f64 <= 2.0 * 24.53e6, "rate {rate}");
+    }
+
+    #[test]
+    fn a_lump_jumps_no_further_than_the_link() {
+        // The train (188 KB, 7.7 ms at 196 Mbit/s) all in by 8 ms, acked at
+        // once: the spread reads the 2 ms floor (94 MB/s), the low reading
+        // 8 ms. Startup jumps by the low one: within one BDP.
+        let lump = Duration::from_micros(8000);
+        let (_, measured) = measure(Instant::now(), 200 * MS, |_| lump);
+        let Measured { rate, jump_rate } = measured.expect("measured");
+        assert!(rate > jump_rate, "rate {rate}, jump {jump_rate}");
+        assert!(jump_rate as f64 <= 24.53e6, "jump {jump_rate}");
     }
 
     #[test]
@@ -381,9 +413,11 @@ mod tests {
         // marks the start, so the rate is the link's, not 3 ms lower.
         let gap = Duration::from_micros(600);
         let late = Duration::from_micros(3000);
-        let (_, rate) = measure(Instant::now(), 200 * MS, move |i| late + gap * i);
-        let rate = rate.expect("measured") as f64;
-        assert!((rate / 24.53e6 - 1.0).abs() < 0.02, "rate {rate}");
+        let (_, measured) = measure(Instant::now(), 200 * MS, move |i| late + gap * i);
+        let Measured { rate, jump_rate } = measured.expect("measured");
+        assert!((rate as f64 / 24.53e6 - 1.0).abs() < 0.02, "rate {rate}");
+        // The low reading counts the 3 ms: the jump stays below the link.
+        assert!(jump_rate < rate, "jump {jump_rate}");
     }
 
     #[test]
@@ -393,20 +427,22 @@ mod tests {
         // bottleneck's pace. Measured from train start + that min RTT, the
         // train would look 2.4 times faster than the link.
         let gap = Duration::from_micros(600);
-        let (_, rate) = measure_with(Instant::now(), 200 * MS, 5 * MS, paced_by(gap));
-        let rate = rate.expect("measured") as f64;
-        assert!((rate / 24.53e6 - 1.0).abs() < 0.02, "rate {rate}");
+        let (_, measured) = measure_with(Instant::now(), 200 * MS, 5 * MS, paced_by(gap));
+        let Measured { rate, jump_rate } = measured.expect("measured");
+        assert!((rate as f64 / 24.53e6 - 1.0).abs() < 0.02, "rate {rate}");
+        // The spread, which does not use the min RTT, bounds the jump.
+        assert!(jump_rate as f64 <= 24.53e6 * 1.02, "jump {jump_rate}");
     }
 
     #[test]
     fn a_short_spread_never_looks_faster_than_the_floor() {
         // 10 packets per 0.1 ms (1.2 Gbit/s): the floor bounds the estimate.
-        let (_, rate) = measure(
+        let (_, measured) = measure(
             Instant::now(),
             200 * MS,
             paced_by(Duration::from_micros(100)),
         );
-        let rate = rate.expect("measured");
+        let rate = measured.expect("measured").rate;
         let ceiling = TRAIN_BYTES as f64 / MIN_SPREAD.as_secs_f64();
         assert!(rate as f64 <= ceiling, "rate {rate} above {ceiling}");
     }
@@ -465,8 +501,15 @@ mod tests {
         assert!(matches!(train, Train::Measuring { .. }));
         // The whole train in one ack, 5 ms after it could have begun.
         assert!(train.on_ack(t0, TRAIN_BYTES));
-        let rate = train.on_end_acks(t0 + 205 * MS, Some(200 * MS));
-        assert_eq!(rate, Some((TRAIN_BYTES as f64 / 0.005) as u64));
+        let low = (TRAIN_BYTES as f64 / 0.005) as u64;
+        let measured = train.on_end_acks(t0 + 205 * MS, Some(200 * MS));
+        assert_eq!(
+            measured,
+            Some(Measured {
+                rate: low,
+                jump_rate: low
+            })
+        );
         // Its late acks are still the train's.
         assert!(train.on_ack(t0, 1472));
     }
