@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use relay_proto::chunk::Deflater;
 
-use crate::compress::{Choice, Mode, Policy, Trial};
+use crate::compress::{Choice, Mode, Policy, SAMPLE_BYTES, Trial};
 
 /// One chunk of the file: its bytes (hashed by the sender) and what goes on
 /// the wire for them, `head` then `wire`.
@@ -99,35 +99,54 @@ pub fn encoder(
     let mut deflater = Lent::take()?;
     let mut policy = Policy::new(mode);
     Ok(move |raw: Bytes| {
-        let wire = match policy.choose() {
-            Choice::Plain => {
-                return Ok(Piece {
-                    head: Bytes::copy_from_slice(&Deflater::plain_header(raw.len())),
-                    wire: raw.clone(),
-                    raw,
-                });
-            }
-            Choice::Zstd { level } => {
-                let t0 = Instant::now();
-                let wire = deflater
-                    .get()?
-                    .chunk(&raw, level)
-                    .map_err(std::io::Error::other)?;
-                let trial = Trial {
-                    raw: raw.len(),
-                    wire: wire.len(),
-                    compress_s: t0.elapsed().as_secs_f64(),
-                };
-                policy.record(trial, meter.link_s(trial.wire));
-                wire
-            }
+        let Choice::Zstd { level } = policy.choose() else {
+            return Ok(plain(raw));
         };
-        Ok(Piece {
-            raw,
-            head: Bytes::new(),
-            wire: Bytes::from(wire),
+        // Compresses `bytes` at the chosen level: the frame (None: it would
+        // not shrink) and what it cost.
+        let mut zstd = |bytes: &[u8]| {
+            let t0 = Instant::now();
+            let frame = deflater
+                .get()?
+                .compressed(bytes, level)
+                .map_err(std::io::Error::other)?;
+            let trial = Trial {
+                raw: bytes.len(),
+                wire: frame.as_ref().map_or(bytes.len(), Vec::len),
+                compress_s: t0.elapsed().as_secs_f64(),
+            };
+            std::io::Result::Ok((frame, trial))
+        };
+        if let Some(ranges) = policy.sample_ranges(raw.len()) {
+            let mut sample = Vec::with_capacity(SAMPLE_BYTES);
+            for r in ranges {
+                sample.extend_from_slice(&raw[r]);
+            }
+            let (_, trial) = zstd(&sample)?;
+            if !policy.record_sample(trial) {
+                return Ok(plain(raw));
+            }
+        }
+        let (frame, trial) = zstd(&raw)?;
+        policy.record(trial, meter.link_s(trial.wire));
+        Ok(match frame {
+            Some(frame) => Piece {
+                raw,
+                head: Bytes::new(),
+                wire: Bytes::from(frame),
+            },
+            None => plain(raw),
         })
     })
+}
+
+/// A chunk sent as it is: its header, then the bytes without a copy.
+fn plain(raw: Bytes) -> Piece {
+    Piece {
+        head: Bytes::copy_from_slice(&Deflater::plain_header(raw.len())),
+        wire: raw.clone(),
+        raw,
+    }
 }
 
 /// Compressors kept between files. Making one (zstd's context and its

@@ -334,8 +334,10 @@ async fn serve(
         })
         .unwrap_or(Op::Other);
     stats.requests_by_op[op.index()].fetch_add(1, Ordering::SeqCst);
-    let corrupt = state.lock().is_ok_and(|mut s| s.take_corruption(op));
-    if corrupt && !body.is_empty() {
+    // Only a body can be corrupted: a bodiless request (Create Container, a
+    // Get) leaves the scheduled corruption for the next one with a body.
+    let corrupt = !body.is_empty() && state.lock().is_ok_and(|mut s| s.take_corruption(op));
+    if corrupt {
         let mid = body.len() / 2;
         body[mid] ^= 0x01;
         stats.corrupted.fetch_add(1, Ordering::SeqCst);

@@ -17,6 +17,10 @@ use relay_tests::{DEV_ACCOUNT, DEV_KEY};
 use sha2::{Digest, Sha256};
 
 async fn start() -> Storage {
+    start_with(WriterOptions::default()).await.0
+}
+
+async fn start_with(options: WriterOptions) -> (Storage, SocketAddr) {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
     let addr: SocketAddr = probe.local_addr().expect("addr");
     drop(probe);
@@ -32,7 +36,7 @@ async fn start() -> Storage {
     let access =
         StorageAccess::resolve(&url, Some(&Secret(DEV_KEY.into())), EntraSource::default())
             .expect("access");
-    Storage::new(access, &WriterOptions::default()).expect("storage")
+    (Storage::new(access, &options).expect("storage"), addr)
 }
 
 fn commit<'a>(sha: &'a str, meta: &'a BTreeMap<String, String>, cond: &'a Condition) -> Commit<'a> {
@@ -131,4 +135,63 @@ async fn answers_an_upload_as_the_service_does() {
 
     b.delete().await.expect("delete");
     assert!(b.properties().await.expect("props").is_none());
+}
+
+/// Under `--block-checksum crc64` the stand-in checks `x-ms-content-crc64` on a
+/// Put Blob and a Put Block as the service does (a wrong one: 400
+/// Crc64Mismatch), and a Put Blob that sent no MD5 gets the one of its bytes.
+#[tokio::test]
+async fn checks_crc64_and_sets_a_put_blobs_md5() {
+    use md5::Md5;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    relay_transport::install_crypto_provider();
+    let options = WriterOptions {
+        block_checksum: relay_storage::checksum::BlockChecksum::Crc64,
+        ..WriterOptions::default()
+    };
+    let (s, addr) = start_with(options).await;
+    s.ensure_container("c").await.expect("container");
+    let meta = BTreeMap::new();
+    let w = s.writer("c", "small").expect("writer");
+    let data = Bytes::from_static(b"checked by its crc64");
+    let sha = hex::encode(Sha256::digest(&data));
+    w.put_blob(data.clone(), &commit(&sha, &meta, &Condition::IfAbsent))
+        .await
+        .expect("put blob");
+    assert_eq!(
+        w.content_md5().await.expect("md5"),
+        Some(Md5::digest(&data).to_vec())
+    );
+    w.stage_block(b"id", Bytes::from_static(b"a block"))
+        .await
+        .expect("stage");
+
+    // A CRC-64 that is not the body's, by hand (the writer always sends the
+    // right one); the stand-in's own endpoint takes no SAS.
+    for (path, code) in [
+        (format!("/{DEV_ACCOUNT}/c/bad"), "Crc64Mismatch"),
+        (
+            format!("/{DEV_ACCOUNT}/c/bad?comp=block&blockid=aWQ%3D"),
+            "Crc64Mismatch",
+        ),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let req = format!(
+            "PUT {path} HTTP/1.1\r\nhost: x\r\nx-ms-blob-type: BlockBlob\r\n\
+             x-ms-content-crc64: AAAAAAAAAAA=\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc"
+        );
+        tcp.write_all(req.as_bytes()).await.expect("send");
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.expect("read");
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains(code), "{answer}");
+    }
+    assert!(
+        s.writer("c", "bad")
+            .expect("writer")
+            .properties()
+            .await
+            .expect("props")
+            .is_none()
+    );
 }

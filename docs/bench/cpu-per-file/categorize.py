@@ -16,6 +16,7 @@ from collections import Counter
 RULES = [
     ("SHA-256 (whole-file hash)", r"sha2::sha256|sha256_block"),
     ("checksum (MD5 / CRC-64 of Put Blob/Block)", r"md5::|crc_fast|crc64"),
+    ("zstd (compression trials and chunks)", r"ZSTD_|zstd::|zstd_safe|HIST_count|XXH64"),
     ("logging / tracing", r"tracing_subscriber|tracing_core::|tracing::span::|fmt::format::"),
     ("allocation (malloc/free, page faults)", r"^(_int_malloc|_int_free|malloc|cfree|free|realloc|_int_realloc|malloc_consolidate|unlink_chunk.*|__libc_malloc|__GI___libc_malloc|__GI___libc_free|sysmalloc|clear_page_erms|exc_page_fault|__rust_alloc|__rust_dealloc|tcache.*|alloc_perturb|calloc|__libc_calloc)$"),
     ("scheduling / wake-ups (epoll, futex, context switch, timers)", r"finish_task_switch|schedule|futex|epoll|try_to_wake_up|timerfd|hrtimer|parking_lot|__x64_sys_futex|ep_poll|tokio::runtime::(park|time|scheduler::multi_thread::(park|idle))|x2apic|native_write_msr"),

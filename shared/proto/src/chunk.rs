@@ -172,6 +172,15 @@ impl Deflater {
     /// A zstd chunk at `level`, or a plain one if the frame would not be
     /// smaller than the bytes. `raw` is at most `MAX_CHUNK_RAW` bytes.
     pub fn chunk(&mut self, raw: &[u8], level: i32) -> Result<Vec<u8>, DeflateError> {
+        Ok(self
+            .compressed(raw, level)?
+            .unwrap_or_else(|| Self::plain(raw)))
+    }
+
+    /// A zstd chunk at `level`, header included, or `None` if the frame would
+    /// not be smaller than the bytes (a sender then sends them plain, without
+    /// copying them: `plain_header`).
+    pub fn compressed(&mut self, raw: &[u8], level: i32) -> Result<Option<Vec<u8>>, DeflateError> {
         debug_assert!(!raw.is_empty() && raw.len() <= MAX_CHUNK_RAW as usize);
         if level != self.level {
             self.cctx.set_compression_level(level)?;
@@ -185,11 +194,11 @@ impl Deflater {
             .cctx
             .compress_to_buffer(raw, &mut out[CHUNK_HEADER_LEN..])?;
         if n >= raw.len() {
-            return Ok(Self::plain(raw));
+            return Ok(None);
         }
         out.truncate(CHUNK_HEADER_LEN + n);
         out[..CHUNK_HEADER_LEN].copy_from_slice(&header(ChunkKind::Zstd, raw.len(), n));
-        Ok(out)
+        Ok(Some(out))
     }
 }
 
@@ -262,5 +271,7 @@ mod tests {
         let p = d.chunk(&noise[..16], 1).expect("compress");
         assert_eq!(p[0], ChunkKind::Plain as u8);
         assert_eq!(&p[CHUNK_HEADER_LEN..], &noise[..16]);
+        assert_eq!(d.compressed(&noise[..16], 1).expect("compress"), None);
+        assert_eq!(d.compressed(&text, 3).expect("compress"), Some(z));
     }
 }

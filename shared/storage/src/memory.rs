@@ -289,7 +289,9 @@ impl BlobStore for MemoryBlob {
 
     async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
         self.request("Put Blob").await;
-        // A Put Blob always carries its body's MD5 (`BlobWriter::put_blob`).
+        // A Put Blob's blob always has its bytes' MD5: the writer's, or the one
+        // the service computes when the request carried a CRC-64 instead
+        // (`BlobWriter::put_blob`).
         let commit = Commit {
             content_md5: Some(md5_of(&data)),
             ..*commit

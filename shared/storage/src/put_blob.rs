@@ -22,6 +22,19 @@ use bytes::Bytes;
 /// The service's answer to a Put Blob that stored the blob.
 pub(crate) const CREATED: &[u16] = &[201];
 
+/// The checksum a Put Blob carries; the service recomputes it over what
+/// arrived and refuses the request on a mismatch, so a body corrupted on its
+/// way to storage is never published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyChecksum<'a> {
+    /// `x-ms-blob-content-md5`: checked, and stored as the blob's Content-MD5.
+    Md5(&'a [u8]),
+    /// `x-ms-content-crc64` (its 8 bytes little-endian): checked, not stored.
+    /// For a Put Blob without an MD5 the service computes the Content-MD5
+    /// itself, so the blob carries one all the same.
+    Crc64([u8; 8]),
+}
+
 /// What one Put Blob sends besides its body.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PutBlob<'a> {
@@ -29,9 +42,7 @@ pub(crate) struct PutBlob<'a> {
     pub url: &'a Url,
     /// `x-ms-version`: the SDK's own REST API version.
     pub version: &'a str,
-    /// MD5 of the whole body, stored as the blob's Content-MD5, which the
-    /// service checks against what arrived.
-    pub md5: &'a [u8],
+    pub checksum: BodyChecksum<'a>,
     pub content_type: Option<&'a str>,
     /// The user's metadata with the SHA-256 and the seal (`commit_metadata`).
     pub metadata: &'a HashMap<String, String>,
@@ -52,7 +63,10 @@ impl PutBlob<'_> {
         if let Some(etag) = self.if_none_match {
             r.insert_header("if-none-match", etag.to_string());
         }
-        r.insert_header("x-ms-blob-content-md5", b64.encode(self.md5));
+        match self.checksum {
+            BodyChecksum::Md5(md5) => r.insert_header("x-ms-blob-content-md5", b64.encode(md5)),
+            BodyChecksum::Crc64(crc) => r.insert_header("x-ms-content-crc64", b64.encode(crc)),
+        }
         if let Some(ct) = self.content_type {
             r.insert_header("x-ms-blob-content-type", ct.to_string());
         }
@@ -82,7 +96,7 @@ mod tests {
         let put = PutBlob {
             url: &url,
             version: "2026-04-06",
-            md5: &[0u8; 16],
+            checksum: BodyChecksum::Md5(&[0u8; 16]),
             content_type: Some("text/plain"),
             metadata: &meta,
             if_match: None,
@@ -108,6 +122,7 @@ mod tests {
             Some("ab".repeat(32).as_str())
         );
         assert_eq!(header(&r, "if-match"), None);
+        assert_eq!(header(&r, "x-ms-content-crc64"), None);
     }
 
     #[test]
@@ -117,7 +132,7 @@ mod tests {
         let put = PutBlob {
             url: &url,
             version: "v",
-            md5: &[1u8; 16],
+            checksum: BodyChecksum::Crc64([1, 0, 0, 0, 0, 0, 0, 0]),
             content_type: None,
             metadata: &meta,
             if_match: Some("\"0x8D\""),
@@ -128,5 +143,10 @@ mod tests {
         assert_eq!(header(&r, "if-none-match"), None);
         assert_eq!(header(&r, "x-ms-blob-content-type"), None);
         assert_eq!(header(&r, "content-length").as_deref(), Some("0"));
+        assert_eq!(
+            header(&r, "x-ms-content-crc64").as_deref(),
+            Some("AQAAAAAAAAA=")
+        );
+        assert_eq!(header(&r, "x-ms-blob-content-md5"), None);
     }
 }

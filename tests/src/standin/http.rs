@@ -79,6 +79,8 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
         (Some(blob), &Method::PUT, None, None) => {
             if header(&parts.headers, "x-ms-blob-type") != Some("BlockBlob") {
                 Err(refusal(400, "InvalidHeaderValue"))
+            } else if !crc64_holds(&parts.headers, &body) {
+                Err(refusal(400, "Crc64Mismatch"))
             } else {
                 let props = properties(&parts.headers, "x-ms-blob-content-md5", "content-md5");
                 account
@@ -90,6 +92,9 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
             match param("blockid").and_then(|id| B64.decode(id).ok()) {
                 None => Err(refusal(400, "InvalidQueryParameterValue")),
                 Some(_) if !md5_holds(&parts.headers, &body) => Err(refusal(400, "Md5Mismatch")),
+                Some(_) if !crc64_holds(&parts.headers, &body) => {
+                    Err(refusal(400, "Crc64Mismatch"))
+                }
                 Some(id) => account
                     .put_block(container, blob, id, body)
                     .map(|()| base(StatusCode::CREATED)),
@@ -159,6 +164,20 @@ fn md5_holds(h: &HeaderMap, body: &[u8]) -> bool {
     use md5::{Digest, Md5};
     match header(h, "content-md5").and_then(|v| B64.decode(v).ok()) {
         Some(want) => Md5::digest(body).as_slice() == want.as_slice(),
+        None => true,
+    }
+}
+
+/// A request's `x-ms-content-crc64`, if it sent one, is Azure's CRC-64 of the
+/// body. With the product's carry-less-multiply CRC: the stand-in shares two
+/// cores with what it measures, and the fault proxy's table-driven one cost it
+/// about 100 µs per 64 KiB (the proxy, which tests use, keeps the independent
+/// check; `relay_storage::checksum` holds the product's to Microsoft's vectors).
+fn crc64_holds(h: &HeaderMap, body: &[u8]) -> bool {
+    match header(h, "x-ms-content-crc64") {
+        Some(v) => B64
+            .decode(v)
+            .is_ok_and(|b| b == relay_storage::checksum::azure_crc64(body).to_le_bytes()),
         None => true,
     }
 }

@@ -159,6 +159,13 @@ impl Account {
         self.has_container(container)?;
         // Before the lock: hashing a large body must not hold up other blobs.
         md5_matches(&props, &data)?;
+        // A Put Blob that sent no MD5 gets the one the service computes.
+        let props = Properties {
+            content_md5: props
+                .content_md5
+                .or_else(|| Some(Md5::digest(&data).to_vec())),
+            ..props
+        };
         let mut blobs = lock(&self.blobs);
         let entry = blobs.entry(key(container, blob)).or_default();
         check(cond, entry.committed.as_ref())?;
@@ -343,6 +350,9 @@ mod tests {
             &Conditions::default(),
         );
         assert_eq!(e.err().map(|r| r.code), Some("Md5Mismatch"));
+        // Without an MD5 the blob gets the one of its bytes, as Azure sets it.
+        let md5 = a.committed("c", "b").expect("blob").props.content_md5;
+        assert_eq!(md5, Some(Md5::digest(b"one").to_vec()));
         put(&a, "b", b"two", &if_match(&first.etag)).expect("at the current etag");
         assert_eq!(a.committed("c", "b").expect("blob").data.as_ref(), b"two");
         assert_eq!(a.committed("nope", "b").err(), Some(CONTAINER_NOT_FOUND));
