@@ -97,7 +97,7 @@ pub struct Policy {
     plain_until: u64,
     /// No step up before this chunk index (set by a step down).
     calm_until: u64,
-    /// A chunk shrank since the start or the last rest: no prefix trials.
+    /// A chunk shrank since the start or the last rest: no sample trials.
     shrinking: bool,
 }
 
