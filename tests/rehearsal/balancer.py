@@ -143,8 +143,15 @@ def main() -> None:
             with lock:
                 state = {b.ip: {"healthy": b.healthy, "probes": b.probes, "changes": b.changes,
                                 "flows_total": b.flows_total,
-                                "flows_now": sum(1 for f in flows.values() if f[0] is b)}
+                                "flows_now": sum(1 for f in flows.values() if f[0] is b),
+                                # Each client address's last datagram: a check can
+                                # count the flows a client used, including one on
+                                # a source port an earlier client had (no new flow).
+                                "last_seen": {f"{c[0]}:{c[1]}": f[2] for c, f in flows.items() if f[0] is b}}
                          for b in backends}
+                # When this state was taken: a reader waits for one taken after
+                # what it checks, rather than sleeping and hoping.
+                state["_written"] = now
                 state["_probe"] = {"port": args.probe_port, "path": args.probe_path,
                                    "interval_s": args.interval_s, "threshold": args.threshold}
             with open(args.state + ".new", "w") as f:

@@ -89,7 +89,7 @@ class TrafficStages:
         check(probe == {"port": v["port"], "path": v["path"], "interval_s": v["interval_s"], "threshold": v["threshold"]},
               f"probe {probe} != azurerm_lb_probe {v}")
         def flows():
-            st = infra.read_json(self.run / "balancer.json")
+            st = self.balancer_state_after(time.time())
             return {n: st.get(self.net.ip(n), {}).get("flows_total", 0) for n in RELAYS}
         # Each upload is a new client socket (a new source port, so a new
         # 5-tuple): upload until both relays have had a flow, at most 20 times
@@ -101,7 +101,6 @@ class TrafficStages:
             uploads += 1
             r = self.client(f"/root/lb.bin --to {self.values['container']}/rehearsal/lb-{uploads} ")
             check(r.returncode == 0, f"upload {uploads} via the balancer: {r.stderr.strip()[-300:]}")
-            time.sleep(1.1)  # the balancer writes its state once a second
         got = flows()
         check(all(got.values()), f"flows per relay {got} after {uploads} more uploads")
         multi = self.several_connections(flows)
@@ -118,15 +117,13 @@ class TrafficStages:
         bench.run(f"mkdir -p /root/multi && for i in $(seq {MULTI_FILES}); do "
                   f"head -c 262144 /dev/urandom > /root/multi/f$i; done && cd /root && sha256sum multi/* > multi.sha")
         want = dict(reversed(line.split()) for line in bench.read_file("/root/multi.sha").decode().splitlines())
-        before = flows()
+        started = self.balancer_state_after(time.time())["_written"]
         r = self.client(f"/root/multi --to {self.values['container']} --relay-connections {MULTI_CONNECTIONS}")
         check(r.returncode == 0, f"upload over {MULTI_CONNECTIONS} connections: {r.stderr.strip()[-300:]}")
         summary = json.loads(r.stdout)
         check(summary.get("connections") == MULTI_CONNECTIONS,
               f"the client made {summary.get('connections')} connections, not {MULTI_CONNECTIONS}")
-        time.sleep(1.1)  # the balancer writes its state once a second
-        after = flows()
-        new = {n: after[n] - before[n] for n in RELAYS}
+        new = self.flows_since(started)
         check(sum(new.values()) == MULTI_CONNECTIONS and all(new.values()),
               f"the client's {MULTI_CONNECTIONS} flows per relay: {new}")
         committed = {n: len(re.findall(r"blob=multi/f\d+[^\n]*: relay_server::transfer: committed ",
@@ -141,6 +138,21 @@ class TrafficStages:
         return (f"one client with --relay-connections {MULTI_CONNECTIONS}: its flows landed on both relays {new}, "
                 f"its {MULTI_FILES} files were committed by both {committed}, every blob downloads with its sha256")
 
+    def flows_since(self, t0: float) -> dict:
+        """Per relay, the client addresses that sent datagrams after `t0`, from a
+        state the balancer took after this call. Counted by address, not by
+        flows_total: a connection on a source port an earlier client used
+        continues that flow entry (same 5-tuple, same relay) without a new flow."""
+        st = self.balancer_state_after(time.time())
+        return {n: sum(1 for t in st.get(self.net.ip(n), {}).get("last_seen", {}).values() if t > t0)
+                for n in RELAYS}
+
+    def balancer_state_after(self, t: float) -> dict:
+        """The balancer's state as it took it after `t` (it writes once a second)."""
+        return self.wait("a balancer state written after the check began",
+                         lambda: (st := infra.read_json(self.run / "balancer.json")).get("_written", 0) > t and st,
+                         10, step=0.1)
+
     def balancer_flows(self) -> dict:
         st = infra.read_json(self.run / "balancer.json")
         return {n: st.get(self.net.ip(n), {}) for n in RELAYS}
@@ -154,7 +166,7 @@ class TrafficStages:
         bench = self.vms["bench"]
         bench.run(f"head -c {160 << 20} /dev/urandom > /root/{name}.bin && sha256sum /root/{name}.bin > /root/{name}.sha")
         sha = bench.read_file(f"/root/{name}.sha").decode().split()[0]
-        before = {n: v.get("flows_total", 0) for n, v in self.balancer_flows().items()}
+        started = self.balancer_state_after(time.time())["_written"]
         put_blocks = infra.read_json(self.run / "uploads-front.json").get("put_block", 0)
         pin = self.pki.relay_sha256()
         upload = subprocess.Popen(
@@ -163,7 +175,7 @@ class TrafficStages:
              f"--block-size 5MiB --relay {infra.LB_IP}:{self.values['relay_port']} --relay-cert-sha256 {pin} --json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         victim = self.wait("the upload's flow on a relay", lambda: next(
-            (n for n, v in self.balancer_flows().items() if v.get("flows_total", 0) > before[n]), None), 30)
+            (n for n, used in self.flows_since(started).items() if used), None), 30)
         self.wait("blocks staged", lambda: infra.read_json(self.run / "uploads-front.json").get("put_block", 0)
                   >= put_blocks + 6, 120, step=0.05)
         interrupt(victim)
@@ -218,24 +230,23 @@ class TrafficStages:
         check(stopped["committed_by"] == other, f"the stopped relay's upload was committed by {stopped['committed_by']}")
         bench = self.vms["bench"]
         bench.run("head -c 100000 /dev/urandom > /root/small.bin")
-        base = {n: v.get("flows_total", 0) for n, v in self.balancer_flows().items()}
+        started = self.balancer_state_after(time.time())["_written"]
         for i in range(3):
             r = self.client(f"/root/small.bin --to {self.values['container']}/failover/out-{i}")
             check(r.returncode == 0, f"upload with {victim} out: {r.stderr.strip()[-300:]}")
-        time.sleep(1.1)
-        now = {n: v.get("flows_total", 0) for n, v in self.balancer_flows().items()}
-        check(now[victim] == base[victim] and now[other] == base[other] + 3, f"flows with {victim} out: {base} -> {now}")
+        used = self.flows_since(started)
+        check(used[victim] == 0 and used[other] == 3, f"flows with {victim} out: {used}")
         self.systemctl(victim, "start", "relay-server.service")
         self.note(f"failover: {victim} started")
         self.wait(f"{victim} back in rotation", lambda: self.balancer_flows()[victim].get("healthy"),
                   probe["interval_s"] * 3 + 10)
+        back = self.balancer_state_after(time.time())["_written"]
         tries = 0
-        while self.balancer_flows()[victim].get("flows_total", 0) == now[victim] and tries < 20:
+        while not self.flows_since(back)[victim] and tries < 20:
             tries += 1
             r = self.client(f"/root/small.bin --to {self.values['container']}/failover/in-{tries}")
             check(r.returncode == 0, f"upload with {victim} back: {r.stderr.strip()[-300:]}")
-            time.sleep(1.1)
-        check(self.balancer_flows()[victim].get("flows_total", 0) > now[victim], f"{victim} took no new flow")
+        check(self.flows_since(back)[victim], f"{victim} took no new flow")
         same = killed["committed_by"] == killed["victim"]
         return (f"160 MiB uploads interrupted after 6 blocks: {killed['victim']} killed (SIGKILL), Restart=on-failure "
                 f"brought it back ({after['restarts']} restart) and the client resumed {killed['resumed_mib']} MiB on "
