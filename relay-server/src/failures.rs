@@ -48,7 +48,10 @@ impl Class {
                 | Code::Truncated
                 | Code::Conflict
                 // Its compressed chunks were refused (`relay_proto::inflate`).
-                | Code::BadEncoding => Class::Client,
+                | Code::BadEncoding
+                // Downloads: no such blob, or it changed while being read.
+                | Code::NotFound
+                | Code::Changed => Class::Client,
                 Code::Busy | Code::Internal => Class::Relay,
                 Code::Storage | Code::StorageRefused => Class::Storage,
             },

@@ -32,7 +32,7 @@ pub enum Reason {
 
 /// Every code, in the order `/metrics` lists them. The match in `code_label` is
 /// exhaustive, so a new code fails to compile until it is named here too.
-const CODES: [Code; 15] = [
+const CODES: [Code; 17] = [
     Code::Unauthorized,
     Code::Forbidden,
     Code::InvalidName,
@@ -47,6 +47,8 @@ const CODES: [Code; 15] = [
     Code::Storage,
     Code::StorageRefused,
     Code::BadEncoding,
+    Code::NotFound,
+    Code::Changed,
     Code::Internal,
 ];
 
@@ -74,6 +76,8 @@ fn code_label(code: Code) -> &'static str {
         Code::Storage => "storage",
         Code::StorageRefused => "storage_refused",
         Code::BadEncoding => "bad_encoding",
+        Code::NotFound => "not_found",
+        Code::Changed => "changed",
         Code::Internal => "internal",
     }
 }

@@ -130,7 +130,7 @@ pub struct Trailer {
 pub enum Code {
     /// Unknown or expired token.
     Unauthorized,
-    /// The token may not write this container.
+    /// The token may not write (or, for a Fetch or List, read) this container.
     Forbidden,
     InvalidName,
     InvalidOffer,
@@ -157,6 +157,11 @@ pub enum Code {
     /// dictionary beyond the relay's limit): nothing committed. Only a client
     /// that sends `encoding: zstd` can meet it.
     BadEncoding,
+    /// Download: no blob of this name (or it was deleted while being read).
+    NotFound,
+    /// Download: the blob changed (its ETag moved) while it was being read;
+    /// nothing of the new version was mixed in. Fetch it again from 0.
+    Changed,
     Internal,
 }
 
@@ -165,7 +170,7 @@ impl Code {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            Code::Busy | Code::Storage | Code::Internal | Code::Truncated
+            Code::Busy | Code::Storage | Code::Internal | Code::Truncated | Code::Changed
         )
     }
 }
@@ -245,6 +250,132 @@ pub struct Progress {
     pub staged: u64,
 }
 
+// ---- Download (issue 50) --------------------------------------------------
+//
+// One QUIC stream per blob, opened by the client, like an upload's:
+//
+// ```text
+// client: Fetch ──────────────▶ relay
+// client ◀── Source | Reject
+// client ◀── (Data{len} + len raw bytes)* ── Sent | Error
+// ```
+// and one stream per listing:
+//
+// ```text
+// client: List ───────────────▶ relay
+// client ◀── Listing* ── Listed | Error      (or Reject at once)
+// ```
+// A stream's first frame (Offer, Fetch or List) carries the token and is what
+// admits a connection. Reading is a grant of its own (docs/SECURITY.md).
+
+/// Client → relay, the first frame of a download stream: one blob's bytes from
+/// `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fetch {
+    pub version: u32,
+    pub token: Secret,
+    pub container: String,
+    pub blob: String,
+    /// Where the client's bytes start: the length of the verified prefix of its
+    /// partial file (0 for a new download). Honoured only with `etag`.
+    #[serde(default)]
+    pub offset: u64,
+    /// The ETag of the version the partial file holds. The relay sends from
+    /// `offset` only if the blob still has this ETag; otherwise its `Source`
+    /// says `offset: 0` and the new ETag, and the client starts the file over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+}
+
+/// How the bytes of a download are checked end to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// The blob carries the relay's seal (its MAC checked by this relay): the
+    /// client's SHA-256 of the whole file must equal `Source.sha256`.
+    Sealed,
+    /// No seal, but a Content-MD5: the client's MD5 of the whole file must
+    /// equal `Source.content_md5`.
+    ContentMd5,
+    /// Neither: the relay checked storage's transactional checksum of every
+    /// range it read (`Sent.ranges_checked`), and that is all there is.
+    Ranges,
+}
+
+/// Relay → client: the blob whose bytes follow, as the relay will read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    pub etag: String,
+    pub size: u64,
+    /// Where the bytes that follow start: the Fetch's offset when its ETag is
+    /// still the blob's, else 0.
+    pub offset: u64,
+    pub check: Check,
+    /// Hex SHA-256 of the whole blob, from a seal whose MAC this relay verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Hex MD5 of the whole blob (its Content-MD5), if storage holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_md5: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// The service's Last-Modified, seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<u64>,
+}
+
+/// Relay → client: `len` raw bytes of the blob follow this frame, continuing
+/// where the previous section ended. A section never passes the blob's end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Data {
+    pub len: u64,
+}
+
+/// Relay → client, after the last section: every byte of `[offset, size)` was
+/// sent, each range read under `If-Match` on the Source's ETag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sent {
+    /// Ranges whose transactional checksum (MD5 or CRC-64) the relay checked.
+    pub ranges_checked: u64,
+    /// Storage requests this blob cost the relay, retries included.
+    #[serde(default)]
+    pub requests: u32,
+}
+
+/// Client → relay, the first frame of a listing stream: the blobs of
+/// `container` whose names start with `prefix`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct List {
+    pub version: u32,
+    pub token: Secret,
+    pub container: String,
+    #[serde(default)]
+    pub prefix: String,
+}
+
+/// One blob of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listed {
+    pub name: String,
+    pub size: u64,
+    pub etag: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<u64>,
+}
+
+/// Relay → client: the next blobs of a listing, in storage's order. Each frame
+/// stays under the frame limit; the relay holds at most one of storage's pages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    pub blobs: Vec<Listed>,
+}
+
+/// Relay → client: the listing is complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEnd {
+    pub blobs: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
@@ -256,6 +387,13 @@ pub enum Message {
     Receipt(Receipt),
     Error(Failure),
     Progress(Progress),
+    Fetch(Fetch),
+    Source(Source),
+    Data(Data),
+    Sent(Sent),
+    List(List),
+    Listing(Listing),
+    ListEnd(ListEnd),
 }
 
 impl Message {
@@ -269,6 +407,13 @@ impl Message {
             Message::Receipt(_) => "Receipt",
             Message::Error(_) => "Error",
             Message::Progress(_) => "Progress",
+            Message::Fetch(_) => "Fetch",
+            Message::Source(_) => "Source",
+            Message::Data(_) => "Data",
+            Message::Sent(_) => "Sent",
+            Message::List(_) => "List",
+            Message::Listing(_) => "Listing",
+            Message::ListEnd(_) => "ListEnd",
         }
     }
 }
