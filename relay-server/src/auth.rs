@@ -23,9 +23,21 @@ pub enum AuthError {
     /// Valid token, but not for this container.
     #[error("token may not write container {0:?}")]
     Container(String),
+    /// Valid token, but it may not read this container (reading is a grant of
+    /// its own: a token that may write a container does not read it).
+    #[error("token may not read container {0:?}")]
+    NoRead(String),
     /// An Entra ID access token that failed a check (named by the refusal).
     #[error("Entra ID token refused: {0}")]
     Entra(crate::entra::Refusal),
+}
+
+/// What a stream asks to do with a container: an Offer writes, a Fetch or a
+/// List reads. Each is granted apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
 }
 
 /// Who an Offer's token names, once checked.
@@ -56,7 +68,22 @@ pub async fn authenticate(
     entra: Option<&crate::entra::Entra>,
     token: &str,
     container: &str,
+    access: Access,
 ) -> Result<Caller, AuthError> {
+    // Read grants are not parsed yet (tokens file `:r`/`:rw`, Entra
+    // `Reader.<container>`): until then nobody reads.
+    if access == Access::Read {
+        return match entra {
+            Some(entra) if crate::entra::looks_like_jwt(token) => {
+                entra.authenticate(token).await.map_err(AuthError::Entra)?;
+                Err(AuthError::NoRead(container.to_string()))
+            }
+            _ => match tokens.check(token, container) {
+                Err(AuthError::Unknown) => Err(AuthError::Unknown),
+                _ => Err(AuthError::NoRead(container.to_string())),
+            },
+        };
+    }
     match entra {
         Some(entra) if crate::entra::looks_like_jwt(token) => {
             let p = entra.authenticate(token).await.map_err(AuthError::Entra)?;

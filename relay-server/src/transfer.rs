@@ -234,11 +234,12 @@ async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller),
         shared.entra.as_deref(),
         &offer.token.0,
         &offer.container,
+        crate::auth::Access::Write,
     )
     .await
     .map_err(|e| match e {
         AuthError::Unknown | AuthError::Entra(_) => fail(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) => fail(Code::Forbidden, e.to_string()),
+        AuthError::Container(_) | AuthError::NoRead(_) => fail(Code::Forbidden, e.to_string()),
     })?;
     if shared.reserved_containers.contains(&offer.container) {
         // The deployment's own files (the relay binary, keys, tokens) live there:
