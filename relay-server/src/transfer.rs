@@ -533,9 +533,12 @@ impl Io<'_> {
             Some(Encoding::Zstd) => {
                 let remaining = self.offer.size - stager.offset();
                 let reserve = decoder_memory(shared, &self.owner);
-                stager
-                    .pump(&mut Inflating::new(recv, remaining, reserve))
-                    .await
+                let mut inflating = Inflating::new(recv, remaining, reserve);
+                match stager.pump(&mut inflating).await {
+                    // The last chunk's end, before the Trailer that follows it.
+                    Ok(()) => inflating.finish(IDLE_TIMEOUT).await,
+                    Err(e) => Err(e),
+                }
             }
         };
         if let Err(e) = pumped {
