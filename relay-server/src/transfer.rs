@@ -49,6 +49,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         code,
         message: message.into(),
         existing: None,
+        requests: None,
     }
 }
 
@@ -353,6 +354,11 @@ async fn run(
                 Event::Staged(telling_progress(send, progress, io.finish()).await)
             }
             Action::Commit => Event::Committed(io.commit(&session.expected()).await),
+            // An Error says what the file cost storage, for the client's report.
+            Action::Fail(mut f) => {
+                f.requests = Some(io.usage().requests);
+                return Action::Fail(f);
+            }
             end => return end,
         };
         action = session.handle(event, Instant::now());

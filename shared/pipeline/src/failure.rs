@@ -12,6 +12,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         code,
         message: message.into(),
         existing: None,
+        requests: None,
     }
 }
 
@@ -53,6 +54,8 @@ pub fn publish_failure(e: PublishError) -> Failure {
             Code::Conflict
         }
         PublishError::HashMismatch { .. } => Code::HashMismatch,
+        // Retryable: the client's next attempt resumes from the first lost block.
+        PublishError::BlocksLost { .. } => Code::Storage,
         PublishError::Storage(e) => return storage_failure(e),
         PublishError::Stage(_) => {
             let PublishError::Stage(e) = e else {

@@ -37,6 +37,20 @@ pub enum PublishError {
     /// The commit's condition failed and the blob holds other bytes.
     #[error("another upload committed this blob first: {0}")]
     LostRace(BlobError),
+    /// Storage acknowledged blocks it did not keep: the commit was refused
+    /// (400 InvalidBlockList) and the block list lacks `lost` of the
+    /// `staged` blocks, the first at index `first`. The relay holds no block
+    /// once it is staged, so the bytes from `first` on must come again: a
+    /// retry resumes from there (the blocks before it are still staged).
+    #[error(
+        "storage lost {lost} of {staged} staged blocks after acknowledging them (Put Block List refused: {refused}); nothing committed; a rerun resumes from block {first}"
+    )]
+    BlocksLost {
+        lost: usize,
+        staged: usize,
+        first: usize,
+        refused: BlobError,
+    },
     /// A storage request failed.
     #[error(transparent)]
     Storage(#[from] BlobError),
@@ -173,6 +187,9 @@ pub async fn commit_verified(
     let commit_retried = store.retries() != retries_before;
     let etag = match committed {
         Ok(etag) => etag,
+        Err(e) if is_invalid_block_list(&e) && staged.single.is_none() => {
+            return Err(lost_blocks(store, staged, e).await);
+        }
         Err(e) => {
             let props = conflict_or(store, dest, &ours, e).await?;
             return Ok(Published {
@@ -226,4 +243,36 @@ async fn conflict_or(
         return Ok(props.clone());
     }
     Err(refusal(dest.condition, existing.as_ref()).unwrap_or(PublishError::LostRace(e)))
+}
+
+/// Azure's refusal of a block list naming a block it does not hold.
+fn is_invalid_block_list(e: &BlobError) -> bool {
+    e.status == Some(400) && e.code.as_deref() == Some("InvalidBlockList")
+}
+
+/// After a Put Block List refused as naming blocks storage does not hold: which
+/// of ours are gone from the uncommitted list (acknowledged, then not kept).
+/// None gone (or the list unreadable): the refusal as it came.
+async fn lost_blocks(store: &dyn BlobStore, staged: &Staged, refused: BlobError) -> PublishError {
+    let held = match store.uncommitted_blocks().await {
+        Ok(list) => list,
+        Err(_) => return PublishError::Storage(refused),
+    };
+    let held: std::collections::HashSet<&[u8]> = held.iter().map(|(id, _)| id.as_slice()).collect();
+    let mut missing = staged
+        .ids
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| !held.contains(&id[..]))
+        .map(|(i, _)| i);
+    let Some(first) = missing.next() else {
+        return PublishError::Storage(refused);
+    };
+    tracing::warn!(first, "storage lost a staged block it had acknowledged");
+    PublishError::BlocksLost {
+        lost: 1 + missing.count(),
+        staged: staged.ids.len(),
+        first,
+        refused,
+    }
 }
