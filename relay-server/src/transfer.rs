@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
-use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
+use relay_pipeline::failure::{
+    condition, outcome, publish_failure, stage_failure, storage_failure,
+};
 use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::codec::FrameError;
@@ -192,7 +194,7 @@ async fn respond(
         Action::Fail(f) => {
             shared.metrics.failed(Reason::Code(f.code));
             // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
-            tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
+            tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; {}", outcome(&f));
             let _ = write_frame(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.

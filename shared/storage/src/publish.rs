@@ -13,6 +13,10 @@ use crate::error::BlobError;
 use crate::staging::{StageError, Staged};
 use crate::store::{BlobProperties, BlobStore, Commit, Condition};
 
+/// What a commit whose outcome is unknown says instead of "nothing committed".
+pub const OUTCOME_UNKNOWN: &str =
+    "outcome unknown (an attempt's answer was lost); the next attempt checks the seal";
+
 /// Why a blob was not published.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -51,6 +55,11 @@ pub enum PublishError {
         first: usize,
         refused: BlobError,
     },
+    /// The commit failed, but an attempt of it ended without an answer: it may
+    /// have reached storage and published the blob. Nobody knows until the
+    /// seal is read; the next attempt does (`already_committed`).
+    #[error("{0}; {OUTCOME_UNKNOWN}")]
+    OutcomeUnknown(BlobError),
     /// A storage request failed.
     #[error(transparent)]
     Storage(#[from] BlobError),
@@ -175,6 +184,7 @@ pub async fn commit_verified(
         condition: dest.condition,
     };
     let retries_before = store.retries();
+    let unanswered_before = store.unanswered();
     let committed = match &staged.single {
         Some(single) => store.put_blob(single.data.clone(), &commit).await,
         None => {
@@ -191,7 +201,15 @@ pub async fn commit_verified(
             return Err(lost_blocks(store, staged, e).await);
         }
         Err(e) => {
-            let props = conflict_or(store, dest, &ours, e).await?;
+            // An attempt with no answer may have published the blob: say so,
+            // never that nothing was committed.
+            let landed = store.unanswered() != unanswered_before;
+            let props = match conflict_or(store, dest, &ours, e).await {
+                Err(PublishError::Storage(e)) if landed => {
+                    return Err(PublishError::OutcomeUnknown(e));
+                }
+                other => other?,
+            };
             return Ok(Published {
                 props,
                 earlier_commit: !commit_retried,
