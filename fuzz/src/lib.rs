@@ -111,6 +111,7 @@ pub fn check_frame_bytes(data: &[u8]) {
                 code: Code::InvalidOffer,
                 message: format!("bad Offer: {e}"),
                 existing: None,
+                requests: None,
             });
         }
         Err(other) => panic!("decode returned an i/o-only error: {other:?}"),
@@ -426,6 +427,7 @@ pub fn seed_messages() -> Vec<Message> {
             code: Code::InvalidName,
             message: "invalid blob name \"a/\": ends with '/' or '.'".into(),
             existing: None,
+            requests: None,
         }),
         Message::Start(Start::plain(0)),
         Message::Trailer(Trailer {
@@ -455,6 +457,7 @@ pub fn seed_messages() -> Vec<Message> {
             code: Code::HashMismatch,
             message: "SHA-256 differs".into(),
             existing: None,
+            requests: None,
         }),
         Message::Progress(relay_proto::protocol::Progress { staged: 16 * MIB }),
     ]

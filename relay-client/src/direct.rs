@@ -17,7 +17,7 @@ use relay_storage::publish::{Destination, PublishError, Published};
 use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
-use crate::report::{ClientTimings, FileError};
+use crate::report::{ClientTimings, FileError, Spent};
 use crate::send::{Options, Sent};
 use crate::source::{Snapshot, hash_prefix};
 use crate::walk::Source;
@@ -82,7 +82,12 @@ pub async fn upload_file(
     let staged = stage(d, &upload, src, point, bar).await?;
     let t_sent = Instant::now();
     unchanged(src, &before)?;
-    let published = commit(&upload, src, &staged).await?;
+    let published = commit(&upload, src, &staged).await.map_err(|e| {
+        e.with_spent(Spent {
+            bytes_sent: staged.bytes_received,
+            storage_requests: writer.requests(),
+        })
+    })?;
     Ok(Sent {
         bytes: before.len,
         sha256: hex::encode(staged.sha256),

@@ -13,7 +13,7 @@ use crate::link::BUSY_BACKOFF;
 use crate::links::Lane;
 use crate::probe::{self, Verdict};
 use crate::progress::Reporter;
-use crate::report::{ClientTimings, ErrorReport, FileError, FileReport, Status};
+use crate::report::{ClientTimings, ErrorReport, FileError, FileReport, Spent, Status};
 use crate::send::{Options, Sent, send_file};
 use crate::setup::Mode;
 use crate::sync::{Decision, SyncRule, decide};
@@ -198,6 +198,8 @@ async fn with_retries(
     let mut reconnects = 0;
     // The run's connection this file goes on, for every attempt.
     let route = Route::of(job.mode.as_ref(), src.size);
+    // What the failed attempts sent and cost: the report counts them too.
+    let mut spent = Spent::default();
     loop {
         tries += 1;
         let (res, closed_busy) = match &route {
@@ -230,6 +232,8 @@ async fn with_retries(
         match (res, closed_busy) {
             (Ok(mut sent), _) => {
                 sent.reconnects = reconnects;
+                sent.bytes_sent += spent.bytes_sent;
+                sent.storage_requests += spent.storage_requests;
                 return Ok((sent, tries));
             }
             (Err(_), Some(busy_wait)) => {
@@ -253,11 +257,16 @@ async fn with_retries(
                 tokio::time::sleep(delay).await;
             }
             (Err(e), None) if e.retryable && backoff.allows(tries) => {
+                spent += e.spent;
                 let delay = backoff.delay(tries, rand::random::<f64>());
                 tracing::warn!(path = %src.path.display(), attempt = tries, ?delay, error = %e.message, "retrying");
                 tokio::time::sleep(delay).await;
             }
-            (Err(e), None) => return Err((e, tries)),
+            (Err(mut e), None) => {
+                spent += e.spent;
+                e.spent = spent;
+                return Err((e, tries));
+            }
         }
     }
 }
@@ -406,6 +415,8 @@ pub fn walk_report(found: Found, container: &str) -> FileReport {
 
 pub fn failed(path: &str, container: &str, blob: &str, e: FileError) -> FileReport {
     FileReport {
+        bytes_sent: e.spent.bytes_sent,
+        storage_requests: e.spent.storage_requests,
         error: Some(ErrorReport {
             code: e.code,
             message: e.message,

@@ -240,6 +240,23 @@ pub struct FileError {
     pub retryable: bool,
     /// With `exists`: the blob in the way, as storage reported it.
     pub existing: Option<ExistingBlob>,
+    /// What the failed attempts cost, for the report (a retry adds its own).
+    pub spent: Spent,
+}
+
+/// Bytes a file's attempts sent and storage requests they made, whether or
+/// not they ended in a commit: the report counts what really went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    pub bytes_sent: u64,
+    pub storage_requests: u32,
+}
+
+impl std::ops::AddAssign for Spent {
+    fn add_assign(&mut self, other: Self) {
+        self.bytes_sent += other.bytes_sent;
+        self.storage_requests += other.storage_requests;
+    }
 }
 
 impl FileError {
@@ -249,7 +266,13 @@ impl FileError {
             message: message.into(),
             retryable,
             existing: None,
+            spent: Spent::default(),
         }
+    }
+
+    pub fn with_spent(mut self, spent: Spent) -> Self {
+        self.spent = spent;
+        self
     }
 
     pub fn with_existing(mut self, existing: Option<ExistingBlob>) -> Self {
@@ -277,6 +300,7 @@ impl FileError {
             message: text,
             retryable: code.is_retryable(),
             existing: None,
+            spent: Spent::default(),
         }
     }
 }

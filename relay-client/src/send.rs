@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use crate::compress::Mode;
 use crate::open_turns::OpenTurns;
 use crate::priority::{Order, stream_priority};
-use crate::report::{ClientTimings, FileError};
+use crate::report::{ClientTimings, FileError, Spent};
 use crate::source::{Snapshot, hash_prefix, read_range_with};
 use crate::walk::Source;
 
@@ -109,10 +109,13 @@ pub async fn send_file(
     let (mut session, mut action) =
         ClientSession::with_sha256(size, Replaces::from(&opts.overwrite), src.sha256.clone());
     let mut last: Option<Stream> = None;
+    // Every stream's bytes, for the report of a file that fails.
+    let mut bytes_sent = 0;
     loop {
         let event = match action {
             Action::Offer { eager, sha256 } => {
                 let (end, stream) = attempt(conn, turns, src, opts, bar, sha256, eager).await?;
+                bytes_sent += stream.bytes_sent;
                 last = Some(stream);
                 Event::Stream(end)
             }
@@ -124,7 +127,13 @@ pub async fn send_file(
                 return Ok(stream.sent(receipt));
             }
             Action::Fail(Failed::Relay(f)) => {
-                return Err(FileError::from_relay(f.code, f.message).with_existing(f.existing));
+                let spent = Spent {
+                    bytes_sent,
+                    storage_requests: f.requests.unwrap_or(0),
+                };
+                return Err(FileError::from_relay(f.code, f.message)
+                    .with_existing(f.existing)
+                    .with_spent(spent));
             }
             Action::Fail(Failed::Protocol(m)) => return Err(FileError::new("protocol", m, false)),
             Action::Fail(Failed::Verify(m)) => return Err(FileError::new("verify", m, false)),
@@ -376,6 +385,9 @@ async fn body_and_answer(
         }
     };
     let answer = match frame {
+        // After the whole body, an Error answers it: the bytes went (the
+        // report counts them).
+        Ok(Message::Error(f)) if sent.is_some() => Message::Error(f),
         Ok(Message::Error(f) | Message::Reject(f)) => {
             return Ok(Body::Ended(StreamEnd::Refused(f)));
         }

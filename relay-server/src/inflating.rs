@@ -10,6 +10,11 @@
 //! A refusal is an `io::Error` of kind `InvalidData` carrying the
 //! `InflateError` (`refusal` finds it again).
 //!
+//! The file's last byte can come out before its chunk ends (the frame's
+//! checksum, or a bomb's rest, may still be on the way): `finish` reads the
+//! last chunk to its declared wire length and checks its frame ended there,
+//! so the Trailer is read from where the chunks end, never from inside one.
+//!
 //! The decoder's memory (`DECODER_BYTES`) is granted before the decoder is
 //! made, at the first zstd chunk (`Reserve`): a transfer whose chunks are all
 //! plain (already-compressed data) costs the budget nothing beyond its blocks.
@@ -18,9 +23,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use relay_proto::inflate::{
     DECODER_BYTES, InflateError, Inflater, READ_AHEAD_BYTES as INPUT_BYTES,
 };
+use relay_storage::staging::StageError;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// Memory held for the decoder until the stream ends.
@@ -38,6 +46,8 @@ pub struct Inflating<R> {
     reserve: Option<Reserve>,
     holding: Option<Holding>,
     held: Option<Held>,
+    /// In `finish`: reading on to the last chunk's end with no room for output.
+    to_end: bool,
 }
 
 impl<R> Inflating<R> {
@@ -56,6 +66,7 @@ impl<R> Inflating<R> {
             reserve: Some(reserve),
             holding: None,
             held: None,
+            to_end: false,
         }
     }
 
@@ -113,6 +124,35 @@ impl<R: AsyncRead + Unpin> Inflating<R> {
     }
 }
 
+impl<R: AsyncRead + Unpin> Inflating<R> {
+    /// After the file's last byte was read, and before the Trailer is: reads
+    /// what the last chunk still has on the wire (within `idle`) and checks
+    /// its frame ends exactly there. A frame cut short, one that inflates past
+    /// its chunk or a stream that ends first is refused as any bad chunk is.
+    pub async fn finish(&mut self, idle: Duration) -> Result<(), StageError> {
+        if !self.inflater.delivered_all() {
+            return Err(StageError::Task(
+                "the chunks' end was checked before the file's last byte".into(),
+            ));
+        }
+        self.to_end = true;
+        let mut none = ReadBuf::new(&mut []);
+        let read = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_read(cx, &mut none));
+        let ended = tokio::time::timeout(idle, read).await;
+        match ended {
+            Err(_) => Err(StageError::Stalled(idle.as_secs())),
+            Ok(Err(e)) => Err(StageError::Source(e)),
+            Ok(Ok(())) if self.inflater.is_done() => Ok(()),
+            // The stream ended inside the last chunk.
+            Ok(Ok(())) => Err(StageError::Source(invalid(InflateError::CutShort))),
+        }
+    }
+}
+
+fn invalid(e: InflateError) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+}
+
 /// The decoder's refusal inside an error from a read, if that is what it is.
 pub fn refusal(e: &std::io::Error) -> Option<&InflateError> {
     e.get_ref()?.downcast_ref::<InflateError>()
@@ -126,7 +166,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         loop {
-            if out.remaining() == 0 || this.inflater.is_done() {
+            if this.inflater.is_done() || out.remaining() == 0 && !this.to_end {
                 return Poll::Ready(Ok(()));
             }
             match this.poll_memory(cx) {
@@ -148,7 +188,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
                     &this.input[this.start..this.end],
                     out.initialize_unfilled_to(room),
                 )
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                .map_err(invalid)?;
             this.start += step.consumed;
             out.advance(step.produced);
             if step.produced > 0 {
@@ -169,10 +209,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
             if want == 0 {
                 // The chunk's wire bytes are all buffered and the decoder took
                 // none of them: it cannot go on.
-                return Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    InflateError::CutShort,
-                )));
+                return Poll::Ready(Err(invalid(InflateError::CutShort)));
             }
             if this.input.len() < this.end + want {
                 this.input.resize(this.end + want, 0);
@@ -301,6 +338,95 @@ mod tests {
             .await
             .expect("ends");
         assert!(got.len() < file.len() && got[..] == file[..got.len()]);
+    }
+
+    /// The file's bytes read as the stager reads them (exactly the file's
+    /// length, in pieces of `piece`), then `finish`.
+    async fn read_then_finish(
+        src: &mut Dribble<'_>,
+        size: u64,
+    ) -> (Vec<u8>, Result<(), StageError>) {
+        let mut inflating = Inflating::new(&mut *src, size, free(Default::default()));
+        let mut got = Vec::new();
+        let read = (&mut inflating).take(size).read_to_end(&mut got).await;
+        if let Err(e) = read {
+            return (got, Err(StageError::Source(e)));
+        }
+        let finished = inflating.finish(Duration::from_secs(10)).await;
+        (got, finished)
+    }
+
+    /// Every file byte comes out before the last frame's checksum is read:
+    /// `finish` takes it, and the Trailer after it stays for the frame reader.
+    #[tokio::test]
+    async fn finish_reads_the_last_frames_end_and_leaves_the_trailer() {
+        let file = relay_proto::hostile_chunks::text(2 << 20 | 5000);
+        let mut d = Deflater::new().expect("compressor");
+        let mut wire = Vec::new();
+        for part in file.chunks(1 << 20) {
+            wire.extend(d.chunk(part, 3).expect("compress"));
+        }
+        wire.extend_from_slice(b"TRAILER");
+        for piece in [1, 3, 4, 1500, 1 << 20] {
+            let mut src = Dribble { rest: &wire, piece };
+            let (got, finished) = read_then_finish(&mut src, file.len() as u64).await;
+            assert!(got == file, "pieces of {piece}");
+            assert!(finished.is_ok(), "pieces of {piece}: {finished:?}");
+            assert_eq!(src.rest, b"TRAILER", "pieces of {piece}");
+        }
+    }
+
+    /// The file's last chunk is hostile: every file byte it declares comes out,
+    /// and only its end gives it away.
+    #[tokio::test]
+    async fn a_hostile_last_chunk_is_refused_at_finish() {
+        use relay_proto::hostile_chunks as hostile;
+        let cases = [
+            (
+                "no checksum",
+                hostile::unchecked_end(),
+                InflateError::CutShort,
+            ),
+            (
+                "past its chunk",
+                (hostile::bomb().0, 1000),
+                InflateError::Bomb { declared: 1000 },
+            ),
+            (
+                "bomb",
+                hostile::last_bomb(),
+                InflateError::Bomb { declared: 1 << 20 },
+            ),
+        ];
+        for (name, (mut wire, size), want) in cases {
+            wire.extend(Deflater::plain(b"what a Trailer would be"));
+            for piece in [7, 1 << 20] {
+                let mut src = Dribble { rest: &wire, piece };
+                let (got, finished) = read_then_finish(&mut src, size).await;
+                assert_eq!(got.len() as u64, size, "{name}/{piece}");
+                match finished {
+                    Err(StageError::Source(e)) => {
+                        assert_eq!(refusal(&e), Some(&want), "{name}/{piece}")
+                    }
+                    other => panic!("{name}/{piece}: {other:?}"),
+                }
+            }
+        }
+        // The stream ends inside an honest last frame (its checksum never came).
+        let file = relay_proto::hostile_chunks::text(5000);
+        let wire = Deflater::new()
+            .and_then(|mut d| d.chunk(&file, 3))
+            .expect("compress");
+        let mut src = Dribble {
+            rest: &wire[..wire.len() - 2],
+            piece: 1 << 20,
+        };
+        let (got, finished) = read_then_finish(&mut src, 5000).await;
+        assert!(got == file);
+        match finished {
+            Err(StageError::Source(e)) => assert_eq!(refusal(&e), Some(&InflateError::CutShort)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quinn::{RecvStream, SendStream};
-use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
+use relay_pipeline::failure::{
+    condition, outcome, publish_failure, stage_failure, storage_failure,
+};
 use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::codec::FrameError;
@@ -49,6 +51,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         code,
         message: message.into(),
         existing: None,
+        requests: None,
     }
 }
 
@@ -191,7 +194,7 @@ async fn respond(
         Action::Fail(f) => {
             shared.metrics.failed(Reason::Code(f.code));
             // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
-            tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; nothing committed");
+            tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; {}", outcome(&f));
             let _ = write_frame(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
@@ -353,6 +356,11 @@ async fn run(
                 Event::Staged(telling_progress(send, progress, io.finish()).await)
             }
             Action::Commit => Event::Committed(io.commit(&session.expected()).await),
+            // An Error says what the file cost storage, for the client's report.
+            Action::Fail(mut f) => {
+                f.requests = Some(io.usage().requests);
+                return Action::Fail(f);
+            }
             end => return end,
         };
         action = session.handle(event, Instant::now());
@@ -533,9 +541,12 @@ impl Io<'_> {
             Some(Encoding::Zstd) => {
                 let remaining = self.offer.size - stager.offset();
                 let reserve = decoder_memory(shared, &self.owner);
-                stager
-                    .pump(&mut Inflating::new(recv, remaining, reserve))
-                    .await
+                let mut inflating = Inflating::new(recv, remaining, reserve);
+                match stager.pump(&mut inflating).await {
+                    // The last chunk's end, before the Trailer that follows it.
+                    Ok(()) => inflating.finish(IDLE_TIMEOUT).await,
+                    Err(e) => Err(e),
+                }
             }
         };
         if let Err(e) = pumped {

@@ -77,6 +77,9 @@ pub enum Fault {
     Stall(Duration),
     /// Forwarded after this delay (slow storage).
     Delay(Duration),
+    /// Answered 201 Created and never forwarded: storage that acknowledges a
+    /// write (a Put Block) it does not keep.
+    Swallowed,
 }
 
 /// Which requests fail, decided in arrival order.
@@ -377,6 +380,7 @@ async fn serve(
             return forward(client, upstream, op, &head, &body, &stats, true).await;
         }
         Some(Fault::Reset) => return reset(client),
+        Some(Fault::Swallowed) => return acknowledge(client).await,
         Some(Fault::Stall(d)) => {
             tokio::time::sleep(d).await;
             return;
@@ -399,6 +403,13 @@ async fn serve(
         Some(Fault::Status(s, c)) => (s, c, "Injected by the fault proxy."),
     };
     refuse(client, status, code, message).await;
+}
+
+/// Answers 201 Created, as Azure acknowledges a Put Block, and closes.
+async fn acknowledge(mut client: TcpStream) {
+    let reply = "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nx-ms-request-id: 00000000-0000-0000-0000-000000000000\r\nx-ms-version: 2025-11-05\r\nx-ms-request-server-encrypted: true\r\nConnection: close\r\n\r\n";
+    let _ = client.write_all(reply.as_bytes()).await;
+    let _ = client.shutdown().await;
 }
 
 /// Answers with an Azure-style error and closes.

@@ -175,3 +175,132 @@ async fn compressed_chunks_without_agreement_are_refused() {
     assert!(!blob_exists(&container, "x.bin").await);
     relay.stop().await;
 }
+
+/// 6 MiB and a bit of text as honest zstd chunks: a file with blocks staged
+/// before its last chunk.
+fn honest_prefix() -> (Vec<u8>, Vec<u8>) {
+    let file = hostile::text(6 << 20 | 4321);
+    let mut d = Deflater::new().unwrap_or_else(|e| panic!("{e}"));
+    let mut wire = Vec::new();
+    for part in file.chunks(1 << 20) {
+        wire.extend(d.chunk(part, 3).unwrap_or_else(|e| panic!("{e}")));
+    }
+    (file, wire)
+}
+
+/// The file's LAST chunk is hostile: every byte it declares comes out, the
+/// Trailer names exactly those bytes, and only the chunk's end gives it away.
+/// Refused with `bad_encoding`, nothing published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_last_chunk_is_refused_and_publishes_nothing() {
+    let (relay, container) = RelayHandle::with_container("zlast", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay, true).await;
+    let (prefix, prefix_wire) = honest_prefix();
+    // (name, the last chunk and its declared size, the bytes it declares,
+    // what the refusal says)
+    type Case = (&'static str, (Vec<u8>, u64), Vec<u8>, &'static str);
+    let cases: [Case; 3] = [
+        (
+            "no-checksum",
+            hostile::unchecked_end(),
+            hostile::text(5000),
+            "end inside its frame",
+        ),
+        (
+            "past-its-chunk",
+            (hostile::bomb().0, 1000),
+            vec![0u8; 1000],
+            "decompression bomb",
+        ),
+        (
+            "bomb",
+            hostile::last_bomb(),
+            vec![0u8; 1 << 20],
+            "decompression bomb",
+        ),
+    ];
+    for (name, (chunk, declared), bytes, reason) in cases {
+        for with_prefix in [false, true] {
+            let blob = format!("{name}-{with_prefix}.bin");
+            let (mut file, mut wire) = match with_prefix {
+                true => (prefix.clone(), prefix_wire.clone()),
+                false => (Vec::new(), Vec::new()),
+            };
+            file.extend_from_slice(&bytes);
+            wire.extend_from_slice(&chunk);
+            assert_eq!(bytes.len() as u64, declared);
+            let sha = hex::encode(sha2::Sha256::digest(&file));
+            let size = file.len() as u64;
+            match send_chunks(&conn, &container, &blob, size, &wire, Some(sha)).await {
+                Message::Error(f) => {
+                    assert_eq!(f.code, Code::BadEncoding, "{blob}: {f:?}");
+                    assert!(f.message.contains(reason), "{blob}: {}", f.message);
+                    assert!(f.message.contains("nothing committed"), "{blob}");
+                }
+                other => panic!("{blob}: expected an Error, got {other:?}"),
+            }
+            assert!(!blob_exists(&container, &blob).await, "{blob}: published");
+            budget_returns(&relay).await;
+        }
+    }
+    relay.stop().await;
+}
+
+/// An honest file whose last 4 wire bytes (the last frame's checksum) arrive
+/// after the relay has every file byte, as after a lost last packet: the relay
+/// waits for them before it reads the Trailer, and commits the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_frames_late_checksum_is_waited_for() {
+    let (relay, container) = RelayHandle::with_container("zlate", RelayOptions::default()).await;
+    let (_c, conn) = connect(&relay, true).await;
+    let (prefix, wire) = honest_prefix();
+    for (blob, file, wire) in [
+        ("one-chunk.txt", hostile::text(5000), {
+            let mut d = Deflater::new().unwrap_or_else(|e| panic!("{e}"));
+            d.chunk(&hostile::text(5000), 3)
+                .unwrap_or_else(|e| panic!("{e}"))
+        }),
+        ("blocks.txt", prefix, wire),
+    ] {
+        let size = file.len() as u64;
+        let sha = hex::encode(sha2::Sha256::digest(&file));
+        let received = relay.shared.metrics.bytes_received.clone();
+        let before = received.load(std::sync::atomic::Ordering::SeqCst);
+        let (mut send, mut recv, plan) =
+            open_with_offer(&conn, offer(TOKEN, &container, blob, size)).await;
+        assert!(matches!(plan, Message::Plan(_)), "{plan:?}");
+        let start = Start {
+            offset: 0,
+            encoding: Some(Encoding::Zstd),
+        };
+        write_frame(&mut send, &Message::Start(start))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (body, late) = wire.split_at(wire.len() - 4);
+        send.write_all(body).await.unwrap_or_else(|e| panic!("{e}"));
+        // Deterministic: the relay has every file byte before the rest goes.
+        let deadline = Instant::now() + T;
+        while received.load(std::sync::atomic::Ordering::SeqCst) < before + size {
+            assert!(
+                Instant::now() < deadline,
+                "{blob}: the relay never had the file's bytes"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        send.write_all(late).await.unwrap_or_else(|e| panic!("{e}"));
+        let _ = write_frame(
+            &mut send,
+            &Message::Trailer(Trailer {
+                sha256: sha.clone(),
+            }),
+        )
+        .await;
+        match tokio::time::timeout(T, read_frame(&mut recv)).await {
+            Ok(Ok(Message::Receipt(r))) => assert_eq!(r.sha256, sha, "{blob}"),
+            other => panic!("{blob}: expected a Receipt, got {other:?}"),
+        }
+        assert_eq!(blob_sha(&container, blob).await, (size, sha), "{blob}");
+    }
+    budget_returns(&relay).await;
+    relay.stop().await;
+}

@@ -3,7 +3,7 @@
 
 use relay_proto::protocol::{Code, ExistingBlob, Failure, Overwrite};
 use relay_storage::blob::BlobError;
-use relay_storage::publish::PublishError;
+use relay_storage::publish::{OUTCOME_UNKNOWN, PublishError};
 use relay_storage::staging::StageError;
 use relay_storage::store::Condition;
 
@@ -12,6 +12,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         code,
         message: message.into(),
         existing: None,
+        requests: None,
     }
 }
 
@@ -38,6 +39,16 @@ pub fn storage_failure(e: &BlobError) -> Failure {
     fail(code, e.message.clone())
 }
 
+/// What a failed transfer left in storage, for the relay's log line: nothing
+/// committed, unless the failure says a commit's outcome is unknown.
+pub fn outcome(f: &Failure) -> &'static str {
+    if f.message.contains(OUTCOME_UNKNOWN) {
+        OUTCOME_UNKNOWN
+    } else {
+        "nothing committed"
+    }
+}
+
 /// A publishing failure as the peer hears it.
 pub fn publish_failure(e: PublishError) -> Failure {
     let code = match &e {
@@ -53,6 +64,10 @@ pub fn publish_failure(e: PublishError) -> Failure {
             Code::Conflict
         }
         PublishError::HashMismatch { .. } => Code::HashMismatch,
+        // Retryable: the client's next attempt resumes from the first lost block.
+        PublishError::BlocksLost { .. } => Code::Storage,
+        // Retryable: the next attempt finds the blob sealed if it landed.
+        PublishError::OutcomeUnknown(_) => Code::Storage,
         PublishError::Storage(e) => return storage_failure(e),
         PublishError::Stage(_) => {
             let PublishError::Stage(e) = e else {
@@ -152,5 +167,19 @@ mod tests {
         );
         let staged = publish_failure(PublishError::Stage(StageError::Stopped));
         assert_eq!(staged.code, Code::Busy);
+    }
+
+    /// A commit an attempt of which went unanswered may have landed: retried,
+    /// and never logged or told as "nothing committed".
+    #[test]
+    fn a_commit_that_may_have_landed_is_not_called_nothing_committed() {
+        let unknown = publish_failure(PublishError::OutcomeUnknown(blob_error(Some(503))));
+        assert_eq!(unknown.code, Code::Storage);
+        assert_eq!(outcome(&unknown), OUTCOME_UNKNOWN);
+        assert!(!unknown.message.contains("nothing committed"), "{unknown}");
+        assert_eq!(
+            outcome(&storage_failure(&blob_error(Some(503)))),
+            "nothing committed"
+        );
     }
 }

@@ -163,3 +163,72 @@ async fn received_bytes_are_counted_as_they_arrive() {
     stager.drain().await;
     assert_eq!(received.load(Ordering::Relaxed), data.len() as u64);
 }
+
+/// Storage acknowledges a Put Block and does not keep it: the commit is
+/// refused (400 InvalidBlockList). The upload says which block is gone, the
+/// failure is retryable and says nothing was committed, and the retry resumes
+/// from the last block storage still holds and commits the file.
+#[tokio::test]
+async fn a_block_storage_lost_is_sent_again_by_the_retry() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let meta = BTreeMap::new();
+    let data = data();
+    let owner = Owner::of_token("t");
+    let sha = hex::encode(Sha256::digest(&data));
+    // The second Put Block (block 1) is answered 201 and dropped.
+    account.lose_put_block("c", "f", 1);
+    let (first, _) = upload(&account, &key, &meta, &owner, data.len() as u64);
+    let point = first.prepare(Probe::Always).await.expect("prepare");
+    let mut stager = first
+        .stager(point, Budget::new(1 << 20), 1)
+        .expect("stager");
+    stager.pump(&mut &data[..]).await.expect("pump");
+    let staged = stager.finish().await.expect("every Put Block answered");
+    let e = first
+        .commit(&staged, &[("the client", &sha)])
+        .await
+        .expect_err("storage lost a block");
+    assert!(
+        matches!(
+            e,
+            relay_storage::publish::PublishError::BlocksLost {
+                lost: 1,
+                staged: 4,
+                first: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let f = crate::failure::publish_failure(e);
+    assert!(f.code.is_retryable(), "{f:?}");
+    assert!(
+        f.message.contains("InvalidBlockList")
+            && f.message
+                .contains("nothing committed; a rerun resumes from block 1"),
+        "{}",
+        f.message
+    );
+    assert!(account.committed("c", "f").is_none());
+
+    // The retry: resumes after block 0, sends the rest again, commits.
+    let (again, _) = upload(&account, &key, &meta, &owner, data.len() as u64);
+    let point = again.prepare(Probe::Always).await.expect("prepare");
+    assert_eq!(point.offset, BLOCK, "resumed from the last block kept");
+    let mut stager = again
+        .stager(point, Budget::new(1 << 20), 1)
+        .expect("stager");
+    stager
+        .pump(&mut &data[BLOCK as usize..])
+        .await
+        .expect("pump");
+    let staged = stager.finish().await.expect("finish");
+    again
+        .commit(&staged, &[("the client", &sha)])
+        .await
+        .expect("commit");
+    let (bytes, props) = account.committed("c", "f").expect("committed");
+    assert_eq!(hex::encode(Sha256::digest(&bytes)), sha);
+    assert_eq!(props.sha256.as_deref(), Some(sha.as_str()));
+}

@@ -112,6 +112,7 @@ mod tests {
                 code: Code::Exists,
                 message: "x".into(),
                 existing: None,
+                requests: None,
             }),
             Message::Start(Start::plain(7)),
             Message::Trailer(Trailer {
@@ -137,6 +138,7 @@ mod tests {
                 code: Code::HashMismatch,
                 message: "m".into(),
                 existing: None,
+                requests: None,
             }),
         ];
         for m in msgs {
@@ -188,6 +190,7 @@ mod tests {
             code: Code::InvalidOffer,
             message: format!("bad Offer: {e}"),
             existing: None,
+            requests: None,
         });
         let bytes = encode(&reject).expect("the Reject fits a frame");
         assert!(bytes.len() < 2048, "{} bytes", bytes.len());

@@ -98,6 +98,7 @@ mod tests {
             code: Code::Unauthorized,
             message: "no".into(),
             existing: None,
+            requests: None,
         };
         assert_eq!(
             eager_answer(&Message::Reject(f.clone())),

@@ -114,3 +114,39 @@ pub fn unknown_kind() -> (Vec<u8>, u64) {
 pub fn lying_plain() -> (Vec<u8>, u64) {
     (chunk(ChunkKind::Plain, 10, b"012345678"), 10)
 }
+
+/// A frame made as the client makes them (with its 4-byte checksum) in a
+/// chunk whose wire bytes stop before that checksum: every file byte comes
+/// out, and only a reader that checks the frame's end finds it cut.
+pub fn unchecked_end() -> (Vec<u8>, u64) {
+    let raw = text(5000);
+    let c = crate::chunk::Deflater::new()
+        .and_then(|mut d| d.chunk(&raw, 3))
+        .unwrap_or_default();
+    let z = c.get(crate::chunk::CHUNK_HEADER_LEN..).unwrap_or_default();
+    let cut = &z[..z.len().saturating_sub(4)];
+    (chunk(ChunkKind::Zstd, 5000, cut), 5000)
+}
+
+/// 256 MiB of zeros (about 8 KiB on the wire) in a chunk that declares 1 MiB,
+/// for a file that ends with it: its first 1 MiB is the file's last, the rest
+/// a bomb only a reader that checks the frame's end finds.
+pub fn last_bomb() -> (Vec<u8>, u64) {
+    use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
+    let raw = vec![0u8; 1 << 20];
+    let mut out = vec![0u8; 64 << 10];
+    // Streamed 1 MiB at a time, within the relay's window (a frame the relay's
+    // decoder accepts until it inflates past its chunk).
+    let made = (|| -> std::io::Result<usize> {
+        let mut enc = Encoder::new(3)?;
+        enc.set_parameter(CParameter::WindowLog(crate::chunk::WINDOW_LOG_MAX))?;
+        let mut ob = OutBuffer::around(&mut out[..]);
+        for _ in 0..256 {
+            enc.run(&mut InBuffer::around(&raw), &mut ob)?;
+        }
+        enc.finish(&mut ob, true)?;
+        Ok(ob.pos())
+    })();
+    out.truncate(made.unwrap_or(0));
+    (chunk(ChunkKind::Zstd, 1 << 20, &out), 1 << 20)
+}

@@ -92,6 +92,19 @@ impl Inflater {
         self.remaining == 0 && matches!(self.state, State::Header { have: 0 })
     }
 
+    /// Whether every byte of the file came out (`is_done`, or the last zstd
+    /// chunk still owes its frame's end: its checksum, its remaining wire
+    /// bytes). A reader that stops here has not checked that end: it steps on
+    /// with no output room (a byte more is a bomb) until `is_done`, before it
+    /// reads what follows the chunks.
+    pub fn delivered_all(&self) -> bool {
+        self.remaining == 0
+            && matches!(
+                self.state,
+                State::Header { have: 0 } | State::Zstd { raw_left: 0, .. }
+            )
+    }
+
     /// How many more input bytes the current chunk may take: a reader that reads
     /// at most this never takes a byte past the last chunk (the Trailer follows).
     pub fn wants_input(&self) -> usize {

@@ -245,3 +245,37 @@ fn plain_bytes_taken_by_the_caller_come_out_as_the_file() {
         assert_eq!(inf.output_wanted(), 0);
     }
 }
+
+/// The file's last chunk: every file byte can come out before its frame ends.
+/// Driven on to `is_done`, a frame cut before its checksum, one that inflates
+/// past its chunk and a bomb are refused; an honest one ends where declared.
+#[test]
+fn the_last_chunks_end_is_checked_after_its_last_byte() {
+    assert_eq!(refused(hostile::unchecked_end()), InflateError::CutShort);
+    assert_eq!(
+        refused((hostile::bomb().0, 1000)),
+        InflateError::Bomb { declared: 1000 }
+    );
+    assert_eq!(
+        refused(hostile::last_bomb()),
+        InflateError::Bomb { declared: 1 << 20 }
+    );
+    // An honest frame: every byte is out while its checksum is still owed.
+    let file = hostile::text(5000);
+    let wire = Deflater::new()
+        .and_then(|mut d| d.chunk(&file, 3))
+        .expect("compress");
+    let mut inf = Inflater::new(file.len() as u64);
+    let mut out = vec![0u8; 8192];
+    let head = inf.step(&wire, &mut out).expect("header");
+    let body = wire.len() - 4;
+    let step = inf
+        .step(&wire[head.consumed..body], &mut out)
+        .expect("body");
+    assert_eq!(step.produced, file.len());
+    assert!(inf.delivered_all() && !inf.is_done());
+    assert_eq!(inf.wants_input(), 4, "the checksum is still owed");
+    let step = inf.step(&wire[body..], &mut []).expect("checksum");
+    assert_eq!((step.consumed, step.produced), (4, 0));
+    assert!(inf.is_done());
+}

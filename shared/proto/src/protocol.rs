@@ -183,6 +183,10 @@ pub struct Failure {
     /// (`--overwrite=if-newer`) and replace only that version (`IfMatch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub existing: Option<ExistingBlob>,
+    /// With an Error: the storage requests the relay made for the file before it
+    /// failed (retries included), so the client's report counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u32>,
 }
 
 /// A committed blob as the relay saw it when it refused to replace it.

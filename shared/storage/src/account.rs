@@ -219,6 +219,7 @@ impl Storage {
             retries: Arc::new(AtomicU32::new(0)),
             retry_counts: self.retry_counts.clone(),
             requests: Arc::new(AtomicU32::new(0)),
+            unanswered: Arc::new(AtomicU32::new(0)),
             request_count: self.request_count.clone(),
             options: self.options.clone(),
             in_flight: self.in_flight.clone(),

@@ -45,6 +45,8 @@ pub struct BlobWriter {
     pub(crate) retries: Arc<AtomicU32>,
     pub(crate) retry_counts: Option<Arc<RetryCounts>>,
     pub(crate) requests: Arc<AtomicU32>,
+    /// Attempts that ended without an answer from storage (`unanswered`).
+    pub(crate) unanswered: Arc<AtomicU32>,
     pub(crate) request_count: Option<Arc<AtomicU64>>,
     pub(crate) options: WriterOptions,
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
@@ -74,6 +76,12 @@ impl BlobWriter {
     /// Storage requests this writer sent (retries included).
     pub fn requests(&self) -> u32 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Attempts that ended with no answer (a transport error, a timeout): each
+    /// may have reached storage and been done there.
+    pub fn unanswered(&self) -> u32 {
+        self.unanswered.load(Ordering::Relaxed)
     }
 
     /// What this writer's requests gave up, by reason.
@@ -111,6 +119,9 @@ impl BlobWriter {
             match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) => {
+                    if e.status.is_none() {
+                        self.unanswered.fetch_add(1, Ordering::Relaxed);
+                    }
                     let backoff = &self.options.backoff;
                     if !e.is_retryable() || !backoff.allows(attempts) {
                         return Err(e);
@@ -582,6 +593,10 @@ impl BlobStore for BlobWriter {
 
     fn requests(&self) -> u32 {
         BlobWriter::requests(self)
+    }
+
+    fn unanswered(&self) -> u32 {
+        BlobWriter::unanswered(self)
     }
 
     fn abandoned(&self) -> Abandoned {

@@ -54,6 +54,8 @@ struct BlobState {
 struct Account {
     blobs: HashMap<String, BlobState>,
     etags: u64,
+    /// Per blob: Put Blocks still to keep before one is acknowledged and lost.
+    lose_after: HashMap<String, u32>,
 }
 
 /// One storage account in memory; cheap to clone (clones share the blobs).
@@ -117,6 +119,14 @@ impl MemoryAccount {
             .committed
             .as_ref()?
             .content_md5
+    }
+
+    /// Storage that lies: after `kept` more Put Blocks to this blob, the next
+    /// one is answered with success and not kept (as a service losing a write).
+    pub fn lose_put_block(&self, container: &str, blob: &str, kept: u32) {
+        lock(&self.inner)
+            .lose_after
+            .insert(key(container, blob), kept);
     }
 
     /// Uncommitted block IDs of a blob, in staging order.
@@ -255,6 +265,13 @@ impl BlobStore for MemoryBlob {
     async fn stage_block(&self, id: &[u8], data: Bytes) -> Result<(), BlobError> {
         self.request("Put Block").await;
         let mut account = lock(&self.account);
+        if let Some(kept) = account.lose_after.get_mut(&self.key) {
+            if *kept == 0 {
+                account.lose_after.remove(&self.key);
+                return Ok(());
+            }
+            *kept -= 1;
+        }
         let state = account.blobs.entry(self.key.clone()).or_default();
         match state.uncommitted.iter_mut().find(|(i, _)| i == id) {
             Some(slot) => slot.1 = data,

@@ -13,6 +13,10 @@ use crate::error::BlobError;
 use crate::staging::{StageError, Staged};
 use crate::store::{BlobProperties, BlobStore, Commit, Condition};
 
+/// What a commit whose outcome is unknown says instead of "nothing committed".
+pub const OUTCOME_UNKNOWN: &str =
+    "outcome unknown (an attempt's answer was lost); the next attempt checks the seal";
+
 /// Why a blob was not published.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -37,6 +41,25 @@ pub enum PublishError {
     /// The commit's condition failed and the blob holds other bytes.
     #[error("another upload committed this blob first: {0}")]
     LostRace(BlobError),
+    /// Storage acknowledged blocks it did not keep: the commit was refused
+    /// (400 InvalidBlockList) and the block list lacks `lost` of the
+    /// `staged` blocks, the first at index `first`. The relay holds no block
+    /// once it is staged, so the bytes from `first` on must come again: a
+    /// retry resumes from there (the blocks before it are still staged).
+    #[error(
+        "storage lost {lost} of {staged} staged blocks after acknowledging them (Put Block List refused: {refused}); nothing committed; a rerun resumes from block {first}"
+    )]
+    BlocksLost {
+        lost: usize,
+        staged: usize,
+        first: usize,
+        refused: BlobError,
+    },
+    /// The commit failed, but an attempt of it ended without an answer: it may
+    /// have reached storage and published the blob. Nobody knows until the
+    /// seal is read; the next attempt does (`already_committed`).
+    #[error("{0}; {OUTCOME_UNKNOWN}")]
+    OutcomeUnknown(BlobError),
     /// A storage request failed.
     #[error(transparent)]
     Storage(#[from] BlobError),
@@ -161,6 +184,7 @@ pub async fn commit_verified(
         condition: dest.condition,
     };
     let retries_before = store.retries();
+    let unanswered_before = store.unanswered();
     let committed = match &staged.single {
         Some(single) => store.put_blob(single.data.clone(), &commit).await,
         None => {
@@ -173,8 +197,19 @@ pub async fn commit_verified(
     let commit_retried = store.retries() != retries_before;
     let etag = match committed {
         Ok(etag) => etag,
+        Err(e) if is_invalid_block_list(&e) && staged.single.is_none() => {
+            return Err(lost_blocks(store, staged, e).await);
+        }
         Err(e) => {
-            let props = conflict_or(store, dest, &ours, e).await?;
+            // An attempt with no answer may have published the blob: say so,
+            // never that nothing was committed.
+            let landed = store.unanswered() != unanswered_before;
+            let props = match conflict_or(store, dest, &ours, e).await {
+                Err(PublishError::Storage(e)) if landed => {
+                    return Err(PublishError::OutcomeUnknown(e));
+                }
+                other => other?,
+            };
             return Ok(Published {
                 props,
                 earlier_commit: !commit_retried,
@@ -226,4 +261,36 @@ async fn conflict_or(
         return Ok(props.clone());
     }
     Err(refusal(dest.condition, existing.as_ref()).unwrap_or(PublishError::LostRace(e)))
+}
+
+/// Azure's refusal of a block list naming a block it does not hold.
+fn is_invalid_block_list(e: &BlobError) -> bool {
+    e.status == Some(400) && e.code.as_deref() == Some("InvalidBlockList")
+}
+
+/// After a Put Block List refused as naming blocks storage does not hold: which
+/// of ours are gone from the uncommitted list (acknowledged, then not kept).
+/// None gone (or the list unreadable): the refusal as it came.
+async fn lost_blocks(store: &dyn BlobStore, staged: &Staged, refused: BlobError) -> PublishError {
+    let held = match store.uncommitted_blocks().await {
+        Ok(list) => list,
+        Err(_) => return PublishError::Storage(refused),
+    };
+    let held: std::collections::HashSet<&[u8]> = held.iter().map(|(id, _)| id.as_slice()).collect();
+    let mut missing = staged
+        .ids
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| !held.contains(&id[..]))
+        .map(|(i, _)| i);
+    let Some(first) = missing.next() else {
+        return PublishError::Storage(refused);
+    };
+    tracing::warn!(first, "storage lost a staged block it had acknowledged");
+    PublishError::BlocksLost {
+        lost: 1 + missing.count(),
+        staged: staged.ids.len(),
+        first,
+        refused,
+    }
 }

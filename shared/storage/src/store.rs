@@ -76,6 +76,11 @@ pub trait BlobStore: Send + Sync {
     fn retries(&self) -> u32;
     /// Requests sent so far, retries included.
     fn requests(&self) -> u32;
+    /// Attempts so far that ended without storage's answer (a transport error,
+    /// a timeout): each may have reached storage and been done.
+    fn unanswered(&self) -> u32 {
+        0
+    }
 
     /// Requests given up by the writer's watch (`watch.rs`), by reason.
     fn abandoned(&self) -> crate::retry::Abandoned {

@@ -35,6 +35,7 @@ fn refused(code: Code) -> StreamEnd {
         code,
         message: "m".into(),
         existing: None,
+        requests: None,
     })
 }
 

@@ -170,6 +170,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         code,
         message: message.into(),
         existing: None,
+        requests: None,
     }
 }
 

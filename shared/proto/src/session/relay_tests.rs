@@ -98,6 +98,7 @@ fn run(c: &Case) -> Vec<Action> {
                     code: Code::Exists,
                     message: "a blob with this name exists (add --overwrite)".into(),
                     existing: None,
+                    requests: None,
                 }),
                 Storage::AlreadyCommitted => Ok(Prepared::AlreadyCommitted(committed())),
             }),
