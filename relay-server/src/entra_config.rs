@@ -60,8 +60,17 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
             usize::try_from(args.entra_key_refreshes).unwrap_or(1),
             REFRESH_WINDOW,
         ),
-    );
+    )
+    .with_wait(key_wait(args.auth_deadline));
     Ok(Some(Arc::new(Entra::new(policy, keys, grants))))
+}
+
+/// How long a token waits for a key fetch: half of `--auth-deadline`, so an
+/// Offer sent early in its connection's deadline (a client sends it within a
+/// round trip of the handshake) is answered before the deadline, whatever the
+/// key endpoint does; the HTTPS client's own timeouts are longer.
+pub fn key_wait(auth_deadline_secs: u64) -> Duration {
+    Duration::from_millis(auth_deadline_secs.max(1).saturating_mul(500))
 }
 
 /// HTTPS only, bounded in time; with `ca`, one more trusted root.

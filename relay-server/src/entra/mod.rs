@@ -126,6 +126,16 @@ impl Entra {
         self.keys.fetches()
     }
 
+    /// Tokens waiting for a key fetch now.
+    pub fn key_waiting(&self) -> u64 {
+        self.keys.waiting()
+    }
+
+    /// Whether a key fetch is under way.
+    pub fn key_fetching(&self) -> bool {
+        self.keys.fetching()
+    }
+
     pub fn refused(&self, r: Refusal) -> u64 {
         self.refusals[r.index()].load(Ordering::Relaxed)
     }
@@ -187,6 +197,12 @@ impl Entra {
             Kind::Counter,
             "JWKS documents fetched from the tenant (rate-limited).",
             self.key_fetches(),
+        );
+        out.value(
+            "blob_relay_entra_key_waiting",
+            Kind::Gauge,
+            "Tokens naming a key the relay does not hold, waiting for the key fetch in flight.",
+            self.key_waiting(),
         );
     }
 }
