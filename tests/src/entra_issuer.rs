@@ -235,6 +235,17 @@ impl Issuer {
         self.sign_as(&kid, claims)
     }
 
+    /// `header` and `claims` as JSON text, exactly (a test can repeat a
+    /// member), validly signed with the current key.
+    pub fn sign_raw(&self, header: &str, claims: &str) -> String {
+        sign_raw(&self.current(), header, claims)
+    }
+
+    /// The current key's ID.
+    pub fn kid(&self) -> String {
+        self.current().kid.clone()
+    }
+
     /// The classic confusion attack: HS256 with the published public key as the
     /// HMAC secret.
     pub fn forge_hs256_with_public_key(&self, claims: &serde_json::Value) -> String {
@@ -270,11 +281,13 @@ impl Issuer {
 /// `claims` signed (RS256) with `key`, under `header_kid`.
 fn sign_with(key: &Key, header_kid: &str, claims: &serde_json::Value) -> String {
     let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "kid": header_kid});
-    let msg = format!(
-        "{}.{}",
-        b64(header.to_string().as_bytes()),
-        b64(claims.to_string().as_bytes())
-    );
+    sign_raw(key, &header.to_string(), &claims.to_string())
+}
+
+/// The header and claims exactly as given (JSON text, which may repeat a
+/// member), signed (RS256) with `key`.
+fn sign_raw(key: &Key, header: &str, claims: &str) -> String {
+    let msg = format!("{}.{}", b64(header.as_bytes()), b64(claims.as_bytes()));
     let mut sig = vec![0u8; key.pair.public_modulus_len()];
     key.pair
         .sign(

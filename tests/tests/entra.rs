@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use relay_proto::id_key::Owner;
 use relay_server::auth::Caller;
-use relay_server::entra::{Entra, Principal, Refusal};
+use relay_server::auth::{Access, AuthError, TokenStore};
+use relay_server::entra::{Entra, Malformed, Principal, Refusal};
 use relay_tests::blobs::blob_sha;
 use relay_tests::entra_issuer::{Issuer, TENANT, now};
 use relay_tests::files::{Scratch, write_random};
@@ -92,12 +93,12 @@ async fn every_bad_token_is_refused_by_name() {
         (
             "garbage",
             "e!!.not-base64.x".into(),
-            Refusal::Malformed("header is not base64url"),
+            Refusal::Malformed(Malformed::HeaderEncoding),
         ),
         (
             "not JSON",
             "eyJub3Q.e30.e30".into(),
-            Refusal::Malformed("header is not JSON"),
+            Refusal::Malformed(Malformed::HeaderJson),
         ),
     ];
     for (what, token, want) in &cases {
@@ -120,6 +121,132 @@ async fn every_bad_token_is_refused_by_name() {
     // One fetch for the first token, one for the unknown kid: nothing else
     // reached for the keys (alg and malformed are refused before the lookup).
     assert_eq!(issuer.jwks_fetches(), 2);
+}
+
+/// Issue 52 item 3: hostile tokens, each refused for its real reason (by
+/// name, in the refusal and in `blob_relay_entra_refusals_total`), through
+/// the relay's front door (`auth::authenticate`), none looked up as a static
+/// token and none costing a key fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_tokens_are_refused_for_their_real_reason() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-hostile");
+    let entra = verifier(&issuer, &dir, 10);
+    let good = issuer.claims("oid-h", &["Uploader.lab-a"]);
+    let (kid, claims) = (issuer.kid(), good.to_string());
+    let signed = issuer.sign(&good);
+    let parts: Vec<&str> = signed.split('.').collect();
+    let header = |h: &str| issuer.sign_raw(h, &claims);
+    let cases: Vec<(&str, String, Refusal)> = vec![
+        (
+            "crit header",
+            header(&format!(
+                r#"{{"alg":"RS256","kid":"{kid}","crit":["exp"],"exp":1}}"#
+            )),
+            Refusal::Malformed(Malformed::Crit),
+        ),
+        (
+            "crit b64 (unencoded payload)",
+            header(&format!(
+                r#"{{"alg":"RS256","kid":"{kid}","crit":["b64"],"b64":false}}"#
+            )),
+            Refusal::Malformed(Malformed::Crit),
+        ),
+        (
+            "signature not base64url",
+            format!("{}.{}.{}!", parts[0], parts[1], parts[2]),
+            Refusal::Malformed(Malformed::SignatureEncoding),
+        ),
+        (
+            "no alg",
+            header(&format!(r#"{{"typ":"JWT","kid":"{kid}"}}"#)),
+            Refusal::Malformed(Malformed::NoAlg),
+        ),
+        (
+            "alg array",
+            header(&format!(r#"{{"alg":["RS256"],"kid":"{kid}"}}"#)),
+            Refusal::Malformed(Malformed::AlgType),
+        ),
+        (
+            "alg twice",
+            header(&format!(r#"{{"alg":"RS256","kid":"{kid}","alg":"none"}}"#)),
+            Refusal::Malformed(Malformed::DuplicateHeader),
+        ),
+        (
+            "no kid",
+            header(r#"{"alg":"RS256","typ":"JWT"}"#),
+            Refusal::Malformed(Malformed::NoKid),
+        ),
+        (
+            "kid a number",
+            header(r#"{"alg":"RS256","kid":1}"#),
+            Refusal::Malformed(Malformed::KidType),
+        ),
+        (
+            "two parts",
+            format!("{}.{}", parts[0], parts[1]),
+            Refusal::Malformed(Malformed::Shape),
+        ),
+        (
+            "four parts",
+            format!("{signed}.{}", parts[2]),
+            Refusal::Malformed(Malformed::Shape),
+        ),
+        (
+            "claims not base64url",
+            format!("{}.{}!.{}", parts[0], parts[1], parts[2]),
+            Refusal::Malformed(Malformed::ClaimsEncoding),
+        ),
+        (
+            "claims an array",
+            issuer.sign_raw(&format!(r#"{{"alg":"RS256","kid":"{kid}"}}"#), "[1]"),
+            Refusal::Malformed(Malformed::ClaimsJson),
+        ),
+        (
+            "oid twice",
+            issuer.sign_raw(
+                &format!(r#"{{"alg":"RS256","kid":"{kid}"}}"#),
+                &format!(r#"{},"oid":"someone-else"}}"#, claims.trim_end_matches('}')),
+            ),
+            Refusal::Malformed(Malformed::DuplicateClaim),
+        ),
+        (
+            "exp a string",
+            issuer.sign(&{
+                let mut c = good.clone();
+                c["exp"] = "tomorrow".into();
+                c
+            }),
+            Refusal::Malformed(Malformed::ClaimType),
+        ),
+        (
+            "longer than 16 KiB",
+            format!("{signed}{}", "A".repeat(16 << 10)),
+            Refusal::Malformed(Malformed::TooLong),
+        ),
+    ];
+    let store = TokenStore::none();
+    for (what, token, want) in &cases {
+        let got =
+            relay_server::auth::authenticate(&store, Some(&entra), token, "lab-a", Access::Write)
+                .await
+                .err();
+        assert_eq!(got, Some(AuthError::Entra(*want)), "{what}");
+    }
+    let mut out = relay_server::exposition::Exposition::default();
+    entra.render(&mut out);
+    let metrics = out.encode();
+    for (what, _, want) in &cases {
+        let n = cases.iter().filter(|(_, _, w)| w == want).count();
+        let line = format!(
+            "blob_relay_entra_refusals_total{{reason=\"{}\"}} {n}",
+            want.label()
+        );
+        assert!(metrics.contains(&line), "{what}: no {line:?} in\n{metrics}");
+    }
+    assert!(!metrics.contains("reason=\"malformed\""), "{metrics}");
+    // None of them reached for the keys.
+    assert_eq!(issuer.jwks_fetches(), 0);
 }
 
 /// What the client reported (JSON on stdout, text on stderr).

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::Refusal;
+use super::{Malformed, Refusal};
 
 /// What a token must say to be accepted (from `--entra-*`).
 #[derive(Debug, Clone)]
@@ -81,7 +81,7 @@ pub struct Principal {
 
 /// Every claims rule, in order; `now` is Unix seconds.
 pub fn check(policy: &Policy, claims: Claims, now: i64) -> Result<Principal, Refusal> {
-    let exp = claims.exp.ok_or(Refusal::Malformed("no exp claim"))?;
+    let exp = claims.exp.ok_or(Refusal::Malformed(Malformed::NoExp))?;
     if now > exp.saturating_add(policy.skew_secs) {
         return Err(Refusal::Expired);
     }
@@ -105,7 +105,7 @@ pub fn check(policy: &Policy, claims: Claims, now: i64) -> Result<Principal, Ref
     let object_id = claims
         .oid
         .filter(|o| !o.is_empty())
-        .ok_or(Refusal::Malformed("no oid claim"))?;
+        .ok_or(Refusal::Malformed(Malformed::NoOid))?;
     let name = claims
         .preferred_username
         .or(claims.name)
@@ -186,7 +186,7 @@ mod tests {
         };
         assert_eq!(
             check(&p, no_exp, 1_500),
-            Err(Refusal::Malformed("no exp claim"))
+            Err(Refusal::Malformed(Malformed::NoExp))
         );
         let no_oid = Claims {
             oid: None,
@@ -194,7 +194,7 @@ mod tests {
         };
         assert_eq!(
             check(&p, no_oid, 1_500),
-            Err(Refusal::Malformed("no oid claim"))
+            Err(Refusal::Malformed(Malformed::NoOid))
         );
     }
 }
