@@ -21,6 +21,8 @@ use crate::entra_sts::Sts;
 
 pub const TENANT: &str = "72f988bf-0000-4000-8000-00000000cafe";
 pub const AUDIENCE: &str = "api://blob-relay-test";
+/// The application the stand-in's tokens say asked for them (`azp`).
+pub const CLIENT_APP: &str = "04b07795-8ddb-461a-bbee-02f9e1bf7b46";
 
 struct Key {
     kid: String,
@@ -218,6 +220,8 @@ impl Issuer {
             "oid": oid,
             "name": format!("Test user {oid}"),
             "roles": roles,
+            "ver": "2.0",
+            "azp": CLIENT_APP,
             "iat": now - 60,
             "nbf": now - 60,
             "exp": now + 3600,

@@ -249,6 +249,123 @@ async fn hostile_tokens_are_refused_for_their_real_reason() {
     assert_eq!(issuer.jwks_fetches(), 0);
 }
 
+/// Issue 52 item 4, through the stand-in's signed tokens: an ID token's
+/// shape, a `ver` of the other format, a lifetime of years are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_access_tokens_for_the_relay_pass() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-semantics");
+    let entra = verifier(&issuer, &dir, 10);
+    let good = issuer.claims("oid-a", &["Uploader.lab-a"]);
+    entra
+        .authenticate(&issuer.sign(&good))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let with = |edits: &[(&str, serde_json::Value)]| {
+        let mut c = good.clone();
+        for (k, v) in edits {
+            c[*k] = v.clone();
+        }
+        issuer.sign(&c)
+    };
+    let without = |key: &str| {
+        let mut c = good.clone();
+        c.as_object_mut().map(|o| o.remove(key));
+        issuer.sign(&c)
+    };
+    let cases: Vec<(&str, String, Refusal)> = vec![
+        (
+            "ID token: nonce",
+            with(&[("nonce", "abc".into())]),
+            Refusal::NotAccessToken,
+        ),
+        (
+            "ID token: no calling application",
+            without("azp"),
+            Refusal::NotAccessToken,
+        ),
+        (
+            "ID token: audience is the client that asked",
+            with(&[("azp", relay_tests::entra_issuer::AUDIENCE.into())]),
+            Refusal::NotAccessToken,
+        ),
+        (
+            "v2 issuer, ver 1.0",
+            with(&[("ver", "1.0".into())]),
+            Refusal::Version,
+        ),
+        ("no ver", without("ver"), Refusal::Version),
+        (
+            "exp five years ahead",
+            with(&[("exp", (now() + 5 * 365 * 86_400).into())]),
+            Refusal::Lifetime,
+        ),
+        (
+            "25 hours after iat",
+            with(&[("iat", now().into()), ("exp", (now() + 25 * 3600).into())]),
+            Refusal::Lifetime,
+        ),
+    ];
+    for (what, token, want) in &cases {
+        assert_eq!(entra.authenticate(token).await.err(), Some(*want), "{what}");
+    }
+}
+
+/// Issue 50 item 6 (Entra half): a principal reads only what a grant says it
+/// reads; writing does not imply reading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entra_principals_read_only_what_a_grant_says() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-read");
+    let entra = issuer.verifier(
+        &dir.path("ca.pem"),
+        60,
+        (10, Duration::from_secs(3600)),
+        &[
+            "role:Lab=data:rw,results:r,inbox".into(),
+            "group:0000aaaa-group=shared:r".into(),
+        ],
+    );
+    let store = TokenStore::none();
+    let auth = |token: String, container: &'static str, access: Access| {
+        let (store, entra) = (&store, &entra);
+        async move {
+            relay_server::auth::authenticate(store, Some(entra), &token, container, access).await
+        }
+    };
+    let lab = issuer.sign(&issuer.claims("oid-lab", &["Lab"]));
+    assert!(auth(lab.clone(), "data", Access::Read).await.is_ok());
+    assert!(auth(lab.clone(), "data", Access::Write).await.is_ok());
+    assert!(auth(lab.clone(), "results", Access::Read).await.is_ok());
+    assert_eq!(
+        auth(lab.clone(), "results", Access::Write).await.err(),
+        Some(AuthError::Container("results".into()))
+    );
+    assert!(auth(lab.clone(), "inbox", Access::Write).await.is_ok());
+    assert_eq!(
+        auth(lab.clone(), "inbox", Access::Read).await.err(),
+        Some(AuthError::NoRead("inbox".into()))
+    );
+    assert_eq!(
+        auth(lab, "shared", Access::Read).await.err(),
+        Some(AuthError::NoRead("shared".into()))
+    );
+    let mut member = issuer.claims("oid-member", &[]);
+    member["groups"] = serde_json::json!(["0000aaaa-group"]);
+    let member = issuer.sign(&member);
+    assert!(auth(member.clone(), "shared", Access::Read).await.is_ok());
+    assert_eq!(
+        auth(member, "shared", Access::Write).await.err(),
+        Some(AuthError::Container("shared".into()))
+    );
+    // A role named like the group's object ID takes nothing of its grant.
+    let impostor = issuer.sign(&issuer.claims("oid-x", &["0000aaaa-group"]));
+    assert_eq!(
+        auth(impostor, "shared", Access::Read).await.err(),
+        Some(AuthError::NoRead("shared".into()))
+    );
+}
+
 /// What the client reported (JSON on stdout, text on stderr).
 fn said(out: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(out))

@@ -47,6 +47,12 @@ pub enum Refusal {
     Audience,
     #[error("token from another tenant")]
     Tenant,
+    #[error("token lives longer than 24 hours")]
+    Lifetime,
+    #[error("token version does not match its issuer")]
+    Version,
+    #[error("not an access token for this relay (an ID token?)")]
+    NotAccessToken,
 }
 
 impl From<Malformed> for Refusal {
@@ -57,7 +63,7 @@ impl From<Malformed> for Refusal {
 
 /// Every refusal, in the order /metrics lists them.
 fn refusals() -> impl Iterator<Item = Refusal> {
-    const OTHERS: [Refusal; 9] = [
+    const OTHERS: [Refusal; OTHER_KINDS] = [
         Refusal::Algorithm,
         Refusal::UnknownKey,
         Refusal::KeysUnavailable,
@@ -67,6 +73,9 @@ fn refusals() -> impl Iterator<Item = Refusal> {
         Refusal::Issuer,
         Refusal::Audience,
         Refusal::Tenant,
+        Refusal::Lifetime,
+        Refusal::Version,
+        Refusal::NotAccessToken,
     ];
     Malformed::ALL
         .into_iter()
@@ -74,7 +83,8 @@ fn refusals() -> impl Iterator<Item = Refusal> {
         .chain(OTHERS)
 }
 
-const REFUSAL_KINDS: usize = Malformed::ALL.len() + 9;
+const OTHER_KINDS: usize = 12;
+const REFUSAL_KINDS: usize = Malformed::ALL.len() + OTHER_KINDS;
 
 impl Refusal {
     pub fn label(self) -> &'static str {
@@ -89,6 +99,9 @@ impl Refusal {
             Refusal::Issuer => "issuer",
             Refusal::Audience => "audience",
             Refusal::Tenant => "tenant",
+            Refusal::Lifetime => "lifetime",
+            Refusal::Version => "version",
+            Refusal::NotAccessToken => "not_access_token",
         }
     }
 
