@@ -545,11 +545,17 @@ async fn a_stuck_key_fetch_refuses_the_waiting_token_without_ending_the_fetch() 
     issuer.hold_keys();
     issuer.rotate("key-2");
     let rotated = issuer.sign(&claims);
-    assert_eq!(
-        entra.authenticate(&rotated).await.err(),
-        Some(Refusal::KeysUnavailable)
-    );
-    // Refused while the fetch was still held: the token did not wait for the
+    let entra = Arc::new(entra);
+    let first = {
+        let (entra, rotated) = (entra.clone(), rotated.clone());
+        tokio::spawn(async move { entra.authenticate(&rotated).await })
+    };
+    // However long the fetch takes to reach the endpoint, it is then held, so
+    // the token is refused without its answer.
+    until("the fetch held", || issuer.held_key_requests() == 1).await;
+    let first = first.await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first.err(), Some(Refusal::KeysUnavailable));
+    // Refused while the fetch is still held: the token did not wait for the
     // HTTPS client's own timeout.
     assert_eq!(issuer.held_key_requests(), 1);
     assert!(entra.key_fetching());
