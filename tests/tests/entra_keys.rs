@@ -228,3 +228,63 @@ async fn a_stuck_key_fetch_refuses_the_waiting_token_without_ending_the_fetch() 
         .unwrap_or_else(|e| panic!("after the fetch: {e}"));
     assert_eq!(issuer.jwks_fetches(), 2);
 }
+
+/// Issue 52's re-run probe (not a check: it prints, asserts no timing):
+/// cached-key sign-in latency alone, then while 64 unknown-kid tokens wait on
+/// a key fetch the endpoint does not answer.
+/// `cargo test -p relay-tests --test entra_keys probe -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn probe_sign_in_latency_during_a_held_key_fetch() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-probe");
+    let entra = Arc::new(issuer.verifier_waiting(
+        &dir.path("ca.pem"),
+        60,
+        (4, Duration::from_secs(60)),
+        Duration::from_secs(3600),
+        &["Uploader.lab-a=lab-a".into()],
+    ));
+    let claims = issuer.claims("oid-p", &["Uploader.lab-a"]);
+    let cached = issuer.sign(&claims);
+    let sample = |entra: Arc<Entra>, token: String| async move {
+        let mut ms = Vec::new();
+        for _ in 0..50 {
+            let t0 = std::time::Instant::now();
+            entra
+                .authenticate(&token)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        (ms[ms.len() / 2], ms[ms.len() - 1])
+    };
+    entra
+        .authenticate(&cached)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (alone_median, alone_max) = sample(entra.clone(), cached.clone()).await;
+    issuer.hold_keys();
+    let flood: Vec<_> = (0..64)
+        .map(|i| {
+            let (entra, token) = (
+                entra.clone(),
+                issuer.sign_as(&format!("made-up-{i}"), &claims),
+            );
+            tokio::spawn(async move { entra.authenticate(&token).await })
+        })
+        .collect();
+    until("64 waiting", || entra.key_waiting() == 64).await;
+    let (held_median, held_max) = sample(entra.clone(), cached.clone()).await;
+    println!(
+        "cached-key sign-in, 50 each: alone median {alone_median:.2} ms max {alone_max:.2} ms; \
+         during a held key fetch with 64 unknown-kid tokens waiting: median {held_median:.2} ms \
+         max {held_max:.2} ms; JWKS fetches {}",
+        issuer.jwks_fetches()
+    );
+    issuer.release_keys();
+    for t in flood {
+        let _ = t.await;
+    }
+}
