@@ -76,6 +76,25 @@ resource "azurerm_role_assignment" "relay_uploads" {
   principal_type       = "ServicePrincipal"
 }
 
+# Containers downloads may read (relay-client download, through the relays):
+# the relays read them and nothing else of them (least privilege: reading is
+# granted per container, only where a download is meant to happen).
+resource "azurerm_storage_container" "downloads" {
+  #checkov:skip=CKV2_AZURE_21:Blob read logging needs a Log Analytics workspace or a second account; add a diagnostic setting where audit logs are required.
+  for_each              = toset([for c in var.download_containers : c if c != var.container_name])
+  name                  = each.key
+  storage_account_id    = azurerm_storage_account.this.id
+  container_access_type = "private"
+}
+
+resource "azurerm_role_assignment" "relay_downloads" {
+  for_each             = azurerm_storage_container.downloads
+  scope                = azurerm_storage_container.downloads[each.key].id
+  role_definition_name = "Storage Blob Data Reader"
+  principal_id         = local.relay_principal_id
+  principal_type       = "ServicePrincipal"
+}
+
 # Operators read what was uploaded (docs/DEPLOY.md, Verify).
 resource "azurerm_role_assignment" "deployer_uploads_read" {
   for_each = toset(var.deployer_principal_ids)

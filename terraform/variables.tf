@@ -176,6 +176,17 @@ variable "container_name" {
   default     = "uploads"
 }
 
+variable "download_containers" {
+  description = "Containers of the upload account that relay-client download may read through the relays: each is created (private) and the relays' identity gets Storage Blob Data Reader on it, nothing more. The upload container (container_name) is readable without being listed (the relays' Contributor role there includes reading). Who may read is still each token's or principal's read grant (`:r`); this only lets the relays read at all. Removing a name deletes its container (soft-deleted for blob_soft_delete_days)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.download_containers : length(c) >= 3 && length(c) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*$", c))])
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens)."
+  }
+}
+
 variable "tokens" {
   description = "More client tokens, beside client_token: name => containers the token may write ([] = any container that is not reserved). Apply after adding, changing or removing an entry: the tokens blob is rewritten and every relay picks it up within about a minute (blob-relay-tokens.timer), no reimage. Values: the sensitive output `tokens`."
   type        = map(list(string))

@@ -70,29 +70,26 @@ pub async fn authenticate(
     container: &str,
     access: Access,
 ) -> Result<Caller, AuthError> {
-    // Read grants are not parsed yet (tokens file `:r`/`:rw`, Entra
-    // `Reader.<container>`): until then nobody reads.
-    if access == Access::Read {
-        return match entra {
-            Some(entra) if crate::entra::looks_like_jwt(token) => {
-                entra.authenticate(token).await.map_err(AuthError::Entra)?;
-                Err(AuthError::NoRead(container.to_string()))
-            }
-            _ => match tokens.check(token, container) {
-                Err(AuthError::Unknown) => Err(AuthError::Unknown),
-                _ => Err(AuthError::NoRead(container.to_string())),
-            },
-        };
-    }
     match entra {
+        // Entra ID principals read and write what `--entra-grant` (and, if
+        // honoured, `Reader.<container>` roles) grant them, each apart.
         Some(entra) if crate::entra::looks_like_jwt(token) => {
             let p = entra.authenticate(token).await.map_err(AuthError::Entra)?;
-            if entra.grants.allows(&p, container) {
+            if entra.grants.allows(&p, container, access) {
                 Ok(Caller::Entra(p))
             } else {
-                Err(AuthError::Container(container.to_string()))
+                Err(match access {
+                    Access::Read => AuthError::NoRead(container.to_string()),
+                    Access::Write => AuthError::Container(container.to_string()),
+                })
             }
         }
+        // Read grants of the tokens file are not parsed yet (`:r`/`:rw`):
+        // until then no static token reads.
+        _ if access == Access::Read => match tokens.check(token, container) {
+            Err(AuthError::Unknown) => Err(AuthError::Unknown),
+            _ => Err(AuthError::NoRead(container.to_string())),
+        },
         _ => tokens.check(token, container).map(|()| Caller::Static),
     }
 }

@@ -93,7 +93,8 @@ pub struct Args {
 
     /// Accept Entra ID access tokens for this audience: the relay app
     /// registration's application ID URI and/or client ID (comma-separated).
-    /// Needs --entra-tenant and at least one --entra-grant. Beside --tokens or
+    /// Needs --entra-tenant and at least one --entra-grant (or
+    /// --entra-reader-roles). Beside --tokens or
     /// alone (docs/SECURITY.md, "Entra ID sign-in").
     #[arg(
         long,
@@ -122,11 +123,18 @@ pub struct Args {
     )]
     pub entra_authority: String,
 
-    /// A role or group that may write containers: `ROLE_OR_GROUP_ID=CONTAINER[,...]`
-    /// (repeatable, or `;`-separated in the environment), e.g.
-    /// `Uploader.lab-a=lab-a`.
+    /// An app role or group and what it may do with which containers:
+    /// `[role:|group:]NAME=CONTAINER[:r|:w|:rw][,...]` (repeatable, or
+    /// `;`-separated in the environment), e.g. `Uploader.lab-a=lab-a` or
+    /// `group:OBJECT_ID=data:rw,results:r`. A bare NAME is an app role; a bare
+    /// container is write only (`:r` reads, `:rw` both).
     #[arg(long, env = "RELAY_ENTRA_GRANT", value_delimiter = ';')]
     pub entra_grant: Vec<String>,
+
+    /// An app role `Reader.<container>` in a token grants reading that
+    /// container (downloads and listings), without an --entra-grant for it.
+    #[arg(long, env = "RELAY_ENTRA_READER_ROLES")]
+    pub entra_reader_roles: bool,
 
     /// Extra trusted root (PEM) for fetching the authority's documents (a
     /// private PKI or the tests' stand-in issuer); the usual roots stay trusted.

@@ -17,7 +17,7 @@ pub enum EntraConfigError {
     #[error(transparent)]
     Grant(#[from] GrantError),
     #[error(
-        "--entra-audience needs at least one --entra-grant (no principal could write anything)"
+        "--entra-audience needs at least one --entra-grant or --entra-reader-roles (no principal could do anything)"
     )]
     NoGrant,
     #[error("--entra-authority must be https://, not {0:?}")]
@@ -33,7 +33,7 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
     let (false, Some(tenant)) = (args.entra_audience.is_empty(), &args.entra_tenant) else {
         return Ok(None);
     };
-    let grants = Grants::parse(&args.entra_grant)?;
+    let grants = Grants::parse(&args.entra_grant)?.with_reader_roles(args.entra_reader_roles);
     if grants.is_empty() {
         return Err(EntraConfigError::NoGrant);
     }
@@ -60,8 +60,17 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
             usize::try_from(args.entra_key_refreshes).unwrap_or(1),
             REFRESH_WINDOW,
         ),
-    );
+    )
+    .with_wait(key_wait(args.auth_deadline));
     Ok(Some(Arc::new(Entra::new(policy, keys, grants))))
+}
+
+/// How long a token waits for a key fetch: half of `--auth-deadline`, so an
+/// Offer sent early in its connection's deadline (a client sends it within a
+/// round trip of the handshake) is answered before the deadline, whatever the
+/// key endpoint does; the HTTPS client's own timeouts are longer.
+pub fn key_wait(auth_deadline_secs: u64) -> Duration {
+    Duration::from_millis(auth_deadline_secs.max(1).saturating_mul(500))
 }
 
 /// HTTPS only, bounded in time; with `ca`, one more trusted root.

@@ -21,6 +21,8 @@ use crate::entra_sts::Sts;
 
 pub const TENANT: &str = "72f988bf-0000-4000-8000-00000000cafe";
 pub const AUDIENCE: &str = "api://blob-relay-test";
+/// The application the stand-in's tokens say asked for them (`azp`).
+pub const CLIENT_APP: &str = "04b07795-8ddb-461a-bbee-02f9e1bf7b46";
 
 struct Key {
     kid: String,
@@ -34,6 +36,10 @@ pub struct Issuer {
     /// Published keys (the JWKS); the first signs by default.
     keys: Arc<Mutex<Vec<Arc<Key>>>>,
     jwks_fetches: Arc<AtomicU64>,
+    /// While true, JWKS answers are held (a slow key endpoint, on the test's cue).
+    hold: Arc<tokio::sync::watch::Sender<bool>>,
+    /// JWKS requests being held now, their client still connected.
+    held: Arc<AtomicU64>,
     /// The token endpoints the client's sign-in flows use (`entra_sts`).
     pub sts: Arc<Sts>,
     task: tokio::task::JoinHandle<()>,
@@ -79,7 +85,10 @@ impl Issuer {
         let jwks_fetches = Arc::new(AtomicU64::new(0));
         let base = format!("https://localhost:{}", addr.port());
         let sts = Arc::new(Sts::default());
+        let hold = Arc::new(tokio::sync::watch::Sender::new(false));
+        let held = Arc::new(AtomicU64::new(0));
         let (k, f, t) = (keys.clone(), jwks_fetches.clone(), sts.clone());
+        let (h, hd) = (hold.clone(), held.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, k, f, t, base) = (
@@ -89,9 +98,16 @@ impl Issuer {
                     t.clone(),
                     base.clone(),
                 );
+                let (gate, hd) = (h.subscribe(), hd.clone());
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(tcp).await {
-                        serve(tls, &base, &k, &f, &t).await;
+                        let jwks = Jwks {
+                            keys: &k,
+                            fetches: &f,
+                            gate,
+                            held: &hd,
+                        };
+                        serve(tls, &base, jwks, &t).await;
                     }
                 });
             }
@@ -101,9 +117,27 @@ impl Issuer {
             ca_pem: ca.pem(),
             keys,
             jwks_fetches,
+            hold,
+            held,
             sts,
             task,
         }
+    }
+
+    /// Holds every JWKS answer from now until `release_keys` (a key endpoint
+    /// that does not answer). Requests are counted as they arrive.
+    pub fn hold_keys(&self) {
+        self.hold.send_replace(true);
+    }
+
+    /// Answers the held JWKS requests, and later ones at once.
+    pub fn release_keys(&self) {
+        self.hold.send_replace(false);
+    }
+
+    /// JWKS requests held now whose client is still connected.
+    pub fn held_key_requests(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
     }
 
     /// The relay's verifier for this stand-in: trusting its CA (written to
@@ -113,7 +147,20 @@ impl Issuer {
         &self,
         ca_file: &std::path::Path,
         skew_secs: i64,
+        budget: (usize, std::time::Duration),
+        grants: &[String],
+    ) -> relay_server::entra::Entra {
+        let wait = relay_server::entra::keys::DEFAULT_KEY_WAIT;
+        self.verifier_waiting(ca_file, skew_secs, budget, wait, grants)
+    }
+
+    /// `verifier`, with tokens waiting at most `key_wait` for a key fetch.
+    pub fn verifier_waiting(
+        &self,
+        ca_file: &std::path::Path,
+        skew_secs: i64,
         (refreshes, window): (usize, std::time::Duration),
+        key_wait: std::time::Duration,
         grants: &[String],
     ) -> relay_server::entra::Entra {
         use relay_server::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
@@ -130,7 +177,8 @@ impl Issuer {
             http,
             self.discovery_url(),
             RefreshBudget::new(refreshes, window),
-        );
+        )
+        .with_wait(key_wait);
         let grants = Grants::parse(grants).unwrap_or_else(|e| panic!("{e}"));
         Entra::new(policy, keys, grants)
     }
@@ -172,6 +220,8 @@ impl Issuer {
             "oid": oid,
             "name": format!("Test user {oid}"),
             "roles": roles,
+            "ver": "2.0",
+            "azp": CLIENT_APP,
             "iat": now - 60,
             "nbf": now - 60,
             "exp": now + 3600,
@@ -187,6 +237,17 @@ impl Issuer {
     pub fn sign(&self, claims: &serde_json::Value) -> String {
         let kid = self.current().kid.clone();
         self.sign_as(&kid, claims)
+    }
+
+    /// `header` and `claims` as JSON text, exactly (a test can repeat a
+    /// member), validly signed with the current key.
+    pub fn sign_raw(&self, header: &str, claims: &str) -> String {
+        sign_raw(&self.current(), header, claims)
+    }
+
+    /// The current key's ID.
+    pub fn kid(&self) -> String {
+        self.current().kid.clone()
     }
 
     /// The classic confusion attack: HS256 with the published public key as the
@@ -224,11 +285,13 @@ impl Issuer {
 /// `claims` signed (RS256) with `key`, under `header_kid`.
 fn sign_with(key: &Key, header_kid: &str, claims: &serde_json::Value) -> String {
     let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "kid": header_kid});
-    let msg = format!(
-        "{}.{}",
-        b64(header.to_string().as_bytes()),
-        b64(claims.to_string().as_bytes())
-    );
+    sign_raw(key, &header.to_string(), &claims.to_string())
+}
+
+/// The header and claims exactly as given (JSON text, which may repeat a
+/// member), signed (RS256) with `key`.
+fn sign_raw(key: &Key, header: &str, claims: &str) -> String {
+    let msg = format!("{}.{}", b64(header.as_bytes()), b64(claims.as_bytes()));
     let mut sig = vec![0u8; key.pair.public_modulus_len()];
     key.pair
         .sign(
@@ -253,15 +316,28 @@ pub fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
+/// The JWKS endpoint's state, as one connection sees it.
+struct Jwks<'a> {
+    keys: &'a Mutex<Vec<Arc<Key>>>,
+    fetches: &'a AtomicU64,
+    gate: tokio::sync::watch::Receiver<bool>,
+    held: &'a AtomicU64,
+}
+
 /// One request per connection: the discovery document, the JWKS, or a token
 /// endpoint (`entra_sts`).
 async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut s: S,
     base: &str,
-    keys: &Mutex<Vec<Arc<Key>>>,
-    fetches: &AtomicU64,
+    jwks: Jwks<'_>,
     sts: &Sts,
 ) {
+    let Jwks {
+        keys,
+        fetches,
+        mut gate,
+        held,
+    } = jwks;
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
     let head_end = loop {
@@ -313,6 +389,18 @@ async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         ("200 OK", doc.to_string())
     } else if path == format!("/{TENANT}/discovery/v2.0/keys") {
         fetches.fetch_add(1, Ordering::SeqCst);
+        if *gate.borrow() {
+            // Held until the test releases it, or until the client gives up.
+            held.fetch_add(1, Ordering::SeqCst);
+            let released = tokio::select! {
+                r = gate.wait_for(|h| !*h) => r.is_ok(),
+                _ = s.read(&mut buf) => false,
+            };
+            held.fetch_sub(1, Ordering::SeqCst);
+            if !released {
+                return;
+            }
+        }
         let keys = keys.lock().unwrap_or_else(|p| p.into_inner());
         let jwks: Vec<serde_json::Value> = keys
             .iter()

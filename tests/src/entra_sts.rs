@@ -198,6 +198,8 @@ impl Sts {
             "oid": p.oid,
             "preferred_username": format!("{}@example.test", p.oid),
             "roles": p.roles,
+            "ver": "2.0",
+            "azp": crate::entra_issuer::CLIENT_APP,
             "iat": now,
             "nbf": now,
             "exp": exp,

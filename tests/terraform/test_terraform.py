@@ -63,6 +63,7 @@ CONTRIBUTOR, READER = "Storage Blob Data Contributor", "Storage Blob Data Reader
 EXPECTED_GRANTS = {
     (CONTRIBUTOR, "azurerm_storage_container.uploads.id"): {RELAY, BENCH},
     (READER, "azurerm_storage_container.uploads.id"): {DEPLOYERS},
+    (READER, "azurerm_storage_container.downloads[each.key].id"): {RELAY},
     (READER, "azurerm_storage_container.relay_boot.id"): {RELAY},
     (READER, "azurerm_storage_container.bench_boot.id"): {BENCH},
     (CONTRIBUTOR, "azurerm_storage_account.artifacts.id"): {DEPLOYERS},
@@ -93,7 +94,7 @@ def test_no_vm_can_write_what_vms_boot_from(module):
             continue
         assert scope.startswith("azurerm_storage_container."), (role, scope)
         assert "storage_account" not in scope
-        container = module.resource("azurerm_storage_container", scope.split(".")[1])
+        container = module.resource("azurerm_storage_container", scope.split(".")[1].split("[")[0])
         account = container.body["storage_account_id"].text
         if role != READER:
             assert account == "azurerm_storage_account.this.id", (role, scope)
@@ -110,6 +111,30 @@ def test_every_boot_blob_is_in_a_boot_container(module):
         assert blob.body["storage_container_id"].text in (
             "azurerm_storage_container.relay_boot.id", "azurerm_storage_container.bench_boot.id"), blob.address
         assert "storage_account_name" not in blob.body and "storage_container_name" not in blob.body
+
+
+def test_relays_read_only_the_declared_download_containers(module):
+    """Issue 50 item 6: the relays' identity reads (Storage Blob Data Reader,
+    never more) exactly the containers declared downloadable, each a container
+    of the upload account; nothing is downloadable by default."""
+    (ra,) = [r for r in module.resources("azurerm_role_assignment") if r.address.endswith(".relay_downloads")]
+    assert ra.body["role_definition_name"] == READER
+    assert ra.body["principal_id"] == Expr(RELAY)
+    assert ra.body["for_each"] == Expr("azurerm_storage_container.downloads")
+    downloads = module.resource("azurerm_storage_container", "downloads")
+    assert downloads.body["for_each"] == Expr(
+        "toset([for c in var.download_containers : c if c != var.container_name])")
+    assert downloads.body["storage_account_id"] == Expr("azurerm_storage_account.this.id")
+    assert downloads.body["container_access_type"] == "private"
+    assert module.default("download_containers") == []
+    # Nothing else reads on the relays' behalf: their only other roles are
+    # the upload container's and their boot container's.
+    relay_scopes = {scope for (_, scope), ps in _grants(module).items() if RELAY in ps}
+    assert relay_scopes == {
+        "azurerm_storage_container.uploads.id",
+        "azurerm_storage_container.relay_boot.id",
+        "azurerm_storage_container.downloads[each.key].id",
+    }
 
 
 def test_relay_principal_covers_both_shapes(module):
@@ -349,7 +374,7 @@ def test_premium_block_blob_option(module):
 
 def test_containers_are_private(module):
     containers = module.resources("azurerm_storage_container")
-    assert {c.name for c in containers} == {"uploads", "relay_boot", "bench_boot"}
+    assert {c.name for c in containers} == {"uploads", "downloads", "relay_boot", "bench_boot"}
     for c in containers:
         assert c.body["container_access_type"] == "private", c.address
 

@@ -1,17 +1,31 @@
-//! Which containers an Entra ID principal may write: each `--entra-grant
-//! CLAIM=CONTAINER[,CONTAINER...]` names an app role (the token's `roles`) or a
-//! group object ID (its `groups`) and the containers it grants. A principal may
-//! write the union of what its roles and groups grant; no grant, no upload. The
-//! container names follow the same rules as the tokens file's, and reserved
-//! containers stay refused whatever a grant says (checked in `transfer`).
+//! What an Entra ID principal may do with which containers. Each
+//! `--entra-grant WHO=CONTAINER[:MODE][,...]` names who:
+//! - `role:NAME`: an app role in the token's `roles`;
+//! - `group:OBJECT_ID`: a group in the token's `groups`;
+//! - a bare `NAME`: an app role, as before roles and groups were named apart;
+//!
+//! and what each container allows: a bare name or `:w` writes (uploads), `:r`
+//! reads (downloads, listings), `:rw` both, as in the tokens file. Roles and
+//! groups are matched apart, so a group whose object ID equals a role's name
+//! cannot take that role's grant (nor a role a group's). A principal may do the
+//! union of what its roles and groups grant; no grant, nothing.
+//!
+//! With `--entra-reader-roles`, an app role `Reader.<container>` in the token
+//! also grants reading that container, so a tenant admin grants reads by
+//! assigning roles alone. Reserved containers stay refused whatever a grant
+//! says (checked in `transfer`).
 
 use relay_proto::blob_name::validate_container;
 
 use super::Principal;
+use crate::auth::Access;
+
+/// The app role prefix `--entra-reader-roles` honours.
+pub const READER_ROLE_PREFIX: &str = "Reader.";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrantError {
-    #[error("--entra-grant {0:?}: expected ROLE_OR_GROUP=CONTAINER[,CONTAINER...]")]
+    #[error("--entra-grant {0:?}: expected [role:|group:]NAME=CONTAINER[:r|:w|:rw][,CONTAINER...]")]
     Shape(String),
     #[error("--entra-grant {grant:?}: container {container:?}: {reason}")]
     Container {
@@ -19,52 +33,109 @@ pub enum GrantError {
         container: String,
         reason: String,
     },
+    #[error("--entra-grant {grant:?}: mode {mode:?} of {container:?} is not r, w or rw")]
+    Mode {
+        grant: String,
+        container: String,
+        mode: String,
+    },
+}
+
+/// Who a grant names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Who {
+    Role(String),
+    Group(String),
+}
+
+impl Who {
+    fn matches(&self, p: &Principal) -> bool {
+        match self {
+            Who::Role(r) => p.roles.contains(r),
+            Who::Group(g) => p.groups.contains(g),
+        }
+    }
+}
+
+/// What a grant allows on one container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode {
+    pub read: bool,
+    pub write: bool,
+}
+
+impl Mode {
+    fn allows(self, access: Access) -> bool {
+        match access {
+            Access::Read => self.read,
+            Access::Write => self.write,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub who: Who,
+    pub containers: Vec<(String, Mode)>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct Grants {
-    /// (role name or group ID, containers), in flag order.
-    rules: Vec<(String, Vec<String>)>,
+    /// In flag order.
+    rules: Vec<Rule>,
+    /// `--entra-reader-roles`: `Reader.<container>` roles grant reading.
+    reader_roles: bool,
 }
 
 impl Grants {
     pub fn parse(flags: &[String]) -> Result<Self, GrantError> {
-        let mut rules = Vec::new();
-        for flag in flags {
-            let (claim, containers) = flag
-                .split_once('=')
-                .filter(|(c, list)| !c.trim().is_empty() && !list.trim().is_empty())
-                .ok_or_else(|| GrantError::Shape(flag.clone()))?;
-            let mut cs = Vec::new();
-            for c in containers.split(',').map(str::trim) {
-                validate_container(c).map_err(|e| GrantError::Container {
-                    grant: flag.clone(),
-                    container: c.to_string(),
-                    reason: e.to_string(),
-                })?;
-                cs.push(c.to_string());
-            }
-            rules.push((claim.trim().to_string(), cs));
-        }
-        Ok(Self { rules })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
-
-    /// Whether one of the principal's roles or groups grants `container`.
-    pub fn allows(&self, p: &Principal, container: &str) -> bool {
-        self.rules.iter().any(|(claim, cs)| {
-            (p.roles.contains(claim) || p.groups.contains(claim))
-                && cs.iter().any(|c| c == container)
+        let rules = flags
+            .iter()
+            .map(|f| parse_rule(f))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            rules,
+            reader_roles: false,
         })
+    }
+
+    /// Honours `Reader.<container>` app roles as read grants.
+    pub fn with_reader_roles(mut self, on: bool) -> Self {
+        self.reader_roles = on;
+        self
+    }
+
+    /// Nothing could be granted: no rule and no reader roles.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && !self.reader_roles
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Whether one of the principal's roles or groups grants `access` to
+    /// `container`.
+    pub fn allows(&self, p: &Principal, container: &str, access: Access) -> bool {
+        let by_rule = self.rules.iter().any(|r| {
+            r.who.matches(p)
+                && r.containers
+                    .iter()
+                    .any(|(c, m)| c == container && m.allows(access))
+        });
+        by_rule
+            || (access == Access::Read
+                && self.reader_roles
+                && validate_container(container).is_ok()
+                && p.roles
+                    .iter()
+                    .any(|r| r.strip_prefix(READER_ROLE_PREFIX) == Some(container)))
     }
 
     /// Every container some grant names, each once (for the storage check).
     pub fn containers(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for c in self.rules.iter().flat_map(|(_, cs)| cs) {
+        for (c, _) in self.rules.iter().flat_map(|r| &r.containers) {
             if !out.contains(c) {
                 out.push(c.clone());
             }
@@ -73,9 +144,59 @@ impl Grants {
     }
 }
 
+fn parse_rule(flag: &str) -> Result<Rule, GrantError> {
+    let shape = || GrantError::Shape(flag.to_string());
+    let (who, list) = flag
+        .split_once('=')
+        .map(|(w, l)| (w.trim(), l.trim()))
+        .filter(|(w, l)| !w.is_empty() && !l.is_empty())
+        .ok_or_else(shape)?;
+    let who = match who.split_once(':') {
+        Some(("role", name)) if !name.trim().is_empty() => Who::Role(name.trim().to_string()),
+        Some(("group", id)) if !id.trim().is_empty() => Who::Group(id.trim().to_string()),
+        // Another prefix is most likely a typo of one of these: refused rather
+        // than taken as a role named "grup:...".
+        Some(_) => return Err(shape()),
+        None => Who::Role(who.to_string()),
+    };
+    let mut containers = Vec::new();
+    for entry in list.split(',').map(str::trim) {
+        let (c, mode) = entry.split_once(':').unwrap_or((entry, "w"));
+        validate_container(c).map_err(|e| GrantError::Container {
+            grant: flag.to_string(),
+            container: c.to_string(),
+            reason: e.to_string(),
+        })?;
+        let mode = match mode {
+            "r" => Mode {
+                read: true,
+                write: false,
+            },
+            "w" => Mode {
+                read: false,
+                write: true,
+            },
+            "rw" => Mode {
+                read: true,
+                write: true,
+            },
+            other => {
+                return Err(GrantError::Mode {
+                    grant: flag.to_string(),
+                    container: c.to_string(),
+                    mode: other.to_string(),
+                });
+            }
+        };
+        containers.push((c.to_string(), mode));
+    }
+    Ok(Rule { who, containers })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Access::{Read, Write};
 
     fn who(roles: &[&str], groups: &[&str]) -> Principal {
         Principal {
@@ -91,14 +212,14 @@ mod tests {
     fn roles_and_groups_grant_their_containers_only() {
         let g = Grants::parse(&[
             "Uploader.lab-a=lab-a".into(),
-            "0a1b2c3d-group=lab-b,shared".into(),
+            "group:0a1b2c3d-group=lab-b,shared".into(),
         ])
         .expect("parse");
-        assert!(g.allows(&who(&["Uploader.lab-a"], &[]), "lab-a"));
-        assert!(!g.allows(&who(&["Uploader.lab-a"], &[]), "lab-b"));
-        assert!(g.allows(&who(&[], &["0a1b2c3d-group"]), "shared"));
-        assert!(!g.allows(&who(&["0a1b2c3d-group"], &[]), "lab-a"));
-        assert!(!g.allows(&who(&[], &[]), "lab-a"));
+        assert!(g.allows(&who(&["Uploader.lab-a"], &[]), "lab-a", Write));
+        assert!(!g.allows(&who(&["Uploader.lab-a"], &[]), "lab-b", Write));
+        assert!(g.allows(&who(&[], &["0a1b2c3d-group"]), "shared", Write));
+        assert!(!g.allows(&who(&["0a1b2c3d-group"], &[]), "lab-b", Write));
+        assert!(!g.allows(&who(&[], &[]), "lab-a", Write));
         assert_eq!(g.containers(), vec!["lab-a", "lab-b", "shared"]);
         assert!(matches!(
             Grants::parse(&["nothing".into()]),
@@ -112,5 +233,78 @@ mod tests {
             Grants::parse(&["r=Bad_Name".into()]),
             Err(GrantError::Container { .. })
         ));
+    }
+
+    /// Issue 52 item 4: a group whose object ID (or name) equals a role's
+    /// cannot take the role's grant, and the other way round.
+    #[test]
+    fn roles_and_groups_are_named_apart() {
+        let g = Grants::parse(&[
+            "role:Uploader.data=data".into(),
+            "Uploader.bare=bare".into(),
+            "group:Uploader.shared=shared".into(),
+        ])
+        .expect("parse");
+        assert_eq!(
+            g.rules()[1].who,
+            Who::Role("Uploader.bare".into()),
+            "a bare name is a role"
+        );
+        assert!(g.allows(&who(&["Uploader.data"], &[]), "data", Write));
+        assert!(!g.allows(&who(&[], &["Uploader.data"]), "data", Write));
+        assert!(g.allows(&who(&["Uploader.bare"], &[]), "bare", Write));
+        assert!(!g.allows(&who(&[], &["Uploader.bare"]), "bare", Write));
+        assert!(g.allows(&who(&[], &["Uploader.shared"]), "shared", Write));
+        assert!(!g.allows(&who(&["Uploader.shared"], &[]), "shared", Write));
+        for bad in ["grup:x=data", "role:=data", "group: =data", ":x=data"] {
+            assert!(
+                matches!(Grants::parse(&[bad.into()]), Err(GrantError::Shape(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    /// Issue 50 item 6: reading is a grant of its own.
+    #[test]
+    fn reading_is_granted_apart_from_writing() {
+        let g = Grants::parse(&[
+            "role:Lab=data:rw,results:r,inbox".into(),
+            "group:g-1=archive:w".into(),
+        ])
+        .expect("parse");
+        let lab = who(&["Lab"], &[]);
+        assert!(g.allows(&lab, "data", Read) && g.allows(&lab, "data", Write));
+        assert!(g.allows(&lab, "results", Read) && !g.allows(&lab, "results", Write));
+        // A bare container keeps today's meaning: write only.
+        assert!(!g.allows(&lab, "inbox", Read) && g.allows(&lab, "inbox", Write));
+        let grp = who(&[], &["g-1"]);
+        assert!(!g.allows(&grp, "archive", Read) && g.allows(&grp, "archive", Write));
+        assert!(matches!(
+            Grants::parse(&["Lab=data:x".into()]),
+            Err(GrantError::Mode { .. })
+        ));
+        assert!(matches!(
+            Grants::parse(&["Lab=data:".into()]),
+            Err(GrantError::Mode { .. })
+        ));
+        assert_eq!(g.containers(), vec!["data", "results", "inbox", "archive"]);
+    }
+
+    #[test]
+    fn reader_roles_grant_reading_only_when_honoured() {
+        let reader = who(&["Reader.results"], &["Reader.data"]);
+        let off = Grants::parse(&["role:Lab=data".into()]).expect("parse");
+        assert!(!off.allows(&reader, "results", Read));
+        let on = off.clone().with_reader_roles(true);
+        assert!(on.allows(&reader, "results", Read));
+        // Reading only, that container only, and only from a role (not a group).
+        assert!(!on.allows(&reader, "results", Write));
+        assert!(!on.allows(&reader, "results-2", Read));
+        assert!(!on.allows(&reader, "data", Read));
+        assert!(!on.allows(&who(&["Reader."], &[]), "", Read));
+        assert!(!on.allows(&who(&["reader.results"], &[]), "results", Read));
+        // Reader roles alone are a configuration.
+        assert!(!Grants::default().with_reader_roles(true).is_empty());
+        assert!(Grants::default().is_empty());
     }
 }

@@ -2,11 +2,16 @@
 //! fetched over HTTPS, cached by key ID, fetched again when a token names a key
 //! the cache does not hold (Entra ID rotates keys), at most `RefreshBudget`
 //! times per interval, so a flood of tokens with made-up key IDs costs the
-//! relay at most that many fetches.
+//! relay at most that many fetches. A token whose key is cached never waits
+//! for a fetch; tokens naming unknown keys share the one fetch in flight, and
+//! wait for it at most `KeySource::with_wait`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use jsonwebtoken::DecodingKey;
 use serde::Deserialize;
@@ -90,60 +95,180 @@ pub enum FetchError {
     NotHttps(String),
 }
 
-struct Cache {
-    keys: HashMap<String, DecodingKey>,
+/// The keys a token is checked against: replaced whole by each fetch, read
+/// without waiting (a fetch in flight never blocks a token whose key is cached).
+type Keys = Arc<HashMap<String, DecodingKey>>;
+
+/// How a fetch ended, as every token waiting on it sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetched {
+    Keys,
+    Failed,
+}
+
+/// The refresh state: the budget, and the fetch in flight (at most one) that
+/// tokens naming an unknown key wait on together.
+struct Refresh {
     budget: RefreshBudget,
+    in_flight: Option<watch::Receiver<Option<Fetched>>>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    discovery_url: String,
+    /// A snapshot, swapped under a lock held only to clone or replace the `Arc`.
+    keys: RwLock<Keys>,
+    refresh: Mutex<Refresh>,
+    /// JWKS documents fetched so far (for /metrics and the tests).
+    fetches: AtomicU64,
+    /// Tokens waiting for a fetch now (for /metrics and the tests).
+    waiting: AtomicU64,
+}
+
+/// Counts a token among `waiting` while it waits, however the wait ends.
+struct Waiting<'a>(&'a AtomicU64);
+
+impl<'a> Waiting<'a> {
+    fn new(n: &'a AtomicU64) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Self(n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 pub struct KeySource {
-    http: reqwest::Client,
-    discovery_url: String,
-    /// Held across a refresh, so concurrent tokens with one new key ID wait for
-    /// one fetch rather than each making their own.
-    cache: tokio::sync::Mutex<Cache>,
-    /// JWKS documents fetched so far (for /metrics and the tests).
-    fetches: AtomicU64,
+    inner: Arc<Inner>,
+    /// Longest a token waits for a fetch (the relay's auth deadline bounds it):
+    /// past it the token is refused as `KeysUnavailable` and the fetch goes on
+    /// for the tokens after it.
+    wait: Duration,
 }
+
+/// How long a token waits for a key fetch unless told otherwise.
+pub const DEFAULT_KEY_WAIT: Duration = Duration::from_secs(5);
 
 impl KeySource {
     pub fn new(http: reqwest::Client, discovery_url: String, budget: RefreshBudget) -> Self {
         Self {
-            http,
-            discovery_url,
-            cache: tokio::sync::Mutex::new(Cache {
-                keys: HashMap::new(),
-                budget,
+            inner: Arc::new(Inner {
+                http,
+                discovery_url,
+                keys: RwLock::new(Arc::new(HashMap::new())),
+                refresh: Mutex::new(Refresh {
+                    budget,
+                    in_flight: None,
+                }),
+                fetches: AtomicU64::new(0),
+                waiting: AtomicU64::new(0),
             }),
-            fetches: AtomicU64::new(0),
+            wait: DEFAULT_KEY_WAIT,
         }
+    }
+
+    /// Sets how long a token waits for a key fetch.
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
     }
 
     pub fn fetches(&self) -> u64 {
-        self.fetches.load(Ordering::Relaxed)
+        self.inner.fetches.load(Ordering::Relaxed)
     }
 
-    /// The key for `kid`: from the cache, else after a refresh if the budget
-    /// allows one now.
+    /// Tokens waiting for a key fetch now.
+    pub fn waiting(&self) -> u64 {
+        self.inner.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Whether a key fetch is under way.
+    pub fn fetching(&self) -> bool {
+        let r = self.inner.refresh.lock().unwrap_or_else(|p| p.into_inner());
+        r.in_flight
+            .as_ref()
+            .is_some_and(|rx| rx.has_changed().is_ok())
+    }
+
+    /// The key for `kid`: from the cache at once; else from the fetch in flight,
+    /// or a new one if the budget allows it now, waited for at most `wait`.
     pub async fn key(&self, kid: &str) -> Result<DecodingKey, Refusal> {
-        let mut cache = self.cache.lock().await;
-        if let Some(k) = cache.keys.get(kid) {
-            return Ok(k.clone());
+        let mut done = {
+            if let Some(k) = self.inner.cached(kid) {
+                return Ok(k);
+            }
+            let mut r = self.inner.refresh.lock().unwrap_or_else(|p| p.into_inner());
+            // Again under the lock: a fetch that ended since the first look
+            // published its keys before it left `in_flight`.
+            if let Some(k) = self.inner.cached(kid) {
+                return Ok(k);
+            }
+            match r.in_flight.clone() {
+                // `has_changed` fails only if the fetch's task is gone without
+                // an answer (a runtime shutting down): start another.
+                Some(rx) if rx.has_changed().is_ok() => rx,
+                _ => {
+                    if !r.budget.try_take(Instant::now()) {
+                        return Err(Refusal::UnknownKey);
+                    }
+                    let (tx, rx) = watch::channel(None);
+                    r.in_flight = Some(rx.clone());
+                    // A task of its own: a waiter that gives up (or whose
+                    // connection closes) does not cancel the fetch the others
+                    // share; the HTTPS client's timeouts end it.
+                    tokio::spawn(self.inner.clone().refresh(tx));
+                    rx
+                }
+            }
+        };
+        let waiting = Waiting::new(&self.inner.waiting);
+        let outcome = tokio::time::timeout(self.wait, done.wait_for(Option::is_some)).await;
+        drop(waiting);
+        match outcome {
+            Ok(Ok(seen)) if *seen == Some(Fetched::Keys) => {}
+            Ok(_) => return Err(Refusal::KeysUnavailable),
+            Err(_) => {
+                tracing::warn!(
+                    wait_ms = self.wait.as_millis() as u64,
+                    "Entra ID signing keys not fetched in time; token refused"
+                );
+                return Err(Refusal::KeysUnavailable);
+            }
         }
-        if !cache.budget.try_take(Instant::now()) {
-            return Err(Refusal::UnknownKey);
-        }
-        match self.fetch().await {
+        self.inner.cached(kid).ok_or(Refusal::UnknownKey)
+    }
+}
+
+impl Inner {
+    fn cached(&self, kid: &str) -> Option<DecodingKey> {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner()).clone();
+        keys.get(kid).cloned()
+    }
+
+    /// One fetch, shared by every token that waits on `done`.
+    async fn refresh(self: Arc<Self>, done: watch::Sender<Option<Fetched>>) {
+        let outcome = match self.fetch().await {
             Ok(keys) => {
                 tracing::info!(keys = keys.len(), "Entra ID signing keys fetched");
-                cache.keys = keys;
+                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
+                Fetched::Keys
             }
             Err(e) => {
                 // Keep the keys we had: a failed fetch is not a revocation.
                 tracing::warn!(error = %e, "cannot fetch Entra ID signing keys");
-                return Err(Refusal::KeysUnavailable);
+                Fetched::Failed
             }
-        }
-        cache.keys.get(kid).cloned().ok_or(Refusal::UnknownKey)
+        };
+        // Keys first, then out of `in_flight`: a token that finds no fetch in
+        // flight finds the new keys.
+        self.refresh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .in_flight = None;
+        let _ = done.send(Some(outcome));
     }
 
     async fn fetch(&self) -> Result<HashMap<String, DecodingKey>, FetchError> {

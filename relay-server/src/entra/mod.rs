@@ -7,18 +7,15 @@
 pub mod claims;
 pub mod grants;
 pub mod keys;
+pub mod token;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use jsonwebtoken::{Algorithm, Validation};
-use serde::Deserialize;
-
 pub use claims::{Policy, Principal};
 pub use grants::Grants;
 pub use keys::{KeySource, RefreshBudget};
+pub use token::Malformed;
 
 use crate::exposition::{Exposition, Kind};
 
@@ -27,11 +24,11 @@ use crate::exposition::{Exposition, Kind};
 pub const MAX_TOKEN_LEN: usize = 16 << 10;
 
 /// Why a token was refused. Each is a label of
-/// `blob_relay_entra_refusals_total`.
+/// `blob_relay_entra_refusals_total` (a malformed token by what is malformed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error("malformed token ({0})")]
-    Malformed(&'static str),
+    Malformed(Malformed),
     #[error("token algorithm not accepted (only RS256)")]
     Algorithm,
     #[error("token signed with a key the tenant does not publish")]
@@ -50,25 +47,49 @@ pub enum Refusal {
     Audience,
     #[error("token from another tenant")]
     Tenant,
+    #[error("token lives longer than 24 hours")]
+    Lifetime,
+    #[error("token version does not match its issuer")]
+    Version,
+    #[error("not an access token for this relay (an ID token?)")]
+    NotAccessToken,
 }
 
-const REFUSALS: [Refusal; 10] = [
-    Refusal::Malformed(""),
-    Refusal::Algorithm,
-    Refusal::UnknownKey,
-    Refusal::KeysUnavailable,
-    Refusal::Signature,
-    Refusal::Expired,
-    Refusal::NotYetValid,
-    Refusal::Issuer,
-    Refusal::Audience,
-    Refusal::Tenant,
-];
+impl From<Malformed> for Refusal {
+    fn from(m: Malformed) -> Self {
+        Refusal::Malformed(m)
+    }
+}
+
+/// Every refusal, in the order /metrics lists them.
+fn refusals() -> impl Iterator<Item = Refusal> {
+    const OTHERS: [Refusal; OTHER_KINDS] = [
+        Refusal::Algorithm,
+        Refusal::UnknownKey,
+        Refusal::KeysUnavailable,
+        Refusal::Signature,
+        Refusal::Expired,
+        Refusal::NotYetValid,
+        Refusal::Issuer,
+        Refusal::Audience,
+        Refusal::Tenant,
+        Refusal::Lifetime,
+        Refusal::Version,
+        Refusal::NotAccessToken,
+    ];
+    Malformed::ALL
+        .into_iter()
+        .map(Refusal::Malformed)
+        .chain(OTHERS)
+}
+
+const OTHER_KINDS: usize = 12;
+const REFUSAL_KINDS: usize = Malformed::ALL.len() + OTHER_KINDS;
 
 impl Refusal {
     pub fn label(self) -> &'static str {
         match self {
-            Refusal::Malformed(_) => "malformed",
+            Refusal::Malformed(m) => m.label(),
             Refusal::Algorithm => "algorithm",
             Refusal::UnknownKey => "unknown_key",
             Refusal::KeysUnavailable => "keys_unavailable",
@@ -78,22 +99,16 @@ impl Refusal {
             Refusal::Issuer => "issuer",
             Refusal::Audience => "audience",
             Refusal::Tenant => "tenant",
+            Refusal::Lifetime => "lifetime",
+            Refusal::Version => "version",
+            Refusal::NotAccessToken => "not_access_token",
         }
     }
 
     fn index(self) -> usize {
-        // Every refusal is in REFUSALS (the match in `label` is exhaustive).
-        REFUSALS
-            .iter()
-            .position(|r| r.label() == self.label())
-            .unwrap_or_default()
+        // Every refusal is in `refusals()` (the matches above are exhaustive).
+        refusals().position(|r| r == self).unwrap_or_default()
     }
-}
-
-#[derive(Deserialize)]
-struct Header {
-    alg: String,
-    kid: Option<String>,
 }
 
 /// The relay's Entra ID front door.
@@ -101,14 +116,17 @@ pub struct Entra {
     policy: Policy,
     keys: KeySource,
     pub grants: Grants,
-    refusals: [AtomicU64; REFUSALS.len()],
+    refusals: [AtomicU64; REFUSAL_KINDS],
 }
 
-/// Whether a bearer token is a JWT (three base64url parts) rather than a static
-/// token (which the tokens file's charset allows to contain dots, but not this shape
-/// with a JSON header: `eyJ` is `{"` encoded).
+/// Whether a bearer token is meant as a JWT rather than a static token: it
+/// starts with a JSON header (`eyJ` is `{"` in base64url) and has a dot. Any
+/// such token goes to the Entra ID checks, so one with two or four parts is
+/// refused there by name (`malformed_shape`), not looked up as a static token.
+/// (The tokens file's charset allows dots; a static token shaped like this is
+/// not accepted while Entra ID is configured.)
 pub fn looks_like_jwt(token: &str) -> bool {
-    token.starts_with("eyJ") && token.split('.').count() == 3
+    token.starts_with("eyJ") && token.contains('.')
 }
 
 impl Entra {
@@ -124,6 +142,16 @@ impl Entra {
     /// JWKS documents fetched so far.
     pub fn key_fetches(&self) -> u64 {
         self.keys.fetches()
+    }
+
+    /// Tokens waiting for a key fetch now.
+    pub fn key_waiting(&self) -> u64 {
+        self.keys.waiting()
+    }
+
+    /// Whether a key fetch is under way.
+    pub fn key_fetching(&self) -> bool {
+        self.keys.fetching()
     }
 
     pub fn refused(&self, r: Refusal) -> u64 {
@@ -144,33 +172,22 @@ impl Entra {
 
     async fn checks(&self, token: &str, now: i64) -> Result<Principal, Refusal> {
         if token.len() > MAX_TOKEN_LEN {
-            return Err(Refusal::Malformed("longer than 16 KiB"));
+            return Err(Malformed::TooLong.into());
         }
-        // 1. The header, read here (not by the library) so the algorithm is
-        //    refused by name before any key is looked up: `none`, HS256 (which
-        //    would take the public key as an HMAC secret) and all but RS256.
-        let header = header(token)?;
-        if header.alg != "RS256" {
-            return Err(Refusal::Algorithm);
-        }
-        // 2. The key: published by the tenant, by ID.
-        let kid = header.kid.ok_or(Refusal::Malformed("no kid"))?;
-        let key = self.keys.key(&kid).await?;
-        // 3. The signature, RS256 only; claims are checked in step 4, with `now`.
-        let mut v = Validation::new(Algorithm::RS256);
-        v.validate_exp = false;
-        v.validate_nbf = false;
-        v.validate_aud = false;
-        v.required_spec_claims.clear();
-        let data = jsonwebtoken::decode::<claims::Claims>(token, &key, &v).map_err(|e| match e
-            .kind()
-        {
-            jsonwebtoken::errors::ErrorKind::InvalidSignature => Refusal::Signature,
-            jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => Refusal::Algorithm,
-            _ => Refusal::Malformed("claims"),
+        // 1. The form, read here (not by the library) so each fault is named
+        //    and the algorithm is refused before any key is looked up.
+        let jws = token::parse(token).map_err(|e| match e {
+            token::ParseError::Malformed(m) => Refusal::Malformed(m),
+            token::ParseError::Algorithm => Refusal::Algorithm,
         })?;
-        // 4. Expiry, not-before, issuer, audience, tenant, object ID.
-        claims::check(&self.policy, data.claims, now)
+        // 2. The key: published by the tenant, by ID.
+        let key = self.keys.key(&jws.kid).await?;
+        // 3. The RS256 signature over the first two parts.
+        if !jws.verifies(&key) {
+            return Err(Refusal::Signature);
+        }
+        // 4. The claims, with `now`.
+        claims::check(&self.policy, jws.claims, now)
     }
 
     pub fn render(&self, out: &mut Exposition) {
@@ -178,9 +195,7 @@ impl Entra {
             "blob_relay_entra_refusals_total",
             Kind::Counter,
             "Entra ID access tokens refused, by the check that refused them.",
-            REFUSALS
-                .iter()
-                .map(|r| ([("reason", r.label())], self.refused(*r))),
+            refusals().map(|r| ([("reason", r.label())], self.refused(r))),
         );
         out.value(
             "blob_relay_entra_key_fetches_total",
@@ -188,16 +203,11 @@ impl Entra {
             "JWKS documents fetched from the tenant (rate-limited).",
             self.key_fetches(),
         );
+        out.value(
+            "blob_relay_entra_key_waiting",
+            Kind::Gauge,
+            "Tokens naming a key the relay does not hold, waiting for the key fetch in flight.",
+            self.key_waiting(),
+        );
     }
-}
-
-fn header(token: &str) -> Result<Header, Refusal> {
-    let first = token
-        .split('.')
-        .next()
-        .ok_or(Refusal::Malformed("no header"))?;
-    let bytes = URL_SAFE_NO_PAD
-        .decode(first)
-        .map_err(|_| Refusal::Malformed("header is not base64url"))?;
-    serde_json::from_slice(&bytes).map_err(|_| Refusal::Malformed("header is not JSON"))
 }
