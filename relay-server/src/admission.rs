@@ -33,6 +33,7 @@ use std::time::Duration;
 use quinn::{Connection, Incoming, VarInt};
 use relay_transport::quic::Windows;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::stream_credit::{ConnectionCredit, StreamPool};
 
@@ -108,6 +109,9 @@ pub struct Refusals {
     pub retry_sent: std::sync::atomic::AtomicU64,
     pub connections_full: std::sync::atomic::AtomicU64,
     pub auth_deadline: std::sync::atomic::AtomicU64,
+    /// Closed because an Offer was refused for its token or grant before any
+    /// Offer of the connection was valid.
+    pub refused_offer: std::sync::atomic::AtomicU64,
 }
 
 pub struct Admission {
@@ -142,6 +146,7 @@ impl Admission {
         ConnectionCredit::new(
             &self.windows,
             storage_queue,
+            self.limits.streams_before_auth,
             self.streams.clone(),
             conn.clone(),
         )
@@ -200,23 +205,32 @@ impl Admission {
             }
             return None;
         }
-        let Some(address) = AddressSlot::take(self, remote.ip()) else {
+        let Some(admitted) = self.slots_for(remote.ip()) else {
             self.refusals.per_address.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%remote, "too many connections from this address; refusing");
             incoming.refuse();
             return None;
         };
-        let pending = self.take_pending(remote.ip());
         Some(Pending {
             incoming,
             remote,
-            admitted: Admitted {
-                admission: self.clone(),
-                gate: Arc::new(Latch::default()),
-                pending: Some(pending),
-                connection: None,
-                _address: address,
-            },
+            admitted,
+        })
+    }
+
+    /// An address slot and a pending slot for a connection from `ip`, and its
+    /// authentication deadline, counted from now (its first packet); `None`
+    /// when the address holds all its slots.
+    fn slots_for(self: &Arc<Self>, ip: IpAddr) -> Option<Admitted> {
+        let address = AddressSlot::take(self, ip)?;
+        let pending = self.take_pending(ip);
+        Some(Admitted {
+            admission: self.clone(),
+            gate: Arc::new(Latch::default()),
+            pending: Some(pending),
+            connection: None,
+            deadline: Instant::now() + self.limits.auth_deadline,
+            _address: address,
         })
     }
 }
@@ -292,10 +306,10 @@ impl Pending {
 
     /// Completes the handshake within the authentication deadline.
     pub async fn handshake(self) -> Option<(Connection, Admitted)> {
-        let deadline = self.admitted.admission.limits.auth_deadline;
+        let deadline = self.admitted.deadline();
         let evicted = self.admitted.eviction();
         tokio::select! {
-            r = tokio::time::timeout(deadline, self.incoming) => match r {
+            r = tokio::time::timeout_at(deadline, self.incoming) => match r {
                 Ok(Ok(conn)) => Some((conn, self.admitted)),
                 Ok(Err(e)) => {
                     tracing::debug!(remote = %self.remote, error = %e, "handshake failed");
@@ -356,13 +370,16 @@ pub struct Admitted {
     gate: Arc<AuthGate>,
     pending: Option<PendingSlot>,
     connection: Option<OwnedSemaphorePermit>,
+    /// `auth_deadline` after the connection's first packet: its handshake and
+    /// its wait for a valid Offer together.
+    deadline: Instant,
     _address: AddressSlot,
 }
 
 impl Admitted {
-    /// How long the connection may stay unauthenticated after its handshake.
-    pub fn deadline(&self) -> Duration {
-        self.admission.limits.auth_deadline
+    /// When the connection is closed if it has not authenticated by then.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     pub fn gate(&self) -> Arc<AuthGate> {
@@ -379,6 +396,13 @@ impl Admitted {
 
     pub fn is_authenticated(&self) -> bool {
         self.connection.is_some()
+    }
+
+    pub fn count_refused_offer(&self) {
+        self.admission
+            .refusals
+            .refused_offer
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn count_deadline_missed(&self) {
@@ -438,6 +462,7 @@ pub fn render_metrics(a: &Admission, blocks_waiting: u64, out: &mut crate::expos
             ("per_address", get(&r.per_address)),
             ("connections_full", get(&r.connections_full)),
             ("no_offer_in_time", get(&r.auth_deadline)),
+            ("offer_refused", get(&r.refused_offer)),
             ("retry_sent", get(&r.retry_sent)),
         ]
         .map(|(reason, v)| ([("reason", reason)], v)),
@@ -489,6 +514,25 @@ mod tests {
         let s = set(&["10.0.0.3", "10.0.0.1", "10.0.0.1", "10.0.0.3"]);
         assert_eq!(s.victim(), Some(0));
         assert_eq!(set(&[]).victim(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_auth_deadline_counts_from_the_first_packet() {
+        let limits = Limits {
+            auth_deadline: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        let admission = Arc::new(Admission::new(limits, 4, Windows::default()));
+        let ip: IpAddr = "10.0.0.1".parse().unwrap_or_else(|e| panic!("{e}"));
+        let admitted = admission.slots_for(ip).unwrap_or_else(|| panic!("no slot"));
+        // A handshake that took 6 s leaves 4 s to authenticate, not 10.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(
+            admitted
+                .deadline()
+                .saturating_duration_since(Instant::now()),
+            Duration::from_secs(4)
+        );
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ pub mod health;
 pub mod histogram;
 pub mod http;
 pub mod inflating;
+pub mod link;
 pub mod metrics;
 pub mod probe;
 pub mod rejections;
