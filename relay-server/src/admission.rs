@@ -13,7 +13,9 @@
 //!   the client retries later.
 //!
 //! Every connection, in either stage, also holds one of its source address's
-//! `max_per_address` slots, so one host cannot take every pending slot.
+//! `max_per_address` slots, so one host cannot take every pending slot. An
+//! IPv6 "address" here is its /64 (`host_of`): a host or site is given a whole
+//! /64, and each of its 2^64 addresses would otherwise have slots of its own.
 //!
 //! When every pending slot is taken, a newcomer is not refused: the oldest
 //! pending connection of the address holding the most pending slots is evicted
@@ -25,7 +27,7 @@
 //! costing it a Retry round trip once many are pending.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +39,18 @@ use tokio::time::Instant;
 
 use crate::stream_credit::{ConnectionCredit, StreamPool};
 
+/// What admission counts per: an IPv4 address, or the /64 of an IPv6 one (an
+/// IPv4-mapped IPv6 address is its IPv4 address).
+pub fn host_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
 /// The pending connections, oldest first; the slot count is the length.
 #[derive(Default)]
 struct PendingSet {
@@ -46,6 +60,7 @@ struct PendingSet {
 
 struct PendingEntry {
     id: u64,
+    /// `host_of` the peer's address.
     ip: IpAddr,
     evict: Arc<Latch>,
 }
@@ -222,8 +237,9 @@ impl Admission {
     /// authentication deadline, counted from now (its first packet); `None`
     /// when the address holds all its slots.
     fn slots_for(self: &Arc<Self>, ip: IpAddr) -> Option<Admitted> {
-        let address = AddressSlot::take(self, ip)?;
-        let pending = self.take_pending(ip);
+        let host = host_of(ip);
+        let address = AddressSlot::take(self, host)?;
+        let pending = self.take_pending(host);
         Some(Admitted {
             admission: self.clone(),
             gate: Arc::new(Latch::default()),
@@ -255,6 +271,7 @@ impl Drop for PendingSlot {
 /// One of a source address's `max_per_address` slots, returned on drop.
 struct AddressSlot {
     admission: Arc<Admission>,
+    /// `host_of` the peer's address.
     ip: IpAddr,
 }
 
@@ -514,6 +531,45 @@ mod tests {
         let s = set(&["10.0.0.3", "10.0.0.1", "10.0.0.1", "10.0.0.3"]);
         assert_eq!(s.victim(), Some(0));
         assert_eq!(set(&[]).victim(), None);
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn ipv6_addresses_count_by_their_64_and_ipv4_ones_each_alone() {
+        assert_eq!(host_of(ip("2001:db8:1:2:3:4:5:6")), ip("2001:db8:1:2::"));
+        assert_eq!(host_of(ip("2001:db8:1:2::ffff")), ip("2001:db8:1:2::"));
+        assert_ne!(host_of(ip("2001:db8:1:3::1")), ip("2001:db8:1:2::"));
+        assert_eq!(host_of(ip("10.0.0.1")), ip("10.0.0.1"));
+        assert_ne!(host_of(ip("10.0.0.2")), host_of(ip("10.0.0.1")));
+        assert_eq!(host_of(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn one_ipv6_64_holds_the_slots_of_one_address() {
+        let limits = Limits {
+            max_per_address: 2,
+            ..Limits::default()
+        };
+        let admission = Arc::new(Admission::new(limits, 4, Windows::default()));
+        let a = admission.slots_for(ip("2001:db8::1"));
+        let b = admission.slots_for(ip("2001:db8::2:0:0:2"));
+        assert!(a.is_some() && b.is_some());
+        // Any other address of the same /64: refused, as a third connection
+        // from one address would be.
+        assert!(
+            admission
+                .slots_for(ip("2001:db8::ffff:ffff:ffff:3"))
+                .is_none()
+        );
+        // Another /64 and an IPv4 address have their own.
+        assert!(admission.slots_for(ip("2001:db8:0:1::1")).is_some());
+        assert!(admission.slots_for(ip("10.0.0.1")).is_some());
+        // The pending connections count by /64 too: they are one host's.
+        let set = admission.pending_set();
+        assert_eq!(set.entries[0].ip, set.entries[1].ip);
     }
 
     #[tokio::test(start_paused = true)]

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod probe;
 pub mod rejections;
 pub mod server;
+pub mod shares;
 pub mod state;
 pub mod state_dir;
 pub mod stream_credit;

@@ -2,9 +2,8 @@
 //! stream to a transfer, and shuts down gracefully (stop accepting, let in-flight
 //! transfers finish within a grace period, then close).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::Endpoint;
@@ -107,7 +106,7 @@ impl Relay {
                 block_fill: cfg.block_fill,
                 reserved_containers: cfg.reserved_containers,
                 token_share_bytes,
-                shares: Mutex::new(HashMap::new()),
+                shares: crate::shares::Shares::new(token_share_bytes),
                 block_size: cfg.block_size,
                 blocks_in_flight: cfg.blocks_in_flight,
                 metrics,
