@@ -203,6 +203,37 @@ async fn an_aborted_connection_is_closed_on_the_wire_before_exit() {
     relay.stop().await;
 }
 
+/// Issue 52, item 2, through the real client: a refusal every file would get
+/// (here a container that does not exist, on an authenticated connection the
+/// relay keeps) ends the run, and the relay hears the client's close before
+/// its idle timeout, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refused_for_good_closes_its_connection() {
+    let container = new_container("fatalclose").await;
+    let relay = relay_with(&container, |_| {});
+    let dir = Scratch::new("fatalclose");
+    let file = dir.path("f.bin");
+    write_random(&file, 10 * KIB, 9);
+    let missing = format!("{container}-missing");
+    for round in 0..10 {
+        let out = run_client(&upload_args(&relay, &file, &missing, TOKEN), &[], T).await;
+        assert!(!out.status.success(), "round {round}: {}", stderr(&out));
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(report.contains("does not exist"), "{report}");
+        // Half the idle timeout (60 s): only a close the relay received ends
+        // the connection sooner.
+        let t0 = Instant::now();
+        while relay.metric("blob_relay_connections_authenticated") != Some(0) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "round {round}: the relay still holds the refused client's connection"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    relay.stop().await;
+}
+
 /// Issue 52, item 11: with `--storage-concurrency 64`, an authenticated
 /// connection's stream limit is raised from the 4 it had before its first
 /// valid Offer. Every Put Blob is held, so every file stays open on the
