@@ -393,11 +393,28 @@ impl Connector {
     /// a small upload's wall time (22-27 ms on loopback) and 0.15 % of a
     /// 256 MiB one at 200 Mbit/s; `CLOSE_FLUSH` only bounds a driver that
     /// cannot send.
+    ///
+    /// A connection this side closed before (an abort: Ctrl-C, a refusal every
+    /// file would get) may not have sent its close yet, and the process exits
+    /// next: then this waits until the endpoint is idle (the close goes out
+    /// first, then the connection drains for 3 PTO), at most `CLOSE_DRAIN`.
+    /// Without it the relay kept such a connection, and its slot, until a
+    /// deadline.
     pub async fn close(&self, conn: Option<&Connection>) {
         let live = conn.filter(|c| c.close_reason().is_none());
+        let aborted = conn.is_some_and(|c| {
+            matches!(
+                c.close_reason(),
+                Some(quinn::ConnectionError::LocallyClosed)
+            )
+        });
         let sent_before = live.map(|c| c.stats().udp_tx.datagrams);
         self.endpoint
             .close(relay_proto::protocol::app_error::DONE.into(), b"");
+        if aborted {
+            let _ = tokio::time::timeout(CLOSE_DRAIN, self.endpoint.wait_idle()).await;
+            return;
+        }
         let (Some(conn), Some(before)) = (live, sent_before) else {
             return;
         };
@@ -413,6 +430,9 @@ impl Connector {
 /// At most this long for the endpoint's driver to send CONNECTION_CLOSE (it
 /// normally does on its next turn, well within `CLOSE_POLL`).
 const CLOSE_FLUSH: Duration = Duration::from_millis(250);
+/// At most this long for an aborted connection to drain (3 PTO: ~80 ms on
+/// loopback, under a second at 200 ms RTT); its close went out at the start.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
 /// How often `close` looks whether the close went out.
 const CLOSE_POLL: Duration = Duration::from_millis(1);
 

@@ -13,7 +13,9 @@
 //!   the client retries later.
 //!
 //! Every connection, in either stage, also holds one of its source address's
-//! `max_per_address` slots, so one host cannot take every pending slot.
+//! `max_per_address` slots, so one host cannot take every pending slot. An
+//! IPv6 "address" here is its /64 (`host_of`): a host or site is given a whole
+//! /64, and each of its 2^64 addresses would otherwise have slots of its own.
 //!
 //! When every pending slot is taken, a newcomer is not refused: the oldest
 //! pending connection of the address holding the most pending slots is evicted
@@ -25,7 +27,7 @@
 //! costing it a Retry round trip once many are pending.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,8 +35,21 @@ use std::time::Duration;
 use quinn::{Connection, Incoming, VarInt};
 use relay_transport::quic::Windows;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::stream_credit::{ConnectionCredit, StreamPool};
+
+/// What admission counts per: an IPv4 address, or the /64 of an IPv6 one (an
+/// IPv4-mapped IPv6 address is its IPv4 address).
+pub fn host_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
 
 /// The pending connections, oldest first; the slot count is the length.
 #[derive(Default)]
@@ -45,6 +60,7 @@ struct PendingSet {
 
 struct PendingEntry {
     id: u64,
+    /// `host_of` the peer's address.
     ip: IpAddr,
     evict: Arc<Latch>,
 }
@@ -108,6 +124,9 @@ pub struct Refusals {
     pub retry_sent: std::sync::atomic::AtomicU64,
     pub connections_full: std::sync::atomic::AtomicU64,
     pub auth_deadline: std::sync::atomic::AtomicU64,
+    /// Closed because an Offer was refused for its token or grant before any
+    /// Offer of the connection was valid.
+    pub refused_offer: std::sync::atomic::AtomicU64,
 }
 
 pub struct Admission {
@@ -142,6 +161,7 @@ impl Admission {
         ConnectionCredit::new(
             &self.windows,
             storage_queue,
+            self.limits.streams_before_auth,
             self.streams.clone(),
             conn.clone(),
         )
@@ -200,23 +220,33 @@ impl Admission {
             }
             return None;
         }
-        let Some(address) = AddressSlot::take(self, remote.ip()) else {
+        let Some(admitted) = self.slots_for(remote.ip()) else {
             self.refusals.per_address.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%remote, "too many connections from this address; refusing");
             incoming.refuse();
             return None;
         };
-        let pending = self.take_pending(remote.ip());
         Some(Pending {
             incoming,
             remote,
-            admitted: Admitted {
-                admission: self.clone(),
-                gate: Arc::new(Latch::default()),
-                pending: Some(pending),
-                connection: None,
-                _address: address,
-            },
+            admitted,
+        })
+    }
+
+    /// An address slot and a pending slot for a connection from `ip`, and its
+    /// authentication deadline, counted from now (its first packet); `None`
+    /// when the address holds all its slots.
+    fn slots_for(self: &Arc<Self>, ip: IpAddr) -> Option<Admitted> {
+        let host = host_of(ip);
+        let address = AddressSlot::take(self, host)?;
+        let pending = self.take_pending(host);
+        Some(Admitted {
+            admission: self.clone(),
+            gate: Arc::new(Latch::default()),
+            pending: Some(pending),
+            connection: None,
+            deadline: Instant::now() + self.limits.auth_deadline,
+            _address: address,
         })
     }
 }
@@ -241,6 +271,7 @@ impl Drop for PendingSlot {
 /// One of a source address's `max_per_address` slots, returned on drop.
 struct AddressSlot {
     admission: Arc<Admission>,
+    /// `host_of` the peer's address.
     ip: IpAddr,
 }
 
@@ -292,10 +323,10 @@ impl Pending {
 
     /// Completes the handshake within the authentication deadline.
     pub async fn handshake(self) -> Option<(Connection, Admitted)> {
-        let deadline = self.admitted.admission.limits.auth_deadline;
+        let deadline = self.admitted.deadline();
         let evicted = self.admitted.eviction();
         tokio::select! {
-            r = tokio::time::timeout(deadline, self.incoming) => match r {
+            r = tokio::time::timeout_at(deadline, self.incoming) => match r {
                 Ok(Ok(conn)) => Some((conn, self.admitted)),
                 Ok(Err(e)) => {
                     tracing::debug!(remote = %self.remote, error = %e, "handshake failed");
@@ -356,13 +387,16 @@ pub struct Admitted {
     gate: Arc<AuthGate>,
     pending: Option<PendingSlot>,
     connection: Option<OwnedSemaphorePermit>,
+    /// `auth_deadline` after the connection's first packet: its handshake and
+    /// its wait for a valid Offer together.
+    deadline: Instant,
     _address: AddressSlot,
 }
 
 impl Admitted {
-    /// How long the connection may stay unauthenticated after its handshake.
-    pub fn deadline(&self) -> Duration {
-        self.admission.limits.auth_deadline
+    /// When the connection is closed if it has not authenticated by then.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     pub fn gate(&self) -> Arc<AuthGate> {
@@ -379,6 +413,13 @@ impl Admitted {
 
     pub fn is_authenticated(&self) -> bool {
         self.connection.is_some()
+    }
+
+    pub fn count_refused_offer(&self) {
+        self.admission
+            .refusals
+            .refused_offer
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn count_deadline_missed(&self) {
@@ -438,6 +479,7 @@ pub fn render_metrics(a: &Admission, blocks_waiting: u64, out: &mut crate::expos
             ("per_address", get(&r.per_address)),
             ("connections_full", get(&r.connections_full)),
             ("no_offer_in_time", get(&r.auth_deadline)),
+            ("offer_refused", get(&r.refused_offer)),
             ("retry_sent", get(&r.retry_sent)),
         ]
         .map(|(reason, v)| ([("reason", reason)], v)),
@@ -489,6 +531,64 @@ mod tests {
         let s = set(&["10.0.0.3", "10.0.0.1", "10.0.0.1", "10.0.0.3"]);
         assert_eq!(s.victim(), Some(0));
         assert_eq!(set(&[]).victim(), None);
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn ipv6_addresses_count_by_their_64_and_ipv4_ones_each_alone() {
+        assert_eq!(host_of(ip("2001:db8:1:2:3:4:5:6")), ip("2001:db8:1:2::"));
+        assert_eq!(host_of(ip("2001:db8:1:2::ffff")), ip("2001:db8:1:2::"));
+        assert_ne!(host_of(ip("2001:db8:1:3::1")), ip("2001:db8:1:2::"));
+        assert_eq!(host_of(ip("10.0.0.1")), ip("10.0.0.1"));
+        assert_ne!(host_of(ip("10.0.0.2")), host_of(ip("10.0.0.1")));
+        assert_eq!(host_of(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn one_ipv6_64_holds_the_slots_of_one_address() {
+        let limits = Limits {
+            max_per_address: 2,
+            ..Limits::default()
+        };
+        let admission = Arc::new(Admission::new(limits, 4, Windows::default()));
+        let a = admission.slots_for(ip("2001:db8::1"));
+        let b = admission.slots_for(ip("2001:db8::2:0:0:2"));
+        assert!(a.is_some() && b.is_some());
+        // Any other address of the same /64: refused, as a third connection
+        // from one address would be.
+        assert!(
+            admission
+                .slots_for(ip("2001:db8::ffff:ffff:ffff:3"))
+                .is_none()
+        );
+        // Another /64 and an IPv4 address have their own.
+        assert!(admission.slots_for(ip("2001:db8:0:1::1")).is_some());
+        assert!(admission.slots_for(ip("10.0.0.1")).is_some());
+        // The pending connections count by /64 too: they are one host's.
+        let set = admission.pending_set();
+        assert_eq!(set.entries[0].ip, set.entries[1].ip);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_auth_deadline_counts_from_the_first_packet() {
+        let limits = Limits {
+            auth_deadline: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        let admission = Arc::new(Admission::new(limits, 4, Windows::default()));
+        let ip: IpAddr = "10.0.0.1".parse().unwrap_or_else(|e| panic!("{e}"));
+        let admitted = admission.slots_for(ip).unwrap_or_else(|| panic!("no slot"));
+        // A handshake that took 6 s leaves 4 s to authenticate, not 10.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(
+            admitted
+                .deadline()
+                .saturating_duration_since(Instant::now()),
+            Duration::from_secs(4)
+        );
     }
 
     #[tokio::test]

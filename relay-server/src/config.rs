@@ -197,11 +197,13 @@ pub struct Args {
     #[arg(long, env = "RELAY_MAX_PENDING", default_value_t = 128)]
     pub max_pending: usize,
 
-    /// Most connections (pending or authenticated) from one source address.
+    /// Most connections (pending or authenticated) from one source address
+    /// (an IPv4 address, or an IPv6 /64).
     #[arg(long, env = "RELAY_MAX_PER_ADDRESS", default_value_t = 32)]
     pub max_per_address: usize,
 
-    /// Seconds a new connection has to present a valid Offer.
+    /// Seconds a new connection has to present a valid Offer, from its first
+    /// packet (its handshake included).
     #[arg(long, env = "RELAY_AUTH_DEADLINE", default_value_t = 10)]
     pub auth_deadline: u64,
 

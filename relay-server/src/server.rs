@@ -2,9 +2,8 @@
 //! stream to a transfer, and shuts down gracefully (stop accepting, let in-flight
 //! transfers finish within a grace period, then close).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::Endpoint;
@@ -107,7 +106,7 @@ impl Relay {
                 block_fill: cfg.block_fill,
                 reserved_containers: cfg.reserved_containers,
                 token_share_bytes,
-                shares: Mutex::new(HashMap::new()),
+                shares: crate::shares::Shares::new(token_share_bytes),
                 block_size: cfg.block_size,
                 blocks_in_flight: cfg.blocks_in_flight,
                 metrics,
@@ -191,11 +190,13 @@ async fn serve_connection(
         return;
     };
     tracing::debug!(%remote, "client connected");
-    let deadline = tokio::time::sleep(admitted.deadline());
+    // Counted from the connection's first packet, not from its handshake's end.
+    let deadline = tokio::time::sleep_until(admitted.deadline());
     tokio::pin!(deadline);
     let gate = admitted.gate();
     let evicted = admitted.eviction();
-    let link = crate::transfer::Link::new(gate.clone(), conn.clone());
+    let link = crate::link::Link::new(gate.clone(), conn.clone());
+    let refused = link.refused();
     let credit = shared
         .admission
         .stream_credit(&conn, shared.storage.max_requests_in_flight() as u64);
@@ -214,6 +215,17 @@ async fn serve_connection(
                 tracing::debug!(%remote, "evicted: pending slots full and it had no valid Offer yet");
                 conn.close(relay_proto::protocol::app_error::UNAUTHENTICATED.into(), b"evicted: too many connections without a valid Offer");
                 break;
+            }
+            // An Offer refused for its token or grant, and none valid: the
+            // connection goes now, not at the deadline (its pending slot is
+            // for a client about to authenticate, which it is not).
+            _ = refused.opened(), if !admitted.is_authenticated() && !gate.is_open() => {
+                if !gate.is_open() {
+                    tracing::debug!(%remote, "Offer refused before any was valid; closing");
+                    admitted.count_refused_offer();
+                    conn.close(relay_proto::protocol::app_error::UNAUTHENTICATED.into(), b"Offer refused");
+                    break;
+                }
             }
             _ = gate.opened(), if !admitted.is_authenticated() => {
                 if let Err(why) = admitted.promote(&conn) {

@@ -2,9 +2,8 @@
 //! reads (`Shared`). Its own module so the endpoint (`server`) and the per-stream
 //! driver (`transfer`) both depend on it, not on each other.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use relay_proto::id_key::{IdKey, Owner};
@@ -17,6 +16,7 @@ use crate::admission::{Admission, Limits as AdmissionLimits};
 use crate::auth::TokenStore;
 use crate::entra::Entra;
 use crate::metrics::Metrics;
+use crate::shares::Shares;
 use crate::tls::Identity;
 
 /// Fault hooks for the end-to-end tests; not reachable from the command line.
@@ -98,7 +98,7 @@ pub struct Shared {
     pub block_fill: BlockFill,
     pub reserved_containers: Vec<String>,
     pub(crate) token_share_bytes: u64,
-    pub(crate) shares: Mutex<HashMap<Owner, Budget>>,
+    pub(crate) shares: Shares,
     pub block_size: u64,
     pub blocks_in_flight: usize,
     pub metrics: Metrics,
@@ -142,17 +142,12 @@ impl Shared {
     /// first, then the shared budget, so it may wait at either: with every
     /// token at its share, the shared budget alone shows no one waiting.
     pub fn blocks_waiting(&self) -> u64 {
-        let shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-        self.budget.waiting() + shares.values().map(Budget::waiting).sum::<u64>()
+        self.budget.waiting() + self.shares.waiting()
     }
 
-    /// The budget share of one token (created on its first transfer; the number
-    /// of shares is bounded by the tokens file, not by peers).
+    /// The budget share of one token or Entra ID principal (kept while its
+    /// transfers use it: `shares`).
     pub fn share_of(&self, owner: &Owner) -> Budget {
-        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-        shares
-            .entry(*owner)
-            .or_insert_with(|| Budget::new(self.token_share_bytes))
-            .clone()
+        self.shares.of(owner)
     }
 }

@@ -142,7 +142,11 @@ pub struct Change {
 }
 
 impl Credit {
-    pub fn new(windows: &Windows, max_streams: u64, storage_queue: u64) -> Self {
+    /// `before_auth`: the limit quinn gave the connection at its handshake
+    /// (the admission's few streams). The model starts from it, so the first
+    /// limit it wants after authentication is always told to quinn, even one
+    /// that equals the base.
+    pub fn new(windows: &Windows, max_streams: u64, storage_queue: u64, before_auth: u64) -> Self {
         let window_units = (windows.connection_window / UNIT).max(1);
         Self {
             window_units,
@@ -152,7 +156,7 @@ impl Credit {
             open: 0,
             receiving: 0,
             declared: 0,
-            limit: BASE_STREAMS,
+            limit: before_auth,
             held: BASE_STREAMS,
         }
     }
@@ -187,7 +191,12 @@ impl Credit {
         }
         self.open = self.open.saturating_sub(1);
         self.declared = self.declared.saturating_sub(units);
-        let held = self.held.saturating_sub(1).max(self.limit);
+        // The base is never borrowed: `held` stays at least that.
+        let held = self
+            .held
+            .saturating_sub(1)
+            .max(self.limit)
+            .max(BASE_STREAMS);
         let back = self.held - held;
         self.held = held;
         back
@@ -248,10 +257,13 @@ pub struct ConnectionCredit {
 }
 
 impl ConnectionCredit {
-    /// `storage_queue`: storage requests the relay sends at once.
+    /// `storage_queue`: storage requests the relay sends at once;
+    /// `before_auth`: the stream limit the connection has until it
+    /// authenticates (`admission::Limits::streams_before_auth`).
     pub fn new(
         windows: &Windows,
         storage_queue: u64,
+        before_auth: u64,
         pool: Arc<StreamPool>,
         conn: quinn::Connection,
     ) -> Arc<Self> {
@@ -260,6 +272,7 @@ impl ConnectionCredit {
                 windows,
                 pool.max_per_connection(),
                 storage_queue,
+                before_auth,
             )),
             pool,
             conn,
@@ -383,7 +396,7 @@ mod tests {
     #[test]
     fn small_files_raise_the_limit_and_large_ones_do_not() {
         let mut free = 1_000_000;
-        let mut small = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT);
+        let mut small = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT, BASE_STREAMS);
         for _ in 0..BASE_STREAMS {
             small.opened();
             small.declared(small.units(4096));
@@ -391,7 +404,7 @@ mod tests {
         assert_eq!(small.rebalance(lender(&mut free)), Some(4096));
         assert_eq!(small.borrowed(), 4096 - BASE_STREAMS);
 
-        let mut large = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT);
+        let mut large = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT, BASE_STREAMS);
         for _ in 0..4 {
             large.opened();
             large.declared(large.units(1 << 40)); // counts one stream window
@@ -400,7 +413,7 @@ mod tests {
         assert_eq!(large.limit(), BASE_STREAMS);
 
         // 1 MiB files: the window holds 256 of them.
-        let mut medium = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT);
+        let mut medium = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT, BASE_STREAMS);
         for _ in 0..256 {
             medium.opened();
             medium.declared(medium.units(MIB));
@@ -411,7 +424,7 @@ mod tests {
     #[test]
     fn a_stream_not_yet_declared_counts_one_unit() {
         let mut free = 1_000_000;
-        let mut c = Credit::new(&windows(), 8192, NO_QUEUE_LIMIT);
+        let mut c = Credit::new(&windows(), 8192, NO_QUEUE_LIMIT, BASE_STREAMS);
         c.opened();
         assert_eq!(c.wanted(), 1 + 4096 - 1);
         assert_eq!(c.rebalance(lender(&mut free)), Some(4096));
@@ -422,7 +435,7 @@ mod tests {
     #[test]
     fn it_borrows_only_what_the_pool_has_and_never_drops_below_the_base() {
         let mut free = 100;
-        let mut c = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT);
+        let mut c = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT, BASE_STREAMS);
         for _ in 0..10 {
             c.opened();
         }
@@ -431,7 +444,7 @@ mod tests {
         // Nothing left: the limit stays where it is.
         assert_eq!(c.rebalance(lender(&mut free)), None);
         let mut empty = 0;
-        let mut d = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT);
+        let mut d = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT, BASE_STREAMS);
         d.opened();
         assert_eq!(d.rebalance(lender(&mut empty)), None);
         assert_eq!(d.limit(), BASE_STREAMS);
@@ -440,7 +453,7 @@ mod tests {
     #[test]
     fn slots_come_back_only_as_streams_close_after_the_limit_falls() {
         let mut free = 10_000;
-        let mut c = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT);
+        let mut c = Credit::new(&windows(), 4096, NO_QUEUE_LIMIT, BASE_STREAMS);
         for _ in 0..1000 {
             c.opened();
             c.declared(1);
@@ -470,7 +483,7 @@ mod tests {
     #[test]
     fn files_waiting_for_storage_beyond_what_it_takes_do_not_raise_the_limit() {
         let mut free = 1_000_000;
-        let mut c = Credit::new(&windows(), 4096, 128);
+        let mut c = Credit::new(&windows(), 4096, 128, BASE_STREAMS);
         // 300 files of 64 KiB all received, waiting for storage: storage takes
         // 128 at once, so the limit stays at the base and no new stream comes
         // until the queue drains.
@@ -498,6 +511,29 @@ mod tests {
         // A stream that ends before its bytes all came counts as received once.
         let _ = c.closed(1, true);
         assert_eq!(c.wanted(), 399 + 128);
+    }
+
+    #[test]
+    fn the_first_limit_after_authentication_is_told_to_quinn() {
+        // quinn gives a new connection the admission's 4 streams. Storage that
+        // takes 64 at once makes the wanted limit exactly the base: it must
+        // still be told, or the connection keeps 4 streams for good.
+        let mut free = 1_000_000;
+        let mut c = Credit::new(&windows(), 4096, 64, 4);
+        assert_eq!(c.limit(), 4);
+        c.opened();
+        assert_eq!(c.wanted(), BASE_STREAMS);
+        assert_eq!(c.rebalance(lender(&mut free)), Some(BASE_STREAMS));
+        assert_eq!(
+            (c.limit(), c.borrowed(), free),
+            (BASE_STREAMS, 0, 1_000_000)
+        );
+        // A stream that closed before authentication returns nothing: the base
+        // is not the pool's.
+        let mut d = Credit::new(&windows(), 4096, 64, 4);
+        d.opened();
+        assert_eq!(d.closed(1, true), 0);
+        assert_eq!(d.borrowed(), 0);
     }
 
     #[test]

@@ -28,10 +28,9 @@ use relay_storage::staging::{StageError, StageLimits, Stager};
 use relay_transport::frames::write_frame;
 use tracing::Instrument;
 
-use crate::admission::AuthGate;
 use crate::auth::{AuthError, Caller};
-use crate::frame_turns::FrameTurns;
 use crate::inflating::{Inflating, refusal};
+use crate::link::{Link, write_control};
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
 use crate::state::Shared;
@@ -124,35 +123,6 @@ fn check_names(offer: &Offer) -> Result<(), Failure> {
     validate_blob_name(&offer.blob).map_err(|e| fail(Code::InvalidName, e.to_string()))
 }
 
-/// The connection a stream belongs to: its authentication gate, its turns to
-/// read control frames, and the connection itself (for the test hook that
-/// holds the Plan).
-#[derive(Clone)]
-pub struct Link {
-    gate: Arc<AuthGate>,
-    frame_turns: FrameTurns,
-    conn: quinn::Connection,
-    /// Both ends announced compressed chunks (the handshake's ALPN).
-    zstd: bool,
-}
-
-impl Link {
-    pub fn new(gate: Arc<AuthGate>, conn: quinn::Connection) -> Self {
-        let zstd = relay_transport::tls::agreed_zstd(&conn);
-        Self {
-            gate,
-            frame_turns: FrameTurns::default(),
-            conn,
-            zstd,
-        }
-    }
-
-    /// One control frame, read in one of the connection's turns.
-    async fn read_frame(&self, recv: &mut RecvStream) -> Result<Message, FrameError> {
-        self.frame_turns.read_frame(recv).await
-    }
-}
-
 async fn respond(
     shared: &Shared,
     link: &Link,
@@ -161,7 +131,8 @@ async fn respond(
     send: &mut SendStream,
     recv: &mut RecvStream,
 ) {
-    match run(shared, link, offer, ticket, send, recv).await {
+    let (end, draining) = run(shared, link, offer, ticket, send, recv).await;
+    match end {
         Action::Receipt(receipt) => {
             Metrics::add(&shared.metrics.transfers_committed, 1);
             Metrics::add(&shared.metrics.bytes_committed, receipt.size);
@@ -175,11 +146,15 @@ async fn respond(
                 commit_ms = t.commit_ms,
                 "committed"
             );
-            let _ = write_frame(send, &Message::Receipt(receipt)).await;
+            let _ = write_control(send, &Message::Receipt(receipt)).await;
             let _ = send.finish();
         }
         Action::Reject(f) => {
+            let who = matches!(f.code, Code::Unauthorized | Code::Forbidden);
             reject(shared, send, recv, Reason::Code(f.code), f).await;
+            if who {
+                link.refuse_peer(send).await;
+            }
         }
         Action::Redirect {
             resume_offset: offset,
@@ -195,7 +170,7 @@ async fn respond(
             shared.metrics.failed(Reason::Code(f.code));
             // Azure's reasons can be long and are worth keeping whole-ish; escaped all the same.
             tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe_to(&f.message, 4 * MAX_LOG_CHARS), "failed; {}", outcome(&f));
-            let _ = write_frame(send, &Message::Error(f)).await;
+            let _ = write_control(send, &Message::Error(f)).await;
             let _ = send.finish();
             // The client may still be sending; tell it to stop.
             let _ = recv.stop(relay_proto::protocol::app_error::PROTOCOL.into());
@@ -203,9 +178,14 @@ async fn respond(
         other => {
             // `run` returns only ends; anything else is a bug, reported as one.
             let f = fail(Code::Internal, format!("transfer ended on {other:?}"));
-            let _ = write_frame(send, &Message::Error(f)).await;
+            let _ = write_control(send, &Message::Error(f)).await;
             let _ = send.finish();
         }
+    }
+    // Blocks still in flight after a receive failure land now, for a resume;
+    // the client heard its Error first.
+    if let Some(stager) = draining {
+        stager.drain().await;
     }
 }
 
@@ -222,7 +202,7 @@ async fn reject(
     shared.metrics.failed(reason);
     shared.metrics.rejections.record(reason, &f.message);
     let _ = recv.stop(relay_proto::protocol::app_error::REJECTED.into());
-    let _ = write_frame(send, &Message::Reject(f)).await;
+    let _ = write_control(send, &Message::Reject(f)).await;
     let _ = send.finish();
 }
 
@@ -264,7 +244,8 @@ async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller),
 
 /// Drives one file's `RelaySession`: performs each action it asks for (storage
 /// calls through the shared upload pipeline, frames, the byte stream) and feeds
-/// back what happened. Returns the session's end action.
+/// back what happened. Returns the session's end action, and the stager whose
+/// blocks in flight are to land after the client heard it (a receive failure).
 async fn run(
     shared: &Shared,
     link: &Link,
@@ -272,10 +253,10 @@ async fn run(
     ticket: &mut StreamTicket,
     send: &mut SendStream,
     recv: &mut RecvStream,
-) -> Action {
+) -> (Action, Option<Stager>) {
     let (plan, caller) = match validate(shared, offer).await {
         Ok(v) => v,
-        Err(f) => return Action::Reject(f),
+        Err(f) => return (Action::Reject(f), None),
     };
     if let Caller::Entra(p) = &caller {
         // Who uploads, never the token; the name is the peer's text: escaped.
@@ -286,7 +267,7 @@ async fn run(
     link.gate.open();
     let writer = match shared.storage.writer(&offer.container, &offer.blob) {
         Ok(w) => Arc::new(w),
-        Err(e) => return Action::Reject(storage_failure(&e)),
+        Err(e) => return (Action::Reject(storage_failure(&e)), None),
     };
     // Resume state is private to the token (or Entra ID principal) that
     // started the transfer.
@@ -313,6 +294,7 @@ async fn run(
         staged: None,
         encoding: None,
         zstd_agreed: link.zstd,
+        draining: None,
     };
     let (mut session, mut action) = RelaySession::new(Accepted {
         container: offer.container.clone(),
@@ -329,7 +311,7 @@ async fn run(
                 if let Some(bytes) = shared.hold_plan_until_received() {
                     hold_until_received(&link.conn, bytes).await;
                 }
-                Event::PlanSent(write_frame(send, &Message::Plan(p)).await)
+                Event::PlanSent(write_control(send, &Message::Plan(p)).await)
             }
             Action::ReadFrame { timeout } => {
                 match tokio::time::timeout(timeout, link.read_frame(recv)).await {
@@ -359,9 +341,9 @@ async fn run(
             // An Error says what the file cost storage, for the client's report.
             Action::Fail(mut f) => {
                 f.requests = Some(io.usage().requests);
-                return Action::Fail(f);
+                return (Action::Fail(f), io.draining.take());
             }
-            end => return end,
+            end => return (end, io.draining.take()),
         };
         action = session.handle(event, Instant::now());
     }
@@ -426,6 +408,8 @@ struct Io<'a> {
     encoding: Option<Encoding>,
     /// The connection agreed on compressed chunks.
     zstd_agreed: bool,
+    /// A stager that failed to receive, with blocks still in flight.
+    draining: Option<Stager>,
 }
 
 impl Io<'_> {
@@ -550,8 +534,9 @@ impl Io<'_> {
             }
         };
         if let Err(e) = pumped {
-            // Blocks already in flight are worth keeping: a resume reuses them.
-            stager.drain().await;
+            // Blocks already in flight are worth keeping (a resume reuses
+            // them), but they land after the client hears why (`respond`).
+            self.draining = Some(stager);
             return Err(receive_failure(e));
         }
         self.stager = Some(stager);

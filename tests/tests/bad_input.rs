@@ -79,12 +79,16 @@ async fn hostile_offers_are_rejected_with_reasons() {
         let code = rejected(&answer(&conn, offer(&container, name, 10)).await);
         assert_eq!(code, Code::InvalidName, "{name:?}");
     }
+    // A refusal for the token or its grant closes a connection that has no
+    // valid Offer (it would hold a pending slot for nothing): a new one each.
     let mut o = offer(&container, "ok.bin", 10);
     o.token = Secret("not-a-valid-token-at-all".into());
     assert_eq!(rejected(&answer(&conn, o).await), Code::Unauthorized);
+    let (_c, conn) = connect(&relay).await;
     let mut o = offer(&container, "ok.bin", 10);
     o.token = Secret(LIMITED_TOKEN.into());
     assert_eq!(rejected(&answer(&conn, o).await), Code::Forbidden);
+    let (_c, conn) = connect(&relay).await;
     let mut o = offer(&container, "ok.bin", 10);
     o.version = 99;
     assert_eq!(rejected(&answer(&conn, o).await), Code::UnsupportedVersion);
@@ -101,6 +105,7 @@ async fn hostile_offers_are_rejected_with_reasons() {
         rejected(&answer(&conn, o).await),
         Code::InvalidName | Code::Forbidden
     ));
+    let (_c, conn) = connect(&relay).await;
 
     // Malformed and oversized frames.
     let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
@@ -171,11 +176,20 @@ async fn refused_eager_offer_stops_the_bytes() {
     let written = tokio::time::timeout(Duration::from_secs(120), writing)
         .await
         .unwrap_or_else(|_| panic!("the relay never stopped the refused stream"));
+    // Stopped; or, once the Reject was acknowledged, the whole connection
+    // closed (it has no valid Offer: `offer_refused`), whichever the writer
+    // sees first. The Reject is readable either way.
     match written {
         Err(quinn::WriteError::Stopped(code)) => assert_eq!(
             code.into_inner(),
             u64::from(relay_proto::protocol::app_error::REJECTED)
         ),
+        Err(quinn::WriteError::ConnectionLost(quinn::ConnectionError::ApplicationClosed(c))) => {
+            assert_eq!(
+                c.error_code.into_inner(),
+                u64::from(relay_proto::protocol::app_error::UNAUTHENTICATED)
+            )
+        }
         other => panic!("expected the stream stopped, got {other:?}"),
     }
     let answer = read_frame(&mut recv)
@@ -539,6 +553,8 @@ async fn refused_streams_are_counted_by_reason() {
     o.token = Secret("not-a-valid-token-at-all".into());
     assert_eq!(rejected(&answer(&conn, o).await), Code::Unauthorized);
     assert_eq!(rejections(&relay, "unauthorized"), Some(1));
+    // That closed the connection (no Offer of it was valid): a new one.
+    let (_c, conn) = connect(&relay).await;
     let o = offer(&container, "a\nb", 10);
     assert_eq!(rejected(&answer(&conn, o).await), Code::InvalidName);
     assert_eq!(rejections(&relay, "invalid_name"), Some(1));

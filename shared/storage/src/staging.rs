@@ -59,6 +59,12 @@ impl Budget {
         self.total_bytes.saturating_sub(free)
     }
 
+    /// No handle but this one and no memory taken (every permit keeps the
+    /// semaphore alive): nothing uses this budget, nor can without this handle.
+    pub fn is_unused(&self) -> bool {
+        Arc::strong_count(&self.sem) == 1
+    }
+
     /// Whether one block of `bytes` can ever fit.
     pub fn fits(&self, bytes: u64) -> bool {
         bytes.div_ceil(UNIT) <= self.total_bytes / UNIT
