@@ -78,18 +78,13 @@ resource "azurerm_role_assignment" "relay_uploads" {
 
 # Containers downloads may read (relay-client download, through the relays):
 # the relays read them and nothing else of them (least privilege: reading is
-# granted per container, only where a download is meant to happen).
-resource "azurerm_storage_container" "downloads" {
-  #checkov:skip=CKV2_AZURE_21:Blob read logging needs a Log Analytics workspace or a second account; add a diagnostic setting where audit logs are required.
-  for_each              = toset([for c in var.download_containers : c if c != var.container_name])
-  name                  = each.key
-  storage_account_id    = azurerm_storage_account.this.id
-  container_access_type = "private"
-}
-
+# granted per container, only where a download is meant to happen). The
+# containers are not Terraform's: they hold results other jobs wrote, so
+# listing or unlisting one never creates or deletes it; each must exist
+# before apply (the role assignment's scope is the container's ID).
 resource "azurerm_role_assignment" "relay_downloads" {
-  for_each             = azurerm_storage_container.downloads
-  scope                = azurerm_storage_container.downloads[each.key].id
+  for_each             = toset([for c in var.download_containers : c if c != var.container_name])
+  scope                = "${azurerm_storage_account.this.id}/blobServices/default/containers/${each.key}"
   role_definition_name = "Storage Blob Data Reader"
   principal_id         = local.relay_principal_id
   principal_type       = "ServicePrincipal"

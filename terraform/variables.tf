@@ -177,7 +177,7 @@ variable "container_name" {
 }
 
 variable "download_containers" {
-  description = "Containers of the upload account that relay-client download may read through the relays: each is created (private) and the relays' identity gets Storage Blob Data Reader on it, nothing more. The upload container (container_name) is readable without being listed (the relays' Contributor role there includes reading). Who may read is still each token's or principal's read grant (`:r`); this only lets the relays read at all. Removing a name deletes its container (soft-deleted for blob_soft_delete_days)."
+  description = "Containers of the upload account that relay-client download may read through the relays: the relays' identity gets Storage Blob Data Reader on each, nothing more. Each must exist: Terraform neither creates nor deletes them (they hold what other jobs wrote). The upload container (container_name) is readable without being listed (the relays' Contributor role there includes reading). Who may read is still each token's or principal's read grant (`:r`); this only lets the relays read at all."
   type        = list(string)
   default     = []
 

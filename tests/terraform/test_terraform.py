@@ -60,10 +60,12 @@ RELAY = "local.relay_principal_id"
 BENCH = "azurerm_linux_virtual_machine.bench[0].identity[0].principal_id"
 DEPLOYERS = "each.value"
 CONTRIBUTOR, READER = "Storage Blob Data Contributor", "Storage Blob Data Reader"
+# A download container by its ID: Terraform neither creates nor deletes it.
+DOWNLOAD_SCOPE = "${azurerm_storage_account.this.id}/blobServices/default/containers/${each.key}"
 EXPECTED_GRANTS = {
     (CONTRIBUTOR, "azurerm_storage_container.uploads.id"): {RELAY, BENCH},
     (READER, "azurerm_storage_container.uploads.id"): {DEPLOYERS},
-    (READER, "azurerm_storage_container.downloads[each.key].id"): {RELAY},
+    (READER, DOWNLOAD_SCOPE): {RELAY},
     (READER, "azurerm_storage_container.relay_boot.id"): {RELAY},
     (READER, "azurerm_storage_container.bench_boot.id"): {BENCH},
     (CONTRIBUTOR, "azurerm_storage_account.artifacts.id"): {DEPLOYERS},
@@ -74,7 +76,8 @@ def _grants(module):
     out = {}
     for ra in module.resources("azurerm_role_assignment"):
         assert "role_definition_id" not in ra.body, ra.address
-        key = (ra.body["role_definition_name"], ra.body["scope"].text)
+        scope = ra.body["scope"]
+        key = (ra.body["role_definition_name"], getattr(scope, "text", scope))
         out.setdefault(key, set()).add(ra.body["principal_id"].text)
     return out
 
@@ -91,6 +94,10 @@ def test_no_vm_can_write_what_vms_boot_from(module):
     for (role, scope), principals in _grants(module).items():
         vm_principals = principals & {RELAY, BENCH}
         if not vm_principals:
+            continue
+        if scope == DOWNLOAD_SCOPE:
+            # Read-only, on a container of the upload account (by its ID).
+            assert role == READER and scope.startswith("${azurerm_storage_account.this.id}/"), (role, scope)
             continue
         assert scope.startswith("azurerm_storage_container."), (role, scope)
         assert "storage_account" not in scope
@@ -120,12 +127,12 @@ def test_relays_read_only_the_declared_download_containers(module):
     (ra,) = [r for r in module.resources("azurerm_role_assignment") if r.address.endswith(".relay_downloads")]
     assert ra.body["role_definition_name"] == READER
     assert ra.body["principal_id"] == Expr(RELAY)
-    assert ra.body["for_each"] == Expr("azurerm_storage_container.downloads")
-    downloads = module.resource("azurerm_storage_container", "downloads")
-    assert downloads.body["for_each"] == Expr(
+    assert ra.body["for_each"] == Expr(
         "toset([for c in var.download_containers : c if c != var.container_name])")
-    assert downloads.body["storage_account_id"] == Expr("azurerm_storage_account.this.id")
-    assert downloads.body["container_access_type"] == "private"
+    # Scoped by ID to a container of the upload account, never one Terraform
+    # manages: listing or unlisting a name must not create or delete data.
+    assert getattr(ra.body["scope"], "text", ra.body["scope"]) == DOWNLOAD_SCOPE
+    assert not [c for c in module.resources("azurerm_storage_container") if c.name == "downloads"]
     assert module.default("download_containers") == []
     # Nothing else reads on the relays' behalf: their only other roles are
     # the upload container's and their boot container's.
@@ -133,7 +140,7 @@ def test_relays_read_only_the_declared_download_containers(module):
     assert relay_scopes == {
         "azurerm_storage_container.uploads.id",
         "azurerm_storage_container.relay_boot.id",
-        "azurerm_storage_container.downloads[each.key].id",
+        DOWNLOAD_SCOPE,
     }
 
 
@@ -374,7 +381,7 @@ def test_premium_block_blob_option(module):
 
 def test_containers_are_private(module):
     containers = module.resources("azurerm_storage_container")
-    assert {c.name for c in containers} == {"uploads", "downloads", "relay_boot", "bench_boot"}
+    assert {c.name for c in containers} == {"uploads", "relay_boot", "bench_boot"}
     for c in containers:
         assert c.body["container_access_type"] == "private", c.address
 
