@@ -191,7 +191,7 @@ async fn serve(
             {
                 Metrics::add(&m.fetches_completed, 1);
                 tracing::info!(ranges_checked, "sent");
-                let _ = send.finish();
+                finish(send, limits.write_timeout).await;
             } else {
                 Metrics::add(&m.fetches_failed, 1);
                 let _ = send.reset(app_error::PROTOCOL.into());
@@ -206,7 +206,7 @@ async fn serve(
                 .await
                 .is_ok()
             {
-                let _ = send.finish();
+                finish(send, limits.write_timeout).await;
             } else {
                 let _ = send.reset(app_error::PROTOCOL.into());
             }
@@ -277,6 +277,15 @@ enum Stop {
     Failed(Failure),
     /// The client stopped reading: nothing more can be told.
     Stalled,
+}
+
+/// Ends the stream and waits (at most `timeout`) until the client has every
+/// byte of it: a stream dropped sooner, then its connection closed (as at
+/// shutdown), would lose what quinn had not sent yet, such as the last frame.
+pub(crate) async fn finish(send: &mut SendStream, timeout: Duration) {
+    if send.finish().is_ok() {
+        let _ = tokio::time::timeout(timeout, send.stopped()).await;
+    }
 }
 
 /// Writes one frame within `timeout`.

@@ -306,6 +306,30 @@ async fn a_blob_overwritten_mid_read_ends_in_changed_never_mixed() {
 }
 
 #[tokio::test]
+async fn a_relay_shutting_down_ends_a_download_with_busy_and_sends_no_more() {
+    let (relay, c) = relay("dlstop", small_ranges()).await;
+    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let data = pattern((2 * MIB) as usize, 7);
+    upload_raw(&conn, LIMITED_TOKEN, &c, "long", &data).await;
+    // The client's window holds about one range: the relay waits to write the
+    // next when shutdown begins, and the one after is never read.
+    let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "long")).await;
+    source(&first);
+    let stopping = tokio::spawn(relay.stop());
+    let got = read_rest(&mut recv, first).await;
+    match &got.end {
+        Some(Message::Error(f)) => {
+            assert_eq!(f.code, Code::Busy);
+            assert!(f.code.is_retryable());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(got.data.len() < data.len());
+    assert_eq!(got.data, data[..got.data.len()]);
+    stopping.await.expect("relay stopped");
+}
+
+#[tokio::test]
 async fn a_listing_of_several_pages_names_every_blob_once() {
     let limits = DownloadLimits {
         list_page: 3,
