@@ -306,6 +306,26 @@ async fn a_blob_overwritten_mid_read_ends_in_changed_never_mixed() {
 }
 
 #[tokio::test]
+async fn a_client_that_stops_the_stream_after_the_source_frees_the_relay_at_once() {
+    // As a client that only wanted the Source (its SHA-256) does.
+    let (relay, c) = relay("dlstopped", small_ranges()).await;
+    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let data = pattern((2 * MIB) as usize, 8);
+    upload_raw(&conn, LIMITED_TOKEN, &c, "peek", &data).await;
+    let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "peek")).await;
+    source(&first);
+    recv.stop(0u32.into()).expect("stop");
+    until(&relay, "the download ends and its memory is back", |r| {
+        r.metric("blob_relay_fetches_failed_total") == Some(1)
+            && r.metric("blob_relay_budget_in_use_bytes") == Some(0)
+    })
+    .await;
+    // Not a stalled reader: nothing waited for the write timeout.
+    assert_eq!(relay.metric("blob_relay_fetches_stalled_total"), Some(0));
+    relay.stop().await;
+}
+
+#[tokio::test]
 async fn a_relay_shutting_down_ends_a_download_with_busy_and_sends_no_more() {
     let (relay, c) = relay("dlstop", small_ranges()).await;
     let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
