@@ -350,6 +350,22 @@ async fn a_relay_shutting_down_ends_a_download_with_busy_and_sends_no_more() {
 }
 
 #[tokio::test]
+async fn a_blob_deleted_mid_read_ends_in_not_found() {
+    let (relay, c) = relay("dldeleted", small_ranges()).await;
+    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let data = pattern((2 * MIB) as usize, 9);
+    upload_raw(&conn, LIMITED_TOKEN, &c, "going", &data).await;
+    let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "going")).await;
+    source(&first);
+    writer(&c, "going").delete().await.expect("delete");
+    let got = read_rest(&mut recv, first).await;
+    assert_eq!(got.end.as_ref().map(refusal), Some(Code::NotFound));
+    assert!(got.data.len() < data.len());
+    assert_eq!(got.data, data[..got.data.len()]);
+    relay.stop().await;
+}
+
+#[tokio::test]
 async fn a_listing_of_several_pages_names_every_blob_once() {
     let limits = DownloadLimits {
         list_page: 3,
