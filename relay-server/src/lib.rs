@@ -11,12 +11,14 @@ pub mod entra;
 pub mod entra_config;
 pub mod exposition;
 pub mod failures;
+pub mod fetch;
 pub mod frame_turns;
 pub mod health;
 pub mod histogram;
 pub mod http;
 pub mod inflating;
 pub mod link;
+pub mod listing;
 pub mod metrics;
 pub mod probe;
 pub mod rejections;
@@ -108,6 +110,11 @@ impl Config {
             budget_wait: Duration::from_secs(args.budget_wait.max(1)),
             block_fill: server::BlockFill::default(),
             reserved_containers: args.reserved_containers.clone(),
+            download: fetch::DownloadLimits {
+                ranges_in_flight: usize::try_from(args.download_ranges).unwrap_or(1),
+                write_timeout: Duration::from_secs(args.download_write_timeout),
+                ..fetch::DownloadLimits::default()
+            },
             hooks: TestHooks::default(),
         };
         cfg.check_memory_limit(args.memory_limit)?;
@@ -174,6 +181,7 @@ impl Config {
             budget_wait: Duration::from_secs(30),
             block_fill: server::BlockFill::default(),
             reserved_containers: vec!["relay-boot".into()],
+            download: fetch::DownloadLimits::default(),
             hooks: TestHooks::default(),
         })
     }

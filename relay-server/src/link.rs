@@ -71,6 +71,12 @@ impl Link {
         self.refused.open();
     }
 
+    /// A valid first frame (Offer, Fetch or List): the connection may now
+    /// have its full windows and a connection slot (`admission`).
+    pub(crate) fn open_gate(&self) {
+        self.gate.open();
+    }
+
     /// One control frame, read in one of the connection's turns.
     pub(crate) async fn read_frame(&self, recv: &mut RecvStream) -> Result<Message, FrameError> {
         self.frame_turns.read_frame(recv).await

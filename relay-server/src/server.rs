@@ -105,6 +105,7 @@ impl Relay {
                 budget_wait: cfg.budget_wait,
                 block_fill: cfg.block_fill,
                 reserved_containers: cfg.reserved_containers,
+                download: cfg.download,
                 token_share_bytes,
                 shares: crate::shares::Shares::new(token_share_bytes),
                 block_size: cfg.block_size,
