@@ -31,11 +31,12 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::auth::{Access, AuthError, Caller};
+use crate::link::Link;
 use crate::metrics::Metrics;
 use crate::rejections::Reason;
 use crate::state::Shared;
 use crate::stream_credit::StreamTicket;
-use crate::transfer::{Link, fail, reject};
+use crate::transfer::{fail, reject};
 
 /// How downloads read and send.
 #[derive(Debug, Clone, Copy)]

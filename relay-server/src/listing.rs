@@ -14,11 +14,12 @@ use relay_storage::read::ListedBlob;
 use tracing::Instrument;
 
 use crate::fetch::{admit, finish, refuse_first, write_frame_within};
+use crate::link::Link;
 use crate::metrics::Metrics;
 use crate::rejections::Reason;
 use crate::state::Shared;
 use crate::stream_credit::StreamTicket;
-use crate::transfer::{Link, fail, reject};
+use crate::transfer::{fail, reject};
 
 /// Room left in a frame for its envelope (`{"type":"listing","blobs":[...]}`).
 const ENVELOPE: usize = 64;
