@@ -30,11 +30,14 @@ use crate::patience::WeatherSink;
 use crate::report::FileError;
 use crate::send::Options;
 use crate::sign_in::{Bearer, EntraToken, Flow, SignIn, SignInError};
-use crate::walk::{Destination, DestinationError, parse_destination};
+use crate::walk::{Destination, DestinationError, SourceErrors, parse_destination};
 
 /// A setup problem that stops the whole command (exit status 2).
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// A source argument that does not exist or cannot be read.
+    #[error(transparent)]
+    Sources(#[from] SourceErrors),
     #[error("--to: {0}")]
     Destination(#[from] DestinationError),
     /// `--to` is a blob URL of another account than `--storage-url`'s.

@@ -102,6 +102,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     if !(args.settle.is_finite() && args.settle >= 0.0) {
         return Err(WatchError::Usage("--settle takes seconds, 0 or more"));
     }
+    crate::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
     let dest = setup::destination(up)?;
     // A file that appears is not held behind a big one under way.
     let opts = crate::send::Options {
