@@ -296,7 +296,7 @@ pub async fn direct_mode(
     })?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
-        patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
+        patience: Patience::both(args.storage_stall_timeout),
         ..WriterOptions::default()
     };
     let storage = Storage::new(access, &writer)?;
@@ -523,8 +523,8 @@ pub async fn mode(
             relay.clone(),
             addr,
             name.clone(),
-            Duration::from_secs(args.connect_timeout),
-            Duration::from_secs(args.busy_wait),
+            args.connect_timeout,
+            args.busy_wait,
             silence,
             args.patience,
             observer,

@@ -216,7 +216,7 @@ async fn await_commits(
 /// Status lines (or bar redraws) at the reporter's pace, until aborted.
 fn spawn_ticker(
     reporter: &Arc<Reporter>,
-    status_interval: f64,
+    status_interval: Duration,
 ) -> Option<tokio::task::JoinHandle<()>> {
     reporter.tick_every(status_interval).map(|every| {
         let r = reporter.clone();

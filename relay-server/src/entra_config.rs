@@ -50,7 +50,7 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
         tenant: tenant.clone(),
         issuers,
         audiences: args.entra_audience.clone(),
-        skew_secs: i64::try_from(args.entra_skew).unwrap_or(i64::MAX),
+        skew_secs: i64::try_from(args.entra_skew.as_secs()).unwrap_or(i64::MAX),
     };
     let http = client(args.entra_ca_file.as_ref())?;
     let keys = KeySource::new(

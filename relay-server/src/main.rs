@@ -1,6 +1,5 @@
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use relay_server::config::{Args, ConfigError, LogFormat, parse_with_config_file};
 use relay_server::health::HealthBindError;
@@ -129,7 +128,7 @@ async fn run(args: Args) -> Result<(), RunError> {
     tokio::spawn(relay_server::probe::run(
         probe,
         storage.clone(),
-        Duration::from_secs(args.storage_check_interval),
+        args.storage_check_interval,
         rx.clone(),
     ));
     if let Some(listener) = health {

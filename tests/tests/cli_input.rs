@@ -1,9 +1,14 @@
-//! What the client checks of its command line before any network step: a
+//! What the binaries check of their command lines before any network step: a
 //! source that does not exist is said at once, naming the path (exit 2), in
-//! relay mode (reachable or not), direct mode and `watch`.
+//! relay mode (reachable or not), direct mode and `watch`; every duration flag
+//! of both binaries takes the same forms (`relay_proto::duration`).
 
+use std::any::TypeId;
+use std::collections::BTreeSet;
 use std::net::UdpSocket;
 use std::time::Duration;
+
+use clap::CommandFactory;
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, new_container};
@@ -97,4 +102,131 @@ async fn a_missing_source_is_said_at_once_naming_the_path() {
     ]));
     w.extend(strings(&["--no-journal"]));
     assert_missing(&run_client(&w, &[], T).await, &missing);
+}
+
+/// Every flag of `cmd` and its subcommands, as (path of subcommands, arg).
+fn every_arg(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+    for arg in cmd.get_arguments() {
+        out.push((path.to_string(), arg.clone()));
+    }
+    for sub in cmd.get_subcommands() {
+        every_arg(sub, &format!("{path} {}", sub.get_name()), out);
+    }
+}
+
+/// `arg` alone in a command, given `value`: what it parsed to.
+fn parse_one(arg: &clap::Arg, value: &str) -> Result<Duration, String> {
+    let id = arg.get_id().to_string();
+    let long = arg.get_long().unwrap_or_default().to_string();
+    let m = clap::Command::new("t")
+        .arg(arg.clone().required(false))
+        .try_get_matches_from(["t".to_string(), format!("--{long}={value}")])
+        .map_err(|e| e.to_string())?;
+    m.get_one::<Duration>(&id)
+        .copied()
+        .ok_or_else(|| format!("--{long} gave no value"))
+}
+
+/// A flag that takes a time under some other syntax than the shared one: a
+/// seconds-only value name or help, or a name that says it is a time.
+fn looks_like_a_time(arg: &clap::Arg) -> bool {
+    let names = arg
+        .get_value_names()
+        .unwrap_or_default()
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>();
+    let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+    let long = arg.get_long().unwrap_or_default();
+    names
+        .iter()
+        .any(|n| ["SECONDS", "SECS", "MS", "MILLIS"].contains(&n.as_str()))
+        || help.starts_with("Seconds")
+        || help.starts_with("Milliseconds")
+        || [
+            "timeout",
+            "interval",
+            "deadline",
+            "wait",
+            "grace",
+            "skew",
+            "patience",
+            "settle",
+            "poll",
+            "reconcile",
+        ]
+        .iter()
+        .any(|w| long.ends_with(w))
+}
+
+#[test]
+fn every_duration_flag_of_both_binaries_takes_the_same_forms() {
+    let mut args = Vec::new();
+    every_arg(
+        &relay_client::cli::Cli::command(),
+        "relay-client",
+        &mut args,
+    );
+    every_arg(
+        &relay_server::config::Args::command(),
+        "relay-server",
+        &mut args,
+    );
+    let s = Duration::from_secs(1);
+    let forms = [
+        ("7", 7 * s),
+        ("1500ms", s * 3 / 2),
+        ("90s", 90 * s),
+        ("2m", 120 * s),
+        ("1h", 3600 * s),
+        ("1h30m", 5400 * s),
+    ];
+    let mut found = BTreeSet::new();
+    for (path, arg) in &args {
+        let long = arg.get_long().unwrap_or_default();
+        if arg.get_value_parser().type_id() != TypeId::of::<Duration>() {
+            assert!(
+                !looks_like_a_time(arg),
+                "{path} --{long} looks like a time but does not use the duration syntax"
+            );
+            continue;
+        }
+        found.insert(format!(
+            "{} --{long}",
+            path.split(' ').next().unwrap_or_default()
+        ));
+        for (text, want) in forms {
+            assert_eq!(parse_one(arg, text), Ok(want), "{path} --{long} {text}");
+        }
+        let refused = parse_one(arg, "10 parsecs").err().unwrap_or_default();
+        assert!(
+            refused.contains("500ms, 90s, 2m, 1h"),
+            "{path} --{long}: {refused}"
+        );
+        assert_eq!(
+            arg.get_value_names().map(|n| n[0].to_string()),
+            Some("DURATION".to_string()),
+            "{path} --{long}: value name"
+        );
+    }
+    // docs/CLIENT.md's table of duration flags lists exactly these.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/CLIENT.md"))
+        .unwrap_or_else(|e| panic!("docs/CLIENT.md: {e}"));
+    let section = doc
+        .split("\n## Durations\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_else(|| panic!("docs/CLIENT.md has no Durations section"));
+    let mut listed = BTreeSet::new();
+    for line in section.lines() {
+        for binary in ["relay-client", "relay-server"] {
+            if let Some(row) = line.strip_prefix(&format!("| {binary} |")) {
+                for flag in row.split('`').filter(|w| w.starts_with("--")) {
+                    listed.insert(format!("{binary} {flag}"));
+                }
+            }
+        }
+    }
+    assert_eq!(found, listed, "flags found (left) and documented (right)");
+    assert!(found.len() >= 16, "{found:?}");
 }
