@@ -10,7 +10,7 @@ use crate::units::{block_size, size};
 
 /// Uploads files to Azure Blob Storage through a Blob Relay (QUIC), or directly.
 #[derive(Debug, Parser)]
-#[command(name = "relay-client", version, about)]
+#[command(name = "relay-client", version = crate::version::LONG, about)]
 pub struct Cli {
     /// More detail on stderr (-v: info, -vv: debug); RELAY_LOG overrides.
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]

@@ -31,6 +31,7 @@ pub mod spread;
 pub mod sync;
 pub mod units;
 pub mod upload;
+pub mod version;
 pub mod walk;
 pub mod watch;
 pub mod wire;

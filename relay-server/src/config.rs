@@ -23,7 +23,7 @@ fn size(s: &str) -> Result<u64, SizeError> {
 #[derive(Debug, Parser)]
 #[command(
     name = "relay-server",
-    version,
+    version = crate::version::LONG,
     about,
     long_about = None,
     after_long_help = EXAMPLES,

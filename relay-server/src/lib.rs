@@ -26,6 +26,7 @@ pub mod stream_credit;
 pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
+pub mod version;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;

@@ -83,6 +83,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), RunError> {
+    // First, so every log (and a crash report) says which build wrote it.
+    tracing::info!(
+        version = relay_server::version::VERSION,
+        commit = relay_server::version::COMMIT,
+        "relay-server {} starting",
+        relay_server::version::LONG
+    );
     let cfg = Config::from_args(&args)?;
     let mut granted = cfg.tokens.granted_containers();
     if let Some(entra) = &cfg.entra {
