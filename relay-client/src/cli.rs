@@ -21,6 +21,16 @@ pub struct Cli {
     #[arg(long, global = true, default_value = "auto", value_name = "WHEN")]
     pub color: relay_proto::color::ColorChoice,
 
+    /// Configuration file of named profiles (relay, pin, sign-in, destination)
+    /// [default: $XDG_CONFIG_HOME/blob-relay/client.toml, if it exists].
+    /// Flags and environment variables win over it.
+    #[arg(long, global = true, env = "RELAY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The profile of the configuration file to use [default: default].
+    #[arg(long, global = true, env = "RELAY_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -45,6 +55,43 @@ pub enum Command {
     },
     /// Print the man page (roff) on stdout: `relay-client man | man -l -`.
     Man,
+    /// The configuration file: `config init` writes a profile.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Write a profile (--profile, default `default`) into the configuration
+    /// file (--config, default $XDG_CONFIG_HOME/blob-relay/client.toml; made
+    /// with mode 0600), so later commands need only their paths (and --to if
+    /// the profile has none). A token is referenced by its file, never copied in.
+    Init(Box<ConfigInitArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigInitArgs {
+    /// Relay address HOST:PORT.
+    #[arg(long)]
+    pub relay: String,
+    /// The relay certificate's SHA-256 fingerprint to pin.
+    #[arg(long, required_unless_present = "relay_ca")]
+    pub relay_cert_sha256: Option<String>,
+    /// Or a CA (PEM) that issued the relay's certificate.
+    #[arg(long, conflicts_with = "relay_cert_sha256")]
+    pub relay_ca: Option<PathBuf>,
+    /// A file whose first line is the relay token (read at each run).
+    #[arg(long, value_name = "PATH", conflicts_with = "entra")]
+    pub token_file: Option<PathBuf>,
+    /// Sign in with Entra ID instead: cli | device-code | managed-identity | workload-identity.
+    #[arg(long, value_enum, value_name = "FLOW", requires = "entra_scope")]
+    pub entra: Option<crate::sign_in::Flow>,
+    /// With --entra: the relay's application ID URI.
+    #[arg(long, value_name = "APP_ID_URI")]
+    pub entra_scope: Option<String>,
+    /// Default destination (CONTAINER[/PREFIX]).
+    #[arg(long)]
+    pub to: Option<String>,
 }
 
 /// What to do when the destination blob exists (`--overwrite[=MODE]`).
@@ -74,7 +121,8 @@ pub struct UploadArgs {
     pub paths: Vec<PathBuf>,
 
     /// Destination: CONTAINER, CONTAINER/PREFIX, or a blob URL
-    /// https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX.
+    /// https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX (or the
+    /// profile's `to`).
     #[arg(long)]
     pub to: String,
 

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod compress;
+pub mod config_file;
 pub mod connect;
 pub mod direct;
 pub mod direct_sizing;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::CommandFactory;
 
 use relay_tests::azurite::shared_azurite;
-use relay_tests::blobs::{blob_exists, new_container};
+use relay_tests::blobs::{blob_exists, blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::run_client;
@@ -229,4 +229,104 @@ fn every_duration_flag_of_both_binaries_takes_the_same_forms() {
     }
     assert_eq!(found, listed, "flags found (left) and documented (right)");
     assert!(found.len() >= 16, "{found:?}");
+}
+
+/// `config init` writes a profile; `upload` then needs only its paths. Flags
+/// and the environment win over the file; a token written into a file others
+/// can read is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_remembers_the_relay() {
+    use std::os::unix::fs::PermissionsExt;
+    let relay = RelayHandle::start(shared_azurite().storage(), RelayOptions::default());
+    let first = new_container("profile1").await;
+    let second = new_container("profile2").await;
+    let dir = Scratch::new("profile");
+    let token_file = dir.path("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap_or_else(|e| panic!("{e}"));
+    let xdg = dir.path("xdg");
+    let xdg_env = [("XDG_CONFIG_HOME", xdg.to_str().unwrap_or_default())];
+    let addr = relay.addr.to_string();
+    let init = strings(&[
+        "config",
+        "init",
+        "--relay",
+        &addr,
+        "--relay-cert-sha256",
+        &relay.fingerprint,
+        "--token-file",
+        token_file.to_str().unwrap_or_default(),
+        "--to",
+        &first,
+    ]);
+    let out = run_client(&init, &xdg_env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = xdg.join("blob-relay/client.toml");
+    let mode = std::fs::metadata(&written).map_or(0, |m| m.permissions().mode());
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(&written).unwrap_or_default();
+    assert!(
+        !text.contains(TOKEN),
+        "the token is referenced, not copied: {text}"
+    );
+    // A second init of the same profile is refused; the file is kept.
+    assert_eq!(run_client(&init, &xdg_env, T).await.status.code(), Some(2));
+
+    // The XDG file alone: relay, pin, token and destination.
+    let file = dir.path("a.bin");
+    let sha = write_random(&file, 3000, 11);
+    let up = strings(&["upload", file.to_str().unwrap_or_default()]);
+    let out = run_client(&up, &xdg_env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(blob_sha(&first, "a.bin").await, (3000, sha.clone()));
+
+    // A flag wins over the file.
+    let mut to_second = up.clone();
+    to_second.extend(strings(&["--to", &second]));
+    let out = run_client(&to_second, &xdg_env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(blob_sha(&second, "a.bin").await, (3000, sha));
+    // The environment wins over the file: a wrong RELAY_TOKEN is refused.
+    let wrong = [xdg_env[0], ("RELAY_TOKEN", "wrong-token-0123456789abcdef")];
+    let out = run_client(&to_second, &wrong, T).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused the token"));
+
+    // --config FILE with a token in it, readable by others: refused at once.
+    let plain = dir.path("plain.toml");
+    std::fs::write(
+        &plain,
+        format!("[profile.default]\nrelay = \"{addr}\"\ntoken = \"{TOKEN}\"\n"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut c = up.clone();
+    c.extend(strings(&["--config", plain.to_str().unwrap_or_default()]));
+    let out = run_client(&c, &[], T).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("others can read it") && err.contains("chmod 600"),
+        "{err}"
+    );
+    // A profile that is not there is named.
+    c.extend(strings(&["--profile", "nope"]));
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = run_client(&c, &[], T).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no profile \"nope\""));
+    relay.stop().await;
 }
