@@ -422,6 +422,7 @@ pub fn seed_messages() -> Vec<Message> {
             block_size: 16 * MIB,
             resume_offset: 32 * MIB,
             checkpoint: "cd".repeat(40),
+            relay_version: Some("0.1.0 (abc1234-dirty)".into()),
         }),
         Message::Reject(Failure {
             code: Code::InvalidName,

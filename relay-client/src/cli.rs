@@ -10,7 +10,7 @@ use crate::units::{block_size, size};
 
 /// Uploads files to Azure Blob Storage through a Blob Relay (QUIC), or directly.
 #[derive(Debug, Parser)]
-#[command(name = "relay-client", version, about)]
+#[command(name = "relay-client", version = crate::version::LONG, about)]
 pub struct Cli {
     /// More detail on stderr (-v: info, -vv: debug); RELAY_LOG overrides.
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
@@ -20,6 +20,16 @@ pub struct Cli {
     /// always | never.
     #[arg(long, global = true, default_value = "auto", value_name = "WHEN")]
     pub color: relay_proto::color::ColorChoice,
+
+    /// Configuration file of named profiles (relay, pin, sign-in, destination)
+    /// [default: $XDG_CONFIG_HOME/blob-relay/client.toml, if it exists].
+    /// Flags and environment variables win over it.
+    #[arg(long, global = true, env = "RELAY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The profile of the configuration file to use [default: default].
+    #[arg(long, global = true, env = "RELAY_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -45,6 +55,43 @@ pub enum Command {
     },
     /// Print the man page (roff) on stdout: `relay-client man | man -l -`.
     Man,
+    /// The configuration file: `config init` writes a profile.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Write a profile (--profile, default `default`) into the configuration
+    /// file (--config, default $XDG_CONFIG_HOME/blob-relay/client.toml; made
+    /// with mode 0600), so later commands need only their paths (and --to if
+    /// the profile has none). A token is referenced by its file, never copied in.
+    Init(Box<ConfigInitArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigInitArgs {
+    /// Relay address HOST:PORT.
+    #[arg(long)]
+    pub relay: String,
+    /// The relay certificate's SHA-256 fingerprint to pin.
+    #[arg(long, required_unless_present = "relay_ca")]
+    pub relay_cert_sha256: Option<String>,
+    /// Or a CA (PEM) that issued the relay's certificate.
+    #[arg(long, conflicts_with = "relay_cert_sha256")]
+    pub relay_ca: Option<PathBuf>,
+    /// A file whose first line is the relay token (read at each run).
+    #[arg(long, value_name = "PATH", conflicts_with = "entra")]
+    pub token_file: Option<PathBuf>,
+    /// Sign in with Entra ID instead: cli | device-code | managed-identity | workload-identity.
+    #[arg(long, value_enum, value_name = "FLOW", requires = "entra_scope")]
+    pub entra: Option<crate::sign_in::Flow>,
+    /// With --entra: the relay's application ID URI.
+    #[arg(long, value_name = "APP_ID_URI")]
+    pub entra_scope: Option<String>,
+    /// Default destination (CONTAINER[/PREFIX]).
+    #[arg(long)]
+    pub to: Option<String>,
 }
 
 /// What to do when the destination blob exists (`--overwrite[=MODE]`).
@@ -74,7 +121,8 @@ pub struct UploadArgs {
     pub paths: Vec<PathBuf>,
 
     /// Destination: CONTAINER, CONTAINER/PREFIX, or a blob URL
-    /// https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX.
+    /// https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX (or the
+    /// profile's `to`).
     #[arg(long)]
     pub to: String,
 
@@ -187,9 +235,9 @@ pub struct UploadArgs {
     #[arg(long)]
     pub json_lines: bool,
 
-    /// Seconds between status lines when stderr is not a terminal (0: none).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
-    pub status_interval: f64,
+    /// Time between status lines when stderr is not a terminal (0: none).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_duration)]
+    pub status_interval: std::time::Duration,
 
     /// No progress bars.
     #[arg(long, short)]
@@ -227,9 +275,9 @@ pub struct UploadArgs {
     #[arg(long, default_value_t = 6)]
     pub attempts: u32,
 
-    /// Seconds to wait for the QUIC handshake.
-    #[arg(long, default_value_t = 5)]
-    pub connect_timeout: u64,
+    /// How long to wait for the QUIC handshake.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub connect_timeout: std::time::Duration,
 
     /// How long to wait for a relay that cannot be reached or a connection
     /// that was lost (a VPN reconnecting, a route flap, a lid closed) before
@@ -237,18 +285,18 @@ pub struct UploadArgs {
     /// asked again with capped backoff and the wait is reported. Attempts
     /// spent waiting do not count against --attempts. 0: fail at once.
     /// e.g. 90s, 30m, 2h.
-    #[arg(long, default_value = "10m", value_parser = crate::units::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10m", value_parser = relay_proto::duration::parse_duration, value_name = "DURATION")]
     pub patience: std::time::Duration,
 
     /// A relay that acknowledges nothing for this long is taken as gone: the
     /// connection is closed and a new one tried (files resume on it).
-    #[arg(long, default_value = "10s", value_parser = crate::units::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = relay_proto::duration::parse_duration, value_name = "DURATION")]
     pub idle_timeout: std::time::Duration,
 
-    /// Seconds to keep asking a relay that is at its connection limit (it says
+    /// How long to keep asking a relay that is at its connection limit (it says
     /// "busy": later, not no) before giving up with exit 2.
-    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
-    pub busy_wait: u64,
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = relay_proto::duration::parse_duration)]
+    pub busy_wait: std::time::Duration,
 
     /// QUIC congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) |
     /// cubic | bbr | newreno.
@@ -328,12 +376,12 @@ pub struct UploadArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub connections: Option<u64>,
 
-    /// With --direct: seconds a storage request may go without progress before
+    /// With --direct: how long a storage request may go without progress before
     /// it is abandoned and retried (no byte of its body accepted for this
     /// long, or no answer this long after its body went). A slow request that
     /// keeps moving is never abandoned.
-    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub storage_stall_timeout: u64,
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_stall_timeout: std::time::Duration,
 
     /// With --direct: transactional checksum of each Put Block: md5
     /// (Content-MD5) | crc64 (x-ms-content-crc64, Azure's CRC-64: a fraction of
@@ -387,15 +435,15 @@ pub struct WatchArgs {
     #[command(flatten)]
     pub upload: UploadArgs,
 
-    /// Seconds a file must stay closed and unchanged (size and modification
+    /// How long a file must stay closed and unchanged (size and modification
     /// time) before it is uploaded.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
-    pub settle: f64,
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = relay_proto::duration::parse_duration)]
+    pub settle: std::time::Duration,
 
-    /// Poll every SECONDS instead of file-system events (NFS, SMB; chosen
-    /// automatically, every 30 s, on such mounts).
-    #[arg(long, value_name = "SECONDS")]
-    pub poll: Option<f64>,
+    /// Poll every DURATION (at least 100ms) instead of file-system events
+    /// (NFS, SMB; chosen automatically, every 30 s, on such mounts).
+    #[arg(long, value_name = "DURATION", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub poll: Option<std::time::Duration>,
 
     /// Leave out files whose name matches GLOB (repeatable), besides the
     /// temporary names *.part, ~*, .*.swp, *.tmp, .~lock.*.
@@ -425,10 +473,10 @@ pub struct WatchArgs {
     #[arg(long, default_value_t = 10_000)]
     pub max_pending: usize,
 
-    /// Seconds between reconcile scans that catch what events missed (0: only
+    /// Time between reconcile scans that catch what events missed (0: only
     /// when events were lost).
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
-    pub reconcile: f64,
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = relay_proto::duration::parse_duration)]
+    pub reconcile: std::time::Duration,
 }
 
 const WATCH_EXAMPLES: &str = "Examples:

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod compress;
+pub mod config_file;
 pub mod connect;
 pub mod direct;
 pub mod direct_sizing;
@@ -31,6 +32,7 @@ pub mod spread;
 pub mod sync;
 pub mod units;
 pub mod upload;
+pub mod version;
 pub mod walk;
 pub mod watch;
 pub mod wire;

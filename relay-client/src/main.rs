@@ -2,7 +2,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{CommandFactory, Parser};
-use relay_client::cli::{Cli, Command, UploadArgs, WatchArgs};
+use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs, UploadArgs, WatchArgs};
 use relay_client::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
 use relay_client::progress::{Output, Reporter, summary_line};
 use relay_client::report::Summary;
@@ -18,7 +18,21 @@ const EXIT_REFUSED: u8 = 3;
 fn main() -> ExitCode {
     relay_storage::backtraces::no_library_backtraces();
     let argv: Vec<String> = std::env::args().collect();
-    let cli = match Cli::try_parse_from(&argv) {
+    // The profile's settings join the command line (flags > environment > file);
+    // `argv` stays what the user typed, for the rerun command.
+    let merged = match relay_client::config_file::merged_argv(&argv) {
+        Ok(m) => m,
+        Err(e) => {
+            let output = if wants_json(&argv) {
+                json_output(&argv)
+            } else {
+                Output::Text
+            };
+            print_error(output, "setup", "config", &e.to_string());
+            return ExitCode::from(EXIT_SETUP);
+        }
+    };
+    let cli = match Cli::try_parse_from(&merged) {
         Ok(cli) => cli,
         // Scripts that asked for JSON get their usage error as JSON too.
         Err(e) if e.use_stderr() && wants_json(&argv) => {
@@ -64,6 +78,9 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Config(ConfigCommand::Init(args)) => {
+            config_init(&args, cli.config.as_deref(), cli.profile.as_deref())
+        }
         Command::Man => {
             match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -72,6 +89,60 @@ fn main() -> ExitCode {
                     ExitCode::from(EXIT_FAILED)
                 }
             }
+        }
+    }
+}
+
+/// `relay-client config init`: one profile appended to the configuration file.
+fn config_init(
+    args: &ConfigInitArgs,
+    file: Option<&std::path::Path>,
+    profile: Option<&str>,
+) -> ExitCode {
+    use clap::ValueEnum;
+    use relay_client::config_file;
+    let Some(path) = file
+        .map(std::path::Path::to_path_buf)
+        .or_else(config_file::default_path)
+    else {
+        eprintln!("relay-client: {}", config_file::ConfigError::NoHome);
+        return ExitCode::from(EXIT_SETUP);
+    };
+    let entra = args
+        .entra
+        .and_then(|f| f.to_possible_value())
+        .map(|v| v.get_name().to_string());
+    let settings: Vec<(&str, String)> = [
+        ("relay", Some(args.relay.clone())),
+        ("relay_cert_sha256", args.relay_cert_sha256.clone()),
+        (
+            "relay_ca",
+            args.relay_ca.as_ref().map(|p| p.display().to_string()),
+        ),
+        (
+            "token_file",
+            args.token_file.as_ref().map(|p| p.display().to_string()),
+        ),
+        ("entra", entra),
+        ("entra_scope", args.entra_scope.clone()),
+        ("to", args.to.clone()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, v?)))
+    .collect();
+    let name = profile.unwrap_or("default");
+    match config_file::init(&path, name, &settings) {
+        Ok(()) => {
+            println!("{}", path.display());
+            eprintln!(
+                "relay-client: profile {name:?} written to {}",
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("relay-client: {e}");
+            ExitCode::from(EXIT_SETUP)
         }
     }
 }

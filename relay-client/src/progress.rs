@@ -248,12 +248,11 @@ impl Reporter {
     }
 
     /// How often `tick` should run: often on a terminal, else the status interval.
-    pub fn tick_every(&self, status_interval: f64) -> Option<Duration> {
+    pub fn tick_every(&self, status_interval: Duration) -> Option<Duration> {
         if self.bars {
             return Some(Duration::from_millis(200));
         }
-        (status_interval > 0.0 && self.output != Output::Json)
-            .then(|| Duration::from_secs_f64(status_interval))
+        (!status_interval.is_zero() && self.output != Output::Json).then_some(status_interval)
     }
 
     /// The network's comings and goings (`crate::link::Weather`): a line on

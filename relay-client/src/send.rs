@@ -426,7 +426,10 @@ async fn plain_body(
         .await
         .map_err(|e| frame_err("reading the Plan", e))?
     {
-        Message::Plan(p) => p,
+        Message::Plan(p) => {
+            crate::version::note_relay(p.relay_version.as_deref());
+            p
+        }
         Message::Reject(f) => return Ok(Body::Ended(StreamEnd::Refused(f))),
         Message::Receipt(receipt) if known_sha256.is_some() => {
             let _ = send.finish();
@@ -487,7 +490,12 @@ async fn eager_body(
         }
     };
     let answer_frame = match first {
-        Ok(frame) => eager_answer(&frame),
+        Ok(frame) => {
+            if let Message::Plan(p) = &frame {
+                crate::version::note_relay(p.relay_version.as_deref());
+            }
+            eager_answer(&frame)
+        }
         Err(e) => return Err(frame_err("reading the Plan", e)),
     };
     match answer_frame {

@@ -30,11 +30,14 @@ use crate::patience::WeatherSink;
 use crate::report::FileError;
 use crate::send::Options;
 use crate::sign_in::{Bearer, EntraToken, Flow, SignIn, SignInError};
-use crate::walk::{Destination, DestinationError, parse_destination};
+use crate::walk::{Destination, DestinationError, SourceErrors, parse_destination};
 
 /// A setup problem that stops the whole command (exit status 2).
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    /// A source argument that does not exist or cannot be read.
+    #[error(transparent)]
+    Sources(#[from] SourceErrors),
     #[error("--to: {0}")]
     Destination(#[from] DestinationError),
     /// `--to` is a blob URL of another account than `--storage-url`'s.
@@ -293,7 +296,7 @@ pub async fn direct_mode(
     })?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
-        patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
+        patience: Patience::both(args.storage_stall_timeout),
         ..WriterOptions::default()
     };
     let storage = Storage::new(access, &writer)?;
@@ -520,8 +523,8 @@ pub async fn mode(
             relay.clone(),
             addr,
             name.clone(),
-            Duration::from_secs(args.connect_timeout),
-            Duration::from_secs(args.busy_wait),
+            args.connect_timeout,
+            args.busy_wait,
             silence,
             args.patience,
             observer,

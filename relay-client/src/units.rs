@@ -79,71 +79,9 @@ pub fn block_size(text: &str) -> Result<u64, SizeFlagError> {
     Ok(bytes)
 }
 
-/// Why a duration flag's value is refused; `text` as given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{text:?} is not a duration (e.g. 90s, 10m, 1h30m, 1.5h; a bare number = seconds)")]
-pub struct DurationFlagError {
-    text: String,
-}
-
-/// Parses `600`, `90s`, `10m`, `1h30m`, `1.5h`, `500ms`, `0`.
-pub fn duration(text: &str) -> Result<std::time::Duration, DurationFlagError> {
-    let bad = || DurationFlagError {
-        text: text.to_string(),
-    };
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0.0f64;
-    while !rest.is_empty() {
-        let split = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(split);
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds = match unit.trim() {
-            "" | "s" | "sec" => 1.0,
-            "ms" => 1e-3,
-            "m" | "min" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        // A bare number is only allowed alone (`90`, not `1h30`).
-        if unit.trim().is_empty() && (total > 0.0 || !tail.is_empty()) {
-            return Err(bad());
-        }
-        total += value * seconds;
-        rest = tail.trim_start();
-    }
-    if !(0.0..1e9).contains(&total) {
-        return Err(bad());
-    }
-    Ok(std::time::Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        use std::time::Duration;
-        assert_eq!(duration("600"), Ok(Duration::from_secs(600)));
-        assert_eq!(duration("0"), Ok(Duration::ZERO));
-        assert_eq!(duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
-        for bad in ["", "soon", "10 parsecs", "1h30", "-5s", "m"] {
-            assert!(duration(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn binary_and_decimal_units() {

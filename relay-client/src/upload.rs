@@ -23,7 +23,7 @@ use crate::progress::{Found as FoundSoFar, Reporter};
 use crate::report::Summary;
 use crate::setup::{self, Mode, SetupError};
 use crate::sync::SyncRule;
-use crate::walk::{Found, Walk, WalkOptions};
+use crate::walk::{Found, Walk, WalkOptions, check_sources};
 
 /// How a run ended (setup errors aside).
 pub enum Outcome {
@@ -76,6 +76,7 @@ pub async fn run(
     reporter: Arc<Reporter>,
     mut interrupt: Interrupt,
 ) -> Result<Outcome, SetupError> {
+    check_sources(&args.paths, args.follow_symlinks)?;
     let dest = setup::destination(&args)?;
     let opts = setup::options(&args, &dest)?;
     let walk_opts = walk_options(&args, &dest.prefix)?;
@@ -215,7 +216,7 @@ async fn await_commits(
 /// Status lines (or bar redraws) at the reporter's pace, until aborted.
 fn spawn_ticker(
     reporter: &Arc<Reporter>,
-    status_interval: f64,
+    status_interval: Duration,
 ) -> Option<tokio::task::JoinHandle<()>> {
     reporter.tick_every(status_interval).map(|every| {
         let r = reporter.clone();

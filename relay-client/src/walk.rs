@@ -96,6 +96,68 @@ pub fn parse_destination(to: &str) -> Result<Destination, DestinationError> {
     })
 }
 
+/// Source arguments that do not exist or cannot be read, found before any
+/// network step so a typo is said at once (exit 2), not after `--patience`.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct SourceErrors(pub Vec<SourceError>);
+
+/// One source argument and why it cannot be read, as `PATH: REASON` (ripgrep's form).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {}", .path.display(), io_reason(.source))]
+pub struct SourceError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// Checks that every argument exists and can be opened: a file for reading, a
+/// directory for listing (what is inside is the walk's to report, per file).
+/// A link not followed or a special file is left to the walk, which skips it.
+pub fn check_sources(paths: &[PathBuf], follow_symlinks: bool) -> Result<(), SourceErrors> {
+    let errors: Vec<SourceError> = paths
+        .iter()
+        .filter_map(|path| {
+            check_source(path, follow_symlinks)
+                .err()
+                .map(|source| SourceError {
+                    path: path.clone(),
+                    source,
+                })
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(SourceErrors(errors))
+    }
+}
+
+fn check_source(path: &Path, follow_symlinks: bool) -> std::io::Result<()> {
+    let meta = if follow_symlinks {
+        std::fs::metadata(path)?
+    } else {
+        std::fs::symlink_metadata(path)?
+    };
+    if meta.is_dir() {
+        std::fs::read_dir(path).map(drop)
+    } else if meta.is_file() {
+        // Opening a regular file never blocks (a FIFO's open would: not opened).
+        std::fs::File::open(path).map(drop)
+    } else {
+        Ok(())
+    }
+}
+
+/// An I/O error as a person reads it: "No such file or directory", without
+/// the "(os error 2)" the standard library adds.
+fn io_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_string(),
+        _ => text,
+    }
+}
+
 /// Joins prefix and relative segments with `/`.
 pub fn blob_name(prefix: &str, relative: &[&str]) -> String {
     let mut parts: Vec<&str> = Vec::new();
@@ -333,6 +395,31 @@ fn file_name(p: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_sources_are_named_each_in_one_error() {
+        let dir = std::env::temp_dir().join(format!("walk-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.join("f");
+        std::fs::write(&file, b"x").unwrap_or_else(|e| panic!("{e}"));
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        assert!(check_sources(&[dir.clone(), file.clone()], false).is_ok());
+        let err = check_sources(&[a.clone(), file, b.clone()], false)
+            .err()
+            .map(|e| e.to_string());
+        let want = format!(
+            "{}: No such file or directory; {}: No such file or directory",
+            a.display(),
+            b.display()
+        );
+        assert_eq!(err, Some(want));
+        // A link not followed is the walk's to skip, even a dangling one.
+        let link = dir.join("dangling");
+        let _ = std::os::unix::fs::symlink(dir.join("gone"), &link);
+        assert!(check_sources(std::slice::from_ref(&link), false).is_ok());
+        assert!(check_sources(&[link], true).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn destinations() {

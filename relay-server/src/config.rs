@@ -23,7 +23,7 @@ fn size(s: &str) -> Result<u64, SizeError> {
 #[derive(Debug, Parser)]
 #[command(
     name = "relay-server",
-    version,
+    version = crate::version::LONG,
     about,
     long_about = None,
     after_long_help = EXAMPLES,
@@ -141,9 +141,9 @@ pub struct Args {
     #[arg(long, env = "RELAY_ENTRA_CA_FILE")]
     pub entra_ca_file: Option<PathBuf>,
 
-    /// Clock skew allowed on a token's expiry and not-before (seconds).
-    #[arg(long, env = "RELAY_ENTRA_SKEW", default_value_t = 60)]
-    pub entra_skew: u64,
+    /// Clock skew allowed on a token's expiry and not-before.
+    #[arg(long, env = "RELAY_ENTRA_SKEW", value_name = "DURATION", default_value = "60s", value_parser = relay_proto::duration::parse_duration)]
+    pub entra_skew: Duration,
 
     /// Most key (JWKS) fetches per minute for tokens naming a key the relay does
     /// not hold; more such tokens are refused as unknown_key without a fetch.
@@ -202,10 +202,10 @@ pub struct Args {
     #[arg(long, env = "RELAY_MAX_PER_ADDRESS", default_value_t = 32)]
     pub max_per_address: usize,
 
-    /// Seconds a new connection has to present a valid Offer, from its first
-    /// packet (its handshake included).
-    #[arg(long, env = "RELAY_AUTH_DEADLINE", default_value_t = 10)]
-    pub auth_deadline: u64,
+    /// How long a new connection has to present a valid Offer (or Fetch or
+    /// List), from its first packet (its handshake included).
+    #[arg(long, env = "RELAY_AUTH_DEADLINE", value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub auth_deadline: Duration,
 
     /// Key that signs block IDs and commit seals (64 hex characters), the same on
     /// every relay of a deployment so any relay resumes any transfer. Created
@@ -237,20 +237,20 @@ pub struct Args {
     #[arg(long, env = "RELAY_TOKEN_SHARE", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub token_share: u64,
 
-    /// Seconds a transfer waits for block memory before it is refused as busy
+    /// How long a transfer waits for block memory before it is refused as busy
     /// (retryable; staged blocks are kept).
-    #[arg(long, env = "RELAY_BUDGET_WAIT", default_value_t = 30)]
-    pub budget_wait: u64,
+    #[arg(long, env = "RELAY_BUDGET_WAIT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub budget_wait: Duration,
 
     /// Ranges of one blob a download reads from storage at once (4 MiB each,
     /// taken from the memory budget like blocks).
     #[arg(long, env = "RELAY_DOWNLOAD_RANGES", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub download_ranges: u64,
 
-    /// Seconds a download waits to write to a client that reads nothing before
-    /// it drops the download (its memory goes back to the budget).
-    #[arg(long, env = "RELAY_DOWNLOAD_WRITE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    pub download_write_timeout: u64,
+    /// How long a download waits to write to a client that reads nothing
+    /// before it drops the download (its memory goes back to the budget).
+    #[arg(long, env = "RELAY_DOWNLOAD_WRITE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub download_write_timeout: Duration,
 
     /// Upper bound for the relay's memory (the bound in docs/SECURITY.md); the
     /// relay refuses to start if its configuration could exceed it. Default: 90 %
@@ -258,32 +258,32 @@ pub struct Args {
     #[arg(long, env = "RELAY_MEMORY_LIMIT", value_parser = size)]
     pub memory_limit: Option<u64>,
 
-    /// On SIGTERM, how long in-flight transfers may continue (seconds).
-    #[arg(long, env = "RELAY_SHUTDOWN_GRACE", default_value_t = 30)]
-    pub shutdown_grace: u64,
+    /// On SIGTERM, how long in-flight transfers may continue.
+    #[arg(long, env = "RELAY_SHUTDOWN_GRACE", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_duration)]
+    pub shutdown_grace: Duration,
 
     /// HTTP address for /healthz and Prometheus /metrics (off when not given).
     #[arg(long, env = "RELAY_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
 
-    /// Seconds between background storage checks (their last result is in
+    /// Time between background storage checks (their last result is in
     /// /healthz and blob_relay_storage_reachable).
-    #[arg(long, env = "RELAY_STORAGE_CHECK_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub storage_check_interval: u64,
+    #[arg(long, env = "RELAY_STORAGE_CHECK_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_check_interval: Duration,
 
-    /// Seconds a pooled storage connection may sit idle before the relay closes
+    /// How long a pooled storage connection may sit idle before the relay closes
     /// it. Keep it below the storage endpoint's own keep-alive timeout (Azurite:
     /// 5 s): a request sent on a connection the server is closing is lost as a
     /// transport error and must be retried (docs/LOAD.md).
-    #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
-    pub storage_idle_timeout: u64,
+    #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", value_name = "DURATION", default_value = "4s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_idle_timeout: Duration,
 
-    /// Seconds a storage request may go without progress before it is
+    /// How long a storage request may go without progress before it is
     /// abandoned and retried: no byte of its body accepted for this long, or
     /// no answer this long after its body went. Never for being slow while
     /// its body moves (docs/ARCHITECTURE.md, "Storage requests").
-    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub storage_stall_timeout: u64,
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_stall_timeout: Duration,
 
     /// Storage requests in flight at once (all transfers together). Bounds the
     /// connections the relay opens to storage, so a burst of small files cannot
@@ -468,7 +468,7 @@ pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, SettingE
 
 impl Args {
     pub fn grace(&self) -> Duration {
-        Duration::from_secs(self.shutdown_grace)
+        self.shutdown_grace
     }
 }
 
@@ -489,9 +489,15 @@ mod tests {
             Args::try_parse_from(argv(&v))
         };
         let a = with(&[]).expect("defaults");
-        assert_eq!((a.download_ranges, a.download_write_timeout), (6, 60));
+        assert_eq!(
+            (a.download_ranges, a.download_write_timeout),
+            (6, Duration::from_secs(60))
+        );
         let a = with(&["--download-ranges=2", "--download-write-timeout=5"]).expect("set");
-        assert_eq!((a.download_ranges, a.download_write_timeout), (2, 5));
+        assert_eq!(
+            (a.download_ranges, a.download_write_timeout),
+            (2, Duration::from_secs(5))
+        );
         for bad in [
             "--download-ranges=0",
             "--download-ranges=65",

@@ -50,7 +50,7 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
         tenant: tenant.clone(),
         issuers,
         audiences: args.entra_audience.clone(),
-        skew_secs: i64::try_from(args.entra_skew).unwrap_or(i64::MAX),
+        skew_secs: i64::try_from(args.entra_skew.as_secs()).unwrap_or(i64::MAX),
     };
     let http = client(args.entra_ca_file.as_ref())?;
     let keys = KeySource::new(
@@ -69,8 +69,8 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
 /// Offer sent early in its connection's deadline (a client sends it within a
 /// round trip of the handshake) is answered before the deadline, whatever the
 /// key endpoint does; the HTTPS client's own timeouts are longer.
-pub fn key_wait(auth_deadline_secs: u64) -> Duration {
-    Duration::from_millis(auth_deadline_secs.max(1).saturating_mul(500))
+pub fn key_wait(auth_deadline: Duration) -> Duration {
+    auth_deadline / 2
 }
 
 /// HTTPS only, bounded in time; with `ca`, one more trusted root.

@@ -110,6 +110,7 @@ pub fn render(shared: &Shared) -> String {
 fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     let m = &shared.metrics;
     let mut out = Exposition::default();
+    crate::version::render(&mut out);
     transfer_series(m, &mut out);
     download_series(m, &mut out);
     metrics::render_retries(&mut out, &m.azure_retries);

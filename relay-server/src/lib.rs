@@ -30,6 +30,7 @@ pub mod stream_credit;
 pub mod tls;
 pub mod tokens_file;
 pub mod transfer;
+pub mod version;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -107,12 +108,12 @@ impl Config {
             id_key,
             max_block_size: args.max_block_size,
             token_share_percent: args.token_share,
-            budget_wait: Duration::from_secs(args.budget_wait.max(1)),
+            budget_wait: args.budget_wait,
             block_fill: server::BlockFill::default(),
             reserved_containers: args.reserved_containers.clone(),
             download: fetch::DownloadLimits {
                 ranges_in_flight: usize::try_from(args.download_ranges).unwrap_or(1),
-                write_timeout: Duration::from_secs(args.download_write_timeout),
+                write_timeout: args.download_write_timeout,
                 ..fetch::DownloadLimits::default()
             },
             hooks: TestHooks::default(),
@@ -207,8 +208,8 @@ fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
         .ok_or(ResolveError::NoStorageUrl)?;
     let access = StorageAccess::resolve(url, key.as_ref(), args.entra)?;
     let writer = WriterOptions {
-        pool_idle_timeout: Duration::from_secs(args.storage_idle_timeout),
-        patience: Patience::both(Duration::from_secs(args.storage_stall_timeout)),
+        pool_idle_timeout: args.storage_idle_timeout,
+        patience: Patience::both(args.storage_stall_timeout),
         max_concurrent_requests: args.storage_concurrency as usize,
         max_idle_per_host: args.storage_concurrency as usize,
         block_checksum: args.block_checksum,
@@ -232,7 +233,7 @@ fn admission_limits(args: &config::Args) -> admission::Limits {
     admission::Limits {
         max_pending: args.max_pending.max(1),
         max_per_address: args.max_per_address.max(1),
-        auth_deadline: Duration::from_secs(args.auth_deadline.max(1)),
+        auth_deadline: args.auth_deadline,
         ..admission::Limits::default()
     }
 }

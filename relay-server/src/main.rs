@@ -1,6 +1,5 @@
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use relay_server::config::{Args, ConfigError, LogFormat, parse_with_config_file};
 use relay_server::health::HealthBindError;
@@ -84,6 +83,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), RunError> {
+    // First, so every log (and a crash report) says which build wrote it.
+    tracing::info!(
+        version = relay_server::version::VERSION,
+        commit = relay_server::version::COMMIT,
+        "relay-server {} starting",
+        relay_server::version::LONG
+    );
     let cfg = Config::from_args(&args)?;
     let mut granted = cfg.tokens.granted_containers();
     if let Some(entra) = &cfg.entra {
@@ -129,7 +135,7 @@ async fn run(args: Args) -> Result<(), RunError> {
     tokio::spawn(relay_server::probe::run(
         probe,
         storage.clone(),
-        Duration::from_secs(args.storage_check_interval),
+        args.storage_check_interval,
         rx.clone(),
     ));
     if let Some(listener) = health {

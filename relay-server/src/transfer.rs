@@ -316,7 +316,8 @@ async fn run(
     loop {
         let event = match action {
             Action::Prepare => Event::Prepared(io.prepare().await),
-            Action::SendPlan(p) => {
+            Action::SendPlan(mut p) => {
+                p.relay_version = Some(crate::version::LONG.to_string());
                 if let Some(bytes) = shared.hold_plan_until_received() {
                     hold_until_received(&link.conn, bytes).await;
                 }

@@ -68,8 +68,15 @@ pub fn binary(name: &str) -> PathBuf {
 pub fn client_command(args: &[String], envs: &[(&str, &str)]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(binary("relay-client"));
     cmd.args(args).kill_on_drop(true);
-    // Only what the test passes: never a token from the caller's environment.
+    // Only what the test passes: never a token from the caller's environment,
+    // nor a profile from the caller's configuration file.
     cmd.env_remove("RELAY_TOKEN");
+    cmd.env_remove("RELAY_CONFIG");
+    cmd.env_remove("RELAY_PROFILE");
+    cmd.env(
+        "XDG_CONFIG_HOME",
+        std::env::temp_dir().join("blob-relay-tests-no-config"),
+    );
     // Keep the tests' path estimates (warm start) out of the user's cache.
     cmd.env(
         "RELAY_PATH_CACHE",

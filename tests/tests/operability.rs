@@ -1,7 +1,7 @@
 //! The relay as operators run it: a separate process configured by flags, env or a
 //! TOML file, `--check-config`, `/healthz` and `/metrics`, and SIGTERM.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use relay_tests::azurite::shared_azurite;
@@ -190,18 +190,20 @@ async fn health_metrics_and_sigterm() {
     let health = format!("127.0.0.1:{}", free_port());
     let fp = dir.path("fp");
     // Flags from the environment, as systemd's EnvironmentFile gives them.
-    let mut relay = Command::new(binary("relay-server"))
-        .env("RELAY_LISTEN", &udp)
-        .env("RELAY_STORAGE_URL", az.url())
-        .env("RELAY_ACCOUNT_KEY", DEV_KEY)
-        .env("RELAY_TOKENS", dir.path("tokens"))
-        .env("RELAY_ID_KEY_FILE", dir.path("id.key"))
-        .env("RELAY_STATE_DIR", dir.path("state"))
-        .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
-        .env("RELAY_HEALTH_LISTEN", &health)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut relay = Reaped(
+        Command::new(binary("relay-server"))
+            .env("RELAY_LISTEN", &udp)
+            .env("RELAY_STORAGE_URL", az.url())
+            .env("RELAY_ACCOUNT_KEY", DEV_KEY)
+            .env("RELAY_TOKENS", dir.path("tokens"))
+            .env("RELAY_ID_KEY_FILE", dir.path("id.key"))
+            .env("RELAY_STATE_DIR", dir.path("state"))
+            .env("RELAY_CERT_FINGERPRINT_FILE", &fp)
+            .env("RELAY_HEALTH_LISTEN", &health)
+            .stderr(log_file(&dir.path("relay.log")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}")),
+    );
     let t0 = Instant::now();
     while http_get(&health, "/healthz").is_none() {
         assert!(
@@ -221,6 +223,10 @@ async fn health_metrics_and_sigterm() {
         "{before}"
     );
     checked_retries(&before);
+    // Which build serves: the same version and commit as `--version` says.
+    let (version, commit) = build_of("relay-server");
+    let info = format!("blob_relay_build_info{{version=\"{version}\",commit=\"{commit}\"}} 1\n");
+    assert!(before.contains(&info), "no {info:?} in {before}");
     assert_eq!(
         sample(&before, "blob_relay_bytes_staged_total"),
         Some(0.0),
@@ -242,12 +248,16 @@ async fn health_metrics_and_sigterm() {
         &fingerprint,
         "--to",
         &container,
+        "-v",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     let out = run_client(&a, &[("RELAY_TOKEN", token)], Duration::from_secs(60)).await;
     assert!(out.status.success(), "{}", stderr(&out));
+    // At -v the client says which relay build it talks to, once.
+    let said = format!("relay_version={version} ({commit})");
+    assert_eq!(stderr(&out).matches(&said).count(), 1, "{}", stderr(&out));
     let (code, metrics) = http_get(&health, "/metrics").unwrap_or_else(|| panic!("no metrics"));
     assert_eq!(code, 200);
     assert!(
@@ -280,11 +290,11 @@ async fn health_metrics_and_sigterm() {
     checked_retries(&metrics);
 
     unsafe {
-        libc::kill(relay.id() as i32, libc::SIGTERM);
+        libc::kill(relay.0.id() as i32, libc::SIGTERM);
     }
     let t0 = Instant::now();
     let status = loop {
-        if let Some(s) = relay.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+        if let Some(s) = relay.0.try_wait().unwrap_or_else(|e| panic!("{e}")) {
             break s;
         }
         assert!(
@@ -295,6 +305,66 @@ async fn health_metrics_and_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}");
+    // The first log line names the build.
+    let log = std::fs::read_to_string(dir.path("relay.log")).unwrap_or_default();
+    let first = log.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(&format!("relay-server {version} ({commit}) starting")),
+        "{log}"
+    );
+}
+
+/// A child killed if the test ends (or fails) before it exits, so a failed
+/// assertion leaves no relay running.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn log_file(path: &std::path::Path) -> std::fs::File {
+    std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `NAME --version`: `NAME 0.1.0 (abc1234)` or `(abc1234-dirty)`, as
+/// (version, commit). Built in a git checkout, the commit is never `unknown`.
+fn build_of(name: &str) -> (String, String) {
+    let out = Command::new(binary(name))
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let rest = text.strip_prefix(&format!("{name} ")).unwrap_or_default();
+    let (version, commit) = rest
+        .strip_suffix(')')
+        .and_then(|r| r.split_once(" ("))
+        .unwrap_or_else(|| panic!("{name} --version: {text:?}"));
+    assert_eq!(version, env!("CARGO_PKG_VERSION"), "{text}");
+    let in_git = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if commit == "unknown" && !in_git {
+        return (version.to_string(), commit.to_string());
+    }
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        hash.len() >= 7 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{name} --version: {text:?}"
+    );
+    (version.to_string(), commit.to_string())
+}
+
+#[test]
+fn both_binaries_say_their_version_and_commit() {
+    assert_eq!(build_of("relay-client"), build_of("relay-server"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

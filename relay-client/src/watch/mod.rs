@@ -99,9 +99,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
             "watch does not end with one summary; use --json-lines",
         ));
     }
-    if !(args.settle.is_finite() && args.settle >= 0.0) {
-        return Err(WatchError::Usage("--settle takes seconds, 0 or more"));
-    }
+    crate::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
     let dest = setup::destination(up)?;
     // A file that appears is not held behind a big one under way.
     let opts = crate::send::Options {
@@ -153,10 +151,10 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
         OverwriteMode::Never | OverwriteMode::Always => None,
     };
-    let poll = args.poll.map(|s| Duration::from_secs_f64(s.max(0.1)));
+    let poll = args.poll.map(|p| p.max(Duration::from_millis(100)));
     let mut events = events::start(&roots.dirs(), poll)?;
     reporter.notice(&format!(
-        "relay-client: watching {} folder(s) ({}), settle {} s, journal {}",
+        "relay-client: watching {} folder(s) ({}), settle {:?}, journal {}",
         roots.dirs().len(),
         events.how,
         args.settle,
@@ -181,11 +179,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     });
     let stop = stop_signal();
     let mut w = Driver {
-        settle: Settle::new(
-            Duration::from_secs_f64(args.settle),
-            events.close_events,
-            args.max_pending,
-        ),
+        settle: Settle::new(args.settle, events.close_events, args.max_pending),
         ctx,
         tasks: JoinSet::new(),
         in_flight: HashSet::new(),
@@ -201,9 +195,9 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     w.scan(&scan_tx, roots.dirs());
     let mut check = tokio::time::interval(CHECK_EVERY);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let every = reporter.tick_every(up.status_interval.max(0.0));
+    let every = reporter.tick_every(up.status_interval);
     let mut status_at = every.map(|e| Instant::now() + e);
-    let reconcile = (args.reconcile > 0.0).then(|| Duration::from_secs_f64(args.reconcile));
+    let reconcile = (!args.reconcile.is_zero()).then_some(args.reconcile);
     let mut reconcile_at = reconcile.map(|r| Instant::now() + r);
     let mut quiet = idle::Quiet::new(Instant::now().into_std());
     let mut stop = std::pin::pin!(stop);

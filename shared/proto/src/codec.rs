@@ -107,6 +107,7 @@ mod tests {
                 block_size: 1,
                 resume_offset: 0,
                 checkpoint: "00".into(),
+                relay_version: Some("0.1.0 (abc1234)".into()),
             }),
             Message::Reject(Failure {
                 code: Code::Exists,

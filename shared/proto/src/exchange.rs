@@ -73,6 +73,7 @@ mod tests {
             block_size: 16 << 20,
             resume_offset,
             checkpoint: String::new(),
+            relay_version: None,
         })
     }
 

@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod chunk;
 pub mod codec;
 pub mod color;
+pub mod duration;
 pub mod exchange;
 pub mod hostile_chunks;
 pub mod id_key;

@@ -86,6 +86,10 @@ pub struct Plan {
     pub resume_offset: u64,
     /// SHA-256 checkpoint (hex) at `resume_offset`, for the client's same-source check.
     pub checkpoint: String,
+    /// The relay's build (`0.1.0 (abc1234)`), which the client logs at `-v`.
+    /// Absent from older relays; a client does nothing with it but log it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_version: Option<String>,
 }
 
 /// Sent by the client after a Plan: where its bytes start (the Plan's resume offset

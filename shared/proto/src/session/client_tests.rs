@@ -237,6 +237,7 @@ fn a_plain_stream_resumes_only_the_same_source() {
         block_size: 128,
         resume_offset,
         checkpoint: checkpoint.into(),
+        relay_version: None,
     };
     let other = {
         let mut d = data.clone();

@@ -276,6 +276,8 @@ impl RelaySession {
                     block_size: self.offer.block_size,
                     resume_offset: offset,
                     checkpoint,
+                    // The driver fills it in: the session knows no build.
+                    relay_version: None,
                 })
             }
         }
