@@ -235,6 +235,8 @@ pub fn windows(args: &UploadArgs) -> Windows {
         max_rate_mbit: args.max_rate,
         fair: args.fair,
         probe_train: !args.no_probe_train,
+        // Its whole connection window may be in flight (uploads).
+        send_window: None,
     }
 }
 

@@ -151,9 +151,17 @@ impl Config {
             budget: self.budget.total_bytes(),
             authenticated: self.max_connections.max(1) as u64
                 * (self.windows.connection_window + authenticated_state),
+            sending: self.max_connections.max(1) as u64 * self.send_window(),
             pending: self.admission.max_pending.max(1) as u64
                 * (self.admission.window_before_auth + pending_state + INCOMING_BUFFER),
         }
+    }
+
+    /// Bytes one connection may have sent and not yet had acknowledged.
+    fn send_window(&self) -> u64 {
+        self.windows
+            .send_window
+            .unwrap_or(self.windows.connection_window)
     }
 
     /// Defaults for tests and benchmarks: loopback, self-signed.
@@ -171,7 +179,10 @@ impl Config {
             budget: Budget::new(memory_budget),
             block_size: relay_proto::limits::DEFAULT_BLOCK_SIZE,
             blocks_in_flight: 4,
-            windows: Windows::default(),
+            windows: Windows {
+                send_window: Some(Windows::default().stream_window),
+                ..Windows::default()
+            },
             udp_buffer: 8 << 20,
             max_connections: 64,
             admission: admission::Limits::default(),
@@ -225,6 +236,10 @@ fn windows(args: &config::Args) -> Windows {
         congestion: args.congestion,
         max_rate_mbit: args.max_rate,
         fair: args.fair,
+        // What a download may have written and not yet had acknowledged: one
+        // stream window (a file's bandwidth-delay product) per connection,
+        // counted in the memory bound.
+        send_window: Some(args.stream_window),
         ..Windows::default()
     }
 }
@@ -313,12 +328,15 @@ pub struct MemoryBound {
     pub base: u64,
     pub budget: u64,
     pub authenticated: u64,
+    /// Downloads: what each connection may have written and not yet had
+    /// acknowledged (quinn's send buffer, outside the block budget).
+    pub sending: u64,
     pub pending: u64,
 }
 
 impl MemoryBound {
     pub fn total(&self) -> u64 {
-        self.base + self.budget + self.authenticated + self.pending
+        self.base + self.budget + self.authenticated + self.sending + self.pending
     }
 }
 
@@ -327,10 +345,11 @@ impl std::fmt::Display for MemoryBound {
         use relay_proto::size::format_size as s;
         write!(
             f,
-            "base {} + block budget {} + authenticated connections {} + pending connections {}",
+            "base {} + block budget {} + authenticated connections {} + their send buffers {} + pending connections {}",
             s(self.base),
             s(self.budget),
             s(self.authenticated),
+            s(self.sending),
             s(self.pending)
         )
     }

@@ -237,7 +237,20 @@ async fn reading_needs_a_read_grant_and_names_are_checked() {
 
 #[tokio::test]
 async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
-    let (relay, c) = relay("dladmit", DownloadLimits::default()).await;
+    // An auth deadline far past the wait below: a refused connection that is
+    // gone before it was closed by the refusal, not by the deadline.
+    let container = new_container("dladmit").await;
+    let relay = RelayHandle::start(
+        relay_tests::azurite::shared_azurite().storage(),
+        RelayOptions {
+            limited_to: format!("{container}:rw,writeonly-dladmit,relay-boot:r"),
+            configure: Some(Box::new(|cfg| {
+                cfg.admission.auth_deadline = Duration::from_secs(600);
+            })),
+            ..Default::default()
+        },
+    );
+    let c = container;
     let (_ep, uploader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
     upload_raw(&uploader, LIMITED_TOKEN, &c, "x", b"hello").await;
     assert_eq!(
@@ -245,15 +258,21 @@ async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
         Some(1)
     );
     for valid_first in ["fetch", "list"] {
-        let (_ep, reader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
-        // Refused: the connection stays unauthenticated.
-        let got = fetch(&reader, fetch_of(TOKEN, &c, "x")).await;
+        // Refused for its grant before it authenticated: the relay closes the
+        // connection (as after an Offer refused for its token or grant), so it
+        // keeps no pending slot until the auth deadline.
+        let (_ep, refused) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+        let got = fetch(&refused, fetch_of(TOKEN, &c, "x")).await;
         assert_eq!(refusal(&got.first), Code::Forbidden);
-        assert_eq!(relay.metric("blob_relay_connections_pending"), Some(1));
+        until(&relay, "the refused connection is closed", |r| {
+            r.metric("blob_relay_connections_pending") == Some(0)
+        })
+        .await;
         assert_eq!(
             relay.metric("blob_relay_connections_authenticated"),
             Some(1)
         );
+        let (_ep, reader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
         if valid_first == "fetch" {
             let got = fetch(&reader, fetch_of(LIMITED_TOKEN, &c, "x")).await;
             assert_eq!(got.data, b"hello");

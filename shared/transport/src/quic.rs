@@ -61,6 +61,10 @@ pub struct Windows {
     /// Cold start (relay controller, no warm estimate): measure the bottleneck
     /// with a packet train after the handshake instead of plain slow start.
     pub probe_train: bool,
+    /// Bytes written to a connection and not yet acknowledged by its peer,
+    /// at most (quinn buffers them): the relay sets it (downloads), where it
+    /// is a term of its memory bound; `None` is the connection window.
+    pub send_window: Option<u64>,
 }
 
 impl Default for Windows {
@@ -75,6 +79,7 @@ impl Default for Windows {
             max_rate_mbit: None,
             fair: false,
             probe_train: true,
+            send_window: None,
         }
     }
 }
@@ -112,7 +117,7 @@ impl Windows {
         let var = |v: u64| VarInt::from_u64(v).unwrap_or(VarInt::MAX);
         t.stream_receive_window(var(self.stream_window));
         t.receive_window(var(self.connection_window));
-        t.send_window(self.connection_window);
+        t.send_window(self.send_window.unwrap_or(self.connection_window));
         t.max_concurrent_bidi_streams(var(self.max_streams()));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));
         t.keep_alive_interval(Some(Duration::from_secs(5)));
