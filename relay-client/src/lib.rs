@@ -7,6 +7,7 @@ pub mod compress;
 pub mod connect;
 pub mod direct;
 pub mod direct_sizing;
+pub mod download;
 pub mod file;
 pub mod filter;
 pub mod in_flight;

@@ -1,0 +1,8 @@
+//! The `download` command: blobs back from storage through the relay, each
+//! written under a temporary name, verified, then renamed into place.
+//!
+//! - `place`: where a blob name may go under the destination (pure).
+//! - `safe_fs`: creating folders and files there without following links.
+
+pub mod place;
+pub mod safe_fs;
