@@ -3,6 +3,8 @@
 //!
 //! - `place`: where a blob name may go under the destination (pure).
 //! - `safe_fs`: creating folders and files there without following links.
+//! - `session`: one blob's decisions: skip, refuse, resume, restart, verify (pure).
 
 pub mod place;
 pub mod safe_fs;
+pub mod session;
