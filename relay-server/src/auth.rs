@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-pub use crate::tokens_file::{Grant, Parsed, Rule, Skipped, parse_tokens};
+pub use crate::tokens_file::{ContainerGrant, Grant, Parsed, Rule, Skipped, parse_tokens};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
@@ -70,19 +70,13 @@ pub async fn authenticate(
     container: &str,
     access: Access,
 ) -> Result<Caller, AuthError> {
-    // Read grants are not parsed yet (tokens file `:r`/`:rw`, Entra
-    // `Reader.<container>`): until then nobody reads.
-    if access == Access::Read {
-        return match entra {
-            Some(entra) if crate::entra::looks_like_jwt(token) => {
-                entra.authenticate(token).await.map_err(AuthError::Entra)?;
-                Err(AuthError::NoRead(container.to_string()))
-            }
-            _ => match tokens.check(token, container) {
-                Err(AuthError::Unknown) => Err(AuthError::Unknown),
-                _ => Err(AuthError::NoRead(container.to_string())),
-            },
-        };
+    // Entra read roles (`Reader.<container>`) are not parsed yet: until then
+    // no Entra ID principal reads. Tokens file reads are its `:r`/`:rw` grants.
+    if access == Access::Read
+        && let Some(entra) = entra.filter(|_| crate::entra::looks_like_jwt(token))
+    {
+        entra.authenticate(token).await.map_err(AuthError::Entra)?;
+        return Err(AuthError::NoRead(container.to_string()));
     }
     match entra {
         Some(entra) if crate::entra::looks_like_jwt(token) => {
@@ -93,7 +87,9 @@ pub async fn authenticate(
                 Err(AuthError::Container(container.to_string()))
             }
         }
-        _ => tokens.check(token, container).map(|()| Caller::Static),
+        _ => tokens
+            .check(token, container, access)
+            .map(|()| Caller::Static),
     }
 }
 
@@ -204,7 +200,10 @@ impl TokenStore {
         self.refresh(&mut st);
     }
 
-    pub fn check(&self, token: &str, container: &str) -> Result<(), AuthError> {
+    /// Whether `token` may do `access` on `container`: `Unknown` for a token the
+    /// file does not list, else `Container` (write) or `NoRead` (read) when its
+    /// grant does not cover it.
+    pub fn check(&self, token: &str, container: &str, access: Access) -> Result<(), AuthError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.checked.elapsed() >= RECHECK {
             st.checked = Instant::now();
@@ -222,22 +221,24 @@ impl TokenStore {
         }
         match found.map(|e| &e.grant) {
             None => Err(AuthError::Unknown),
-            Some(Grant::AnyContainer) => Ok(()),
-            Some(Grant::Containers(cs)) if cs.iter().any(|c| c == container) => Ok(()),
-            Some(Grant::Containers(_)) => Err(AuthError::Container(container.to_string())),
+            Some(g) if g.allows(container, access) => Ok(()),
+            Some(_) => Err(match access {
+                Access::Write => AuthError::Container(container.to_string()),
+                Access::Read => AuthError::NoRead(container.to_string()),
+            }),
         }
     }
 
     /// Containers some token names, in file order, each once (what a storage
-    /// check can look at).
+    /// check can look at), whether it may write or only read them.
     pub fn granted_containers(&self) -> Vec<String> {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<String> = Vec::new();
         for e in &st.entries {
             if let Grant::Containers(cs) = &e.grant {
                 for c in cs {
-                    if !out.contains(c) {
-                        out.push(c.clone());
+                    if !out.contains(&c.name) {
+                        out.push(c.name.clone());
                     }
                 }
             }
@@ -327,17 +328,80 @@ mod tests {
         let p = scratch("check");
         std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklmnop0002 data\n").expect("write");
         let s = TokenStore::load(&p).expect("load");
-        assert_eq!(s.check("abcdefghijklmnop0001", "any"), Ok(()));
-        assert_eq!(s.check("abcdefghijklmnop0002", "data"), Ok(()));
         assert_eq!(
-            s.check("abcdefghijklmnop0002", "other"),
+            s.check("abcdefghijklmnop0001", "any", Access::Write),
+            Ok(())
+        );
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "data", Access::Write),
+            Ok(())
+        );
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "other", Access::Write),
             Err(AuthError::Container("other".into()))
         );
-        assert_eq!(s.check("nope", "data"), Err(AuthError::Unknown));
+        assert_eq!(
+            s.check("nope", "data", Access::Write),
+            Err(AuthError::Unknown)
+        );
         assert_eq!(AuthError::Unknown.to_string(), "unknown or expired token");
         assert_eq!(
             AuthError::Container("other".into()).to_string(),
             "token may not write container \"other\""
+        );
+        let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
+    }
+
+    #[tokio::test]
+    async fn reading_needs_a_read_grant_and_writing_a_write_grant() {
+        let p = scratch("read");
+        std::fs::write(
+            &p,
+            "abcdefghijklmnop0001\nabcdefghijklmnop0002 data:rw,results:r,logs\n",
+        )
+        .expect("write");
+        let s = TokenStore::load(&p).expect("load");
+        let auth = |token: &'static str, container: &'static str, access| {
+            let s = &s;
+            async move { authenticate(s, None, token, container, access).await }
+        };
+        use Access::{Read, Write};
+        assert_eq!(
+            auth("abcdefghijklmnop0002", "data", Read).await,
+            Ok(Caller::Static)
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0002", "data", Write).await,
+            Ok(Caller::Static)
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0002", "results", Read).await,
+            Ok(Caller::Static)
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0002", "results", Write).await,
+            Err(AuthError::Container("results".into()))
+        );
+        // A bare name and a line without a list: write only, as before.
+        assert_eq!(
+            auth("abcdefghijklmnop0002", "logs", Write).await,
+            Ok(Caller::Static)
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0002", "logs", Read).await,
+            Err(AuthError::NoRead("logs".into()))
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0001", "any", Write).await,
+            Ok(Caller::Static)
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0001", "any", Read).await,
+            Err(AuthError::NoRead("any".into()))
+        );
+        assert_eq!(
+            auth("abcdefghijklmnop0009", "data", Read).await,
+            Err(AuthError::Unknown)
         );
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
@@ -347,16 +411,25 @@ mod tests {
         let p = scratch("badline");
         std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklmnop0002\n").expect("write");
         let s = TokenStore::load(&p).expect("load");
-        assert_eq!(s.check("abcdefghijklmnop0002", "data"), Ok(()));
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "data", Access::Write),
+            Ok(())
+        );
         // 0002 removed, and a typo (13 characters) added.
         std::fs::write(&p, "abcdefghijklmnop0001\nabcdefghijklm\n").expect("write");
         s.reload();
-        assert_eq!(s.check("abcdefghijklmnop0001", "data"), Ok(()));
         assert_eq!(
-            s.check("abcdefghijklmnop0002", "data"),
+            s.check("abcdefghijklmnop0001", "data", Access::Write),
+            Ok(())
+        );
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "data", Access::Write),
             Err(AuthError::Unknown)
         );
-        assert_eq!(s.check("abcdefghijklm", "data"), Err(AuthError::Unknown));
+        assert_eq!(
+            s.check("abcdefghijklm", "data", Access::Write),
+            Err(AuthError::Unknown)
+        );
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 
@@ -368,17 +441,20 @@ mod tests {
         std::fs::write(&p, "# all gone\nshort\n").expect("write");
         s.reload();
         assert_eq!(
-            s.check("abcdefghijklmnop0001", "data"),
+            s.check("abcdefghijklmnop0001", "data", Access::Write),
             Err(AuthError::Unknown)
         );
         // Unreadable: refused too, not the old list.
         std::fs::write(&p, "abcdefghijklmnop0001\n").expect("write");
         s.reload();
-        assert_eq!(s.check("abcdefghijklmnop0001", "data"), Ok(()));
+        assert_eq!(
+            s.check("abcdefghijklmnop0001", "data", Access::Write),
+            Ok(())
+        );
         std::fs::remove_file(&p).expect("rm");
         s.reload();
         assert_eq!(
-            s.check("abcdefghijklmnop0001", "data"),
+            s.check("abcdefghijklmnop0001", "data", Access::Write),
             Err(AuthError::Unknown)
         );
         // At start the same file is an error that names the skipped lines.

@@ -145,7 +145,7 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens_file::{Grant, parse_tokens};
+    use crate::tokens_file::{ContainerGrant, Grant, parse_tokens};
 
     #[test]
     fn a_new_token_line_is_accepted_by_the_tokens_file_parser() {
@@ -157,7 +157,10 @@ mod tests {
             p.tokens[0],
             (
                 token.clone(),
-                Grant::Containers(vec!["data".into(), "logs".into()])
+                Grant::Containers(vec![
+                    ContainerGrant::write("data"),
+                    ContainerGrant::write("logs")
+                ])
             )
         );
         assert_eq!(p.tokens[1], (token, Grant::AnyContainer));

@@ -1,9 +1,14 @@
 //! The tokens file's format: `TOKEN [container,container...]` per line, `#`
-//! comments. A line that breaks a rule is skipped and reported (its number and the
-//! rule, never its text: the text may be a token); the other lines stand. So an
-//! edit with one typo still revokes what it removed.
+//! comments. A container of the list may carry what the token may do with it:
+//! `data:rw` (read and write), `data:r` (read only), `data:w` or a bare `data`
+//! (write only, as before reading existed). A line without a list writes any
+//! container and reads none. A line that breaks a rule is skipped and reported
+//! (its number and the rule, never its text: the text may be a token); the
+//! other lines stand. So an edit with one typo still revokes what it removed.
 
 use relay_proto::blob_name::validate_container;
+
+use crate::auth::Access;
 
 /// Shortest token we accept: guessing one must be hopeless.
 pub const MIN_TOKEN_CHARS: usize = 16;
@@ -12,8 +17,64 @@ pub const MAX_TOKEN_CHARS: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Grant {
+    /// Write any container (not a reserved one); read none.
     AnyContainer,
-    Containers(Vec<String>),
+    /// Exactly these containers, each with its own rights.
+    Containers(Vec<ContainerGrant>),
+}
+
+/// One container of a token's list and what the token may do with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerGrant {
+    pub name: String,
+    pub read: bool,
+    pub write: bool,
+}
+
+impl ContainerGrant {
+    /// A bare name: write only (what every list entry meant before reads).
+    pub fn write(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            read: false,
+            write: true,
+        }
+    }
+
+    /// `name:r`.
+    pub fn read(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            read: true,
+            write: false,
+        }
+    }
+
+    /// `name:rw`.
+    pub fn read_write(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            read: true,
+            write: true,
+        }
+    }
+
+    fn allows(&self, access: Access) -> bool {
+        match access {
+            Access::Read => self.read,
+            Access::Write => self.write,
+        }
+    }
+}
+
+impl Grant {
+    /// Whether this grant lets its token do `access` on `container`.
+    pub fn allows(&self, container: &str, access: Access) -> bool {
+        match self {
+            Grant::AnyContainer => access == Access::Write,
+            Grant::Containers(cs) => cs.iter().any(|c| c.name == container && c.allows(access)),
+        }
+    }
 }
 
 /// The rule a skipped line broke.
@@ -31,6 +92,10 @@ pub enum Rule {
         "container {0} of the list is not a valid container name (3-63 lowercase letters, digits and single hyphens)"
     )]
     Container(usize),
+    /// Which container of the list (1-based) has a suffix other than `:r`,
+    /// `:w` or `:rw`.
+    #[error("container {0} of the list has an access other than :r, :w or :rw")]
+    Access(usize),
     #[error("container list is empty (leave it out to allow any container)")]
     EmptyList,
     #[error("more than two fields (expected TOKEN [container,container...])")]
@@ -88,21 +153,44 @@ fn parse_line(line: &str) -> Result<(String, Grant), Rule> {
     let grant = match list {
         None => Grant::AnyContainer,
         Some(list) => {
-            let cs: Vec<String> = list
-                .split(',')
-                .filter(|c| !c.is_empty())
-                .map(str::to_string)
-                .collect();
-            if cs.is_empty() {
+            let entries: Vec<&str> = list.split(',').filter(|c| !c.is_empty()).collect();
+            if entries.is_empty() {
                 return Err(Rule::EmptyList);
             }
-            if let Some(i) = cs.iter().position(|c| validate_container(c).is_err()) {
-                return Err(Rule::Container(i + 1));
+            let mut cs: Vec<ContainerGrant> = Vec::with_capacity(entries.len());
+            for (i, entry) in entries.iter().enumerate() {
+                let g = parse_entry(entry, i + 1)?;
+                // A container named twice gets both entries' rights.
+                match cs.iter_mut().find(|c| c.name == g.name) {
+                    Some(c) => {
+                        c.read |= g.read;
+                        c.write |= g.write;
+                    }
+                    None => cs.push(g),
+                }
             }
             Grant::Containers(cs)
         }
     };
     Ok((token.to_string(), grant))
+}
+
+/// One entry of a container list: `name`, `name:r`, `name:w` or `name:rw`;
+/// `n` is its place in the list (for the rule it breaks).
+fn parse_entry(entry: &str, n: usize) -> Result<ContainerGrant, Rule> {
+    let (name, access) = match entry.split_once(':') {
+        Some((name, access)) => (name, Some(access)),
+        None => (entry, None),
+    };
+    if validate_container(name).is_err() {
+        return Err(Rule::Container(n));
+    }
+    match access {
+        None | Some("w") => Ok(ContainerGrant::write(name)),
+        Some("r") => Ok(ContainerGrant::read(name)),
+        Some("rw") => Ok(ContainerGrant::read_write(name)),
+        Some(_) => Err(Rule::Access(n)),
+    }
 }
 
 #[cfg(test)]
@@ -119,9 +207,65 @@ mod tests {
         );
         assert_eq!(
             p.tokens[1].1,
-            Grant::Containers(vec!["data".into(), "logs".into()])
+            Grant::Containers(vec![
+                ContainerGrant::write("data"),
+                ContainerGrant::write("logs")
+            ])
         );
         assert_eq!(parse_tokens(""), Parsed::default());
+    }
+
+    #[test]
+    fn read_grants_are_their_own() {
+        let p = parse_tokens(
+            "abcdefghijklmnop0001 data:rw,results:r,logs\nabcdefghijklmnop0002\nabcdefghijklmnop0003 logs:w,logs:r\n",
+        );
+        assert_eq!(p.skipped, []);
+        let rw = &p.tokens[0].1;
+        assert_eq!(
+            rw,
+            &Grant::Containers(vec![
+                ContainerGrant::read_write("data"),
+                ContainerGrant::read("results"),
+                ContainerGrant::write("logs"),
+            ])
+        );
+        assert!(rw.allows("data", Access::Read) && rw.allows("data", Access::Write));
+        assert!(rw.allows("results", Access::Read) && !rw.allows("results", Access::Write));
+        // A bare name keeps its old meaning: write only.
+        assert!(!rw.allows("logs", Access::Read) && rw.allows("logs", Access::Write));
+        assert!(!rw.allows("other", Access::Read) && !rw.allows("other", Access::Write));
+        // A line without a list writes anything and reads nothing.
+        let any = &p.tokens[1].1;
+        assert!(any.allows("data", Access::Write) && !any.allows("data", Access::Read));
+        // Named twice: both rights.
+        assert_eq!(
+            p.tokens[2].1,
+            Grant::Containers(vec![ContainerGrant::read_write("logs")])
+        );
+    }
+
+    #[test]
+    fn an_unknown_access_or_a_bad_name_before_it_skips_the_line() {
+        let p = parse_tokens(
+            "abcdefghijklmnop0001 data:x\nabcdefghijklmnop0002 data,logs:R\nabcdefghijklmnop0003 Bad:r\nabcdefghijklmnop0004 data:\nabcdefghijklmnop0005 :r\n",
+        );
+        assert_eq!(p.tokens, []);
+        let rules: Vec<Rule> = p.skipped.iter().map(|s| s.rule).collect();
+        assert_eq!(
+            rules,
+            [
+                Rule::Access(1),
+                Rule::Access(2),
+                Rule::Container(1),
+                Rule::Access(1),
+                Rule::Container(1)
+            ]
+        );
+        assert_eq!(
+            Rule::Access(2).to_string(),
+            "container 2 of the list has an access other than :r, :w or :rw"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::credentials::{StorageAccess, StorageAuth};
 use crate::error::BlobError;
 use crate::options::WriterOptions;
 use crate::progress::WatchedClient;
+use crate::read::{BlobReader, Lister};
 use crate::retry::{AbandonCounts, RetryCounts};
 
 /// The scope of an Entra ID token for Azure Storage (what `BlobClient::new` asks for).
@@ -212,7 +213,34 @@ impl Storage {
                 code: None,
                 message: e.to_string(),
             })?;
-        Ok(BlobWriter {
+        Ok(self.writer_at(url))
+    }
+
+    /// A reader for one blob (downloads), on the writers' retry schedule,
+    /// request limit and counters.
+    pub fn reader(&self, container: &str, blob: &str) -> Result<BlobReader, BlobError> {
+        Ok(BlobReader {
+            w: self.writer(container, blob)?,
+        })
+    }
+
+    /// Lists one container a page at a time.
+    pub fn lister(&self, container: &str) -> Result<Lister, BlobError> {
+        let url = self
+            .access
+            .container_url(container)
+            .map_err(|e| BlobError {
+                status: None,
+                code: None,
+                message: e.to_string(),
+            })?;
+        Ok(Lister {
+            w: self.writer_at(url),
+        })
+    }
+
+    fn writer_at(&self, url: url::Url) -> BlobWriter {
+        BlobWriter {
             url,
             sdk: std::sync::OnceLock::new(),
             account: self.shared.clone(),
@@ -223,7 +251,7 @@ impl Storage {
             options: self.options.clone(),
             in_flight: self.in_flight.clone(),
             abandons: Arc::new(AbandonCounts::default()),
-        })
+        }
     }
 
     /// Creates a container if it does not exist (demo and tests; the relay never does).

@@ -59,7 +59,7 @@ pub(crate) struct SdkClients {
 
 impl BlobWriter {
     /// The SDK's clients, built now if this is the first request to need them.
-    fn sdk(&self) -> Result<&SdkClients, BlobError> {
+    pub(crate) fn sdk(&self) -> Result<&SdkClients, BlobError> {
         if let Some(c) = self.sdk.get() {
             return Ok(c);
         }
@@ -85,7 +85,7 @@ impl BlobWriter {
     /// Each attempt is abandoned only for making no progress (`watch.rs`):
     /// `has_body` says whether it sends one, `answer_allowance` is time the
     /// service may need beyond the usual to answer.
-    async fn with_retry<T, F, Fut>(
+    pub(crate) async fn with_retry<T, F, Fut>(
         &self,
         op: &str,
         has_body: bool,

@@ -21,6 +21,7 @@ pub mod options;
 pub mod progress;
 pub mod publish;
 mod put_blob;
+pub mod read;
 pub mod retry;
 pub mod sas;
 pub mod staging;

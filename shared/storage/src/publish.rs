@@ -90,9 +90,29 @@ pub fn sealed_as(props: &BlobProperties, dest: &Destination<'_>, sha256_hex: &st
             .as_deref()
             .is_some_and(|h| h.eq_ignore_ascii_case(sha256_hex))
         && props.seal.as_deref().is_some_and(|seal| {
-            dest.key
-                .verify_seal(seal, dest.container, dest.blob, dest.size, sha256_hex)
+            seal_holds(
+                dest.key,
+                dest.container,
+                dest.blob,
+                dest.size,
+                sha256_hex,
+                seal,
+            )
         })
+}
+
+/// Whether `seal` is this relay deployment's seal over `sha256_hex` for the
+/// blob `container/blob` of `size` bytes: the one check behind both a re-run's
+/// "already committed" and a download's vouching for a SHA-256.
+pub fn seal_holds(
+    key: &IdKey,
+    container: &str,
+    blob: &str,
+    size: u64,
+    sha256_hex: &str,
+    seal: &str,
+) -> bool {
+    key.verify_seal(seal, container, blob, size, sha256_hex)
 }
 
 /// Before any byte moves: is the destination free (or the expected version)?

@@ -1,0 +1,345 @@
+//! Reading blobs back (downloads): a blob's properties, its bytes in ranges
+//! each read under `If-Match` on the version the reader started with and each
+//! checked against storage's MD5 of that range before it is used, and a
+//! container's listing one page at a time.
+//!
+//! The requests go through the account's pipeline and the writer's retry
+//! schedule (`BlobWriter::with_retry`): a 5xx, a reset or a body cut short is
+//! retried; 412 means the blob changed (`ReadError::Changed`), 404 that it is
+//! gone (`ReadError::NotFound`).
+
+use std::time::Duration;
+
+use azure_core::error::{CheckSuccessOptions, ErrorKind};
+use azure_core::http::{Context, Method, PipelineSendOptions, Request, Response, XmlFormat};
+use azure_storage_blob::models::{BlobClientGetPropertiesResultHeaders, ListBlobsResponse};
+use base64::Engine as _;
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use relay_proto::blob_name::SHA256_METADATA_KEY;
+use relay_proto::id_key::{IdKey, SEAL_METADATA_KEY};
+
+use crate::blob::BlobWriter;
+use crate::error::BlobError;
+
+/// Largest range whose MD5 storage computes (`x-ms-range-get-content-md5`).
+pub const MAX_CHECKED_RANGE: u64 = 4 << 20;
+
+/// Storage may take this long beyond the usual answer time to send a range's
+/// body: the whole response is read under the request's watch, and 4 MiB from
+/// storage next to the relay take milliseconds; a stuck body is retried.
+const RANGE_ALLOWANCE: Duration = Duration::from_secs(60);
+
+/// Why a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No blob of this name (or it was deleted while being read).
+    #[error("no such blob")]
+    NotFound,
+    /// The blob is not at the ETag the read started with any more.
+    #[error("the blob changed while it was being read (its ETag moved)")]
+    Changed,
+    /// A caller asked for a range storage does not checksum.
+    #[error("a checked range is at most {MAX_CHECKED_RANGE} bytes, not {0}")]
+    RangeTooLarge(u64),
+    /// Storage failed, after the retries, or refused the request.
+    #[error(transparent)]
+    Storage(BlobError),
+}
+
+impl From<BlobError> for ReadError {
+    fn from(e: BlobError) -> Self {
+        match e.status {
+            Some(404) => ReadError::NotFound,
+            Some(412) => ReadError::Changed,
+            _ => ReadError::Storage(e),
+        }
+    }
+}
+
+/// A blob as a reader sees it before its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadProperties {
+    pub etag: String,
+    pub size: u64,
+    /// Seconds since the Unix epoch.
+    pub last_modified: Option<u64>,
+    /// The blob's Content-MD5, if storage holds one.
+    pub content_md5: Option<[u8; 16]>,
+    pub content_type: Option<String>,
+    /// The relay's SHA-256 and seal from metadata, as found (not yet checked).
+    pub sha256: Option<String>,
+    pub seal: Option<String>,
+}
+
+impl ReadProperties {
+    /// The SHA-256 (hex) the relay vouches for: the one in metadata, only if
+    /// the seal over it, this blob's name and size verifies under `key` (any
+    /// storage writer can set metadata; only a holder of the key can seal).
+    pub fn sealed_sha256(&self, key: &IdKey, container: &str, blob: &str) -> Option<&str> {
+        let sha = self.sha256.as_deref()?;
+        let seal = self.seal.as_deref()?;
+        crate::publish::seal_holds(key, container, blob, self.size, sha, seal).then_some(sha)
+    }
+}
+
+/// Reads one blob. Cheap; counts its requests and retries like a writer.
+pub struct BlobReader {
+    pub(crate) w: BlobWriter,
+}
+
+impl BlobReader {
+    /// Storage requests sent (retries included).
+    pub fn requests(&self) -> u32 {
+        self.w.requests()
+    }
+
+    pub fn retries(&self) -> u32 {
+        self.w.retries()
+    }
+
+    /// Get Blob Properties.
+    pub async fn properties(&self) -> Result<ReadProperties, ReadError> {
+        let sdk = self.w.sdk()?;
+        let resp = self
+            .w
+            .with_retry("Get Blob Properties", false, Duration::ZERO, || {
+                sdk.blob.get_properties(None)
+            })
+            .await?;
+        let bad = |e: azure_core::Error| BlobError::from_azure("Get Blob Properties", e);
+        let metadata = resp.metadata().map_err(bad)?;
+        let find = |key: &str| {
+            metadata
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v.clone())
+        };
+        Ok(ReadProperties {
+            etag: resp
+                .etag()
+                .map_err(bad)?
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
+            size: resp.content_length().map_err(bad)?.unwrap_or(0),
+            last_modified: resp
+                .last_modified()
+                .map_err(bad)?
+                .and_then(|t| u64::try_from(t.unix_timestamp()).ok()),
+            content_md5: resp
+                .content_md5()
+                .map_err(bad)?
+                .and_then(|m| <[u8; 16]>::try_from(m.as_slice()).ok()),
+            content_type: resp.content_type().map_err(bad)?,
+            sha256: find(SHA256_METADATA_KEY),
+            seal: find(SEAL_METADATA_KEY),
+        })
+    }
+
+    /// `len` bytes from `offset` of the version `etag`, their MD5 checked
+    /// against storage's before they are returned (a mismatch is retried, like
+    /// a reset). `len` is at most `MAX_CHECKED_RANGE` and the range lies
+    /// inside the blob.
+    pub async fn range(&self, etag: &str, offset: u64, len: u64) -> Result<Bytes, ReadError> {
+        if len > MAX_CHECKED_RANGE {
+            return Err(ReadError::RangeTooLarge(len));
+        }
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let url = self.w.url.clone();
+        let version = self.w.account.version.clone();
+        let range = format!("bytes={}-{}", offset, offset + len - 1);
+        let body = self
+            .w
+            .with_retry("Get Blob", false, RANGE_ALLOWANCE, || {
+                let mut r = Request::new(url.clone(), Method::Get);
+                r.insert_header("x-ms-range", range.clone());
+                r.insert_header("x-ms-range-get-content-md5", "true");
+                r.insert_header("if-match", etag.to_string());
+                r.insert_header("x-ms-version", version.clone());
+                async move {
+                    let options = PipelineSendOptions {
+                        check_success: CheckSuccessOptions {
+                            success_codes: &[200, 206],
+                        },
+                        ..Default::default()
+                    };
+                    let resp = self
+                        .w
+                        .account
+                        .pipeline
+                        .send(&Context::new(), &mut r, Some(options))
+                        .await?;
+                    let md5 = resp.headers().get_optional_string(
+                        &azure_core::http::headers::HeaderName::from_static("content-md5"),
+                    );
+                    let body = resp.into_body();
+                    check_range(&body, len, md5.as_deref())
+                        .map_err(|why| azure_core::Error::with_message(ErrorKind::Io, why))?;
+                    Ok(Bytes::from(body.to_vec()))
+                }
+            })
+            .await;
+        match body {
+            Ok(body) => Ok(body),
+            // A storage may answer a conditional read of a deleted blob with
+            // 412 rather than 404 (Azurite does): ask which it is.
+            Err(e) => match ReadError::from(e) {
+                ReadError::Changed => match self.properties().await {
+                    Err(ReadError::NotFound) => Err(ReadError::NotFound),
+                    _ => Err(ReadError::Changed),
+                },
+                other => Err(other),
+            },
+        }
+    }
+}
+
+/// Whether a range's body is whole and matches storage's MD5 of it (base64).
+/// A failure is the transport's: the request is sent again.
+fn check_range(body: &[u8], len: u64, md5_b64: Option<&str>) -> Result<(), String> {
+    if body.len() as u64 != len {
+        return Err(format!(
+            "range body has {} bytes, expected {len}",
+            body.len()
+        ));
+    }
+    let Some(md5_b64) = md5_b64 else {
+        return Err("storage sent no Content-MD5 for the range".into());
+    };
+    let theirs = base64::engine::general_purpose::STANDARD
+        .decode(md5_b64)
+        .map_err(|_| "storage's range Content-MD5 is not base64".to_string())?;
+    if Md5::digest(body).as_slice() != theirs.as_slice() {
+        return Err("range MD5 mismatch: the bytes were corrupted in transit".into());
+    }
+    Ok(())
+}
+
+/// One blob of a listing page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedBlob {
+    pub name: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: Option<u64>,
+}
+
+/// One page of a listing and where the next starts (`None`: the last page).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub blobs: Vec<ListedBlob>,
+    pub next_marker: Option<String>,
+}
+
+/// Lists one container's blobs a page at a time (List Blobs, flat).
+pub struct Lister {
+    /// A writer at the container's URL: its retry schedule and counters.
+    pub(crate) w: BlobWriter,
+}
+
+impl Lister {
+    pub fn requests(&self) -> u32 {
+        self.w.requests()
+    }
+
+    /// The page of at most `max_results` blobs under `prefix` from `marker`.
+    pub async fn page(
+        &self,
+        prefix: &str,
+        marker: Option<&str>,
+        max_results: u32,
+    ) -> Result<ListPage, ReadError> {
+        let mut url = self.w.url.clone();
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("restype", "container")
+                .append_pair("comp", "list")
+                .append_pair("maxresults", &max_results.max(1).to_string());
+            if !prefix.is_empty() {
+                q.append_pair("prefix", prefix);
+            }
+            if let Some(m) = marker.filter(|m| !m.is_empty()) {
+                q.append_pair("marker", m);
+            }
+        }
+        let version = self.w.account.version.clone();
+        let list = self
+            .w
+            .with_retry("List Blobs", false, Duration::ZERO, || {
+                let mut r = Request::new(url.clone(), Method::Get);
+                r.insert_header("accept", "application/xml");
+                r.insert_header("x-ms-version", version.clone());
+                async move {
+                    let options = PipelineSendOptions {
+                        check_success: CheckSuccessOptions {
+                            success_codes: &[200],
+                        },
+                        ..Default::default()
+                    };
+                    let raw = self
+                        .w
+                        .account
+                        .pipeline
+                        .send(&Context::new(), &mut r, Some(options))
+                        .await?;
+                    let resp: Response<ListBlobsResponse, XmlFormat> = raw.into();
+                    resp.into_model()
+                }
+            })
+            .await?;
+        let blobs = list
+            .blob_items
+            .into_iter()
+            .filter_map(|item| {
+                let props = item.properties?;
+                Some(ListedBlob {
+                    name: item.name?,
+                    size: props.content_length.unwrap_or(0),
+                    etag: props.etag.map(|e| e.to_string()).unwrap_or_default(),
+                    last_modified: props
+                        .last_modified
+                        .and_then(|t| u64::try_from(t.unix_timestamp()).ok()),
+                })
+            })
+            .collect();
+        Ok(ListPage {
+            blobs,
+            next_marker: list.next_marker.filter(|m| !m.is_empty()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_is_used_only_whole_and_matching_its_md5() {
+        let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(Md5::digest(d));
+        let body = b"some bytes of a blob";
+        assert_eq!(check_range(body, 20, Some(&b64(body))), Ok(()));
+        assert!(check_range(body, 21, Some(&b64(body))).is_err());
+        assert!(check_range(body, 20, None).is_err());
+        assert!(check_range(body, 20, Some("not base64!")).is_err());
+        let e = check_range(
+            b"some bytes of a blob",
+            20,
+            Some(&b64(b"other bytes of blob!")),
+        );
+        assert!(e.is_err_and(|e| e.contains("MD5 mismatch")));
+    }
+
+    #[test]
+    fn status_codes_become_typed_errors() {
+        let e = |status| BlobError {
+            status: Some(status),
+            code: None,
+            message: String::new(),
+        };
+        assert!(matches!(ReadError::from(e(404)), ReadError::NotFound));
+        assert!(matches!(ReadError::from(e(412)), ReadError::Changed));
+        assert!(matches!(ReadError::from(e(503)), ReadError::Storage(_)));
+    }
+}
