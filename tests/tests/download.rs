@@ -1,0 +1,431 @@
+//! End-to-end `relay-client download`: the real client binary, a real relay on
+//! loopback QUIC, a real Azurite, real files. Every downloaded file is hashed
+//! and compared with what was uploaded; hostile names are put straight into
+//! Azurite (bypassing the relay's upload rules) and must be refused per file
+//! with nothing written outside the destination.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::new_container;
+use relay_tests::files::{Scratch, sha256_file, write_random};
+use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
+use relay_tests::{client_command, run_client, stderr, summary};
+
+const T: Duration = Duration::from_secs(180);
+
+fn s(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A relay whose limited token may read and write a fresh container.
+async fn setup(tag: &str, rate_mbit: Option<f64>) -> (RelayHandle, String) {
+    let container = new_container(tag).await;
+    let opts = RelayOptions {
+        limited_to: format!("{container}:rw"),
+        configure: rate_mbit.map(|r| {
+            Box::new(move |cfg: &mut relay_server::Config| cfg.windows.max_rate_mbit = Some(r))
+                as relay_tests::relay::Configure
+        }),
+        ..RelayOptions::default()
+    };
+    (
+        RelayHandle::start(shared_azurite().storage(), opts),
+        container,
+    )
+}
+
+fn relay_flags(relay: &RelayHandle) -> Vec<String> {
+    s(&[
+        "--relay",
+        &relay.addr.to_string(),
+        "--relay-cert-sha256",
+        &relay.fingerprint,
+        "--token",
+        LIMITED_TOKEN,
+    ])
+}
+
+async fn upload(relay: &RelayHandle, path: &Path, to: &str) {
+    let mut a = s(&["upload", path.to_str().unwrap_or_default(), "--to", to, "--json"]);
+    a.extend(relay_flags(relay));
+    let out = run_client(&a, &[], T).await;
+    assert!(out.status.success(), "upload: {}", stderr(&out));
+}
+
+fn download_args(relay: &RelayHandle, sources: &[&str], to: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a = s(&["download"]);
+    a.extend(s(sources));
+    a.extend(s(&["--to", to.to_str().unwrap_or_default(), "--json"]));
+    a.extend(s(extra));
+    a.extend(relay_flags(relay));
+    a
+}
+
+async fn download(
+    relay: &RelayHandle,
+    sources: &[&str],
+    to: &Path,
+    extra: &[&str],
+) -> (std::process::Output, serde_json::Value) {
+    let out = run_client(&download_args(relay, sources, to, extra), &[], T).await;
+    let v = summary(&out);
+    (out, v)
+}
+
+/// Every file under `dir` (relative path, SHA-256), sorted; links are listed
+/// as links, never followed.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap_or(&p).display().to_string();
+            let ft = e.file_type().unwrap_or_else(|e| panic!("{e}"));
+            if ft.is_symlink() {
+                out.push((rel, "link".into()));
+            } else if ft.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push((rel, sha256_file(&p)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn files_of(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    v["files"].as_array().cloned().unwrap_or_default()
+}
+
+/// A folder of files: nested, empty, one of several blocks.
+fn make_data(root: &Path) -> Vec<(String, String)> {
+    let mut want = Vec::new();
+    for i in 0..12u64 {
+        let rel = format!("d{}/s{}/f{i}.bin", i % 3, i % 2);
+        want.push((rel.clone(), write_random(&root.join(&rel), 1000 + i * 4097, i)));
+    }
+    std::fs::write(root.join("empty.txt"), b"").unwrap_or_else(|e| panic!("{e}"));
+    want.push(("empty.txt".into(), sha256_file(&root.join("empty.txt"))));
+    let big = "big.bin";
+    want.push((big.into(), write_random(&root.join(big), (9 << 20) + 77, 99)));
+    want.sort();
+    want
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_comes_back_byte_exact_and_a_rerun_skips_it() {
+    let (relay, c) = setup("dl-round", None).await;
+    let src = Scratch::new("dl-src");
+    let want = make_data(&src.path("run1"));
+    upload(&relay, &src.path("run1"), &format!("{c}/2026")).await;
+
+    let out_dir = Scratch::new("dl-out");
+    let restore = out_dir.path("restore");
+    let (out, v) = download(&relay, &[&format!("{c}/2026/run1")], &restore, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    // restore/run1/... : the source's last segment keeps its name.
+    let got = tree(&restore.join("run1"));
+    assert_eq!(got, want);
+    assert_eq!(tree(&restore).len(), want.len(), "nothing else in DIR");
+    let files = files_of(&v);
+    assert_eq!(files.len(), want.len());
+    for f in &files {
+        assert_eq!(f["status"], "downloaded", "{f}");
+        assert_eq!(f["check"], "sealed", "{f}");
+        let path = PathBuf::from(f["path"].as_str().unwrap_or_default());
+        assert_eq!(f["sha256"].as_str(), Some(sha256_file(&path).as_str()));
+    }
+    assert_eq!(v["totals"]["downloaded"], want.len());
+
+    // A rerun: every file is identical, none fetched again.
+    let (out, v) = download(&relay, &[&format!("{c}/2026/run1")], &restore, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    for f in files_of(&v) {
+        assert_eq!(f["status"], "skipped", "{f}");
+        assert_eq!(f["reason"], "identical", "{f}");
+        assert_eq!(f["bytes_sent"], 0, "{f}");
+    }
+
+    // A local file that differs (same size) is not overwritten without --overwrite.
+    let victim = restore.join("run1/d0/s0/f0.bin");
+    let mine = write_random(&victim, 1000, 12345);
+    let (out, v) = download(&relay, &[&format!("{c}/2026/run1")], &restore, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let failed: Vec<_> = files_of(&v)
+        .into_iter()
+        .filter(|f| f["status"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["error"]["code"], "exists");
+    assert!(stderr(&out).contains("--overwrite"), "{}", stderr(&out));
+    assert_eq!(sha256_file(&victim), mine, "the local file was kept");
+    // --overwrite=if-different replaces it with the blob's bytes.
+    let (out, _) = download(
+        &relay,
+        &[&format!("{c}/2026/run1")],
+        &restore,
+        &["--overwrite=if-different"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tree(&restore.join("run1")), want);
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_blob_a_prefix_and_filters() {
+    let (relay, c) = setup("dl-prefix", None).await;
+    let src = Scratch::new("dl-psrc");
+    for (rel, seed) in [("run1/a.txt", 1), ("run1/b.log", 2), ("run10/c.txt", 3), ("big.bin", 4)] {
+        write_random(&src.path(&format!("data/{rel}")), 3000 + seed, seed);
+    }
+    upload(&relay, &src.path("data"), &format!("{c}/2026")).await;
+    let out_dir = Scratch::new("dl-pout");
+    // One blob: DIR/big.bin.
+    let (out, _) = download(&relay, &[&format!("{c}/2026/data/big.bin")], &out_dir.0, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        sha256_file(&out_dir.path("big.bin")),
+        sha256_file(&src.path("data/big.bin"))
+    );
+    // A prefix takes whole segments: run1 is not run10; --exclude below the source.
+    let (out, v) = download(
+        &relay,
+        &[&format!("{c}/2026/data/run1")],
+        &out_dir.0,
+        &["--exclude", "*.log"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(files_of(&v).len(), 1, "{v}");
+    assert!(out_dir.path("run1/a.txt").exists());
+    assert!(!out_dir.path("run1/b.log").exists());
+    assert!(!out_dir.path("run10").exists());
+    // --dry-run writes nothing.
+    let dry = Scratch::new("dl-dry");
+    let target = dry.path("never");
+    let (out, v) = download(&relay, &[&format!("{c}/2026/data")], &target, &["--dry-run"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(files_of(&v).iter().all(|f| f["status"] == "planned"), "{v}");
+    assert!(!target.exists());
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
+    // The relay sends at 40 Mbit/s, so the client can be caught mid-file.
+    let (relay, c) = setup("dl-resume", Some(40.0)).await;
+    let src = Scratch::new("dl-rsrc");
+    let size: u64 = 24 << 20;
+    let sha = write_random(&src.path("huge.bin"), size, 7);
+    upload(&relay, &src.path("huge.bin"), &c).await;
+    let out_dir = Scratch::new("dl-rout");
+    let partial = out_dir.path(".huge.bin.relay-partial");
+    let args = download_args(&relay, &[&format!("{c}/huge.bin")], &out_dir.0, &[]);
+    let mut child = client_command(&args, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    // Wait until the partial file exists and has grown past 2 MiB, then kill -9.
+    let t0 = std::time::Instant::now();
+    let held = loop {
+        let len = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        if len > 2 << 20 {
+            break len;
+        }
+        assert!(t0.elapsed() < T, "the partial file never grew");
+        assert!(child.try_wait().ok().flatten().is_none(), "the client finished too soon");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
+    // SAFETY: kill on the pid of the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let _ = child.wait().await;
+    assert!(!out_dir.path("huge.bin").exists(), "no half file under the final name");
+    let kept = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+    assert!(kept >= held && kept < size, "{kept}");
+
+    let (out, v) = download(&relay, &[&format!("{c}/huge.bin")], &out_dir.0, &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f = &files_of(&v)[0];
+    assert_eq!(f["status"], "downloaded", "{f}");
+    let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);
+    let received = f["bytes_sent"].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(resumed, kept, "{f}");
+    assert_eq!(resumed + received, size, "nothing on disk fetched again: {f}");
+    assert_eq!(sha256_file(&out_dir.path("huge.bin")), sha);
+    assert!(!partial.exists());
+    assert!(!out_dir.path(".huge.bin.relay-partial.json").exists());
+    relay.stop().await;
+}
+
+/// Puts a blob straight into Azurite under any name (percent-encoded byte by
+/// byte, so nothing on the way normalizes `..` or `//`).
+async fn put_raw(container: &str, name: &str, body: &[u8]) {
+    let az = shared_azurite();
+    let sas = relay_storage::sas::account_sas(
+        relay_tests::DEV_ACCOUNT,
+        relay_tests::DEV_KEY,
+        time::OffsetDateTime::now_utc(),
+        time::Duration::hours(1),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut path = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            path.push(b as char);
+        } else if b == b'/' && !path.is_empty() && !path.ends_with('/') {
+            path.push('/');
+        } else {
+            path.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let url = format!("{}/{container}/{path}?{sas}", az.url());
+    let resp = reqwest::Client::new()
+        .put(&url)
+        .header("x-ms-blob-type", "BlockBlob")
+        .header("x-ms-version", "2021-08-06")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("put {name:?}: {e}"));
+    assert!(resp.status().is_success(), "put {name:?}: {}", resp.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_blob_names_are_refused_per_file_and_nothing_leaves_dir() {
+    let (relay, c) = setup("dl-hostile", None).await;
+    let hostile = [
+        "h/a/../../x",
+        "h/../escape",
+        "h/./dot",
+        "h/back\\slash",
+        "h/ctl\u{1b}[31m",
+        "h/new\nline",
+        "h/empty//seg",
+    ];
+    for name in hostile {
+        put_raw(&c, name, b"evil").await;
+    }
+    put_raw(&c, "h/x", b"file x").await;
+    put_raw(&c, "h/x/y", b"file x/y").await;
+    put_raw(&c, "h/ok.txt", b"fine").await;
+    let base = Scratch::new("dl-hout");
+    let dest = base.path("dest");
+    let (out, v) = download(&relay, &[&format!("{c}/h")], &dest, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let files = files_of(&v);
+    let failed: Vec<_> = files.iter().filter(|f| f["status"] == "failed").collect();
+    let done: Vec<_> = files.iter().filter(|f| f["status"] == "downloaded").collect();
+    // Every hostile name that reached the listing as itself is refused; one of
+    // x and x/y is placed, the other refused.
+    assert!(failed.len() >= hostile.len() - 2, "{v}");
+    assert_eq!(done.len(), 2, "ok.txt and one of x, x/y: {v}");
+    for f in &failed {
+        let code = f["error"]["code"].as_str().unwrap_or_default();
+        assert!(["invalid_name", "in_the_way"].contains(&code), "{f}");
+        let msg = f["error"]["message"].as_str().unwrap_or_default();
+        assert!(!msg.contains('\u{1b}') && !msg.contains('\n'), "{msg:?}");
+    }
+    assert_eq!(std::fs::read(dest.join("h/ok.txt")).unwrap_or_default(), b"fine");
+    let x = dest.join("h/x");
+    assert!(
+        std::fs::read(&x).ok() == Some(b"file x".to_vec())
+            || std::fs::read(x.join("y")).ok() == Some(b"file x/y".to_vec())
+    );
+    // Nothing outside DIR: the scratch folder holds only dest.
+    let outside: Vec<_> = std::fs::read_dir(&base.0)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(outside, vec![std::ffi::OsString::from("dest")]);
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_inside_dir_pointing_out_is_not_followed() {
+    let (relay, c) = setup("dl-link", None).await;
+    let src = Scratch::new("dl-lsrc");
+    write_random(&src.path("data/sub/a.bin"), 5000, 1);
+    write_random(&src.path("data/top.bin"), 5000, 2);
+    upload(&relay, &src.path("data"), &c).await;
+    let base = Scratch::new("dl-lout");
+    let outside = base.path("outside");
+    std::fs::create_dir_all(&outside).unwrap_or_else(|e| panic!("{e}"));
+    let dest = base.path("dest");
+    std::fs::create_dir_all(dest.join("data")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&outside, dest.join("data/sub")).unwrap_or_else(|e| panic!("{e}"));
+    // And a link at a file's own name.
+    std::os::unix::fs::symlink(outside.join("t"), dest.join("data/top.bin"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (out, v) = download(&relay, &[&format!("{c}/data")], &dest, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    for f in files_of(&v) {
+        assert_eq!(f["status"], "failed", "{f}");
+        assert_eq!(f["error"]["code"], "symlink", "{f}");
+    }
+    assert_eq!(std::fs::read_dir(&outside).map(|d| d.count()).unwrap_or(0), 0);
+    relay.stop().await;
+}
+
+/// Runs the client in a mount namespace of its own with a small tmpfs at
+/// `dir` (`ro`: read-only); `None` when this test cannot (not root, no unshare).
+async fn in_tmpfs(args: &[String], dir: &Path, opts: &str) -> Option<std::process::Output> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let bin = relay_tests::binary("relay-client");
+    let script = format!(
+        "mount -t tmpfs -o {opts} tmpfs \"$1\" || exit 97; shift; exec \"$@\""
+    );
+    let mut cmd = tokio::process::Command::new("unshare");
+    cmd.arg("-m").arg("sh").arg("-c").arg(script).arg("sh").arg(dir).arg(bin).args(args);
+    cmd.env("RELAY_PATH_CACHE", std::env::temp_dir().join("blob-relay-tests-dl-paths.json"));
+    cmd.env_remove("RELAY_TOKEN");
+    let out = tokio::time::timeout(T, cmd.output()).await.ok()?.ok()?;
+    (out.status.code() != Some(97)).then_some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_and_an_unwritable_destination_fail_each_file_clearly() {
+    let (relay, c) = setup("dl-full", None).await;
+    let src = Scratch::new("dl-fsrc");
+    write_random(&src.path("data/small.bin"), 1000, 1);
+    write_random(&src.path("data/large.bin"), 2 << 20, 2);
+    upload(&relay, &src.path("data"), &c).await;
+    let base = Scratch::new("dl-fout");
+    let dest = base.path("dest");
+    std::fs::create_dir_all(&dest).unwrap_or_else(|e| panic!("{e}"));
+    let args = download_args(&relay, &[&format!("{c}/data")], &dest, &["--parallel", "1"]);
+    let Some(out) = in_tmpfs(&args, &dest, "size=512k").await else {
+        eprintln!("skipped: needs root and unshare -m to mount a small tmpfs");
+        relay.stop().await;
+        return;
+    };
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = summary(&out);
+    let large = files_of(&v)
+        .into_iter()
+        .find(|f| f["blob"] == "data/large.bin")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(large["status"], "failed", "{large}");
+    assert_eq!(large["error"]["code"], "disk_full", "{large}");
+    assert!(stderr(&out).contains("no space left"), "{}", stderr(&out));
+
+    let out = in_tmpfs(&args, &dest, "ro").await.unwrap_or_else(|| panic!("tmpfs"));
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not writable") || stderr(&out).contains("Read-only"),
+        "{}",
+        stderr(&out)
+    );
+    relay.stop().await;
+}
