@@ -24,8 +24,21 @@ pub struct DownloadArgs {
     pub to: PathBuf,
 
     /// Relay address HOST:PORT.
-    #[arg(long, env = "RELAY_ADDR")]
-    pub relay: String,
+    #[arg(long, env = "RELAY_ADDR", required_unless_present = "direct")]
+    pub relay: Option<String>,
+
+    /// Download straight from Blob Storage over HTTPS (no relay): ranged
+    /// reads, each checked against storage's MD5 of the range.
+    #[arg(long, requires = "storage_url", conflicts_with = "relay_connections")]
+    pub direct: bool,
+
+    /// With --direct: blob service URL (a SAS may be in the query).
+    #[arg(long, env = "RELAY_STORAGE_URL")]
+    pub storage_url: Option<String>,
+
+    /// With --direct: storage account key (a short-lived SAS is signed from it).
+    #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
+    pub account_key: Option<String>,
 
     /// Bearer token for the relay (it needs read access: `CONTAINER:r` or
     /// `:rw` in the relay's tokens file), or sign in with --entra.
@@ -160,8 +173,8 @@ pub struct DownloadArgs {
 
     /// QUIC connections to the relay, each from its own UDP port; files are
     /// spread over them.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub relay_connections: u64,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub relay_connections: Option<u64>,
 }
 
 pub const DOWNLOAD_EXAMPLES: &str = "Examples:
@@ -194,10 +207,13 @@ for longer than --patience; the message says how to resume).";
 /// take upload's defaults), then the flags given here set on it.
 pub fn connection(a: &DownloadArgs, container: &str) -> Result<UploadArgs, clap::Error> {
     let cmd = UploadArgs::augment_args(clap::Command::new("upload").no_binary_name(true));
-    let matches = cmd.try_get_matches_from(["-", "--to", container, "--relay", &a.relay])?;
+    let matches = cmd.try_get_matches_from(["-", "--to", container, "--relay", "-"])?;
     let mut u = UploadArgs::from_arg_matches(&matches)?;
     u.paths.clear();
-    u.relay = Some(a.relay.clone());
+    u.relay = a.relay.clone();
+    u.direct = a.direct;
+    u.storage_url = a.storage_url.clone();
+    u.account_key = a.account_key.clone();
     u.token = a.token.clone();
     u.entra = a.entra;
     u.entra_scope = a.entra_scope.clone();
@@ -217,7 +233,7 @@ pub fn connection(a: &DownloadArgs, container: &str) -> Result<UploadArgs, clap:
     u.no_warm_start = a.no_warm_start;
     u.stream_window = a.stream_window;
     u.connection_window = a.connection_window;
-    u.relay_connections = a.relay_connections;
+    u.relay_connections = a.relay_connections.unwrap_or(1);
     u.quiet = a.quiet;
     // Nothing is compressed on the way back yet: do not announce it.
     u.compress = crate::compress::Mode::Off;

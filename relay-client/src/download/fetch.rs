@@ -84,19 +84,96 @@ pub fn local(folder: &Folder, leaf: &str) -> Result<Local, FileError> {
     })
 }
 
-/// An open download stream after its Source.
-struct Stream {
-    send: SendStream,
-    recv: RecvStream,
-    source: Source,
+/// Where a file's bytes come from.
+#[derive(Clone, Copy)]
+pub enum Way<'a> {
+    /// A `Fetch` stream on this relay connection.
+    Relay {
+        conn: &'a Connection,
+        turns: &'a OpenTurns,
+    },
+    /// Ranged reads straight from storage (`--direct`).
+    Direct(&'a super::direct::DirectReads),
 }
 
-pub async fn download(
-    conn: &Connection,
-    turns: &OpenTurns,
-    t: &Target<'_>,
-    bar: &ProgressBar,
-) -> Result<Done, FileError> {
+/// An open download after its Source: where the bytes come from.
+pub(super) struct Stream {
+    pub(super) body: Body,
+    pub(super) source: Source,
+}
+
+pub(super) enum Body {
+    Relay {
+        _send: SendStream,
+        recv: RecvStream,
+        /// Bytes left in the current `Data` section.
+        left: u64,
+    },
+    Direct(super::direct::Ranges),
+}
+
+/// The next piece of a file's bytes.
+pub(super) enum Next {
+    Bytes(bytes::Bytes),
+    /// Every byte came; the ranges the relay (or this client) checked.
+    End {
+        ranges_checked: u64,
+    },
+    Refused(relay_proto::protocol::Failure),
+}
+
+impl Body {
+    fn stop(&mut self) {
+        if let Body::Relay { recv, .. } = self {
+            let _ = recv.stop(app_error::CLIENT_ABORT.into());
+        }
+    }
+
+    /// The next bytes at `at` of a blob of `size`.
+    async fn next(&mut self, at: u64, size: u64) -> Result<Next, FileError> {
+        let (recv, left) = match self {
+            Body::Direct(r) => return r.next().await,
+            Body::Relay { recv, left, .. } => (recv, left),
+        };
+        while *left == 0 {
+            match read_frame(recv).await.map_err(lost)? {
+                Message::Data(d) => {
+                    if d.len > size - at {
+                        return Err(FileError::new(
+                            "protocol",
+                            format!("a section of {} bytes past the blob's end at {at}", d.len),
+                            false,
+                        ));
+                    }
+                    *left = d.len;
+                }
+                Message::Sent(sent) => {
+                    return Ok(Next::End {
+                        ranges_checked: sent.ranges_checked,
+                    });
+                }
+                Message::Error(f) | Message::Reject(f) => return Ok(Next::Refused(f)),
+                other => {
+                    return Err(FileError::new(
+                        "protocol",
+                        format!("expected Data or Sent, got {}", other.name()),
+                        false,
+                    ));
+                }
+            }
+        }
+        let max = usize::try_from(*left).unwrap_or(usize::MAX).min(READ_CHUNK);
+        let chunk = recv
+            .read_chunk(max, true)
+            .await
+            .map_err(lost)?
+            .ok_or_else(|| lost("the stream ended inside a section"))?;
+        *left -= chunk.bytes.len() as u64;
+        Ok(Next::Bytes(chunk.bytes))
+    }
+}
+
+pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result<Done, FileError> {
     let name_max = t.folder.name_max();
     let part = partial_name(t.leaf, name_max);
     let side = sidecar_name(&part);
@@ -120,15 +197,19 @@ pub async fn download(
                 compare_only,
             } => {
                 if let Some(mut old) = stream.take() {
-                    let _ = old.recv.stop(app_error::CLIENT_ABORT.into());
+                    old.body.stop();
                 }
-                match open(conn, turns, t, offset, etag).await? {
+                let opened = match way {
+                    Way::Relay { conn, turns } => open(conn, turns, t, offset, etag).await?,
+                    Way::Direct(d) => d.open(t.container, t.blob, offset, etag).await?,
+                };
+                match opened {
                     Ok(s) => {
                         let src = s.source.clone();
                         last_etag = src.etag.clone();
                         if compare_only {
                             let mut s = s;
-                            let _ = s.recv.stop(app_error::CLIENT_ABORT.into());
+                            s.body.stop();
                         } else {
                             stream = Some(s);
                         }
@@ -233,7 +314,14 @@ async fn open(
     // The Fetch is all the client says on this stream.
     let _ = send.finish();
     match read_frame(&mut recv).await.map_err(lost)? {
-        Message::Source(source) => Ok(Ok(Stream { send, recv, source })),
+        Message::Source(source) => Ok(Ok(Stream {
+            body: Body::Relay {
+                _send: send,
+                recv,
+                left: 0,
+            },
+            source,
+        })),
         Message::Reject(f) | Message::Error(f) => Ok(Err(f)),
         other => Err(FileError::new(
             "protocol",
@@ -317,47 +405,21 @@ async fn receive(
     let mut at = from;
     let mut got = 0u64;
     let ranges = loop {
-        match read_frame(&mut s.recv).await.map_err(lost)? {
-            Message::Data(d) => {
-                if d.len > size - at {
-                    return Err(FileError::new(
-                        "protocol",
-                        format!("a section of {} bytes past the blob's end at {at}", d.len),
-                        false,
-                    ));
-                }
-                let mut left = d.len;
-                while left > 0 {
-                    let max = usize::try_from(left).unwrap_or(usize::MAX).min(READ_CHUNK);
-                    let chunk = s
-                        .recv
-                        .read_chunk(max, true)
-                        .await
-                        .map_err(lost)?
-                        .ok_or_else(|| lost("the stream ended inside a section"))?;
-                    let bytes = chunk.bytes;
-                    sha.update(&bytes);
-                    md5.update(&bytes);
-                    tokio::task::block_in_place(|| file.write_all(&bytes)).map_err(io)?;
-                    let n = bytes.len() as u64;
-                    left -= n;
-                    at += n;
-                    got += n;
-                    bar.set_position(at);
-                }
+        match s.body.next(at, size).await? {
+            Next::Bytes(bytes) => {
+                sha.update(&bytes);
+                md5.update(&bytes);
+                tokio::task::block_in_place(|| file.write_all(&bytes)).map_err(io)?;
+                let n = bytes.len() as u64;
+                at += n;
+                got += n;
+                bar.set_position(at);
             }
-            Message::Sent(sent) => break sent.ranges_checked,
-            Message::Error(f) | Message::Reject(f) => {
+            Next::End { ranges_checked } => break ranges_checked,
+            Next::Refused(f) => {
                 // What arrived is good bytes of this version: kept for a resume.
                 let _ = tokio::task::block_in_place(|| file.sync_data());
                 return Ok(Err(f));
-            }
-            other => {
-                return Err(FileError::new(
-                    "protocol",
-                    format!("expected Data or Sent, got {}", other.name()),
-                    false,
-                ));
             }
         }
     };
@@ -367,7 +429,6 @@ async fn receive(
         ms = t0.elapsed().as_millis() as u64,
         "received"
     );
-    let _ = &s.send;
     Ok(Ok((
         at,
         Hashes {

@@ -11,6 +11,7 @@
 //! - `run` (here): sources, filters, files in flight, retries, the report.
 
 pub mod args;
+pub mod direct;
 pub mod fetch;
 pub mod list;
 pub mod partial;
@@ -51,6 +52,8 @@ const LIST_AHEAD: usize = 1024;
 /// What every file of a run shares.
 struct Job {
     links: Arc<Mode>,
+    /// `--direct`: storage reads instead of the relay.
+    direct: Option<Arc<direct::DirectReads>>,
     opts: Options,
     root: Option<Folder>,
     name_max: usize,
@@ -74,11 +77,18 @@ fn check_name(c: Check) -> &'static str {
     }
 }
 
-fn links(mode: &Mode) -> &RelayLinks {
+fn relay(mode: &Mode) -> Option<&RelayLinks> {
     match mode {
-        Mode::Relay(l) => l,
-        // `download` never asks for direct mode (`args::connection`).
-        Mode::Direct(_) => unreachable!("download runs through a relay"),
+        Mode::Relay(l) => Some(l),
+        Mode::Direct(_) => None,
+    }
+}
+
+/// Resolves once the relay link ran out of patience (never in direct mode).
+async fn gave_up(mode: &Mode) {
+    match relay(mode) {
+        Some(links) => links.wait_gave_up().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -111,6 +121,13 @@ pub async fn run(
             return Ok(Outcome::Interrupted { summary, in_flight: 0, in_flight_bytes: 0, cause: Cause::Interrupt });
         }
     };
+    let direct = match &mode {
+        Mode::Direct(d) => Some(Arc::new(direct::DirectReads {
+            storage: d.storage.clone(),
+            id_key: d.id_key.clone(),
+        })),
+        Mode::Relay(_) => None,
+    };
     let mode = Arc::new(mode);
     let root = if args.dry_run && !args.to.is_dir() {
         None
@@ -120,6 +137,7 @@ pub async fn run(
     let name_max = root.as_ref().map_or(place::NAME_MAX, Folder::name_max);
     let mut job = Job {
         links: mode.clone(),
+        direct,
         opts,
         root,
         name_max,
@@ -137,13 +155,22 @@ pub async fn run(
             }
         })
     });
-    let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
+    // Direct mode holds RANGES_IN_FLIGHT × 4 MiB per file: at most 16 files.
+    let parallel = if args.direct {
+        args.parallel.clamp(1, 16)
+    } else {
+        args.parallel.max(1)
+    };
+    let slots = Arc::new(Semaphore::new(parallel));
     let mut tasks: JoinSet<Option<String>> = JoinSet::new();
     let mut stop = Stop::Finished;
+    // What the listings found so far, for status lines and the ETA.
+    let mut found = crate::progress::Found::default();
     'sources: for (text, dest) in args.sources.iter().zip(&sources) {
         job.opts.container = dest.container.clone();
         let job = Arc::new(Job {
             links: job.links.clone(),
+            direct: job.direct.clone(),
             opts: job.opts.clone(),
             root: job.root.as_ref().and_then(|r| r.parent_of(&[], false).ok()),
             name_max: job.name_max,
@@ -156,9 +183,15 @@ pub async fn run(
         let lister = {
             let (job, prefix) = (job.clone(), dest.prefix.clone());
             tokio::spawn(async move {
-                let link = links(&job.links).first();
-                let conn = link.get().await?;
-                list::list(&conn, &job.opts.token, &job.opts.container, &prefix, tx).await
+                let container = &job.opts.container;
+                match (relay(&job.links), &job.direct) {
+                    (Some(links), _) => {
+                        let conn = links.first().get().await?;
+                        list::list(&conn, &job.opts.token, container, &prefix, tx).await
+                    }
+                    (None, Some(d)) => direct::list(&d.storage, container, &prefix, tx).await,
+                    (None, None) => Err(FileError::new("internal", "no way to list", false)),
+                }
             })
         };
         let mut matched = 0u64;
@@ -166,7 +199,7 @@ pub async fn run(
             let listed = tokio::select! {
                 b = rx.recv() => b,
                 _ = interrupt.wait() => { stop = Stop::Interrupted; break 'sources; }
-                _ = links(&mode).wait_gave_up() => { stop = Stop::OutOfPatience; break 'sources; }
+                _ = gave_up(&mode) => { stop = Stop::OutOfPatience; break 'sources; }
             };
             let Some(listed) = listed else { break };
             if !selection.takes(&listed.name) || !filter.admits(selection.filter_name(&listed.name))
@@ -174,10 +207,13 @@ pub async fn run(
                 continue;
             }
             matched += 1;
+            found.files += 1;
+            found.bytes += listed.size;
+            reporter.set_found(found);
             let permit = tokio::select! {
                 p = slots.clone().acquire_owned() => p,
                 _ = interrupt.wait() => { stop = Stop::Interrupted; break 'sources; }
-                _ = links(&mode).wait_gave_up() => { stop = Stop::OutOfPatience; break 'sources; }
+                _ = gave_up(&mode) => { stop = Stop::OutOfPatience; break 'sources; }
             };
             while let Some(done) = tasks.try_join_next() {
                 if let Some(f) = done.ok().flatten() {
@@ -217,6 +253,8 @@ pub async fn run(
             }
         }
     }
+    found.complete = true;
+    reporter.set_found(found);
     if matches!(stop, Stop::Finished) {
         stop = loop {
             tokio::select! {
@@ -226,28 +264,30 @@ pub async fn run(
                     Some(_) => {}
                 },
                 _ = interrupt.wait() => break Stop::Interrupted,
-                _ = links(&mode).wait_gave_up() => break Stop::OutOfPatience,
+                _ = gave_up(&mode) => break Stop::OutOfPatience,
             }
         };
     }
     if let Some(t) = ticker {
         t.abort();
     }
-    let links = links(&mode);
     if !matches!(stop, Stop::Finished) {
         // Dropping a file's task stops its stream; its partial file stays
         // for the rerun to resume.
         tasks.abort_all();
-        links.abort().await;
+        if let Some(links) = relay(&mode) {
+            links.abort().await;
+        }
         while tasks.join_next().await.is_some() {}
     }
     let stopped = reporter.progress();
-    let warm = links.remember_path();
-    links.close().await;
-    let mut summary = reporter.summary("relay");
+    let mut summary = reporter.summary(mode.name());
     summary.download = true;
-    summary.warm_start = Some(warm);
-    summary.connections = Some(links.connections());
+    if let Some(links) = relay(&mode) {
+        summary.warm_start = Some(links.remember_path());
+        links.close().await;
+        summary.connections = Some(links.connections());
+    }
     let interrupted = |summary, cause| Outcome::Interrupted {
         summary,
         in_flight: stopped.files_in_flight,
@@ -415,8 +455,24 @@ async fn with_retries(
         cap: Duration::from_secs(15),
         max_attempts: job.attempts,
     };
-    let lane = links(&job.links).assign(listed.size);
     let mut tries = 0;
+    let Some(links) = relay(&job.links) else {
+        let d = job
+            .direct
+            .as_deref()
+            .ok_or_else(|| (FileError::new("internal", "no way to read", false), 0))?;
+        loop {
+            tries += 1;
+            match fetch::download(fetch::Way::Direct(d), &target, bar).await {
+                Ok(done) => return Ok((done, tries)),
+                Err(e) if e.retryable && backoff.allows(tries) => {
+                    tokio::time::sleep(backoff.delay(tries, rand::random::<f64>())).await;
+                }
+                Err(e) => return Err((e, tries)),
+            }
+        }
+    };
+    let lane = links.assign(listed.size);
     loop {
         tries += 1;
         let link = lane.link();
@@ -430,7 +486,11 @@ async fn with_retries(
             Err(e) => return Err((e, tries)),
         };
         let outages = link.outages();
-        match fetch::download(&conn, &link.open_turns, &target, bar).await {
+        let way = fetch::Way::Relay {
+            conn: &conn,
+            turns: &link.open_turns,
+        };
+        match fetch::download(way, &target, bar).await {
             Ok(done) => return Ok((done, tries)),
             Err(e) if e.retryable => {
                 let lost = conn.close_reason().is_some();
