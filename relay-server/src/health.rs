@@ -111,6 +111,7 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     let m = &shared.metrics;
     let mut out = Exposition::default();
     transfer_series(m, &mut out);
+    download_series(m, &mut out);
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
     m.failures.render(&mut out);
@@ -161,6 +162,51 @@ fn transfer_series(m: &Metrics, out: &mut Exposition) {
             Kind::Counter,
             "Transfers rejected or failed (nothing committed); by code and class in blob_relay_failures_total.",
             &m.transfers_failed,
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        out.value(name, kind, help, Metrics::get(v));
+    }
+}
+
+/// Downloads and listings: started, sent, failed, bytes.
+fn download_series(m: &Metrics, out: &mut Exposition) {
+    let rows: [(&str, Kind, &str, &AtomicU64); 6] = [
+        (
+            "blob_relay_fetches_started_total",
+            Kind::Counter,
+            "Downloads whose Fetch was accepted (token, names and grant valid).",
+            &m.fetches_started,
+        ),
+        (
+            "blob_relay_fetches_completed_total",
+            Kind::Counter,
+            "Downloads whose every byte was sent (Sent written).",
+            &m.fetches_completed,
+        ),
+        (
+            "blob_relay_fetches_failed_total",
+            Kind::Counter,
+            "Downloads that ended without all their bytes (blob gone or changed, storage failure, client gone).",
+            &m.fetches_failed,
+        ),
+        (
+            "blob_relay_fetches_stalled_total",
+            Kind::Counter,
+            "Downloads dropped because the client stopped reading for the write timeout.",
+            &m.fetches_stalled,
+        ),
+        (
+            "blob_relay_bytes_sent_total",
+            Kind::Counter,
+            "Blob bytes written to download streams.",
+            &m.bytes_sent,
+        ),
+        (
+            "blob_relay_listings_completed_total",
+            Kind::Counter,
+            "Listings sent to their end.",
+            &m.listings_completed,
         ),
     ];
     for (name, kind, help, v) in rows {

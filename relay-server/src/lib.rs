@@ -11,11 +11,13 @@ pub mod entra;
 pub mod entra_config;
 pub mod exposition;
 pub mod failures;
+pub mod fetch;
 pub mod frame_turns;
 pub mod health;
 pub mod histogram;
 pub mod http;
 pub mod inflating;
+pub mod listing;
 pub mod metrics;
 pub mod probe;
 pub mod rejections;
@@ -106,6 +108,7 @@ impl Config {
             budget_wait: Duration::from_secs(args.budget_wait.max(1)),
             block_fill: server::BlockFill::default(),
             reserved_containers: args.reserved_containers.clone(),
+            download: fetch::DownloadLimits::default(),
             hooks: TestHooks::default(),
         };
         cfg.check_memory_limit(args.memory_limit)?;
@@ -172,6 +175,7 @@ impl Config {
             budget_wait: Duration::from_secs(30),
             block_fill: server::BlockFill::default(),
             reserved_containers: vec!["relay-boot".into()],
+            download: fetch::DownloadLimits::default(),
             hooks: TestHooks::default(),
         })
     }

@@ -35,6 +35,15 @@ pub struct Metrics {
     /// Every storage request sent (retries included), shared likewise.
     pub storage_requests: Arc<AtomicU64>,
     pub commit_seconds: Histogram,
+    /// Downloads (Fetch streams) past their Reject point, and how they ended.
+    pub fetches_started: AtomicU64,
+    pub fetches_completed: AtomicU64,
+    pub fetches_failed: AtomicU64,
+    /// Of the failed: dropped because the client stopped reading.
+    pub fetches_stalled: AtomicU64,
+    /// Blob bytes written to download streams.
+    pub bytes_sent: AtomicU64,
+    pub listings_completed: AtomicU64,
     /// Streams refused before their Plan, by reason; also rate-limits their log.
     pub rejections: Rejections,
     /// Every transfer that ended without a commit, by code and class.
@@ -53,6 +62,12 @@ impl Default for Metrics {
             azure_retries: Arc::default(),
             storage_requests: Arc::default(),
             commit_seconds: Histogram::new(&COMMIT_BUCKETS_US),
+            fetches_started: AtomicU64::default(),
+            fetches_completed: AtomicU64::default(),
+            fetches_failed: AtomicU64::default(),
+            fetches_stalled: AtomicU64::default(),
+            bytes_sent: AtomicU64::default(),
+            listings_completed: AtomicU64::default(),
             rejections: Rejections::default(),
             failures: Failures::default(),
         }

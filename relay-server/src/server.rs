@@ -106,6 +106,7 @@ impl Relay {
                 budget_wait: cfg.budget_wait,
                 block_fill: cfg.block_fill,
                 reserved_containers: cfg.reserved_containers,
+                download: cfg.download,
                 token_share_bytes,
                 shares: Mutex::new(HashMap::new()),
                 block_size: cfg.block_size,

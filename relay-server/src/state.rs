@@ -62,6 +62,8 @@ pub struct Config {
     pub block_fill: BlockFill,
     /// Containers no upload may write (the deployment's boot artifacts).
     pub reserved_containers: Vec<String>,
+    /// How downloads read from storage and write to clients.
+    pub download: crate::fetch::DownloadLimits,
     pub hooks: TestHooks,
 }
 
@@ -97,6 +99,7 @@ pub struct Shared {
     pub budget_wait: Duration,
     pub block_fill: BlockFill,
     pub reserved_containers: Vec<String>,
+    pub download: crate::fetch::DownloadLimits,
     pub(crate) token_share_bytes: u64,
     pub(crate) shares: Mutex<HashMap<Owner, Budget>>,
     pub block_size: u64,

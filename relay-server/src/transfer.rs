@@ -44,7 +44,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// (and the memory under it) while the relay waits to tell it.
 const PROGRESS_WRITE: Duration = Duration::from_secs(1);
 
-fn fail(code: Code, message: impl Into<String>) -> Failure {
+pub(crate) fn fail(code: Code, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
@@ -61,6 +61,15 @@ pub async fn handle(
 ) {
     let _active = ActiveGuard::new(&shared.metrics);
     let refused = match tokio::time::timeout(CONTROL_TIMEOUT, link.read_frame(&mut recv)).await {
+        // A download stream: its own drivers (`fetch`, `listing`).
+        Ok(Ok(Message::Fetch(f))) => {
+            return crate::fetch::handle(&shared, &link, &mut ticket, &mut send, &mut recv, f)
+                .await;
+        }
+        Ok(Ok(Message::List(l))) => {
+            return crate::listing::handle(&shared, &link, &mut ticket, &mut send, &mut recv, l)
+                .await;
+        }
         Ok(Ok(Message::Offer(o))) => match check_names(&o) {
             Ok(()) => Ok(o),
             Err(f) => Err((Reason::Code(f.code), f)),
@@ -69,7 +78,7 @@ pub async fn handle(
             Reason::NotOffer,
             fail(
                 Code::InvalidOffer,
-                format!("expected an Offer, got {}", other.name()),
+                format!("expected an Offer, Fetch or List, got {}", other.name()),
             ),
         )),
         // Nothing was sent and nobody waits for an answer; counted all the same.
@@ -144,6 +153,12 @@ impl Link {
         }
     }
 
+    /// A valid first frame (Offer, Fetch or List): the connection may now
+    /// have its full windows and a connection slot (`admission`).
+    pub(crate) fn open_gate(&self) {
+        self.gate.open();
+    }
+
     /// One control frame, read in one of the connection's turns.
     async fn read_frame(&self, recv: &mut RecvStream) -> Result<Message, FrameError> {
         self.frame_turns.read_frame(recv).await
@@ -209,7 +224,7 @@ async fn respond(
 /// Refuses a stream before its Plan. An eager client is already sending: stop it.
 /// Counted by reason and logged at a bounded rate (a peer can cause these as fast
 /// as it opens streams).
-async fn reject(
+pub(crate) async fn reject(
     shared: &Shared,
     send: &mut SendStream,
     recv: &mut RecvStream,

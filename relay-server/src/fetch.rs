@@ -1,0 +1,483 @@
+//! One blob back to a client on one QUIC stream (issue 50):
+//! Fetch → Source | Reject → (Data{len} + len bytes)* → Sent | Error.
+//!
+//! The relay reads the blob from storage in ranges, several in flight, each
+//! under `If-Match` on the ETag its Source named and each checked against
+//! storage's MD5 of that range (`relay_storage::read`), and writes them to the
+//! client in order. A range's memory comes from the same budget as upload
+//! blocks (the caller's share first, then the relay's), and is given back
+//! once its bytes are in the connection's send buffer, itself bounded by the
+//! connection window. A write that does not go through within
+//! `DownloadLimits::write_timeout` (a client that stopped reading) ends the
+//! stream and frees what it held.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use quinn::{RecvStream, SendStream};
+use relay_pipeline::failure::storage_failure;
+use relay_proto::blob_name::{validate_blob_name, validate_container};
+use relay_proto::id_key::Owner;
+use relay_proto::limits::PROTOCOL_VERSION;
+use relay_proto::logsafe::safe;
+use relay_proto::protocol::{Check, Code, Data, Failure, Fetch, Message, Sent, Source, app_error};
+use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, ReadError, ReadProperties};
+use relay_storage::staging::Budget;
+use relay_transport::frames::write_frame;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::auth::{Access, AuthError, Caller};
+use crate::metrics::Metrics;
+use crate::rejections::Reason;
+use crate::state::Shared;
+use crate::stream_credit::StreamTicket;
+use crate::transfer::{Link, fail, reject};
+
+/// How downloads read and send.
+#[derive(Debug, Clone, Copy)]
+pub struct DownloadLimits {
+    /// Ranges of one blob read from storage at once.
+    pub ranges_in_flight: usize,
+    /// Bytes per range (at most `MAX_CHECKED_RANGE`, storage's limit for a
+    /// range's MD5).
+    pub range_bytes: u64,
+    /// Longest one write to the client may wait for room in its window.
+    pub write_timeout: Duration,
+    /// Blobs per List Blobs page (Azure's most is 5,000).
+    pub list_page: u32,
+}
+
+impl Default for DownloadLimits {
+    /// Six 4 MiB ranges: 24 MiB in flight per blob keeps a blob's read ahead
+    /// of a fast link with storage's tens of milliseconds per range.
+    fn default() -> Self {
+        Self {
+            ranges_in_flight: 6,
+            range_bytes: MAX_CHECKED_RANGE,
+            write_timeout: Duration::from_secs(60),
+            list_page: 5000,
+        }
+    }
+}
+
+/// Serves one Fetch (its frame already read).
+pub(crate) async fn handle(
+    shared: &Shared,
+    link: &Link,
+    ticket: &mut StreamTicket,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    fetch: Fetch,
+) {
+    let caller = match admit(shared, &fetch.version, &fetch.token.0, &fetch.container).await {
+        Ok(c) => c,
+        Err(f) => return reject(shared, send, recv, Reason::Code(f.code), f).await,
+    };
+    if let Err(e) = validate_blob_name(&fetch.blob) {
+        let f = fail(Code::InvalidName, e.to_string());
+        return reject(shared, send, recv, Reason::Code(f.code), f).await;
+    }
+    // A valid Fetch admits the connection as a valid Offer does; the client
+    // sends nothing more on this stream, so it counts as one waiting for storage.
+    link.open_gate();
+    ticket.declare(0);
+    ticket.received();
+    let span = tracing::info_span!(
+        "fetch",
+        container = %safe(&fetch.container),
+        blob = %safe(&fetch.blob),
+    );
+    let owner = caller.owner(&fetch.token.0);
+    serve(shared, &owner, send, recv, &fetch)
+        .instrument(span)
+        .await;
+}
+
+/// What a Fetch and a List must satisfy before any storage call: the version,
+/// the container's name, a token that may read it, and a container that is
+/// not the deployment's own.
+pub(crate) async fn admit(
+    shared: &Shared,
+    version: &u32,
+    token: &str,
+    container: &str,
+) -> Result<Caller, Failure> {
+    if *version != PROTOCOL_VERSION {
+        return Err(fail(
+            Code::UnsupportedVersion,
+            format!("protocol version {version} not supported (relay speaks {PROTOCOL_VERSION})"),
+        ));
+    }
+    validate_container(container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
+    let caller = crate::auth::authenticate(
+        &shared.tokens,
+        shared.entra.as_deref(),
+        token,
+        container,
+        Access::Read,
+    )
+    .await
+    .map_err(|e| match e {
+        AuthError::Unknown | AuthError::Entra(_) => fail(Code::Unauthorized, e.to_string()),
+        AuthError::Container(_) | AuthError::NoRead(_) => fail(Code::Forbidden, e.to_string()),
+    })?;
+    if shared.reserved_containers.iter().any(|c| c == container) {
+        // The deployment's own files (keys, tokens) live there.
+        return Err(fail(
+            Code::Forbidden,
+            format!("container {container:?} is reserved for the relay's own files"),
+        ));
+    }
+    Ok(caller)
+}
+
+async fn serve(
+    shared: &Shared,
+    owner: &Owner,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    fetch: &Fetch,
+) {
+    let m = &shared.metrics;
+    Metrics::add(&m.fetches_started, 1);
+    let reader = match shared.storage.reader(&fetch.container, &fetch.blob) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            let f = storage_failure(&e);
+            return reject(shared, send, recv, Reason::Code(f.code), f).await;
+        }
+    };
+    let props = match reader.properties().await {
+        Ok(p) => p,
+        Err(e) => {
+            let f = read_failure(e);
+            Metrics::add(&m.fetches_failed, 1);
+            return reject(shared, send, recv, Reason::Code(f.code), f).await;
+        }
+    };
+    let vouched = props.sealed_sha256(&shared.id_key, &fetch.container, &fetch.blob);
+    let source = source(&props, vouched, fetch);
+    let (offset, size) = (source.offset, source.size);
+    tracing::info!(etag = %source.etag, size, offset, check = ?source.check, "sending");
+    let limits = shared.download;
+    if write_within(limits.write_timeout, send, &Message::Source(source), None)
+        .await
+        .is_err()
+    {
+        Metrics::add(&m.fetches_failed, 1);
+        let _ = send.reset(app_error::PROTOCOL.into());
+        return;
+    }
+    let sending = Sending {
+        shared,
+        share: shared.share_of(owner),
+        reader: reader.clone(),
+        etag: props.etag.clone(),
+        range: range_len(&limits, shared.max_block_bytes()),
+    };
+    match sending.run(offset, size, send).await {
+        Ok(ranges_checked) => {
+            let sent = Sent {
+                ranges_checked,
+                requests: reader.requests(),
+            };
+            if write_within(limits.write_timeout, send, &Message::Sent(sent), None)
+                .await
+                .is_ok()
+            {
+                Metrics::add(&m.fetches_completed, 1);
+                tracing::info!(ranges_checked, "sent");
+                let _ = send.finish();
+            } else {
+                Metrics::add(&m.fetches_failed, 1);
+                let _ = send.reset(app_error::PROTOCOL.into());
+            }
+        }
+        Err(Stop::Failed(f)) => {
+            Metrics::add(&m.fetches_failed, 1);
+            shared.metrics.failures.record(Reason::Code(f.code));
+            tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe(&f.message), "download failed");
+            let frame = Message::Error(f);
+            if write_within(limits.write_timeout, send, &frame, None)
+                .await
+                .is_ok()
+            {
+                let _ = send.finish();
+            } else {
+                let _ = send.reset(app_error::PROTOCOL.into());
+            }
+        }
+        Err(Stop::Stalled) => {
+            Metrics::add(&m.fetches_failed, 1);
+            Metrics::add(&m.fetches_stalled, 1);
+            tracing::warn!(
+                timeout_s = limits.write_timeout.as_secs(),
+                "client stopped reading; download dropped"
+            );
+            let _ = send.reset(app_error::PROTOCOL.into());
+        }
+    }
+}
+
+/// The Source a Fetch gets for a blob with these properties: how its bytes
+/// are checked and where they start.
+pub fn source(props: &ReadProperties, vouched_sha256: Option<&str>, fetch: &Fetch) -> Source {
+    let check = match (vouched_sha256, props.content_md5) {
+        (Some(_), _) => Check::Sealed,
+        (None, Some(_)) => Check::ContentMd5,
+        (None, None) => Check::Ranges,
+    };
+    // A resume only of the very version the partial file holds.
+    let offset = match &fetch.etag {
+        Some(etag) if *etag == props.etag && fetch.offset <= props.size => fetch.offset,
+        _ => 0,
+    };
+    Source {
+        etag: props.etag.clone(),
+        size: props.size,
+        offset,
+        check,
+        sha256: vouched_sha256.map(str::to_string),
+        content_md5: props.content_md5.map(hex::encode),
+        content_type: props.content_type.clone(),
+        last_modified: props.last_modified,
+    }
+}
+
+/// One range's length: the configured one, within storage's checked range
+/// and one caller's share of the budget, never under 64 KiB.
+fn range_len(limits: &DownloadLimits, max_block_bytes: u64) -> u64 {
+    limits
+        .range_bytes
+        .min(MAX_CHECKED_RANGE)
+        .min(max_block_bytes)
+        .max(64 << 10)
+}
+
+/// A storage read's failure as the client hears it.
+fn read_failure(e: ReadError) -> Failure {
+    match e {
+        ReadError::NotFound => fail(Code::NotFound, "no such blob (or it was deleted)"),
+        ReadError::Changed => fail(
+            Code::Changed,
+            "the blob changed while it was being read (its ETag moved); fetch it again from 0",
+        ),
+        ReadError::RangeTooLarge(_) => fail(Code::Internal, e.to_string()),
+        ReadError::Storage(e) => storage_failure(&e),
+    }
+}
+
+/// Why the bytes stopped.
+enum Stop {
+    /// Told to the client in an Error frame.
+    Failed(Failure),
+    /// The client stopped reading: nothing more can be told.
+    Stalled,
+}
+
+/// Writes one frame within `timeout`.
+pub(crate) async fn write_frame_within(
+    timeout: Duration,
+    send: &mut SendStream,
+    frame: &Message,
+) -> Result<(), ()> {
+    write_within(timeout, send, frame, None).await
+}
+
+/// Writes `frame` (and `body` after it) within `timeout`.
+async fn write_within(
+    timeout: Duration,
+    send: &mut SendStream,
+    frame: &Message,
+    body: Option<Bytes>,
+) -> Result<(), ()> {
+    let write = async {
+        write_frame(send, frame).await.map_err(|_| ())?;
+        if let Some(body) = body {
+            send.write_chunk(body).await.map_err(|_| ())?;
+        }
+        Ok(())
+    };
+    tokio::time::timeout(timeout, write)
+        .await
+        .unwrap_or(Err(()))
+}
+
+/// Budget memory a range holds until its bytes are written: its share of
+/// the caller's, then of the relay's.
+type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// A range read in its own task, so reads go on while the driver writes;
+/// dropped (the download ended) it is aborted and its memory returned.
+struct RangeTask(JoinHandle<Result<Bytes, ReadError>>, Option<Held>, u64);
+
+impl Drop for RangeTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Sending<'a> {
+    shared: &'a Shared,
+    share: Budget,
+    reader: Arc<BlobReader>,
+    etag: String,
+    range: u64,
+}
+
+impl Sending<'_> {
+    /// Sends `[offset, size)` in order; the ranges checked.
+    async fn run(&self, offset: u64, size: u64, send: &mut SendStream) -> Result<u64, Stop> {
+        let limits = self.shared.download;
+        let mut pending: VecDeque<RangeTask> = VecDeque::new();
+        let mut next = offset;
+        let mut checked = 0u64;
+        let mut stopping = self.shared.stopping.clone();
+        // Memory for the next range is waited for at most the budget wait,
+        // counted from when the driver first wanted it.
+        let mut waiting_since: Option<tokio::time::Instant> = None;
+        loop {
+            let want = pending.len() < limits.ranges_in_flight.max(1) && next < size;
+            if want && waiting_since.is_none() {
+                waiting_since = Some(tokio::time::Instant::now());
+            }
+            if !want && pending.is_empty() {
+                return Ok(checked);
+            }
+            let len = self.range.min(size.saturating_sub(next));
+            tokio::select! {
+                biased;
+                // A relay whose shutdown signal is gone is not stopping.
+                _ = async {
+                    if stopping.wait_for(|s| *s).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                } => {
+                    return Err(Stop::Failed(fail(Code::Busy, "the relay is shutting down; fetch again to resume")));
+                }
+                done = async { (&mut pending.front_mut()?.0).await.ok() }, if !pending.is_empty() => {
+                    let Some(mut task) = pending.pop_front() else { continue };
+                    let bytes = match done {
+                        Some(Ok(bytes)) => bytes,
+                        Some(Err(e)) => return Err(Stop::Failed(read_failure(e))),
+                        None => return Err(Stop::Failed(fail(Code::Internal, "a range read ended abnormally"))),
+                    };
+                    let n = bytes.len() as u64;
+                    if n != task.2 {
+                        return Err(Stop::Failed(fail(Code::Internal, "a range read returned the wrong length")));
+                    }
+                    let frame = Message::Data(Data { len: n });
+                    if write_within(limits.write_timeout, send, &frame, Some(bytes)).await.is_err() {
+                        return Err(Stop::Stalled);
+                    }
+                    // Its bytes are in the send buffer: the budget has them back.
+                    task.1 = None;
+                    checked += 1;
+                    Metrics::add(&self.shared.metrics.bytes_sent, n);
+                }
+                held = self.take(len, waiting_since), if want => {
+                    let Some(held) = held else {
+                        if pending.is_empty() {
+                            return Err(Stop::Failed(fail(
+                                Code::Busy,
+                                format!("no memory for a download range within {} s; retry later", self.shared.budget_wait.as_secs()),
+                            )));
+                        }
+                        // Ranges are in flight: send those, then wait again.
+                        waiting_since = None;
+                        continue;
+                    };
+                    waiting_since = None;
+                    let (reader, etag, at) = (self.reader.clone(), self.etag.clone(), next);
+                    let task = tokio::spawn(async move { reader.range(&etag, at, len).await });
+                    pending.push_back(RangeTask(task, Some(held), len));
+                    next += len;
+                }
+            }
+        }
+    }
+
+    /// Budget for one range, within the budget wait from `since` (`None`: the
+    /// wait ran out).
+    async fn take(&self, len: u64, since: Option<tokio::time::Instant>) -> Option<Held> {
+        let deadline = since.unwrap_or_else(tokio::time::Instant::now) + self.shared.budget_wait;
+        let take = async {
+            let a = self.share.take(len).await.ok()?;
+            let b = self.shared.budget.take(len).await.ok()?;
+            Some((a, b))
+        };
+        tokio::time::timeout_at(deadline, take).await.ok().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_proto::protocol::Secret;
+
+    fn props(md5: Option<[u8; 16]>) -> ReadProperties {
+        ReadProperties {
+            etag: "\"0x1\"".into(),
+            size: 100,
+            last_modified: Some(7),
+            content_md5: md5,
+            content_type: Some("text/plain".into()),
+            sha256: None,
+            seal: None,
+        }
+    }
+
+    fn fetch(offset: u64, etag: Option<&str>) -> Fetch {
+        Fetch {
+            version: PROTOCOL_VERSION,
+            token: Secret("t".into()),
+            container: "data".into(),
+            blob: "b".into(),
+            offset,
+            etag: etag.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_check_is_the_seal_then_the_content_md5_then_the_ranges() {
+        let sha = "ab".repeat(32);
+        let s = source(&props(Some([1; 16])), Some(&sha), &fetch(0, None));
+        assert_eq!(
+            (s.check, s.sha256.as_deref()),
+            (Check::Sealed, Some(sha.as_str()))
+        );
+        let s = source(&props(Some([1; 16])), None, &fetch(0, None));
+        assert_eq!(s.check, Check::ContentMd5);
+        assert_eq!(s.content_md5, Some("01".repeat(16)));
+        assert_eq!(s.sha256, None);
+        let s = source(&props(None), None, &fetch(0, None));
+        assert_eq!((s.check, s.content_md5), (Check::Ranges, None));
+    }
+
+    #[test]
+    fn an_offset_is_honoured_only_for_the_same_etag_and_inside_the_blob() {
+        let p = props(None);
+        assert_eq!(source(&p, None, &fetch(40, Some("\"0x1\""))).offset, 40);
+        assert_eq!(source(&p, None, &fetch(100, Some("\"0x1\""))).offset, 100);
+        assert_eq!(source(&p, None, &fetch(101, Some("\"0x1\""))).offset, 0);
+        assert_eq!(source(&p, None, &fetch(40, Some("\"0x2\""))).offset, 0);
+        assert_eq!(source(&p, None, &fetch(40, None)).offset, 0);
+    }
+
+    #[test]
+    fn a_range_stays_within_storage_checks_and_a_share() {
+        let l = DownloadLimits::default();
+        assert_eq!(range_len(&l, 1 << 30), MAX_CHECKED_RANGE);
+        assert_eq!(range_len(&l, 1 << 20), 1 << 20);
+        assert_eq!(range_len(&l, 1), 64 << 10);
+        let big = DownloadLimits {
+            range_bytes: 64 << 20,
+            ..l
+        };
+        assert_eq!(range_len(&big, 1 << 30), MAX_CHECKED_RANGE);
+    }
+}

@@ -1,0 +1,171 @@
+//! Downloads over the raw protocol: a client that speaks Fetch and List frame
+//! by frame (the relay's side of issue 50, tested apart from any client
+//! command), and a raw upload to make blobs the relay has sealed.
+
+use std::time::Duration;
+
+use relay_client::connect::{Connector, Trust};
+use relay_proto::limits::PROTOCOL_VERSION;
+use relay_proto::protocol::{Fetch, List, Message, Receipt, Secret, Start, Trailer};
+use relay_transport::frames::{read_frame, write_frame};
+use sha2::{Digest, Sha256};
+
+use crate::hostile::{offer, open_with_offer};
+use crate::relay::RelayHandle;
+
+/// A connection whose receive windows are `stream_window` per stream and
+/// twice that per connection: how much a relay may write before the client
+/// reads (a slow reader made deterministic on loopback).
+pub async fn connect_with_window(
+    relay: &RelayHandle,
+    stream_window: u64,
+) -> (Connector, quinn::Connection) {
+    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let windows = relay_transport::quic::Windows {
+        stream_window,
+        connection_window: 2 * stream_window,
+        ..relay_transport::quic::Windows::default()
+    };
+    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let c = Connector::bound_at(&Trust::Pinned(fp), windows.transport(), 1 << 20, bind)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let conn = c
+        .connect(relay.addr, "localhost", Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (c, conn)
+}
+
+/// Uploads `data` through the relay (Offer, Plan, Start, bytes, Trailer) and
+/// returns its Receipt: a blob under the relay's seal.
+pub async fn upload_raw(
+    conn: &quinn::Connection,
+    token: &str,
+    container: &str,
+    blob: &str,
+    data: &[u8],
+) -> Receipt {
+    let (mut send, mut recv, plan) =
+        open_with_offer(conn, offer(token, container, blob, data.len() as u64)).await;
+    assert!(matches!(plan, Message::Plan(_)), "{plan:?}");
+    let sha256 = hex::encode(Sha256::digest(data));
+    write_frame(&mut send, &Message::Start(Start::plain(0)))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    send.write_all(data).await.unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::Trailer(Trailer { sha256 }))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    match read_frame(&mut recv).await {
+        Ok(Message::Receipt(r)) => r,
+        other => panic!("no receipt: {other:?}"),
+    }
+}
+
+pub fn fetch_of(token: &str, container: &str, blob: &str) -> Fetch {
+    Fetch {
+        version: PROTOCOL_VERSION,
+        token: Secret(token.into()),
+        container: container.into(),
+        blob: blob.into(),
+        offset: 0,
+        etag: None,
+    }
+}
+
+/// What a Fetch stream carried.
+#[derive(Debug)]
+pub struct Fetched {
+    /// Source, or the Reject.
+    pub first: Message,
+    /// Every Data section's bytes, in order.
+    pub data: Vec<u8>,
+    pub sections: usize,
+    /// Sent or Error (`None` after a Reject, or a stream that ended without one).
+    pub end: Option<Message>,
+}
+
+/// Opens a stream and sends `f`; the streams for the test to read on.
+pub async fn start_fetch(
+    conn: &quinn::Connection,
+    f: Fetch,
+) -> (quinn::SendStream, quinn::RecvStream, Message) {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::Fetch(f))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = send.finish();
+    let first = read_frame(&mut recv)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (send, recv, first)
+}
+
+/// Reads Data sections until Sent or Error.
+pub async fn read_rest(recv: &mut quinn::RecvStream, first: Message) -> Fetched {
+    let mut out = Fetched {
+        first,
+        data: Vec::new(),
+        sections: 0,
+        end: None,
+    };
+    if !matches!(out.first, Message::Source(_)) {
+        return out;
+    }
+    loop {
+        match read_frame(recv).await {
+            Ok(Message::Data(d)) => {
+                let start = out.data.len();
+                let len = usize::try_from(d.len).unwrap_or_else(|e| panic!("{e}"));
+                out.data.resize(start + len, 0);
+                recv.read_exact(&mut out.data[start..])
+                    .await
+                    .unwrap_or_else(|e| panic!("section {}: {e}", out.sections));
+                out.sections += 1;
+            }
+            Ok(end @ (Message::Sent(_) | Message::Error(_))) => {
+                out.end = Some(end);
+                return out;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => return out,
+        }
+    }
+}
+
+/// One Fetch, start to end.
+pub async fn fetch(conn: &quinn::Connection, f: Fetch) -> Fetched {
+    let (_send, mut recv, first) = start_fetch(conn, f).await;
+    read_rest(&mut recv, first).await
+}
+
+/// One List, start to end: every name in order, the ListEnd's count, and
+/// the first frame if it was not a Listing or ListEnd (a Reject or Error).
+pub async fn list(
+    conn: &quinn::Connection,
+    token: &str,
+    container: &str,
+    prefix: &str,
+) -> (Vec<String>, Option<u64>, Option<Message>) {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    let l = List {
+        version: PROTOCOL_VERSION,
+        token: Secret(token.into()),
+        container: container.into(),
+        prefix: prefix.into(),
+    };
+    write_frame(&mut send, &Message::List(l))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = send.finish();
+    let mut names = Vec::new();
+    loop {
+        match read_frame(&mut recv).await {
+            Ok(Message::Listing(l)) => names.extend(l.blobs.into_iter().map(|b| b.name)),
+            Ok(Message::ListEnd(e)) => return (names, Some(e.blobs), None),
+            Ok(other) => return (names, None, Some(other)),
+            Err(e) => panic!("listing: {e}"),
+        }
+    }
+}
