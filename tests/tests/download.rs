@@ -161,8 +161,12 @@ async fn a_folder_comes_back_byte_exact_and_a_rerun_skips_it() {
     }
     assert_eq!(v["totals"]["downloaded"], want.len());
 
-    // A rerun: every file is identical, none fetched again.
+    // A rerun: every file is identical, none fetched again (the relay sends
+    // no byte of any of them).
+    let sent_before = relay.metric("blob_relay_bytes_sent_total");
+    assert!(sent_before.is_some_and(|n| n > 0), "{sent_before:?}");
     let (out, v) = download(&relay, &[&format!("{c}/2026/run1")], &restore, &[]).await;
+    assert_eq!(relay.metric("blob_relay_bytes_sent_total"), sent_before);
     assert!(out.status.success(), "{}", stderr(&out));
     for f in files_of(&v) {
         assert_eq!(f["status"], "skipped", "{f}");
@@ -293,8 +297,32 @@ async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
     let kept = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
     assert!(kept >= held && kept < size, "{kept}");
 
+    // What the killed run's relay stream sent is counted once that stream ends.
+    let t1 = std::time::Instant::now();
+    let mut sent_before = relay.metric("blob_relay_bytes_sent_total").unwrap_or(0);
+    while relay.metric("blob_relay_fetches_started_total")
+        != Some(
+            relay
+                .metric("blob_relay_fetches_completed_total")
+                .unwrap_or(0)
+                + relay.metric("blob_relay_fetches_failed_total").unwrap_or(0),
+        )
+    {
+        assert!(
+            t1.elapsed() < T,
+            "the killed client's stream never ended on the relay"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sent_before = relay.metric("blob_relay_bytes_sent_total").unwrap_or(0);
+    }
     let (out, v) = download(&relay, &[&format!("{c}/huge.bin")], &out_dir.0, &[]).await;
     assert!(out.status.success(), "{}", stderr(&out));
+    let sent = relay.metric("blob_relay_bytes_sent_total").unwrap_or(0) - sent_before;
+    assert_eq!(
+        sent,
+        size - kept,
+        "the relay sent only what was not on disk"
+    );
     let f = &files_of(&v)[0];
     assert_eq!(f["status"], "downloaded", "{f}");
     let resumed = f["bytes_resumed"].as_u64().unwrap_or(0);

@@ -139,6 +139,21 @@ fn fail(code: &'static str, message: impl Into<String>, retryable: bool) -> Acti
     })
 }
 
+/// Whether two ETags name one version: storage quotes them in headers (the
+/// Source's) and not in listings.
+pub fn same_etag(a: &str, b: &str) -> bool {
+    a.trim_matches('"') == b.trim_matches('"')
+}
+
+/// An ETag as storage's headers (and so the relay's `If-Match`) write it.
+pub fn quoted(etag: &str) -> String {
+    if etag.starts_with('"') || etag.is_empty() {
+        etag.to_string()
+    } else {
+        format!("\"{etag}\"")
+    }
+}
+
 fn same_hex(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
@@ -213,7 +228,10 @@ impl Session {
     /// The download proper: from the partial file when it holds this version.
     fn fetch(&mut self) -> Action {
         let resume = self.partial.as_ref().filter(|p| {
-            p.len > 0 && p.etag == self.blob.etag && p.size == self.blob.size && p.len <= p.size
+            p.len > 0
+                && same_etag(&p.etag, &self.blob.etag)
+                && p.size == self.blob.size
+                && p.len <= p.size
         });
         let (offset, etag) = match resume {
             Some(p) => (p.len, Some(p.etag.clone())),
@@ -249,7 +267,7 @@ impl Session {
                 self.state = State::Comparing { local };
                 Action::Fetch {
                     offset: self.blob.size,
-                    etag: Some(self.blob.etag.clone()),
+                    etag: Some(quoted(&self.blob.etag)),
                     compare_only: true,
                 }
             }

@@ -244,6 +244,44 @@ fn blob() -> Blob {
 }
 
 #[test]
+fn a_listing_etag_without_quotes_names_the_same_version() {
+    // Storage's listing writes 0x8D.., its headers (the Source, the sidecar) "0x8D..".
+    let listed = Blob {
+        size: SIZE,
+        etag: "0x8DC0FFEE".into(),
+        last_modified: None,
+    };
+    let partial = Some(Partial {
+        len: 400,
+        etag: "\"0x8DC0FFEE\"".into(),
+        size: SIZE,
+    });
+    let (_, a) = Session::new(listed.clone(), Local::Absent, partial, OverwriteMode::Never);
+    assert_eq!(
+        a,
+        Action::Fetch {
+            offset: 400,
+            etag: Some("\"0x8DC0FFEE\"".into()),
+            compare_only: false
+        }
+    );
+    let local = Local::File {
+        size: SIZE,
+        mtime: 0,
+    };
+    let (mut s, a) = Session::new(listed, local, None, OverwriteMode::Never);
+    assert_eq!(a, Action::HashLocal);
+    assert_eq!(
+        s.handle(Event::LocalHashed(truth())),
+        Action::Fetch {
+            offset: SIZE,
+            etag: Some("\"0x8DC0FFEE\"".into()),
+            compare_only: true
+        }
+    );
+}
+
+#[test]
 fn a_blob_that_keeps_changing_fails_after_the_restarts() {
     let (mut s, a) = Session::new(blob(), Local::Absent, None, OverwriteMode::Never);
     assert!(matches!(a, Action::Fetch { offset: 0, .. }));
