@@ -643,3 +643,96 @@ async fn direct_download_reads_storage_itself_and_resumes_nothing_twice() {
     }
     assert_eq!(tree(&out_dir.path("run1")), want);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_with_130_and_the_command_that_resumes() {
+    let (relay, c) = setup("dl-int", Some(40.0)).await;
+    let src = Scratch::new("dl-isrc");
+    let size: u64 = 16 << 20;
+    let sha = write_random(&src.path("f.bin"), size, 3);
+    upload(&relay, &src.path("f.bin"), &c).await;
+    let out_dir = Scratch::new("dl-iout");
+    let partial = out_dir.path(".f.bin.relay-partial");
+    let mut a = download_args(&relay, &[&format!("{c}/f.bin")], &out_dir.0, &[]);
+    a.retain(|x| x != "--json");
+    let child = client_command(&a, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 1 << 20 {
+        assert!(t0.elapsed() < T, "the partial file never grew");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("no exit after Ctrl-C"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("to resume, run the same command"), "{err}");
+    assert!(
+        err.contains("--token \"$RELAY_TOKEN\""),
+        "the token is not printed: {err}"
+    );
+    assert!(!err.contains(LIMITED_TOKEN), "{err}");
+    assert!(!out_dir.path("f.bin").exists());
+    // The rerun (with the token in the environment, as the message says) finishes it.
+    let rerun: Vec<String> = a
+        .iter()
+        .map(|x| {
+            if x == LIMITED_TOKEN {
+                "ignored".to_string()
+            } else {
+                x.clone()
+            }
+        })
+        .filter(|x| x != "--token" && x != "ignored")
+        .collect();
+    let out = run_client(&rerun, &[("RELAY_TOKEN", LIMITED_TOKEN)], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("resumed at"));
+    assert_eq!(sha256_file(&out_dir.path("f.bin")), sha);
+    relay.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_download_of_a_direct_upload_is_checked_by_its_seal() {
+    let c = new_container("dl-dseal").await;
+    let src = Scratch::new("dl-dssrc");
+    let sha = write_random(&src.path("sealed.bin"), (6 << 20) + 5, 11);
+    let mut up = s(&[
+        "upload",
+        src.path("sealed.bin").to_str().unwrap_or_default(),
+        "--to",
+        &c,
+    ]);
+    up.extend(direct_flags());
+    let out = run_client(&up, &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out_dir = Scratch::new("dl-dsout");
+    let a = args_via(
+        &direct_flags(),
+        &[&format!("{c}/sealed.bin")],
+        &out_dir.0,
+        &[],
+    );
+    let out = run_client(&a, &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f = &files_of(&summary(&out))[0];
+    assert_eq!(f["check"], "sealed", "{f}");
+    assert_eq!(f["sha256"].as_str(), Some(sha.as_str()));
+    assert_eq!(sha256_file(&out_dir.path("sealed.bin")), sha);
+    // A rerun compares by the seal: identical.
+    let out = run_client(&a, &[], T).await;
+    let f = &files_of(&summary(&out))[0];
+    assert_eq!(
+        (f["status"].as_str(), f["reason"].as_str()),
+        (Some("skipped"), Some("identical")),
+        "{f}"
+    );
+}

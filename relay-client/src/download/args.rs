@@ -23,6 +23,11 @@ pub struct DownloadArgs {
     #[arg(long, value_name = "DIR")]
     pub to: PathBuf,
 
+    /// With --direct: the key of this user's direct uploads (see upload
+    /// --help): a blob it sealed is checked by its SHA-256.
+    #[arg(long, env = "RELAY_ID_KEY_FILE")]
+    pub id_key_file: Option<PathBuf>,
+
     /// Relay address HOST:PORT.
     #[arg(long, env = "RELAY_ADDR", required_unless_present = "direct")]
     pub relay: Option<String>,
@@ -214,6 +219,7 @@ pub fn connection(a: &DownloadArgs, container: &str) -> Result<UploadArgs, clap:
     u.direct = a.direct;
     u.storage_url = a.storage_url.clone();
     u.account_key = a.account_key.clone();
+    u.id_key_file = a.id_key_file.clone();
     u.token = a.token.clone();
     u.entra = a.entra;
     u.entra_scope = a.entra_scope.clone();
