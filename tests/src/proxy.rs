@@ -25,15 +25,18 @@ pub enum Op {
     PutBlockList,
     GetBlockList,
     GetProperties,
+    /// Get Blob (a download's ranged read).
+    GetBlob,
     Other,
 }
 
 impl Op {
-    const ALL: [Op; 5] = [
+    const ALL: [Op; 6] = [
         Op::PutBlock,
         Op::PutBlockList,
         Op::GetBlockList,
         Op::GetProperties,
+        Op::GetBlob,
         Op::Other,
     ];
 
@@ -52,6 +55,7 @@ impl Op {
             ("PUT", "blocklist") => Op::PutBlockList,
             ("GET", "blocklist") => Op::GetBlockList,
             ("HEAD", "") => Op::GetProperties,
+            ("GET", "") if !query.contains("restype=") => Op::GetBlob,
             _ => Op::Other,
         }
     }

@@ -235,6 +235,46 @@ async fn reading_needs_a_read_grant_and_names_are_checked() {
     relay.stop().await;
 }
 
+#[tokio::test]
+async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
+    let (relay, c) = relay("dladmit", DownloadLimits::default()).await;
+    let (_ep, uploader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    upload_raw(&uploader, LIMITED_TOKEN, &c, "x", b"hello").await;
+    assert_eq!(
+        relay.metric("blob_relay_connections_authenticated"),
+        Some(1)
+    );
+    for valid_first in ["fetch", "list"] {
+        let (_ep, reader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+        // Refused: the connection stays unauthenticated.
+        let got = fetch(&reader, fetch_of(TOKEN, &c, "x")).await;
+        assert_eq!(refusal(&got.first), Code::Forbidden);
+        assert_eq!(relay.metric("blob_relay_connections_pending"), Some(1));
+        assert_eq!(
+            relay.metric("blob_relay_connections_authenticated"),
+            Some(1)
+        );
+        if valid_first == "fetch" {
+            let got = fetch(&reader, fetch_of(LIMITED_TOKEN, &c, "x")).await;
+            assert_eq!(got.data, b"hello");
+        } else {
+            let (names, _, _) = list(&reader, LIMITED_TOKEN, &c, "").await;
+            assert_eq!(names, ["x"]);
+        }
+        until(&relay, "the reader's connection is authenticated", |r| {
+            r.metric("blob_relay_connections_authenticated") == Some(2)
+                && r.metric("blob_relay_connections_pending") == Some(0)
+        })
+        .await;
+        reader.close(0u32.into(), b"");
+        until(&relay, "the reader's connection is gone", |r| {
+            r.metric("blob_relay_connections_authenticated") == Some(1)
+        })
+        .await;
+    }
+    relay.stop().await;
+}
+
 /// Small ranges, few in flight, and a client window of one range: the relay
 /// can be at most a few ranges ahead of what the client read, so a blob
 /// overwritten after the Source arrives is read, further on, at its new ETag.
