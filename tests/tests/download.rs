@@ -539,3 +539,58 @@ async fn direct_download_of_a_direct_upload_is_checked_by_its_seal() {
         "{f}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_restarted_mid_download_is_waited_for_and_the_file_resumes() {
+    let c = new_container("dl-restart").await;
+    let mut revivable =
+        relay_tests::relay::Revivable::new(relay_tests::azurite::shared_azurite().storage());
+    revivable.send_rate_mbit = Some(40.0);
+    let grant = |h: &relay_tests::relay::RelayHandle| {
+        h.rewrite_tokens(&format!(
+            "{}\n{LIMITED_TOKEN} {c}:rw\n",
+            relay_tests::relay::TOKEN
+        ));
+        h.shared.tokens.reload();
+    };
+    let relay = revivable.start().await;
+    grant(&relay);
+    let src = Scratch::new("dl-rssrc");
+    let size: u64 = 24 << 20;
+    let sha = write_random(&src.path("r.bin"), size, 5);
+    upload(&relay, &src.path("r.bin"), &c).await;
+    let out_dir = Scratch::new("dl-rsout");
+    let partial = out_dir.path(".r.bin.relay-partial");
+    let a = download_args(
+        &relay,
+        &[&format!("{c}/r.bin")],
+        &out_dir.0,
+        &["--patience", "2m"],
+    );
+    let child = client_command(&a, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 2 << 20 {
+        assert!(t0.elapsed() < T, "the partial file never grew");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The relay goes away mid-file and comes back as itself.
+    relay.abandon();
+    let relay = revivable.start().await;
+    grant(&relay);
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("the client never finished"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f = &files_of(&summary(&out))[0];
+    assert_eq!(f["status"], "downloaded", "{f}");
+    assert_eq!(sha256_file(&out_dir.path("r.bin")), sha);
+    // The second stream started from what was on disk, not from 0.
+    let sent = f["bytes_sent"].as_u64().unwrap_or(u64::MAX);
+    assert!(sent < size, "{f}");
+    relay.stop().await;
+}
