@@ -38,6 +38,8 @@ pub struct Target<'a> {
     pub folder: &'a Folder,
     pub leaf: &'a str,
     pub overwrite: OverwriteMode,
+    /// Bytes of this blob received so far, over every attempt of the run.
+    pub received: std::sync::atomic::AtomicU64,
 }
 
 /// How a file ended.
@@ -181,7 +183,6 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
     let earlier = partial::find(t.folder, &part, &side, t.container, t.blob).map_err(fs)?;
     let (mut session, mut action) = Session::new(t.listed.clone(), here, earlier, t.overwrite);
     let mut stream: Option<Stream> = None;
-    let mut received = 0u64;
     let mut ranges_checked = 0u64;
     let mut last_etag = t.listed.etag.clone();
     let mut written: Option<Hashes> = None;
@@ -237,9 +238,8 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
                     .map_err(fs)?;
                 }
                 let path = t.folder.path().join(&part);
-                match receive(s, file, from, &path, bar).await? {
-                    Ok((len, hashes, got, ranges)) => {
-                        received += got;
+                match receive(s, file, from, &path, bar, &t.received).await? {
+                    Ok((len, hashes, ranges)) => {
                         ranges_checked = ranges;
                         written = Some(hashes.clone());
                         Event::Received { len, hashes }
@@ -277,7 +277,7 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
                     check,
                     ranges_checked,
                     resumed,
-                    received,
+                    received: t.received.load(std::sync::atomic::Ordering::Relaxed),
                 });
             }
             Action::Skip(reason) => {
@@ -366,17 +366,19 @@ async fn hash_prefix(file: std::fs::File, limit: Option<u64>) -> Result<(Sha256,
     })
 }
 
-type Received = (u64, Hashes, u64, u64);
+type Received = (u64, Hashes, u64);
 
 /// The sections of one stream into the partial file from `from` (its first
-/// `from` bytes re-hashed), then fsync: (length, hashes, bytes received,
-/// ranges the relay checked), or the relay's Error.
+/// `from` bytes re-hashed), then fsync: (length, hashes, ranges the relay
+/// checked), or the relay's Error. Each byte received is counted in `received`
+/// as it arrives, so an attempt cut short still counts what it cost.
 async fn receive(
     s: &mut Stream,
     file: std::fs::File,
     from: u64,
     path: &std::path::Path,
     bar: &ProgressBar,
+    received: &std::sync::atomic::AtomicU64,
 ) -> Result<Result<Received, relay_proto::protocol::Failure>, FileError> {
     let io = |e: std::io::Error| fs(FsError::of(path, e));
     let size = s.source.size;
@@ -413,6 +415,7 @@ async fn receive(
                 let n = bytes.len() as u64;
                 at += n;
                 got += n;
+                received.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                 bar.set_position(at);
             }
             Next::End { ranges_checked } => break ranges_checked,
@@ -435,7 +438,6 @@ async fn receive(
             sha256: hex::encode(sha.finalize()),
             md5: hex::encode(md5.finalize()),
         },
-        got,
         ranges,
     )))
 }

@@ -449,6 +449,7 @@ async fn with_retries(
         folder: &parent,
         leaf,
         overwrite: job.args_overwrite,
+        received: Default::default(),
     };
     let backoff = Backoff {
         initial: Duration::from_millis(500),
