@@ -232,6 +232,16 @@ pub struct Args {
     #[arg(long, env = "RELAY_BUDGET_WAIT", default_value_t = 30)]
     pub budget_wait: u64,
 
+    /// Ranges of one blob a download reads from storage at once (4 MiB each,
+    /// taken from the memory budget like blocks).
+    #[arg(long, env = "RELAY_DOWNLOAD_RANGES", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub download_ranges: u64,
+
+    /// Seconds a download waits to write to a client that reads nothing before
+    /// it drops the download (its memory goes back to the budget).
+    #[arg(long, env = "RELAY_DOWNLOAD_WRITE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub download_write_timeout: u64,
+
     /// Upper bound for the relay's memory (the bound in docs/SECURITY.md); the
     /// relay refuses to start if its configuration could exceed it. Default: 90 %
     /// of the machine's memory.
@@ -458,6 +468,30 @@ mod tests {
 
     fn argv(a: &[&str]) -> Vec<OsString> {
         a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn download_limits_have_defaults_and_bounds() {
+        let base = ["relay-server", "--storage-url=http://s", "--tokens=/t"];
+        let with = |extra: &[&str]| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.extend_from_slice(extra);
+            Args::try_parse_from(argv(&v))
+        };
+        let a = with(&[]).expect("defaults");
+        assert_eq!((a.download_ranges, a.download_write_timeout), (6, 60));
+        let a = with(&["--download-ranges=2", "--download-write-timeout=5"]).expect("set");
+        assert_eq!((a.download_ranges, a.download_write_timeout), (2, 5));
+        for bad in [
+            "--download-ranges=0",
+            "--download-ranges=65",
+            "--download-write-timeout=0",
+        ] {
+            assert!(
+                Args::try_parse_from(argv(&["relay-server", bad])).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

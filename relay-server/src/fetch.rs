@@ -191,7 +191,7 @@ async fn serve(
             {
                 Metrics::add(&m.fetches_completed, 1);
                 tracing::info!(ranges_checked, "sent");
-                let _ = send.finish();
+                finish(send, limits.write_timeout).await;
             } else {
                 Metrics::add(&m.fetches_failed, 1);
                 let _ = send.reset(app_error::PROTOCOL.into());
@@ -206,10 +206,14 @@ async fn serve(
                 .await
                 .is_ok()
             {
-                let _ = send.finish();
+                finish(send, limits.write_timeout).await;
             } else {
                 let _ = send.reset(app_error::PROTOCOL.into());
             }
+        }
+        Err(Stop::Gone) => {
+            Metrics::add(&m.fetches_failed, 1);
+            tracing::debug!("client stopped the download");
         }
         Err(Stop::Stalled) => {
             Metrics::add(&m.fetches_failed, 1);
@@ -277,6 +281,17 @@ enum Stop {
     Failed(Failure),
     /// The client stopped reading: nothing more can be told.
     Stalled,
+    /// The client stopped the stream or went away.
+    Gone,
+}
+
+/// Ends the stream and waits (at most `timeout`) until the client has every
+/// byte of it: a stream dropped sooner, then its connection closed (as at
+/// shutdown), would lose what quinn had not sent yet, such as the last frame.
+pub(crate) async fn finish(send: &mut SendStream, timeout: Duration) {
+    if send.finish().is_ok() {
+        let _ = tokio::time::timeout(timeout, send.stopped()).await;
+    }
 }
 
 /// Writes one frame within `timeout`.
@@ -284,8 +299,18 @@ pub(crate) async fn write_frame_within(
     timeout: Duration,
     send: &mut SendStream,
     frame: &Message,
-) -> Result<(), ()> {
+) -> Result<(), WriteFail> {
     write_within(timeout, send, frame, None).await
+}
+
+/// Why a write to the client did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteFail {
+    /// No room in the client's window for the write timeout: it stopped reading.
+    TimedOut,
+    /// The client stopped the stream or the connection is gone (a client that
+    /// only wanted the Source, e.g. to compare a SHA-256, stops the stream).
+    Gone,
 }
 
 /// Writes `frame` (and `body` after it) within `timeout`.
@@ -294,17 +319,19 @@ async fn write_within(
     send: &mut SendStream,
     frame: &Message,
     body: Option<Bytes>,
-) -> Result<(), ()> {
+) -> Result<(), WriteFail> {
     let write = async {
-        write_frame(send, frame).await.map_err(|_| ())?;
+        write_frame(send, frame)
+            .await
+            .map_err(|_| WriteFail::Gone)?;
         if let Some(body) = body {
-            send.write_chunk(body).await.map_err(|_| ())?;
+            send.write_chunk(body).await.map_err(|_| WriteFail::Gone)?;
         }
         Ok(())
     };
     tokio::time::timeout(timeout, write)
         .await
-        .unwrap_or(Err(()))
+        .unwrap_or(Err(WriteFail::TimedOut))
 }
 
 /// Budget memory a range holds until its bytes are written: its share of
@@ -371,8 +398,10 @@ impl Sending<'_> {
                         return Err(Stop::Failed(fail(Code::Internal, "a range read returned the wrong length")));
                     }
                     let frame = Message::Data(Data { len: n });
-                    if write_within(limits.write_timeout, send, &frame, Some(bytes)).await.is_err() {
-                        return Err(Stop::Stalled);
+                    match write_within(limits.write_timeout, send, &frame, Some(bytes)).await {
+                        Ok(()) => {}
+                        Err(WriteFail::TimedOut) => return Err(Stop::Stalled),
+                        Err(WriteFail::Gone) => return Err(Stop::Gone),
                     }
                     // Its bytes are in the send buffer: the budget has them back.
                     task.1 = None;

@@ -108,7 +108,11 @@ impl Config {
             budget_wait: Duration::from_secs(args.budget_wait.max(1)),
             block_fill: server::BlockFill::default(),
             reserved_containers: args.reserved_containers.clone(),
-            download: fetch::DownloadLimits::default(),
+            download: fetch::DownloadLimits {
+                ranges_in_flight: usize::try_from(args.download_ranges).unwrap_or(1),
+                write_timeout: Duration::from_secs(args.download_write_timeout),
+                ..fetch::DownloadLimits::default()
+            },
             hooks: TestHooks::default(),
         };
         cfg.check_memory_limit(args.memory_limit)?;

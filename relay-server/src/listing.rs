@@ -13,7 +13,7 @@ use relay_proto::protocol::{Code, List, ListEnd, Listed, Listing, Message, app_e
 use relay_storage::read::ListedBlob;
 use tracing::Instrument;
 
-use crate::fetch::{admit, write_frame_within};
+use crate::fetch::{admit, finish, write_frame_within};
 use crate::metrics::Metrics;
 use crate::rejections::Reason;
 use crate::state::Shared;
@@ -57,7 +57,7 @@ async fn serve(shared: &Shared, send: &mut SendStream, list: &List) {
         Err(e) => {
             let f = relay_pipeline::failure::storage_failure(&e);
             let _ = write_frame_within(timeout, send, &Message::Error(f)).await;
-            let _ = send.finish();
+            finish(send, timeout).await;
             return;
         }
     };
@@ -81,7 +81,7 @@ async fn serve(shared: &Shared, send: &mut SendStream, list: &List) {
                 };
                 tracing::warn!(reason = %safe(&f.message), "listing failed");
                 let _ = write_frame_within(timeout, send, &Message::Error(f)).await;
-                let _ = send.finish();
+                finish(send, timeout).await;
                 return;
             }
         };
@@ -104,7 +104,7 @@ async fn serve(shared: &Shared, send: &mut SendStream, list: &List) {
     Metrics::add(&shared.metrics.listings_completed, 1);
     tracing::info!(blobs = total, "listed");
     let _ = write_frame_within(timeout, send, &Message::ListEnd(ListEnd { blobs: total })).await;
-    let _ = send.finish();
+    finish(send, timeout).await;
 }
 
 /// A page's blobs in Listing frames, each under the frame limit, in order.

@@ -306,6 +306,66 @@ async fn a_blob_overwritten_mid_read_ends_in_changed_never_mixed() {
 }
 
 #[tokio::test]
+async fn a_client_that_stops_the_stream_after_the_source_frees_the_relay_at_once() {
+    // As a client that only wanted the Source (its SHA-256) does.
+    let (relay, c) = relay("dlstopped", small_ranges()).await;
+    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let data = pattern((2 * MIB) as usize, 8);
+    upload_raw(&conn, LIMITED_TOKEN, &c, "peek", &data).await;
+    let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "peek")).await;
+    source(&first);
+    recv.stop(0u32.into()).expect("stop");
+    until(&relay, "the download ends and its memory is back", |r| {
+        r.metric("blob_relay_fetches_failed_total") == Some(1)
+            && r.metric("blob_relay_budget_in_use_bytes") == Some(0)
+    })
+    .await;
+    // Not a stalled reader: nothing waited for the write timeout.
+    assert_eq!(relay.metric("blob_relay_fetches_stalled_total"), Some(0));
+    relay.stop().await;
+}
+
+#[tokio::test]
+async fn a_relay_shutting_down_ends_a_download_with_busy_and_sends_no_more() {
+    let (relay, c) = relay("dlstop", small_ranges()).await;
+    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let data = pattern((2 * MIB) as usize, 7);
+    upload_raw(&conn, LIMITED_TOKEN, &c, "long", &data).await;
+    // The client's window holds about one range: the relay waits to write the
+    // next when shutdown begins, and the one after is never read.
+    let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "long")).await;
+    source(&first);
+    let stopping = tokio::spawn(relay.stop());
+    let got = read_rest(&mut recv, first).await;
+    match &got.end {
+        Some(Message::Error(f)) => {
+            assert_eq!(f.code, Code::Busy);
+            assert!(f.code.is_retryable());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(got.data.len() < data.len());
+    assert_eq!(got.data, data[..got.data.len()]);
+    stopping.await.expect("relay stopped");
+}
+
+#[tokio::test]
+async fn a_blob_deleted_mid_read_ends_in_not_found() {
+    let (relay, c) = relay("dldeleted", small_ranges()).await;
+    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let data = pattern((2 * MIB) as usize, 9);
+    upload_raw(&conn, LIMITED_TOKEN, &c, "going", &data).await;
+    let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "going")).await;
+    source(&first);
+    writer(&c, "going").delete().await.expect("delete");
+    let got = read_rest(&mut recv, first).await;
+    assert_eq!(got.end.as_ref().map(refusal), Some(Code::NotFound));
+    assert!(got.data.len() < data.len());
+    assert_eq!(got.data, data[..got.data.len()]);
+    relay.stop().await;
+}
+
+#[tokio::test]
 async fn a_listing_of_several_pages_names_every_blob_once() {
     let limits = DownloadLimits {
         list_page: 3,

@@ -174,10 +174,11 @@ impl BlobReader {
                     let md5 = resp.headers().get_optional_string(
                         &azure_core::http::headers::HeaderName::from_static("content-md5"),
                     );
-                    let body = resp.into_body();
+                    // The body as the HTTP client collected it, not copied.
+                    let body = Bytes::from(resp.into_body());
                     check_range(&body, len, md5.as_deref())
                         .map_err(|why| azure_core::Error::with_message(ErrorKind::Io, why))?;
-                    Ok(Bytes::from(body.to_vec()))
+                    Ok(body)
                 }
             })
             .await;
