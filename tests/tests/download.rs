@@ -117,6 +117,28 @@ async fn one_blob_a_prefix_and_filters() {
     assert!(out_dir.path("run1/a.txt").exists());
     assert!(!out_dir.path("run1/b.log").exists());
     assert!(!out_dir.path("run10").exists());
+    // Two sources naming one local file: the first keeps it, the second is
+    // refused (never two writers on one partial file).
+    let dup = Scratch::new("dl-dup");
+    let big = format!("{c}/2026/data/big.bin");
+    let (out, v) = download(&relay, &[&big, &big], &dup.0, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let codes: Vec<_> = files_of(&v)
+        .iter()
+        .map(|f| (f["status"].clone(), f["error"]["code"].clone()))
+        .collect();
+    assert!(
+        codes.contains(&("failed".into(), "duplicate".into())),
+        "{v}"
+    );
+    assert!(
+        codes.contains(&("downloaded".into(), serde_json::Value::Null)),
+        "{v}"
+    );
+    assert_eq!(
+        sha256_file(&dup.path("big.bin")),
+        sha256_file(&src.path("data/big.bin"))
+    );
     // --dry-run writes nothing.
     let dry = Scratch::new("dl-dry");
     let target = dry.path("never");

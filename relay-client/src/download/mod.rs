@@ -69,6 +69,15 @@ enum Stop {
     Fatal(String),
 }
 
+/// A local name's key for the duplicate check (a prefix of its SHA-256).
+fn place_key(local: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(local.as_bytes());
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&h[..16]);
+    k
+}
+
 fn check_name(c: Check) -> &'static str {
     match c {
         Check::Sealed => "sealed",
@@ -164,6 +173,10 @@ pub async fn run(
     let slots = Arc::new(Semaphore::new(parallel));
     let mut tasks: JoinSet<Option<String>> = JoinSet::new();
     let mut stop = Stop::Finished;
+    // With several sources, two may name one local file: the first keeps it.
+    // 16 bytes per file (only then), as upload's walk keeps per blob name.
+    let several = sources.len() > 1;
+    let mut places: std::collections::HashSet<[u8; 16]> = Default::default();
     // What the listings found so far, for status lines and the ETA.
     let mut found = crate::progress::Found::default();
     'sources: for (text, dest) in args.sources.iter().zip(&sources) {
@@ -207,6 +220,26 @@ pub async fn run(
                 continue;
             }
             matched += 1;
+            if several
+                && let Ok(local) = selection.local_name(&listed.name)
+                && !places.insert(place_key(local))
+            {
+                let shown = safe(&listed.name).to_string();
+                let mut r = blank(
+                    &format!("{}/{shown}", dest.container),
+                    &dest.container,
+                    &shown,
+                    Status::Failed,
+                );
+                r.error = Some(crate::report::ErrorReport {
+                    code: "duplicate".into(),
+                    message: format!(
+                        "another source already downloads to {local:?} in this run; this blob is left out"
+                    ),
+                });
+                reporter.finish_file(None, r, 0);
+                continue;
+            }
             found.files += 1;
             found.bytes += listed.size;
             reporter.set_found(found);
