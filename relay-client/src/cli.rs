@@ -40,6 +40,10 @@ pub enum Command {
     /// Upload files and directories; each blob is committed only after its SHA-256 is verified.
     #[command(after_long_help = UPLOAD_EXAMPLES)]
     Upload(Box<UploadArgs>),
+    /// Download blobs (one, a prefix, a container) into a folder through the
+    /// relay; each file is verified before it takes its name, and a rerun resumes.
+    #[command(after_long_help = crate::download::args::DOWNLOAD_EXAMPLES)]
+    Download(Box<crate::download::args::DownloadArgs>),
     /// Watch directories: upload what is there, then every file that appears or
     /// changes once it is complete (closed and unchanged for --settle), until stopped.
     #[command(after_long_help = WATCH_EXAMPLES)]

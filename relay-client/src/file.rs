@@ -116,6 +116,7 @@ pub async fn report_of(
         },
         relay_ms: sent.relay_timings,
         error: None,
+        check: None,
     };
     if earlier_runs_work(sent.identical, tries, sent.reconnects) {
         r.status = Status::Skipped;
@@ -293,7 +294,7 @@ impl<'a> Route<'a> {
 /// followed by an immediate reconnect (a relay restarted, or something this
 /// file does) counts as an attempt, so a file that keeps breaking its
 /// connection still fails after `--attempts`.
-async fn weathered(link: &crate::link::RelayLink, outages: u64) -> bool {
+pub(crate) async fn weathered(link: &crate::link::RelayLink, outages: u64) -> bool {
     match link.get().await {
         Ok(_) => link.outages() != outages,
         Err(_) if link.gave_up() => match out_of_patience().await {},
@@ -304,7 +305,7 @@ async fn weathered(link: &crate::link::RelayLink, outages: u64) -> bool {
 /// Patience ran out: the upload loop stops the run (`RelayLink::wait_gave_up`)
 /// and reports this file as stopped in flight, resumable; it must not be
 /// reported failed meanwhile, so it waits here to be dropped.
-async fn out_of_patience() -> std::convert::Infallible {
+pub(crate) async fn out_of_patience() -> std::convert::Infallible {
     std::future::pending().await
 }
 
@@ -425,7 +426,7 @@ pub fn failed(path: &str, container: &str, blob: &str, e: FileError) -> FileRepo
     }
 }
 
-fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport {
+pub(crate) fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport {
     FileReport {
         path: path.to_string(),
         container: container.to_string(),
@@ -447,6 +448,7 @@ fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport 
         client_ms: ClientTimings::default(),
         relay_ms: None,
         error: None,
+        check: None,
     }
 }
 

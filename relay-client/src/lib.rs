@@ -8,6 +8,7 @@ pub mod config_file;
 pub mod connect;
 pub mod direct;
 pub mod direct_sizing;
+pub mod download;
 pub mod file;
 pub mod filter;
 pub mod in_flight;

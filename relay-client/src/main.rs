@@ -68,6 +68,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench(args) => bench(*args),
         Command::Upload(args) => upload(*args, &argv),
+        Command::Download(args) => download(*args, &argv),
         Command::Watch(args) => watch(*args),
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -271,6 +272,61 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
             );
             eprintln!(
                 "relay-client: to resume, run the same command (committed files are skipped as identical):\n  {}",
+                rerun_command(argv)
+            );
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(e) => {
+            print_error(output, "setup", "setup", &e.to_string());
+            ExitCode::from(EXIT_SETUP)
+        }
+    }
+}
+
+fn download(args: relay_client::download::args::DownloadArgs, argv: &[String]) -> ExitCode {
+    relay_transport::install_crypto_provider();
+    let output = if args.json {
+        Output::Json
+    } else if args.json_lines {
+        Output::JsonLines
+    } else {
+        Output::Text
+    };
+    let Some(rt) = runtime(output) else {
+        return ExitCode::from(EXIT_SETUP);
+    };
+    let reporter = Arc::new(Reporter::new(output, args.quiet));
+    let outcome = rt.block_on(async {
+        let interrupt = Interrupt::install();
+        relay_client::download::run(args, reporter, interrupt).await
+    });
+    rt.shutdown_background();
+    match outcome {
+        Ok(Outcome::Done(summary)) => {
+            print_summary(&summary, output);
+            ExitCode::from(if summary.ok { 0 } else { EXIT_FAILED })
+        }
+        Ok(Outcome::Interrupted {
+            mut summary,
+            in_flight,
+            cause,
+            ..
+        }) => {
+            summary.ok = false;
+            summary.interrupted = true;
+            summary.stopped_by = Some(match cause {
+                Cause::Interrupt => "interrupt",
+                Cause::Patience(_) => "patience",
+            });
+            print_summary(&summary, output);
+            let t = &summary.totals;
+            eprintln!(
+                "relay-client: stopped: {} downloaded, {} skipped, {} failed; {in_flight} stopped in \
+                 flight (their partial files are kept and resumed)",
+                t.downloaded, t.skipped, t.failed
+            );
+            eprintln!(
+                "relay-client: to resume, run the same command (finished files are skipped as identical):\n  {}",
                 rerun_command(argv)
             );
             ExitCode::from(EXIT_INTERRUPTED)

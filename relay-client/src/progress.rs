@@ -422,6 +422,20 @@ pub fn text_line(f: &FileReport) -> String {
                 String::new()
             }
         ),
+        Status::Downloaded => format!(
+            "downloaded {}/{} -> {}  {} bytes  sha256 {}  check {}{}",
+            f.container,
+            f.blob,
+            f.path,
+            f.bytes,
+            f.sha256.as_deref().unwrap_or(""),
+            f.check.unwrap_or(""),
+            if f.bytes_resumed > 0 {
+                format!("  (resumed at {})", f.bytes_resumed)
+            } else {
+                String::new()
+            }
+        ),
         Status::Skipped if f.blob.is_empty() => format!("skipped    {}  ({reason})", f.path),
         Status::Skipped => format!("skipped    {}/{}  ({reason})", f.container, f.blob),
         Status::Planned => format!("dry-run    {}/{}  {reason}", f.container, f.blob),
@@ -439,10 +453,12 @@ pub fn text_line(f: &FileReport) -> String {
 /// The last line of a text run.
 pub fn summary_line(s: &Summary) -> String {
     let t = &s.totals;
-    let mut line = format!(
-        "{} of {} files committed and verified",
-        t.committed, t.files
-    );
+    let (done, verb) = if s.download {
+        (t.downloaded, "downloaded")
+    } else {
+        (t.committed, "committed")
+    };
+    let mut line = format!("{done} of {} files {verb} and verified", t.files);
     if t.skipped > 0 {
         line.push_str(&format!(", {} skipped", t.skipped));
     }

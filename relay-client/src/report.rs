@@ -66,6 +66,11 @@ pub struct FileReport {
     pub relay_ms: Option<Timings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorReport>,
+    /// `download`: how the file's bytes were checked end to end (`sealed`:
+    /// its SHA-256 equals the relay's seal; `content_md5`: its MD5 equals the
+    /// blob's Content-MD5; `ranges`: storage's checksum of every range read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<&'static str>,
 }
 
 /// `relay_storage::retry::Abandoned`, as the JSON report shows it.
@@ -93,6 +98,8 @@ impl From<relay_storage::retry::Abandoned> for Abandoned {
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Committed,
+    /// `download`: written, verified and renamed into place.
+    Downloaded,
     /// Not uploaded and nothing wrong: identical to the blob, or not a regular file.
     Skipped,
     /// `--dry-run`: `reason` says what an upload would do.
@@ -109,6 +116,9 @@ pub struct ErrorReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub ok: bool,
+    /// A `download` run (its files are `downloaded`, not `committed`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub download: bool,
     pub mode: &'static str,
     /// Relay mode: whether the connection started warm from the path cache.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +174,9 @@ pub struct QuicStats {
 pub struct Totals {
     pub files: usize,
     pub committed: usize,
+    /// `download`: files written and verified.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub downloaded: usize,
     pub skipped: usize,
     /// `--dry-run`: files that were looked at.
     #[serde(skip_serializing_if = "is_zero")]
@@ -196,6 +209,10 @@ impl Totals {
                 self.committed += 1;
                 self.bytes += f.bytes;
             }
+            Status::Downloaded => {
+                self.downloaded += 1;
+                self.bytes += f.bytes;
+            }
             Status::Skipped => self.skipped += 1,
             Status::Planned => self.planned += 1,
             Status::Failed => self.failed += 1,
@@ -218,6 +235,7 @@ impl Summary {
     pub fn new(mode: &'static str, files: Vec<FileReport>, totals: Totals) -> Self {
         Self {
             ok: totals.failed == 0,
+            download: false,
             mode,
             warm_start: None,
             interrupted: false,

@@ -6,6 +6,7 @@ pub mod azurite;
 pub mod blobs;
 pub mod datasets;
 pub mod download;
+pub mod download_client;
 pub mod entra_issuer;
 pub mod entra_sts;
 pub mod files;

@@ -146,6 +146,9 @@ impl RelayHandle {
 /// certificate and block-ID key, so a client waiting for it (`--patience`)
 /// reconnects to it and resumes what it had staged.
 pub struct Revivable {
+    /// Caps each start's QUIC sending rate (Mbit/s), so a test can catch a
+    /// download in the middle.
+    pub send_rate_mbit: Option<f64>,
     storage: Storage,
     listen: std::net::SocketAddr,
     identity: relay_server::tls::Identity,
@@ -156,6 +159,7 @@ impl Revivable {
     pub fn new(storage: Storage) -> Self {
         relay_transport::install_crypto_provider();
         Self {
+            send_rate_mbit: None,
             storage,
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], crate::reserved_port())),
             identity: relay_server::tls::Identity::self_signed(vec!["localhost".into()])
@@ -176,7 +180,7 @@ impl Revivable {
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let (listen, key) = (self.listen, self.id_key.clone());
+        let (listen, key, rate) = (self.listen, self.id_key.clone(), self.send_rate_mbit);
         let identity = relay_server::tls::Identity {
             certs: self.identity.certs.clone(),
             key: self.identity.key.clone_key(),
@@ -187,6 +191,9 @@ impl Revivable {
                 cfg.listen = listen;
                 cfg.identity = identity;
                 cfg.id_key = key;
+                if rate.is_some() {
+                    cfg.windows.max_rate_mbit = rate;
+                }
             })),
             ..RelayOptions::default()
         };

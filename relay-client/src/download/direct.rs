@@ -1,0 +1,196 @@
+//! `download --direct`: the same files, straight from storage over HTTPS (the
+//! baseline, and the way where UDP is blocked). The blob's properties stand in
+//! for the relay's `Source`; its bytes come as ranges of at most 4 MiB, a few
+//! in flight, each read under `If-Match` on the version the download started
+//! with and checked against storage's MD5 of the range before it is used
+//! (`relay_storage::read`). A blob sealed with this user's direct-mode key is
+//! checked by its SHA-256, one with a Content-MD5 by its MD5.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use relay_proto::id_key::IdKey;
+use relay_proto::protocol::{Check, Code, Failure, Listed, Source};
+use relay_storage::blob::Storage;
+use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, ReadError};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::fetch::{Body, Next, Stream};
+use crate::report::FileError;
+
+/// Ranges one file has in flight: its memory is this × 4 MiB.
+pub const RANGES_IN_FLIGHT: usize = 4;
+
+/// Blobs per List Blobs page.
+const PAGE: u32 = 1000;
+
+pub struct DirectReads {
+    pub storage: Storage,
+    pub id_key: IdKey,
+}
+
+fn refusal(code: Code, message: &str) -> Failure {
+    Failure {
+        code,
+        message: message.to_string(),
+        existing: None,
+    }
+}
+
+/// A storage error as this file's: gone, changed, or (retryable) failed.
+fn read_error(e: ReadError) -> Result<Failure, FileError> {
+    match e {
+        ReadError::NotFound => Ok(refusal(Code::NotFound, "no such blob")),
+        ReadError::Changed => Ok(refusal(Code::Changed, "the blob changed while it was read")),
+        ReadError::RangeTooLarge(_) => Err(FileError::new("internal", e.to_string(), false)),
+        ReadError::Storage(e) => {
+            let retry = e.status.is_none_or(|s| s >= 500 || s == 408 || s == 429);
+            Err(FileError::new("storage", e.to_string(), retry))
+        }
+    }
+}
+
+impl DirectReads {
+    /// The blob's properties as a `Source` from `offset` (if `etag` is still
+    /// the blob's), and its ranges.
+    pub(super) async fn open(
+        &self,
+        container: &str,
+        blob: &str,
+        offset: u64,
+        etag: Option<String>,
+    ) -> Result<Result<Stream, Failure>, FileError> {
+        let reader = self
+            .storage
+            .reader(container, blob)
+            .map_err(|e| FileError::new("storage", e.to_string(), false))?;
+        let props = match reader.properties().await {
+            Ok(p) => p,
+            Err(e) => return read_error(e).map(Err),
+        };
+        let sealed = props
+            .sealed_sha256(&self.id_key, container, blob)
+            .map(str::to_string);
+        let md5 = props.content_md5.map(hex::encode);
+        let check = match (&sealed, &md5) {
+            (Some(_), _) => Check::Sealed,
+            (None, Some(_)) => Check::ContentMd5,
+            (None, None) => Check::Ranges,
+        };
+        let from = match etag {
+            Some(e) if e == props.etag && offset <= props.size => offset,
+            _ => 0,
+        };
+        let source = Source {
+            etag: props.etag.clone(),
+            size: props.size,
+            offset: from,
+            check,
+            sha256: sealed,
+            content_md5: md5,
+            content_type: props.content_type.clone(),
+            last_modified: props.last_modified,
+        };
+        let ranges = Ranges {
+            reader: Arc::new(reader),
+            etag: props.etag,
+            next: from,
+            size: props.size,
+            inflight: VecDeque::new(),
+            checked: 0,
+        };
+        Ok(Ok(Stream {
+            body: Body::Direct(ranges),
+            source,
+        }))
+    }
+}
+
+/// A blob's bytes as checked ranges, read a few ahead, handed out in order.
+pub struct Ranges {
+    reader: Arc<BlobReader>,
+    etag: String,
+    next: u64,
+    size: u64,
+    inflight: VecDeque<JoinHandle<Result<Bytes, ReadError>>>,
+    checked: u64,
+}
+
+impl Drop for Ranges {
+    fn drop(&mut self) {
+        for h in &self.inflight {
+            h.abort();
+        }
+    }
+}
+
+impl Ranges {
+    pub(super) async fn next(&mut self) -> Result<Next, FileError> {
+        while self.inflight.len() < RANGES_IN_FLIGHT && self.next < self.size {
+            let len = (self.size - self.next).min(MAX_CHECKED_RANGE);
+            let (reader, etag, at) = (self.reader.clone(), self.etag.clone(), self.next);
+            self.inflight.push_back(tokio::spawn(
+                async move { reader.range(&etag, at, len).await },
+            ));
+            self.next += len;
+        }
+        let Some(h) = self.inflight.pop_front() else {
+            return Ok(Next::End {
+                ranges_checked: self.checked,
+            });
+        };
+        match h.await {
+            Ok(Ok(bytes)) => {
+                self.checked += 1;
+                Ok(Next::Bytes(bytes))
+            }
+            Ok(Err(e)) => read_error(e).map(Next::Refused),
+            Err(e) => Err(FileError::new("internal", e.to_string(), false)),
+        }
+    }
+}
+
+/// Lists `container` under `prefix` into `tx`, a page at a time.
+pub async fn list(
+    storage: &Storage,
+    container: &str,
+    prefix: &str,
+    tx: mpsc::Sender<Listed>,
+) -> Result<u64, FileError> {
+    let lister = storage
+        .lister(container)
+        .map_err(|e| FileError::new("storage", e.to_string(), false))?;
+    let mut marker: Option<String> = None;
+    let mut seen = 0u64;
+    loop {
+        let page = match lister.page(prefix, marker.as_deref(), PAGE).await {
+            Ok(p) => p,
+            Err(ReadError::NotFound) => {
+                return Err(FileError::new(
+                    "storage_refused",
+                    format!("ContainerNotFound: container {container:?} does not exist"),
+                    false,
+                ));
+            }
+            Err(e) => return Err(FileError::new("storage", format!("listing: {e}"), false)),
+        };
+        for b in page.blobs {
+            seen += 1;
+            let listed = Listed {
+                name: b.name,
+                size: b.size,
+                etag: b.etag,
+                last_modified: b.last_modified,
+            };
+            if tx.send(listed).await.is_err() {
+                return Ok(seen);
+            }
+        }
+        match page.next_marker {
+            Some(m) if !m.is_empty() => marker = Some(m),
+            _ => return Ok(seen),
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! One blob's download decisions, apart from I/O (in the manner of
+//! `relay_proto::session::client`): what to do about a local file already
+//! there, where to start (a partial file the same version of the blob left),
+//! what the relay's `Source` means, and whether the bytes written may take
+//! the final name. The driver (`fetch`) performs each action and feeds back
+//! what happened.
+//!
+//! ```text
+//! local file? ─┬─ none ──────────────────────────────▶ Fetch{partial's length, etag}
+//!              ├─ same size, may be identical ─▶ HashLocal ─▶ Fetch{size, etag}
+//!              │        └─ Source: identical ─▶ Skip; differs ─▶ refuse or Fetch
+//!              └─ differs ─▶ refuse (never) or Fetch (always, if-different, if-newer)
+//! Fetch ─▶ Source ─▶ Receive{from, fresh} ─▶ Received ─▶ verify ─▶ Place
+//!                                                          └─ mismatch after a resume ─▶ Fetch{0}
+//! ```
+
+use relay_proto::protocol::{Check, Code, Failure, Source};
+
+use crate::cli::OverwriteMode;
+
+/// The blob as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: Option<u64>,
+}
+
+/// What is at the final name now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    Absent,
+    /// A regular file: its size and modification time (seconds since the epoch).
+    File {
+        size: u64,
+        mtime: i64,
+    },
+    Folder,
+    Symlink,
+    Other,
+}
+
+/// A partial file of an earlier run for this very blob (its sidecar named
+/// this container and blob): its length and the version it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    pub len: u64,
+    pub etag: String,
+    pub size: u64,
+}
+
+/// The local file's hashes, for `Action::HashLocal`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hashes {
+    pub sha256: String,
+    pub md5: String,
+}
+
+/// What the driver saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    LocalHashed(Hashes),
+    /// The relay's Source for the last Fetch.
+    Source(Source),
+    /// The relay refused the Fetch or failed the stream.
+    Refused(Failure),
+    /// Every section up to `Sent` was written: the whole partial file's
+    /// length and hashes (the prefix re-hashed on a resume).
+    Received {
+        len: u64,
+        hashes: Hashes,
+    },
+}
+
+/// Why the file failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed {
+    pub code: &'static str,
+    pub message: String,
+    /// Worth another attempt (the driver's retries; what is on disk is kept).
+    pub retryable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Hash the file at the final name (SHA-256 and MD5).
+    HashLocal,
+    /// Open a stream: `Fetch{offset, etag}`; with `compare_only` the driver
+    /// wants only the Source and stops the stream after it.
+    Fetch {
+        offset: u64,
+        etag: Option<String>,
+        compare_only: bool,
+    },
+    /// Receive the sections from `from`: `fresh` empties the partial file and
+    /// records the Source's version in its sidecar first; otherwise the
+    /// partial's first `from` bytes are re-hashed and kept.
+    Receive {
+        from: u64,
+        fresh: bool,
+    },
+    /// fsync, then rename the partial file to the final name.
+    Place {
+        check: Check,
+        resumed: u64,
+    },
+    /// Nothing to do: `reason` for the report.
+    Skip(String),
+    Fail(Failed),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Hashing,
+    Comparing { local: Hashes },
+    Fetching { offset: u64 },
+    Receiving { source: Source, from: u64 },
+    Ended,
+}
+
+/// Restarts from 0 one file may take (the blob changed, or a resumed file
+/// did not verify) before it fails.
+pub const MAX_RESTARTS: u32 = 3;
+
+#[derive(Debug)]
+pub struct Session {
+    blob: Blob,
+    overwrite: OverwriteMode,
+    partial: Option<Partial>,
+    state: State,
+    restarts: u32,
+}
+
+fn fail(code: &'static str, message: impl Into<String>, retryable: bool) -> Action {
+    Action::Fail(Failed {
+        code,
+        message: message.into(),
+        retryable,
+    })
+}
+
+/// Whether two ETags name one version: storage quotes them in headers (the
+/// Source's) and not in listings.
+pub fn same_etag(a: &str, b: &str) -> bool {
+    a.trim_matches('"') == b.trim_matches('"')
+}
+
+/// An ETag as storage's headers (and so the relay's `If-Match`) write it.
+pub fn quoted(etag: &str) -> String {
+    if etag.starts_with('"') || etag.is_empty() {
+        etag.to_string()
+    } else {
+        format!("\"{etag}\"")
+    }
+}
+
+fn same_hex(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+impl Session {
+    /// `local`: what is at the final name; `partial`: an earlier run's
+    /// partial file of this blob, if any.
+    pub fn new(
+        blob: Blob,
+        local: Local,
+        partial: Option<Partial>,
+        overwrite: OverwriteMode,
+    ) -> (Self, Action) {
+        let mut s = Self {
+            blob,
+            overwrite,
+            partial,
+            state: State::Ended,
+            restarts: 0,
+        };
+        let first = s.first(local);
+        (s, first)
+    }
+
+    fn first(&mut self, local: Local) -> Action {
+        let (size, mtime) = match local {
+            Local::Absent => return self.fetch(),
+            Local::Folder => {
+                return fail(
+                    "in_the_way",
+                    "a folder is where the file must be (other blobs are under this name)",
+                    false,
+                );
+            }
+            Local::Symlink => {
+                return fail(
+                    "symlink",
+                    "a symbolic link is at the file's name; not followed, not replaced",
+                    false,
+                );
+            }
+            Local::Other => return fail("special_file", "not a regular file; refused", false),
+            Local::File { size, mtime } => (size, mtime),
+        };
+        let newer_here = self
+            .blob
+            .last_modified
+            .is_some_and(|b| i64::try_from(b).is_ok_and(|b| mtime >= b));
+        match self.overwrite {
+            OverwriteMode::Always => self.fetch(),
+            OverwriteMode::IfNewer if newer_here => {
+                Action::Skip("the local file is newer than the blob".into())
+            }
+            _ if size == self.blob.size => {
+                self.state = State::Hashing;
+                Action::HashLocal
+            }
+            OverwriteMode::Never => fail("exists", self.exists_message(false), false),
+            OverwriteMode::IfDifferent | OverwriteMode::IfNewer => self.fetch(),
+        }
+    }
+
+    fn exists_message(&self, compared: bool) -> String {
+        let why = if compared {
+            "a local file of this name differs from the blob (or cannot be compared: the blob carries no SHA-256 or MD5)"
+        } else {
+            "a local file of this name differs from the blob (its size)"
+        };
+        format!("{why}; not overwritten without --overwrite (always, if-different, if-newer)")
+    }
+
+    /// The download proper: from the partial file when it holds this version.
+    fn fetch(&mut self) -> Action {
+        let resume = self.partial.as_ref().filter(|p| {
+            p.len > 0
+                && same_etag(&p.etag, &self.blob.etag)
+                && p.size == self.blob.size
+                && p.len <= p.size
+        });
+        let (offset, etag) = match resume {
+            Some(p) => (p.len, Some(p.etag.clone())),
+            None => (0, None),
+        };
+        self.state = State::Fetching { offset };
+        Action::Fetch {
+            offset,
+            etag,
+            compare_only: false,
+        }
+    }
+
+    /// Starts over from 0, if restarts remain.
+    fn restart(&mut self, why: &str) -> Action {
+        self.restarts += 1;
+        if self.restarts > MAX_RESTARTS {
+            self.state = State::Ended;
+            return fail(
+                "changed",
+                format!("{why}; gave up after {MAX_RESTARTS} restarts"),
+                false,
+            );
+        }
+        self.partial = None;
+        self.fetch()
+    }
+
+    pub fn handle(&mut self, event: Event) -> Action {
+        let state = std::mem::replace(&mut self.state, State::Ended);
+        match (state, event) {
+            (State::Hashing, Event::LocalHashed(local)) => {
+                self.state = State::Comparing { local };
+                Action::Fetch {
+                    offset: self.blob.size,
+                    etag: Some(quoted(&self.blob.etag)),
+                    compare_only: true,
+                }
+            }
+            (State::Comparing { local }, Event::Source(src)) => {
+                let identical = match src.check {
+                    Check::Sealed => src
+                        .sha256
+                        .as_deref()
+                        .is_some_and(|h| same_hex(h, &local.sha256)),
+                    Check::ContentMd5 => src
+                        .content_md5
+                        .as_deref()
+                        .is_some_and(|h| same_hex(h, &local.md5)),
+                    Check::Ranges => false,
+                } && src.size == self.blob.size;
+                if identical {
+                    return Action::Skip("identical".into());
+                }
+                match self.overwrite {
+                    OverwriteMode::Never => fail("exists", self.exists_message(true), false),
+                    _ => self.fetch(),
+                }
+            }
+            (State::Fetching { offset }, Event::Source(src)) => self.source(offset, src),
+            (State::Receiving { source, from }, Event::Received { len, hashes }) => {
+                self.received(source, from, len, hashes)
+            }
+            (_, Event::Refused(f)) => match f.code {
+                Code::Changed => self.restart("the blob changed while it was read"),
+                Code::NotFound => fail("not_found", format!("no such blob ({})", f.message), false),
+                code => Action::Fail(Failed {
+                    code: code_label(code),
+                    message: f.message,
+                    retryable: code.is_retryable(),
+                }),
+            },
+            (state, event) => fail(
+                "internal",
+                format!("download session: {event:?} in state {state:?}"),
+                false,
+            ),
+        }
+    }
+
+    fn source(&mut self, requested: u64, src: Source) -> Action {
+        if src.offset != 0 && src.offset != requested {
+            return fail(
+                "protocol",
+                format!(
+                    "the relay sent from {} when asked from {requested}",
+                    src.offset
+                ),
+                false,
+            );
+        }
+        if src.offset > src.size {
+            return fail(
+                "protocol",
+                "the relay's Source starts past the blob's end",
+                false,
+            );
+        }
+        let vouched = match src.check {
+            Check::Sealed => src.sha256.is_some(),
+            Check::ContentMd5 => src.content_md5.is_some(),
+            Check::Ranges => true,
+        };
+        if !vouched {
+            return fail(
+                "protocol",
+                "the relay named a check without its checksum",
+                false,
+            );
+        }
+        let from = src.offset;
+        self.state = State::Receiving { source: src, from };
+        Action::Receive {
+            from,
+            fresh: from == 0,
+        }
+    }
+
+    fn received(&mut self, src: Source, from: u64, len: u64, h: Hashes) -> Action {
+        if len != src.size {
+            return fail(
+                "truncated",
+                format!("the relay's bytes ended at {len} of {}", src.size),
+                true,
+            );
+        }
+        let (ok, what) = match src.check {
+            Check::Sealed => (
+                src.sha256
+                    .as_deref()
+                    .is_some_and(|s| same_hex(s, &h.sha256)),
+                "SHA-256",
+            ),
+            Check::ContentMd5 => (
+                src.content_md5
+                    .as_deref()
+                    .is_some_and(|s| same_hex(s, &h.md5)),
+                "MD5",
+            ),
+            Check::Ranges => (true, ""),
+        };
+        if ok {
+            return Action::Place {
+                check: src.check,
+                resumed: from,
+            };
+        }
+        if from > 0 {
+            // The kept prefix was not this version's bytes (a partial file
+            // changed behind our back): start over rather than fail.
+            return self.restart("the resumed file did not verify");
+        }
+        fail(
+            "verify",
+            format!("the {what} of the bytes written differs from the blob's; nothing placed"),
+            false,
+        )
+    }
+}
+
+/// A relay code as the report's `code` (`storage`, `forbidden`, ...).
+pub fn code_label(code: Code) -> &'static str {
+    match code {
+        Code::Unauthorized => "unauthorized",
+        Code::Forbidden => "forbidden",
+        Code::InvalidName => "invalid_name",
+        Code::InvalidOffer => "invalid_offer",
+        Code::UnsupportedVersion => "unsupported_version",
+        Code::TooLarge => "too_large",
+        Code::Exists => "exists",
+        Code::Busy => "busy",
+        Code::HashMismatch => "hash_mismatch",
+        Code::Truncated => "truncated",
+        Code::Conflict => "conflict",
+        Code::Storage => "storage",
+        Code::StorageRefused => "storage_refused",
+        Code::BadEncoding => "bad_encoding",
+        Code::NotFound => "not_found",
+        Code::Changed => "changed",
+        Code::Internal => "internal",
+    }
+}
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;
