@@ -122,9 +122,9 @@ pub struct DownloadArgs {
     #[arg(long)]
     pub json_lines: bool,
 
-    /// Seconds between status lines when stderr is not a terminal (0: none).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
-    pub status_interval: f64,
+    /// Time between status lines when stderr is not a terminal (0: none).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_duration)]
+    pub status_interval: std::time::Duration,
 
     /// No progress bars.
     #[arg(long, short)]
@@ -135,22 +135,22 @@ pub struct DownloadArgs {
     #[arg(long, default_value_t = 6)]
     pub attempts: u32,
 
-    /// Seconds to wait for the QUIC handshake.
-    #[arg(long, default_value_t = 5)]
-    pub connect_timeout: u64,
+    /// How long to wait for the QUIC handshake.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub connect_timeout: std::time::Duration,
 
     /// How long to wait for a relay that cannot be reached before stopping
     /// with exit 130 and the command that resumes (as for upload).
-    #[arg(long, default_value = "10m", value_parser = crate::units::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10m", value_parser = relay_proto::duration::parse_duration, value_name = "DURATION")]
     pub patience: std::time::Duration,
 
     /// A relay that acknowledges nothing for this long is taken as gone.
-    #[arg(long, default_value = "10s", value_parser = crate::units::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = relay_proto::duration::parse_duration, value_name = "DURATION")]
     pub idle_timeout: std::time::Duration,
 
-    /// Seconds to keep asking a relay that says "busy".
-    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
-    pub busy_wait: u64,
+    /// How long to keep asking a relay that says "busy".
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = relay_proto::duration::parse_duration)]
+    pub busy_wait: std::time::Duration,
 
     /// QUIC congestion controller of this end (the relay's sends the bytes).
     #[arg(long, default_value = "relay")]

@@ -36,6 +36,7 @@ fn refusal(code: Code, message: &str) -> Failure {
         code,
         message: message.to_string(),
         existing: None,
+        requests: None,
     }
 }
 

@@ -290,6 +290,7 @@ fn a_blob_that_keeps_changing_fails_after_the_restarts() {
             code: Code::Changed,
             message: "etag moved".into(),
             existing: None,
+            requests: None,
         })
     };
     for _ in 0..MAX_RESTARTS {
@@ -402,6 +403,7 @@ fn not_found_and_forbidden_are_final() {
             code,
             message: "m".into(),
             existing: None,
+            requests: None,
         })) {
             Action::Fail(f) => assert_eq!((f.code, f.retryable), (label, retry)),
             other => panic!("{other:?}"),
