@@ -107,9 +107,15 @@ fn pre_auth_credit_is_small_and_raised_only_by_a_valid_offer() {
     let bound = cfg.memory_bound();
     assert!(bound.pending >= cfg.admission.max_pending as u64 * limits.window_before_auth);
     assert!(bound.authenticated >= cfg.max_connections as u64 * cfg.windows.connection_window);
+    // Downloads: what the relay has written and not had acknowledged.
+    let send_window = cfg
+        .windows
+        .send_window
+        .unwrap_or(cfg.windows.connection_window);
+    assert_eq!(bound.sending, cfg.max_connections as u64 * send_window);
     assert_eq!(
         bound.total(),
-        bound.base + bound.budget + bound.authenticated + bound.pending
+        bound.base + bound.budget + bound.authenticated + bound.sending + bound.pending
     );
 }
 
