@@ -7,8 +7,9 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -121,17 +122,23 @@ struct Entry {
 
 pub struct TokenStore {
     path: PathBuf,
+    /// What the file lists, swapped whole by a reload: an Offer's check only
+    /// reads it (a short read lock, no I/O), so a file being rewritten never
+    /// makes Offers wait on a disk read or on one another.
+    entries: RwLock<Arc<Vec<Entry>>>,
+    /// The file's stamp as last read, for `poll` (one caller at a time: the
+    /// relay's watch task, or `reload`).
     state: Mutex<State>,
+    /// Times the file was read (tests, and the reload log line).
+    reads: AtomicU64,
 }
 
 struct State {
-    entries: Vec<Entry>,
     /// What the file looked like when it was read; `None` if unreadable.
     stamp: Option<Stamp>,
     /// The file changed shortly before it was read (a writer may not have been
-    /// done): read it again at the next check even if the stamp is the same.
+    /// done): read it again at the next poll even if the stamp is the same.
     settling: bool,
-    checked: Instant,
 }
 
 /// A change to any of these makes the file re-read. The length and inode catch
@@ -143,8 +150,8 @@ struct Stamp {
     ino: u64,
 }
 
-/// How often the file's stamp is looked at.
-const RECHECK: Duration = Duration::from_secs(2);
+/// How often the file's stamp is looked at (`watch`).
+pub const RECHECK: Duration = Duration::from_secs(2);
 
 fn stamp(path: &Path) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
@@ -158,14 +165,18 @@ fn stamp(path: &Path) -> Option<Stamp> {
 impl TokenStore {
     /// No tokens file (Entra ID only): accepts no static token.
     pub fn none() -> Self {
+        Self::with(PathBuf::new(), Vec::new(), None)
+    }
+
+    fn with(path: PathBuf, entries: Vec<Entry>, stamp: Option<Stamp>) -> Self {
         Self {
-            path: PathBuf::new(),
+            path,
+            entries: RwLock::new(Arc::new(entries)),
             state: Mutex::new(State {
-                entries: Vec::new(),
-                stamp: None,
-                settling: false,
-                checked: Instant::now(),
+                settling: is_settling(stamp, SystemTime::now()),
+                stamp,
             }),
+            reads: AtomicU64::new(0),
         }
     }
 
@@ -180,15 +191,9 @@ impl TokenStore {
                 skipped: parsed.skipped,
             });
         }
-        Ok(Self {
-            path: path.to_path_buf(),
-            state: Mutex::new(State {
-                entries: entries(parsed),
-                settling: is_settling(stamp),
-                stamp,
-                checked: Instant::now(),
-            }),
-        })
+        let store = Self::with(path.to_path_buf(), entries(parsed), stamp);
+        store.reads.store(1, Ordering::Relaxed);
+        Ok(store)
     }
 
     /// Re-reads the file now, whether or not it changed.
@@ -197,21 +202,37 @@ impl TokenStore {
         self.refresh(&mut st);
     }
 
+    /// Re-reads the file if it changed (or was still settling at the last
+    /// read). Blocking file I/O: the relay calls it every `RECHECK` on a
+    /// blocking thread (`watch`), never from an Offer's check.
+    pub fn poll(&self) {
+        if self.path.as_os_str().is_empty() {
+            return;
+        }
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.settling || stamp(&self.path) != st.stamp {
+            self.refresh(&mut st);
+        }
+    }
+
+    /// Times the file was read so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
     /// Whether `token` may do `access` on `container`: `Unknown` for a token the
     /// file does not list, else `Container` (write) or `NoRead` (read) when its
-    /// grant does not cover it.
+    /// grant does not cover it. No I/O: what the last read of the file listed.
     pub fn check(&self, token: &str, container: &str, access: Access) -> Result<(), AuthError> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.checked.elapsed() >= RECHECK {
-            st.checked = Instant::now();
-            if st.settling || stamp(&self.path) != st.stamp {
-                self.refresh(&mut st);
-            }
-        }
+        let entries = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         // Compare against every entry so timing does not reveal which matched.
         let mut found: Option<&Entry> = None;
-        for e in &st.entries {
+        for e in entries.iter() {
             if bool::from(e.digest.ct_eq(&digest)) {
                 found = Some(e);
             }
@@ -229,9 +250,13 @@ impl TokenStore {
     /// Containers some token names, in file order, each once (what a storage
     /// check can look at), whether it may write or only read them.
     pub fn granted_containers(&self) -> Vec<String> {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let mut out: Vec<String> = Vec::new();
-        for e in &st.entries {
+        for e in entries.iter() {
             if let Grant::Containers(cs) = &e.grant {
                 for c in cs {
                     if !out.contains(&c.name) {
@@ -246,6 +271,7 @@ impl TokenStore {
     /// Replaces the tokens with what the file lists now; never keeps old ones.
     fn refresh(&self, st: &mut State) {
         let path = self.path.display();
+        self.reads.fetch_add(1, Ordering::Relaxed);
         match read(&self.path) {
             Ok((parsed, stamp)) => {
                 let (valid, skipped) = (parsed.tokens.len(), parsed.skipped.len());
@@ -258,13 +284,13 @@ impl TokenStore {
                         tracing::info!(%path, tokens = valid, skipped, "tokens reloaded");
                     }
                 }
-                st.entries = entries(parsed);
-                st.settling = is_settling(stamp);
+                self.replace(entries(parsed));
+                st.settling = is_settling(stamp, SystemTime::now());
                 st.stamp = stamp;
             }
             Err(e) => {
                 tracing::error!(error = %e, "every Offer is refused until the tokens file can be read");
-                st.entries.clear();
+                self.replace(Vec::new());
                 st.settling = false;
                 st.stamp = None;
             }
@@ -272,14 +298,39 @@ impl TokenStore {
     }
 }
 
-/// A file modified less than `RECHECK` before now may still be being written.
-fn is_settling(stamp: Option<Stamp>) -> bool {
+impl TokenStore {
+    fn replace(&self, entries: Vec<Entry>) {
+        *self.entries.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(entries);
+    }
+}
+
+/// A file modified less than `RECHECK` before `now` may still be being
+/// written. A modification time in the future (a clock set wrong, a copy that
+/// kept its source's time) says nothing about that: such a file is settled,
+/// and a later write still changes its stamp (size, inode or time).
+fn is_settling(stamp: Option<Stamp>, now: SystemTime) -> bool {
     let Some(mtime) = stamp.and_then(|s| s.mtime) else {
         return false;
     };
-    SystemTime::now()
-        .duration_since(mtime)
-        .map_or(true, |age| age < RECHECK)
+    now.duration_since(mtime)
+        .map(|age| age < RECHECK)
+        .unwrap_or(false)
+}
+
+/// Polls the tokens file every `RECHECK` on a blocking thread, for as long as
+/// the relay (`shared`) lives: reloads happen here, never in an Offer's check.
+pub fn watch(store: std::sync::Weak<crate::state::Shared>) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(RECHECK);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(shared) = store.upgrade() else {
+                return;
+            };
+            let _ = tokio::task::spawn_blocking(move || shared.tokens.poll()).await;
+        }
+    });
 }
 
 fn log_skipped(path: &Path, skipped: &[Skipped]) {
@@ -465,6 +516,84 @@ mod tests {
         std::fs::remove_file(&p).expect("rm");
         let e = TokenStore::load(&p).err().expect("missing").to_string();
         assert!(e.contains("cannot read tokens file"), "{e}");
+        let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
+    }
+
+    /// Issue 52 item 14: an Offer's check never reads the file, even while it
+    /// settles (it was read and parsed under a global lock on a runtime thread
+    /// for every Offer); reloads are `poll`'s, which the relay runs off the
+    /// runtime.
+    #[test]
+    fn a_check_never_reads_the_file() {
+        let p = scratch("noio");
+        std::fs::write(&p, "abcdefghijklmnop0001 data\n").expect("write");
+        let s = TokenStore::load(&p).expect("load");
+        assert_eq!(s.reads(), 1);
+        std::fs::write(&p, "abcdefghijklmnop0002 data\n").expect("write");
+        // Past the old recheck interval, with the file just written (settling).
+        std::thread::sleep(RECHECK + Duration::from_millis(100));
+        for _ in 0..100 {
+            assert_eq!(
+                s.check("abcdefghijklmnop0001", "data", Access::Write),
+                Ok(())
+            );
+        }
+        assert_eq!(s.reads(), 1, "a check read the tokens file");
+        s.poll();
+        assert_eq!(s.reads(), 2);
+        assert_eq!(
+            s.check("abcdefghijklmnop0001", "data", Access::Write),
+            Err(AuthError::Unknown)
+        );
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "data", Access::Write),
+            Ok(())
+        );
+        let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
+    }
+
+    /// Issue 52 item 14: a file whose modification time is in the future was
+    /// taken as forever settling and re-read at every check, every 2 s.
+    #[test]
+    fn a_file_dated_in_the_future_is_read_once_then_only_when_it_changes() {
+        let p = scratch("future");
+        std::fs::write(&p, "abcdefghijklmnop0001 data\n").expect("write");
+        let future = SystemTime::now() + Duration::from_secs(10 * 365 * 24 * 3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .and_then(|f| f.set_modified(future))
+            .expect("set mtime");
+        let s = TokenStore::load(&p).expect("load");
+        for _ in 0..5 {
+            s.poll();
+        }
+        assert_eq!(
+            s.reads(),
+            1,
+            "an unchanged file dated in the future was re-read"
+        );
+        // A change is still seen (its size differs).
+        std::fs::write(&p, "abcdefghijklmnop0002 data,more\n").expect("write");
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .and_then(|f| f.set_modified(future))
+            .expect("set mtime");
+        s.poll();
+        assert_eq!(s.reads(), 2);
+        assert_eq!(
+            s.check("abcdefghijklmnop0002", "more", Access::Write),
+            Ok(())
+        );
+        assert!(!is_settling(
+            Some(Stamp {
+                mtime: Some(future),
+                len: 1,
+                ino: 1
+            }),
+            SystemTime::now()
+        ));
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 }

@@ -136,6 +136,8 @@ impl Relay {
 
     /// Serves until `shutdown` turns true, then drains.
     pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
+        // Tokens-file reloads on a blocking thread, for as long as the relay lives.
+        crate::auth::watch(Arc::downgrade(&self.shared));
         let mut conns = JoinSet::new();
         let for_conns = shutdown.clone();
         loop {
