@@ -228,8 +228,9 @@ fn refuse_if_readable(path: &Path) -> Result<(), ConfigError> {
 }
 
 /// `argv` with the profile's settings placed right after the subcommand
-/// (`upload` or `watch`), each only where neither a flag nor an environment
-/// variable gave it. Other commands, and runs without a file, get `argv` back.
+/// (`upload`, `watch` or `download`; download takes all but `to`), each only
+/// where neither a flag nor an environment variable gave it. Other commands,
+/// and runs without a file, get `argv` back.
 pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     // A first, lenient pass only to learn the file, the profile, the
     // subcommand and where each value came from.
@@ -242,7 +243,7 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let Some((sub, sub_matches)) = lenient.subcommand() else {
         return Ok(argv.to_vec());
     };
-    if sub != "upload" && sub != "watch" {
+    if !matches!(sub, "upload" | "watch" | "download") {
         return Ok(argv.to_vec());
     }
     let config = sub_matches
@@ -272,7 +273,9 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let mut merged = argv[..at].to_vec();
     for (id, flag) in flags(&profile)? {
         let replaced = own_sign_in && matches!(id, "token" | "entra" | "entra_scope");
-        if !given(id) && !replaced {
+        // `to` is where uploads go; download's --to is a local folder.
+        let not_here = sub == "download" && id == "to";
+        if !given(id) && !replaced && !not_here {
             merged.push(flag);
         }
     }
