@@ -1,5 +1,26 @@
 # What a client needs: address, certificate fingerprint, token, and a
-# command that puts them together.
+# command (or a profile for its configuration file) that puts them together.
+
+locals {
+  # `terraform output -raw client_profile`: a [profile.default] for the
+  # client's configuration file (docs/CLIENT.md, "Profiles"). It never holds a
+  # secret: the token is read from token_file, which the user writes from
+  # client_token. TOML literal strings ('...'), as no value here has a quote.
+  client_profile = join("\n", concat(
+    [
+      "[profile.default]",
+      "relay = '${local.relay_address}'",
+      "relay_cert_sha256 = '${terraform_data.relay_cert_sha256.output}'",
+    ],
+    local.entra_enabled ? [
+      "entra = 'device-code'",
+      "entra_scope = '${local.entra_app_uri}'",
+      "entra_tenant = '${local.entra_tenant}'",
+    ] : ["token_file = '~/.config/blob-relay/token'"],
+    # With Entra ID sign-in, the first container it may write.
+    ["to = '${concat(var.entra_upload_containers, [var.container_name])[0]}'", ""],
+  ))
+}
 
 output "relay_address" {
   description = "HOST:PORT of the relay (the load balancer's frontend when relay_count > 1)."
@@ -31,6 +52,11 @@ output "tokens" {
 output "client_command" {
   description = "Ready-to-use upload command; run it where `terraform output` works for this state (the token is read from the sensitive output, never printed here)."
   value       = "RELAY_TOKEN=\"$(terraform -chdir=${abspath(path.module)} output -raw client_token)\" relay-client upload PATH... --relay ${local.relay_address} --to ${var.container_name} --relay-cert-sha256 ${terraform_data.relay_cert_sha256.output}"
+}
+
+output "client_profile" {
+  description = "A [profile.default] for the client's configuration file: `terraform output -raw client_profile >> ~/.config/blob-relay/client.toml`. Relay address (the balancer's with relay_count > 1), certificate fingerprint, destination and sign-in: Entra ID device code when entra_upload_containers is set, else the token in ~/.config/blob-relay/token (`terraform output -raw client_token > ~/.config/blob-relay/token`, mode 0600). Holds no secret."
+  value       = local.client_profile
 }
 
 output "storage_url" {

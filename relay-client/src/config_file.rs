@@ -126,13 +126,16 @@ pub fn parse(path: &Path, text: &str) -> Result<File, ConfigError> {
 pub fn flags(profile: &Profile) -> Result<Vec<(&'static str, String)>, ConfigError> {
     let token = match (&profile.token, &profile.token_file) {
         (Some(t), _) => Some(t.clone()),
-        (None, Some(file)) => Some(read_token(file)?),
+        (None, Some(file)) => Some(read_token(&home_relative(file, home().as_deref()))?),
         (None, None) => None,
     };
     let values: [Option<String>; 9] = [
         profile.relay.clone(),
         profile.relay_cert_sha256.clone(),
-        profile.relay_ca.as_ref().map(|p| p.display().to_string()),
+        profile
+            .relay_ca
+            .as_ref()
+            .map(|p| home_relative(p, home().as_deref()).display().to_string()),
         token,
         profile.entra.clone(),
         profile.entra_scope.clone(),
@@ -145,6 +148,22 @@ pub fn flags(profile: &Profile) -> Result<Vec<(&'static str, String)>, ConfigErr
         .zip(values)
         .filter_map(|(key, value)| Some((*key, format!("--{}={}", key.replace('_', "-"), value?))))
         .collect())
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A path in the file that starts with `~/` is under the home directory, as in
+/// git's configuration, so one file (or `terraform output client_profile`) fits
+/// any user; other paths, and `~/` without a home, are left as written (pure).
+fn home_relative(path: &Path, home: Option<&Path>) -> PathBuf {
+    match (path.strip_prefix("~"), home) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path.to_path_buf(),
+    }
 }
 
 fn read_token(file: &Path) -> Result<String, ConfigError> {
@@ -209,8 +228,9 @@ fn refuse_if_readable(path: &Path) -> Result<(), ConfigError> {
 }
 
 /// `argv` with the profile's settings placed right after the subcommand
-/// (`upload` or `watch`), each only where neither a flag nor an environment
-/// variable gave it. Other commands, and runs without a file, get `argv` back.
+/// (`upload`, `watch` or `download`; download takes all but `to`), each only
+/// where neither a flag nor an environment variable gave it. Other commands,
+/// and runs without a file, get `argv` back.
 pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     // A first, lenient pass only to learn the file, the profile, the
     // subcommand and where each value came from.
@@ -223,7 +243,7 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let Some((sub, sub_matches)) = lenient.subcommand() else {
         return Ok(argv.to_vec());
     };
-    if sub != "upload" && sub != "watch" {
+    if !matches!(sub, "upload" | "watch" | "download") {
         return Ok(argv.to_vec());
     }
     let config = sub_matches
@@ -253,7 +273,9 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let mut merged = argv[..at].to_vec();
     for (id, flag) in flags(&profile)? {
         let replaced = own_sign_in && matches!(id, "token" | "entra" | "entra_scope");
-        if !given(id) && !replaced {
+        // `to` is where uploads go; download's --to is a local folder.
+        let not_here = sub == "download" && id == "to";
+        if !given(id) && !replaced && !not_here {
             merged.push(flag);
         }
     }
@@ -361,6 +383,23 @@ mod tests {
                 ("entra_scope", "--entra-scope=api://x\\y".to_string()),
                 ("to", "--to=lab/2026".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn a_leading_tilde_is_the_home_directory() {
+        let home = Some(Path::new("/home/me"));
+        assert_eq!(
+            home_relative(Path::new("~/.config/blob-relay/token"), home),
+            Path::new("/home/me/.config/blob-relay/token")
+        );
+        assert_eq!(home_relative(Path::new("~"), home), Path::new("/home/me"));
+        for kept in ["~other/token", "/etc/token", "token", "a/~/token"] {
+            assert_eq!(home_relative(Path::new(kept), home), Path::new(kept));
+        }
+        assert_eq!(
+            home_relative(Path::new("~/token"), None),
+            Path::new("~/token")
         );
     }
 

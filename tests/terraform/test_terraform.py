@@ -428,7 +428,8 @@ def test_secrets_stay_out_of_custom_data(module):
 
 def test_outputs(module):
     outs = module.outputs()
-    assert {"relay_address", "relay_cert_sha256", "client_token", "client_command"} <= set(outs)
+    assert {"relay_address", "relay_cert_sha256", "client_token", "client_command", "client_profile"} <= set(outs)
+    assert not outs["client_profile"].get("sensitive")  # it holds no token (test_terraform_eval.py)
     assert outs["client_token"]["sensitive"] is True
     assert outs["relay_cert_sha256"]["value"] == Expr("terraform_data.relay_cert_sha256.output")
     cmd = outs["client_command"]["value"]

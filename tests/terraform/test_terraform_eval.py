@@ -2,7 +2,9 @@
 provider-less scratch module holding variables.tf plus the locals under test.
 Skipped where terraform is not installed."""
 
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 
@@ -169,3 +171,65 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
         token, *rest = line.split(" ")
         assert 16 <= len(token) <= 256 and token.isascii() and token.isprintable(), line
         assert len(rest) <= 1, line
+
+
+def profile_keys() -> set[str]:
+    """The keys relay-client's configuration file accepts: the fields of
+    `struct Profile` in config_file.rs (serde refuses any other)."""
+    src = (TERRAFORM.parent / "relay-client" / "src" / "config_file.rs").read_text()
+    body = re.search(r"pub struct Profile \{(.*?)\n\}", src, re.S)
+    assert body, "struct Profile not found in config_file.rs"
+    keys = set(re.findall(r"^\s*pub (\w+): Option<", body.group(1), re.M))
+    assert {"relay", "relay_cert_sha256", "token_file", "entra", "entra_scope", "to"} <= keys, keys
+    return keys
+
+
+@pytest.mark.parametrize("entra", [[], ["lab-entra", "other"]])
+def test_client_profile_is_a_profile_the_client_accepts(module, tmp_path, entra):
+    """`terraform output -raw client_profile`, evaluated on the real expression
+    (resources' values stand in for their attributes), parses as TOML into one
+    [profile.default] whose keys relay-client accepts; it names the relay the
+    relay_address output names, signs in with a token file or Entra ID, and
+    holds no token."""
+    import tomllib
+
+    fp = hashlib.sha256(b"cert").hexdigest()
+    out = module.outputs()["client_profile"]
+    assert out["value"] == Expr("local.client_profile") and not out.get("sensitive")
+    assert module.outputs()["relay_address"]["value"] == Expr("local.relay_address")
+    expr = local_expr(module, "client_profile")
+    assert "random_password" not in expr and "client_token" not in expr, expr
+    values = {
+        "terraform_data.relay_cert_sha256.output": f'"{fp}"',
+        "local.relay_address": '"20.0.0.10:4433"',
+        "local.entra_app_uri": '"api://blob-relay-test"',
+        "local.entra_tenant": '"72f988bf-0000-4000-8000-00000000cafe"',
+    }
+    for ref, sample in values.items():
+        expr = expr.replace(ref, sample)
+    extra = (
+        f"locals {{\n  entra_enabled = {local_expr(module, 'entra_enabled')}\n"
+        f"  client_profile = {expr}\n}}\n"
+        'output "profile" { value = local.client_profile }\n'
+    )
+    outputs, err = run_tf(tmp_path, {"entra_upload_containers": entra, "container_name": "uploads"}, extra_tf=extra)
+    assert outputs is not None, err
+    text = outputs["profile"]
+    parsed = tomllib.loads(text)
+    assert list(parsed) == ["profile"] and list(parsed["profile"]) == ["default"], text
+    profile = parsed["profile"]["default"]
+    assert set(profile) <= profile_keys() - {"token"}, text
+    common = {"relay": "20.0.0.10:4433", "relay_cert_sha256": fp}
+    if entra:
+        assert profile == {**common, "entra": "device-code", "entra_scope": "api://blob-relay-test",
+                           "entra_tenant": "72f988bf-0000-4000-8000-00000000cafe", "to": "lab-entra"}, text
+    else:
+        assert profile == {**common, "token_file": "~/.config/blob-relay/token", "to": "uploads"}, text
+
+
+def test_client_profile_entra_flow_is_one_the_client_knows(module):
+    """The profile's `entra` value is one of `--entra`'s names (sign_in/mod.rs)."""
+    src = (TERRAFORM.parent / "relay-client" / "src" / "sign_in" / "mod.rs").read_text()
+    names = set(re.findall(r'Flow::\w+ => "([a-z-]+)"', src))
+    flows = set(re.findall(r"entra = '([^']*)'", local_expr(module, "client_profile")))
+    assert flows and flows <= names, (flows, names)

@@ -12,8 +12,8 @@ use clap::CommandFactory;
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container};
-use relay_tests::files::{Scratch, write_random};
-use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_tests::files::{Scratch, sha256_file, write_random};
+use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::run_client;
 
 const T: Duration = Duration::from_secs(120);
@@ -328,5 +328,70 @@ async fn a_profile_remembers_the_relay() {
     let out = run_client(&c, &[], T).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no profile \"nope\""));
+    relay.stop().await;
+}
+
+/// `download` reads the profile as `upload` does (relay, pin, sign-in), but
+/// not its `to`: that is upload's destination, while download's `--to` is a
+/// local folder. The profile is the one `terraform output client_profile`
+/// gives: a token file under `~/`, the home directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_reads_the_profile_but_not_its_destination() {
+    let (relay, container) = relay_tests::download_client::setup("profile-dl", None).await;
+    let dir = Scratch::new("profile-dl");
+    let home = dir.path("home");
+    let conf_dir = home.join(".config");
+    std::fs::create_dir_all(conf_dir.join("blob-relay")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        conf_dir.join("blob-relay/token"),
+        format!("{LIMITED_TOKEN}\n"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        conf_dir.join("blob-relay/client.toml"),
+        format!(
+            "[profile.default]\nrelay = '{}'\nrelay_cert_sha256 = '{}'\n\
+             token_file = '~/.config/blob-relay/token'\nto = '{container}'\n",
+            relay.addr, relay.fingerprint
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let env = [
+        ("HOME", home.to_str().unwrap_or_default()),
+        ("XDG_CONFIG_HOME", conf_dir.to_str().unwrap_or_default()),
+    ];
+
+    let file = dir.path("src/a.bin");
+    let sha = write_random(&file, 5000, 12);
+    let up = strings(&["upload", file.to_str().unwrap_or_default()]);
+    let out = run_client(&up, &env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(blob_sha(&container, "a.bin").await, (5000, sha.clone()));
+
+    // Only the source and the local folder: relay, pin and token from the profile.
+    let dest = dir.path("dest");
+    let down = strings(&[
+        "download",
+        &format!("{container}/a.bin"),
+        "--to",
+        dest.to_str().unwrap_or_default(),
+    ]);
+    let out = run_client(&down, &env, T).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sha256_file(&dest.join("a.bin")), sha);
+    // The profile's `to` (a container) is never taken as the local folder.
+    let no_dir = strings(&["download", &format!("{container}/a.bin")]);
+    let out = run_client(&no_dir, &env, T).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--to <DIR>"), "{err}");
     relay.stop().await;
 }
