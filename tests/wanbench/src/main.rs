@@ -13,6 +13,7 @@ mod child;
 mod client;
 mod cloud;
 mod cpu_split;
+mod download;
 mod interrupt;
 mod plan;
 mod plot;
@@ -66,7 +67,9 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
     /// Methods: relay, relay-off (relay with --compress off), relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
-    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone.
+    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone; downloads
+    /// (the files put in storage through the relay first, untimed): relay-dl,
+    /// direct-dl-cubic, direct-dl-bbr.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
     /// Workloads: large, small (the sizes below) or COUNTxSIZE, e.g.

@@ -122,6 +122,14 @@ pub enum Method {
     /// rclone (Debian package) `copy` with the azureblob backend over a SAS URL,
     /// `--transfers 32`. TCP bbr.
     Rclone,
+    /// relay-client download through the relay (the relay's controller sends):
+    /// the run's files, put in storage through the relay first (untimed),
+    /// come back to the site.
+    RelayDl,
+    /// relay-client download --direct over TCP cubic.
+    DirectDlCubic,
+    /// relay-client download --direct over TCP bbr.
+    DirectDlBbr,
 }
 
 impl Method {
@@ -147,6 +155,9 @@ impl Method {
             Method::PythonSdk64 => "python-sdk-64",
             Method::DirectBbr32 => "direct-bbr-32",
             Method::Rclone => "rclone",
+            Method::RelayDl => "relay-dl",
+            Method::DirectDlCubic => "direct-dl-cubic",
+            Method::DirectDlBbr => "direct-dl-bbr",
         }
     }
 
@@ -165,6 +176,9 @@ impl Method {
             Method::PythonSdk64,
             Method::DirectBbr32,
             Method::Rclone,
+            Method::RelayDl,
+            Method::DirectDlCubic,
+            Method::DirectDlBbr,
         ];
         all.into_iter()
             .find(|m| m.name() == s.trim())
@@ -177,8 +191,9 @@ impl Method {
     /// TCP congestion control the site namespace is pinned to (TCP methods only).
     pub fn tcp_cc(self) -> Option<&'static str> {
         match self {
-            Method::DirectCubic | Method::PythonSdk => Some("cubic"),
+            Method::DirectCubic | Method::PythonSdk | Method::DirectDlCubic => Some("cubic"),
             Method::DirectBbr
+            | Method::DirectDlBbr
             | Method::PythonSdkBbr
             | Method::PythonSdk32
             | Method::PythonSdk64
@@ -188,8 +203,17 @@ impl Method {
             | Method::RelayCubic
             | Method::RelayCold
             | Method::RelayColdPlain
-            | Method::RelayOff => None,
+            | Method::RelayOff
+            | Method::RelayDl => None,
         }
+    }
+
+    /// The blobs travel from storage to the site (`relay-client download`).
+    pub fn is_download(self) -> bool {
+        matches!(
+            self,
+            Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr
+        )
     }
 
     pub fn is_python(self) -> bool {
@@ -377,6 +401,15 @@ mod tests {
             Method::DirectBbr
         );
         assert!(Method::parse("azcopy").is_err());
+        for (name, cc) in [
+            ("relay-dl", None),
+            ("direct-dl-cubic", Some("cubic")),
+            ("direct-dl-bbr", Some("bbr")),
+        ] {
+            let m = Method::parse(name).expect("valid");
+            assert!(m.is_download() && m.name() == name && m.tcp_cc() == cc);
+        }
+        assert!(Method::DEFAULT.iter().all(|m| !m.is_download()));
         assert_eq!(Method::parse("rclone").expect("valid"), Method::Rclone);
     }
 
