@@ -184,7 +184,14 @@ impl Bench<'_> {
         let loadavg_1m = loadavg_1m();
         let stats0 = lab.stats();
         let done = run_capped(cmd, self.plan.cap)?;
-        let link = delta(&stats0, &lab.stats());
+        let stats1 = lab.stats();
+        let link = delta(&stats0, &stats1);
+        // A capped download's goodput, as a capped upload's: what the link
+        // delivered (here to the site), its payload share.
+        let down_payload = (stats1.cloud_to_site.forwarded_bytes
+            - stats0.cloud_to_site.forwarded_bytes) as f64
+            * 1448.0
+            / 1500.0;
         let relay_cpu_s = child::cpu_seconds(relay_pid)? - relay_cpu0;
         let azurite_cpu_s = child::cpu_seconds(azurite_pid)? - azurite_cpu0;
         let relay_peak = child::peak_rss_kib(relay_pid)?;
@@ -268,8 +275,9 @@ impl Bench<'_> {
             seconds,
             wall_seconds: done.wall.as_secs_f64(),
             bytes_done,
-            goodput_mbit: if method.is_download() {
-                // Bytes on disk at the site, capped or not.
+            goodput_mbit: if method.is_download() && done.capped {
+                down_payload * 8.0 / seconds.max(f64::MIN_POSITIVE) / 1e6
+            } else if method.is_download() {
                 goodput_mbit(false, bytes_done, &link, seconds)
             } else {
                 goodput_mbit(done.capped, bytes_done, &link, seconds)

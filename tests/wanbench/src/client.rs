@@ -18,6 +18,8 @@ pub struct SiteBins {
     pub relay_client: PathBuf,
     pub python: PathBuf,
     pub upload_py: PathBuf,
+    /// py/download.py, for the `python-sdk-dl` row.
+    pub download_py: PathBuf,
     /// rclone (Debian package), for the `rclone` row.
     pub rclone: PathBuf,
 }
@@ -129,6 +131,23 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                     .env("RELAY_ACCOUNT_KEY", DEV_KEY);
             }
             cmd.args(["--json", "--quiet"]);
+            return finish(cmd, spec);
+        }
+        Method::PythonSdkDl => {
+            // Blob PREFIX/NAME to TO_DIR/PREFIX/NAME, as relay-client's
+            // download of the prefix places it.
+            cmd = Command::new(&bins.python);
+            cmd.arg(&bins.download_py)
+                .args(["--endpoint", spec.storage_url])
+                .args(["--account", DEV_ACCOUNT])
+                .args(["--key", DEV_KEY])
+                .args(["--container", spec.container])
+                .arg(format!("--prefix={}/", spec.prefix))
+                .arg("--to")
+                .arg(spec.to_dir.join(spec.prefix))
+                .arg(format!("--parallel={}", spec.method.python_parallel()))
+                .args(["--max-concurrency", "8"])
+                .args(spec.files.iter().filter_map(|p| p.file_name()));
             return finish(cmd, spec);
         }
         Method::Rclone => {

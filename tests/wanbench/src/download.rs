@@ -4,6 +4,7 @@
 //! times `relay-client download` to the site and checks every file that
 //! came back against the SHA-256 of its source.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -113,7 +114,9 @@ pub fn verify(
 }
 
 /// Bytes written under `dir` so far, partial files included (their sidecars
-/// not): what a capped download row moved by the cap.
+/// not): what a capped download row has on disk by the cap. Counted by the
+/// blocks allocated, as a client writing ranges at their offsets (the SDK)
+/// leaves holes that a file's length would count.
 pub fn bytes_on_disk(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -128,7 +131,7 @@ pub fn bytes_on_disk(dir: &Path) -> u64 {
             .to_string_lossy()
             .ends_with(".relay-partial.json")
         {
-            total += meta.len();
+            total += meta.len().min(meta.blocks().saturating_mul(512));
         }
     }
     total
@@ -160,7 +163,13 @@ mod tests {
         std::fs::write(sub.join("a.bin"), [0u8; 10]).expect("write");
         std::fs::write(sub.join(".b.bin.relay-partial"), [0u8; 5]).expect("write");
         std::fs::write(sub.join(".b.bin.relay-partial.json"), [0u8; 99]).expect("write");
-        assert_eq!(bytes_on_disk(&dir), 15);
+        // A hole of 1 MiB before one written block counts as that block.
+        let holed = std::fs::File::create(sub.join("c.bin")).expect("create");
+        holed.set_len(1 << 20).expect("extend");
+        std::os::unix::fs::FileExt::write_all_at(&holed, &[1u8; 4096], (1 << 20) - 4096)
+            .expect("write");
+        let total = bytes_on_disk(&dir);
+        assert!((15 + 4096..15 + (1 << 20)).contains(&total), "{total}");
         clear(&dir).expect("clear");
         assert_eq!(bytes_on_disk(&dir), 0);
         clear(&dir).expect("clearing nothing is fine");

@@ -69,7 +69,7 @@ struct Args {
     /// Methods: relay, relay-off (relay with --compress off), relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
     /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone; downloads
     /// (the files put in storage through the relay first, untimed): relay-dl,
-    /// direct-dl-cubic, direct-dl-bbr.
+    /// direct-dl-cubic, direct-dl-bbr, python-sdk-dl.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
     /// Workloads: large, small (the sizes below) or COUNTxSIZE, e.g.
@@ -231,6 +231,10 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         python: args.python.clone(),
         upload_py: existing(
             root.join("tests/wanbench/py/upload.py"),
+            "missing from the checkout",
+        )?,
+        download_py: existing(
+            root.join("tests/wanbench/py/download.py"),
             "missing from the checkout",
         )?,
         rclone: args.rclone.clone(),

@@ -130,6 +130,9 @@ pub enum Method {
     DirectDlCubic,
     /// relay-client download --direct over TCP bbr.
     DirectDlBbr,
+    /// Python azure-storage-blob `download_blob(max_concurrency=8)`, 4 files
+    /// at once, TCP cubic (py/download.py).
+    PythonSdkDl,
 }
 
 impl Method {
@@ -158,6 +161,7 @@ impl Method {
             Method::RelayDl => "relay-dl",
             Method::DirectDlCubic => "direct-dl-cubic",
             Method::DirectDlBbr => "direct-dl-bbr",
+            Method::PythonSdkDl => "python-sdk-dl",
         }
     }
 
@@ -179,6 +183,7 @@ impl Method {
             Method::RelayDl,
             Method::DirectDlCubic,
             Method::DirectDlBbr,
+            Method::PythonSdkDl,
         ];
         all.into_iter()
             .find(|m| m.name() == s.trim())
@@ -191,7 +196,10 @@ impl Method {
     /// TCP congestion control the site namespace is pinned to (TCP methods only).
     pub fn tcp_cc(self) -> Option<&'static str> {
         match self {
-            Method::DirectCubic | Method::PythonSdk | Method::DirectDlCubic => Some("cubic"),
+            Method::DirectCubic
+            | Method::PythonSdk
+            | Method::DirectDlCubic
+            | Method::PythonSdkDl => Some("cubic"),
             Method::DirectBbr
             | Method::DirectDlBbr
             | Method::PythonSdkBbr
@@ -212,14 +220,18 @@ impl Method {
     pub fn is_download(self) -> bool {
         matches!(
             self,
-            Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr
+            Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr | Method::PythonSdkDl
         )
     }
 
     pub fn is_python(self) -> bool {
         matches!(
             self,
-            Method::PythonSdk | Method::PythonSdkBbr | Method::PythonSdk32 | Method::PythonSdk64
+            Method::PythonSdk
+                | Method::PythonSdkBbr
+                | Method::PythonSdk32
+                | Method::PythonSdk64
+                | Method::PythonSdkDl
         )
     }
 
@@ -405,6 +417,7 @@ mod tests {
             ("relay-dl", None),
             ("direct-dl-cubic", Some("cubic")),
             ("direct-dl-bbr", Some("bbr")),
+            ("python-sdk-dl", Some("cubic")),
         ] {
             let m = Method::parse(name).expect("valid");
             assert!(m.is_download() && m.name() == name && m.tcp_cc() == cc);

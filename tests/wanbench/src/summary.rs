@@ -141,9 +141,10 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
     out
 }
 
-/// The download rows' names: `relay-dl`, `direct-dl-cubic`, `direct-dl-bbr`.
+/// The download rows' names: `relay-dl`, `direct-dl-cubic`, `direct-dl-bbr`,
+/// `python-sdk-dl`.
 fn is_download(method: &str) -> bool {
-    method == "relay-dl" || method.starts_with("direct-dl-")
+    method.ends_with("-dl") || method.starts_with("direct-dl-")
 }
 
 /// CPU cores per 100 Mbit/s of goodput over a run of `seconds`.
@@ -379,6 +380,7 @@ mod tests {
     #[test]
     fn download_rows_are_named_apart() {
         assert!(is_download("relay-dl") && is_download("direct-dl-bbr"));
+        assert!(is_download("python-sdk-dl"));
         assert!(!is_download("relay") && !is_download("direct-bbr-32"));
     }
 
