@@ -1,11 +1,13 @@
 //! wanbench: relay vs. direct upload vs. the Python SDK on the same emulated
 //! WAN link (linklab), with Azurite and the relay in the `cloud` namespace
-//! and each client run as its own process in `site`.
+//! and each client run as its own process in `site`; optionally the same
+//! for downloads.
 //!
 //! Layout: `plan` (what to run), `workload` (the files), `cloud` (Azurite,
 //! relay, blob checks), `client` (command lines and their JSON), `child`
-//! (capped runs, CPU and RSS), `bench` (the loop), `row` / `summary` /
-//! `plot` (results.json, Markdown, SVG).
+//! (capped runs, CPU and RSS), `bench` (the loop), `download` (the download
+//! rows' seeding and checks), `row` / `summary` / `plot` (results.json,
+//! Markdown, SVG).
 
 mod bench;
 mod card;
