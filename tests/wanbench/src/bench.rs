@@ -17,9 +17,12 @@ use crate::plan::{Method, Plan, Profile, Workload};
 use crate::row::{LinkDelta, Row};
 use crate::workload::Files;
 
-const CONTAINER: &str = "wanbench";
+/// The one container every row writes (and the download rows read).
+const CONTAINER: &str = cloud::READABLE_CONTAINER;
 /// relay-client's path cache (warm start), one per profile's log dir.
 const PATH_CACHE: &str = "paths.json";
+/// The `relay-dl` row's own path cache (its estimate is of the other direction).
+const PATH_CACHE_DL: &str = "paths-dl.json";
 
 /// Where a run's client finds storage.
 struct Urls<'a> {
@@ -49,6 +52,7 @@ impl Bench<'_> {
         std::fs::create_dir_all(&dir).context("create log dir")?;
         // Every profile's first relay run starts cold, also in a reused --work-dir.
         let _ = std::fs::remove_file(dir.join(PATH_CACHE));
+        let _ = std::fs::remove_file(dir.join(PATH_CACHE_DL));
         let storage_url = Cloud::storage_url_from_site(&lab);
         let sas_url = Cloud::container_sas_url(&lab, CONTAINER)?;
         let rclone_config = dir.join("rclone.conf");
@@ -58,6 +62,9 @@ impl Bench<'_> {
             sas: &sas_url,
             rclone_config: &rclone_config,
         };
+        // Storage sends a download: direct download rows pin the cloud
+        // namespace's controller, and every other row gets the lab's own back.
+        let cloud_cc = crate::tcp_cc::current(&lab, Side::Cloud)?;
         let mut rows = Vec::new();
         for repeat in 1..=self.plan.repeats {
             for &workload in &self.plan.workloads {
@@ -69,6 +76,13 @@ impl Bench<'_> {
                     // stored. In-memory Azurite's does (1.7 ms of CPU per
                     // Put Blob with none stored, 3.7 ms past 8,000): sharing
                     // one would charge each run for the runs before it.
+                    let sender_cc = match method.tcp_cc() {
+                        Some(cc) if method.is_download() => cc.to_string(),
+                        _ => cloud_cc.clone(),
+                    };
+                    if crate::tcp_cc::current(&lab, Side::Cloud)? != sender_cc {
+                        crate::tcp_cc::pin(&lab, Side::Cloud, sender_cc)?;
+                    }
                     let mut cloud = Cloud::start(
                         &lab,
                         &self.cloud_bins,
@@ -125,6 +139,13 @@ impl Bench<'_> {
         let stderr = dir.join(format!("{prefix}.err"));
         let paths: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
         let files_dir = self.files.dir_of(workload).unwrap_or_default();
+        // Download rows: the files come back to DL_DIR/PREFIX/.
+        let dl_dir = self.work.join("downloads");
+        let got = dl_dir.join(&prefix);
+        if method.is_download() {
+            crate::download::clear(&got)?;
+            crate::download::seed(lab, cloud, &self.site_bins, &paths, CONTAINER, &prefix, dir)?;
+        }
         let spec = RunSpec {
             method,
             files: &paths,
@@ -136,7 +157,12 @@ impl Bench<'_> {
             rclone_config: urls.rclone_config,
             relay_congestion: &self.plan.relay_congestion,
             client_args: &self.plan.client_args,
-            path_cache: &dir.join(PATH_CACHE),
+            path_cache: &dir.join(if method.is_download() {
+                PATH_CACHE_DL
+            } else {
+                PATH_CACHE
+            }),
+            to_dir: &dl_dir,
             stdout: &stdout,
             stderr: &stderr,
         };
@@ -158,7 +184,14 @@ impl Bench<'_> {
         let loadavg_1m = loadavg_1m();
         let stats0 = lab.stats();
         let done = run_capped(cmd, self.plan.cap)?;
-        let link = delta(&stats0, &lab.stats());
+        let stats1 = lab.stats();
+        let link = delta(&stats0, &stats1);
+        // A capped download's goodput, as a capped upload's: what the link
+        // delivered (here to the site), its payload share.
+        let down_payload = (stats1.cloud_to_site.forwarded_bytes
+            - stats0.cloud_to_site.forwarded_bytes) as f64
+            * 1448.0
+            / 1500.0;
         let relay_cpu_s = child::cpu_seconds(relay_pid)? - relay_cpu0;
         let azurite_cpu_s = child::cpu_seconds(azurite_pid)? - azurite_cpu0;
         let relay_peak = child::peak_rss_kib(relay_pid)?;
@@ -186,7 +219,11 @@ impl Bench<'_> {
         let mut storage_requests = None;
         let mut abandoned = None;
         let mut direct_sizing = None;
-        let (verified, seconds, bytes_done, retries) = if done.capped {
+        let (verified, seconds, bytes_done, retries) = if done.capped && method.is_download() {
+            error = Some(format!("capped at {} s", self.plan.cap.as_secs()));
+            let on_disk = crate::download::bytes_on_disk(&got);
+            (false, done.wall.as_secs_f64(), on_disk, 0)
+        } else if done.capped {
             // What reached storage by the cap; in-flight data is not counted.
             let stored = cloud::stored_bytes(lab, CONTAINER, expected_blobs)?;
             error = Some(format!("capped at {} s", self.plan.cap.as_secs()));
@@ -199,7 +236,11 @@ impl Bench<'_> {
                     storage_requests = r.storage_requests;
                     abandoned = r.abandoned;
                     direct_sizing = r.direct_sizing;
-                    let (ok, why) = verify(lab, files, &r)?;
+                    let (ok, why) = if method.is_download() {
+                        crate::download::verify(files, &got, &r)?
+                    } else {
+                        verify(lab, files, &r)?
+                    };
                     if !ok {
                         error = Some(why.unwrap_or_else(|| tail(&stderr)));
                     }
@@ -212,6 +253,10 @@ impl Bench<'_> {
                 }
             }
         };
+        if method.is_download() {
+            // Checked: a 1 GiB row's copy need not outlive it.
+            crate::download::clear(&got)?;
+        }
         if done.capped {
             // Let the relay / Azurite finish with the abandoned transfer.
             std::thread::sleep(Duration::from_secs(3));
@@ -230,10 +275,25 @@ impl Bench<'_> {
             seconds,
             wall_seconds: done.wall.as_secs_f64(),
             bytes_done,
-            goodput_mbit: goodput_mbit(done.capped, bytes_done, &link, seconds),
+            goodput_mbit: if method.is_download() && done.capped {
+                down_payload * 8.0 / seconds.max(f64::MIN_POSITIVE) / 1e6
+            } else if method.is_download() {
+                goodput_mbit(false, bytes_done, &link, seconds)
+            } else {
+                goodput_mbit(done.capped, bytes_done, &link, seconds)
+            },
             link_ceiling_mbit: ceiling,
-            queue_loss_pct: link.queue_loss_pct(),
-            random_loss_pct: link.random_loss_pct(),
+            // The data direction's drops: cloud -> site for a download.
+            queue_loss_pct: if method.is_download() {
+                link.down_queue_loss_pct()
+            } else {
+                link.queue_loss_pct()
+            },
+            random_loss_pct: if method.is_download() {
+                link.down_random_loss_pct()
+            } else {
+                link.random_loss_pct()
+            },
             link,
             client_cpu_s: done.cpu_s,
             relay_cpu_s,
@@ -278,7 +338,8 @@ impl Bench<'_> {
         workload: Workload,
         row: &mut Row,
     ) -> anyhow::Result<()> {
-        let Some(cc) = method.tcp_cc() else {
+        // The reference measures the upload direction only.
+        let Some(cc) = method.tcp_cc().filter(|_| !method.is_download()) else {
             return Ok(());
         };
         let (block, connections) = match (row.direct_block_size, row.direct_connections) {

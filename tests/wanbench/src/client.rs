@@ -10,7 +10,7 @@ use anyhow::Context;
 use relay_tests::{DEV_ACCOUNT, DEV_KEY};
 use serde_json::Value;
 
-use crate::cloud::{Cloud, TOKEN, strip_proxies};
+use crate::cloud::{Cloud, READER_TOKEN, TOKEN, strip_proxies};
 use crate::plan::Method;
 
 /// Programs the site side runs.
@@ -18,6 +18,8 @@ pub struct SiteBins {
     pub relay_client: PathBuf,
     pub python: PathBuf,
     pub upload_py: PathBuf,
+    /// py/download.py, for the `python-sdk-dl` row.
+    pub download_py: PathBuf,
     /// rclone (Debian package), for the `rclone` row.
     pub rclone: PathBuf,
 }
@@ -41,6 +43,8 @@ pub struct RunSpec<'a> {
     pub client_args: &'a [String],
     /// relay-client's path cache for this profile (warm start between runs).
     pub path_cache: &'a Path,
+    /// Download rows: where the files come back to (`--to`).
+    pub to_dir: &'a Path,
     pub stdout: &'a Path,
     pub stderr: &'a Path,
 }
@@ -102,6 +106,48 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .arg(format!("--parallel={}", spec.method.python_parallel()))
                 .args(["--max-concurrency", "8"])
                 .args(spec.files);
+            return finish(cmd, spec);
+        }
+        Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr => {
+            // The run's prefix as the source: its files land in
+            // TO_DIR/PREFIX/, named as they were uploaded. The extra client
+            // arguments are upload flags, so they are not passed here.
+            cmd = Command::new(&bins.relay_client);
+            cmd.arg("download")
+                .arg(format!("{}/{}", spec.container, spec.prefix))
+                .arg("--to")
+                .arg(spec.to_dir);
+            if spec.method == Method::RelayDl {
+                cmd.arg("--relay")
+                    .arg(cloud.relay_addr.to_string())
+                    .args(["--relay-cert-sha256", &cloud.fingerprint])
+                    .args(["--congestion", spec.relay_congestion])
+                    .arg("--path-cache")
+                    .arg(spec.path_cache)
+                    .env("RELAY_TOKEN", READER_TOKEN);
+            } else {
+                cmd.arg("--direct")
+                    .args(["--storage-url", spec.storage_url])
+                    .env("RELAY_ACCOUNT_KEY", DEV_KEY);
+            }
+            cmd.args(["--json", "--quiet"]);
+            return finish(cmd, spec);
+        }
+        Method::PythonSdkDl => {
+            // Blob PREFIX/NAME to TO_DIR/PREFIX/NAME, as relay-client's
+            // download of the prefix places it.
+            cmd = Command::new(&bins.python);
+            cmd.arg(&bins.download_py)
+                .args(["--endpoint", spec.storage_url])
+                .args(["--account", DEV_ACCOUNT])
+                .args(["--key", DEV_KEY])
+                .args(["--container", spec.container])
+                .arg(format!("--prefix={}/", spec.prefix))
+                .arg("--to")
+                .arg(spec.to_dir.join(spec.prefix))
+                .arg(format!("--parallel={}", spec.method.python_parallel()))
+                .args(["--max-concurrency", "8"])
+                .args(spec.files.iter().filter_map(|p| p.file_name()));
             return finish(cmd, spec);
         }
         Method::Rclone => {
@@ -220,7 +266,11 @@ pub fn parse(method: Method, stdout: &str) -> anyhow::Result<ClientReport> {
         .map(|f| FileOutcome {
             path: text(f, "path").unwrap_or_default(),
             blob: text(f, "blob").unwrap_or_default(),
-            committed: text(f, "status").as_deref() == Some("committed"),
+            // Upload rows commit their files, download rows download them.
+            committed: matches!(
+                text(f, "status").as_deref(),
+                Some("committed" | "downloaded")
+            ),
             sha256: text(f, "sha256"),
         })
         .collect();

@@ -28,6 +28,10 @@ const AZURITE_BEHIND_PROXY: u16 = 10001;
 static BACKEND_PORT: AtomicU16 = AtomicU16::new(AZURITE_PORT);
 const RELAY_PORT: u16 = 4433;
 pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
+/// The download rows' token: it may read (only) `READABLE_CONTAINER`, as
+/// reading is a grant of its own; `TOKEN` writes, as it always did.
+pub const READER_TOKEN: &str = "wanbench-reader-0123456789abcdef";
+pub const READABLE_CONTAINER: &str = "wanbench";
 
 /// What stands for the storage account.
 pub enum StorageBin {
@@ -125,7 +129,11 @@ impl Cloud {
         let relay_addr = SocketAddr::new(lab.addr(Side::Cloud).into(), RELAY_PORT);
 
         let tokens = dir.join("tokens");
-        std::fs::write(&tokens, format!("{TOKEN}\n")).context("write tokens")?;
+        std::fs::write(
+            &tokens,
+            format!("{TOKEN}\n{READER_TOKEN} {READABLE_CONTAINER}:r\n"),
+        )
+        .context("write tokens")?;
         let fp_file = dir.join("relay.sha256");
         let _ = std::fs::remove_file(&fp_file);
         let mut relay = Command::new(&bins.relay_server);

@@ -1,11 +1,13 @@
 //! wanbench: relay vs. direct upload vs. the Python SDK on the same emulated
 //! WAN link (linklab), with Azurite and the relay in the `cloud` namespace
-//! and each client run as its own process in `site`.
+//! and each client run as its own process in `site`; optionally the same
+//! for downloads.
 //!
 //! Layout: `plan` (what to run), `workload` (the files), `cloud` (Azurite,
 //! relay, blob checks), `client` (command lines and their JSON), `child`
-//! (capped runs, CPU and RSS), `bench` (the loop), `row` / `summary` /
-//! `plot` (results.json, Markdown, SVG).
+//! (capped runs, CPU and RSS), `bench` (the loop), `download` (the download
+//! rows' seeding and checks), `row` / `summary` / `plot` (results.json,
+//! Markdown, SVG).
 
 mod bench;
 mod card;
@@ -13,6 +15,7 @@ mod child;
 mod client;
 mod cloud;
 mod cpu_split;
+mod download;
 mod interrupt;
 mod plan;
 mod plot;
@@ -66,7 +69,9 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
     /// Methods: relay, relay-off (relay with --compress off), relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
-    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone.
+    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone; downloads
+    /// (the files put in storage through the relay first, untimed): relay-dl,
+    /// direct-dl-cubic, direct-dl-bbr, python-sdk-dl.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
     /// Workloads: large, small (the sizes below) or COUNTxSIZE, e.g.
@@ -228,6 +233,10 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         python: args.python.clone(),
         upload_py: existing(
             root.join("tests/wanbench/py/upload.py"),
+            "missing from the checkout",
+        )?,
+        download_py: existing(
+            root.join("tests/wanbench/py/download.py"),
             "missing from the checkout",
         )?,
         rclone: args.rclone.clone(),

@@ -122,6 +122,17 @@ pub enum Method {
     /// rclone (Debian package) `copy` with the azureblob backend over a SAS URL,
     /// `--transfers 32`. TCP bbr.
     Rclone,
+    /// relay-client download through the relay (the relay's controller sends):
+    /// the run's files, put in storage through the relay first (untimed),
+    /// come back to the site.
+    RelayDl,
+    /// relay-client download --direct over TCP cubic.
+    DirectDlCubic,
+    /// relay-client download --direct over TCP bbr.
+    DirectDlBbr,
+    /// Python azure-storage-blob `download_blob(max_concurrency=8)`, 4 files
+    /// at once, TCP cubic (py/download.py).
+    PythonSdkDl,
 }
 
 impl Method {
@@ -147,6 +158,10 @@ impl Method {
             Method::PythonSdk64 => "python-sdk-64",
             Method::DirectBbr32 => "direct-bbr-32",
             Method::Rclone => "rclone",
+            Method::RelayDl => "relay-dl",
+            Method::DirectDlCubic => "direct-dl-cubic",
+            Method::DirectDlBbr => "direct-dl-bbr",
+            Method::PythonSdkDl => "python-sdk-dl",
         }
     }
 
@@ -165,6 +180,10 @@ impl Method {
             Method::PythonSdk64,
             Method::DirectBbr32,
             Method::Rclone,
+            Method::RelayDl,
+            Method::DirectDlCubic,
+            Method::DirectDlBbr,
+            Method::PythonSdkDl,
         ];
         all.into_iter()
             .find(|m| m.name() == s.trim())
@@ -177,8 +196,12 @@ impl Method {
     /// TCP congestion control the site namespace is pinned to (TCP methods only).
     pub fn tcp_cc(self) -> Option<&'static str> {
         match self {
-            Method::DirectCubic | Method::PythonSdk => Some("cubic"),
+            Method::DirectCubic
+            | Method::PythonSdk
+            | Method::DirectDlCubic
+            | Method::PythonSdkDl => Some("cubic"),
             Method::DirectBbr
+            | Method::DirectDlBbr
             | Method::PythonSdkBbr
             | Method::PythonSdk32
             | Method::PythonSdk64
@@ -188,14 +211,27 @@ impl Method {
             | Method::RelayCubic
             | Method::RelayCold
             | Method::RelayColdPlain
-            | Method::RelayOff => None,
+            | Method::RelayOff
+            | Method::RelayDl => None,
         }
+    }
+
+    /// The blobs travel from storage to the site (`relay-client download`).
+    pub fn is_download(self) -> bool {
+        matches!(
+            self,
+            Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr | Method::PythonSdkDl
+        )
     }
 
     pub fn is_python(self) -> bool {
         matches!(
             self,
-            Method::PythonSdk | Method::PythonSdkBbr | Method::PythonSdk32 | Method::PythonSdk64
+            Method::PythonSdk
+                | Method::PythonSdkBbr
+                | Method::PythonSdk32
+                | Method::PythonSdk64
+                | Method::PythonSdkDl
         )
     }
 
@@ -377,6 +413,16 @@ mod tests {
             Method::DirectBbr
         );
         assert!(Method::parse("azcopy").is_err());
+        for (name, cc) in [
+            ("relay-dl", None),
+            ("direct-dl-cubic", Some("cubic")),
+            ("direct-dl-bbr", Some("bbr")),
+            ("python-sdk-dl", Some("cubic")),
+        ] {
+            let m = Method::parse(name).expect("valid");
+            assert!(m.is_download() && m.name() == name && m.tcp_cc() == cc);
+        }
+        assert!(Method::DEFAULT.iter().all(|m| !m.is_download()));
         assert_eq!(Method::parse("rclone").expect("valid"), Method::Rclone);
     }
 

@@ -35,6 +35,20 @@ impl LinkDelta {
     pub fn random_loss_pct(&self) -> f64 {
         pct(self.up_dropped_loss, self.up_offered())
     }
+
+    fn down_offered(&self) -> u64 {
+        self.down_forwarded_packets + self.down_dropped_loss + self.down_dropped_queue
+    }
+
+    /// `queue_loss_pct` of the cloud → site direction (a download's data).
+    pub fn down_queue_loss_pct(&self) -> f64 {
+        pct(self.down_dropped_queue, self.down_offered())
+    }
+
+    /// `random_loss_pct` of the cloud → site direction.
+    pub fn down_random_loss_pct(&self) -> f64 {
+        pct(self.down_dropped_loss, self.down_offered())
+    }
 }
 
 fn pct(n: u64, of: u64) -> f64 {

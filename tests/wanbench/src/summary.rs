@@ -24,7 +24,7 @@ pub struct Group {
     pub goodput_max: f64,
     pub ceiling_mbit: f64,
     /// Median goodput over the median goodput of direct-cubic (direct-bbr) on the
-    /// same link and files.
+    /// same link and files; for a download row, of direct-dl-cubic (direct-dl-bbr).
     pub vs_direct_cubic: Option<f64>,
     pub vs_direct_bbr: Option<f64>,
     pub client_cpu_s: f64,
@@ -117,21 +117,34 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
             })
         })
         .collect();
-    let ratios = |method: &str| -> Vec<Option<f64>> {
+    // A download row is compared with direct downloads (direct-dl-cubic,
+    // direct-dl-bbr), an upload row with direct uploads.
+    let ratios = |cc: &str| -> Vec<Option<f64>> {
         out.iter()
             .map(|g| {
+                let method = if is_download(&g.method) {
+                    format!("direct-dl-{cc}")
+                } else {
+                    format!("direct-{cc}")
+                };
                 out.iter()
                     .find(|b| b.method == method && b.place == g.place && b.workload == g.workload)
                     .and_then(|b| (b.goodput_mbit > 0.0).then(|| g.goodput_mbit / b.goodput_mbit))
             })
             .collect()
     };
-    let (cubic, bbr) = (ratios("direct-cubic"), ratios("direct-bbr"));
+    let (cubic, bbr) = (ratios("cubic"), ratios("bbr"));
     for ((g, c), b) in out.iter_mut().zip(cubic).zip(bbr) {
         g.vs_direct_cubic = c;
         g.vs_direct_bbr = b;
     }
     out
+}
+
+/// The download rows' names: `relay-dl`, `direct-dl-cubic`, `direct-dl-bbr`,
+/// `python-sdk-dl`.
+fn is_download(method: &str) -> bool {
+    method.ends_with("-dl") || method.starts_with("direct-dl-")
 }
 
 /// CPU cores per 100 Mbit/s of goodput over a run of `seconds`.
@@ -362,6 +375,13 @@ mod tests {
         // 2 s of CPU over 10 s at 200 Mbit/s: 0.2 cores for 2 × 100 Mbit/s.
         assert!((cores_per_100mbit(2.0, 10.0, 200.0) - 0.1).abs() < 1e-12);
         assert_eq!(cores_per_100mbit(1.0, 0.0, 100.0), 0.0);
+    }
+
+    #[test]
+    fn download_rows_are_named_apart() {
+        assert!(is_download("relay-dl") && is_download("direct-dl-bbr"));
+        assert!(is_download("python-sdk-dl"));
+        assert!(!is_download("relay") && !is_download("direct-bbr-32"));
     }
 
     #[test]

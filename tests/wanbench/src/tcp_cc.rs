@@ -110,16 +110,34 @@ fn flock(file: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
 
 /// Set the site namespace's default controller and read it back.
 pub fn pin_site(lab: &Lab, cc: &'static str) -> anyhow::Result<()> {
-    let got = lab.run_in(Side::Site, move || {
-        linklab::netns::write_sysctl("net.ipv4.tcp_congestion_control", cc)?;
+    pin(lab, Side::Site, cc.to_string())
+}
+
+/// Set `side`'s default controller and read it back. A download's sender is
+/// the cloud side (storage), so direct download rows pin the cloud namespace
+/// before storage starts: a listening socket keeps the default it was made with.
+pub fn pin(lab: &Lab, side: Side, cc: String) -> anyhow::Result<()> {
+    let want = cc.clone();
+    let got = lab.run_in(side, move || {
+        linklab::netns::write_sysctl("net.ipv4.tcp_congestion_control", &cc)?;
         Ok(std::fs::read_to_string(
             "/proc/sys/net/ipv4/tcp_congestion_control",
         )?)
     })?;
     anyhow::ensure!(
-        got.trim() == cc,
-        "site namespace kept congestion control {:?}, not {cc}",
+        got.trim() == want,
+        "{side:?} namespace kept congestion control {:?}, not {want}",
         got.trim()
     );
     Ok(())
+}
+
+/// `side`'s default controller.
+pub fn current(lab: &Lab, side: Side) -> anyhow::Result<String> {
+    let got = lab.run_in(side, || {
+        Ok(std::fs::read_to_string(
+            "/proc/sys/net/ipv4/tcp_congestion_control",
+        )?)
+    })?;
+    Ok(got.trim().to_string())
 }
