@@ -1,15 +1,19 @@
 #!/bin/bash
 # blob-relay-fetch: copies a VM's boot artifacts from its private container in
 # the artifacts storage account, authenticating with the VM's system-assigned
-# managed identity (no key, no SAS). Installed by cloud-init as
+# managed identity (no key, no SAS), and installs the role's Debian package
+# (scripts/package) with dpkg: its binary, systemd units, sysctl file and
+# system user come from the package. Installed by cloud-init as
 # /usr/local/sbin/blob-relay-fetch and run as root by
-# blob-relay-fetch@ROLE.service on every boot that lacks the role's binary.
+# blob-relay-fetch@ROLE.service on every boot where the role is not yet
+# installed.
 #
-#   blob-relay-fetch relay    certificate, key, tokens, block-ID key, then
-#                             relay-server (last: its presence means done)
+#   blob-relay-fetch relay    certificate, key, tokens, block-ID key and the
+#                             relay-server package; installs the package,
+#                             then the files (owned by its blob-relay group)
 #   blob-relay-fetch client   client token, relay certificate (and its pin
-#                             /etc/blob-relay/relay-cert-sha256), then
-#                             relay-client
+#                             /etc/blob-relay/relay-cert-sha256) and the
+#                             relay-client package
 #   blob-relay-fetch tokens   the tokens file only, replaced (atomically)
 #                             only when its content changed; run every
 #                             minute by blob-relay-tokens.timer, so token
@@ -18,8 +22,16 @@
 #                             BLOB_RELAY_FETCH_TIMEOUT_S (default 50 here)
 #                             and keeps the tokens it has.
 #   blob-relay-fetch needed ROLE
-#                             exit 0 if ROLE's binary is missing (the unit's
-#                             ExecCondition), 1 if it is there
+#                             exit 0 if ROLE's package is not installed or
+#                             one of its files is missing (the unit's
+#                             ExecCondition), 1 if all are there
+#
+# The package is the blob ROLE-PACKAGE.deb (relay-server.deb,
+# relay-client.deb); the container's SHA256SUMS blob (written by Terraform
+# from the file it uploaded, `sha256sum` format) gives its SHA-256. A package
+# whose SHA-256 differs, or that SHA256SUMS does not list, is never
+# installed: it is downloaded again after the retry interval (Terraform may
+# be between the two uploads), until BLOB_RELAY_FETCH_TIMEOUT_S.
 #
 # Configuration: /etc/blob-relay/fetch.env
 #   BLOB_RELAY_ARTIFACTS_URL=https://ACCOUNT.blob.core.windows.net/CONTAINER
@@ -32,26 +44,43 @@
 # until they succeed: the VM may boot before Terraform has written the
 # artifacts, and Azure documents up to 10 minutes for a role assignment.
 #
-# BLOB_RELAY_ROOT (environment, default empty) prefixes every path: for
-# tests only.
+# BLOB_RELAY_ROOT (environment, default empty) prefixes every path and is
+# dpkg's --root: for tests only.
 set -euo pipefail
 
 root=${BLOB_RELAY_ROOT:-}
-declare -A binary=([relay]=$root/usr/local/bin/relay-server [client]=$root/usr/local/bin/relay-client)
+declare -A package=([relay]=relay-server [client]=relay-client)
+# The files each role places after its package: all there (and the package
+# installed) means done.
+declare -A files=(
+    [relay]="relay-cert.pem relay-key.pem tokens relay-id-key"
+    [client]="client-token relay-cert.pem relay-cert-sha256"
+)
+dpkg_root=()
+[ -z "$root" ] || dpkg_root=(--root="$root")
 
 usage() {
     echo "usage: blob-relay-fetch relay|client|tokens | blob-relay-fetch needed relay|client" >&2
     exit 2
 }
 
+# installed PKG: dpkg has PKG installed and configured (not just unpacked:
+# an interrupted install is done again).
+installed() {
+    [ "$(dpkg-query "${dpkg_root[@]}" -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]
+}
+
 if [ "${1:-}" = needed ]; then
-    [ -n "${2:-}" ] && [ -n "${binary[$2]:-}" ] || usage
-    [ ! -e "${binary[$2]}" ]
-    exit
+    [ -n "${2:-}" ] && [ -n "${package[$2]:-}" ] || usage
+    installed "${package[$2]}" || exit 0
+    for f in ${files[$2]}; do
+        [ -e "$root/etc/blob-relay/$f" ] || exit 0
+    done
+    exit 1
 fi
 
 role=${1:-relay}
-[ -n "${binary[$role]:-}" ] || [ "$role" = tokens ] || usage
+[ -n "${package[$role]:-}" ] || [ "$role" = tokens ] || usage
 
 # shellcheck disable=SC1091
 . "$root/etc/blob-relay/fetch.env"
@@ -80,6 +109,17 @@ print("Authorization: Bearer " + json.load(sys.stdin)["access_token"])
 ' >"$work/auth" || return 1
 }
 
+# give_up_or_wait WHAT: exits once the optional deadline has passed, else
+# says why it waits and sleeps the retry interval.
+give_up_or_wait() {
+    if [ "$timeout_s" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "blob-relay-fetch: $1: giving up after ${timeout_s} s" >&2
+        exit 1
+    fi
+    echo "blob-relay-fetch: $1, retrying in ${retry_s} s" >&2
+    sleep "$retry_s"
+}
+
 # download BLOB: into $work/BLOB, retried until it succeeds (or the optional
 # deadline passes).
 download() {
@@ -88,13 +128,39 @@ download() {
         curl -fsS --max-time 900 --retry 3 \
             -H @"$work/auth" -H "x-ms-version: $api_version" \
             -o "$work/$blob" "$BLOB_RELAY_ARTIFACTS_URL/$blob"; do
-        if [ "$timeout_s" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
-            echo "blob-relay-fetch: $blob: still not readable after ${timeout_s} s, giving up" >&2
-            exit 1
-        fi
-        echo "blob-relay-fetch: $blob: not readable yet (not uploaded, role assignment propagating, or no network?), retrying in ${retry_s} s" >&2
-        sleep "$retry_s"
+        give_up_or_wait "$blob: not readable yet (not uploaded, role assignment propagating, or no network?)"
     done
+}
+
+# download_package PKG: $work/PKG.deb, whose SHA-256 is the one the
+# container's SHA256SUMS lists for PKG.deb. Anything else is refused and
+# fetched again: a package changed after Terraform hashed it, a truncated
+# download, or SHA256SUMS and the package from two different applies.
+download_package() {
+    local deb=$1.deb want got
+    while :; do
+        download SHA256SUMS
+        download "$deb"
+        want=$(awk -v f="$deb" '($2 == f || $2 == "*" f) && $1 ~ /^[0-9a-f]+$/ && length($1) == 64 { print $1; exit }' \
+            "$work/SHA256SUMS")
+        got=$(sha256sum <"$work/$deb" | cut -d' ' -f1)
+        if [ -z "$want" ]; then
+            give_up_or_wait "$deb: not listed in SHA256SUMS; not installing it"
+        elif [ "$want" != "$got" ]; then
+            give_up_or_wait "$deb: SHA-256 $got is not the $want of SHA256SUMS; not installing it"
+        else
+            echo "blob-relay-fetch: $deb: SHA-256 $got as SHA256SUMS lists"
+            return
+        fi
+    done
+}
+
+# install_package PKG: dpkg installs it (units, sysctl file, system user);
+# its maintainer scripts reload systemd.
+install_package() {
+    download_package "$1"
+    DEBIAN_FRONTEND=noninteractive dpkg "${dpkg_root[@]}" --force-confold -i "$work/$1.deb"
+    echo "blob-relay-fetch: $1.deb installed"
 }
 
 # place BLOB DEST MODE OWNER: atomic replace of DEST.
@@ -105,16 +171,11 @@ place() {
     echo "blob-relay-fetch: $blob -> $dest"
 }
 
-fetch() {
-    download "$1"
-    place "$@"
-}
-
 case "$role" in
 relay)
-    fetch relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
-    fetch relay-key.pem /etc/blob-relay/relay-key.pem 0640 root:blob-relay
-    fetch tokens /etc/blob-relay/tokens 0640 root:blob-relay
+    download relay-cert.pem
+    download relay-key.pem
+    download tokens
     # Block-ID MAC key: exactly 64 hex digits (surrounding whitespace is
     # ignored). Readable by the relay, writable by root only.
     download relay-id-key
@@ -122,8 +183,12 @@ relay)
         echo "blob-relay-fetch: relay-id-key is not 64 hex digits; not installing it" >&2
         exit 1
     fi
+    # The package first: it makes the blob-relay group the files belong to.
+    install_package relay-server
+    place relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
+    place relay-key.pem /etc/blob-relay/relay-key.pem 0640 root:blob-relay
+    place tokens /etc/blob-relay/tokens 0640 root:blob-relay
     place relay-id-key /etc/blob-relay/relay-id-key 0640 root:blob-relay
-    fetch relay-server /usr/local/bin/relay-server 0755 root:root
     ;;
 tokens)
     # Only into place when it changed: the relay re-reads the file when its
@@ -140,11 +205,13 @@ tokens)
     place tokens /etc/blob-relay/tokens 0640 root:blob-relay
     ;;
 client)
-    fetch client-token /etc/blob-relay/client-token 0600 root:root
-    fetch relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
+    download client-token
+    download relay-cert.pem
+    install_package relay-client
+    place client-token /etc/blob-relay/client-token 0600 root:root
+    place relay-cert.pem /etc/blob-relay/relay-cert.pem 0644 root:root
     openssl x509 -in "$root/etc/blob-relay/relay-cert.pem" -outform DER | sha256sum | cut -d' ' -f1 \
         >"$root/etc/blob-relay/relay-cert-sha256.new"
     mv -f "$root/etc/blob-relay/relay-cert-sha256.new" "$root/etc/blob-relay/relay-cert-sha256"
-    fetch relay-client /usr/local/bin/relay-client 0755 root:root
     ;;
 esac

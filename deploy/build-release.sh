@@ -1,7 +1,7 @@
 #!/bin/bash
 # build-release.sh: builds relay-server and relay-client in release mode and
-# writes stripped copies to target/dist/ (what terraform/ uploads by
-# default), with the debug info split off into target/dist/NAME.debug and
+# writes stripped copies to target/dist/ (for machines set up by hand;
+# terraform/ uploads scripts/package's .deb packages), with the debug info split off into target/dist/NAME.debug and
 # linked from the binary by .gnu_debuglink (gdb and addr2line find it there;
 # keep the .debug files to symbolise a crash).
 #

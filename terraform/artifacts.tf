@@ -1,8 +1,8 @@
 # What the VMs boot from: a separate storage account that only the deployers
 # can write. The relays read relay-boot, the benchmark VM reads bench-boot,
 # both with Storage Blob Data Reader on that one container. A relay (or
-# whoever takes one over) therefore cannot change the binary that every new
-# or reimaged relay runs, and no upload can land here: the relays' storage
+# whoever takes one over) therefore cannot change the package that every new
+# or reimaged relay installs, and no upload can land here: the relays' storage
 # URL is the other account, where they may write only the upload container.
 
 resource "azurerm_storage_account" "artifacts" {
@@ -101,19 +101,34 @@ resource "time_sleep" "deployer_rbac" {
 
 # --- relay-boot --------------------------------------------------------------
 
-resource "azurerm_storage_blob" "relay_server" {
-  name                 = "relay-server"
+# The relay-server package (scripts/package) and its SHA-256, which the boot
+# fetch checks before dpkg installs it: a package changed after this apply
+# hashed it is refused. Both blob names are fixed, so cloud-init (and with it
+# the VMs) need not change with the package's version.
+resource "azurerm_storage_blob" "relay_package" {
+  name                 = "relay-server.deb"
   storage_container_id = azurerm_storage_container.relay_boot.id
   type                 = "Block"
-  source               = local.relay_binary_path
-  content_md5          = try(filemd5(local.relay_binary_path), null)
+  source               = local.relay_package_path
+  content_type         = "application/vnd.debian.binary-package"
+  content_md5          = try(filemd5(local.relay_package_path), null)
 
   lifecycle {
     precondition {
-      condition     = fileexists(local.relay_binary_path)
-      error_message = "relay-server binary not found at ${local.relay_binary_path}: run deploy/build-release.sh first (it builds and strips the binaries), or set relay_binary_path."
+      condition     = fileexists(local.relay_package_path)
+      error_message = "relay-server package not found at ${local.relay_package_path}: run scripts/package first (it builds the release binaries and the .deb packages into target/package), or set relay_package_path."
     }
   }
+
+  depends_on = [time_sleep.deployer_rbac]
+}
+
+resource "azurerm_storage_blob" "relay_package_sums" {
+  name                 = "SHA256SUMS"
+  storage_container_id = azurerm_storage_container.relay_boot.id
+  type                 = "Block"
+  source_content       = "${try(filesha256(local.relay_package_path), "")}  relay-server.deb\n"
+  content_type         = "text/plain"
 
   depends_on = [time_sleep.deployer_rbac]
 }
@@ -185,21 +200,35 @@ resource "azurerm_role_assignment" "bench_boot_read" {
   principal_type       = "ServicePrincipal"
 }
 
-resource "azurerm_storage_blob" "relay_client" {
+# The relay-client package and its SHA-256, as for the relay's above.
+resource "azurerm_storage_blob" "client_package" {
   count = local.bench_enabled ? 1 : 0
 
-  name                 = "relay-client"
+  name                 = "relay-client.deb"
   storage_container_id = azurerm_storage_container.bench_boot.id
   type                 = "Block"
-  source               = local.client_binary_path
-  content_md5          = try(filemd5(local.client_binary_path), null)
+  source               = local.client_package_path
+  content_type         = "application/vnd.debian.binary-package"
+  content_md5          = try(filemd5(local.client_package_path), null)
 
   lifecycle {
     precondition {
-      condition     = fileexists(local.client_binary_path)
-      error_message = "relay-client binary not found at ${local.client_binary_path}: run deploy/build-release.sh first, or set client_binary_path."
+      condition     = fileexists(local.client_package_path)
+      error_message = "relay-client package not found at ${local.client_package_path}: run scripts/package first, or set client_package_path."
     }
   }
+
+  depends_on = [time_sleep.deployer_rbac]
+}
+
+resource "azurerm_storage_blob" "client_package_sums" {
+  count = local.bench_enabled ? 1 : 0
+
+  name                 = "SHA256SUMS"
+  storage_container_id = azurerm_storage_container.bench_boot.id
+  type                 = "Block"
+  source_content       = "${try(filesha256(local.client_package_path), "")}  relay-client.deb\n"
+  content_type         = "text/plain"
 
   depends_on = [time_sleep.deployer_rbac]
 }

@@ -6,8 +6,10 @@
 # (artifacts.tf). Nothing else.
 #
 # custom_data is ForceNew on a single VM: editing anything rendered into it
-# (the deploy/ files, ports, relay_memory_budget, the storage account names)
-# replaces the VM. docs/DEPLOY.md lists what replaces what.
+# (the fetch script and unit, the relay's drop-in, ports,
+# relay_memory_budget, the storage account names) replaces the VM. The
+# relay-server package (its binary and units) is not in it: the VM fetches
+# it from relay-boot. docs/DEPLOY.md lists what replaces what.
 
 locals {
   storage_api_version = "2023-11-03"
@@ -22,11 +24,7 @@ locals {
     storage_api_version = local.storage_api_version
     fetch_script_b64    = filebase64("${path.module}/../deploy/blob-relay-fetch.sh")
     fetch_unit_b64      = filebase64("${path.module}/../deploy/blob-relay-fetch@.service")
-    tokens_unit_b64     = filebase64("${path.module}/../deploy/blob-relay-tokens.service")
-    tokens_timer_b64    = filebase64("${path.module}/../deploy/blob-relay-tokens.timer")
-    systemd_unit_b64    = filebase64("${path.module}/../deploy/relay-server.service")
     systemd_dropin_b64  = filebase64("${path.module}/../deploy/relay-server.service.d/10-fetch.conf")
-    sysctl_conf_b64     = filebase64("${path.module}/../deploy/sysctl.d/60-blob-relay.conf")
   }))
 
   relay_principal_id = (local.scale_set

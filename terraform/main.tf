@@ -19,18 +19,22 @@ locals {
 
   scale_set = var.relay_count > 1
 
-  # deploy/build-release.sh writes stripped binaries here (debug info in
-  # target/dist/*.debug, linked by .gnu_debuglink).
-  relay_binary_path  = coalesce(var.relay_binary_path, "${path.module}/../target/dist/relay-server")
-  client_binary_path = coalesce(var.client_binary_path, "${path.module}/../target/dist/relay-client")
+  # scripts/package writes the .deb packages here, one version at a time (it
+  # empties the directory first). The VM sizes are x86-64: amd64 packages.
+  package_dir         = "${path.module}/../target/package"
+  relay_package_name  = coalesce(one(fileset(local.package_dir, "relay-server_*_amd64.deb")), "relay-server_VERSION_amd64.deb")
+  client_package_name = coalesce(one(fileset(local.package_dir, "relay-client_*_amd64.deb")), "relay-client_VERSION_amd64.deb")
+  relay_package_path  = coalesce(var.relay_package_path, "${local.package_dir}/${local.relay_package_name}")
+  client_package_path = coalesce(var.client_package_path, "${local.package_dir}/${local.client_package_name}")
 
   # With Entra ID (managed identity) the relay needs no key: just the endpoint.
   storage_url   = "https://${local.storage_account_name}.blob.core.windows.net"
   artifacts_url = "https://${local.artifacts_account_name}.blob.core.windows.net"
 
-  # Containers of the artifacts account: the relays read relay-boot (binary,
-  # TLS certificate and key, tokens, block-ID key), the benchmark VM reads
-  # bench-boot (relay-client, its token, the certificate). Read-only roles.
+  # Containers of the artifacts account: the relays read relay-boot (the
+  # relay-server package and its SHA256SUMS, TLS certificate and key, tokens,
+  # block-ID key), the benchmark VM reads bench-boot (the relay-client
+  # package and its SHA256SUMS, its token, the certificate). Read-only roles.
   relay_boot_container = "relay-boot"
   bench_boot_container = "bench-boot"
 

@@ -237,8 +237,8 @@ variable "relay_memory_budget" {
   default     = "16GiB"
 }
 
-variable "relay_binary_path" {
-  description = "Local path of the stripped relay-server binary (deploy/build-release.sh). null: <repo>/target/dist/relay-server."
+variable "relay_package_path" {
+  description = "Local path of the relay-server .deb package (scripts/package) the relays install at boot. null: the one <repo>/target/package/relay-server_*_amd64.deb."
   type        = string
   default     = null
 }
@@ -308,8 +308,8 @@ variable "bench_vm_size" {
   default     = "Standard_D8ds_v5"
 }
 
-variable "client_binary_path" {
-  description = "Local path of the stripped relay-client binary for the benchmark VM (deploy/build-release.sh). null: <repo>/target/dist/relay-client."
+variable "client_package_path" {
+  description = "Local path of the relay-client .deb package (scripts/package) the benchmark VM installs at boot. null: the one <repo>/target/package/relay-client_*_amd64.deb."
   type        = string
   default     = null
 }

@@ -47,8 +47,7 @@ if [ -z "${PACKAGE_CHECK_INNER:-}" ]; then
     # only in optimisation.
     out=$work/out
     mkdir -p "$out"
-    target_dir=$(dirname "$bin_dir")
-    CARGO_TARGET_DIR=$target_dir "$repo/scripts/package" --profile "$(basename "$bin_dir")" --no-build --out "$out"
+    "$repo/scripts/package" --bin-dir "$bin_dir" --out "$out"
 
     # 5. The sums and the archives, outside the namespace (nothing to install).
     (cd "$out" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not match the files"

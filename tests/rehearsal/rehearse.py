@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
+import hashlib
 import uuid
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from render import rendered
 from recording import AlertRecording
 from traffic import TrafficStages
 from tfmodel import DEPLOY, Module
-from vm import Vm, apply_write_files, host_has_no, ns_name, runcmd_lines
+from vm import Vm, apply_write_files, host_has_no, host_has_no_package, ns_name, runcmd_lines
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -142,23 +143,25 @@ class Rehearsal(TrafficStages, AlertRecording):
         self.deployer.container(f"https://{self.storage_host}", v["container"])
         for c in (v["relay_boot_container"], v["bench_boot_container"]):
             self.deployer.container(art, c)
-        # deploy/build-release.sh uploads stripped binaries: strip the build's.
-        dist = self.run / "dist"
-        dist.mkdir(exist_ok=True)
-        for b in ("relay-server", "relay-client"):
-            subprocess.run(["objcopy", "--strip-debug", str(self.bins / b), str(dist / b)], check=True)
+        # The packages of scripts/package, from the binaries under test (a
+        # release build would take minutes; the packaging is the same).
+        self.packages = package(self.bins, self.run / "package", self.logs)
         self.client_token = secrets.token_hex(24)  # random_password: 48, no special
         self.revoked_token = secrets.token_hex(24)
         self.tokens_v1 = (f"# client_token\n{self.client_token} {v['container']}\n"
                           f"# rehearsal-old\n{self.revoked_token} {v['container']}\n")
         relay_boot = f"{art}/{v['relay_boot_container']}"
         bench_boot = f"{art}/{v['bench_boot_container']}"
-        self.deployer.put_blob(relay_boot, "relay-server", dist / "relay-server")
+        # artifacts.tf: the package under a fixed name, and SHA256SUMS with
+        # the SHA-256 of the file uploaded.
+        self.deployer.put_blob(relay_boot, "relay-server.deb", self.packages["relay-server"])
+        self.deployer.put_blob(relay_boot, "SHA256SUMS", sums_line(self.packages["relay-server"], "relay-server.deb"))
         self.deployer.put_blob(relay_boot, "relay-cert.pem", self.pki.relay.read_bytes())
         self.deployer.put_blob(relay_boot, "relay-key.pem", self.pki.relay_key.read_bytes())
         self.deployer.put_blob(relay_boot, "tokens", self.tokens_v1.encode())
         self.deployer.put_blob(relay_boot, "relay-id-key", (secrets.token_hex(32) + "\n").encode())
-        self.deployer.put_blob(bench_boot, "relay-client", dist / "relay-client")
+        self.deployer.put_blob(bench_boot, "relay-client.deb", self.packages["relay-client"])
+        self.deployer.put_blob(bench_boot, "SHA256SUMS", sums_line(self.packages["relay-client"], "relay-client.deb"))
         self.deployer.put_blob(bench_boot, "client-token", (self.client_token + "\n").encode())
         self.deployer.put_blob(bench_boot, "relay-cert.pem", self.pki.relay.read_bytes())
         self.relay_boot, self.bench_boot = relay_boot, bench_boot
@@ -201,6 +204,7 @@ class Rehearsal(TrafficStages, AlertRecording):
         self.written, self.runcmd = {}, {}
         check(not Path("/etc/blob-relay").exists(), "the host has /etc/blob-relay before the run")
         check(host_has_no("blob-relay"), "the host has a blob-relay user before the run")
+        check(not host_has_no_package(), f"the host has the packages' files before the run: {host_has_no_package()}")
         for name in VMS:
             self.boot_vm(name)
         # The files are the deploy/ files, at their real paths, in each VM only.
@@ -209,10 +213,12 @@ class Rehearsal(TrafficStages, AlertRecording):
             for path, src in (("/usr/local/sbin/blob-relay-fetch", "blob-relay-fetch.sh"),
                               ("/etc/systemd/system/blob-relay-fetch@.service", "blob-relay-fetch@.service")):
                 check(vm.read_file(path) == (DEPLOY / src).read_bytes(), f"{name}:{path} is not deploy/{src}")
-            vm.run("id -u blob-relay >/dev/null" if name != "bench" else "true")
+        # The relay's own units come with its package (the fetch installs it):
+        # cloud-init writes none of them.
         for name in RELAYS:
-            check(self.vms[name].read_file("/etc/systemd/system/relay-server.service") ==
-                  (DEPLOY / "relay-server.service").read_bytes(), f"{name}: relay-server.service differs")
+            for unit in ("relay-server.service", "blob-relay-tokens.service", "blob-relay-tokens.timer"):
+                check(self.vms[name].run(f"test -e /etc/systemd/system/{unit}", check=False).returncode != 0,
+                      f"{name}: cloud-init wrote /etc/systemd/system/{unit}, which the package ships")
         check(not Path("/etc/blob-relay").exists(), "a VM's files reached the host's /etc/blob-relay")
         check(host_has_no("blob-relay"), "a VM's useradd reached the host")
         failed = {n: [(line, rc, err) for line, rc, err in cmds if rc != 0] for n, cmds in self.runcmd.items()}
@@ -227,7 +233,7 @@ class Rehearsal(TrafficStages, AlertRecording):
         azcopy = [f for fs in failed.values() for f in fs if "azcopy" in f[0]]
         return (f"cloud-init of 2 relays + bench rendered from terraform/templates (suffix {self.used['suffix']}, "
                 f"relay_count {self.values['relay_count']}); {n_files} write_files at their paths in each VM's own "
-                f"mount namespace, {n_cmds} runcmd lines run; blob-relay user in the relays only; host untouched; "
+                f"mount namespace, {n_cmds} runcmd lines run; host untouched; "
                 f"{sysctl}{'; azcopy not installed (no Microsoft repo here)' if azcopy else ''}")
 
     def stage_booted(self) -> str:
@@ -239,8 +245,10 @@ class Rehearsal(TrafficStages, AlertRecording):
                     raise StageFailed(f"{n}: relay-server failed to start 5 times (start-limit-hit): {tail}")
                 return u.get("state") == "active" and self.health(n)
             self.wait(f"{name}: relay-server active and /healthz 200", up, 120)
+        # dpkg's man-db trigger (the client's man page) rebuilds the man index
+        # under the runner's strace: most of this fetch's time.
         self.wait("bench: blob-relay-fetch@client done", lambda: self.unit("bench", "blob-relay-fetch@client.service")
-                  .get("state") == "active", 180)
+                  .get("state") == "active", 300)
         lines = []
         for name in RELAYS:
             vm, st = self.vms[name], self.unit(name, "relay-server.service")
@@ -261,18 +269,47 @@ class Rehearsal(TrafficStages, AlertRecording):
             check(stat[0] == "blob-relay 700" and stat[1] == "blob-relay 750", f"{name}: directories {stat}")
             fp = vm.read_file("/run/blob-relay/cert-sha256").decode().strip().replace(":", "").lower()
             check(fp == self.pki.relay_sha256(), f"{name}: the relay's fingerprint file {fp!r} is not the fetched cert's")
+            self.check_package(name, "relay-server")
+            exe = os.readlink(f"/proc/{pid}/exe")
+            check(exe == "/usr/bin/relay-server", f"{name}: the relay runs {exe}, not the package's /usr/bin/relay-server")
+            enabled = self.state(name).get("enabled", [])
+            check({"relay-server.service", "blob-relay-tokens.timer"} <= set(enabled),
+                  f"{name}: the fetch did not enable the package's units: {enabled}")
             lines.append(name)
         bench = self.vms["bench"]
+        self.check_package("bench", "relay-client")
         pin = bench.read_file("/etc/blob-relay/relay-cert-sha256").decode().strip()
         check(pin == self.pki.relay_sha256(), "bench: relay-cert-sha256 is not the relay certificate's")
-        check(bench.run("test -x /usr/local/bin/relay-client", check=False).returncode == 0, "bench: no relay-client")
+        check(bench.run("test -x /usr/bin/relay-client", check=False).returncode == 0, "bench: no relay-client")
+        # dpkg wrote only into the VMs' overlays.
+        check(host_has_no("blob-relay"), "a VM's package made the blob-relay user on the host")
+        check(not host_has_no_package(), f"a VM's dpkg reached the host: {host_has_no_package()}")
         skipped = self.unit("relay-1", "relay-server.service").get("not_applied", [])
         self.start_recording()
-        return ("blob-relay-fetch@relay before relay-server on both relays (binary, cert, key, tokens, id key from the "
-                "artifacts account); relay-server as blob-relay with relay.env, STATE_DIRECTORY=/var/lib/blob-relay "
+        return ("blob-relay-fetch@relay before relay-server on both relays (cert, key, tokens, id key and the "
+                "relay-server package from the artifacts account, its SHA-256 checked against SHA256SUMS, installed "
+                "with dpkg: /usr/bin/relay-server, its units enabled, the blob-relay user; nothing of it on the host); "
+                "relay-server as blob-relay with relay.env, STATE_DIRECTORY=/var/lib/blob-relay "
                 "(0700), /run/blob-relay (0750) with the fetched cert's fingerprint; /healthz 200 on both; bench "
-                f"fetched relay-client, its token and the pin; not applied by the unit runner: {len(skipped)} sandbox "
+                f"installed the relay-client package, fetched its token and the pin; not applied by the unit runner: {len(skipped)} sandbox "
                 "directives of relay-server.service (the sandbox stage's)")
+
+    def check_package(self, name: str, pkg: str) -> None:
+        """dpkg in the VM has PKG installed, at the version built for the run,
+        and the unit files it installed are the deploy/ ones at Debian's
+        paths."""
+        vm = self.vms[name]
+        status = vm.run(f"dpkg-query -W -f='${{db:Status-Status}} ${{Version}}' {pkg}", check=False).stdout
+        want = subprocess.run(["dpkg-deb", "-f", str(self.packages[pkg]), "Version"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        check(status == f"installed {want}", f"{name}: dpkg-query {pkg}: {status!r}, not installed {want}")
+        if pkg == "relay-server":
+            unit = vm.read_file("/usr/lib/systemd/system/relay-server.service").decode()
+            check(unit == (DEPLOY / "relay-server.service").read_text().replace("/usr/local/bin/", "/usr/bin/")
+                  .replace("/usr/local/sbin/", "/usr/sbin/"),
+                  f"{name}: the installed relay-server.service is not deploy/'s")
+            check(vm.run("test -f /usr/lib/sysctl.d/60-blob-relay.conf", check=False).returncode == 0,
+                  f"{name}: no sysctl file from the package")
 
     def health(self, name: str) -> bool:
         ip = self.net.ip(name)
@@ -443,6 +480,21 @@ class Rehearsal(TrafficStages, AlertRecording):
         for mnt in (self.run / "ns").glob("*.mnt"):
             subprocess.run(["umount", str(mnt)], capture_output=True)
         subprocess.run(["umount", str(self.run / "ns")], capture_output=True)
+
+
+def package(bins: Path, out: Path, logs: Path) -> dict[str, Path]:
+    """scripts/package on the binaries in `bins`: {package name: its .deb}."""
+    with open(logs / "package.log", "w") as log:
+        subprocess.run([str(REPO / "scripts/package"), "--bin-dir", str(bins), "--fast", "--out", str(out)],
+                       stdout=log, stderr=subprocess.STDOUT, check=True)
+    debs = {p.name.split("_")[0]: p for p in out.glob("*.deb")}
+    check(set(debs) == {"relay-server", "relay-client"}, f"scripts/package made {sorted(debs)}")
+    return debs
+
+
+def sums_line(deb: Path, name: str) -> bytes:
+    """The SHA256SUMS blob of artifacts.tf: filesha256() of the file uploaded."""
+    return f"{hashlib.sha256(deb.read_bytes()).hexdigest()}  {name}\n".encode()
 
 
 STAGES = ["rendered", "booted", "identity", "https", "crc64", "balancer", "compare", "failover", "tokens"]

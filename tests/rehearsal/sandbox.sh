@@ -2,10 +2,13 @@
 # Rehearsal stage "sandbox": the units the deployment installs hold the
 # programs they run (docs/REHEARSAL.md, "Sandbox check").
 #
-#   1. `systemd-analyze verify` on every unit cloud-init installs, in a mount
+#   1. `systemd-analyze verify` on every unit the deployment installs (the
+#      fetch unit and the relay's drop-in from cloud-init, the relay's and
+#      the token refresh's units from the relay-server package), in a mount
 #      namespace where the rendered cloud-init's files sit at their real
-#      paths (/etc/systemd/system, /usr/local/bin, /etc/blob-relay); any
-#      message about them fails (verify exits 0 on unknown keys).
+#      paths (/etc/systemd/system, /usr/local/sbin, /etc/blob-relay) and the
+#      package is installed with dpkg; any message about them fails (verify
+#      exits 0 on unknown keys).
 #   2. Every system call the relay and blob-relay-fetch make is allowed by
 #      their unit's SystemCallFilter= as `systemd-analyze syscall-filter`
 #      expands it; no socket family outside RestrictAddressFamilies=, no
@@ -16,7 +19,7 @@
 #
 # Usage (root):
 #   sandbox.sh [--strace-log FILE]... [--fetch-strace-log FILE] [--tokens-strace-log FILE]
-#              [--recorded TEXT] [--bin-dir DIR] [--keep DIR]
+#              [--recorded TEXT] [--bin-dir DIR] [--package-dir DIR] [--keep DIR]
 #
 # With --strace-log (the rehearsal's recordings of its relays, one per
 # relay, `strace -f -qq -y -o FILE` started at the relay's execve, i.e.
@@ -27,7 +30,7 @@
 # mount namespace it writes the rendered cloud-init's files, puts a
 # stand-in IMDS at 169.254.169.254 (tests/rehearsal/sandbox_imds.py: tokens
 # Azurite's --oauth basic accepts) and an HTTPS artifacts container, runs
-# blob-relay-fetch (relay role: it installs the relay binary; and the bench
+# blob-relay-fetch (relay role: it installs the relay-server package; and the bench
 # VM's client role) under strace, starts Azurite on loopback (HTTPS with a
 # CA made for the run and put in the system trust store, bearer tokens,
 # --loose so it takes crc64), runs the relay as the unit does (user
@@ -44,7 +47,9 @@
 # --fetch-strace-log / --tokens-strace-log: the rehearsal's recordings of
 # blob-relay-fetch@relay.service and blob-relay-tokens.service (recorded
 # here when absent). --bin-dir: relay-server and relay-client (default
-# $CARGO_TARGET_DIR/debug or target/debug). --keep DIR: copy the logs there.
+# $CARGO_TARGET_DIR/debug or target/debug). --package-dir: the .deb packages
+# of those binaries (scripts/package; made here with --fast when absent).
+# --keep DIR: copy the logs there.
 #
 # Prints one line per check and last:
 #   sandbox: 4 units verified; N distinct syscalls recorded, all allowed by SystemCallFilter; writes only under ...
@@ -56,7 +61,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
-relay_logs=() fetch_log='' tokens_log='' keep='' recorded=''
+relay_logs=() fetch_log='' tokens_log='' keep='' recorded='' package_dir=''
 bin_dir=${CARGO_TARGET_DIR:-$repo/target}/debug
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -65,6 +70,7 @@ while [ $# -gt 0 ]; do
     --fetch-strace-log) fetch_log=$(realpath -m "$2"); shift 2 ;;
     --tokens-strace-log) tokens_log=$(realpath -m "$2"); shift 2 ;;
     --bin-dir) bin_dir=$(realpath "$2"); shift 2 ;;
+    --package-dir) package_dir=$(realpath "$2"); shift 2 ;;
     --keep) keep=$(realpath -m "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "sandbox: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -111,8 +117,16 @@ if [ -z "${SANDBOX_INNER:-}" ]; then
         cp "${!v}" "$work/given-$v.log" 2>/dev/null || : >"$work/given-$v.log"
         printf -v "$v" '%s' "$work/given-$v.log"
     done
+    # The packages, where the namespace below still sees them.
+    mkdir -p "$work/package"
+    if [ -n "$package_dir" ]; then
+        cp "$package_dir"/*.deb "$work/package/" || fail "no .deb packages in $package_dir"
+    else
+        "$repo/scripts/package" --bin-dir "$bin_dir" --fast --out "$work/package" >/dev/null ||
+            fail "scripts/package --bin-dir $bin_dir"
+    fi
     rc=0
-    SANDBOX_INNER=1 SANDBOX_WORK=$work SANDBOX_VENV=$venv SANDBOX_BIN=$bin_dir \
+    SANDBOX_INNER=1 SANDBOX_WORK=$work SANDBOX_VENV=$venv SANDBOX_BIN=$bin_dir SANDBOX_PACKAGES=$work/package \
         SANDBOX_RELAY_LOGS=$(printf '%s\n' "${relay_logs[@]}") SANDBOX_FETCH_LOG=$fetch_log \
         SANDBOX_TOKENS_LOG=$tokens_log SANDBOX_RECORDED=$recorded \
         unshare --mount --net --propagation private "$0" || rc=$?
@@ -137,9 +151,10 @@ trap cleanup EXIT
 ip link set lo up
 # The instance metadata service's address, on this namespace's loopback.
 ip addr add 169.254.169.254/32 dev lo
-# The VM's file system: the host's, with writes to /etc, /usr/local and /var
-# kept in $work (discarded with it), and a fresh /run.
-for d in /etc /usr/local /var; do
+# The VM's file system: the host's, with writes to /etc, /usr (dpkg), /usr/local
+# and /var kept in $work (discarded with it), and a fresh /run. /usr before
+# /usr/local: an overlay hides the mounts below it.
+for d in /etc /usr /usr/local /var; do
     n=${d//\//_}
     mkdir -p "$work/fs$n/up" "$work/fs$n/work"
     mount -t overlay overlay -o "lowerdir=$d,upperdir=$work/fs$n/up,workdir=$work/fs$n/work" "$d"
@@ -153,8 +168,6 @@ echo "sandbox: cloud-init write_files (rendered from terraform/templates/cloud-i
 "$SANDBOX_VENV/bin/python" "$here/sandbox_boot.py" / "$storage_url" "https://127.0.0.1:$art_port/relay-boot" >"$work/boot.out" ||
     { cat "$work/boot.out"; fail "rendering the cloud-init"; }
 sed 's/^/ /' "$work/boot.out"
-# The user the cloud-init's runcmd makes (here in the overlay /etc).
-useradd --system --user-group --no-create-home --shell /usr/sbin/nologin blob-relay
 
 # Artifacts the fetch script downloads: what Terraform uploads to relay-boot.
 art=$work/artifacts
@@ -165,10 +178,12 @@ openssl rand -hex 32 >"$art/relay-id-key"
 token1=sandbox-token-$(openssl rand -hex 12)
 token2=sandbox-token-$(openssl rand -hex 12)
 echo "$token1 sandbox" >"$art/tokens"
-cp "$SANDBOX_BIN/relay-server" "$art/relay-server"
+# The packages under their blob names, with SHA256SUMS as artifacts.tf writes it.
+cp "$SANDBOX_PACKAGES"/relay-server_*.deb "$art/relay-server.deb"
 # The bench VM's role of the same unit (blob-relay-fetch@client).
 echo "$token1" >"$art/client-token"
-cp "$SANDBOX_BIN/relay-client" "$art/relay-client"
+cp "$SANDBOX_PACKAGES"/relay-client_*.deb "$art/relay-client.deb"
+(cd "$art" && sha256sum relay-server.deb relay-client.deb >SHA256SUMS)
 
 # Storage (Azurite, and the artifacts stand-in) speaks HTTPS with a
 # certificate from a CA made for this run, which the system trust store
@@ -222,7 +237,7 @@ if [ -z "$SANDBOX_FETCH_LOG" ]; then
     unit_env=()
     # ExecCondition, then ExecStart of blob-relay-fetch@relay.service.
     record "$work/fetch-needed.log" root /usr/local/sbin/blob-relay-fetch needed relay ||
-        fail "blob-relay-fetch needed relay: the binary is already there?"
+        fail "blob-relay-fetch needed relay: the package is already there?"
     record "$fetch_log" root /usr/local/sbin/blob-relay-fetch relay >"$work/fetch.out" 2>&1 ||
         { cat "$work/fetch.out"; fail "blob-relay-fetch relay"; }
     record "$work/fetch-client.log" root /usr/local/sbin/blob-relay-fetch client >"$work/fetch.out" 2>&1 ||
@@ -231,12 +246,14 @@ if [ -z "$SANDBOX_FETCH_LOG" ]; then
     cat "$work/fetch-needed.log" "$work/fetch-client.log" >>"$fetch_log"
 else
     fetch_log=$SANDBOX_FETCH_LOG
-    install -m 0755 "$SANDBOX_BIN/relay-server" /usr/local/bin/relay-server
+    # The rehearsal's fetch installed the package in its VMs: the same here.
+    dpkg -i "$SANDBOX_PACKAGES"/relay-server_*.deb >"$work/dpkg.out" 2>&1 || { cat "$work/dpkg.out"; fail "dpkg -i"; }
 fi
-[ -x /usr/local/bin/relay-server ] || fail "no /usr/local/bin/relay-server after the fetch"
+[ -x /usr/bin/relay-server ] || fail "no /usr/bin/relay-server after the fetch"
 
 # ---- 1. systemd-analyze verify ----------------------------------------------
-# The units the cloud-init writes (not the host's, also under /etc/systemd/system).
+# The units the cloud-init writes (not the host's, also under /etc/systemd/system)
+# and the package's.
 units=() dropins=()
 while read -r f; do
     case "$f" in
@@ -247,7 +264,12 @@ while read -r f; do
     [ "$u" = blob-relay-fetch@.service ] && u=blob-relay-fetch@relay.service
     units+=("$u")
 done < <(sed -n 's|^ *\(/etc/systemd/system/[^ ]*\) .*|\1|p' "$work/boot.out")
-[ ${#units[@]} -ge 4 ] || fail "expected the relay's 4 units in the rendered cloud-init, found: ${units[*]}"
+[ "${units[*]}" = blob-relay-fetch@relay.service ] ||
+    fail "expected only the fetch unit in the rendered cloud-init, found: ${units[*]}"
+for u in relay-server.service blob-relay-tokens.service blob-relay-tokens.timer; do
+    [ -f "/usr/lib/systemd/system/$u" ] || fail "the relay-server package installed no $u"
+    units+=("/usr/lib/systemd/system/$u")
+done
 verify_out=$(cd /etc/systemd/system && systemd-analyze verify "${units[@]}" 2>&1) ||
     { echo "$verify_out" >&2; fail "systemd-analyze verify ${units[*]}"; }
 if [ -n "$verify_out" ]; then
@@ -288,7 +310,7 @@ if [ ${#relay_logs[@]} = 0 ]; then
     curl -fsS -X PUT -H "Authorization: Bearer $mi_token" -H 'x-ms-version: 2023-11-03' -H 'Content-Length: 0' \
         "$storage_url/sandbox?restype=container" || fail "creating the container with the token"
 
-    (umask 0027 && record "$relay_log" blob-relay /usr/local/bin/relay-server) >"$work/relay.out" 2>&1 &
+    (umask 0027 && record "$relay_log" blob-relay /usr/bin/relay-server) >"$work/relay.out" 2>&1 &
     relay_pid=$!
     pids+=("$relay_pid")
     for _ in $(seq 600); do
@@ -313,7 +335,7 @@ if [ ${#relay_logs[@]} = 0 ]; then
         tokens_log=$work/fetch-tokens.log
         unit_env_saved=("${unit_env[@]}")
         unit_env=()
-        record "$tokens_log" root /usr/local/sbin/blob-relay-fetch tokens >"$work/fetch.out" 2>&1 ||
+        record "$tokens_log" root /usr/sbin/blob-relay-fetch tokens >"$work/fetch.out" 2>&1 ||
             { cat "$work/fetch.out"; fail "blob-relay-fetch tokens"; }
         unit_env=("${unit_env_saved[@]}")
     else
@@ -342,12 +364,13 @@ else
 fi
 
 # ---- 3. the recordings against the units -------------------------------------
-sys=/etc/systemd/system
+# cloud-init's units (the fetch, the relay's drop-in) and the package's.
+sys=/etc/systemd/system pkg=/usr/lib/systemd/system
 # First, that the check can fail: a real recording of a chroot (in
 # @privileged, which the relay's unit takes away) and of a write to /etc
 # must be reported by name.
 strace -f -qq -y -o "$work/selfcheck.log" sh -c 'chroot / true; echo x >/etc/sandbox-selfcheck'
-if python3 "$here/sandbox_check.py" check --writes "$sys/relay-server.service" "$work/selfcheck.log" \
+if python3 "$here/sandbox_check.py" check --writes "$pkg/relay-server.service" "$work/selfcheck.log" \
     2>"$work/selfcheck.out"; then
     fail "self-check: a recorded chroot and a write to /etc passed the relay's sandbox check"
 fi
@@ -364,7 +387,7 @@ for log in "${relay_logs[@]}"; do
     vm=$(basename "$(dirname "$log")")
     [ "${vm%-strace}" = "$vm" ] || label="relay-server on ${vm%-strace}"
     l=$(python3 "$here/sandbox_check.py" check --writes --label "$label" \
-        "$sys/relay-server.service,$sys/relay-server.service.d/10-fetch.conf" "$log" 2>>"$work/violations") || rc=1
+        "$pkg/relay-server.service,$sys/relay-server.service.d/10-fetch.conf" "$log" 2>>"$work/violations") || rc=1
     lines+=("$l") relay_lines+=("$l")
 done
 l=$(python3 "$here/sandbox_check.py" check --label blob-relay-fetch@ \
@@ -372,7 +395,7 @@ l=$(python3 "$here/sandbox_check.py" check --label blob-relay-fetch@ \
 lines+=("$l")
 if [ -n "${tokens_log:-}" ]; then
     l=$(python3 "$here/sandbox_check.py" check --label blob-relay-tokens \
-        "$sys/blob-relay-tokens.service" "$tokens_log" 2>>"$work/violations") || rc=1
+        "$pkg/blob-relay-tokens.service" "$tokens_log" 2>>"$work/violations") || rc=1
     lines+=("$l")
 fi
 for l in "${lines[@]}"; do [ -z "$l" ] || echo "sandbox: $l"; done

@@ -1,6 +1,8 @@
 """The rehearsal's stand-in for systemd as PID 1 inside one VM: it reads the
-unit files cloud-init wrote to /etc/systemd/system (with drop-ins and
-templates), and starts them as systemd would for what the deployment uses:
+unit files cloud-init wrote to /etc/systemd/system and those the packages
+installed in /usr/lib/systemd/system (with drop-ins and templates, /etc
+first, as systemd's search path), and starts them as systemd would for what
+the deployment uses:
 
 - jobs pull in Requires=/Wants= and order by After=; a failed requirement
   fails the dependent's job; ConditionPathExists= and ExecCondition= skip;
@@ -52,7 +54,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-UNIT_DIR = Path("/etc/systemd/system")
+# systemd's search path for system units, highest precedence first.
+UNIT_DIRS = [Path("/etc/systemd/system"), Path("/run/systemd/system"), Path("/usr/lib/systemd/system")]
 CTL = Path("/run/rehearsal")
 REQUESTS = CTL / "systemctl.d"
 JOURNAL = CTL / "journal"
@@ -171,16 +174,22 @@ class Unit:
 
 
 def load(name: str) -> Unit:
-    """The unit file (or its template) plus drop-ins, as systemd merges them."""
+    """The unit file (or its template) found first on the search path, plus
+    the drop-ins of every directory on it, as systemd merges them."""
     conf: dict = {}
-    path = UNIT_DIR / name
-    if not path.exists() and "@" in name:
-        path = UNIT_DIR / (name.split("@")[0] + "@" + name[name.rindex("."):])
+    names = [name]
+    if "@" in name:
+        names.append(name.split("@")[0] + "@" + name[name.rindex("."):])
+    path = next((d / n for n in names for d in UNIT_DIRS if (d / n).exists()), None)
+    if path is None:
+        raise FileNotFoundError(f"unit {name} not found in {', '.join(map(str, UNIT_DIRS))}")
     parse_unit(path.read_text(), conf)
-    dropins = UNIT_DIR / f"{name}.d"
-    if dropins.is_dir():
-        for f in sorted(dropins.glob("*.conf")):
-            parse_unit(f.read_text(), conf)
+    dropins: dict[str, Path] = {}
+    for d in reversed(UNIT_DIRS):  # a drop-in of the same name in /etc wins
+        if (d / f"{name}.d").is_dir():
+            dropins.update({f.name: f for f in (d / f"{name}.d").glob("*.conf")})
+    for fname in sorted(dropins):
+        parse_unit(dropins[fname].read_text(), conf)
     return Unit(name, conf)
 
 
@@ -473,6 +482,7 @@ class Runner:
 
     def request(self, words: list[str]) -> None:
         self.say("systemctl " + " ".join(words))
+        now = "--now" in words
         words = [w for w in words if w not in ("--no-block", "--now", "-q", "--quiet")]
         if not words:
             return
@@ -484,6 +494,9 @@ class Runner:
                 old.conf = new.conf
         elif verb == "enable":
             self.enabled.update(names)
+            if now:
+                for n in names:
+                    self.start(n)
         elif verb == "start":
             for n in names:
                 self.start(n)
@@ -517,7 +530,10 @@ class Runner:
             for f in sorted(REQUESTS.glob("*.req")):
                 words = f.read_text().split()
                 f.unlink()
-                self.request(words)
+                try:
+                    self.request(words)
+                except FileNotFoundError as e:  # systemctl's "Unit ... not found."
+                    self.say(f"systemctl {' '.join(words)}: {e}")
             self.reap()
             self.tick()
             time.sleep(0.1)
@@ -539,7 +555,9 @@ def main() -> int:
         unit, _, log = args[1].partition("=")
         trace[unit] = log
         args = args[2:]
-    for d in (CTL, REQUESTS, JOURNAL):
+    # /run/systemd/system: what systemd makes at boot, and what maintainer
+    # scripts test to see that it runs (the packages' postinst then reloads).
+    for d in (CTL, REQUESTS, JOURNAL, Path("/run/systemd/system")):
         d.mkdir(parents=True, exist_ok=True)
     Runner(trace).run()
     return 0

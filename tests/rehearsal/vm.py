@@ -1,8 +1,10 @@
 """A VM of the rehearsal: a network namespace (its own interfaces, routes and
-169.254.169.254) plus a persistent mount namespace in which /etc, /usr/local,
-/var/lib, /root and /home are overlays on the host's (writes land in the VM's
-own tmpfs, the host's files are never changed) and /tmp, /var/tmp, /mnt and
-/run are empty tmpfs. /proc/sys is read-only inside: the kernel is shared
+169.254.169.254) plus a persistent mount namespace in which /etc, /usr (with
+/usr/local), /var/lib, /var/log, /var/cache, /root and /home are overlays on
+the host's (writes land in the VM's own tmpfs, the host's files are never
+changed: dpkg installing the relay's package writes /usr/bin, /usr/lib,
+/var/lib/dpkg, /var/log/dpkg.log and its triggers /var/cache) and /tmp,
+/var/tmp, /mnt and /run are empty tmpfs. /proc/sys is read-only inside: the kernel is shared
 with the host, so a VM must not change global sysctls.
 
 Everything a VM runs enters both namespaces with nsenter; nothing uses
@@ -30,7 +32,9 @@ def ns_name(name: str) -> str:
     """The network namespace of `name` (wan, balancer, storage, a VM) in this run."""
     return f"rh{RUN_ID}-{name}"
 
-OVERLAYS = ["etc", "usr/local", "var/lib", "root", "home"]
+# /usr before /usr/local: an overlay hides what is mounted below it, and the
+# second one's lower layer is then the first one's view.
+OVERLAYS = ["etc", "usr", "usr/local", "var/lib", "var/log", "var/cache", "root", "home"]
 TMPFS = ["tmp", "var/tmp", "mnt"]  # and /run, mounted first
 
 
@@ -130,6 +134,25 @@ def runcmd_lines(cfg: dict) -> list[str]:
     for c in cfg.get("runcmd", []):
         out.append(" ".join(shlex.quote(str(w)) for w in c) if isinstance(c, list) else str(c))
     return out
+
+
+# What the relay-server and relay-client packages install: none of it may
+# reach the host when a VM's dpkg installs them.
+PACKAGE_PATHS = ["/usr/bin/relay-server", "/usr/bin/relay-client", "/usr/sbin/blob-relay-fetch",
+                 "/usr/lib/systemd/system/relay-server.service", "/usr/lib/systemd/system/blob-relay-tokens.timer",
+                 "/usr/lib/sysusers.d/blob-relay.conf", "/usr/lib/sysctl.d/60-blob-relay.conf",
+                 "/var/lib/dpkg/info/relay-server.list", "/var/lib/dpkg/info/relay-client.list"]
+
+
+def host_has_no_package() -> list[str]:
+    """The package files (and dpkg status entries) on the host: empty unless
+    a VM's dpkg reached it."""
+    found = [p for p in PACKAGE_PATHS if os.path.lexists(p)]
+    status = Path("/var/lib/dpkg/status")
+    if status.exists():
+        text = status.read_text(errors="replace")
+        found += [f"dpkg status: {p}" for p in ("relay-server", "relay-client") if f"\nPackage: {p}\n" in "\n" + text]
+    return found
 
 
 def host_has_no(user: str) -> bool:

@@ -320,15 +320,11 @@ def test_check_config_refuses_a_bad_id_key(relay_server_bin, relay_env_on_disk, 
 def test_relay_files_are_the_deploy_files(module):
     text, _ = rendered(module, "cloud-init-relay.yaml.tftpl")
     cfg = yaml.safe_load(text)
-    assert write_file(cfg, "/etc/systemd/system/relay-server.service") == (DEPLOY / "relay-server.service").read_text()
-    assert write_file(cfg, "/etc/sysctl.d/60-blob-relay.conf") == (DEPLOY / "sysctl.d/60-blob-relay.conf").read_text()
     assert write_file(cfg, "/usr/local/sbin/blob-relay-fetch") == (DEPLOY / "blob-relay-fetch.sh").read_text()
     assert write_file(cfg, "/etc/systemd/system/blob-relay-fetch@.service") == \
         (DEPLOY / "blob-relay-fetch@.service").read_text()
     assert write_file(cfg, "/etc/systemd/system/relay-server.service.d/10-fetch.conf") == \
         (DEPLOY / "relay-server.service.d/10-fetch.conf").read_text()
-    for unit in ("blob-relay-tokens.service", "blob-relay-tokens.timer"):
-        assert write_file(cfg, f"/etc/systemd/system/{unit}") == (DEPLOY / unit).read_text()
     fetch = env_file(write_file(cfg, "/etc/blob-relay/fetch.env"))
     # The relays read the relay-boot container of the artifacts account, not
     # the account they upload to.
@@ -336,19 +332,37 @@ def test_relay_files_are_the_deploy_files(module):
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", fetch["BLOB_RELAY_STORAGE_API_VERSION"])
 
 
+def test_relay_cloud_init_writes_nothing_the_package_ships(module):
+    """Issue 51: the relay's unit, the token refresh's units, the sysctl file
+    and the user come from the relay-server package (scripts/package); a copy
+    written by cloud-init would shadow the package's and drift from it. Only
+    the deployment's own files are written: its configuration, and the fetch
+    (script, unit, the relay's drop-in), which runs before the package is
+    there."""
+    text, _ = rendered(module, "cloud-init-relay.yaml.tftpl")
+    cfg = yaml.safe_load(text)
+    paths = {f["path"] for f in cfg["write_files"]}
+    assert paths == {"/etc/blob-relay/relay.env", "/etc/blob-relay/fetch.env", "/usr/local/sbin/blob-relay-fetch",
+                     "/etc/systemd/system/blob-relay-fetch@.service",
+                     "/etc/systemd/system/relay-server.service.d/10-fetch.conf"}, paths
+    shipped = re.findall(r'^unit "\$repo/deploy/([^"]+)"', (REPO / "scripts/package").read_text(), re.M)
+    assert {"relay-server.service", "blob-relay-tokens.service", "blob-relay-tokens.timer"} <= set(shipped), shipped
+    cmds = " ".join(" ".join(map(str, c)) if isinstance(c, list) else c for c in cfg["runcmd"])
+    assert "useradd" not in cmds and "sysctl" not in cmds, cmds
+
+
 def test_relay_boot_sequence(module):
     text, _ = rendered(module, "cloud-init-relay.yaml.tftpl")
     cmds = [" ".join(map(str, c)) if isinstance(c, list) else c for c in yaml.safe_load(text)["runcmd"]]
-    order = ["sysctl --system", "useradd --system", "systemctl daemon-reload",
-             "systemctl enable blob-relay-fetch@relay.service relay-server.service",
-             "systemctl start --no-block relay-server.service"]
-    positions = [next(i for i, c in enumerate(cmds) if o in c) for o in order]
-    assert positions == sorted(positions), cmds
-    # Token changes reach running relays through the timer (no reimage).
-    assert any("enable" in c and "blob-relay-tokens.timer" in c for c in cmds), cmds
-    assert any("start" in c and "blob-relay-tokens.timer" in c for c in cmds), cmds
-    # The fetch is not a one-shot runcmd any more: it is the unit, which
-    # retries, and on later boots runs again while the binary is missing.
+    # Only the fetch is known before the package: it installs the package and
+    # then enables and starts the relay and the token refresh timer.
+    assert cmds == ["systemctl daemon-reload", "systemctl enable blob-relay-fetch@relay.service",
+                    "systemctl start --no-block blob-relay-fetch@relay.service"], cmds
+    post = [line for line in (DEPLOY / "blob-relay-fetch@.service").read_text().splitlines()
+            if line.startswith("ExecStartPost=")]
+    assert len(post) == 1 and "enable --now relay-server.service blob-relay-tokens.timer" in post[0], post
+    # The fetch is not a one-shot runcmd: it is the unit, which retries, and
+    # on later boots runs again while the package or a file is missing.
     assert not any(re.search(r"blob-relay-fetch\s+(relay|client)\b", c) for c in cmds), cmds
 
 

@@ -1,7 +1,9 @@
 """deploy/blob-relay-fetch.sh run for real against a fake IMDS + blob store
-(curl and install shimmed on PATH, every path under BLOB_RELAY_ROOT): it
-retries until the artifacts are readable, installs the binary last, checks
-the block-ID key, and tells its systemd unit whether a fetch is needed."""
+(curl, install, dpkg and dpkg-query shimmed on PATH, every path under
+BLOB_RELAY_ROOT): it retries until the artifacts are readable, installs the
+package only when its SHA-256 is the one SHA256SUMS lists, places the files
+after it, checks the block-ID key, and tells its systemd unit whether a fetch
+is needed. The real dpkg installing the real package is the rehearsal's."""
 
 import hashlib
 import os
@@ -54,6 +56,43 @@ exec /usr/bin/install "${args[@]}"
 """
 
 
+FAKE_DPKG = r"""#!/bin/bash
+# Fake dpkg: records `--root=R ... -i FILE` in $FAKE_STORE/.dpkg and marks the
+# package (the FILE's first line) installed where the fake dpkg-query looks.
+root= deb=
+for a in "$@"; do
+    case "$a" in --root=*) root=${a#--root=} ;; *.deb) deb=$a ;; esac
+done
+[ -n "$root" ] && [ -f "$deb" ] || { echo "fake dpkg: want --root=R -i FILE.deb: $*" >&2; exit 2; }
+pkg=$(head -n1 "$deb")
+echo "$pkg" >>"$FAKE_STORE/.dpkg"
+mkdir -p "$root/var/lib/dpkg"
+echo "$pkg" >>"$root/var/lib/dpkg/fake-installed"
+"""
+
+FAKE_DPKG_QUERY = r"""#!/bin/bash
+# Fake dpkg-query -W -f='${db:Status-Status}' PKG: "installed" if the fake
+# dpkg installed PKG under --root.
+root= pkg=
+for a in "$@"; do
+    case "$a" in --root=*) root=${a#--root=} ;; -*) ;; *) pkg=$a ;; esac
+done
+grep -qx "$pkg" "$root/var/lib/dpkg/fake-installed" 2>/dev/null || exit 1
+printf installed
+"""
+
+
+def publish(store: Path, pkg: str, content: str) -> None:
+    """PKG.deb in the store with its line in SHA256SUMS, as artifacts.tf
+    uploads them (the fake package's first line is its name)."""
+    (store / f"{pkg}.deb").write_text(content)
+    sums = store / "SHA256SUMS"
+    lines = [line for line in (sums.read_text().splitlines() if sums.exists() else [])
+             if not line.endswith(f"  {pkg}.deb")]
+    lines.append(f"{hashlib.sha256(content.encode()).hexdigest()}  {pkg}.deb")
+    sums.write_text("\n".join(lines) + "\n")
+
+
 @pytest.fixture
 def sandbox(tmp_path):
     root, store, bin_ = tmp_path / "root", tmp_path / "store", tmp_path / "bin"
@@ -62,7 +101,8 @@ def sandbox(tmp_path):
     (root / "etc/blob-relay/fetch.env").write_text(
         "BLOB_RELAY_ARTIFACTS_URL=https://acct.blob.core.windows.net/relay-boot\n"
         "BLOB_RELAY_STORAGE_API_VERSION=2023-11-03\n")
-    for name, text in (("curl", FAKE_CURL), ("install", FAKE_INSTALL)):
+    for name, text in (("curl", FAKE_CURL), ("install", FAKE_INSTALL), ("dpkg", FAKE_DPKG),
+                       ("dpkg-query", FAKE_DPKG_QUERY)):
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -71,8 +111,8 @@ def sandbox(tmp_path):
     (store / "tokens").write_text("a" * 48 + " uploads\n")
     (store / "client-token").write_text("a" * 48 + "\n")
     (store / "relay-id-key").write_text(secrets.token_hex(32) + "\n")
-    (store / "relay-server").write_text("#!/bin/true\n")
-    (store / "relay-client").write_text("#!/bin/true\n")
+    publish(store, "relay-server", "relay-server\n")
+    publish(store, "relay-client", "relay-client\n")
     env = {"PATH": f"{bin_}:/usr/bin:/bin", "FAKE_STORE": str(store), "BLOB_RELAY_ROOT": str(root),
            "BLOB_RELAY_FETCH_RETRY_S": "0"}
     return root, store, env
@@ -87,31 +127,59 @@ def mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
 
 
-def test_relay_fetch_retries_and_installs_the_binary_last(sandbox):
+def test_relay_fetch_retries_and_installs_the_package_before_the_files(sandbox):
     root, store, env = sandbox
     (store / ".fail-tokens").write_text("3")  # e.g. the role assignment still propagating
-    (store / "relay-server").unlink()  # not uploaded yet ...
+    (store / "relay-server.deb").unlink()  # not uploaded yet ...
     proc = subprocess.Popen(["bash", str(DEPLOY / "blob-relay-fetch.sh"), "relay"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # ... until a while later.
     for _ in range(200):
-        if (store / ".requests").exists() and (store / ".requests").read_text().count("relay-server") >= 3:
+        if (store / ".requests").exists() and (store / ".requests").read_text().count("relay-server.deb") >= 3:
             break
         subprocess.run(["sleep", "0.05"])
-    (store / "relay-server").write_text("#!/bin/true\n")
+    publish(store, "relay-server", "relay-server\n")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert "tokens: not readable yet" in err and "relay-server: not readable yet" in err
+    assert "tokens: not readable yet" in err and "relay-server.deb: not readable yet" in err
+    assert (store / ".dpkg").read_text() == "relay-server\n"
     etc = root / "etc/blob-relay"
     assert mode(etc / "relay-key.pem") == 0o640 and mode(etc / "tokens") == 0o640
     assert mode(etc / "relay-id-key") == 0o640
     assert (etc / "relay-id-key").read_text() == (store / "relay-id-key").read_text()
-    assert mode(root / "usr/local/bin/relay-server") == 0o755
     requests = (store / ".requests").read_text().split()
-    assert requests[-1] == "relay-server" and set(requests[:-1]) - {"relay-server"} >= {
-        "relay-cert.pem", "relay-key.pem", "tokens", "relay-id-key"}
-    # The binary's presence means done: the unit's ExecCondition skips.
+    assert set(requests) >= {"relay-cert.pem", "relay-key.pem", "tokens", "relay-id-key", "SHA256SUMS",
+                             "relay-server.deb"}
+    # The package's group owns the files: the package is installed before them.
+    assert "installed" in out and out.index("relay-server.deb installed") < out.index("relay-key.pem ->")
+    # Package installed and files in place mean done: the unit's ExecCondition skips.
     assert run(env, "needed", "relay").returncode == 1
+    # A file lost (or an install interrupted before it) makes the fetch needed again.
+    (etc / "relay-id-key").unlink()
+    assert run(env, "needed", "relay").returncode == 0
+
+
+@pytest.mark.parametrize("how", ["tampered", "unlisted", "truncated sums"])
+def test_a_package_whose_sha256_is_not_the_published_one_is_never_installed(sandbox, how):
+    """Issue 51: the package is installed only with the SHA-256 that
+    SHA256SUMS (Terraform's hash of the file it uploaded) gives for it."""
+    root, store, env = sandbox
+    if how == "tampered":  # the blob changed after the apply hashed it
+        (store / "relay-server.deb").write_text("relay-server\nand something else\n")
+    elif how == "unlisted":
+        (store / "SHA256SUMS").write_text((store / "SHA256SUMS").read_text().replace("relay-server.deb", "other.deb"))
+    else:
+        (store / "SHA256SUMS").write_text((store / "SHA256SUMS").read_text().replace("  relay-server.deb", "0  relay-server.deb"))
+    r = run({**env, "BLOB_RELAY_FETCH_TIMEOUT_S": "1"}, "relay")
+    assert r.returncode == 1 and "not installing it" in r.stderr and "giving up" in r.stderr, r.stderr
+    assert not (store / ".dpkg").exists(), "dpkg ran on a package that failed its check"
+    assert not (root / "etc/blob-relay/relay-key.pem").exists()
+    assert run(env, "needed", "relay").returncode == 0
+    # The right package (Terraform's next apply, or the end of this one) is
+    # taken on the next try.
+    publish(store, "relay-server", "relay-server\n")
+    r = run(env, "relay")
+    assert r.returncode == 0 and (store / ".dpkg").read_text() == "relay-server\n", r.stderr
 
 
 @pytest.mark.parametrize("key", ["ab" * 31, "zz" * 32, "ab" * 33, ""])
@@ -122,8 +190,8 @@ def test_relay_fetch_refuses_a_bad_id_key(sandbox, key):
     assert r.returncode != 0
     assert "not 64 hex digits" in r.stderr
     assert not (root / "etc/blob-relay/relay-id-key").exists()
-    # No binary: the next boot (or the unit's restart) tries again.
-    assert not (root / "usr/local/bin/relay-server").exists()
+    # No package: the next boot (or the unit's restart) tries again.
+    assert not (store / ".dpkg").exists()
     assert run(env, "needed", "relay").returncode == 0
 
 
@@ -150,6 +218,7 @@ def test_client_fetch_computes_the_pin(sandbox):
     pin = (root / "etc/blob-relay/relay-cert-sha256").read_text().strip()
     assert pin == hashlib.sha256(der).hexdigest()
     assert mode(root / "etc/blob-relay/client-token") == 0o600
+    assert (store / ".dpkg").read_text() == "relay-client\n"
     assert run(env, "needed", "client").returncode == 1
 
 

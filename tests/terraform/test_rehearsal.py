@@ -106,7 +106,7 @@ def test_a_traced_unit_runs_under_strace_from_its_execve_and_signals_reach_the_p
     unit_dir, journal = tmp_path / "units", tmp_path / "journal"
     unit_dir.mkdir()
     journal.mkdir()
-    monkeypatch.setattr(units, "UNIT_DIR", unit_dir)
+    monkeypatch.setattr(units, "UNIT_DIRS", [unit_dir])
     monkeypatch.setattr(units, "JOURNAL", journal)
     monkeypatch.setattr(units, "CTL", tmp_path)
     (unit_dir / "t.service").write_text("[Service]\nType=simple\nExecStart=/bin/sleep 60\nKillMode=mixed\n"
@@ -143,3 +143,27 @@ def test_a_traced_unit_runs_under_strace_from_its_execve_and_signals_reach_the_p
     # -qq leaves out strace's own exit lines: the signals show as delivered to the program.
     assert "--- SIGKILL" in text or text.count("execve") == 2
     assert "--- SIGTERM {si_signo=SIGTERM" in text, text[-500:]
+
+
+def test_unit_runner_reads_the_packages_units_under_etcs(tmp_path, monkeypatch):
+    """Issue 51: the relay's units come from its package (/usr/lib/systemd/
+    system), the deployment's drop-in and fetch unit from cloud-init (/etc):
+    the runner finds both, /etc first, and merges drop-ins of both
+    directories (a same-named drop-in in /etc replaces the package's)."""
+    etc, lib = tmp_path / "etc", tmp_path / "lib"
+    (etc / "r.service.d").mkdir(parents=True)
+    (lib / "r.service.d").mkdir(parents=True)
+    monkeypatch.setattr(units, "UNIT_DIRS", [etc, lib])
+    (lib / "r.service").write_text("[Unit]\nDescription=from the package\n[Service]\nExecStart=/usr/bin/r\n")
+    (lib / "r.service.d" / "10-a.conf").write_text("[Unit]\nWants=lib-a.service\n")
+    (lib / "r.service.d" / "20-b.conf").write_text("[Unit]\nWants=lib-b.service\n")
+    (etc / "r.service.d" / "20-b.conf").write_text("[Unit]\nRequires=etc-b.service\n")
+    (lib / "f@.service").write_text("[Service]\nExecStart=/usr/sbin/f %i\n")
+    (etc / "f@.service").write_text("[Service]\nExecStart=/usr/local/sbin/f %i\n")
+    r = units.load("r.service")
+    assert r.get("Unit", "Description") == "from the package"
+    assert r.all("Unit", "Wants") == ["lib-a.service"] and r.all("Unit", "Requires") == ["etc-b.service"]
+    assert units.load("f@relay.service").get("Service", "ExecStart") == "/usr/local/sbin/f %i"
+    import pytest
+    with pytest.raises(FileNotFoundError):
+        units.load("missing.service")

@@ -393,13 +393,26 @@ def test_no_account_key_anywhere(module):
         assert needle not in text, needle
 
 
-def test_relay_binary_is_the_stripped_build(module):
-    """deploy/build-release.sh writes the stripped binaries to target/dist."""
-    blob = module.resource("azurerm_storage_blob", "relay_server").body
-    assert blob["storage_container_id"] == Expr("azurerm_storage_container.relay_boot.id")
-    assert module.locals()["relay_binary_path"].text.endswith('"${path.module}/../target/dist/relay-server")')
-    assert module.locals()["client_binary_path"].text.endswith('"${path.module}/../target/dist/relay-client")')
-    assert "deploy/build-release.sh" in blob["lifecycle"][0]["precondition"][0]["error_message"]
+def test_boot_artifacts_are_the_packages_with_their_sha256(module):
+    """Issue 51: the VMs install scripts/package's .deb packages, under fixed
+    blob names, each with a SHA256SUMS blob that Terraform computes from the
+    very file it uploads (the boot fetch refuses a package that differs)."""
+    for name, container, pkg, local in (("relay_package", "relay_boot", "relay-server", "relay_package_path"),
+                                        ("client_package", "bench_boot", "relay-client", "client_package_path")):
+        blob = module.resource("azurerm_storage_blob", name).body
+        assert blob["name"] == f"{pkg}.deb"
+        assert blob["storage_container_id"] == Expr(f"azurerm_storage_container.{container}.id")
+        assert blob["source"] == Expr(f"local.{local}")
+        assert "scripts/package" in blob["lifecycle"][0]["precondition"][0]["error_message"]
+        sums = module.resource("azurerm_storage_blob", f"{name}_sums").body
+        assert sums["name"] == "SHA256SUMS"
+        assert sums["storage_container_id"] == blob["storage_container_id"]
+        assert sums["source_content"] == f'${{try(filesha256(local.{local}), "")}}  {pkg}.deb\\n'
+    loc = {k: str(getattr(v, "text", v)) for k, v in module.locals().items()}
+    assert loc["package_dir"].endswith("${path.module}/../target/package")
+    assert '"relay-server_*_amd64.deb"' in loc["relay_package_name"]
+    assert "var.relay_package_path" in loc["relay_package_path"]
+    assert "var.client_package_path" in loc["client_package_path"]
 
 
 def test_block_id_key_is_generated_once_and_shipped_to_relays_only(module):
