@@ -15,21 +15,19 @@ use azure_storage_blob::models::{
     BlockBlobClientCommitBlockListResultHeaders, BlockBlobClientGetBlockListOptions,
     BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList,
 };
-use azure_storage_blob::{BlobClient, BlockBlobClient};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
-use crate::account::AccountPipeline;
 use crate::checksum::{BlockChecksum, azure_crc64, crc64_header_bytes};
 use crate::progress::{BodyTracker, TRACKER};
 use crate::put_blob::{self, BodyChecksum, PutBlob};
 use crate::retry::{AbandonCounts, Abandoned, RetryCounts};
+use crate::sdk::{AccountPipeline, SdkClients};
 use crate::store::{BlobStore, Commit, Condition};
 use crate::watch::{Abandon, RequestWatch};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
-pub use crate::account::{ClientBuildError, Storage};
 pub use crate::error::{BlobError, TIMEOUT_CODE};
 pub use crate::options::WriterOptions;
 pub use crate::store::BlobProperties;
@@ -51,12 +49,6 @@ pub struct BlobWriter {
     pub(crate) options: WriterOptions,
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
     pub(crate) abandons: Arc<AbandonCounts>,
-}
-
-/// The SDK's clients for one blob (one pipeline, shared by both).
-pub(crate) struct SdkClients {
-    pub blob: BlobClient,
-    pub block: BlockBlobClient,
 }
 
 impl BlobWriter {
