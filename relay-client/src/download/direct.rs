@@ -37,6 +37,7 @@ fn refusal(code: Code, message: &str) -> Failure {
         message: message.to_string(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     }
 }
 

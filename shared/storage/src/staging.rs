@@ -139,8 +139,21 @@ pub enum StageError {
     Storage(#[from] BlobError),
     #[error("a block of {} does not fit the memory budget", format_size(*.0))]
     BudgetTooSmall(u64),
+    /// A staging task panicked or was cancelled.
     #[error("staging task failed: {0}")]
-    Task(String),
+    Task(#[from] tokio::task::JoinError),
+    /// The resume point's hash checkpoint does not restore a hasher.
+    #[error("unusable resume checkpoint")]
+    UnusableCheckpoint,
+    /// The whole file's MD5 state does not restore a hasher.
+    #[error("unusable MD5 state")]
+    UnusableMd5State,
+    /// The MD5 state given for a resume is at another offset than the resume.
+    #[error("MD5 state at {state} for a resume at {resume}")]
+    Md5StateOffset { state: u64, resume: u64 },
+    /// A block index beyond what a block ID holds.
+    #[error("block index {0} does not fit a block ID")]
+    BlockIndex(u64),
     /// The process is shutting down; staged blocks stay for a resume.
     #[error("stopped at a block boundary for shutdown")]
     Stopped,
@@ -226,7 +239,7 @@ impl Stager {
         let hasher = start
             .checkpoint
             .restore()
-            .ok_or_else(|| StageError::Task("unusable resume checkpoint".into()))?;
+            .ok_or(StageError::UnusableCheckpoint)?;
         if !budget.fits(plan.block_size.min(plan.size.max(1))) {
             return Err(StageError::BudgetTooSmall(plan.block_size));
         }
@@ -260,14 +273,12 @@ impl Stager {
     /// start), for a Content-MD5 on the committed blob.
     pub fn with_whole_md5(mut self, state: Md5State) -> Result<Self, StageError> {
         if state.offset != self.offset {
-            return Err(StageError::Task(format!(
-                "MD5 state at {} for a resume at {}",
-                state.offset, self.offset
-            )));
+            return Err(StageError::Md5StateOffset {
+                state: state.offset,
+                resume: self.offset,
+            });
         }
-        let hasher = state
-            .restore()
-            .ok_or_else(|| StageError::Task("unusable MD5 state".into()))?;
+        let hasher = state.restore().ok_or(StageError::UnusableMd5State)?;
         self.md5 = Some(hasher);
         Ok(self)
     }
@@ -455,7 +466,7 @@ impl Stager {
             },
         };
         Ok(self.signer.encode(&BlockId {
-            index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+            index: u32::try_from(index).map_err(|_| StageError::BlockIndex(index))?,
             follows: self.follows,
             state,
         }))
@@ -475,7 +486,7 @@ impl Stager {
             return Ok(None);
         };
         Ok(Some(self.signer.encode(&BlockId {
-            index: u32::try_from(index).map_err(|_| StageError::Task("block index".into()))?,
+            index: u32::try_from(index).map_err(|_| StageError::BlockIndex(index))?,
             follows: after,
             state: BlockState::Md5(state),
         })))
@@ -561,6 +572,6 @@ struct BlockPermit {
 fn flatten(done: Result<Result<(), BlobError>, tokio::task::JoinError>) -> Result<(), StageError> {
     match done {
         Ok(r) => r.map_err(StageError::from),
-        Err(e) => Err(StageError::Task(e.to_string())),
+        Err(e) => Err(StageError::Task(e)),
     }
 }
