@@ -263,7 +263,7 @@ pub struct Progress {
     pub staged: u64,
 }
 
-// ---- Download (issue 50) --------------------------------------------------
+// ---- Download -------------------------------------------------------------
 //
 // One QUIC stream per blob, opened by the client, like an upload's:
 //

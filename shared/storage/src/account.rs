@@ -49,8 +49,8 @@ impl Storage {
         let http = reqwest::Client::builder()
             .connect_timeout(opts.connect_timeout)
             // No read timeout: reqwest's runs from the start of the request to
-            // its answer, body upload included, so it ended slow uploads that
-            // still moved. The writer's watch (`watch.rs`) decides instead.
+            // its answer, body upload included, so it would end slow uploads
+            // that still move. The writer's watch (`watch.rs`) decides instead.
             .pool_max_idle_per_host(opts.max_idle_per_host)
             .pool_idle_timeout(opts.pool_idle_timeout)
             .tcp_nodelay(true)

@@ -395,10 +395,9 @@ impl BlobWriter {
     /// - the whole file's MD5 when the caller kept one (`--put-md5`), sent as the
     ///   blob's Content-MD5;
     /// - else the block checksum's kind: with MD5 the body's MD5, sent the same
-    ///   way; with CRC-64 the body's CRC-64 (`x-ms-content-crc64`). MD5 was a
-    ///   quarter of the relay's CPU per 64 KiB file and CRC-64 costs a small
-    ///   fraction of it; the service sets a Put Blob's Content-MD5 itself when
-    ///   the request carries none, so other tools can still verify the blob.
+    ///   way; with CRC-64 the body's CRC-64 (`x-ms-content-crc64`), a small
+    ///   fraction of MD5's CPU; the service sets a Put Blob's Content-MD5 itself
+    ///   when the request carries none, so other tools can still verify the blob.
     pub async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
         let md5;
         let checksum = match (&commit.content_md5, self.options.block_checksum) {

@@ -238,10 +238,8 @@ pub async fn commit_verified(
     // MD5 checked by the service) and Put Block List alike: block IDs bind
     // their bytes ("same ID, same bytes", `block_id`), so a Put Block List that
     // succeeded published exactly the bytes hashed to `ours`, whoever else
-    // stages into the blob. Reading the properties back told nothing more, and
-    // cost every large file one more round trip before it was reported (and,
-    // without a condition, failed an upload whose blob a later writer had
-    // already replaced).
+    // stages into the blob. Reading the properties back would tell nothing
+    // more, for a round trip.
     let props = BlobProperties {
         etag,
         size: dest.size,
