@@ -112,6 +112,7 @@ pub fn check_frame_bytes(data: &[u8]) {
                 message: format!("bad Offer: {e}"),
                 existing: None,
                 requests: None,
+                outcome_unknown: false,
             });
         }
         Err(other) => panic!("decode returned an i/o-only error: {other:?}"),
@@ -429,6 +430,7 @@ pub fn seed_messages() -> Vec<Message> {
             message: "invalid blob name \"a/\": ends with '/' or '.'".into(),
             existing: None,
             requests: None,
+            outcome_unknown: false,
         }),
         Message::Start(Start::plain(0)),
         Message::Trailer(Trailer {
@@ -459,6 +461,7 @@ pub fn seed_messages() -> Vec<Message> {
             message: "SHA-256 differs".into(),
             existing: None,
             requests: None,
+            outcome_unknown: false,
         }),
         Message::Progress(relay_proto::protocol::Progress { staged: 16 * MIB }),
     ]

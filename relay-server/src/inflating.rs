@@ -7,8 +7,9 @@
 //! moves bytes. It writes into the stager's block buffer (never more than the
 //! read asked for), holds at most `INPUT_BYTES` of wire bytes, and never reads
 //! past the last chunk, so the Trailer that follows stays for the frame reader.
-//! A refusal is an `io::Error` of kind `InvalidData` carrying the
-//! `InflateError` (`refusal` finds it again).
+//! A failure is kept typed (`DecodeError`); the stager, which reads through
+//! `AsyncRead`, sees an `io::Error` naming it, and the caller asks the reader
+//! why (`explain`).
 //!
 //! The file's last byte can come out before its chunk ends (the frame's
 //! checksum, or a bomb's rest, may still be on the way): `finish` reads the
@@ -33,9 +34,33 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// Memory held for the decoder until the stream ends.
 pub type Held = Box<dyn Send + Sync>;
-type Holding = Pin<Box<dyn Future<Output = std::io::Result<Held>> + Send>>;
+type Holding = Pin<Box<dyn Future<Output = Result<Held, StageError>> + Send>>;
 /// Takes `DECODER_BYTES` from the budget (and the owner's share), within its wait.
 pub type Reserve = Box<dyn FnOnce(u64) -> Holding + Send>;
+
+/// Why the compressed stream stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The peer's chunks broke the format's rules.
+    #[error("compressed chunks refused: {0}")]
+    Refused(#[from] InflateError),
+    /// No memory for the decoder, as for a block (busy, or a budget too small).
+    #[error("no memory for the decoder: {0}")]
+    Memory(StageError),
+    /// The caller checked the chunks' end before the file's last byte.
+    #[error("the chunks' end was checked before the file's last byte")]
+    EarlyFinish,
+}
+
+/// Why receiving a compressed stream failed: the stager's own reason, or the
+/// decoder's.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
 
 pub struct Inflating<R> {
     inner: R,
@@ -48,6 +73,8 @@ pub struct Inflating<R> {
     held: Option<Held>,
     /// In `finish`: reading on to the last chunk's end with no room for output.
     to_end: bool,
+    /// The decoder's failure, once there is one: every later read repeats it.
+    failed: Option<DecodeError>,
 }
 
 impl<R> Inflating<R> {
@@ -67,7 +94,24 @@ impl<R> Inflating<R> {
             holding: None,
             held: None,
             to_end: false,
+            failed: None,
         }
+    }
+
+    /// Why a read from this stream failed with `e`: the decoder's own reason
+    /// when it had one, else the stager's.
+    pub fn explain(&mut self, e: StageError) -> ReceiveError {
+        match self.failed.take() {
+            Some(why) => ReceiveError::Decode(why),
+            None => ReceiveError::Stage(e),
+        }
+    }
+
+    /// Keeps `why` and returns the `io::Error` a read reports for it.
+    fn fail(&mut self, why: DecodeError) -> std::io::Error {
+        let io = io_error(&why);
+        self.failed = Some(why);
+        io
     }
 
     /// Ready once the decoder's memory is held (or none is needed yet).
@@ -89,8 +133,13 @@ impl<R> Inflating<R> {
             Poll::Pending => Poll::Pending,
             Poll::Ready(r) => {
                 self.holding = None;
-                self.held = Some(r?);
-                Poll::Ready(Ok(()))
+                match r {
+                    Ok(held) => {
+                        self.held = Some(held);
+                        Poll::Ready(Ok(()))
+                    }
+                    Err(e) => Poll::Ready(Err(self.fail(DecodeError::Memory(e)))),
+                }
             }
         }
     }
@@ -129,33 +178,32 @@ impl<R: AsyncRead + Unpin> Inflating<R> {
     /// what the last chunk still has on the wire (within `idle`) and checks
     /// its frame ends exactly there. A frame cut short, one that inflates past
     /// its chunk or a stream that ends first is refused as any bad chunk is.
-    pub async fn finish(&mut self, idle: Duration) -> Result<(), StageError> {
+    pub async fn finish(&mut self, idle: Duration) -> Result<(), ReceiveError> {
         if !self.inflater.delivered_all() {
-            return Err(StageError::Task(
-                "the chunks' end was checked before the file's last byte".into(),
-            ));
+            return Err(DecodeError::EarlyFinish.into());
         }
         self.to_end = true;
         let mut none = ReadBuf::new(&mut []);
         let read = std::future::poll_fn(|cx| Pin::new(&mut *self).poll_read(cx, &mut none));
         let ended = tokio::time::timeout(idle, read).await;
         match ended {
-            Err(_) => Err(StageError::Stalled(idle.as_secs())),
-            Ok(Err(e)) => Err(StageError::Source(e)),
+            Err(_) => Err(StageError::Stalled(idle.as_secs()).into()),
+            Ok(Err(e)) => Err(self.explain(StageError::Source(e))),
             Ok(Ok(())) if self.inflater.is_done() => Ok(()),
             // The stream ended inside the last chunk.
-            Ok(Ok(())) => Err(StageError::Source(invalid(InflateError::CutShort))),
+            Ok(Ok(())) => Err(DecodeError::Refused(InflateError::CutShort).into()),
         }
     }
 }
 
-fn invalid(e: InflateError) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
-}
-
-/// The decoder's refusal inside an error from a read, if that is what it is.
-pub fn refusal(e: &std::io::Error) -> Option<&InflateError> {
-    e.get_ref()?.downcast_ref::<InflateError>()
+/// What a read reports for the decoder's failure: its words only, the reason
+/// stays typed in the reader.
+fn io_error(why: &DecodeError) -> std::io::Error {
+    let kind = match why {
+        DecodeError::Refused(_) => std::io::ErrorKind::InvalidData,
+        DecodeError::Memory(_) | DecodeError::EarlyFinish => std::io::ErrorKind::Other,
+    };
+    std::io::Error::new(kind, why.to_string())
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
@@ -165,6 +213,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if let Some(why) = &this.failed {
+            return Poll::Ready(Err(io_error(why)));
+        }
         loop {
             if this.inflater.is_done() || out.remaining() == 0 && !this.to_end {
                 return Poll::Ready(Ok(()));
@@ -188,7 +239,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
                     &this.input[this.start..this.end],
                     out.initialize_unfilled_to(room),
                 )
-                .map_err(invalid)?;
+                .map_err(|e| this.fail(e.into()))?;
             this.start += step.consumed;
             out.advance(step.produced);
             if step.produced > 0 {
@@ -209,7 +260,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Inflating<R> {
             if want == 0 {
                 // The chunk's wire bytes are all buffered and the decoder took
                 // none of them: it cannot go on.
-                return Poll::Ready(Err(invalid(InflateError::CutShort)));
+                return Poll::Ready(Err(this.fail(InflateError::CutShort.into())));
             }
             if this.input.len() < this.end + want {
                 this.input.resize(this.end + want, 0);
@@ -238,6 +289,19 @@ mod tests {
             asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Box::pin(async { Ok(Box::new(()) as Held) })
         })
+    }
+
+    /// Memory never granted: `why` instead.
+    fn refused(why: fn() -> StageError) -> Reserve {
+        Box::new(move |_| Box::pin(async move { Err(why()) }))
+    }
+
+    /// The decoder's failure as the caller hears it after a read failed with `e`.
+    fn decode_error<R>(inflating: &mut Inflating<R>, e: std::io::Error) -> DecodeError {
+        match inflating.explain(StageError::Source(e)) {
+            ReceiveError::Decode(why) => why,
+            other => panic!("not the decoder's: {other:?}"),
+        }
     }
 
     #[tokio::test]
@@ -345,12 +409,12 @@ mod tests {
     async fn read_then_finish(
         src: &mut Dribble<'_>,
         size: u64,
-    ) -> (Vec<u8>, Result<(), StageError>) {
+    ) -> (Vec<u8>, Result<(), ReceiveError>) {
         let mut inflating = Inflating::new(&mut *src, size, free(Default::default()));
         let mut got = Vec::new();
         let read = (&mut inflating).take(size).read_to_end(&mut got).await;
         if let Err(e) = read {
-            return (got, Err(StageError::Source(e)));
+            return (got, Err(inflating.explain(StageError::Source(e))));
         }
         let finished = inflating.finish(Duration::from_secs(10)).await;
         (got, finished)
@@ -405,8 +469,8 @@ mod tests {
                 let (got, finished) = read_then_finish(&mut src, size).await;
                 assert_eq!(got.len() as u64, size, "{name}/{piece}");
                 match finished {
-                    Err(StageError::Source(e)) => {
-                        assert_eq!(refusal(&e), Some(&want), "{name}/{piece}")
+                    Err(ReceiveError::Decode(DecodeError::Refused(e))) => {
+                        assert_eq!(e, want, "{name}/{piece}")
                     }
                     other => panic!("{name}/{piece}: {other:?}"),
                 }
@@ -424,7 +488,7 @@ mod tests {
         let (got, finished) = read_then_finish(&mut src, 5000).await;
         assert!(got == file);
         match finished {
-            Err(StageError::Source(e)) => assert_eq!(refusal(&e), Some(&InflateError::CutShort)),
+            Err(ReceiveError::Decode(DecodeError::Refused(InflateError::CutShort))) => {}
             other => panic!("{other:?}"),
         }
     }
@@ -434,10 +498,38 @@ mod tests {
         let mut wire = Deflater::plain(b"0123456789");
         wire[0] = 9;
         let mut got = Vec::new();
-        let e = Inflating::new(&wire[..], 10, free(Default::default()))
+        let mut inflating = Inflating::new(&wire[..], 10, free(Default::default()));
+        let e = inflating.read_to_end(&mut got).await.expect_err("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        match decode_error(&mut inflating, e) {
+            DecodeError::Refused(InflateError::UnknownKind(9)) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// No memory for the decoder reaches the caller as its own variant,
+    /// carrying the budget's reason, and every later read repeats it.
+    #[tokio::test]
+    async fn no_memory_for_the_decoder_is_typed() {
+        let file = relay_proto::hostile_chunks::text(5000);
+        let wire = Deflater::new()
+            .and_then(|mut d| d.chunk(&file, 3))
+            .expect("compress");
+        let mut inflating = Inflating::new(&wire[..], 5000, refused(|| StageError::Busy(7)));
+        let mut got = Vec::new();
+        let e = inflating
             .read_to_end(&mut got)
             .await
-            .expect_err("refused");
-        assert_eq!(refusal(&e), Some(&InflateError::UnknownKind(9)));
+            .expect_err("no memory");
+        assert!(got.is_empty());
+        let again = inflating
+            .read_to_end(&mut got)
+            .await
+            .expect_err("still no memory");
+        assert_eq!(again.to_string(), e.to_string());
+        match decode_error(&mut inflating, e) {
+            DecodeError::Memory(StageError::Busy(7)) => {}
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -7,7 +7,7 @@ use relay_server::probe::{ProbeError, StorageHealth, StorageProbe};
 use relay_server::server::BindError;
 use relay_server::tls::TlsError;
 use relay_server::{Config, Relay, ResolveError};
-use relay_storage::blob::ClientBuildError;
+use relay_storage::account::ClientBuildError;
 use tokio::sync::watch;
 
 /// Why the relay stopped before serving, or why `--check-config` failed.

@@ -8,7 +8,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use relay_storage::blob::{BlobError, ClientBuildError, Storage, WriterOptions};
+use relay_storage::account::{ClientBuildError, Storage};
+use relay_storage::blob::{BlobError, WriterOptions};
 use relay_storage::credentials::{StorageAccess, StorageAuth};
 use relay_storage::retry::Backoff;
 use tokio::sync::watch;

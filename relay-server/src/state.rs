@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_proto::id_key::{IdKey, Owner};
-use relay_storage::blob::Storage;
+use relay_storage::account::Storage;
 use relay_storage::staging::{Budget, Mangle, Pace};
 use relay_transport::quic::Windows;
 use tokio::sync::watch;

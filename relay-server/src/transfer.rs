@@ -29,7 +29,7 @@ use relay_transport::frames::write_frame;
 use tracing::Instrument;
 
 use crate::auth::{AuthError, Caller};
-use crate::inflating::{Inflating, refusal};
+use crate::inflating::{DecodeError, Inflating, ReceiveError};
 use crate::link::{Link, write_control};
 use crate::metrics::{ActiveGuard, Metrics};
 use crate::rejections::Reason;
@@ -51,6 +51,7 @@ pub(crate) fn fail(code: Code, message: impl Into<String>) -> Failure {
         message: message.into(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     }
 }
 
@@ -525,7 +526,7 @@ impl Io<'_> {
             stager = stager.with_on_staged(f);
         }
         let pumped = match self.encoding {
-            None => stager.pump(recv).await,
+            None => stager.pump(recv).await.map_err(stage_failure),
             Some(Encoding::Zstd) if !self.zstd_agreed => {
                 return Err(fail(
                     Code::BadEncoding,
@@ -536,18 +537,19 @@ impl Io<'_> {
                 let remaining = self.offer.size - stager.offset();
                 let reserve = decoder_memory(shared, &self.owner);
                 let mut inflating = Inflating::new(recv, remaining, reserve);
-                match stager.pump(&mut inflating).await {
+                let received = match stager.pump(&mut inflating).await {
                     // The last chunk's end, before the Trailer that follows it.
                     Ok(()) => inflating.finish(IDLE_TIMEOUT).await,
-                    Err(e) => Err(e),
-                }
+                    Err(e) => Err(inflating.explain(e)),
+                };
+                received.map_err(receive_failure)
             }
         };
-        if let Err(e) = pumped {
+        if let Err(f) = pumped {
             // Blocks already in flight are worth keeping (a resume reuses
             // them), but they land after the client hears why (`respond`).
             self.draining = Some(stager);
-            return Err(receive_failure(e));
+            return Err(f);
         }
         self.stager = Some(stager);
         Ok(())
@@ -609,22 +611,14 @@ impl Io<'_> {
 /// A failure while receiving, as the peer hears it: its compressed chunks
 /// refused (`bad_encoding`), no memory for its decoder (`busy`, as for a
 /// block), or the stager's own failure.
-fn receive_failure(e: StageError) -> Failure {
-    let StageError::Source(io) = e else {
-        return stage_failure(e);
-    };
-    if let Some(why) = refusal(&io) {
-        return fail(
+fn receive_failure(e: ReceiveError) -> Failure {
+    match e {
+        ReceiveError::Decode(DecodeError::Refused(why)) => fail(
             Code::BadEncoding,
             format!("compressed chunks refused: {why}; nothing committed"),
-        );
-    }
-    if !io.get_ref().is_some_and(|inner| inner.is::<StageError>()) {
-        return stage_failure(StageError::Source(io));
-    }
-    match io.into_inner().map(|inner| inner.downcast::<StageError>()) {
-        Some(Ok(inner)) => stage_failure(*inner),
-        _ => fail(Code::Internal, "the decoder's memory failed"),
+        ),
+        ReceiveError::Decode(DecodeError::Memory(e)) | ReceiveError::Stage(e) => stage_failure(e),
+        ReceiveError::Decode(e @ DecodeError::EarlyFinish) => fail(Code::Internal, e.to_string()),
     }
 }
 
@@ -644,8 +638,8 @@ fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::inflating::Reserve {
             };
             match tokio::time::timeout(wait, take).await {
                 Ok(Ok(held)) => Ok(Box::new(held) as crate::inflating::Held),
-                Ok(Err(e)) => Err(std::io::Error::other(e)),
-                Err(_) => Err(std::io::Error::other(StageError::Busy(wait.as_secs()))),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(StageError::Busy(wait.as_secs())),
             }
         })
     })

@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use relay_proto::protocol::Secret;
-use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::account::Storage;
+use relay_storage::blob::WriterOptions;
 use relay_storage::credentials::{EntraSource, StorageAccess};
 
 pub struct Azurite {

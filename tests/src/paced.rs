@@ -97,7 +97,7 @@ impl TestRelay {
         Self::start_on(shared_azurite().storage())
     }
 
-    pub fn start_on(storage: relay_storage::blob::Storage) -> Self {
+    pub fn start_on(storage: relay_storage::account::Storage) -> Self {
         let control = Arc::new(Control::default());
         let c = control.clone();
         let pace: Pace = Arc::new(move |offset, len| {

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use relay_server::{Config, Relay, TestHooks};
-use relay_storage::blob::Storage;
+use relay_storage::account::Storage;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -304,3 +304,38 @@ async fn the_last_frames_late_checksum_is_waited_for() {
     budget_returns(&relay).await;
     relay.stop().await;
 }
+
+/// No memory for the decoder within the budget wait: the relay answers
+/// `busy` (retryable, as for a block) with the budget's reason, never
+/// `bad_encoding` or `internal`, publishes nothing and gives the memory back.
+/// The budget holds the file's one block but not the decoder beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_memory_for_the_decoder_is_busy() {
+    let opts = RelayOptions {
+        memory_budget: (2 << 20) + (64 << 10),
+        configure: Some(Box::new(|cfg| {
+            cfg.token_share_percent = 100;
+            cfg.budget_wait = Duration::from_secs(1);
+        })),
+        ..Default::default()
+    };
+    let (relay, container) = RelayHandle::with_container("znomem", opts).await;
+    let (_c, conn) = connect(&relay, true).await;
+    let file = hostile::text(100_000);
+    let wire = Deflater::new()
+        .and_then(|mut d| d.chunk(&file, 3))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let sha = hex::encode(sha2::Sha256::digest(&file));
+    let size = file.len() as u64;
+    match send_chunks(&conn, &container, "f.txt", size, &wire, Some(sha)).await {
+        Message::Error(f) => {
+            assert_eq!(f.code, Code::Busy, "{f:?}");
+            assert!(f.message.contains("no memory"), "{}", f.message);
+            assert!(!f.outcome_unknown, "{f:?}");
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+    assert!(!blob_exists(&container, "f.txt").await);
+    budget_returns(&relay).await;
+    relay.stop().await;
+}

@@ -100,7 +100,7 @@ async fn assert_all_committed(
 }
 
 /// Storage for a relay that goes through `proxy`.
-fn via(proxy: &FaultProxy) -> relay_storage::blob::Storage {
+fn via(proxy: &FaultProxy) -> relay_storage::account::Storage {
     shared_azurite().storage_at(&proxy.url(), relay_storage::blob::WriterOptions::default())
 }
 

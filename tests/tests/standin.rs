@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use relay_proto::protocol::Secret;
-use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::account::Storage;
+use relay_storage::blob::WriterOptions;
 use relay_storage::credentials::{EntraSource, StorageAccess};
 use relay_storage::store::{Commit, Condition};
 use relay_tests::{DEV_ACCOUNT, DEV_KEY};

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use relay_proto::protocol::Secret;
-use relay_storage::blob::{ClientBuildError, Storage, WriterOptions};
+use relay_storage::account::{ClientBuildError, Storage};
+use relay_storage::blob::WriterOptions;
 use relay_storage::credentials::{CredentialError, EntraSource, EntraSourceError, StorageAccess};
 
 use crate::cli::{BenchArgs, Cli, Command};

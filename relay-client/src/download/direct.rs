@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Failure, Listed, Source};
-use relay_storage::blob::Storage;
+use relay_storage::account::Storage;
 use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, ReadError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -37,6 +37,7 @@ fn refusal(code: Code, message: &str) -> Failure {
         message: message.to_string(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     }
 }
 

@@ -291,6 +291,7 @@ fn a_blob_that_keeps_changing_fails_after_the_restarts() {
             message: "etag moved".into(),
             existing: None,
             requests: None,
+            outcome_unknown: false,
         })
     };
     for _ in 0..MAX_RESTARTS {
@@ -404,6 +405,7 @@ fn not_found_and_forbidden_are_final() {
             message: "m".into(),
             existing: None,
             requests: None,
+            outcome_unknown: false,
         })) {
             Action::Fail(f) => assert_eq!((f.code, f.retryable), (label, retry)),
             other => panic!("{other:?}"),

@@ -13,6 +13,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         message: message.into(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     }
 }
 
@@ -40,9 +41,10 @@ pub fn storage_failure(e: &BlobError) -> Failure {
 }
 
 /// What a failed transfer left in storage, for the relay's log line: nothing
-/// committed, unless the failure says a commit's outcome is unknown.
+/// committed, unless the failure is flagged as a commit whose outcome is
+/// unknown (the flag, never the message: that may quote a peer's words).
 pub fn outcome(f: &Failure) -> &'static str {
-    if f.message.contains(OUTCOME_UNKNOWN) {
+    if f.outcome_unknown {
         OUTCOME_UNKNOWN
     } else {
         "nothing committed"
@@ -67,14 +69,12 @@ pub fn publish_failure(e: PublishError) -> Failure {
         // Retryable: the client's next attempt resumes from the first lost block.
         PublishError::BlocksLost { .. } => Code::Storage,
         // Retryable: the next attempt finds the blob sealed if it landed.
-        PublishError::OutcomeUnknown(_) => Code::Storage,
-        PublishError::Storage(e) => return storage_failure(e),
-        PublishError::Stage(_) => {
-            let PublishError::Stage(e) = e else {
-                unreachable!("matched above")
-            };
-            return stage_failure(e);
+        PublishError::OutcomeUnknown(_) => {
+            let mut f = fail(Code::Storage, e.to_string());
+            f.outcome_unknown = true;
+            return f;
         }
+        PublishError::Storage(e) => return storage_failure(e),
     };
     fail(code, e.to_string())
 }
@@ -94,7 +94,11 @@ pub fn stage_failure(e: StageError) -> Failure {
         ),
         StageError::Storage(e) => storage_failure(&e),
         StageError::BudgetTooSmall(_) => fail(Code::TooLarge, e.to_string()),
-        StageError::Task(m) => fail(Code::Internal, m),
+        StageError::Task(_)
+        | StageError::UnusableCheckpoint
+        | StageError::UnusableMd5State
+        | StageError::Md5StateOffset { .. }
+        | StageError::BlockIndex(_) => fail(Code::Internal, e.to_string()),
         StageError::Stopped => fail(
             Code::Busy,
             "relay shutting down; staged blocks are kept, retry to resume",
@@ -165,21 +169,38 @@ mod tests {
                 last_modified: Some(1_700_000_000)
             })
         );
-        let staged = publish_failure(PublishError::Stage(StageError::Stopped));
-        assert_eq!(staged.code, Code::Busy);
     }
 
     /// A commit an attempt of which went unanswered may have landed: retried,
-    /// and never logged or told as "nothing committed".
+    /// flagged, and never logged or told as "nothing committed".
     #[test]
     fn a_commit_that_may_have_landed_is_not_called_nothing_committed() {
         let unknown = publish_failure(PublishError::OutcomeUnknown(blob_error(Some(503))));
         assert_eq!(unknown.code, Code::Storage);
+        assert!(unknown.outcome_unknown);
         assert_eq!(outcome(&unknown), OUTCOME_UNKNOWN);
         assert!(!unknown.message.contains("nothing committed"), "{unknown}");
         assert_eq!(
             outcome(&storage_failure(&blob_error(Some(503)))),
             "nothing committed"
         );
+    }
+
+    /// The log line follows the flag, not the text: a failure whose message
+    /// quotes the sentence (a peer's blob name, Azure's words) did not leave
+    /// an unknown commit behind.
+    #[test]
+    fn the_outcome_is_the_flag_not_the_message() {
+        let quoted = fail(
+            Code::StorageRefused,
+            format!("Azure Put Block failed: 403 ({OUTCOME_UNKNOWN})"),
+        );
+        assert_eq!(outcome(&quoted), "nothing committed");
+        for e in [
+            PublishError::Storage(blob_error(None)),
+            PublishError::LostRace(blob_error(Some(409))),
+        ] {
+            assert!(!publish_failure(e).outcome_unknown);
+        }
     }
 }

@@ -29,8 +29,8 @@ use relay_storage::store::BlobStore;
 /// Files up to this size that fit in one block are not probed before their
 /// bytes move (`Probe::UnlessSmall`). Sending them costs less than the
 /// existence check: on a long path a client has sent this much before any
-/// refusal could reach it (4 MiB is 160 ms at 200 Mbit/s), and on a re-run the
-/// check found nothing to save. Larger files are probed, so a refused one is
+/// refusal could reach it, and on a re-run the check would find nothing to
+/// save. Larger files are probed, so a refused one is
 /// refused before it crosses the link.
 pub const UNPROBED_MAX: u64 = 4 << 20;
 
@@ -114,12 +114,12 @@ impl<'a> Upload<'a> {
     /// etag), and the longest run of our own staged blocks. A file of one block
     /// has nothing to resume (its only block is its last): no block list to read.
     ///
-    /// The two questions go out together, one round trip and not two (a fifth
-    /// of a 48 MiB direct upload's setup at 200 ms). Neither answer depends on
-    /// the other, and asking in either order is safe: the commit is conditional
-    /// and names only IDs bound to their bytes, so a blob or block list that
-    /// changes between or after the two reads makes the commit fail, never
-    /// publish something else (the race tests run both orders).
+    /// The two questions go out together, one round trip and not two. Neither
+    /// answer depends on the other, and asking in either order is safe: the
+    /// commit is conditional and names only IDs bound to their bytes, so a
+    /// blob or block list that changes between or after the two reads makes
+    /// the commit fail, never publish something else (the race tests run both
+    /// orders).
     pub async fn prepare(&self, probe: Probe) -> Result<ResumePoint, PublishError> {
         if !self.probes(probe) {
             return Ok(ResumePoint::fresh());

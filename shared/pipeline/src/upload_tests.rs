@@ -232,3 +232,30 @@ async fn a_block_storage_lost_is_sent_again_by_the_retry() {
     assert_eq!(hex::encode(Sha256::digest(&bytes)), sha);
     assert_eq!(props.sha256.as_deref(), Some(sha.as_str()));
 }
+
+/// A resume whose MD5 state is not at the resume's offset is refused as that,
+/// a typed reason, before any byte is read.
+#[tokio::test]
+async fn an_md5_state_at_another_offset_is_its_own_error() {
+    let account = MemoryAccount::new();
+    let key = IdKey::random();
+    let meta = BTreeMap::new();
+    let data = data();
+    let owner = Owner::of_token("t");
+    let (up, _) = upload(&account, &key, &meta, &owner, data.len() as u64);
+    let up = up.with_whole_md5(true);
+    let at = 2 * BLOCK;
+    let prefix = Sha256::new_with_prefix(&data[..at as usize]);
+    let point = relay_proto::resume::ResumePoint {
+        blocks: 2,
+        offset: at,
+        checkpoint: Checkpoint::of(&prefix).expect("a block boundary"),
+        ids: Vec::new(),
+        md5: Some(relay_proto::md5_state::Md5State::start()),
+    };
+    match up.stager(point, Budget::new(1 << 20), 1) {
+        Err(StageError::Md5StateOffset { state: 0, resume }) => assert_eq!(resume, at),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a stager for a mismatched MD5 state"),
+    }
+}

@@ -1,4 +1,4 @@
-//! Compressed bytes on the wire (issue 34): when both ends announced zstd (the
+//! Compressed bytes on the wire: when both ends announced zstd (the
 //! connection's ALPN, `limits::ALPN_ZSTD`) and the client's `Start` says
 //! `encoding: zstd`, the file's bytes `[offset, size)` travel as chunks:
 //!

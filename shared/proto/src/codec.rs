@@ -114,6 +114,7 @@ mod tests {
                 message: "x".into(),
                 existing: None,
                 requests: None,
+                outcome_unknown: false,
             }),
             Message::Start(Start::plain(7)),
             Message::Trailer(Trailer {
@@ -140,6 +141,7 @@ mod tests {
                 message: "m".into(),
                 existing: None,
                 requests: None,
+                outcome_unknown: false,
             }),
         ];
         for m in msgs {
@@ -148,6 +150,28 @@ mod tests {
             assert_eq!(back, m);
             assert_eq!(used, bytes.len());
         }
+    }
+
+    /// `outcome_unknown` is optional both ways: an old relay's Error (no
+    /// field) reads as false, and a false one is sent as an old relay sends it.
+    #[test]
+    fn outcome_unknown_is_optional_on_the_wire() {
+        let old = br#"{"type":"error","code":"storage","message":"m"}"#;
+        let mut frame = (old.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(old);
+        let Some((Message::Error(f), _)) = decode(&frame).expect("valid") else {
+            panic!("an Error");
+        };
+        assert!(!f.outcome_unknown);
+        let sent = encode(&Message::Error(f.clone())).expect("encode");
+        assert!(!String::from_utf8_lossy(&sent).contains("outcome_unknown"));
+        let flagged = Message::Error(Failure {
+            outcome_unknown: true,
+            ..f
+        });
+        let bytes = encode(&flagged).expect("encode");
+        let (back, _) = decode(&bytes).expect("valid").expect("complete");
+        assert_eq!(back, flagged);
     }
 
     #[test]
@@ -192,6 +216,7 @@ mod tests {
             message: format!("bad Offer: {e}"),
             existing: None,
             requests: None,
+            outcome_unknown: false,
         });
         let bytes = encode(&reject).expect("the Reject fits a frame");
         assert!(bytes.len() < 2048, "{} bytes", bytes.len());

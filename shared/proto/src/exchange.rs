@@ -100,6 +100,7 @@ mod tests {
             message: "no".into(),
             existing: None,
             requests: None,
+            outcome_unknown: false,
         };
         assert_eq!(
             eager_answer(&Message::Reject(f.clone())),

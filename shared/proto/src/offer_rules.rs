@@ -29,6 +29,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         message: message.into(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     }
 }
 
@@ -71,7 +72,7 @@ pub fn check_offer(offer: &Offer, limits: &OfferLimits) -> Result<BlockPlan, Fai
     })?;
     // The largest buffer this file needs is its first block: min(block size,
     // size). A file smaller than a block is admitted by its own size, so a relay
-    // with a small budget still takes small files (issue 13).
+    // with a small budget still takes small files.
     if plan.block_len(0) > limits.max_block_bytes {
         return Err(fail(
             Code::TooLarge,

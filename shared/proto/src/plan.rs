@@ -8,8 +8,8 @@
 //! stretch is cut where a little more than 4 MiB remain (`TAIL_BLOCK` plus at
 //! most `CUT_ALIGN`). Every block is staged once its last byte is in, but the
 //! last one only after the file's last byte, so its Put Block is time the
-//! upload waits for; at 16 MiB that was 75–118 ms on a 200 Mbit/s path
-//! (docs/TRANSPORT.md), at 4 MiB a quarter of it. The block before the tail is
+//! upload waits for, and a short one is waited for least (docs/TRANSPORT.md).
+//! The block before the tail is
 //! staged while the tail's bytes arrive. A file of one block is not cut: it is
 //! one Put Blob.
 //!

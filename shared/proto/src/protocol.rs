@@ -191,6 +191,11 @@ pub struct Failure {
     /// failed (retries included), so the client's report counts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u32>,
+    /// With an Error: a commit request went unanswered, so the blob may have
+    /// been published; the next attempt finds out by its seal. Absent (false)
+    /// from relays that predate it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outcome_unknown: bool,
 }
 
 /// A committed blob as the relay saw it when it refused to replace it.
@@ -258,7 +263,7 @@ pub struct Progress {
     pub staged: u64,
 }
 
-// ---- Download (issue 50) --------------------------------------------------
+// ---- Download -------------------------------------------------------------
 //
 // One QUIC stream per blob, opened by the client, like an upload's:
 //

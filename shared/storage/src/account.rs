@@ -4,23 +4,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use azure_core::http::policies::Policy;
-use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
-use azure_core::http::{ClientOptions, Pipeline, RetryOptions, Transport};
-use azure_storage_blob::{
-    BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions,
-};
+use azure_core::http::{ClientOptions, Transport};
+use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
-use crate::blob::{BlobWriter, SdkClients};
-use crate::credentials::{StorageAccess, StorageAuth};
+use crate::blob::BlobWriter;
+use crate::credentials::StorageAccess;
 use crate::error::BlobError;
 use crate::options::WriterOptions;
 use crate::progress::WatchedClient;
 use crate::read::{BlobReader, Lister};
 use crate::retry::{AbandonCounts, RetryCounts};
-
-/// The scope of an Entra ID token for Azure Storage (what `BlobClient::new` asks for).
-const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
+use crate::sdk::{self, AccountPipeline};
 
 /// The HTTP client could not be built (TLS roots, system configuration).
 #[derive(Debug, thiserror::Error)]
@@ -44,80 +38,6 @@ pub struct Storage {
     shared: Arc<AccountPipeline>,
 }
 
-/// What every writer of an account shares: one pipeline for the requests this
-/// crate builds itself, the REST API version they name (the SDK's own), and
-/// what a writer needs to build the SDK's clients when it has to.
-pub(crate) struct AccountPipeline {
-    pub pipeline: Pipeline,
-    pub version: String,
-    client_options: ClientOptions,
-    credential: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
-}
-
-impl AccountPipeline {
-    /// The pipeline `BlobClient::new` builds for a blob of this account (its
-    /// per-try auth policy: the SAS, or the Entra ID bearer token for
-    /// storage), built once.
-    fn new(access: &StorageAccess, transport: &Transport) -> Self {
-        let mut per_try: Vec<Arc<dyn Policy>> = Vec::new();
-        if let Some(c) = credential(access) {
-            per_try.push(Arc::new(BearerTokenAuthorizationPolicy::new(
-                c,
-                vec![STORAGE_SCOPE],
-            )));
-        }
-        Self {
-            pipeline: Pipeline::new(
-                option_env!("CARGO_PKG_NAME"),
-                option_env!("CARGO_PKG_VERSION"),
-                client_options(access, transport),
-                Vec::new(),
-                per_try,
-                None,
-            ),
-            version: BlobClientOptions::default().version,
-            client_options: client_options(access, transport),
-            credential: credential(access),
-        }
-    }
-
-    /// The SDK's clients for the blob at `url`: one pipeline, shared by both.
-    pub(crate) fn blob_clients(&self, url: &url::Url) -> Result<SdkClients, BlobError> {
-        let blob = BlobClient::new(
-            url.clone(),
-            self.credential.clone(),
-            Some(BlobClientOptions {
-                client_options: self.client_options.clone(),
-                ..Default::default()
-            }),
-        )
-        .map_err(|e| BlobError::from_azure("client setup", e))?;
-        let block = blob.block_blob_client();
-        Ok(SdkClients { blob, block })
-    }
-}
-
-/// Our transport, no SDK retries (the writer has its own), and the SAS policy
-/// when the account is reached by SAS.
-fn client_options(access: &StorageAccess, transport: &Transport) -> ClientOptions {
-    let mut o = ClientOptions {
-        transport: Some(transport.clone()),
-        retry: RetryOptions::none(),
-        ..Default::default()
-    };
-    if let StorageAuth::Sas(p) = &access.auth {
-        o.per_try_policies.push(p.clone());
-    }
-    o
-}
-
-fn credential(access: &StorageAccess) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
-    match &access.auth {
-        StorageAuth::Entra(c) => Some(c.clone()),
-        StorageAuth::Sas(_) => None,
-    }
-}
-
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Storage({:?})", self.access)
@@ -129,8 +49,8 @@ impl Storage {
         let http = reqwest::Client::builder()
             .connect_timeout(opts.connect_timeout)
             // No read timeout: reqwest's runs from the start of the request to
-            // its answer, body upload included, so it ended slow uploads that
-            // still moved. The writer's watch (`watch.rs`) decides instead.
+            // its answer, body upload included, so it would end slow uploads
+            // that still move. The writer's watch (`watch.rs`) decides instead.
             .pool_max_idle_per_host(opts.max_idle_per_host)
             .pool_idle_timeout(opts.pool_idle_timeout)
             .tcp_nodelay(true)
@@ -194,11 +114,11 @@ impl Storage {
     }
 
     fn client_options(&self) -> ClientOptions {
-        client_options(&self.access, &self.transport)
+        sdk::client_options(&self.access, &self.transport)
     }
 
     fn credential(&self) -> Option<Arc<dyn azure_core::credentials::TokenCredential>> {
-        credential(&self.access)
+        sdk::credential(&self.access)
     }
 
     /// A writer for one blob. Cheap: the SDK's clients for it (a pipeline of

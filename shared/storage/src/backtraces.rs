@@ -1,10 +1,9 @@
 //! The Azure SDK builds an error, and with it a `std::backtrace::Backtrace`,
 //! each time it looks up an optional header that is absent: every request, in
 //! its client-request-id policy. With `RUST_BACKTRACE=1` in the environment
-//! (common on developer machines; this lab's shell has it) each of those
-//! errors walks the stack: 4 % of the relay's CPU per small file in a perf
-//! profile (docs/PERFORMANCE.md, "Small files: backtraces nobody reads").
-//! The errors are dropped unseen, so the walk buys nothing.
+//! (common on developer machines) each of those errors walks the stack
+//! (docs/PERFORMANCE.md, "Small files: backtraces nobody reads"), and the
+//! errors are dropped unseen, so the walk buys nothing.
 
 /// Turns off backtraces captured by libraries (`RUST_LIB_BACKTRACE=0`) unless
 /// the user chose a value. Panics still print theirs under `RUST_BACKTRACE`.

@@ -15,21 +15,19 @@ use azure_storage_blob::models::{
     BlockBlobClientCommitBlockListResultHeaders, BlockBlobClientGetBlockListOptions,
     BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList,
 };
-use azure_storage_blob::{BlobClient, BlockBlobClient};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 
-use crate::account::AccountPipeline;
 use crate::checksum::{BlockChecksum, azure_crc64, crc64_header_bytes};
 use crate::progress::{BodyTracker, TRACKER};
 use crate::put_blob::{self, BodyChecksum, PutBlob};
 use crate::retry::{AbandonCounts, Abandoned, RetryCounts};
+use crate::sdk::{AccountPipeline, SdkClients};
 use crate::store::{BlobStore, Commit, Condition};
 use crate::watch::{Abandon, RequestWatch};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::SEAL_METADATA_KEY;
 
-pub use crate::account::{ClientBuildError, Storage};
 pub use crate::error::{BlobError, TIMEOUT_CODE};
 pub use crate::options::WriterOptions;
 pub use crate::store::BlobProperties;
@@ -51,12 +49,6 @@ pub struct BlobWriter {
     pub(crate) options: WriterOptions,
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
     pub(crate) abandons: Arc<AbandonCounts>,
-}
-
-/// The SDK's clients for one blob (one pipeline, shared by both).
-pub(crate) struct SdkClients {
-    pub blob: BlobClient,
-    pub block: BlockBlobClient,
 }
 
 impl BlobWriter {
@@ -403,10 +395,9 @@ impl BlobWriter {
     /// - the whole file's MD5 when the caller kept one (`--put-md5`), sent as the
     ///   blob's Content-MD5;
     /// - else the block checksum's kind: with MD5 the body's MD5, sent the same
-    ///   way; with CRC-64 the body's CRC-64 (`x-ms-content-crc64`). MD5 was a
-    ///   quarter of the relay's CPU per 64 KiB file and CRC-64 costs a small
-    ///   fraction of it; the service sets a Put Blob's Content-MD5 itself when
-    ///   the request carries none, so other tools can still verify the blob.
+    ///   way; with CRC-64 the body's CRC-64 (`x-ms-content-crc64`), a small
+    ///   fraction of MD5's CPU; the service sets a Put Blob's Content-MD5 itself
+    ///   when the request carries none, so other tools can still verify the blob.
     pub async fn put_blob(&self, data: Bytes, commit: &Commit<'_>) -> Result<String, BlobError> {
         let md5;
         let checksum = match (&commit.content_md5, self.options.block_checksum) {

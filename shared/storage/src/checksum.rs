@@ -2,8 +2,8 @@
 //! what arrived and refuses the block on a mismatch, so a corrupted body is never
 //! staged (the whole-file SHA-256 is checked before the commit either way).
 //!
-//! - `md5`: `Content-MD5`, what every Azure endpoint and Azurite check. It was
-//!   41 % of the relay's CPU on loopback (docs/PERFORMANCE.md).
+//! - `md5`: `Content-MD5`, what every Azure endpoint and Azurite check; the
+//!   costliest of the two in CPU (docs/PERFORMANCE.md).
 //! - `crc64`: `x-ms-content-crc64`, Azure Storage's CRC-64 (the CRC-64/NVME
 //!   parameters: polynomial 0xAD93D23594C93659 reflected, init and xorout all
 //!   ones), sent as its 8 bytes little-endian, as Microsoft's SDKs send it. With

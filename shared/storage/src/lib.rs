@@ -1,7 +1,7 @@
 //! Blob Relay's storage layer, used by the relay and by the client's direct mode:
 //! Azure credentials and SAS tokens (`credentials`, `sas`), one account's HTTP
-//! client and writers (`account`), the blob writer over
-//! the Azure SDK (`blob`), staging a file's blocks with bounded memory
+//! client and writers (`account`), what its writers share of the Azure SDK
+//! (`sdk`), the blob writer over it (`blob`), staging a file's blocks with bounded memory
 //! (`staging`), verify-then-commit publishing (`publish`), the retry schedule
 //! (`retry`) and when a request is given up (`watch`, fed by `progress`).
 //! Every upload request goes through one seam, `store::BlobStore`,
@@ -24,6 +24,7 @@ mod put_blob;
 pub mod read;
 pub mod retry;
 pub mod sas;
+mod sdk;
 pub mod staging;
 pub mod store;
 pub mod watch;

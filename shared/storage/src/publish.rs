@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 use relay_proto::id_key::IdKey;
 
 use crate::error::BlobError;
-use crate::staging::{StageError, Staged};
+use crate::staging::Staged;
 use crate::store::{BlobProperties, BlobStore, Commit, Condition};
 
-/// What a commit whose outcome is unknown says instead of "nothing committed".
+/// What a commit whose outcome is unknown says instead of "nothing committed"
+/// (the text only: callers decide by the variant, `PublishError::OutcomeUnknown`).
 pub const OUTCOME_UNKNOWN: &str =
     "outcome unknown (an attempt's answer was lost); the next attempt checks the seal";
 
@@ -63,9 +64,6 @@ pub enum PublishError {
     /// A storage request failed.
     #[error(transparent)]
     Storage(#[from] BlobError),
-    /// Staging the bytes failed.
-    #[error(transparent)]
-    Stage(#[from] StageError),
 }
 
 /// The blob that made an upload refuse with `Exists`: what a client needs to
@@ -240,10 +238,8 @@ pub async fn commit_verified(
     // MD5 checked by the service) and Put Block List alike: block IDs bind
     // their bytes ("same ID, same bytes", `block_id`), so a Put Block List that
     // succeeded published exactly the bytes hashed to `ours`, whoever else
-    // stages into the blob. Reading the properties back told nothing more, and
-    // cost every large file one more round trip before it was reported (and,
-    // without a condition, failed an upload whose blob a later writer had
-    // already replaced).
+    // stages into the blob. Reading the properties back would tell nothing
+    // more, for a round trip.
     let props = BlobProperties {
         etag,
         size: dest.size,

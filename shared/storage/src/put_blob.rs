@@ -2,11 +2,9 @@
 //! through one pipeline per storage account (`Storage`), not through the
 //! SDK's per-blob client.
 //!
-//! Why: a relay publishes thousands of small files a second against a storage
-//! account that keeps up, and each one went through a `BlobClient` built for
-//! it (a pipeline: its policies, the logging policy's header sets) and the
-//! SDK's partitioned upload (three option sets, a one-partition transfer).
-//! Together that was about a fifth of the relay's CPU per 4 KiB file
+//! Why: a relay publishes thousands of small files a second, and a
+//! `BlobClient` built per file (a pipeline of its own) plus the SDK's
+//! partitioned upload cost more CPU than the request itself
 //! (docs/PERFORMANCE.md, "CPU per small file"). The request is the one the
 //! SDK's `BlockBlobClient::upload` sends for a body of one partition, the
 //! pipeline the same policies (the SAS or the Entra ID bearer token, request

@@ -4,8 +4,7 @@
 //! A deadline that grows with the body (say 15 s + 1 s per MiB) assumes a
 //! slowest acceptable rate. On a long lossy path a TCP connection can carry
 //! less than that while still moving bytes steadily, and then every block is
-//! abandoned at its deadline and sent again, forever (issue 37: a 48 MiB
-//! direct upload over 200 ms / 1 % loss never finished). So a request lives as
+//! abandoned at its deadline and sent again, forever. So a request lives as
 //! long as the peer keeps accepting its body, and is abandoned only when
 //!
 //! - its body has made no progress for `stall` (nothing accepted: a dead or
@@ -15,12 +14,10 @@
 //!   list), counted from when the transport can have sent it all: "handed
 //!   over" is into the socket, whose send buffer (Linux: up to 4 MiB by
 //!   default) may still hold megabytes that a slow connection needs tens of
-//!   seconds to deliver (the WAN lab saw a Put Block abandoned as unanswered
-//!   at 200 ms / 1 % over CUBIC while its last bytes were still draining). A
-//!   connection drains what it buffered in at most the time it took to take
-//!   the rest of the body when the body is at least twice the buffer (blocks
-//!   are 8 MiB and up), so the wait for the answer is extended by as long as
-//!   the hand-over took.
+//!   seconds to deliver. A connection drains what it buffered in at most the
+//!   time it took to take the rest of the body when the body is at least twice
+//!   the buffer (blocks are 8 MiB and up), so the wait for the answer is
+//!   extended by as long as the hand-over took.
 //!
 //! Pure: the caller feeds what the body stream recorded and the time
 //! (`RequestWatch::observe`), and asks for the next instant worth waking up at

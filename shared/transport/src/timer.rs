@@ -5,12 +5,8 @@
 //! and refills at 1.25 × the window per RTT; when it is empty the connection
 //! sleeps until the bucket is full again, and whatever a late wake-up would have
 //! added beyond full is lost. Tokio's timer rounds every deadline up to the next
-//! whole millisecond, so a 1.6 ms refill sleeps ~2.1 ms on average and the
-//! sender paces at ~0.95 × the window per RTT instead of 1.25 ×. Acks used to
-//! hide this by waking the connection every few hundred microseconds; once the
-//! relay reads on ticks (`udp::policy`) and acks come a batch at a time, a
-//! 200 ms / 200 Mbit/s link ran at 174.6 Mbit/s instead of 185 (WAN lab, both
-//! ends each way round; no queue loss: the sender, not the link, was slow).
+//! whole millisecond, so the sender paces below the window per RTT once acks
+//! come a batch at a time (`udp::policy`) and no longer wake it in between.
 //! A timerfd wakes the connection when its deadline is due, not up to a
 //! millisecond later.
 

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use linklab::{Lab, Side};
 use relay_proto::protocol::Secret;
-use relay_storage::blob::{Storage, WriterOptions};
+use relay_storage::account::Storage;
+use relay_storage::blob::WriterOptions;
 use relay_storage::credentials::{EntraSource, StorageAccess};
 use relay_tests::{DEV_ACCOUNT, DEV_KEY};
 

@@ -36,6 +36,7 @@ fn refused(code: Code) -> StreamEnd {
         message: "m".into(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     })
 }
 

@@ -171,6 +171,7 @@ fn fail(code: Code, message: impl Into<String>) -> Failure {
         message: message.into(),
         existing: None,
         requests: None,
+        outcome_unknown: false,
     }
 }
 

@@ -99,6 +99,7 @@ fn run(c: &Case) -> Vec<Action> {
                     message: "a blob with this name exists (add --overwrite)".into(),
                     existing: None,
                     requests: None,
+                    outcome_unknown: false,
                 }),
                 Storage::AlreadyCommitted => Ok(Prepared::AlreadyCommitted(committed())),
             }),

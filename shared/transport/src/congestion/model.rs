@@ -18,8 +18,9 @@
 //!   min RTT, less the queue our own ack allowance can explain; the rest of
 //!   our queue drains in the 0.95 phase). Each phase lasts one min RTT. The
 //!   bandwidth is the largest delivery rate of the last 10 rounds; the min
-//!   RTT the smallest sample of the last 5–10 s. The queue we add is at most 0.35 BDP, well inside a one-BDP
-//!   drop-tail buffer, so we inflict (almost) no loss on ourselves.
+//!   RTT the smallest sample of the last 5–10 s. The queue we add is at most
+//!   0.35 BDP, well inside a one-BDP drop-tail buffer, so we inflict (almost)
+//!   no loss on ourselves.
 //! - **Loss is not congestion** unless a round loses more than `loss_tolerance`
 //!   (default 15 %; random loss on real long paths is a few %): then the bandwidth
 //!   estimate restarts from what that round delivered.
@@ -34,8 +35,8 @@
 //!   the rate (`relay-client`'s `rate.rs`), and this bound keeps bursts small.
 //!   Under a cap the model's own window also allows the 25 ms, not 2: its
 //!   bandwidth estimate is then the cap itself (the meter's rate), so a window
-//!   of bw × (min RTT + 2 ms) had no room for late ACKs and ran below the cap
-//!   (WAN lab, loopback: `--max-rate 500` gave 424 Mbit/s, uncapped 1094).
+//!   of bw × (min RTT + 2 ms) would leave no room for late ACKs and run below
+//!   the cap.
 //! - **Warm start** (after draft-ietf-tsvwg-careful-resume): given what an earlier
 //!   connection measured on this path, Startup jumps to half of that BDP once the
 //!   first RTT sample confirms the path (RTT within ×2/3–×3/2 of the saved one),
@@ -75,18 +76,15 @@ const HEAVY_LOSS_CUT: f64 = 0.85;
 const MAX_FOREIGN_QUEUE: f64 = 1.0;
 /// Extra window for acks that arrive late or in bursts (delayed acks, batched
 /// processing, scheduling): negligible on a WAN, but on sub-millisecond paths
-/// (loopback, LAN) a window of bw × min RTT alone would starve the sender
-/// (measured: 0.5 Gbit/s instead of 6 Gbit/s on loopback).
+/// (loopback, LAN) a window of bw × min RTT alone would starve the sender.
 const ACK_ALLOWANCE: Duration = Duration::from_millis(2);
 
 /// The most room the window keeps for acks arriving in bursts, as a share of
 /// the BDP: a receiver that acks late (a relay busy hashing and staging
-/// blocks acks in bursts; WAN lab, 500 Mbit/s) otherwise holds the sender to
-/// the window over the stretched ack clock (84–90 % of the link, measured),
-/// while a prompt receiver lets the extra room become a queue. Half a BDP
-/// filled the one-BDP buffer at 20 ms / 200 Mbit/s (4.4–5.4 % queue loss in
-/// the WAN lab); a quarter kept it at 0.8 %, and at 0.06–0.10 % once that
-/// queue was no longer also read as someone else's (`foreign_queue`).
+/// blocks acks in bursts) otherwise holds the sender below the link over the
+/// stretched ack clock, while a prompt receiver lets the extra room become a
+/// queue. A quarter keeps that queue well inside a one-BDP buffer, where half
+/// would fill it and lose packets.
 const MAX_AGGREGATION_BDP: f64 = 0.25;
 
 /// With `max_rate`: the peer's ACK delay the window leaves room for (QUIC's
@@ -300,10 +298,8 @@ impl Model {
     }
 
     /// No train under a rate cap (it would burst above the cap), nor in fair
-    /// mode: a flow that starts at half the path's BDP takes a link from a TCP
-    /// flow starting beside it (lab, 100 ms / 100 Mbit/s, both starting
-    /// together, 20 s: cubic kept 36 % beside a fair relay flow with the train,
-    /// 69 % without), and `--fair` asks to start as TCP does.
+    /// mode: a flow that starts at half the path's BDP takes the link from a
+    /// TCP flow starting beside it, and `--fair` asks to start as TCP does.
     fn train_allowed(params: &Params) -> bool {
         params.train && params.max_rate.is_none() && !params.fair
     }
@@ -467,10 +463,8 @@ impl Model {
     /// gain cycle's RTT floor shows above min RTT, less the queue our own
     /// `allowance` stands in when the acks come promptly after all: the
     /// allowance stays in the window through the 0.95 phase, so our queue
-    /// does not drain all the way there, and read as someone else's it grew
-    /// the window, which grew the queue (simulation and WAN lab, 20 ms /
-    /// 200 Mbit/s: the floor settled 10 ms above min RTT, and 1-4 % of the
-    /// packets overflowed the one-BDP buffer).
+    /// does not drain all the way there, and read as someone else's it would
+    /// grow the window, which grows the queue until it overflows the buffer.
     fn foreign_queue(&self, bw: f64, allowance: f64) -> f64 {
         let (Some(floor), Some(min)) = (self.cycle_floor, self.min_rtt.get()) else {
             return 0.0;
@@ -551,9 +545,9 @@ impl Model {
     /// estimated BDP paced over a round trip, builds no queue on the path that
     /// was measured, but it is the connection's first data and lands on a
     /// receiver that is still opening its streams (many small files: hundreds
-    /// at once) and acks late. Judged by HyStart, those acks ended Startup at
-    /// 2 Mbit/s on a 200 Mbit/s lab link, and a warm upload of 200 × 256 KiB
-    /// then took 5.5 s where a cold one took 3.6–4.0. A path smaller than
+    /// at once) and acks late: judged by HyStart, those acks would end Startup
+    /// far below the path's rate, and a warm start would be slower than a cold
+    /// one. A path smaller than
     /// measured shows as loss in the validating round (retreat below), a
     /// queue without loss in the next.
     fn queue_building(&self) -> bool {

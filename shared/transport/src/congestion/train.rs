@@ -14,17 +14,15 @@
 //! - from the first ack that came to the latest (`spread`): closer to the
 //!   bottleneck when the receiver acks promptly, but a receiver busy when the
 //!   train arrives (here: the relay accepting the connection) acks its first
-//!   packets late and in a lump, and then it reads high (224–298 Mbit/s on a
-//!   200 Mbit/s lab link).
+//!   packets late and in a lump, and then it reads high.
 //!
 //! The reported estimate is the second, capped at twice the first. Startup
 //! jumps to the whole BDP of the *smaller* reading: each reading errs high in
 //! one case only, and the other bounds it there. The first errs low unless the
 //! min RTT is inflated (a relay that answered the handshake late: its sample is
 //! the only one before the train's), and then the second, which does not use
-//! the min RTT, is the smaller (lab, many small files: the first read
-//! 480 Mbit/s on a 200 Mbit/s link once, and an estimate floored at it lost 3 %
-//! to the queue). The second errs high only with a lump, and then the first is
+//! the min RTT, is the smaller (an estimate floored at the first would then
+//! overfill the queue). The second errs high only with a lump, and then the first is
 //! the smaller. So one error puts at most one BDP in flight; only both at once
 //! (a late handshake and a lump) can put more, at most the lump's factor, and
 //! the round after the jump is validated (heavy loss: retreat to what was

@@ -3,11 +3,8 @@
 //! a timer tick instead of waking its thread for every datagram (`policy`).
 //!
 //! quinn's Tokio socket registers for readable and writable events for its whole
-//! life. Measured on the relay at 200 Mbit/s (WAN lab, 1 GiB at 200 ms / 1 %,
-//! `perf stat -e syscalls:sys_enter_epoll_wait,...`): 14,000 `epoll_wait` calls,
-//! 14,000 context switches and 25,000 `recvmmsg` calls a second for 16,000
-//! datagrams; about a third of the relay's CPU went to waking up and returning
-//! one datagram at a time. Here:
+//! life, so a receiving relay wakes, calls `epoll_wait` and `recvmmsg` about
+//! once per datagram, which costs a large share of its CPU at high rates. Here:
 //!
 //! - reading registers with the reactor only while the policy waits per
 //!   arrival, through a duplicate of the socket's descriptor that is dropped

@@ -26,9 +26,8 @@ use std::time::{Duration, Instant};
 
 /// The longest tick (timed by a timerfd, `timer::precise_timer`). An ack is
 /// at most this much later, within the 2 ms the congestion controller's window
-/// allows for late acks. With Tokio's timer instead (1 ms, rounded up to whole
-/// milliseconds: 1–2 ms) and ticks on both ends, loopback quicperf fell from
-/// 7.5 to 2.4–3.0 Gbit/s, window-limited by acks up to 4 ms late.
+/// allows for late acks; Tokio's timer (rounded up to whole milliseconds)
+/// would make acks up to twice that late and limit the window.
 pub const MAX_TICK: Duration = Duration::from_millis(1);
 
 /// The shortest tick: below it, wake-ups cost more than batching saves.
