@@ -1,35 +1,83 @@
-//! The headline card: the WAN-lab matrix's medians as README.md and
-//! docs/BENCHMARKS.md show them, rendered from the results file they cite, so
+//! The headline cards: the WAN-lab matrix's medians as README.md and
+//! docs/BENCHMARKS.md show them, rendered from the results files they cite, so
 //! the figures a reader sees can be checked against the runs behind them.
 //!
-//! Each document holds the card between `CARD_BEGIN` and `CARD_END`.
-//! `wanbench --render docs/bench/results.json --out docs/bench --card` rewrites
-//! both blocks; this module's test fails when either block no longer equals
-//! what the committed results file renders to (a figure edited by hand, or
-//! results regenerated without the documents).
+//! There are two cards, one per direction ([`Kind`]). Each document holds a
+//! card between its `begin` and [`CARD_END`] markers. `wanbench --render FILE
+//! --out DIR --card` rewrites the card of the direction FILE's rows measured;
+//! this module's test fails when a block no longer equals what the committed
+//! results file renders to (a figure edited by hand, or results regenerated
+//! without the documents).
 
 use std::fmt::Write as _;
 
 use crate::row::Row;
-use crate::summary::{Group, groups};
+use crate::summary::{Group, groups, is_download};
 
-/// The opening marker; the results file the card is rendered from is named in it.
-pub const CARD_BEGIN: &str = "<!-- card: docs/bench/results.json (wanbench --render docs/bench/results.json --out docs/bench --card); checked by `cargo test -p wanbench card` -->";
 pub const CARD_END: &str = "<!-- /card -->";
 
-/// Methods in the card's row order, with the name a reader knows them by.
-const METHODS: [(&str, &str); 4] = [
-    ("relay", "relay (QUIC to the relay)"),
-    ("direct-bbr", "direct, kernel BBR"),
-    ("direct-cubic", "direct, TCP CUBIC"),
-    ("python-sdk", "Azure Python SDK"),
-];
+/// Which direction a card shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Upload,
+    Download,
+}
+
+impl Kind {
+    /// The direction `rows` measured: download when every row is a download row.
+    pub fn of(rows: &[Row]) -> Kind {
+        if !rows.is_empty() && rows.iter().all(|r| is_download(&r.method)) {
+            Kind::Download
+        } else {
+            Kind::Upload
+        }
+    }
+
+    /// The committed results file the card is rendered from.
+    #[cfg(test)]
+    pub fn results(self) -> &'static str {
+        match self {
+            Kind::Upload => "docs/bench/results.json",
+            Kind::Download => "docs/bench/download/results.json",
+        }
+    }
+
+    /// The opening marker; the results file the card is rendered from is named in it.
+    pub fn begin(self) -> &'static str {
+        match self {
+            Kind::Upload => {
+                "<!-- card: docs/bench/results.json (wanbench --render docs/bench/results.json --out docs/bench --card); checked by `cargo test -p wanbench card` -->"
+            }
+            Kind::Download => {
+                "<!-- card: docs/bench/download/results.json (wanbench --render docs/bench/download/results.json --out docs/bench/download --card); checked by `cargo test -p wanbench card` -->"
+            }
+        }
+    }
+
+    /// Methods in the card's row order, with the name a reader knows them by.
+    fn methods(self) -> [(&'static str, &'static str); 4] {
+        match self {
+            Kind::Upload => [
+                ("relay", "relay (QUIC to the relay)"),
+                ("direct-bbr", "direct, kernel BBR"),
+                ("direct-cubic", "direct, TCP CUBIC"),
+                ("python-sdk", "Azure Python SDK"),
+            ],
+            Kind::Download => [
+                ("relay-dl", "relay (QUIC from the relay)"),
+                ("direct-dl-bbr", "direct, kernel BBR"),
+                ("direct-dl-cubic", "direct, TCP CUBIC"),
+                ("python-sdk-dl", "Azure Python SDK"),
+            ],
+        }
+    }
+}
 
 /// Why a document's card does not match the results.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CardError {
-    #[error("no card block ({CARD_BEGIN} … {CARD_END})")]
-    Missing,
+    #[error("no card block ({begin} … {CARD_END})")]
+    Missing { begin: &'static str },
     #[error(
         "the card differs from what the results render to:\n--- document\n{found}\n--- results\n{expected}"
     )]
@@ -39,7 +87,7 @@ pub enum CardError {
 /// The card for `rows`: one table per workload, goodput medians (Mbit/s) per
 /// method and link, with each link's share of its TCP ceiling for the relay,
 /// and the commit the runs were measured on.
-pub fn card(rows: &[Row]) -> String {
+pub fn card(kind: Kind, rows: &[Row]) -> String {
     let gs: Vec<Group> = groups(rows)
         .into_iter()
         .filter(|g| !g.place.contains(','))
@@ -66,7 +114,7 @@ pub fn card(rows: &[Row]) -> String {
         s.push_str("\n|---|");
         s.push_str(&"---:|".repeat(places.len()));
         s.push('\n');
-        for (method, name) in METHODS {
+        for (method, name) in kind.methods() {
             let _ = write!(s, "| {name} |");
             for p in &places {
                 let cell = gs
@@ -146,15 +194,17 @@ fn provenance(rows: &[Row]) -> String {
 }
 
 /// The card block of `doc`, markers excluded, trimmed.
-fn block(doc: &str) -> Option<&str> {
-    let start = doc.find(CARD_BEGIN)? + CARD_BEGIN.len();
+fn block(kind: Kind, doc: &str) -> Option<&str> {
+    let start = doc.find(kind.begin())? + kind.begin().len();
     let end = start + doc[start..].find(CARD_END)?;
     Some(doc[start..end].trim())
 }
 
 /// Whether `doc`'s card equals `expected`.
-pub fn check(doc: &str, expected: &str) -> Result<(), CardError> {
-    let found = block(doc).ok_or(CardError::Missing)?;
+pub fn check(kind: Kind, doc: &str, expected: &str) -> Result<(), CardError> {
+    let found = block(kind, doc).ok_or(CardError::Missing {
+        begin: kind.begin(),
+    })?;
     if found == expected.trim() {
         Ok(())
     } else {
@@ -166,9 +216,12 @@ pub fn check(doc: &str, expected: &str) -> Result<(), CardError> {
 }
 
 /// `doc` with its card block replaced by `card`.
-pub fn replace(doc: &str, card: &str) -> Result<String, CardError> {
-    let start = doc.find(CARD_BEGIN).ok_or(CardError::Missing)? + CARD_BEGIN.len();
-    let end = start + doc[start..].find(CARD_END).ok_or(CardError::Missing)?;
+pub fn replace(kind: Kind, doc: &str, card: &str) -> Result<String, CardError> {
+    let missing = CardError::Missing {
+        begin: kind.begin(),
+    };
+    let start = doc.find(kind.begin()).ok_or(missing.clone())? + kind.begin().len();
+    let end = start + doc[start..].find(CARD_END).ok_or(missing)?;
     Ok(format!(
         "{}\n\n{}\n\n{}",
         &doc[..start],
@@ -187,24 +240,30 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
     }
 
-    fn committed_rows() -> Vec<Row> {
-        let text = std::fs::read_to_string(repo().join("docs/bench/results.json"))
-            .unwrap_or_else(|e| panic!("docs/bench/results.json: {e}"));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("results.json: {e}"))
+    fn committed_rows(kind: Kind) -> Vec<Row> {
+        let path = kind.results();
+        let text =
+            std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
-    /// The check the test suite runs: both documents' cards are what the
-    /// committed results render to.
+    /// The check the test suite runs: both documents' cards, one per
+    /// direction, are what the committed results render to.
     #[test]
-    fn readme_and_benchmarks_cards_match_the_results_file() {
-        let expected = card(&committed_rows());
-        for doc in ["README.md", "docs/BENCHMARKS.md"] {
-            let text =
-                std::fs::read_to_string(repo().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
-            if let Err(e) = check(&text, &expected) {
-                panic!(
-                    "{doc}: {e}\nregenerate with: wanbench --render docs/bench/results.json --out docs/bench --card"
-                );
+    fn readme_and_benchmarks_cards_match_the_results_files() {
+        for kind in [Kind::Upload, Kind::Download] {
+            let rows = committed_rows(kind);
+            assert_eq!(Kind::of(&rows), kind, "{}", kind.results());
+            let expected = card(kind, &rows);
+            for doc in ["README.md", "docs/BENCHMARKS.md"] {
+                let text = std::fs::read_to_string(repo().join(doc))
+                    .unwrap_or_else(|e| panic!("{doc}: {e}"));
+                if let Err(e) = check(kind, &text, &expected) {
+                    panic!(
+                        "{doc}: {e}\nregenerate with: wanbench --render {} --out DIR --card",
+                        kind.results()
+                    );
+                }
             }
         }
     }
@@ -213,14 +272,16 @@ mod tests {
     /// document without the block.
     #[test]
     fn an_edited_figure_or_a_missing_block_is_caught() {
-        let rows = committed_rows();
-        let expected = card(&rows);
+        let kind = Kind::Upload;
+        let rows = committed_rows(kind);
+        let expected = card(kind, &rows);
         let doc = replace(
-            &format!("intro\n{CARD_BEGIN}\n{CARD_END}\nrest\n"),
+            kind,
+            &format!("intro\n{}\n{CARD_END}\nrest\n", kind.begin()),
             &expected,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(check(&doc, &expected), Ok(()));
+        assert_eq!(check(kind, &doc, &expected), Ok(()));
         assert!(doc.starts_with("intro\n") && doc.ends_with("rest\n"));
         // Change one digit of the relay's first figure.
         let row = expected
@@ -237,18 +298,28 @@ mod tests {
             "9"
         };
         edited.replace_range(pos..=pos, other);
-        let tampered = replace(&doc, &edited).unwrap_or_else(|e| panic!("{e}"));
+        let tampered = replace(kind, &doc, &edited).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
-            check(&tampered, &expected),
+            check(kind, &tampered, &expected),
             Err(CardError::Differs { .. })
         ));
-        assert_eq!(check("no card here", &expected), Err(CardError::Missing));
+        assert_eq!(
+            check(kind, "no card here", &expected),
+            Err(CardError::Missing {
+                begin: kind.begin()
+            })
+        );
+        // The other direction's block is not this one's.
+        assert!(matches!(
+            check(Kind::Download, &doc, &expected),
+            Err(CardError::Missing { .. })
+        ));
     }
 
     /// Rows from more than one commit, or without one, say so.
     #[test]
     fn provenance_names_the_commit_or_says_it_is_unrecorded() {
-        let mut rows = committed_rows();
+        let mut rows = committed_rows(Kind::Upload);
         rows.truncate(2);
         rows[0].commit = None;
         rows[1].commit = None;
@@ -264,21 +335,21 @@ mod tests {
     /// runs, and the footnote says what it is; without a reference, neither.
     #[test]
     fn a_capped_direct_cell_shows_the_tcp_ceiling_beside_it() {
-        let mut rows: Vec<Row> = committed_rows()
+        let mut rows: Vec<Row> = committed_rows(Kind::Upload)
             .into_iter()
             .filter(|r| r.method == "direct-cubic" && r.files == 1)
             .take(1)
             .collect();
         assert_eq!(rows.len(), 1, "a direct-cubic row in the results");
         rows[0].capped = true;
-        assert!(!card(&rows).contains("TCP 4.4"));
+        assert!(!card(Kind::Upload, &rows).contains("TCP 4.4"));
         rows[0].tcp_reference = Some(crate::row::TcpReference {
             cc: "cubic".into(),
             flows: 8,
             seconds: 60.0,
             goodput_mbit: 4.44,
         });
-        let text = card(&rows);
+        let text = card(Kind::Upload, &rows);
         assert!(text.contains("%; TCP 4.4)"), "{text}");
         assert!(
             text.contains("\"TCP n\" beside a capped direct figure"),
@@ -286,6 +357,6 @@ mod tests {
         );
         // Not capped: the figure stands alone.
         rows[0].capped = false;
-        assert!(!card(&rows).contains("TCP 4.4"));
+        assert!(!card(Kind::Upload, &rows).contains("TCP 4.4"));
     }
 }

@@ -158,8 +158,9 @@ struct Args {
     /// Only re-render summary.md and goodput.svg from this results.json.
     #[arg(long)]
     render: Option<PathBuf>,
-    /// With --render: also rewrite the headline card in README.md and
-    /// docs/BENCHMARKS.md from that results file (the test suite checks they match).
+    /// With --render: also rewrite the headline card (upload, or download when
+    /// every row is a download row) in README.md and docs/BENCHMARKS.md from
+    /// that results file (the test suite checks they match).
     #[arg(long, requires = "render")]
     card: bool,
 }
@@ -458,14 +459,16 @@ fn check_python(python: &Path) -> anyhow::Result<()> {
 }
 
 /// results.json, summary.md (medians + every run) and goodput.svg.
-/// Rewrites the card block of README.md and docs/BENCHMARKS.md from `rows`.
+/// Rewrites the card block of README.md and docs/BENCHMARKS.md of the
+/// direction `rows` measured (upload or download).
 fn write_cards(rows: &[Row]) -> anyhow::Result<()> {
-    let text = card::card(rows);
+    let kind = card::Kind::of(rows);
+    let text = card::card(kind, rows);
     for doc in ["README.md", "docs/BENCHMARKS.md"] {
         let path = repo_root().join(doc);
         let old = std::fs::read_to_string(&path).with_context(|| format!("read {doc}"))?;
-        let new = card::replace(&old, &text).with_context(|| doc.to_string())?;
-        card::check(&new, &text).with_context(|| doc.to_string())?;
+        let new = card::replace(kind, &old, &text).with_context(|| doc.to_string())?;
+        card::check(kind, &new, &text).with_context(|| doc.to_string())?;
         std::fs::write(&path, new).with_context(|| format!("write {doc}"))?;
         eprintln!("wanbench: card rewritten in {doc}");
     }

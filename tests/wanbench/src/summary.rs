@@ -143,7 +143,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
 
 /// The download rows' names: `relay-dl`, `direct-dl-cubic`, `direct-dl-bbr`,
 /// `python-sdk-dl`.
-fn is_download(method: &str) -> bool {
+pub fn is_download(method: &str) -> bool {
     method.ends_with("-dl") || method.starts_with("direct-dl-")
 }
 
