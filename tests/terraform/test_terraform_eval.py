@@ -78,6 +78,9 @@ def test_defaults_are_accepted(tmp_path):
         ("tokens", {"lab-a": ["Data"]}),
         ("tokens", {"lab-a": ["ab"]}),
         ("tokens", {"lab-a": ["a--b"]}),
+        ("tokens", {"lab-a": ["data:x"]}),
+        ("tokens", {"lab-a": ["ab:r"]}),
+        ("tokens", {"lab-a": ["data:"]}),
     ],
 )
 def test_validation_rejects(tmp_path, var, value):
@@ -155,7 +158,7 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
     expr = expr.replace("random_password.client_token.result", 'substr(sha256("client"), 0, 48)')
     expr = expr.replace("random_password.token[name].result", "substr(sha256(name), 0, 48)")
     extra = f"locals {{\n  tokens_file = {expr}\n}}\noutput \"file\" {{ value = local.tokens_file }}\n"
-    tokens = {"lab-a": ["data", "scratch"], "ops": []}
+    tokens = {"lab-a": ["data", "scratch"], "ops": [], "reader": ["uploads:rw", "results:r", "data:w"]}
     outputs, err = run_tf(tmp_path, {"tokens": tokens, "container_name": "uploads"}, extra_tf=extra)
     assert outputs is not None, err
     import hashlib
@@ -164,6 +167,7 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
         f"# client_token\n{tok('client')} uploads\n"
         f"# lab-a\n{tok('lab-a')} data,scratch\n"
         f"# ops\n{tok('ops')}\n"
+        f"# reader\n{tok('reader')} uploads:rw,results:r,data:w\n"
     )
     for line in outputs["file"].splitlines():
         if line.startswith("#"):
