@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 import infra
+from download_stage import DownloadStage, var_tokens
 from errors import StageFailed, check
 from render import rendered
 from recording import AlertRecording
@@ -53,7 +54,7 @@ printf '%s\\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f"
 """
 
 
-class Rehearsal(TrafficStages, AlertRecording):
+class Rehearsal(TrafficStages, DownloadStage, AlertRecording):
     def __init__(self, args):
         self.args = args
         self.bins = Path(args.bin_dir).resolve()
@@ -151,6 +152,8 @@ class Rehearsal(TrafficStages, AlertRecording):
         self.revoked_token = secrets.token_hex(24)
         self.tokens_v1 = (f"# client_token\n{self.client_token} {v['container']}\n"
                           f"# rehearsal-old\n{self.revoked_token} {v['container']}\n")
+        var_lines, self.named_tokens = var_tokens(v["tokens"])  # var.tokens, as artifacts.tf writes them
+        self.tokens_v1 += var_lines
         relay_boot = f"{art}/{v['relay_boot_container']}"
         bench_boot = f"{art}/{v['bench_boot_container']}"
         self.deployer.put_blob(relay_boot, "relay-server", dist / "relay-server")
@@ -445,7 +448,8 @@ class Rehearsal(TrafficStages, AlertRecording):
         subprocess.run(["umount", str(self.run / "ns")], capture_output=True)
 
 
-STAGES = ["rendered", "booted", "identity", "https", "crc64", "balancer", "compare", "failover", "tokens"]
+STAGES = ["rendered", "booted", "identity", "https", "crc64", "balancer", "compare", "failover", "download",
+          "tokens"]
 LABELS = {"https": "HTTPS", "crc64": "CRC-64", "tokens": "token refresh"}
 
 

@@ -143,3 +143,17 @@ def test_a_traced_unit_runs_under_strace_from_its_execve_and_signals_reach_the_p
     # -qq leaves out strace's own exit lines: the signals show as delivered to the program.
     assert "--- SIGKILL" in text or text.count("execve") == 2
     assert "--- SIGTERM {si_signo=SIGTERM" in text, text[-500:]
+
+
+def test_rehearsal_tokens_file_lines_are_terraforms():
+    """The rehearsal writes var.tokens into the tokens blob as
+    terraform/artifacts.tf's local.tokens_file does (test_terraform_eval runs
+    that expression): a comment naming each token, the token, its containers
+    comma-separated, no list for "any container"."""
+    import download_stage
+
+    text, made = download_stage.var_tokens({"reader": ["uploads:rw", "results:r"], "ops": []})
+    assert text == f"# reader\n{made['reader']} uploads:rw,results:r\n# ops\n{made['ops']}\n"
+    assert all(len(t) == 48 for t in made.values())
+    assert download_stage.reader_of({"w": ["results"], "r": ["results:r"]}, "results") == "r"
+    assert render.tfvars()["tokens"] and render.tfvars()["download_containers"]

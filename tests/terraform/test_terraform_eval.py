@@ -237,3 +237,17 @@ def test_client_profile_entra_flow_is_one_the_client_knows(module):
     names = set(re.findall(r'Flow::\w+ => "([a-z-]+)"', src))
     flows = set(re.findall(r"entra = '([^']*)'", local_expr(module, "client_profile")))
     assert flows and flows <= names, (flows, names)
+
+
+def test_rehearsal_tfvars_passes_validation(tmp_path):
+    """tests/rehearsal/rehearsal.tfvars's download container and read grants
+    are values Terraform accepts."""
+    import hcl2
+
+    from tfmodel import normalize
+
+    with (TERRAFORM.parent / "tests" / "rehearsal" / "rehearsal.tfvars").open() as fh:
+        raw = normalize(hcl2.load(fh))
+    values = {k: raw[k] for k in ("download_containers", "tokens")}
+    outputs, err = run_tf(tmp_path, values, extra_tf='output "n" { value = length(var.tokens) }\n')
+    assert outputs == {"n": 1}, err
