@@ -188,7 +188,7 @@ variable "download_containers" {
 }
 
 variable "tokens" {
-  description = "More client tokens, beside client_token: name => containers the token may write ([] = any container that is not reserved). Apply after adding, changing or removing an entry: the tokens blob is rewritten and every relay picks it up within about a minute (blob-relay-tokens.timer), no reimage. Values: the sensitive output `tokens`."
+  description = "More client tokens, beside client_token: name => containers the token may use, each `data` or `data:w` (write), `data:r` (read: relay-client download; the relays read only container_name and download_containers) or `data:rw` ([] = write any container that is not reserved, read none). Apply after adding, changing or removing an entry: the tokens blob is rewritten and every relay picks it up within about a minute (blob-relay-tokens.timer), no reimage. Values: the sensitive output `tokens`."
   type        = map(list(string))
   default     = {}
 
@@ -199,9 +199,9 @@ variable "tokens" {
 
   validation {
     condition = alltrue(flatten([for cs in values(var.tokens) : [
-      for c in cs : length(c) >= 3 && length(c) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*$", c))
+      for c in cs : length(split(":", c)[0]) >= 3 && length(split(":", c)[0]) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*(:(r|w|rw))?$", c))
     ]]))
-    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens)."
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens), each with no suffix or one of :r, :w, :rw."
   }
 }
 

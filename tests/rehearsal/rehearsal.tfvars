@@ -9,3 +9,9 @@ bench_source_region = "australiaeast"
 # so size the VM and the budget as an operator of a small relay would.
 vm_size             = "Standard_D4ds_v5" # 16 GiB
 relay_memory_budget = "2GiB"
+# The download stage: a container of results another job wrote that the
+# relays may read, and a token that uploads to `uploads` and reads both.
+download_containers = ["results"]
+tokens = {
+  rehearsal-reader = ["uploads:rw", "results:r"]
+}

@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 import infra
+from download_stage import DownloadStage, var_tokens
 from errors import StageFailed, check
 from render import rendered
 from recording import AlertRecording
@@ -54,7 +55,7 @@ printf '%s\\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f"
 """
 
 
-class Rehearsal(TrafficStages, AlertRecording):
+class Rehearsal(TrafficStages, DownloadStage, AlertRecording):
     def __init__(self, args):
         self.args = args
         self.bins = Path(args.bin_dir).resolve()
@@ -150,6 +151,8 @@ class Rehearsal(TrafficStages, AlertRecording):
         self.revoked_token = secrets.token_hex(24)
         self.tokens_v1 = (f"# client_token\n{self.client_token} {v['container']}\n"
                           f"# rehearsal-old\n{self.revoked_token} {v['container']}\n")
+        var_lines, self.named_tokens = var_tokens(v["tokens"])  # var.tokens, as artifacts.tf writes them
+        self.tokens_v1 += var_lines
         relay_boot = f"{art}/{v['relay_boot_container']}"
         bench_boot = f"{art}/{v['bench_boot_container']}"
         # artifacts.tf: the package under a fixed name, and SHA256SUMS with
@@ -497,7 +500,8 @@ def sums_line(deb: Path, name: str) -> bytes:
     return f"{hashlib.sha256(deb.read_bytes()).hexdigest()}  {name}\n".encode()
 
 
-STAGES = ["rendered", "booted", "identity", "https", "crc64", "balancer", "compare", "failover", "tokens"]
+STAGES = ["rendered", "booted", "identity", "https", "crc64", "balancer", "compare", "failover", "download",
+          "tokens"]
 LABELS = {"https": "HTTPS", "crc64": "CRC-64", "tokens": "token refresh"}
 
 

@@ -153,6 +153,7 @@ def rendered(lb_address: str, suffix: str | None = None) -> tuple[dict, dict]:
         "relay_count": int(ev.expr("var.relay_count")),
         "vnet_address_space": ev.expr("var.vnet_address_space"),
         "tokens": ev.expr("var.tokens"),
+        "download_containers": ev.expr("var.download_containers"),
         "probe": probe(module, ev),
     }
     return out, used

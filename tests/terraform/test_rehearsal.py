@@ -167,3 +167,17 @@ def test_unit_runner_reads_the_packages_units_under_etcs(tmp_path, monkeypatch):
     import pytest
     with pytest.raises(FileNotFoundError):
         units.load("missing.service")
+
+
+def test_rehearsal_tokens_file_lines_are_terraforms():
+    """The rehearsal writes var.tokens into the tokens blob as
+    terraform/artifacts.tf's local.tokens_file does (test_terraform_eval runs
+    that expression): a comment naming each token, the token, its containers
+    comma-separated, no list for "any container"."""
+    import download_stage
+
+    text, made = download_stage.var_tokens({"reader": ["uploads:rw", "results:r"], "ops": []})
+    assert text == f"# reader\n{made['reader']} uploads:rw,results:r\n# ops\n{made['ops']}\n"
+    assert all(len(t) == 48 for t in made.values())
+    assert download_stage.reader_of({"w": ["results"], "r": ["results:r"]}, "results") == "r"
+    assert render.tfvars()["tokens"] and render.tfvars()["download_containers"]

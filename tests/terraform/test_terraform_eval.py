@@ -78,6 +78,9 @@ def test_defaults_are_accepted(tmp_path):
         ("tokens", {"lab-a": ["Data"]}),
         ("tokens", {"lab-a": ["ab"]}),
         ("tokens", {"lab-a": ["a--b"]}),
+        ("tokens", {"lab-a": ["data:x"]}),
+        ("tokens", {"lab-a": ["ab:r"]}),
+        ("tokens", {"lab-a": ["data:"]}),
     ],
 )
 def test_validation_rejects(tmp_path, var, value):
@@ -155,7 +158,7 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
     expr = expr.replace("random_password.client_token.result", 'substr(sha256("client"), 0, 48)')
     expr = expr.replace("random_password.token[name].result", "substr(sha256(name), 0, 48)")
     extra = f"locals {{\n  tokens_file = {expr}\n}}\noutput \"file\" {{ value = local.tokens_file }}\n"
-    tokens = {"lab-a": ["data", "scratch"], "ops": []}
+    tokens = {"lab-a": ["data", "scratch"], "ops": [], "reader": ["uploads:rw", "results:r", "data:w"]}
     outputs, err = run_tf(tmp_path, {"tokens": tokens, "container_name": "uploads"}, extra_tf=extra)
     assert outputs is not None, err
     import hashlib
@@ -164,6 +167,7 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
         f"# client_token\n{tok('client')} uploads\n"
         f"# lab-a\n{tok('lab-a')} data,scratch\n"
         f"# ops\n{tok('ops')}\n"
+        f"# reader\n{tok('reader')} uploads:rw,results:r,data:w\n"
     )
     for line in outputs["file"].splitlines():
         if line.startswith("#"):
@@ -233,3 +237,17 @@ def test_client_profile_entra_flow_is_one_the_client_knows(module):
     names = set(re.findall(r'Flow::\w+ => "([a-z-]+)"', src))
     flows = set(re.findall(r"entra = '([^']*)'", local_expr(module, "client_profile")))
     assert flows and flows <= names, (flows, names)
+
+
+def test_rehearsal_tfvars_passes_validation(tmp_path):
+    """tests/rehearsal/rehearsal.tfvars's download container and read grants
+    are values Terraform accepts."""
+    import hcl2
+
+    from tfmodel import normalize
+
+    with (TERRAFORM.parent / "tests" / "rehearsal" / "rehearsal.tfvars").open() as fh:
+        raw = normalize(hcl2.load(fh))
+    values = {k: raw[k] for k in ("download_containers", "tokens")}
+    outputs, err = run_tf(tmp_path, values, extra_tf='output "n" { value = length(var.tokens) }\n')
+    assert outputs == {"n": 1}, err
