@@ -6,6 +6,7 @@ pub mod cli;
 pub mod compress;
 pub mod config_file;
 pub mod connect;
+pub mod connection_args;
 pub mod direct;
 pub mod direct_sizing;
 pub mod download;

@@ -20,6 +20,7 @@ use relay_transport::tls::FingerprintError;
 
 use crate::cli::{OverwriteMode, UploadArgs};
 use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
+use crate::connection_args::ConnectionArgs;
 use crate::direct::Direct;
 use crate::filter::FilterError;
 use crate::link::RelayLink;
@@ -155,7 +156,7 @@ pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
 /// The account of `--storage-url`; a URL that also names a container is refused,
 /// so `--to` is never silently nested one level deeper.
 fn storage_account(args: &UploadArgs) -> Result<Option<String>, SetupError> {
-    let Some(text) = &args.storage_url else {
+    let Some(text) = &args.connection.storage_url else {
         return Ok(None);
     };
     let url = url::Url::parse(text).map_err(|source| SetupError::StorageUrl {
@@ -204,35 +205,39 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
 /// `--entra-scope`, fetched when the first Offer needs it (`mode` asks for it
 /// before any file, so a sign-in problem is one setup error).
 fn bearer(args: &UploadArgs) -> Result<Bearer, SetupError> {
-    let token = args.token.clone().unwrap_or_default();
-    let Some(flow) = args.entra.filter(|_| !args.direct) else {
+    let token = args.connection.token.clone().unwrap_or_default();
+    let Some(flow) = args.connection.entra.filter(|_| !args.direct) else {
         return Ok(Bearer::Static(Secret(token)));
     };
     if !token.is_empty() {
         return Err(SetupError::TokenAndEntra);
     }
-    let audience = args.entra_scope.as_deref().ok_or(SignInError::NoScope)?;
+    let audience = args
+        .connection
+        .entra_scope
+        .as_deref()
+        .ok_or(SignInError::NoScope)?;
     let scope = crate::sign_in::scope(audience)?;
-    let credential = crate::sign_in::credential(&sign_in(args, flow))?;
+    let credential = crate::sign_in::credential(&sign_in(&args.connection, flow))?;
     Ok(Bearer::Entra(Arc::new(EntraToken::new(
         credential, flow, scope,
     ))))
 }
 
-fn sign_in(args: &UploadArgs, flow: Flow) -> SignIn {
+fn sign_in(c: &ConnectionArgs, flow: Flow) -> SignIn {
     SignIn {
         flow,
-        tenant: args.entra_tenant.clone(),
-        client_id: args.entra_client_id.clone(),
+        tenant: c.entra_tenant.clone(),
+        client_id: c.entra_client_id.clone(),
     }
 }
 
 pub fn windows(args: &UploadArgs) -> Windows {
     Windows {
-        stream_window: args.stream_window,
-        connection_window: args.connection_window,
-        congestion: args.congestion,
-        max_rate_mbit: args.max_rate,
+        stream_window: args.connection.stream_window,
+        connection_window: args.connection.connection_window,
+        congestion: args.connection.congestion,
+        max_rate_mbit: args.connection.max_rate,
         fair: args.fair,
         probe_train: !args.no_probe_train,
         // Its whole connection window may be in flight (uploads).
@@ -252,8 +257,8 @@ fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupErr
     Ok(out)
 }
 
-fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
-    match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
+fn trust(c: &ConnectionArgs) -> Result<Trust, SetupError> {
+    match (&c.relay_cert_sha256, &c.relay_ca, c.insecure) {
         (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp)?)),
         (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
         (None, None, true) => {
@@ -285,16 +290,17 @@ pub async fn direct_mode(
     bearer: &Bearer,
     container: &str,
 ) -> Result<Direct, SetupError> {
-    let url = args.storage_url.clone().unwrap_or_default();
+    let url = args.connection.storage_url.clone().unwrap_or_default();
     storage_account(args)?;
-    let key = args.account_key.clone().map(Secret);
+    let key = args.connection.account_key.clone().map(Secret);
     // After a fallback from the relay, the identity already signed in (one
     // device code prompt, not two); else --entra's flow, the Azure CLI by default.
     let access = StorageAccess::resolve_with(&url, key.as_ref(), || match bearer {
         Bearer::Entra(e) => Ok(e.credential()),
-        Bearer::Static(_) => {
-            crate::sign_in::azure_credential(&sign_in(args, args.entra.unwrap_or(Flow::Cli)))
-        }
+        Bearer::Static(_) => crate::sign_in::azure_credential(&sign_in(
+            &args.connection,
+            args.connection.entra.unwrap_or(Flow::Cli),
+        )),
     })?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
@@ -319,6 +325,7 @@ pub async fn direct_mode(
             })?;
     }
     let key_file = args
+        .connection
         .id_key_file
         .clone()
         .or_else(default_direct_key_file)
@@ -490,10 +497,10 @@ pub async fn mode(
     if args.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
     }
-    if let Some(rate) = args.max_rate {
+    if let Some(rate) = args.connection.max_rate {
         crate::rate::set_cap(rate);
     }
-    let relay = args.relay.clone().unwrap_or_default();
+    let relay = args.connection.relay.clone().unwrap_or_default();
     match bearer {
         Bearer::Static(t) if t.0.is_empty() => return Err(SetupError::NoToken),
         Bearer::Static(_) => {}
@@ -503,11 +510,11 @@ pub async fn mode(
             bearer.current().await?;
         }
     }
-    let trust = trust(args)?;
+    let trust = trust(&args.connection)?;
     let (addr, name) = resolve(&relay).await?;
-    let name = args.server_name.clone().unwrap_or(name);
-    let n = usize::try_from(args.relay_connections).map_or(1, |n| n.max(1));
-    let (memory, cache) = path_memory(args, addr, &name);
+    let name = args.connection.server_name.clone().unwrap_or(name);
+    let n = usize::try_from(args.connection.relay_connections).map_or(1, |n| n.max(1));
+    let (memory, cache) = path_memory(&args.connection, addr, &name);
     let link = |warm, observer, cache| -> Result<RelayLink, SetupError> {
         let memory = PathMemory {
             warm,
@@ -517,7 +524,7 @@ pub async fn mode(
         let mut connector =
             Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
         connector.announce_zstd(&trust, args.compress != crate::compress::Mode::Off)?;
-        let silence = args.idle_timeout.max(Duration::from_secs(1));
+        let silence = args.connection.idle_timeout.max(Duration::from_secs(1));
         // The watchdog must hear an ACK well within its silence limit.
         connector.keep_alive(silence / 3);
         Ok(RelayLink::new(
@@ -525,10 +532,10 @@ pub async fn mode(
             relay.clone(),
             addr,
             name.clone(),
-            args.connect_timeout,
-            args.busy_wait,
+            args.connection.connect_timeout,
+            args.connection.busy_wait,
             silence,
-            args.patience,
+            args.connection.patience,
             observer,
             cache,
             weather.clone(),
@@ -564,14 +571,18 @@ pub async fn mode(
 /// whose estimate is saved there after the run (also with `--no-warm-start`).
 /// Keyed by address and TLS name: another relay, or the same name elsewhere, is
 /// another path.
-fn path_memory(args: &UploadArgs, addr: SocketAddr, name: &str) -> (PathMemory, Option<PathCache>) {
+fn path_memory(
+    c: &ConnectionArgs,
+    addr: SocketAddr,
+    name: &str,
+) -> (PathMemory, Option<PathCache>) {
     let observer = Some(Arc::new(PathObserver::default()));
-    let cache = args
+    let cache = c
         .path_cache
         .clone()
         .or_else(path_cache::default_file)
         .map(|file| PathCache::new(file, format!("{addr} {name}")));
-    let warm = if args.no_warm_start {
+    let warm = if c.no_warm_start {
         None
     } else {
         cache.as_ref().and_then(PathCache::load)

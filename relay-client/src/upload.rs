@@ -97,7 +97,7 @@ pub async fn run(
         }
     };
     let mode = Arc::new(mode);
-    let patience = args.patience;
+    let patience = args.connection.patience;
     let sync = match args.overwrite {
         OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),

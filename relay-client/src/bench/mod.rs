@@ -399,9 +399,12 @@ mod tests {
             "api://r",
         ]);
         let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
-        assert_eq!(relay.entra, Some(crate::sign_in::Flow::ManagedIdentity));
-        assert_eq!(relay.entra_scope.as_deref(), Some("api://r"));
-        assert_eq!(relay.token, None);
+        assert_eq!(
+            relay.connection.entra,
+            Some(crate::sign_in::Flow::ManagedIdentity)
+        );
+        assert_eq!(relay.connection.entra_scope.as_deref(), Some("api://r"));
+        assert_eq!(relay.connection.token, None);
         // Without it, relay runs use the token, and direct runs keep --entra.
         let args = bench_args(&[
             "--token",
@@ -410,8 +413,8 @@ mod tests {
             "https://acct.blob.core.windows.net",
         ]);
         let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
-        assert_eq!(relay.entra, None);
+        assert_eq!(relay.connection.entra, None);
         let direct = upload_of(upload_argv(&args, dir, &one, Method::Direct, "cont/x"));
-        assert_eq!(direct.entra, Some(crate::sign_in::Flow::Cli));
+        assert_eq!(direct.connection.entra, Some(crate::sign_in::Flow::Cli));
     }
 }

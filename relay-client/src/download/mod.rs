@@ -330,7 +330,10 @@ pub async fn run(
     match stop {
         Stop::Finished => Ok(Outcome::Done(summary)),
         Stop::Interrupted => Ok(interrupted(summary, Cause::Interrupt)),
-        Stop::OutOfPatience => Ok(interrupted(summary, Cause::Patience(args.patience))),
+        Stop::OutOfPatience => Ok(interrupted(
+            summary,
+            Cause::Patience(args.connection.patience),
+        )),
         Stop::Fatal(m) => Err(SetupError::Refused(m)),
     }
 }

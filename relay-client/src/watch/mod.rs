@@ -263,7 +263,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
             close(&mode).await;
             return Ok(WatchEnd::OutOfPatience {
                 summary: Box::new(reporter.summary(mode.name())),
-                patience: up.patience,
+                patience: up.connection.patience,
             });
         }
     }
