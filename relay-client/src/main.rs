@@ -2,13 +2,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{CommandFactory, Parser};
-use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs, UploadArgs, WatchArgs};
-use relay_client::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
-use relay_client::progress::{Output, Reporter, summary_line};
-use relay_client::report::{Summary, Totals};
-use relay_client::setup::SetupError;
-use relay_client::upload::{Cause, Outcome};
+use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs};
+use relay_client::commands::args::UploadArgs;
+use relay_client::commands::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
+use relay_client::commands::setup::SetupError;
+use relay_client::commands::upload::{Cause, Outcome};
+use relay_client::ui::progress::{Output, Reporter, summary_line};
+use relay_client::ui::report::{Summary, Totals};
 use relay_client::watch::WatchEnd;
+use relay_client::watch::args::WatchArgs;
 use serde_json::json;
 
 const EXIT_FAILED: u8 = 1;
@@ -21,7 +23,7 @@ fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     // The profile's settings join the command line (flags > environment > file);
     // `argv` stays what the user typed, for the rerun command.
-    let merged = match relay_client::config_file::merged_argv(&argv) {
+    let merged = match relay_client::cli::config_file::merged_argv(&argv) {
         Ok(m) => m,
         Err(e) => {
             let output = if wants_json(&argv) {
@@ -102,7 +104,7 @@ fn config_init(
     profile: Option<&str>,
 ) -> ExitCode {
     use clap::ValueEnum;
-    use relay_client::config_file;
+    use relay_client::cli::config_file;
     let Some(path) = file
         .map(std::path::Path::to_path_buf)
         .or_else(config_file::default_path)
@@ -232,7 +234,7 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
             Cause::Interrupt => "interrupted".to_string(),
             Cause::Patience(p) => format!(
                 "stopped: the relay stayed unreachable for {} (--patience)",
-                relay_client::patience::human(p)
+                relay_client::ui::weather::human(p)
             ),
         };
         format!(
@@ -249,7 +251,7 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
         output,
         quiet,
         argv,
-        |reporter, interrupt| relay_client::upload::run(args, reporter, interrupt),
+        |reporter, interrupt| relay_client::commands::upload::run(args, reporter, interrupt),
         stopped,
         "committed",
     )
@@ -374,7 +376,7 @@ fn watch(args: WatchArgs) -> ExitCode {
                 "relay-client: stopped: the relay stayed unreachable for {} (--patience); \
                  start the watch again to go on (the journal keeps what was committed, \
                  the relay what was staged)",
-                relay_client::patience::human(patience)
+                relay_client::ui::weather::human(patience)
             );
             ExitCode::from(EXIT_INTERRUPTED)
         }

@@ -5,8 +5,8 @@
 use clap::{Args, FromArgMatches};
 use std::path::PathBuf;
 
-use crate::cli::{OverwriteMode, UploadArgs};
-use crate::connection_args::ConnectionArgs;
+use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::connection_args::ConnectionArgs;
 
 #[derive(Debug, Args)]
 pub struct DownloadArgs {
@@ -120,7 +120,7 @@ pub fn connection(a: &DownloadArgs, container: &str) -> Result<UploadArgs, clap:
     u.direct = a.direct;
     u.quiet = a.quiet;
     // Nothing is compressed on the way back yet: do not announce it.
-    u.compress = crate::compress::Mode::Off;
+    u.compress = crate::transfer::compress::Mode::Off;
     Ok(u)
 }
 

@@ -18,20 +18,21 @@ use relay_transport::congestion::PathObserver;
 use relay_transport::quic::{PathMemory, Windows};
 use relay_transport::tls::FingerprintError;
 
-use crate::cli::{OverwriteMode, UploadArgs};
-use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
-use crate::connection_args::ConnectionArgs;
-use crate::direct::Direct;
-use crate::filter::FilterError;
-use crate::link::RelayLink;
-use crate::links::RelayLinks;
-use crate::manifest::ManifestError;
-use crate::path_cache::{self, PathCache};
-use crate::patience::WeatherSink;
-use crate::report::FileError;
-use crate::send::Options;
+use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::connection_args::ConnectionArgs;
+use crate::relay::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
+use crate::relay::link::RelayLink;
+use crate::relay::links::RelayLinks;
+use crate::relay::path_cache::{self, PathCache};
 use crate::sign_in::{Bearer, EntraToken, Flow, SignIn, SignInError};
-use crate::walk::{Destination, DestinationError, SourceErrors, parse_destination};
+use crate::transfer::direct::Direct;
+use crate::transfer::filter::FilterError;
+use crate::transfer::manifest::ManifestError;
+use crate::transfer::mode::Mode;
+use crate::transfer::send::Options;
+use crate::transfer::walk::{Destination, DestinationError, SourceErrors, parse_destination};
+use crate::ui::report::FileError;
+use crate::ui::weather::WeatherSink;
 
 /// A setup problem that stops the whole command (exit status 2).
 #[derive(Debug, thiserror::Error)]
@@ -123,20 +124,6 @@ pub enum SetupError {
     /// missing container): said once, and the upload stops.
     #[error("{0}")]
     Refused(String),
-}
-
-pub enum Mode {
-    Relay(Box<RelayLinks>),
-    Direct(Box<Direct>),
-}
-
-impl Mode {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Mode::Relay(_) => "relay",
-            Mode::Direct(_) => "direct",
-        }
-    }
 }
 
 pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
@@ -332,8 +319,8 @@ pub async fn direct_mode(
         .ok_or(SetupError::NoKeyFile)?;
     let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
     let tcp_congestion = system_tcp_congestion();
-    let sizing = crate::direct_sizing::choose(
-        crate::direct_sizing::Path {
+    let sizing = crate::transfer::direct_sizing::choose(
+        crate::transfer::direct_sizing::Path {
             rtt,
             tcp_congestion: tcp_congestion.as_deref(),
         },
@@ -498,7 +485,7 @@ pub async fn mode(
         return Err(SetupError::CreateContainerNeedsDirect);
     }
     if let Some(rate) = args.connection.max_rate {
-        crate::rate::set_cap(rate);
+        crate::relay::rate::set_cap(rate);
     }
     let relay = args.connection.relay.clone().unwrap_or_default();
     match bearer {
@@ -523,7 +510,10 @@ pub async fn mode(
         let observer = memory.observer.clone().unwrap_or_default();
         let mut connector =
             Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
-        connector.announce_zstd(&trust, args.compress != crate::compress::Mode::Off)?;
+        connector.announce_zstd(
+            &trust,
+            args.compress != crate::transfer::compress::Mode::Off,
+        )?;
         let silence = args.connection.idle_timeout.max(Duration::from_secs(1));
         // The watchdog must hear an ACK well within its silence limit.
         connector.keep_alive(silence / 3);
@@ -543,7 +533,7 @@ pub async fn mode(
     };
     // Each connection starts warm from its share of the saved path, with an
     // observer of its own; the first keeps the cache, for the run's total.
-    let warm = memory.warm.map(|e| crate::spread::share(e, n));
+    let warm = memory.warm.map(|e| crate::relay::spread::share(e, n));
     let first = link(warm, memory.observer.clone().unwrap_or_default(), cache)?;
     let rest = (1..n)
         .map(|_| link(warm, Arc::default(), None))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use relay_proto::chunk::Deflater;
 
-use crate::compress::{Choice, Mode, Policy, SAMPLE_BYTES, Trial};
+use crate::transfer::compress::{Choice, Mode, Policy, SAMPLE_BYTES, Trial};
 
 /// One chunk of the file: its bytes (hashed by the sender) and what goes on
 /// the wire for them, `head` then `wire`.
@@ -64,7 +64,7 @@ impl Meter {
                 let path = conn.stats().path;
                 link_rate(path.cwnd, path.rtt)
             });
-        let rate = match (window, crate::rate::cap_bytes_per_s()) {
+        let rate = match (window, crate::relay::rate::cap_bytes_per_s()) {
             (Some(w), Some(cap)) => Some(w.min(cap)),
             (w, cap) => w.or(cap),
         };

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use relay_transport::quic::Congestion;
 
-use crate::units::size;
+use crate::ui::units::size;
 
 #[derive(Debug, Clone, Args)]
 pub struct ConnectionArgs {
