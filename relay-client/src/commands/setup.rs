@@ -379,11 +379,9 @@ const WARM_CONNECTIONS: usize = 8;
 /// may be taken for a farther one (the sizing only tells near, < 20 ms, from
 /// far, >= 60 ms).
 ///
-/// One round of requests and not three: the check, a timed request on its
-/// idle connection, then the block connections' handshakes after the file's
-/// properties and block list were, at 200 ms, about a fifth of a 48 MiB
-/// upload over BBR (docs/bench/direct-honest/, Runs 3 to 7). The warm requests
-/// that answer later are not waited for.
+/// One round of requests, not three in a row: on a far path each round trip
+/// before the first block is time no byte moves (docs/bench/direct-honest/).
+/// The warm requests that answer later are not waited for.
 async fn check_access(
     storage: &Storage,
     container: &str,
