@@ -1,39 +1,17 @@
 //! Blob Relay client: walks files, sends each over its own QUIC stream to a relay
 //! (or straight to Blob Storage in direct mode), and reports verified receipts.
+//!
+//! Layers, each importing only the ones below it (docs/ARCHITECTURE.md):
+//! `cli` (the command line) → the commands (`commands`, `download`, `watch`,
+//! `bench`) → `transfer` (one file's driver) → `relay` (the link to the relay)
+//! → `ui` (what the person sees); `sign_in` is a library beside them.
 
 pub mod bench;
 pub mod cli;
-pub mod compress;
-pub mod config_file;
-pub mod connect;
-pub mod direct;
-pub mod direct_sizing;
+pub mod commands;
 pub mod download;
-pub mod file;
-pub mod filter;
-pub mod in_flight;
-pub mod interrupt;
-pub mod link;
-pub mod links;
-pub mod live_list;
-pub mod manifest;
-pub mod open_turns;
-pub mod path_cache;
-pub mod patience;
-pub mod priority;
-pub mod probe;
-pub mod progress;
-pub mod rate;
-pub mod report;
-pub mod send;
-pub mod setup;
+pub mod relay;
 pub mod sign_in;
-pub mod source;
-pub mod spread;
-pub mod sync;
-pub mod units;
-pub mod upload;
-pub mod version;
-pub mod walk;
+pub mod transfer;
+pub mod ui;
 pub mod watch;
-pub mod wire;

@@ -2,12 +2,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{CommandFactory, Parser};
-use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs, UploadArgs, WatchArgs};
-use relay_client::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
-use relay_client::progress::{Output, Reporter, summary_line};
-use relay_client::report::Summary;
-use relay_client::upload::{Cause, Outcome};
+use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs};
+use relay_client::commands::args::UploadArgs;
+use relay_client::commands::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
+use relay_client::commands::setup::SetupError;
+use relay_client::commands::upload::{Cause, Outcome};
+use relay_client::ui::progress::{Output, Reporter, summary_line};
+use relay_client::ui::report::{Summary, Totals};
 use relay_client::watch::WatchEnd;
+use relay_client::watch::args::WatchArgs;
 use serde_json::json;
 
 const EXIT_FAILED: u8 = 1;
@@ -20,7 +23,7 @@ fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     // The profile's settings join the command line (flags > environment > file);
     // `argv` stays what the user typed, for the rerun command.
-    let merged = match relay_client::config_file::merged_argv(&argv) {
+    let merged = match relay_client::cli::config_file::merged_argv(&argv) {
         Ok(m) => m,
         Err(e) => {
             let output = if wants_json(&argv) {
@@ -101,7 +104,7 @@ fn config_init(
     profile: Option<&str>,
 ) -> ExitCode {
     use clap::ValueEnum;
-    use relay_client::config_file;
+    use relay_client::cli::config_file;
     let Some(path) = file
         .map(std::path::Path::to_path_buf)
         .or_else(config_file::default_path)
@@ -212,22 +215,90 @@ fn runtime(output: Output) -> Option<tokio::runtime::Runtime> {
     }
 }
 
-fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
-    relay_transport::install_crypto_provider();
-    let output = if args.json {
+/// `--json` or `--json-lines` (they conflict), else text.
+fn output_of(json: bool, json_lines: bool) -> Output {
+    if json {
         Output::Json
-    } else if args.json_lines {
+    } else if json_lines {
         Output::JsonLines
     } else {
         Output::Text
+    }
+}
+
+fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
+    let output = output_of(args.json, args.json_lines);
+    let quiet = args.quiet;
+    let stopped = |t: &Totals, in_flight: usize, in_flight_bytes: u64, cause: Cause| {
+        let what = match cause {
+            Cause::Interrupt => "interrupted".to_string(),
+            Cause::Patience(p) => format!(
+                "stopped: the relay stayed unreachable for {} (--patience)",
+                relay_client::ui::weather::human(p)
+            ),
+        };
+        format!(
+            "{what}: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
+             ({} staged for them, kept and resumed; a small file whose bytes had all \
+             reached the relay may still be committed, and the rerun skips it)",
+            t.committed,
+            t.skipped,
+            t.failed,
+            relay_proto::size::format_size(in_flight_bytes),
+        )
     };
+    move_files(
+        output,
+        quiet,
+        argv,
+        |reporter, interrupt| relay_client::commands::upload::run(args, reporter, interrupt),
+        stopped,
+        "committed",
+    )
+}
+
+fn download(args: relay_client::download::args::DownloadArgs, argv: &[String]) -> ExitCode {
+    let output = output_of(args.json, args.json_lines);
+    let quiet = args.quiet;
+    let stopped = |t: &Totals, in_flight: usize, _: u64, _: Cause| {
+        format!(
+            "stopped: {} downloaded, {} skipped, {} failed; {in_flight} stopped in \
+             flight (their partial files are kept and resumed)",
+            t.downloaded, t.skipped, t.failed
+        )
+    };
+    move_files(
+        output,
+        quiet,
+        argv,
+        |reporter, interrupt| relay_client::download::run(args, reporter, interrupt),
+        stopped,
+        "finished",
+    )
+}
+
+/// What `upload` and `download` share: the runtime, Ctrl-C, the summary and
+/// the exit status. `stopped` says what a run stopped early left behind;
+/// `done` is what the rerun skips as identical (`committed`, `finished`).
+fn move_files<F>(
+    output: Output,
+    quiet: bool,
+    argv: &[String],
+    run: impl FnOnce(Arc<Reporter>, Interrupt) -> F,
+    stopped: impl Fn(&Totals, usize, u64, Cause) -> String,
+    done: &str,
+) -> ExitCode
+where
+    F: std::future::Future<Output = Result<Outcome, SetupError>>,
+{
+    relay_transport::install_crypto_provider();
     let Some(rt) = runtime(output) else {
         return ExitCode::from(EXIT_SETUP);
     };
-    let reporter = Arc::new(Reporter::new(output, args.quiet));
+    let reporter = Arc::new(Reporter::new(output, quiet));
     let outcome = rt.block_on(async {
         let interrupt = Interrupt::install();
-        relay_client::upload::run(args, reporter, interrupt).await
+        run(reporter, interrupt).await
     });
     // Tasks still blocked on the file system must not hold the exit.
     rt.shutdown_background();
@@ -253,80 +324,12 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
                 Cause::Patience(_) => "patience",
             });
             print_summary(&summary, output);
-            let t = &summary.totals;
-            let what = match cause {
-                Cause::Interrupt => "interrupted".to_string(),
-                Cause::Patience(p) => format!(
-                    "stopped: the relay stayed unreachable for {} (--patience)",
-                    relay_client::patience::human(p)
-                ),
-            };
             eprintln!(
-                "relay-client: {what}: {} committed, {} skipped, {} failed; {in_flight} stopped in flight \
-                 ({} staged for them, kept and resumed; a small file whose bytes had all \
-                 reached the relay may still be committed, and the rerun skips it)",
-                t.committed,
-                t.skipped,
-                t.failed,
-                relay_proto::size::format_size(in_flight_bytes),
+                "relay-client: {}",
+                stopped(&summary.totals, in_flight, in_flight_bytes, cause)
             );
             eprintln!(
-                "relay-client: to resume, run the same command (committed files are skipped as identical):\n  {}",
-                rerun_command(argv)
-            );
-            ExitCode::from(EXIT_INTERRUPTED)
-        }
-        Err(e) => {
-            print_error(output, "setup", "setup", &e.to_string());
-            ExitCode::from(EXIT_SETUP)
-        }
-    }
-}
-
-fn download(args: relay_client::download::args::DownloadArgs, argv: &[String]) -> ExitCode {
-    relay_transport::install_crypto_provider();
-    let output = if args.json {
-        Output::Json
-    } else if args.json_lines {
-        Output::JsonLines
-    } else {
-        Output::Text
-    };
-    let Some(rt) = runtime(output) else {
-        return ExitCode::from(EXIT_SETUP);
-    };
-    let reporter = Arc::new(Reporter::new(output, args.quiet));
-    let outcome = rt.block_on(async {
-        let interrupt = Interrupt::install();
-        relay_client::download::run(args, reporter, interrupt).await
-    });
-    rt.shutdown_background();
-    match outcome {
-        Ok(Outcome::Done(summary)) => {
-            print_summary(&summary, output);
-            ExitCode::from(if summary.ok { 0 } else { EXIT_FAILED })
-        }
-        Ok(Outcome::Interrupted {
-            mut summary,
-            in_flight,
-            cause,
-            ..
-        }) => {
-            summary.ok = false;
-            summary.interrupted = true;
-            summary.stopped_by = Some(match cause {
-                Cause::Interrupt => "interrupt",
-                Cause::Patience(_) => "patience",
-            });
-            print_summary(&summary, output);
-            let t = &summary.totals;
-            eprintln!(
-                "relay-client: stopped: {} downloaded, {} skipped, {} failed; {in_flight} stopped in \
-                 flight (their partial files are kept and resumed)",
-                t.downloaded, t.skipped, t.failed
-            );
-            eprintln!(
-                "relay-client: to resume, run the same command (finished files are skipped as identical):\n  {}",
+                "relay-client: to resume, run the same command ({done} files are skipped as identical):\n  {}",
                 rerun_command(argv)
             );
             ExitCode::from(EXIT_INTERRUPTED)
@@ -373,7 +376,7 @@ fn watch(args: WatchArgs) -> ExitCode {
                 "relay-client: stopped: the relay stayed unreachable for {} (--patience); \
                  start the watch again to go on (the journal keeps what was committed, \
                  the relay what was staged)",
-                relay_client::patience::human(patience)
+                relay_client::ui::weather::human(patience)
             );
             ExitCode::from(EXIT_INTERRUPTED)
         }

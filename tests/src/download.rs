@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Fetch, List, Message, Receipt, Secret, Start, Trailer};
 use relay_transport::frames::{read_frame, write_frame};

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Message, Offer, Overwrite, Secret};
 use relay_server::Config;

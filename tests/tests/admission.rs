@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::protocol::{Code, Message, Start};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container};

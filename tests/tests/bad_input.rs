@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::codec::encode;
 use relay_proto::limits::MAX_FRAME_LEN;
 use relay_proto::protocol::{Code, Message, Offer, Secret, Start, Trailer};

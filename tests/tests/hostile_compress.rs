@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::chunk::Deflater;
 use relay_proto::hostile_chunks as hostile;
 use relay_proto::protocol::{Code, Encoding, Message, Start, Trailer};

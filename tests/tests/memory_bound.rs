@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_server::Config;
 use relay_server::config::Args;
 use relay_tests::azurite::shared_azurite;

@@ -480,7 +480,7 @@ fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
 /// refusals are in /metrics by reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_names_cannot_forge_or_flood_the_log() {
-    use relay_client::connect::{Connector, Trust};
+    use relay_client::relay::connect::{Connector, Trust};
     use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret};
     use relay_transport::frames::{read_frame, write_frame};
 

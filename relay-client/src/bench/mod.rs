@@ -23,7 +23,7 @@ use relay_storage::blob::WriterOptions;
 use relay_storage::credentials::{CredentialError, EntraSource, EntraSourceError, StorageAccess};
 
 use crate::cli::{BenchArgs, Cli, Command};
-use crate::report::{Status, Summary};
+use crate::ui::report::{Status, Summary};
 use files::{Generated, Shape};
 pub use table::{Method, Report, Row};
 
@@ -145,7 +145,7 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
 /// goodput on a lossy path depends on it far more than on anything of ours
 /// (cubic vs bbr: docs/BENCHMARKS.md).
 fn tcp_congestion() -> String {
-    crate::setup::system_tcp_congestion()
+    crate::commands::setup::system_tcp_congestion()
         .unwrap_or_else(|| "the system default (not readable here)".to_string())
 }
 
@@ -245,13 +245,21 @@ async fn upload_once(
             ..
         }) => {
             // Quiet, with every file's report kept (the bench verifies each one).
-            let reporter = std::sync::Arc::new(crate::progress::Reporter::new(
-                crate::progress::Output::Json,
+            let reporter = std::sync::Arc::new(crate::ui::progress::Reporter::new(
+                crate::ui::progress::Output::Json,
                 true,
             ));
-            match crate::upload::run(*a, reporter, crate::interrupt::Interrupt::never()).await {
-                Ok(crate::upload::Outcome::Done(summary)) => Ok(summary),
-                Ok(crate::upload::Outcome::Interrupted { .. }) => Err("interrupted".to_string()),
+            match crate::commands::upload::run(
+                *a,
+                reporter,
+                crate::commands::interrupt::Interrupt::never(),
+            )
+            .await
+            {
+                Ok(crate::commands::upload::Outcome::Done(summary)) => Ok(summary),
+                Ok(crate::commands::upload::Outcome::Interrupted { .. }) => {
+                    Err("interrupted".to_string())
+                }
                 Err(e) => Err(e.to_string()),
             }
         }
@@ -325,13 +333,13 @@ fn unverified(summary: &Summary, files: &[Generated]) -> Option<String> {
 
 /// The QUIC round-trip time to the relay, from a connection opened for it.
 async fn probe_rtt(args: &BenchArgs) -> Option<f64> {
-    use crate::connect::{Connector, Trust};
+    use crate::relay::connect::{Connector, Trust};
     let trust = match (&args.relay_cert_sha256, &args.relay_ca) {
         (Some(fp), _) => Trust::Pinned(relay_transport::tls::parse_fingerprint(fp).ok()?),
         (None, Some(ca)) => Trust::CaFile(ca.clone()),
         (None, None) => return None,
     };
-    let (addr, name) = crate::connect::resolve(&args.relay).await.ok()?;
+    let (addr, name) = crate::relay::connect::resolve(&args.relay).await.ok()?;
     let connector = Connector::new(&trust, &Default::default(), 1 << 20, addr.is_ipv6()).ok()?;
     let conn = connector
         .connect(addr, &name, Duration::from_secs(10))
@@ -379,7 +387,7 @@ mod tests {
         }
     }
 
-    fn upload_of(argv: Vec<String>) -> crate::cli::UploadArgs {
+    fn upload_of(argv: Vec<String>) -> crate::commands::args::UploadArgs {
         match Cli::try_parse_from(argv) {
             Ok(Cli {
                 command: Command::Upload(a),
@@ -400,9 +408,12 @@ mod tests {
             "api://r",
         ]);
         let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
-        assert_eq!(relay.entra, Some(crate::sign_in::Flow::ManagedIdentity));
-        assert_eq!(relay.entra_scope.as_deref(), Some("api://r"));
-        assert_eq!(relay.token, None);
+        assert_eq!(
+            relay.connection.entra,
+            Some(crate::sign_in::Flow::ManagedIdentity)
+        );
+        assert_eq!(relay.connection.entra_scope.as_deref(), Some("api://r"));
+        assert_eq!(relay.connection.token, None);
         // Without it, relay runs use the token, and direct runs keep --entra.
         let args = bench_args(&[
             "--token",
@@ -411,8 +422,8 @@ mod tests {
             "https://acct.blob.core.windows.net",
         ]);
         let relay = upload_of(upload_argv(&args, dir, &one, Method::Relay, "cont/x"));
-        assert_eq!(relay.entra, None);
+        assert_eq!(relay.connection.entra, None);
         let direct = upload_of(upload_argv(&args, dir, &one, Method::Direct, "cont/x"));
-        assert_eq!(direct.entra, Some(crate::sign_in::Flow::Cli));
+        assert_eq!(direct.connection.entra, Some(crate::sign_in::Flow::Cli));
     }
 }

@@ -44,7 +44,7 @@ pub struct Row {
     /// Relay runs: QUIC's smoothed RTT and its lost/sent packets on the run's
     /// (last) connection.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub quic: Option<crate::report::QuicStats>,
+    pub quic: Option<crate::ui::report::QuicStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

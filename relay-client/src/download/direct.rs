@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::fetch::{Body, Next, Stream};
-use crate::report::FileError;
+use crate::ui::report::FileError;
 
 /// Ranges one file has in flight: its memory is this × 4 MiB.
 pub const RANGES_IN_FLIGHT: usize = 4;

@@ -18,11 +18,11 @@ use super::partial::{self, Sidecar};
 use super::place::{partial_name, sidecar_name};
 use super::safe_fs::{Entry, Folder, FsError};
 use super::session::{Action, Blob, Event, Failed, Hashes, Local, Session};
-use crate::cli::OverwriteMode;
-use crate::open_turns::OpenTurns;
-use crate::report::FileError;
-use crate::send::sign_in_failed;
+use crate::commands::args::OverwriteMode;
+use crate::relay::open_turns::OpenTurns;
 use crate::sign_in::Bearer;
+use crate::transfer::send::sign_in_failed;
+use crate::ui::report::FileError;
 
 /// The largest piece of a section read from QUIC at once (no copy: quinn's own
 /// buffer), so a file's memory is this, not its size.

@@ -9,9 +9,9 @@ use relay_proto::protocol::{List, Listed, Message};
 use relay_transport::frames::{read_frame, write_frame};
 use tokio::sync::mpsc;
 
-use crate::report::FileError;
-use crate::send::sign_in_failed;
 use crate::sign_in::Bearer;
+use crate::transfer::send::sign_in_failed;
+use crate::ui::report::FileError;
 
 /// Lists `container` under `prefix` into `tx`; the count the relay reported
 /// at the end, or why the listing failed (a refusal keeps the relay's code).

@@ -29,17 +29,18 @@ use relay_storage::retry::Backoff;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::file::{blank, failed, fatal, out_of_patience, weathered};
-use crate::filter::Filter;
-use crate::interrupt::Interrupt;
-use crate::links::RelayLinks;
-use crate::patience::WeatherSink;
-use crate::progress::Reporter;
-use crate::report::{FileError, FileReport, Status};
-use crate::send::Options;
-use crate::setup::{self, Mode, SetupError};
-use crate::upload::{Cause, Outcome};
-use crate::walk::{Destination, parse_destination};
+use crate::commands::interrupt::Interrupt;
+use crate::commands::setup::{self, SetupError};
+use crate::commands::upload::{Cause, Outcome};
+use crate::relay::links::RelayLinks;
+use crate::transfer::file::{blank, failed, fatal, out_of_patience, weathered};
+use crate::transfer::filter::Filter;
+use crate::transfer::mode::Mode;
+use crate::transfer::send::Options;
+use crate::transfer::walk::{Destination, parse_destination};
+use crate::ui::progress::Reporter;
+use crate::ui::report::{FileError, FileReport, Status};
+use crate::ui::weather::WeatherSink;
 use args::DownloadArgs;
 use fetch::{Done, Target};
 use place::{Selection, components};
@@ -57,7 +58,7 @@ struct Job {
     opts: Options,
     root: Option<Folder>,
     name_max: usize,
-    args_overwrite: crate::cli::OverwriteMode,
+    args_overwrite: crate::commands::args::OverwriteMode,
     attempts: u32,
     dry_run: bool,
 }
@@ -178,7 +179,7 @@ pub async fn run(
     let several = sources.len() > 1;
     let mut places: std::collections::HashSet<[u8; 16]> = Default::default();
     // What the listings found so far, for status lines and the ETA.
-    let mut found = crate::progress::Found::default();
+    let mut found = crate::ui::progress::Found::default();
     'sources: for (text, dest) in args.sources.iter().zip(&sources) {
         job.opts.container = dest.container.clone();
         let job = Arc::new(Job {
@@ -231,7 +232,7 @@ pub async fn run(
                     &shown,
                     Status::Failed,
                 );
-                r.error = Some(crate::report::ErrorReport {
+                r.error = Some(crate::ui::report::ErrorReport {
                     code: "duplicate".into(),
                     message: format!(
                         "another source already downloads to {local:?} in this run; this blob is left out"
@@ -263,7 +264,7 @@ pub async fn run(
         match lister.await {
             Ok(Ok(_)) if matched == 0 => {
                 let mut r = blank(text, &dest.container, &dest.prefix, Status::Failed);
-                r.error = Some(crate::report::ErrorReport {
+                r.error = Some(crate::ui::report::ErrorReport {
                     code: "not_found".into(),
                     message: format!(
                         "no blob named {:?} or under it",
@@ -330,7 +331,10 @@ pub async fn run(
     match stop {
         Stop::Finished => Ok(Outcome::Done(summary)),
         Stop::Interrupted => Ok(interrupted(summary, Cause::Interrupt)),
-        Stop::OutOfPatience => Ok(interrupted(summary, Cause::Patience(args.patience))),
+        Stop::OutOfPatience => Ok(interrupted(
+            summary,
+            Cause::Patience(args.connection.patience),
+        )),
         Stop::Fatal(m) => Err(SetupError::Refused(m)),
     }
 }

@@ -16,7 +16,7 @@
 
 use relay_proto::protocol::{Check, Code, Failure, Source};
 
-use crate::cli::OverwriteMode;
+use crate::commands::args::OverwriteMode;
 
 /// The blob as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]

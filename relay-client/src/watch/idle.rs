@@ -3,8 +3,8 @@
 //! A watch runs for months and is idle most of that time. While files move,
 //! its buffers (chunks read ahead, QUIC send buffers, TLS records) come from
 //! the allocator's per-thread arenas; once freed, glibc keeps those pages
-//! mapped for reuse, so a watcher that moved a few 1 GiB files kept about
-//! 170 MB resident for as long as nothing happened next (docs/bench/watch/).
+//! mapped for reuse, so an idle watcher would keep what its last burst
+//! needed for as long as nothing happened next.
 //! When nothing has been waiting or in flight for `QUIET` the watch drops the
 //! zstd contexts it keeps between files (`wire::drop_spare_compressors`, up
 //! to 50 MB) and asks the allocator to return its free pages

@@ -1,7 +1,7 @@
 //! The `watch` command: uploads what is in the folders (skipping what the
 //! journal says is committed), then every file that appears or changes, once
 //! it has settled (`settle`), through the same per-file upload as `upload`
-//! (`crate::file::report_of`: retries, reconnects, same-source checks, the
+//! (`crate::transfer::file::report_of`: retries, reconnects, same-source checks, the
 //! `--overwrite` rules). Runs until SIGTERM or Ctrl-C, then finishes the
 //! uploads under way.
 //!
@@ -13,6 +13,7 @@
 //! (`idle`), so an idle watch does not keep what its last burst needed.
 
 pub mod after;
+pub mod args;
 pub mod events;
 mod idle;
 pub mod journal;
@@ -31,14 +32,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::cli::{OverwriteMode, WatchArgs};
-use crate::file::Job;
-use crate::filter::Filter;
-use crate::manifest::Manifest;
-use crate::progress::Reporter;
-use crate::report::Summary;
-use crate::setup::{self, Mode, SetupError};
-use crate::sync::SyncRule;
+use self::args::WatchArgs;
+use crate::commands::args::OverwriteMode;
+use crate::commands::setup::{self, SetupError};
+use crate::transfer::file::Job;
+use crate::transfer::filter::Filter;
+use crate::transfer::manifest::Manifest;
+use crate::transfer::mode::Mode;
+use crate::transfer::sync::SyncRule;
+use crate::ui::progress::Reporter;
+use crate::ui::report::Summary;
 use after::{After, AfterError};
 use journal::{Journal, JournalError};
 use roots::{DEFAULT_IGNORE, RootError, Roots};
@@ -99,11 +102,11 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
             "watch does not end with one summary; use --json-lines",
         ));
     }
-    crate::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
+    crate::transfer::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
     let dest = setup::destination(up)?;
     // A file that appears is not held behind a big one under way.
-    let opts = crate::send::Options {
-        order: crate::priority::Order::SmallFirst,
+    let opts = crate::transfer::send::Options {
+        order: crate::transfer::priority::Order::SmallFirst,
         ..setup::options(up, &dest)?
     };
     let after = After::parse(&args.after_upload)?;
@@ -141,7 +144,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     };
     // Waiting for an unreachable relay is announced as `upload` announces it
     // (`--patience`).
-    let weather: crate::patience::WeatherSink = {
+    let weather: crate::ui::weather::WeatherSink = {
         let r = reporter.clone();
         Arc::new(move |w| r.weather(w))
     };
@@ -242,7 +245,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
                     status::print(&reporter, &w.status());
                 }
                 if quiet.tick(Instant::now().into_std(), w.busy()) {
-                    crate::wire::drop_spare_compressors();
+                    crate::transfer::wire::drop_spare_compressors();
                     idle::give_back_free_memory();
                 }
             }
@@ -263,7 +266,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
             close(&mode).await;
             return Ok(WatchEnd::OutOfPatience {
                 summary: Box::new(reporter.summary(mode.name())),
-                patience: up.patience,
+                patience: up.connection.patience,
             });
         }
     }
@@ -568,7 +571,7 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
         let _ = tx.send(());
         if int.recv().await.is_some() {
             eprintln!("\nrelay-client: interrupted again; exiting now");
-            std::process::exit(i32::from(crate::interrupt::EXIT_INTERRUPTED));
+            std::process::exit(i32::from(crate::commands::interrupt::EXIT_INTERRUPTED));
         }
     });
     async move {

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::filter::Filter;
-use crate::walk::blob_name;
+use crate::transfer::filter::Filter;
+use crate::transfer::walk::blob_name;
 
 /// Temporary names writers use before the final rename.
 pub const DEFAULT_IGNORE: &[&str] = &["*.part", "~*", ".*.swp", "*.tmp", ".~lock.*"];

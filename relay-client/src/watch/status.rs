@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::progress::{Output, Reporter};
+use crate::ui::progress::{Output, Reporter};
 
 /// Tallies since the watch started.
 #[derive(Debug, Default, Clone, Copy)]

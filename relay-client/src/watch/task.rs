@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::file::{Job, failed, fatal, report_of};
-use crate::manifest::Manifest;
-use crate::progress::Reporter;
-use crate::report::{FileError, Status};
-use crate::walk::Source;
+use crate::transfer::file::{Job, failed, fatal, report_of};
+use crate::transfer::manifest::Manifest;
+use crate::transfer::walk::Source;
+use crate::ui::progress::Reporter;
+use crate::ui::report::{FileError, Status};
 
 use super::after::{After, act};
 use super::journal::{Entry, Journal};

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use relay_client::connect::{Connector, Trust};
+use relay_client::relay::connect::{Connector, Trust};
 use relay_transport::congestion::{PathEstimate, PathObserver};
 use relay_transport::quic::{Congestion, PathMemory, Windows, bind_udp, parse_rate_mbit};
 

@@ -393,10 +393,10 @@ const CLIENT_MEMORY_BUDGET: u64 = 512 << 20;
 
 /// Block size and requests in flight that direct mode chooses on a path of
 /// `rtt_ms` with connections of controller `cc`, by the client's own rule
-/// (`relay_client::direct_sizing`) and its default memory budget.
+/// (`relay_client::transfer::direct_sizing`) and its default memory budget.
 fn expected_direct_sizing(rtt_ms: f64, cc: &str) -> (u64, u64) {
-    let sizing = relay_client::direct_sizing::choose(
-        relay_client::direct_sizing::Path {
+    let sizing = relay_client::transfer::direct_sizing::choose(
+        relay_client::transfer::direct_sizing::Path {
             rtt: Some(Duration::from_secs_f64(rtt_ms.max(0.0) / 1000.0)),
             tcp_congestion: Some(cc),
         },

@@ -389,10 +389,8 @@ impl Connector {
     /// connection, if any) has handed it to the socket: the next datagram a
     /// closed connection sends is its close. Not the whole drain period (3 PTO,
     /// ~0.7 s at 200 ms RTT): nothing is left to deliver, and a lost close only
-    /// leaves the relay to time out. Waiting a fixed 20 ms instead was most of
-    /// a small upload's wall time (22-27 ms on loopback) and 0.15 % of a
-    /// 256 MiB one at 200 Mbit/s; `CLOSE_FLUSH` only bounds a driver that
-    /// cannot send.
+    /// leaves the relay to time out. A fixed wait would be most of a small
+    /// upload's wall time; `CLOSE_FLUSH` only bounds a driver that cannot send.
     ///
     /// A connection this side closed before (an abort: Ctrl-C, a refusal every
     /// file would get) may not have sent its close yet, and the process exits

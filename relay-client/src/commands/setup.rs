@@ -19,19 +19,21 @@ use relay_transport::congestion::PathObserver;
 use relay_transport::quic::{PathMemory, Windows};
 use relay_transport::tls::FingerprintError;
 
-use crate::cli::{OverwriteMode, UploadArgs};
-use crate::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
-use crate::direct::Direct;
-use crate::filter::FilterError;
-use crate::link::RelayLink;
-use crate::links::RelayLinks;
-use crate::manifest::ManifestError;
-use crate::path_cache::{self, PathCache};
-use crate::patience::WeatherSink;
-use crate::report::FileError;
-use crate::send::Options;
+use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::connection_args::ConnectionArgs;
+use crate::relay::connect::{AddressError, Connector, ConnectorError, Trust, resolve};
+use crate::relay::link::RelayLink;
+use crate::relay::links::RelayLinks;
+use crate::relay::path_cache::{self, PathCache};
 use crate::sign_in::{Bearer, EntraToken, Flow, SignIn, SignInError};
-use crate::walk::{Destination, DestinationError, SourceErrors, parse_destination};
+use crate::transfer::direct::Direct;
+use crate::transfer::filter::FilterError;
+use crate::transfer::manifest::ManifestError;
+use crate::transfer::mode::Mode;
+use crate::transfer::send::Options;
+use crate::transfer::walk::{Destination, DestinationError, SourceErrors, parse_destination};
+use crate::ui::report::FileError;
+use crate::ui::weather::WeatherSink;
 
 /// A setup problem that stops the whole command (exit status 2).
 #[derive(Debug, thiserror::Error)]
@@ -125,20 +127,6 @@ pub enum SetupError {
     Refused(String),
 }
 
-pub enum Mode {
-    Relay(Box<RelayLinks>),
-    Direct(Box<Direct>),
-}
-
-impl Mode {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Mode::Relay(_) => "relay",
-            Mode::Direct(_) => "direct",
-        }
-    }
-}
-
 pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
     let dest = parse_destination(&args.to)?;
     if let (Some(theirs), true) = (&dest.account, args.direct) {
@@ -156,7 +144,7 @@ pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
 /// The account of `--storage-url`; a URL that also names a container is refused,
 /// so `--to` is never silently nested one level deeper.
 fn storage_account(args: &UploadArgs) -> Result<Option<String>, SetupError> {
-    let Some(text) = &args.storage_url else {
+    let Some(text) = &args.connection.storage_url else {
         return Ok(None);
     };
     let url = url::Url::parse(text).map_err(|source| SetupError::StorageUrl {
@@ -205,35 +193,39 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
 /// `--entra-scope`, fetched when the first Offer needs it (`mode` asks for it
 /// before any file, so a sign-in problem is one setup error).
 fn bearer(args: &UploadArgs) -> Result<Bearer, SetupError> {
-    let token = args.token.clone().unwrap_or_default();
-    let Some(flow) = args.entra.filter(|_| !args.direct) else {
+    let token = args.connection.token.clone().unwrap_or_default();
+    let Some(flow) = args.connection.entra.filter(|_| !args.direct) else {
         return Ok(Bearer::Static(Secret(token)));
     };
     if !token.is_empty() {
         return Err(SetupError::TokenAndEntra);
     }
-    let audience = args.entra_scope.as_deref().ok_or(SignInError::NoScope)?;
+    let audience = args
+        .connection
+        .entra_scope
+        .as_deref()
+        .ok_or(SignInError::NoScope)?;
     let scope = crate::sign_in::scope(audience)?;
-    let credential = crate::sign_in::credential(&sign_in(args, flow))?;
+    let credential = crate::sign_in::credential(&sign_in(&args.connection, flow))?;
     Ok(Bearer::Entra(Arc::new(EntraToken::new(
         credential, flow, scope,
     ))))
 }
 
-fn sign_in(args: &UploadArgs, flow: Flow) -> SignIn {
+fn sign_in(c: &ConnectionArgs, flow: Flow) -> SignIn {
     SignIn {
         flow,
-        tenant: args.entra_tenant.clone(),
-        client_id: args.entra_client_id.clone(),
+        tenant: c.entra_tenant.clone(),
+        client_id: c.entra_client_id.clone(),
     }
 }
 
 pub fn windows(args: &UploadArgs) -> Windows {
     Windows {
-        stream_window: args.stream_window,
-        connection_window: args.connection_window,
-        congestion: args.congestion,
-        max_rate_mbit: args.max_rate,
+        stream_window: args.connection.stream_window,
+        connection_window: args.connection.connection_window,
+        congestion: args.connection.congestion,
+        max_rate_mbit: args.connection.max_rate,
         fair: args.fair,
         probe_train: !args.no_probe_train,
         // Its whole connection window may be in flight (uploads).
@@ -253,8 +245,8 @@ fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupErr
     Ok(out)
 }
 
-fn trust(args: &UploadArgs) -> Result<Trust, SetupError> {
-    match (&args.relay_cert_sha256, &args.relay_ca, args.insecure) {
+fn trust(c: &ConnectionArgs) -> Result<Trust, SetupError> {
+    match (&c.relay_cert_sha256, &c.relay_ca, c.insecure) {
         (Some(fp), None, false) => Ok(Trust::Pinned(relay_transport::tls::parse_fingerprint(fp)?)),
         (None, Some(ca), false) => Ok(Trust::CaFile(ca.clone())),
         (None, None, true) => {
@@ -286,16 +278,17 @@ pub async fn direct_mode(
     bearer: &Bearer,
     container: &str,
 ) -> Result<Direct, SetupError> {
-    let url = args.storage_url.clone().unwrap_or_default();
+    let url = args.connection.storage_url.clone().unwrap_or_default();
     storage_account(args)?;
-    let key = args.account_key.clone().map(Secret);
+    let key = args.connection.account_key.clone().map(Secret);
     // After a fallback from the relay, the identity already signed in (one
     // device code prompt, not two); else --entra's flow, the Azure CLI by default.
     let access = StorageAccess::resolve_with(&url, key.as_ref(), || match bearer {
         Bearer::Entra(e) => Ok(e.credential()),
-        Bearer::Static(_) => {
-            crate::sign_in::azure_credential(&sign_in(args, args.entra.unwrap_or(Flow::Cli)))
-        }
+        Bearer::Static(_) => crate::sign_in::azure_credential(&sign_in(
+            &args.connection,
+            args.connection.entra.unwrap_or(Flow::Cli),
+        )),
     })?;
     let writer = WriterOptions {
         block_checksum: args.block_checksum,
@@ -320,14 +313,15 @@ pub async fn direct_mode(
             })?;
     }
     let key_file = args
+        .connection
         .id_key_file
         .clone()
         .or_else(default_direct_key_file)
         .ok_or(SetupError::NoKeyFile)?;
     let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
     let tcp_congestion = system_tcp_congestion();
-    let sizing = crate::direct_sizing::choose(
-        crate::direct_sizing::Path {
+    let sizing = crate::transfer::direct_sizing::choose(
+        crate::transfer::direct_sizing::Path {
             rtt,
             tcp_congestion: tcp_congestion.as_deref(),
         },
@@ -386,11 +380,9 @@ const WARM_CONNECTIONS: usize = 8;
 /// may be taken for a farther one (the sizing only tells near, < 20 ms, from
 /// far, >= 60 ms).
 ///
-/// One round of requests and not three: the check, a timed request on its
-/// idle connection, then the block connections' handshakes after the file's
-/// properties and block list were, at 200 ms, about a fifth of a 48 MiB
-/// upload over BBR (docs/bench/direct-honest/, Runs 3 to 7). The warm requests
-/// that answer later are not waited for.
+/// One round of requests, not three in a row: on a far path each round trip
+/// before the first block is time no byte moves (docs/bench/direct-honest/).
+/// The warm requests that answer later are not waited for.
 async fn check_access(
     storage: &Storage,
     container: &str,
@@ -491,10 +483,10 @@ pub async fn mode(
     if args.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
     }
-    if let Some(rate) = args.max_rate {
-        crate::rate::set_cap(rate);
+    if let Some(rate) = args.connection.max_rate {
+        crate::relay::rate::set_cap(rate);
     }
-    let relay = args.relay.clone().unwrap_or_default();
+    let relay = args.connection.relay.clone().unwrap_or_default();
     match bearer {
         Bearer::Static(t) if t.0.is_empty() => return Err(SetupError::NoToken),
         Bearer::Static(_) => {}
@@ -504,11 +496,11 @@ pub async fn mode(
             bearer.current().await?;
         }
     }
-    let trust = trust(args)?;
+    let trust = trust(&args.connection)?;
     let (addr, name) = resolve(&relay).await?;
-    let name = args.server_name.clone().unwrap_or(name);
-    let n = usize::try_from(args.relay_connections).map_or(1, |n| n.max(1));
-    let (memory, cache) = path_memory(args, addr, &name);
+    let name = args.connection.server_name.clone().unwrap_or(name);
+    let n = usize::try_from(args.connection.relay_connections).map_or(1, |n| n.max(1));
+    let (memory, cache) = path_memory(&args.connection, addr, &name);
     let link = |warm, observer, cache| -> Result<RelayLink, SetupError> {
         let memory = PathMemory {
             warm,
@@ -517,8 +509,11 @@ pub async fn mode(
         let observer = memory.observer.clone().unwrap_or_default();
         let mut connector =
             Connector::with_memory(&trust, &windows(args), memory, 8 << 20, addr.is_ipv6())?;
-        connector.announce_zstd(&trust, args.compress != crate::compress::Mode::Off)?;
-        let silence = args.idle_timeout.max(Duration::from_secs(1));
+        connector.announce_zstd(
+            &trust,
+            args.compress != crate::transfer::compress::Mode::Off,
+        )?;
+        let silence = args.connection.idle_timeout.max(Duration::from_secs(1));
         // The watchdog must hear an ACK well within its silence limit.
         connector.keep_alive(silence / 3);
         Ok(RelayLink::new(
@@ -526,10 +521,10 @@ pub async fn mode(
             relay.clone(),
             addr,
             name.clone(),
-            args.connect_timeout,
-            args.busy_wait,
+            args.connection.connect_timeout,
+            args.connection.busy_wait,
             silence,
-            args.patience,
+            args.connection.patience,
             observer,
             cache,
             weather.clone(),
@@ -537,7 +532,7 @@ pub async fn mode(
     };
     // Each connection starts warm from its share of the saved path, with an
     // observer of its own; the first keeps the cache, for the run's total.
-    let warm = memory.warm.map(|e| crate::spread::share(e, n));
+    let warm = memory.warm.map(|e| crate::relay::spread::share(e, n));
     let first = link(warm, memory.observer.clone().unwrap_or_default(), cache)?;
     let rest = (1..n)
         .map(|_| link(warm, Arc::default(), None))
@@ -565,14 +560,18 @@ pub async fn mode(
 /// whose estimate is saved there after the run (also with `--no-warm-start`).
 /// Keyed by address and TLS name: another relay, or the same name elsewhere, is
 /// another path.
-fn path_memory(args: &UploadArgs, addr: SocketAddr, name: &str) -> (PathMemory, Option<PathCache>) {
+fn path_memory(
+    c: &ConnectionArgs,
+    addr: SocketAddr,
+    name: &str,
+) -> (PathMemory, Option<PathCache>) {
     let observer = Some(Arc::new(PathObserver::default()));
-    let cache = args
+    let cache = c
         .path_cache
         .clone()
         .or_else(path_cache::default_file)
         .map(|file| PathCache::new(file, format!("{addr} {name}")));
-    let warm = if args.no_warm_start {
+    let warm = if c.no_warm_start {
         None
     } else {
         cache.as_ref().and_then(PathCache::load)

@@ -19,9 +19,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relay_proto::size::format_size;
 use serde_json::json;
 
-use crate::live_list::LiveList;
-use crate::patience::{Weather, human};
-use crate::report::{FileReport, Status, Summary, Totals};
+use crate::ui::live_list::LiveList;
+use crate::ui::report::{FileReport, Status, Summary, Totals};
+use crate::ui::weather::{Weather, human};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
@@ -54,8 +54,8 @@ pub struct Reporter {
     bars: bool,
     multi: MultiProgress,
     total: ProgressBar,
-    /// A file bar's style, parsed once: parsing the template per file was
-    /// about 3 % of the client's CPU per 4 KiB file.
+    /// A file bar's style, parsed once: per file, parsing the template is a
+    /// cost small files would notice.
     file_style: ProgressStyle,
     t0: Instant,
     state: Mutex<State>,
@@ -255,7 +255,7 @@ impl Reporter {
         (!status_interval.is_zero() && self.output != Output::Json).then_some(status_interval)
     }
 
-    /// The network's comings and goings (`crate::link::Weather`): a line on
+    /// The network's comings and goings (`crate::ui::weather::Weather`): a line on
     /// stderr whether or not it is a terminal (a person reading a log later
     /// wants to know why nothing moved), and a `network` event with
     /// `--json-lines`.

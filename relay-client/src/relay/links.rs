@@ -9,8 +9,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::link::RelayLink;
-use crate::spread::{Spread, combined};
+use crate::relay::link::RelayLink;
+use crate::relay::spread::{Spread, combined};
 
 pub struct RelayLinks {
     links: Vec<RelayLink>,

@@ -18,10 +18,10 @@ use relay_storage::publish::{Destination, PublishError, Published};
 use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
-use crate::report::{ClientTimings, FileError, Spent};
-use crate::send::{Options, Sent};
-use crate::source::{Snapshot, hash_prefix};
-use crate::walk::Source;
+use crate::transfer::send::{Options, Sent};
+use crate::transfer::source::{Snapshot, hash_prefix};
+use crate::transfer::walk::Source;
+use crate::ui::report::{ClientTimings, FileError, Spent};
 
 pub struct Direct {
     pub storage: Storage,

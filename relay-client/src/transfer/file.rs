@@ -7,17 +7,17 @@ use std::time::{Duration, Instant};
 use indicatif::ProgressBar;
 use relay_storage::retry::Backoff;
 
-use crate::connect::is_busy;
-use crate::direct::{Direct, upload_file};
-use crate::link::BUSY_BACKOFF;
-use crate::links::Lane;
-use crate::probe::{self, Verdict};
-use crate::progress::Reporter;
-use crate::report::{ClientTimings, ErrorReport, FileError, FileReport, Spent, Status};
-use crate::send::{Options, Sent, send_file};
-use crate::setup::Mode;
-use crate::sync::{Decision, SyncRule, decide};
-use crate::walk::{Found, Source};
+use crate::relay::connect::is_busy;
+use crate::relay::link::BUSY_BACKOFF;
+use crate::relay::links::Lane;
+use crate::transfer::direct::{Direct, upload_file};
+use crate::transfer::mode::Mode;
+use crate::transfer::probe::{self, Verdict};
+use crate::transfer::send::{Options, Sent, send_file};
+use crate::transfer::sync::{Decision, SyncRule, decide};
+use crate::transfer::walk::{Found, Source};
+use crate::ui::progress::Reporter;
+use crate::ui::report::{ClientTimings, ErrorReport, FileError, FileReport, Spent, Status};
 
 /// What every file of a run shares.
 pub struct Job {
@@ -294,7 +294,7 @@ impl<'a> Route<'a> {
 /// followed by an immediate reconnect (a relay restarted, or something this
 /// file does) counts as an attempt, so a file that keeps breaking its
 /// connection still fails after `--attempts`.
-pub(crate) async fn weathered(link: &crate::link::RelayLink, outages: u64) -> bool {
+pub(crate) async fn weathered(link: &crate::relay::link::RelayLink, outages: u64) -> bool {
     match link.get().await {
         Ok(_) => link.outages() != outages,
         Err(_) if link.gave_up() => match out_of_patience().await {},

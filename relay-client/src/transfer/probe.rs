@@ -12,11 +12,11 @@ use relay_proto::protocol::{Code, ExistingBlob, Message, Offer, Overwrite, app_e
 use relay_storage::publish::{Destination, sealed_as};
 use relay_transport::frames::{read_frame, write_frame};
 
-use crate::direct::Direct;
-use crate::report::FileError;
-use crate::send::Options;
-use crate::source::{Snapshot, hash_prefix};
-use crate::walk::Source;
+use crate::transfer::direct::Direct;
+use crate::transfer::send::Options;
+use crate::transfer::source::{Snapshot, hash_prefix};
+use crate::transfer::walk::Source;
+use crate::ui::report::FileError;
 
 /// What the relay (or storage) said it would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,7 @@ pub async fn through_relay(
         .token
         .current()
         .await
-        .map_err(crate::send::sign_in_failed)?;
+        .map_err(crate::transfer::send::sign_in_failed)?;
     let offer = Offer {
         version: PROTOCOL_VERSION,
         token,

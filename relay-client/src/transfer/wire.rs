@@ -11,16 +11,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use relay_proto::chunk::Deflater;
 
-use crate::compress::{Choice, Mode, Policy, SAMPLE_BYTES, Trial};
+use crate::transfer::compress::{Choice, Mode, Policy, SAMPLE_BYTES, Trial};
 
 /// One chunk of the file: its bytes (hashed by the sender) and what goes on
 /// the wire for them, `head` then `wire`.
 pub struct Piece {
     pub raw: Bytes,
     /// A plain chunk's header, written before `raw` itself (as `wire`), so
-    /// data that does not shrink is never copied; empty otherwise. (Copying
-    /// each plain MiB into a framed buffer cost random data 3-4 % at
-    /// 1 Gbit/s on the lab's 2 cores: docs/bench/compression/.)
+    /// data that does not shrink is never copied (the copy would cost a fast
+    /// link's CPU); empty otherwise.
     pub head: Bytes,
     pub wire: Bytes,
 }
@@ -40,10 +39,9 @@ impl Piece {
 ///
 /// Not the time a write to the stream blocks: QUIC's send buffer and the
 /// relay's windows (64 MiB per stream) take a chunk at once for the first
-/// tens of MiB, so a blocked-write measure said "the link is fast" exactly
-/// while it was slow, and `auto` stepped down to plain on a 200 Mbit/s link
-/// (WAN lab, 512 MiB of logs: 306 Mbit/s of file bytes with `auto` against
-/// 527 with `zstd`; docs/bench/compression/).
+/// tens of MiB, so a blocked-write measure says "the link is fast" exactly
+/// while it is slow, and `auto` would step down to plain on a slow link
+/// (docs/bench/compression/).
 #[derive(Debug, Default)]
 pub struct Meter {
     /// f64 bytes per second as bits; 0 until the sender first looked.
@@ -56,15 +54,14 @@ impl Meter {
     pub fn observe(&self, conn: &quinn::Connection) {
         // The window over the round trip is about twice the bottleneck rate
         // (the window holds a round trip's bytes at twice the rate): with it,
-        // a 200 Mbit/s link looked twice as fast, and sequencer reads stayed
-        // at level 3-4 where level 5 had time (docs/bench/compression/).
+        // a link would look twice as fast and the level stay too low.
         let window = relay_transport::congestion::bottleneck_rate(conn)
             .map(|b| b as f64)
             .or_else(|| {
                 let path = conn.stats().path;
                 link_rate(path.cwnd, path.rtt)
             });
-        let rate = match (window, crate::rate::cap_bytes_per_s()) {
+        let rate = match (window, crate::relay::rate::cap_bytes_per_s()) {
             (Some(w), Some(cap)) => Some(w.min(cap)),
             (w, cap) => w.or(cap),
         };

@@ -22,12 +22,12 @@ use relay_proto::session::client::{
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
-use crate::compress::Mode;
-use crate::open_turns::OpenTurns;
-use crate::priority::{Order, stream_priority};
-use crate::report::{ClientTimings, FileError, Spent};
-use crate::source::{Snapshot, hash_prefix, read_range_with};
-use crate::walk::Source;
+use crate::relay::open_turns::OpenTurns;
+use crate::transfer::compress::Mode;
+use crate::transfer::priority::{Order, stream_priority};
+use crate::transfer::source::{Snapshot, hash_prefix, read_range_with};
+use crate::transfer::walk::Source;
+use crate::ui::report::{ClientTimings, FileError, Spent};
 
 /// What every file of one run shares.
 #[derive(Debug, Clone)]
@@ -67,7 +67,7 @@ pub struct Sent {
     /// The Content-MD5 (hex) this upload's commit gave the blob (`--put-md5`).
     pub content_md5: Option<String>,
     /// Times the file went on over a new connection after the network went
-    /// away (set by the retry loop, `crate::file`).
+    /// away (set by the retry loop, `crate::transfer::file`).
     pub reconnects: u32,
     /// Direct mode: storage requests its watch gave up (`watch.rs`).
     pub abandoned: Option<relay_storage::retry::Abandoned>,
@@ -427,7 +427,7 @@ async fn plain_body(
         .map_err(|e| frame_err("reading the Plan", e))?
     {
         Message::Plan(p) => {
-            crate::version::note_relay(p.relay_version.as_deref());
+            crate::ui::version::note_relay(p.relay_version.as_deref());
             p
         }
         Message::Reject(f) => return Ok(Body::Ended(StreamEnd::Refused(f))),
@@ -492,7 +492,7 @@ async fn eager_body(
     let answer_frame = match first {
         Ok(frame) => {
             if let Message::Plan(p) = &frame {
-                crate::version::note_relay(p.relay_version.as_deref());
+                crate::ui::version::note_relay(p.relay_version.as_deref());
             }
             eager_answer(&frame)
         }
@@ -604,18 +604,18 @@ async fn stream_bytes(
     mut hasher: Sha256,
     how: &Wire,
 ) -> Result<Sha256, BodyEnd> {
-    let meter = std::sync::Arc::new(crate::wire::Meter::default());
+    let meter = std::sync::Arc::new(crate::transfer::wire::Meter::default());
     let (path, count) = (src.path.clone(), len - start);
     let mut pieces = match how.encoding {
         None => read_range_with(path, start, count, |raw| {
-            Ok(crate::wire::Piece {
+            Ok(crate::transfer::wire::Piece {
                 head: bytes::Bytes::new(),
                 wire: raw.clone(),
                 raw,
             })
         }),
         Some(Encoding::Zstd) => {
-            let encoder = crate::wire::encoder(how.mode, meter.clone())
+            let encoder = crate::transfer::wire::encoder(how.mode, meter.clone())
                 .map_err(|e| BodyEnd::Source(FileError::new("compress", e.to_string(), false)))?;
             read_range_with(path, start, count, encoder)
         }
@@ -629,11 +629,11 @@ async fn stream_bytes(
             }
         };
         hasher.update(&piece.raw);
-        // Under `--max-rate` the chunk goes out in metered pieces (`crate::rate`).
+        // Under `--max-rate` the chunk goes out in metered pieces (`crate::relay::rate`).
         let wire_len = piece.wire_len() as u64;
         for mut rest in [piece.head, piece.wire] {
             while !rest.is_empty() {
-                let part = crate::rate::next_piece(&mut rest).await;
+                let part = crate::relay::rate::next_piece(&mut rest).await;
                 send.write_chunk(part)
                     .await
                     .map_err(|e| BodyEnd::Transport(lost(e)))?;

@@ -14,12 +14,11 @@
 //!   chunk has shrunk, a chunk larger than `SAMPLE_BYTES` is first tried on
 //!   `SAMPLE_PIECES` pieces spread evenly over it (`sample_ranges`), put
 //!   together; if they do not shrink, the chunk goes plain as above without
-//!   compressing the rest. Every small file starts with a sample, and for
-//!   already-compressed data compressing all of a 64 KiB file was a tenth of
-//!   the client's CPU per file (docs/PERFORMANCE.md). Spread, not a prefix: a
-//!   disk image's chunk that opens with random bytes and goes on in zeros
-//!   still shrinks. A sample that shrinks costs its compression again, at
-//!   most a quarter of a 64 KiB chunk and 1.6 % of a 1 MiB one.
+//!   compressing the rest. Every small file starts with a sample, so
+//!   already-compressed data costs a sample, not a whole chunk's compression.
+//!   Spread, not a prefix: a disk image's chunk that opens with random bytes
+//!   and goes on in zeros still shrinks. A sample that shrinks costs its
+//!   compression again, at most a quarter of a 64 KiB chunk.
 //! - **Does the compressor keep up with the link?** Each compressed chunk's
 //!   compression time `c` is compared with the time `s` the link takes to
 //!   carry its frame at the connection's current pace (`wire::Meter`: the
@@ -30,10 +29,10 @@
 //!   headroom (`c < UP_SHARE × s`) it steps up, to `MAX_LEVEL` at most, but not
 //!   within `PROBE_EVERY` chunks of a step down (so a level just too slow for
 //!   the link is tried once per 16 MiB, not every other chunk).
-//! - Why up to 5: on a 200 Mbit/s link a 1 MiB chunk of sequencer reads takes
-//!   ~16 ms to send and level 5 ~10 ms to compress, for 7 % fewer wire bytes
-//!   than level 3 (2.82× against 2.63×); levels 6 and 7 shrink it at most 1 %
-//!   more at 1.5–2× level 5's time (docs/bench/compression/levels/).
+//! - Why up to 5: on a link of a few hundred Mbit/s level 5 still keeps up
+//!   and shrinks text-like data noticeably more than level 3, while levels 6
+//!   and 7 cost up to twice its time for little more
+//!   (docs/bench/compression/levels/).
 //!
 //! So compression never makes an upload slower than `off` by more than the
 //! one-chunk trials, and on a slow link it uses the level the link leaves time for.

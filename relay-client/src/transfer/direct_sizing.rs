@@ -14,9 +14,8 @@
 //!   path: its rate is about MSS / (RTT x sqrt(loss)) (Mathis et al.), so only
 //!   more connections carry more: 16 in flight up to 60 ms, 32 beyond;
 //! - BBR is not held back by random loss, each connection can fill the path
-//!   by itself, and more of them only add slow starts and queue overflow: 8.
-//!   (WAN lab, 512 MiB at 100 ms / 0.5 %: 8 BBR connections 168 Mbit/s, 32 of
-//!   them 143; docs/bench/direct-honest/.)
+//!   by itself, and more of them only add slow starts and queue overflow: 8
+//!   (docs/bench/direct-honest/).
 //!
 //! Blocks never go below 8 MiB here, above Azure's 4 MiB high-throughput
 //! threshold. What the user gives (`--block-size`, `--connections`) wins.

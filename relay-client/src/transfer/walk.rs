@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use relay_proto::blob_name::{ContainerNameError, validate_container};
 
-use crate::filter::Filter;
-use crate::manifest::Manifest;
+use crate::transfer::filter::Filter;
+use crate::transfer::manifest::Manifest;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {

@@ -13,11 +13,12 @@ use relay_storage::retry::Backoff;
 use relay_transport::congestion::PathObserver;
 use tokio::sync::{Mutex, watch};
 
-use crate::connect::{AddressError, ConnectError, Connector, resolve};
-use crate::open_turns::OpenTurns;
-use crate::path_cache::PathCache;
-use crate::patience::{Patience, Step, Weather, WeatherSink, human};
-use crate::report::FileError;
+use crate::relay::connect::{AddressError, ConnectError, Connector, resolve};
+use crate::relay::open_turns::OpenTurns;
+use crate::relay::path_cache::PathCache;
+use crate::relay::patience::{Patience, Step};
+use crate::ui::report::FileError;
+use crate::ui::weather::{Weather, WeatherSink, human};
 
 /// How a relay at its connection limit is asked again (up to `--busy-wait`): it
 /// answers "busy", meaning later, and a slot frees whenever another client ends.

@@ -4,9 +4,9 @@
 //! `upload` sends files in the order their streams opened (issue 13: in order,
 //! each small file is received whole early and published while the next ones
 //! travel). A watch cannot keep that order: a file that appears while a 1 GiB
-//! file is being sent would wait for all of it (in the WAN lab at 200 Mbit/s,
-//! about a minute; docs/bench/watch/). So a watch puts every file that fits in
-//! one block ahead of bigger ones, each group in the order opened.
+//! file is being sent would wait for all of it (docs/bench/watch/). So a
+//! watch puts every file that fits in one block ahead of bigger ones, each
+//! group in the order opened.
 
 use relay_proto::limits::DEFAULT_BLOCK_SIZE;
 

@@ -10,20 +10,21 @@ use indicatif::ProgressBar;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::cli::{OverwriteMode, UploadArgs};
-use crate::file::{Job, one_file, walk_report};
-use crate::filter::Filter;
-use crate::in_flight::InFlight;
-use crate::interrupt::Interrupt;
-use crate::links::RelayLinks;
-use crate::live_list::LiveList;
-use crate::manifest::Manifest;
-use crate::patience::WeatherSink;
-use crate::progress::{Found as FoundSoFar, Reporter};
-use crate::report::Summary;
-use crate::setup::{self, Mode, SetupError};
-use crate::sync::SyncRule;
-use crate::walk::{Found, Walk, WalkOptions, check_sources};
+use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::in_flight::InFlight;
+use crate::commands::interrupt::Interrupt;
+use crate::commands::setup::{self, SetupError};
+use crate::relay::links::RelayLinks;
+use crate::transfer::file::{Job, one_file, walk_report};
+use crate::transfer::filter::Filter;
+use crate::transfer::manifest::Manifest;
+use crate::transfer::mode::Mode;
+use crate::transfer::sync::SyncRule;
+use crate::transfer::walk::{Found, Walk, WalkOptions, check_sources};
+use crate::ui::live_list::LiveList;
+use crate::ui::progress::{Found as FoundSoFar, Reporter};
+use crate::ui::report::Summary;
+use crate::ui::weather::WeatherSink;
 
 /// How a run ended (setup errors aside).
 pub enum Outcome {
@@ -97,7 +98,7 @@ pub async fn run(
         }
     };
     let mode = Arc::new(mode);
-    let patience = args.patience;
+    let patience = args.connection.patience;
     let sync = match args.overwrite {
         OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
@@ -283,7 +284,7 @@ async fn finish(
     let mut direct = None;
     let (warm_start, quic) = match mode {
         Mode::Direct(d) => {
-            direct = Some(crate::report::DirectReport {
+            direct = Some(crate::ui::report::DirectReport {
                 block_size_bytes: d.block_size,
                 connections: d.connections,
                 storage_rtt_ms: d.storage_rtt.map(|r| r.as_secs_f64() * 1e3),
@@ -321,8 +322,8 @@ async fn finish(
 
 /// What QUIC saw on the run's (last) connections: the first one's round trip
 /// and packet train, the packets of all of them.
-async fn quic_stats(links: &RelayLinks) -> Option<crate::report::QuicStats> {
-    let mut stats: Option<crate::report::QuicStats> = None;
+async fn quic_stats(links: &RelayLinks) -> Option<crate::ui::report::QuicStats> {
+    let mut stats: Option<crate::ui::report::QuicStats> = None;
     for link in links.all() {
         let Some(p) = link.current.lock().await.as_ref().map(|c| c.stats().path) else {
             continue;
@@ -333,7 +334,7 @@ async fn quic_stats(links: &RelayLinks) -> Option<crate::report::QuicStats> {
                 s.lost_packets += p.lost_packets;
             }
             None => {
-                stats = Some(crate::report::QuicStats {
+                stats = Some(crate::ui::report::QuicStats {
                     rtt_ms: p.rtt.as_secs_f64() * 1e3,
                     sent_packets: p.sent_packets,
                     lost_packets: p.lost_packets,

@@ -1,8 +1,7 @@
 //! A list of things in flight that finish on their own (files' tasks, their
 //! progress bars), pruned of finished ones in amortised O(1) per push. Pruning
-//! on every push scans the whole list each time: with hundreds of small files
-//! in flight that scan (one lock per progress bar) was 5 % of the client's CPU
-//! (perf, 3,000 × 4 KiB on loopback; docs/PERFORMANCE.md).
+//! on every push would scan the whole list (one lock per progress bar) once
+//! per small file.
 
 /// Lists shorter than this are never pruned.
 const MIN_PRUNE_LEN: usize = 64;
