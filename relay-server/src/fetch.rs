@@ -36,7 +36,7 @@ use crate::metrics::Metrics;
 use crate::rejections::Reason;
 use crate::state::Shared;
 use crate::stream_credit::StreamTicket;
-use crate::transfer::{fail, reject};
+use crate::transfer::reject;
 
 /// How downloads read and send.
 #[derive(Debug, Clone, Copy)]
@@ -79,7 +79,7 @@ pub(crate) async fn handle(
         Err(f) => return refuse_first(shared, link, send, recv, f).await,
     };
     if let Err(e) = validate_blob_name(&fetch.blob) {
-        let f = fail(Code::InvalidName, e.to_string());
+        let f = Failure::new(Code::InvalidName, e.to_string());
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
     }
     // A valid Fetch admits the connection as a valid Offer does; the client
@@ -126,12 +126,12 @@ pub(crate) async fn admit(
     container: &str,
 ) -> Result<Caller, Failure> {
     if *version != PROTOCOL_VERSION {
-        return Err(fail(
+        return Err(Failure::new(
             Code::UnsupportedVersion,
             format!("protocol version {version} not supported (relay speaks {PROTOCOL_VERSION})"),
         ));
     }
-    validate_container(container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
+    validate_container(container).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
     let caller = crate::auth::authenticate(
         &shared.tokens,
         shared.entra.as_deref(),
@@ -141,12 +141,14 @@ pub(crate) async fn admit(
     )
     .await
     .map_err(|e| match e {
-        AuthError::Unknown | AuthError::Entra(_) => fail(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) | AuthError::NoRead(_) => fail(Code::Forbidden, e.to_string()),
+        AuthError::Unknown | AuthError::Entra(_) => Failure::new(Code::Unauthorized, e.to_string()),
+        AuthError::Container(_) | AuthError::NoRead(_) => {
+            Failure::new(Code::Forbidden, e.to_string())
+        }
     })?;
     if shared.reserved_containers.iter().any(|c| c == container) {
         // The deployment's own files (keys, tokens) live there.
-        return Err(fail(
+        return Err(Failure::new(
             Code::Forbidden,
             format!("container {container:?} is reserved for the relay's own files"),
         ));
@@ -284,12 +286,12 @@ fn range_len(limits: &DownloadLimits, max_block_bytes: u64) -> u64 {
 /// A storage read's failure as the client hears it.
 fn read_failure(e: ReadError) -> Failure {
     match e {
-        ReadError::NotFound => fail(Code::NotFound, "no such blob (or it was deleted)"),
-        ReadError::Changed => fail(
+        ReadError::NotFound => Failure::new(Code::NotFound, "no such blob (or it was deleted)"),
+        ReadError::Changed => Failure::new(
             Code::Changed,
             "the blob changed while it was being read (its ETag moved); fetch it again from 0",
         ),
-        ReadError::RangeTooLarge(_) => fail(Code::Internal, e.to_string()),
+        ReadError::RangeTooLarge(_) => Failure::new(Code::Internal, e.to_string()),
         ReadError::Storage(e) => storage_failure(&e),
     }
 }
@@ -403,18 +405,18 @@ impl Sending<'_> {
                         std::future::pending::<()>().await;
                     }
                 } => {
-                    return Err(Stop::Failed(fail(Code::Busy, "the relay is shutting down; fetch again to resume")));
+                    return Err(Stop::Failed(Failure::new(Code::Busy, "the relay is shutting down; fetch again to resume")));
                 }
                 done = async { (&mut pending.front_mut()?.0).await.ok() }, if !pending.is_empty() => {
                     let Some(mut task) = pending.pop_front() else { continue };
                     let bytes = match done {
                         Some(Ok(bytes)) => bytes,
                         Some(Err(e)) => return Err(Stop::Failed(read_failure(e))),
-                        None => return Err(Stop::Failed(fail(Code::Internal, "a range read ended abnormally"))),
+                        None => return Err(Stop::Failed(Failure::new(Code::Internal, "a range read ended abnormally"))),
                     };
                     let n = bytes.len() as u64;
                     if n != task.2 {
-                        return Err(Stop::Failed(fail(Code::Internal, "a range read returned the wrong length")));
+                        return Err(Stop::Failed(Failure::new(Code::Internal, "a range read returned the wrong length")));
                     }
                     let frame = Message::Data(Data { len: n });
                     match write_within(limits.write_timeout, send, &frame, Some(bytes)).await {
@@ -430,7 +432,7 @@ impl Sending<'_> {
                 held = self.take(len, waiting_since), if want => {
                     let Some(held) = held else {
                         if pending.is_empty() {
-                            return Err(Stop::Failed(fail(
+                            return Err(Stop::Failed(Failure::new(
                                 Code::Busy,
                                 format!("no memory for a download range within {} s; retry later", self.shared.budget_wait.as_secs()),
                             )));

@@ -26,15 +26,6 @@ use crate::stream_credit::StreamTicket;
 /// searches and the rehearsal scripts match it, wherever the code lives.
 pub(crate) const LOG_TARGET: &str = "relay_server::transfer";
 
-pub(crate) fn fail(code: Code, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        existing: None,
-        requests: None,
-    }
-}
-
 pub async fn handle(
     shared: Arc<Shared>,
     link: Link,
@@ -59,7 +50,7 @@ pub async fn handle(
         },
         Ok(Ok(other)) => Err((
             Reason::NotOffer,
-            fail(
+            Failure::new(
                 Code::InvalidOffer,
                 format!("expected an Offer, Fetch or List, got {}", other.name()),
             ),
@@ -74,15 +65,15 @@ pub async fn handle(
         }
         Ok(Err(e @ (FrameError::Truncated | FrameError::Io(_)))) => Err((
             Reason::ClosedEarly,
-            fail(Code::InvalidOffer, format!("bad Offer: {e}")),
+            Failure::new(Code::InvalidOffer, format!("bad Offer: {e}")),
         )),
         Ok(Err(e)) => Err((
             Reason::BadFrame,
-            fail(Code::InvalidOffer, format!("bad Offer: {e}")),
+            Failure::new(Code::InvalidOffer, format!("bad Offer: {e}")),
         )),
         Err(_) => Err((
             Reason::OfferTimeout,
-            fail(Code::InvalidOffer, "no Offer within 30 s"),
+            Failure::new(Code::InvalidOffer, "no Offer within 30 s"),
         )),
     };
     let offer = match refused {
@@ -109,8 +100,9 @@ pub async fn handle(
 /// The names in an Offer, checked before they go anywhere near a log span.
 /// (`upload::validate` checks them again, with the rest of the Offer.)
 fn check_names(offer: &Offer) -> Result<(), Failure> {
-    validate_container(&offer.container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
-    validate_blob_name(&offer.blob).map_err(|e| fail(Code::InvalidName, e.to_string()))
+    validate_container(&offer.container)
+        .map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
+    validate_blob_name(&offer.blob).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))
 }
 
 /// Refuses a stream before its Plan. An eager client is already sending: stop it.

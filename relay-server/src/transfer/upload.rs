@@ -20,7 +20,7 @@ use relay_storage::staging::Stager;
 
 use super::progress::telling_progress;
 use super::upload_io::Io;
-use super::{LOG_TARGET, fail, reject};
+use super::{LOG_TARGET, reject};
 use crate::auth::{AuthError, Caller};
 use crate::link::{Link, write_control};
 use crate::metrics::Metrics;
@@ -105,13 +105,15 @@ async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller),
     )
     .await
     .map_err(|e| match e {
-        AuthError::Unknown | AuthError::Entra(_) => fail(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) | AuthError::NoRead(_) => fail(Code::Forbidden, e.to_string()),
+        AuthError::Unknown | AuthError::Entra(_) => Failure::new(Code::Unauthorized, e.to_string()),
+        AuthError::Container(_) | AuthError::NoRead(_) => {
+            Failure::new(Code::Forbidden, e.to_string())
+        }
     })?;
     if shared.reserved_containers.contains(&offer.container) {
         // The deployment's own files (the relay binary, keys, tokens) live there:
         // no upload may ever write them, whatever a token's grant says.
-        return Err(fail(
+        return Err(Failure::new(
             Code::Forbidden,
             format!(
                 "container {:?} is reserved for the relay's own files",

@@ -16,7 +16,6 @@ use relay_proto::session::relay::{Committed, Prepared, Staged, Usage};
 use relay_storage::blob::BlobWriter;
 use relay_storage::staging::{StageError, StageLimits, Stager};
 
-use super::fail;
 use crate::inflating::{Inflating, refusal};
 use crate::metrics::Metrics;
 use crate::state::Shared;
@@ -157,7 +156,7 @@ impl<'a> Io<'a> {
         let stager = self
             .upload
             .stager(point, shared.budget.clone(), shared.blocks_in_flight)
-            .map_err(|e| fail(Code::Internal, e.to_string()))?;
+            .map_err(|e| Failure::new(Code::Internal, e.to_string()))?;
         let mut stager = stager
             .with_mangle(shared.mangle())
             .with_pace(shared.pace())
@@ -204,7 +203,7 @@ impl<'a> Io<'a> {
         let stager = self
             .stager
             .take()
-            .ok_or_else(|| fail(Code::Internal, "no bytes were received"))?;
+            .ok_or_else(|| Failure::new(Code::Internal, "no bytes were received"))?;
         let staged = stager.finish().await.map_err(stage_failure)?;
         let facts = Staged {
             sha256: hex::encode(staged.sha256),
@@ -224,7 +223,7 @@ impl<'a> Io<'a> {
         let staged = self
             .staged
             .take()
-            .ok_or_else(|| fail(Code::Internal, "nothing was staged"))?;
+            .ok_or_else(|| Failure::new(Code::Internal, "nothing was staged"))?;
         let t_commit = Instant::now();
         let expected: Vec<(&str, &str)> = expected.iter().map(|(w, h)| (*w, h.as_str())).collect();
         let published = self
@@ -263,7 +262,7 @@ fn receive_failure(e: StageError) -> Failure {
         return stage_failure(e);
     };
     if let Some(why) = refusal(&io) {
-        return fail(
+        return Failure::new(
             Code::BadEncoding,
             format!("compressed chunks refused: {why}; nothing committed"),
         );
@@ -273,7 +272,7 @@ fn receive_failure(e: StageError) -> Failure {
     }
     match io.into_inner().map(|inner| inner.downcast::<StageError>()) {
         Some(Ok(inner)) => stage_failure(*inner),
-        _ => fail(Code::Internal, "the decoder's memory failed"),
+        _ => Failure::new(Code::Internal, "the decoder's memory failed"),
     }
 }
 

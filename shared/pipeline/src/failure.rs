@@ -7,15 +7,6 @@ use relay_storage::publish::{OUTCOME_UNKNOWN, PublishError};
 use relay_storage::staging::StageError;
 use relay_storage::store::Condition;
 
-fn fail(code: Code, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        existing: None,
-        requests: None,
-    }
-}
-
 /// The storage condition an Offer's overwrite policy asks for.
 pub fn condition(overwrite: &Overwrite) -> Condition {
     match overwrite {
@@ -36,7 +27,7 @@ pub fn storage_failure(e: &BlobError) -> Failure {
     } else {
         Code::StorageRefused
     };
-    fail(code, e.message.clone())
+    Failure::new(code, e.message.clone())
 }
 
 /// What a failed transfer left in storage, for the relay's log line: nothing
@@ -53,7 +44,7 @@ pub fn outcome(f: &Failure) -> &'static str {
 pub fn publish_failure(e: PublishError) -> Failure {
     let code = match &e {
         PublishError::Exists(existing) => {
-            let mut f = fail(Code::Exists, e.to_string());
+            let mut f = Failure::new(Code::Exists, e.to_string());
             f.existing = Some(ExistingBlob {
                 etag: existing.etag.clone(),
                 last_modified: existing.last_modified,
@@ -76,40 +67,40 @@ pub fn publish_failure(e: PublishError) -> Failure {
             return stage_failure(e);
         }
     };
-    fail(code, e.to_string())
+    Failure::new(code, e.to_string())
 }
 
 /// A staging failure as the peer hears it: whether it may resume, and why.
 pub fn stage_failure(e: StageError) -> Failure {
     match e {
-        StageError::Truncated { expected, got } => fail(
+        StageError::Truncated { expected, got } => Failure::new(
             Code::Truncated,
             format!(
                 "stream ended after {got} of {expected} bytes; nothing committed (the upload can resume)"
             ),
         ),
-        StageError::Source(e) => fail(
+        StageError::Source(e) => Failure::new(
             Code::Truncated,
             format!("receiving failed: {e}; nothing committed"),
         ),
         StageError::Storage(e) => storage_failure(&e),
-        StageError::BudgetTooSmall(_) => fail(Code::TooLarge, e.to_string()),
-        StageError::Task(m) => fail(Code::Internal, m),
-        StageError::Stopped => fail(
+        StageError::BudgetTooSmall(_) => Failure::new(Code::TooLarge, e.to_string()),
+        StageError::Task(m) => Failure::new(Code::Internal, m),
+        StageError::Stopped => Failure::new(
             Code::Busy,
             "relay shutting down; staged blocks are kept, retry to resume",
         ),
-        StageError::Stalled(s) => fail(
+        StageError::Stalled(s) => Failure::new(
             Code::Truncated,
             format!("no bytes received for {s} s; nothing committed (the upload can resume)"),
         ),
-        StageError::Busy(s) => fail(
+        StageError::Busy(s) => Failure::new(
             Code::Busy,
             format!(
                 "relay busy: no memory for the next block within {s} s; staged blocks are kept, retry to resume"
             ),
         ),
-        StageError::TooSlow { .. } => fail(
+        StageError::TooSlow { .. } => Failure::new(
             Code::Truncated,
             format!(
                 "{e}: the link is slower than the relay's floor; staged blocks are kept (the upload can resume)"

@@ -193,6 +193,19 @@ pub struct Failure {
     pub requests: Option<u32>,
 }
 
+impl Failure {
+    /// A refusal or error with its code and message, nothing else attached:
+    /// the one constructor the relay, its session and the pipeline share.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            existing: None,
+            requests: None,
+        }
+    }
+}
+
 /// A committed blob as the relay saw it when it refused to replace it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExistingBlob {

@@ -177,15 +177,6 @@ pub struct RelaySession {
     commit_from: Option<Instant>,
 }
 
-fn fail(code: Code, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        existing: None,
-        requests: None,
-    }
-}
-
 fn ms(from: Option<Instant>, now: Instant) -> u64 {
     from.map(|t| now.saturating_duration_since(t).as_millis() as u64)
         .unwrap_or(0)
@@ -197,7 +188,7 @@ fn frame_failure(what: &str, e: FrameError) -> Failure {
         FrameError::Closed | FrameError::Truncated => Code::Truncated,
         _ => Code::InvalidOffer,
     };
-    fail(code, format!("{what}: {e}"))
+    Failure::new(code, format!("{what}: {e}"))
 }
 
 impl RelaySession {
@@ -225,7 +216,7 @@ impl RelaySession {
             (State::SendingPlan, Event::PlanSent(r)) => self.plan_sent(r),
             (State::AwaitingStart, Event::Frame(f)) => self.start(f, now),
             (State::AwaitingStart, Event::TimedOut) => {
-                Action::fail(fail(Code::InvalidOffer, "no Start within 30 s"))
+                Action::fail(Failure::new(Code::InvalidOffer, "no Start within 30 s"))
             }
             (State::Receiving, Event::Received(r)) => match r {
                 Ok(()) => {
@@ -239,14 +230,14 @@ impl RelaySession {
             },
             (State::AwaitingTrailer, Event::Frame(f)) => self.trailer(f, now),
             (State::AwaitingTrailer, Event::TimedOut) => {
-                Action::fail(fail(Code::Truncated, "no Trailer within 30 s"))
+                Action::fail(Failure::new(Code::Truncated, "no Trailer within 30 s"))
             }
             (State::Staging, Event::Staged(r)) => self.staged(r, now),
             (State::Committing, Event::Committed(r)) => match r {
                 Ok(c) => self.receipt(c, now),
                 Err(f) => Action::fail(f),
             },
-            (state, event) => Action::fail(fail(
+            (state, event) => Action::fail(Failure::new(
                 Code::Internal,
                 format!("relay session: {event:?} while {state:?}"),
             )),
@@ -316,7 +307,7 @@ impl RelaySession {
         let start = match frame {
             Ok(Message::Start(s)) => s,
             Ok(other) => {
-                return Action::fail(fail(
+                return Action::fail(Failure::new(
                     Code::InvalidOffer,
                     format!("expected Start, got {}", other.name()),
                 ));
@@ -328,7 +319,7 @@ impl RelaySession {
         } else if start.offset == 0 {
             false
         } else {
-            return Action::fail(fail(
+            return Action::fail(Failure::new(
                 Code::InvalidOffer,
                 format!(
                     "Start at {} is neither 0 nor the resume offset {}",
@@ -337,7 +328,7 @@ impl RelaySession {
             ));
         };
         if start.encoding.is_some() && !self.offer.compression_agreed {
-            return Action::fail(fail(
+            return Action::fail(Failure::new(
                 Code::BadEncoding,
                 "compressed chunks were not agreed in the handshake (ALPN); nothing committed",
             ));
@@ -358,7 +349,7 @@ impl RelaySession {
                 self.stage_from = Some(now);
                 Action::FinishStaging
             }
-            Ok(other) => Action::fail(fail(
+            Ok(other) => Action::fail(Failure::new(
                 Code::InvalidOffer,
                 format!("expected Trailer, got {}", other.name()),
             )),
@@ -380,7 +371,7 @@ impl RelaySession {
         }
         for (who, theirs) in expected {
             if !theirs.eq_ignore_ascii_case(&staged.sha256) {
-                return Action::fail(fail(
+                return Action::fail(Failure::new(
                     Code::HashMismatch,
                     format!(
                         "SHA-256 mismatch: received bytes hash to {}, {who} has {theirs}; nothing committed",
