@@ -1,7 +1,13 @@
 //! One QUIC stream: its first frame decides what it is. An Offer is an upload
-//! (`upload`, driving `relay_proto::session::relay`), a Fetch or a List a
-//! download (`fetch`, `listing`); anything else is refused with a Reject.
+//! (`upload`, driving `relay_proto::session::relay`; its storage steps in
+//! `upload_io`, compressed chunks read through `inflating`, `progress` frames
+//! back), a Fetch or a List a download (`fetch`, `listing`); anything else is
+//! refused with a Reject. May import `telemetry`, `connection`, `sign_in` and
+//! `state`; never `server` or `operations`.
 
+pub mod fetch;
+pub mod inflating;
+pub mod listing;
 mod progress;
 mod upload;
 mod upload_io;
@@ -16,11 +22,11 @@ use relay_proto::protocol::{Code, Failure, Message, Offer};
 use relay_proto::session::relay::CONTROL_TIMEOUT;
 use tracing::Instrument;
 
-use crate::link::{Link, write_control};
-use crate::metrics::ActiveGuard;
-use crate::rejections::Reason;
+use crate::connection::link::{Link, write_control};
+use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
-use crate::stream_credit::StreamTicket;
+use crate::telemetry::metrics::ActiveGuard;
+use crate::telemetry::rejections::Reason;
 
 /// The log target of an upload's end ("committed", "failed"): operators'
 /// searches and the rehearsal scripts match it, wherever the code lives.
@@ -37,12 +43,10 @@ pub async fn handle(
     let refused = match tokio::time::timeout(CONTROL_TIMEOUT, link.read_frame(&mut recv)).await {
         // A download stream: its own drivers (`fetch`, `listing`).
         Ok(Ok(Message::Fetch(f))) => {
-            return crate::fetch::handle(&shared, &link, &mut ticket, &mut send, &mut recv, f)
-                .await;
+            return fetch::handle(&shared, &link, &mut ticket, &mut send, &mut recv, f).await;
         }
         Ok(Ok(Message::List(l))) => {
-            return crate::listing::handle(&shared, &link, &mut ticket, &mut send, &mut recv, l)
-                .await;
+            return listing::handle(&shared, &link, &mut ticket, &mut send, &mut recv, l).await;
         }
         Ok(Ok(Message::Offer(o))) => match check_names(&o) {
             Ok(()) => Ok(o),

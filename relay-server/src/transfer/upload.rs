@@ -21,12 +21,12 @@ use relay_storage::staging::Stager;
 use super::progress::telling_progress;
 use super::upload_io::Io;
 use super::{LOG_TARGET, reject};
-use crate::auth::{AuthError, Caller};
-use crate::link::{Link, write_control};
-use crate::metrics::Metrics;
-use crate::rejections::Reason;
+use crate::connection::link::{Link, write_control};
+use crate::connection::stream_credit::StreamTicket;
+use crate::sign_in::auth::{AuthError, Caller};
 use crate::state::Shared;
-use crate::stream_credit::StreamTicket;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::rejections::Reason;
 
 pub(super) async fn respond(
     shared: &Shared,
@@ -96,12 +96,12 @@ pub(super) async fn respond(
 /// connection's gate opens only after it passes.
 async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller), Failure> {
     check_version(offer)?;
-    let caller = crate::auth::authenticate(
+    let caller = crate::sign_in::auth::authenticate(
         &shared.tokens,
         shared.entra.as_deref(),
         &offer.token.0,
         &offer.container,
-        crate::auth::Access::Write,
+        crate::sign_in::auth::Access::Write,
     )
     .await
     .map_err(|e| match e {
@@ -183,7 +183,7 @@ async fn run(
         let event = match action {
             Action::Prepare => Event::Prepared(io.prepare().await),
             Action::SendPlan(mut p) => {
-                p.relay_version = Some(crate::version::LONG.to_string());
+                p.relay_version = Some(crate::telemetry::version::LONG.to_string());
                 if let Some(bytes) = shared.hold_plan_until_received() {
                     hold_until_received(&link.conn, bytes).await;
                 }

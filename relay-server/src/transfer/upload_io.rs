@@ -16,9 +16,9 @@ use relay_proto::session::relay::{Committed, Prepared, Staged, Usage};
 use relay_storage::blob::BlobWriter;
 use relay_storage::staging::{StageError, StageLimits, Stager};
 
-use crate::inflating::{Inflating, refusal};
-use crate::metrics::Metrics;
 use crate::state::Shared;
+use crate::telemetry::metrics::Metrics;
+use crate::transfer::inflating::{Inflating, refusal};
 
 /// How long a peer may send no file bytes before its transfer is dropped (its
 /// block buffer goes back to the budget; staged blocks stay for a resume).
@@ -279,7 +279,7 @@ fn receive_failure(e: StageError) -> Failure {
 /// The decoder's memory, taken when a transfer's first zstd chunk needs it as
 /// a block's is: from the owner's share, then the budget, within the budget
 /// wait (else a retryable `busy`, as for a block).
-fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::inflating::Reserve {
+fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::transfer::inflating::Reserve {
     let share = shared.share_of(owner);
     let budget = shared.budget.clone();
     let wait = shared.budget_wait;
@@ -291,7 +291,7 @@ fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::inflating::Reserve {
                 Ok::<_, StageError>((a, b))
             };
             match tokio::time::timeout(wait, take).await {
-                Ok(Ok(held)) => Ok(Box::new(held) as crate::inflating::Held),
+                Ok(Ok(held)) => Ok(Box::new(held) as crate::transfer::inflating::Held),
                 Ok(Err(e)) => Err(std::io::Error::other(e)),
                 Err(_) => Err(std::io::Error::other(StageError::Busy(wait.as_secs()))),
             }

@@ -30,40 +30,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::auth::{Access, AuthError, Caller};
-use crate::link::Link;
-use crate::metrics::Metrics;
-use crate::rejections::Reason;
+use crate::connection::link::Link;
+use crate::connection::stream_credit::StreamTicket;
+use crate::sign_in::auth::{Access, AuthError, Caller};
+use crate::state::DownloadLimits;
 use crate::state::Shared;
-use crate::stream_credit::StreamTicket;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::rejections::Reason;
 use crate::transfer::reject;
-
-/// How downloads read and send.
-#[derive(Debug, Clone, Copy)]
-pub struct DownloadLimits {
-    /// Ranges of one blob read from storage at once.
-    pub ranges_in_flight: usize,
-    /// Bytes per range (at most `MAX_CHECKED_RANGE`, storage's limit for a
-    /// range's MD5).
-    pub range_bytes: u64,
-    /// Longest one write to the client may wait for room in its window.
-    pub write_timeout: Duration,
-    /// Blobs per List Blobs page (Azure's most is 5,000).
-    pub list_page: u32,
-}
-
-impl Default for DownloadLimits {
-    /// Six 4 MiB ranges: 24 MiB in flight per blob keeps a blob's read ahead
-    /// of a fast link with storage's tens of milliseconds per range.
-    fn default() -> Self {
-        Self {
-            ranges_in_flight: 6,
-            range_bytes: MAX_CHECKED_RANGE,
-            write_timeout: Duration::from_secs(60),
-            list_page: 5000,
-        }
-    }
-}
 
 /// Serves one Fetch (its frame already read).
 pub(crate) async fn handle(
@@ -132,7 +106,7 @@ pub(crate) async fn admit(
         ));
     }
     validate_container(container).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
-    let caller = crate::auth::authenticate(
+    let caller = crate::sign_in::auth::authenticate(
         &shared.tokens,
         shared.entra.as_deref(),
         token,

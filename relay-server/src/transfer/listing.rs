@@ -13,12 +13,12 @@ use relay_proto::protocol::{Code, Failure, List, ListEnd, Listed, Listing, Messa
 use relay_storage::read::ListedBlob;
 use tracing::Instrument;
 
-use crate::fetch::{admit, finish, refuse_first, write_frame_within};
-use crate::link::Link;
-use crate::metrics::Metrics;
-use crate::rejections::Reason;
+use super::fetch::{admit, finish, refuse_first, write_frame_within};
+use crate::connection::link::Link;
+use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
-use crate::stream_credit::StreamTicket;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::rejections::Reason;
 use crate::transfer::reject;
 
 /// Room left in a frame for its envelope (`{"type":"listing","blobs":[...]}`).
