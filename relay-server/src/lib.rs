@@ -290,8 +290,8 @@ fn identity(args: &operations::config::Args) -> Result<connection::tls::Identity
     }
 }
 
-/// Code, runtime, TLS state, logging and the health endpoint: measured idle RSS
-/// is ~10 MiB; the rest is headroom for allocator slack.
+/// Code, runtime, TLS state, logging and the health endpoint, with headroom
+/// for allocator slack well above what an idle relay holds.
 pub const BASE_MEMORY: u64 = 64 << 20;
 /// Per connection beyond its receive window and its streams: quinn's
 /// connection state, send buffers of control frames.

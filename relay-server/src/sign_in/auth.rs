@@ -520,10 +520,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 
-    /// Issue 52 item 14: an Offer's check never reads the file, even while it
-    /// settles (it was read and parsed under a global lock on a runtime thread
-    /// for every Offer); reloads are `poll`'s, which the relay runs off the
-    /// runtime.
+    /// An Offer's check never reads the file, even while it settles: reloads
+    /// are `poll`'s, which the relay runs off the runtime.
     #[test]
     fn a_check_never_reads_the_file() {
         let p = scratch("noio");
@@ -553,8 +551,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 
-    /// Issue 52 item 14: a file whose modification time is in the future was
-    /// taken as forever settling and re-read at every check, every 2 s.
+    /// A file whose modification time is in the future is settled: read once,
+    /// then again only when it changes (never taken as forever settling).
     #[test]
     fn a_file_dated_in_the_future_is_read_once_then_only_when_it_changes() {
         let p = scratch("future");
