@@ -37,7 +37,7 @@ use crate::state::DownloadLimits;
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
-use crate::transfer::reject;
+use crate::transfer::{refuse, reject};
 
 /// Serves one Fetch (its frame already read).
 pub(crate) async fn handle(
@@ -50,7 +50,7 @@ pub(crate) async fn handle(
 ) {
     let caller = match admit(shared, &fetch.version, &fetch.token.0, &fetch.container).await {
         Ok(c) => c,
-        Err(f) => return refuse_first(shared, link, send, recv, f).await,
+        Err(f) => return refuse(shared, link, send, recv, f).await,
     };
     if let Err(e) = validate_blob_name(&fetch.blob) {
         let f = Failure::new(Code::InvalidName, e.to_string());
@@ -70,24 +70,6 @@ pub(crate) async fn handle(
     serve(shared, &owner, send, recv, &fetch)
         .instrument(span)
         .await;
-}
-
-/// Refuses a Fetch or List that failed `admit`; one refused for who sent it
-/// (token, grant) on a connection not yet authenticated closes that
-/// connection, as a refused Offer does (`Link::refuse_peer`): it must not keep
-/// a pending slot until the auth deadline.
-pub(crate) async fn refuse_first(
-    shared: &Shared,
-    link: &Link,
-    send: &mut SendStream,
-    recv: &mut RecvStream,
-    f: relay_proto::protocol::Failure,
-) {
-    let who = matches!(f.code, Code::Unauthorized | Code::Forbidden);
-    reject(shared, send, recv, Reason::Code(f.code), f).await;
-    if who {
-        link.refuse_peer(send).await;
-    }
 }
 
 /// What a Fetch and a List must satisfy before any storage call: the version,

@@ -13,13 +13,13 @@ use relay_proto::protocol::{Code, Failure, List, ListEnd, Listed, Listing, Messa
 use relay_storage::read::ListedBlob;
 use tracing::Instrument;
 
-use super::fetch::{admit, finish, refuse_first, write_frame_within};
+use super::fetch::{admit, finish, write_frame_within};
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
-use crate::transfer::reject;
+use crate::transfer::{refuse, reject};
 
 /// Room left in a frame for its envelope (`{"type":"listing","blobs":[...]}`).
 const ENVELOPE: usize = 64;
@@ -34,7 +34,7 @@ pub(crate) async fn handle(
     list: List,
 ) {
     if let Err(f) = admit(shared, &list.version, &list.token.0, &list.container).await {
-        return refuse_first(shared, link, send, recv, f).await;
+        return refuse(shared, link, send, recv, f).await;
     }
     if list.prefix.chars().count() > relay_proto::limits::MAX_BLOB_NAME_CHARS {
         let f = Failure::new(Code::InvalidName, "prefix longer than a blob name may be");

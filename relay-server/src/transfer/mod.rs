@@ -109,6 +109,24 @@ fn check_names(offer: &Offer) -> Result<(), Failure> {
     validate_blob_name(&offer.blob).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))
 }
 
+/// Refuses a stream after its first frame was read (an Offer, a Fetch or a
+/// List that failed its checks): one refused for who sent it (token, grant)
+/// on a connection not yet authenticated also closes that connection
+/// (`Link::refuse_peer`), so it keeps no pending slot until the auth deadline.
+pub(crate) async fn refuse(
+    shared: &Shared,
+    link: &Link,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    f: Failure,
+) {
+    let who = f.code.refuses_the_caller();
+    reject(shared, send, recv, Reason::Code(f.code), f).await;
+    if who {
+        link.refuse_peer(send).await;
+    }
+}
+
 /// Refuses a stream before its Plan. An eager client is already sending: stop it.
 /// Counted by reason and logged at a bounded rate (a peer can cause these as fast
 /// as it opens streams).

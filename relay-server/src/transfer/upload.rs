@@ -20,7 +20,7 @@ use relay_storage::staging::Stager;
 
 use super::progress::telling_progress;
 use super::upload_io::Io;
-use super::{LOG_TARGET, reject};
+use super::{LOG_TARGET, refuse};
 use crate::connection::link::{Link, write_control};
 use crate::connection::stream_credit::StreamTicket;
 use crate::sign_in::auth::{AuthError, Caller};
@@ -55,13 +55,7 @@ pub(super) async fn respond(
             let _ = write_control(send, &Message::Receipt(receipt)).await;
             let _ = send.finish();
         }
-        End::Reject(f) => {
-            let who = matches!(f.code, Code::Unauthorized | Code::Forbidden);
-            reject(shared, send, recv, Reason::Code(f.code), f).await;
-            if who {
-                link.refuse_peer(send).await;
-            }
-        }
+        End::Reject(f) => refuse(shared, link, send, recv, f).await,
         End::Redirect {
             resume_offset: offset,
         } => {
