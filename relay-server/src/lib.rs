@@ -1,36 +1,23 @@
 //! Blob Relay server: QUIC in, large staged blocks out, commit only after the
 //! whole-file SHA-256 matches. The binary is a thin shell over this library so the
 //! end-to-end tests can run a real relay in-process.
+//!
+//! Its modules are layers, each importing only the ones listed before it:
+//! `telemetry` (metrics, the exposition format, the build), then
+//! `connection` (one QUIC connection: TLS, admission, stream credit) and
+//! `sign_in` (tokens and Entra ID), then `state` (`Config`, `Shared`), then
+//! `transfer` (one stream: upload, download, listing), then `server` (the
+//! endpoint that accepts connections and spawns streams), then `operations`
+//! (flags, subcommands, the health listener). The protocol's decisions are
+//! not here: they live in `relay_proto`'s sessions and `relay_pipeline`.
 
-pub mod admission;
-pub mod auth;
-pub mod command_args;
-pub mod commands;
-pub mod config;
-pub mod entra;
-pub mod entra_config;
-pub mod exposition;
-pub mod failures;
-pub mod fetch;
-pub mod frame_turns;
-pub mod health;
-pub mod histogram;
-pub mod http;
-pub mod inflating;
-pub mod link;
-pub mod listing;
-pub mod metrics;
-pub mod probe;
-pub mod rejections;
+pub mod connection;
+pub mod operations;
 pub mod server;
-pub mod shares;
+pub mod sign_in;
 pub mod state;
-pub mod state_dir;
-pub mod stream_credit;
-pub mod tls;
-pub mod tokens_file;
+pub mod telemetry;
 pub mod transfer;
-pub mod version;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -60,15 +47,15 @@ pub enum ResolveError {
     #[error("--tokens or --entra-audience is required")]
     NoTokens,
     #[error(transparent)]
-    Entra(#[from] entra_config::EntraConfigError),
+    Entra(#[from] operations::entra_config::EntraConfigError),
     #[error(transparent)]
-    Tokens(#[from] auth::TokensError),
+    Tokens(#[from] sign_in::auth::TokensError),
     #[error("--block-size: {0}")]
     BlockSize(#[source] PlanError),
     #[error(transparent)]
-    State(#[from] state_dir::StateError),
+    State(#[from] operations::state_dir::StateError),
     #[error(transparent)]
-    Tls(#[from] tls::TlsError),
+    Tls(#[from] connection::tls::TlsError),
     #[error("--id-key-file: {0}")]
     IdKey(#[source] IdKeyError),
     #[error(
@@ -81,12 +68,12 @@ pub enum ResolveError {
 
 impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
-    pub fn from_args(args: &config::Args) -> Result<Self, ResolveError> {
+    pub fn from_args(args: &operations::config::Args) -> Result<Self, ResolveError> {
         let storage = storage(args)?;
-        let entra = entra_config::entra(args)?;
+        let entra = operations::entra_config::entra(args)?;
         let tokens = match (args.tokens.as_deref(), &entra) {
-            (Some(path), _) => auth::TokenStore::load(path)?,
-            (None, Some(_)) => auth::TokenStore::none(),
+            (Some(path), _) => sign_in::auth::TokenStore::load(path)?,
+            (None, Some(_)) => sign_in::auth::TokenStore::none(),
             (None, None) => return Err(ResolveError::NoTokens),
         };
         relay_proto::plan::BlockPlan::new(0, args.block_size).map_err(ResolveError::BlockSize)?;
@@ -112,10 +99,10 @@ impl Config {
             budget_wait: args.budget_wait,
             block_fill: server::BlockFill::default(),
             reserved_containers: args.reserved_containers.clone(),
-            download: fetch::DownloadLimits {
+            download: state::DownloadLimits {
                 ranges_in_flight: usize::try_from(args.download_ranges).unwrap_or(1),
                 write_timeout: args.download_write_timeout,
-                ..fetch::DownloadLimits::default()
+                ..state::DownloadLimits::default()
             },
             hooks: TestHooks::default(),
         };
@@ -141,11 +128,11 @@ impl Config {
     pub fn memory_bound(&self) -> MemoryBound {
         // Connections borrow streams beyond their base from a pool sized so that
         // all of them together hold no more than this many each (`stream_credit`).
-        let authenticated_state = per_connection_state(stream_credit::STREAMS_IN_BOUND);
+        let authenticated_state = per_connection_state(connection::stream_credit::STREAMS_IN_BOUND);
         let pending_state = per_connection_state(
             self.admission
                 .streams_before_auth
-                .clamp(1, stream_credit::BASE_STREAMS),
+                .clamp(1, connection::stream_credit::BASE_STREAMS),
         );
         MemoryBound {
             base: BASE_MEMORY,
@@ -168,15 +155,15 @@ impl Config {
     /// Defaults for tests and benchmarks: loopback, self-signed.
     pub fn for_tests(
         storage: Storage,
-        tokens: auth::TokenStore,
+        tokens: sign_in::auth::TokenStore,
         memory_budget: u64,
-    ) -> Result<Self, tls::TlsError> {
+    ) -> Result<Self, connection::tls::TlsError> {
         Ok(Self {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             storage,
             tokens,
             entra: None,
-            identity: tls::Identity::self_signed(vec!["localhost".into()])?,
+            identity: connection::tls::Identity::self_signed(vec!["localhost".into()])?,
             budget: Budget::new(memory_budget),
             block_size: relay_proto::limits::DEFAULT_BLOCK_SIZE,
             blocks_in_flight: 4,
@@ -186,7 +173,7 @@ impl Config {
             },
             udp_buffer: 8 << 20,
             max_connections: 64,
-            admission: admission::Limits::default(),
+            admission: connection::admission::Limits::default(),
             grace: Duration::from_secs(5),
             id_key: IdKey::random(),
             max_block_size: 128 << 20,
@@ -194,7 +181,7 @@ impl Config {
             budget_wait: Duration::from_secs(30),
             block_fill: server::BlockFill::default(),
             reserved_containers: vec!["relay-boot".into()],
-            download: fetch::DownloadLimits::default(),
+            download: state::DownloadLimits::default(),
             hooks: TestHooks::default(),
         })
     }
@@ -212,7 +199,7 @@ pub fn describe_storage(access: &StorageAccess) -> String {
 
 /// The storage account of `--storage-url`, with `--account-key` or Entra ID,
 /// through an HTTP client sized by `--storage-concurrency`.
-fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
+fn storage(args: &operations::config::Args) -> Result<Storage, ResolveError> {
     let key = args.account_key.clone().map(Secret);
     let url = args
         .storage_url
@@ -230,7 +217,7 @@ fn storage(args: &config::Args) -> Result<Storage, ResolveError> {
     Ok(Storage::new(access, &writer)?)
 }
 
-fn windows(args: &config::Args) -> Windows {
+fn windows(args: &operations::config::Args) -> Windows {
     Windows {
         stream_window: args.stream_window,
         connection_window: args.connection_window,
@@ -245,12 +232,12 @@ fn windows(args: &config::Args) -> Windows {
     }
 }
 
-fn admission_limits(args: &config::Args) -> admission::Limits {
-    admission::Limits {
+fn admission_limits(args: &operations::config::Args) -> connection::admission::Limits {
+    connection::admission::Limits {
         max_pending: args.max_pending.max(1),
         max_per_address: args.max_per_address.max(1),
         auth_deadline: args.auth_deadline,
-        ..admission::Limits::default()
+        ..connection::admission::Limits::default()
     }
 }
 
@@ -258,13 +245,13 @@ fn admission_limits(args: &config::Args) -> admission::Limits {
 /// the state directory's, created on the first start. A configuration check
 /// writes nothing: without a key file yet it uses a random key (the real start
 /// creates and keeps one).
-fn id_key(args: &config::Args) -> Result<IdKey, ResolveError> {
+fn id_key(args: &operations::config::Args) -> Result<IdKey, ResolveError> {
     if args.id_key_ephemeral {
         return Ok(IdKey::random());
     }
     let path = match &args.id_key_file {
         Some(p) => p.clone(),
-        None => resolve_state_dir(args)?.file(state_dir::ID_KEY_FILE),
+        None => resolve_state_dir(args)?.file(operations::state_dir::ID_KEY_FILE),
     };
     let key = if args.check_config && !path.exists() {
         Ok(IdKey::random())
@@ -276,17 +263,19 @@ fn id_key(args: &config::Args) -> Result<IdKey, ResolveError> {
     key.map_err(ResolveError::IdKey)
 }
 
-fn resolve_state_dir(args: &config::Args) -> Result<state_dir::StateDir, state_dir::StateError> {
-    state_dir::StateDir::resolve(args.state_dir.as_deref())
+fn resolve_state_dir(
+    args: &operations::config::Args,
+) -> Result<operations::state_dir::StateDir, operations::state_dir::StateError> {
+    operations::state_dir::StateDir::resolve(args.state_dir.as_deref())
 }
 
 /// `--tls-cert`/`--tls-key`, else the state directory's self-signed identity:
 /// made on the first start and kept, so pinned clients keep working. A
 /// configuration check only reads it, and makes a throwaway one if there is none
 /// yet (the real start will make and keep one).
-fn identity(args: &config::Args) -> Result<tls::Identity, ResolveError> {
+fn identity(args: &operations::config::Args) -> Result<connection::tls::Identity, ResolveError> {
     if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
-        return Ok(tls::Identity::from_pem_files(c, k)?);
+        return Ok(connection::tls::Identity::from_pem_files(c, k)?);
     }
     let dir = resolve_state_dir(args)?;
     let kept = if args.check_config {
@@ -296,12 +285,14 @@ fn identity(args: &config::Args) -> Result<tls::Identity, ResolveError> {
     };
     match kept {
         Some(id) => Ok(id),
-        None => Ok(tls::Identity::self_signed(args.tls_names.clone())?),
+        None => Ok(connection::tls::Identity::self_signed(
+            args.tls_names.clone(),
+        )?),
     }
 }
 
-/// Code, runtime, TLS state, logging and the health endpoint: measured idle RSS
-/// is ~10 MiB; the rest is headroom for allocator slack.
+/// Code, runtime, TLS state, logging and the health endpoint, with headroom
+/// for allocator slack well above what an idle relay holds.
 pub const BASE_MEMORY: u64 = 64 << 20;
 /// Per connection beyond its receive window and its streams: quinn's
 /// connection state, send buffers of control frames.
@@ -315,7 +306,7 @@ pub const PER_STREAM_STATE: u64 = 24 << 10;
 /// its receive window: its state, its half-read control frames (one per turn,
 /// `frame_turns`) and its streams' state.
 pub fn per_connection_state(streams: u64) -> u64 {
-    let turns = (frame_turns::FRAME_READS_PER_CONNECTION as u64).min(streams);
+    let turns = (connection::frame_turns::FRAME_READS_PER_CONNECTION as u64).min(streams);
     PER_CONNECTION_OVERHEAD
         + turns * relay_proto::limits::MAX_FRAME_LEN as u64
         + streams * PER_STREAM_STATE

@@ -1,11 +1,11 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use relay_server::config::{Args, ConfigError, LogFormat, parse_with_config_file};
-use relay_server::health::HealthBindError;
-use relay_server::probe::{ProbeError, StorageHealth, StorageProbe};
+use relay_server::connection::tls::TlsError;
+use relay_server::operations::config::{Args, ConfigError, LogFormat, parse_with_config_file};
+use relay_server::operations::health::HealthBindError;
+use relay_server::operations::probe::{ProbeError, StorageHealth, StorageProbe};
 use relay_server::server::BindError;
-use relay_server::tls::TlsError;
 use relay_server::{Config, Relay, ResolveError};
 use relay_storage::account::ClientBuildError;
 use tokio::sync::watch;
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
     init_logging(args.log_format, args.color);
     relay_transport::install_crypto_provider();
     if let Some(command) = &args.command {
-        return match relay_server::commands::run(command, &args) {
+        return match relay_server::operations::commands::run(command, &args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("relay-server: {e}");
@@ -85,10 +85,10 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), RunError> {
     // First, so every log (and a crash report) says which build wrote it.
     tracing::info!(
-        version = relay_server::version::VERSION,
-        commit = relay_server::version::COMMIT,
+        version = relay_server::telemetry::version::VERSION,
+        commit = relay_server::telemetry::version::COMMIT,
         "relay-server {} starting",
-        relay_server::version::LONG
+        relay_server::telemetry::version::LONG
     );
     let cfg = Config::from_args(&args)?;
     let mut granted = cfg.tokens.granted_containers();
@@ -118,7 +118,7 @@ async fn run(args: Args) -> Result<(), RunError> {
     // the default action that kills the process.
     let signals = StopSignals::install();
     let health = match args.health_listen {
-        Some(addr) => Some(relay_server::health::bind(addr).await?),
+        Some(addr) => Some(relay_server::operations::health::bind(addr).await?),
         None => None,
     };
     let relay = Relay::bind(cfg)?;
@@ -132,7 +132,7 @@ async fn run(args: Args) -> Result<(), RunError> {
     );
     let (tx, rx) = watch::channel(false);
     let storage = Arc::new(StorageHealth::default());
-    tokio::spawn(relay_server::probe::run(
+    tokio::spawn(relay_server::operations::probe::run(
         probe,
         storage.clone(),
         args.storage_check_interval,
@@ -142,7 +142,7 @@ async fn run(args: Args) -> Result<(), RunError> {
         if let Ok(a) = listener.local_addr() {
             tracing::info!(addr = %a, "health endpoint: /healthz, /metrics");
         }
-        tokio::spawn(relay_server::health::serve(
+        tokio::spawn(relay_server::operations::health::serve(
             listener,
             relay.shared(),
             storage,

@@ -11,9 +11,9 @@ use relay_transport::quic::bind_udp;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::admission::Admission;
-use crate::metrics::Metrics;
-use crate::tls::TlsError;
+use crate::connection::admission::Admission;
+use crate::connection::tls::TlsError;
+use crate::telemetry::metrics::Metrics;
 
 pub use crate::state::{BlockFill, Config, Shared, TestHooks};
 
@@ -107,7 +107,7 @@ impl Relay {
                 reserved_containers: cfg.reserved_containers,
                 download: cfg.download,
                 token_share_bytes,
-                shares: crate::shares::Shares::new(token_share_bytes),
+                shares: crate::state::shares::Shares::new(token_share_bytes),
                 block_size: cfg.block_size,
                 blocks_in_flight: cfg.blocks_in_flight,
                 metrics,
@@ -137,7 +137,7 @@ impl Relay {
     /// Serves until `shutdown` turns true, then drains.
     pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
         // Tokens-file reloads on a blocking thread, for as long as the relay lives.
-        crate::auth::watch(Arc::downgrade(&self.shared));
+        crate::sign_in::auth::watch(Arc::downgrade(&self.shared), |s| &s.tokens);
         let mut conns = JoinSet::new();
         let for_conns = shutdown.clone();
         loop {
@@ -185,7 +185,7 @@ impl Relay {
 /// `--max-connections` and its windows are raised.
 async fn serve_connection(
     shared: Arc<Shared>,
-    pending: crate::admission::Pending,
+    pending: crate::connection::admission::Pending,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let remote = pending.remote();
@@ -198,7 +198,7 @@ async fn serve_connection(
     tokio::pin!(deadline);
     let gate = admitted.gate();
     let evicted = admitted.eviction();
-    let link = crate::link::Link::new(gate.clone(), conn.clone());
+    let link = crate::connection::link::Link::new(gate.clone(), conn.clone());
     let refused = link.refused();
     let credit = shared
         .admission

@@ -149,8 +149,8 @@ impl Issuer {
         skew_secs: i64,
         budget: (usize, std::time::Duration),
         grants: &[String],
-    ) -> relay_server::entra::Entra {
-        let wait = relay_server::entra::keys::DEFAULT_KEY_WAIT;
+    ) -> relay_server::sign_in::entra::Entra {
+        let wait = relay_server::sign_in::entra::keys::DEFAULT_KEY_WAIT;
         self.verifier_waiting(ca_file, skew_secs, budget, wait, grants)
     }
 
@@ -162,10 +162,10 @@ impl Issuer {
         (refreshes, window): (usize, std::time::Duration),
         key_wait: std::time::Duration,
         grants: &[String],
-    ) -> relay_server::entra::Entra {
-        use relay_server::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
+    ) -> relay_server::sign_in::entra::Entra {
+        use relay_server::sign_in::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
         std::fs::write(ca_file, &self.ca_pem).unwrap_or_else(|e| panic!("{e}"));
-        let http = relay_server::entra_config::client(Some(&ca_file.to_path_buf()))
+        let http = relay_server::operations::entra_config::client(Some(&ca_file.to_path_buf()))
             .unwrap_or_else(|e| panic!("{e}"));
         let policy = Policy {
             tenant: TENANT.into(),

@@ -454,7 +454,7 @@ pub async fn run(az: &Azurite, s: &Scenario) -> Result<Report, String> {
     .map(|a| a.to_string())
     .collect();
     flags.extend(s.relay_flags.iter().cloned());
-    let args = relay_server::config::Args::try_parse_from(
+    let args = relay_server::operations::config::Args::try_parse_from(
         std::iter::once("relay-server".to_string()).chain(flags.iter().cloned()),
     )
     .map_err(|e| e.to_string())?;

@@ -52,8 +52,8 @@ impl RelayHandle {
             format!("{TOKEN}\n{LIMITED_TOKEN} {}\n", opts.limited_to),
         )
         .unwrap_or_else(|e| panic!("tokens: {e}"));
-        let tokens =
-            relay_server::auth::TokenStore::load(&tokens_path).unwrap_or_else(|e| panic!("{e}"));
+        let tokens = relay_server::sign_in::auth::TokenStore::load(&tokens_path)
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut cfg = Config::for_tests(storage, tokens, opts.memory_budget)
             .unwrap_or_else(|e| panic!("{e}"));
         cfg.hooks = opts.hooks;
@@ -125,7 +125,7 @@ impl RelayHandle {
     /// One sample of the relay's /metrics text (as its endpoint renders it),
     /// by its series name with labels.
     pub fn metric(&self, series: &str) -> Option<u64> {
-        relay_server::health::render(&self.shared)
+        relay_server::operations::health::render(&self.shared)
             .lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
@@ -151,7 +151,7 @@ pub struct Revivable {
     pub send_rate_mbit: Option<f64>,
     storage: Storage,
     listen: std::net::SocketAddr,
-    identity: relay_server::tls::Identity,
+    identity: relay_server::connection::tls::Identity,
     id_key: relay_proto::id_key::IdKey,
 }
 
@@ -162,8 +162,10 @@ impl Revivable {
             send_rate_mbit: None,
             storage,
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], crate::reserved_port())),
-            identity: relay_server::tls::Identity::self_signed(vec!["localhost".into()])
-                .unwrap_or_else(|e| panic!("{e}")),
+            identity: relay_server::connection::tls::Identity::self_signed(vec![
+                "localhost".into(),
+            ])
+            .unwrap_or_else(|e| panic!("{e}")),
             id_key: relay_proto::id_key::IdKey::random(),
         }
     }
@@ -181,7 +183,7 @@ impl Revivable {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         let (listen, key, rate) = (self.listen, self.id_key.clone(), self.send_rate_mbit);
-        let identity = relay_server::tls::Identity {
+        let identity = relay_server::connection::tls::Identity {
             certs: self.identity.certs.clone(),
             key: self.identity.key.clone_key(),
             fingerprint: self.identity.fingerprint.clone(),

@@ -197,7 +197,7 @@ async fn refused_eager_offer_stops_the_bytes() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(rejected(&answer), Code::Unauthorized);
     // The relay read no byte of the file and staged nothing.
-    let metrics = relay_server::health::render(&relay.shared);
+    let metrics = relay_server::operations::health::render(&relay.shared);
     assert!(
         metrics.contains("blob_relay_bytes_received_total 0\n"),
         "{metrics}"
@@ -484,7 +484,7 @@ async fn removed_token_expires_without_restart() {
 
 /// The sample `series` of the relay's /metrics text (name and labels as rendered).
 fn metric(relay: &RelayHandle, series: &str) -> Option<u64> {
-    let text = relay_server::health::render(&relay.shared);
+    let text = relay_server::operations::health::render(&relay.shared);
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }

@@ -168,7 +168,7 @@ fn every_duration_flag_of_both_binaries_takes_the_same_forms() {
         &mut args,
     );
     every_arg(
-        &relay_server::config::Args::command(),
+        &relay_server::operations::config::Args::command(),
         "relay-server",
         &mut args,
     );

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use md5::{Digest as _, Md5};
 use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Message};
-use relay_server::fetch::DownloadLimits;
+use relay_server::state::DownloadLimits;
 use relay_storage::store::{Commit, Condition};
 use relay_tests::blobs::{new_container, writer};
 use relay_tests::download::{

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_proto::id_key::Owner;
-use relay_server::auth::Caller;
-use relay_server::auth::{Access, AuthError, TokenStore};
-use relay_server::entra::{Entra, Malformed, Principal, Refusal};
+use relay_server::sign_in::auth::Caller;
+use relay_server::sign_in::auth::{Access, AuthError, TokenStore};
+use relay_server::sign_in::entra::{Entra, Malformed, Principal, Refusal};
 use relay_tests::blobs::blob_sha;
 use relay_tests::entra_issuer::{Issuer, TENANT, now};
 use relay_tests::files::{Scratch, write_random};
@@ -227,13 +227,18 @@ async fn hostile_tokens_are_refused_for_their_real_reason() {
     ];
     let store = TokenStore::none();
     for (what, token, want) in &cases {
-        let got =
-            relay_server::auth::authenticate(&store, Some(&entra), token, "lab-a", Access::Write)
-                .await
-                .err();
+        let got = relay_server::sign_in::auth::authenticate(
+            &store,
+            Some(&entra),
+            token,
+            "lab-a",
+            Access::Write,
+        )
+        .await
+        .err();
         assert_eq!(got, Some(AuthError::Entra(*want)), "{what}");
     }
-    let mut out = relay_server::exposition::Exposition::default();
+    let mut out = relay_server::telemetry::exposition::Exposition::default();
     entra.render(&mut out);
     let metrics = out.encode();
     for (what, _, want) in &cases {
@@ -330,7 +335,8 @@ async fn entra_principals_read_only_what_a_grant_says() {
     let auth = |token: String, container: &'static str, access: Access| {
         let (store, entra) = (&store, &entra);
         async move {
-            relay_server::auth::authenticate(store, Some(entra), &token, container, access).await
+            relay_server::sign_in::auth::authenticate(store, Some(entra), &token, container, access)
+                .await
         }
     };
     let lab = issuer.sign(&issuer.claims("oid-lab", &["Lab"]));
@@ -457,7 +463,7 @@ async fn real_client_uploads_with_an_entra_token_to_granted_containers_only() {
     let out = run_client(&up(&format!("{granted}/b.bin"), &issuer.sign(&old)), &[], T).await;
     assert!(!out.status.success());
     assert!(said(&out).contains("token expired"), "{}", stderr(&out));
-    let metrics = relay_server::health::render(&relay.shared);
+    let metrics = relay_server::operations::health::render(&relay.shared);
     // Counted under its own name (at least once: the client may have tried again).
     let expired = metrics
         .lines()

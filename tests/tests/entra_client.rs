@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relay_server::TestHooks;
-use relay_server::entra::Entra;
+use relay_server::sign_in::entra::Entra;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::entra_issuer::{AUDIENCE, Issuer, TENANT, now};
 use relay_tests::entra_sts::Principal;
@@ -133,7 +133,7 @@ impl Lab {
 
     /// Every refusal reason's count at the relay.
     fn refusals(&self) -> u64 {
-        let metrics = relay_server::health::render(&self.relay.shared);
+        let metrics = relay_server::operations::health::render(&self.relay.shared);
         metrics
             .lines()
             .filter_map(|l| l.strip_prefix("blob_relay_entra_refusals_total{"))

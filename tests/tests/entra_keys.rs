@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use relay_server::entra::{Entra, Refusal};
+use relay_server::sign_in::entra::{Entra, Refusal};
 use relay_tests::entra_issuer::Issuer;
 use relay_tests::files::Scratch;
 

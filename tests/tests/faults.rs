@@ -68,7 +68,7 @@ fn in_process(relay: &RelayHandle) -> Vec<String> {
 /// The relay's `blob_relay_azure_retries_total{status="..."}` samples, from the
 /// same text its /metrics endpoint serves.
 fn retries_by_status(relay: &RelayHandle) -> Vec<(String, u64)> {
-    let text = relay_server::health::render(&relay.shared);
+    let text = relay_server::operations::health::render(&relay.shared);
     text.lines()
         .filter_map(|l| {
             let rest = l.strip_prefix("blob_relay_azure_retries_total{status=\"")?;

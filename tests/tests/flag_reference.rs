@@ -186,7 +186,7 @@ fn client_reference_matches_its_help() {
 fn relay_reference_matches_its_help() {
     check(
         "docs/RELAY.md",
-        &reference(relay_server::config::Args::command()),
+        &reference(relay_server::operations::config::Args::command()),
     );
 }
 
@@ -194,7 +194,7 @@ fn relay_reference_matches_its_help() {
 /// changed, or a document without the block, is caught.
 #[test]
 fn a_missing_or_edited_flag_is_caught() {
-    let full = reference(relay_server::config::Args::command());
+    let full = reference(relay_server::operations::config::Args::command());
     assert!(full.contains("`--memory-budget`"), "{full}");
     let doc = |body: &str| format!("intro\n{BEGIN}{body}\n{END}\nrest\n");
     assert_eq!(compare(&doc(&full), &full), Ok(()));

@@ -92,7 +92,7 @@ async fn unauthenticated_peers_cannot_lock_others_out() {
 /// stream can make quinn buffer everything up to the credit.)
 #[test]
 fn pre_auth_credit_is_small_and_raised_only_by_a_valid_offer() {
-    let limits = relay_server::admission::Limits::default();
+    let limits = relay_server::connection::admission::Limits::default();
     let windows = relay_transport::quic::Windows::default();
     assert!(limits.window_before_auth <= MIB);
     assert!(limits.window_before_auth < windows.connection_window / 16);
@@ -100,7 +100,8 @@ fn pre_auth_credit_is_small_and_raised_only_by_a_valid_offer() {
     // The relay's whole pre-auth exposure is in its memory bound.
     let cfg = Config::for_tests(
         shared_azurite().storage(),
-        relay_server::auth::TokenStore::load(&tokens_file()).unwrap_or_else(|e| panic!("{e}")),
+        relay_server::sign_in::auth::TokenStore::load(&tokens_file())
+            .unwrap_or_else(|e| panic!("{e}")),
         256 * MIB,
     )
     .unwrap_or_else(|e| panic!("{e}"));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use relay_client::relay::connect::{Connector, Trust};
 use relay_server::Config;
-use relay_server::config::Args;
+use relay_server::operations::config::Args;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};

@@ -566,7 +566,7 @@ async fn a_connection_of_tiny_files_gets_streams_by_their_declared_size() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The slots beyond the connection's base came from the pool.
-    let base = relay_server::stream_credit::BASE_STREAMS;
+    let base = relay_server::connection::stream_credit::BASE_STREAMS;
     assert!(pool.borrowed() >= FILES - base, "{pool:?}");
     assert!(pool.borrowed() <= pool.total());
     proxy.release();

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 use relay_pipeline::failure::{condition, publish_failure, stage_failure, storage_failure};
+use relay_pipeline::in_the_way::may_be_ours;
 use relay_pipeline::upload::{Probe, Upload};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::{IdKey, Owner};
@@ -120,8 +121,8 @@ pub async fn upload_file(
 enum Prepared {
     /// Stage from here.
     From(ResumePoint),
-    /// A blob is in the way (`exists`, or `changed` when replacing one version);
-    /// it may be this very file's commit.
+    /// A blob is in the way that may be this very file's commit
+    /// (`relay_pipeline::in_the_way`).
     InTheWay(PublishError),
 }
 
@@ -130,9 +131,8 @@ enum Prepared {
 async fn resume_point(upload: &Upload<'_>, src: &Source) -> Result<Prepared, FileError> {
     let point = match upload.prepare(Probe::UnlessSmall).await {
         Ok(point) => point,
-        Err(e @ (PublishError::Exists(_) | PublishError::Changed { .. })) => {
-            return Ok(Prepared::InTheWay(e));
-        }
+        // Worth hashing the file for one look at the blob (`already_there`).
+        Err(e) if may_be_ours(&e) => return Ok(Prepared::InTheWay(e)),
         Err(e) => return Err(relay_like(publish_failure(e))),
     };
     if point.offset > 0 && !same_prefix(src, &point).await? {
@@ -239,13 +239,10 @@ async fn already_there(
         .await
         .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
     let sha256 = hex::encode(sha2::Digest::finalize(ours));
-    let Some(props) = upload
-        .already_committed(&sha256)
+    let props = upload
+        .ours_in_the_way(refusal, &sha256)
         .await
-        .map_err(|e| relay_like(publish_failure(e)))?
-    else {
-        return Err(relay_like(publish_failure(refusal)));
-    };
+        .map_err(|e| relay_like(publish_failure(e)))?;
     Ok(Sent {
         bytes: before.len,
         sha256,

@@ -7,16 +7,6 @@ use relay_storage::publish::{OUTCOME_UNKNOWN, PublishError};
 use relay_storage::staging::StageError;
 use relay_storage::store::Condition;
 
-fn fail(code: Code, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        existing: None,
-        requests: None,
-        outcome_unknown: false,
-    }
-}
-
 /// The storage condition an Offer's overwrite policy asks for.
 pub fn condition(overwrite: &Overwrite) -> Condition {
     match overwrite {
@@ -37,7 +27,7 @@ pub fn storage_failure(e: &BlobError) -> Failure {
     } else {
         Code::StorageRefused
     };
-    fail(code, e.message.clone())
+    Failure::new(code, e.message.clone())
 }
 
 /// What a failed transfer left in storage, for the relay's log line: nothing
@@ -55,7 +45,7 @@ pub fn outcome(f: &Failure) -> &'static str {
 pub fn publish_failure(e: PublishError) -> Failure {
     let code = match &e {
         PublishError::Exists(existing) => {
-            let mut f = fail(Code::Exists, e.to_string());
+            let mut f = Failure::new(Code::Exists, e.to_string());
             f.existing = Some(ExistingBlob {
                 etag: existing.etag.clone(),
                 last_modified: existing.last_modified,
@@ -70,50 +60,50 @@ pub fn publish_failure(e: PublishError) -> Failure {
         PublishError::BlocksLost { .. } => Code::Storage,
         // Retryable: the next attempt finds the blob sealed if it landed.
         PublishError::OutcomeUnknown(_) => {
-            let mut f = fail(Code::Storage, e.to_string());
+            let mut f = Failure::new(Code::Storage, e.to_string());
             f.outcome_unknown = true;
             return f;
         }
         PublishError::Storage(e) => return storage_failure(e),
     };
-    fail(code, e.to_string())
+    Failure::new(code, e.to_string())
 }
 
 /// A staging failure as the peer hears it: whether it may resume, and why.
 pub fn stage_failure(e: StageError) -> Failure {
     match e {
-        StageError::Truncated { expected, got } => fail(
+        StageError::Truncated { expected, got } => Failure::new(
             Code::Truncated,
             format!(
                 "stream ended after {got} of {expected} bytes; nothing committed (the upload can resume)"
             ),
         ),
-        StageError::Source(e) => fail(
+        StageError::Source(e) => Failure::new(
             Code::Truncated,
             format!("receiving failed: {e}; nothing committed"),
         ),
         StageError::Storage(e) => storage_failure(&e),
-        StageError::BudgetTooSmall(_) => fail(Code::TooLarge, e.to_string()),
+        StageError::BudgetTooSmall(_) => Failure::new(Code::TooLarge, e.to_string()),
         StageError::Task(_)
         | StageError::UnusableCheckpoint
         | StageError::UnusableMd5State
         | StageError::Md5StateOffset { .. }
-        | StageError::BlockIndex(_) => fail(Code::Internal, e.to_string()),
-        StageError::Stopped => fail(
+        | StageError::BlockIndex(_) => Failure::new(Code::Internal, e.to_string()),
+        StageError::Stopped => Failure::new(
             Code::Busy,
             "relay shutting down; staged blocks are kept, retry to resume",
         ),
-        StageError::Stalled(s) => fail(
+        StageError::Stalled(s) => Failure::new(
             Code::Truncated,
             format!("no bytes received for {s} s; nothing committed (the upload can resume)"),
         ),
-        StageError::Busy(s) => fail(
+        StageError::Busy(s) => Failure::new(
             Code::Busy,
             format!(
                 "relay busy: no memory for the next block within {s} s; staged blocks are kept, retry to resume"
             ),
         ),
-        StageError::TooSlow { .. } => fail(
+        StageError::TooSlow { .. } => Failure::new(
             Code::Truncated,
             format!(
                 "{e}: the link is slower than the relay's floor; staged blocks are kept (the upload can resume)"
@@ -191,7 +181,7 @@ mod tests {
     /// an unknown commit behind.
     #[test]
     fn the_outcome_is_the_flag_not_the_message() {
-        let quoted = fail(
+        let quoted = Failure::new(
             Code::StorageRefused,
             format!("Azure Put Block failed: 403 ({OUTCOME_UNKNOWN})"),
         );

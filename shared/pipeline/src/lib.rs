@@ -6,6 +6,7 @@
 //! report alike.
 
 pub mod failure;
+pub mod in_the_way;
 pub mod upload;
 
 #[cfg(test)]

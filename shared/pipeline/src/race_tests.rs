@@ -86,16 +86,15 @@ async fn upload(
     let ours = sha_hex(&data);
     let point = match up.prepare(Probe::UnlessSmall).await {
         Ok(p) => p,
-        Err(PublishError::Exists(existing)) => {
-            return match up.already_committed(&ours).await? {
-                Some(props) => Ok(Published {
+        Err(refusal) => {
+            return up
+                .ours_in_the_way(refusal, &ours)
+                .await
+                .map(|props| Published {
                     props,
                     earlier_commit: true,
-                }),
-                None => Err(PublishError::Exists(existing)),
-            };
+                });
         }
-        Err(e) => return Err(e),
     };
     // The sender's check: resume only if its own prefix hashes to the checkpoint.
     let prefix = Sha256::new_with_prefix(&data[..point.offset as usize]);

@@ -4,8 +4,8 @@
 //!    find the resume point among the blob's uncommitted blocks; a small file
 //!    published by one Put Blob skips both (`Probe::UnlessSmall`): its
 //!    conditional Put Blob is the check, one storage request per new file;
-//! 2. on `PublishError::Exists`, `already_committed` tells a re-run whose bytes are
-//!    already the blob (sealed by our key) from a real refusal;
+//! 2. on a refusal, `ours_in_the_way` tells a re-run whose bytes are already the
+//!    blob (sealed by our key) from a real refusal (`in_the_way`);
 //! 3. `stager` cuts, hashes and stages the bytes from the resume point (the caller
 //!    feeds it: a QUIC stream on the relay, the file in direct mode);
 //! 4. `commit` publishes only if the SHA-256 of every byte equals each expected
@@ -25,6 +25,8 @@ use relay_storage::blob::BlobProperties;
 use relay_storage::publish::{self, Destination, PublishError, Published};
 use relay_storage::staging::{Budget, StageError, Staged, Stager};
 use relay_storage::store::BlobStore;
+
+use crate::in_the_way;
 
 /// Files up to this size that fit in one block are not probed before their
 /// bytes move (`Probe::UnlessSmall`). Sending them costs less than the
@@ -147,13 +149,19 @@ impl<'a> Upload<'a> {
         ))
     }
 
-    /// Whether the blob already holds exactly the bytes that hash to `sha256_hex`,
-    /// committed under our seal: then the upload is done with nothing sent.
-    pub async fn already_committed(
+    /// After `prepare` refused: the blob's properties when it already holds
+    /// exactly the file hashing to `sha256_hex` under our seal (one look, and
+    /// only for a refusal that may be ours: `in_the_way`), else the refusal.
+    pub async fn ours_in_the_way(
         &self,
+        refusal: PublishError,
         sha256_hex: &str,
-    ) -> Result<Option<BlobProperties>, PublishError> {
-        publish::already_committed(&*self.store, &self.dest, sha256_hex).await
+    ) -> Result<BlobProperties, PublishError> {
+        if !in_the_way::may_be_ours(&refusal) {
+            return Err(refusal);
+        }
+        let found = self.store.properties().await?;
+        in_the_way::settle(refusal, found, &self.dest, sha256_hex)
     }
 
     /// A stager that continues at `start` (the resume point, or a fresh start when

@@ -23,21 +23,11 @@ pub struct OfferLimits {
     pub max_block_bytes: u64,
 }
 
-fn fail(code: Code, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        existing: None,
-        requests: None,
-        outcome_unknown: false,
-    }
-}
-
 /// The protocol version alone: the relay checks it before the token, so a client
 /// too old or too new hears that first.
 pub fn check_version(offer: &Offer) -> Result<(), Failure> {
     if offer.version != PROTOCOL_VERSION {
-        return Err(fail(
+        return Err(Failure::new(
             Code::UnsupportedVersion,
             format!(
                 "protocol version {} not supported (relay speaks {PROTOCOL_VERSION})",
@@ -52,29 +42,34 @@ pub fn check_version(offer: &Offer) -> Result<(), Failure> {
 /// first broken rule is the Reject's code and message.
 pub fn check_offer(offer: &Offer, limits: &OfferLimits) -> Result<BlockPlan, Failure> {
     check_version(offer)?;
-    validate_container(&offer.container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
-    validate_blob_name(&offer.blob).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
-    validate_metadata(&offer.metadata).map_err(|e| fail(Code::InvalidOffer, e.to_string()))?;
+    validate_container(&offer.container)
+        .map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
+    validate_blob_name(&offer.blob).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
+    validate_metadata(&offer.metadata)
+        .map_err(|e| Failure::new(Code::InvalidOffer, e.to_string()))?;
     if let Some(h) = &offer.sha256
         && (h.len() != 64 || hex::decode(h).is_err())
     {
-        return Err(fail(Code::InvalidOffer, "sha256 must be 64 hex digits"));
+        return Err(Failure::new(
+            Code::InvalidOffer,
+            "sha256 must be 64 hex digits",
+        ));
     }
     if let Some(ct) = &offer.content_type
         && (ct.len() > MAX_CONTENT_TYPE_LEN || ct.chars().any(char::is_control))
     {
-        return Err(fail(Code::InvalidOffer, "invalid content type"));
+        return Err(Failure::new(Code::InvalidOffer, "invalid content type"));
     }
     let requested = offer.block_size.unwrap_or(limits.default_block_size);
     let plan = BlockPlan::new(offer.size, requested).map_err(|e| match e {
-        PlanError::TooLarge { .. } => fail(Code::TooLarge, e.to_string()),
-        PlanError::BadBlockSize(_) => fail(Code::InvalidOffer, e.to_string()),
+        PlanError::TooLarge { .. } => Failure::new(Code::TooLarge, e.to_string()),
+        PlanError::BadBlockSize(_) => Failure::new(Code::InvalidOffer, e.to_string()),
     })?;
     // The largest buffer this file needs is its first block: min(block size,
     // size). A file smaller than a block is admitted by its own size, so a relay
     // with a small budget still takes small files.
     if plan.block_len(0) > limits.max_block_bytes {
-        return Err(fail(
+        return Err(Failure::new(
             Code::TooLarge,
             format!(
                 "block size {} exceeds the relay's memory budget {}",

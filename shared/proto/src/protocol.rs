@@ -177,6 +177,13 @@ impl Code {
             Code::Busy | Code::Storage | Code::Internal | Code::Truncated | Code::Changed
         )
     }
+
+    /// Whether the refusal is of the caller (its token or its grant) rather
+    /// than of one request: the relay then closes a connection that has not
+    /// authenticated, so it holds no pending slot until the deadline.
+    pub fn refuses_the_caller(self) -> bool {
+        matches!(self, Code::Unauthorized | Code::Forbidden)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,6 +203,20 @@ pub struct Failure {
     /// from relays that predate it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outcome_unknown: bool,
+}
+
+impl Failure {
+    /// A refusal or error with its code and message, nothing else attached:
+    /// the one constructor the relay, its session and the pipeline share.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            existing: None,
+            requests: None,
+            outcome_unknown: false,
+        }
+    }
 }
 
 /// A committed blob as the relay saw it when it refused to replace it.
@@ -450,4 +471,37 @@ pub mod app_error {
     pub const UNAUTHENTICATED: u32 = 6;
     /// Connection closed: the relay is at its connection limit; retry later.
     pub const BUSY: u32 = 7;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a refusal of the token or its grant is about the caller; every
+    /// other code is about one request, and the connection stays.
+    #[test]
+    fn only_unauthorized_and_forbidden_refuse_the_caller() {
+        let all = [
+            (Code::Unauthorized, true),
+            (Code::Forbidden, true),
+            (Code::InvalidName, false),
+            (Code::InvalidOffer, false),
+            (Code::UnsupportedVersion, false),
+            (Code::TooLarge, false),
+            (Code::Exists, false),
+            (Code::Busy, false),
+            (Code::HashMismatch, false),
+            (Code::Truncated, false),
+            (Code::Conflict, false),
+            (Code::Storage, false),
+            (Code::StorageRefused, false),
+            (Code::BadEncoding, false),
+            (Code::NotFound, false),
+            (Code::Changed, false),
+            (Code::Internal, false),
+        ];
+        for (code, caller) in all {
+            assert_eq!(code.refuses_the_caller(), caller, "{code:?}");
+        }
+    }
 }

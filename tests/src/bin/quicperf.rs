@@ -125,7 +125,7 @@ async fn main() {
 
 async fn server(a: Args) -> Result<(), String> {
     let listen = a.addr.ok_or("--listen is required")?;
-    let identity = relay_server::tls::Identity::self_signed(vec!["localhost".into()])
+    let identity = relay_server::connection::tls::Identity::self_signed(vec!["localhost".into()])
         .map_err(|e| e.to_string())?;
     let mut cfg =
         quinn::ServerConfig::with_crypto(identity.server_crypto().map_err(|e| e.to_string())?);

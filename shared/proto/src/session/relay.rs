@@ -9,7 +9,8 @@
 //! Receive ─▶ ReadFrame(Trailer) ─▶ FinishStaging ─▶ verify ─▶ Commit ─▶ Receipt
 //! ```
 //!
-//! Any failure after the Plan ends in `Fail` (an Error frame); nothing is
+//! Every end is an `Action::End`, so a driver's last step is one exhaustive
+//! match. Any failure after the Plan ends in `End::Fail` (an Error frame); nothing is
 //! committed unless the SHA-256 of every received byte equals the client's Trailer
 //! and, when the Offer carried one, the manifest's. `Redirect` is an ordinary end,
 //! not a failure: an eager stream for a file with staged blocks is left unread and
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::codec::FrameError;
 use crate::exchange::{RelayTakes, relay_takes};
-use crate::protocol::{Code, Failure, Message, Plan, Receipt, Timings};
+use crate::protocol::{Code, Encoding, Failure, Message, Plan, Receipt, Timings};
 
 /// How long a peer may take to send a control frame (Start, Trailer).
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -34,6 +35,9 @@ pub struct Accepted {
     pub eager: bool,
     /// The whole file's SHA-256 from the Offer (a manifest's, or a re-run's proof).
     pub sha256: Option<String>,
+    /// The connection's handshake agreed on compressed chunks (ALPN): only
+    /// then may a Start name an encoding.
+    pub compression_agreed: bool,
 }
 
 /// Storage counters that go into the Receipt.
@@ -107,33 +111,41 @@ pub enum Action {
         timeout: Duration,
     },
     /// Receive the file's bytes after the Start: from the resume point, or from
-    /// zero when the client's source differs from the staged blocks.
+    /// zero when the client's source differs from the staged blocks; as the
+    /// Start said they travel (plain, or chunks when the handshake agreed).
     Receive {
         from_resume_point: bool,
+        encoding: Option<Encoding>,
     },
     /// Wait until every block is staged.
     FinishStaging,
     /// Publish the staged bytes: their SHA-256 matched every expected one.
     Commit,
-    /// End: leave this eager stream unread; the client resumes on a new stream.
-    Redirect {
-        resume_offset: u64,
-    },
-    /// End before the Plan: a Reject frame.
+    /// The session is over: the driver says so on the stream and stops.
+    End(End),
+}
+
+/// How a stream ends: what the driver writes (or leaves unread) last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// Leave this eager stream unread; the client resumes on a new stream.
+    Redirect { resume_offset: u64 },
+    /// Before the Plan: a Reject frame.
     Reject(Failure),
-    /// End after the Plan: an Error frame; nothing committed.
+    /// After the Plan: an Error frame; nothing committed.
     Fail(Failure),
-    /// End: the file is committed.
+    /// The file is committed: a Receipt.
     Receipt(Receipt),
 }
 
 impl Action {
     /// Whether the session is over after this action.
     pub fn is_end(&self) -> bool {
-        matches!(
-            self,
-            Action::Redirect { .. } | Action::Reject(_) | Action::Fail(_) | Action::Receipt(_)
-        )
+        matches!(self, Action::End(_))
+    }
+
+    fn fail(f: Failure) -> Self {
+        Action::End(End::Fail(f))
     }
 }
 
@@ -165,16 +177,6 @@ pub struct RelaySession {
     commit_from: Option<Instant>,
 }
 
-fn fail(code: Code, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        existing: None,
-        requests: None,
-        outcome_unknown: false,
-    }
-}
-
 fn ms(from: Option<Instant>, now: Instant) -> u64 {
     from.map(|t| now.saturating_duration_since(t).as_millis() as u64)
         .unwrap_or(0)
@@ -186,7 +188,7 @@ fn frame_failure(what: &str, e: FrameError) -> Failure {
         FrameError::Closed | FrameError::Truncated => Code::Truncated,
         _ => Code::InvalidOffer,
     };
-    fail(code, format!("{what}: {e}"))
+    Failure::new(code, format!("{what}: {e}"))
 }
 
 impl RelaySession {
@@ -214,7 +216,7 @@ impl RelaySession {
             (State::SendingPlan, Event::PlanSent(r)) => self.plan_sent(r),
             (State::AwaitingStart, Event::Frame(f)) => self.start(f, now),
             (State::AwaitingStart, Event::TimedOut) => {
-                Action::Fail(fail(Code::InvalidOffer, "no Start within 30 s"))
+                Action::fail(Failure::new(Code::InvalidOffer, "no Start within 30 s"))
             }
             (State::Receiving, Event::Received(r)) => match r {
                 Ok(()) => {
@@ -224,18 +226,18 @@ impl RelaySession {
                         timeout: CONTROL_TIMEOUT,
                     }
                 }
-                Err(f) => Action::Fail(f),
+                Err(f) => Action::fail(f),
             },
             (State::AwaitingTrailer, Event::Frame(f)) => self.trailer(f, now),
             (State::AwaitingTrailer, Event::TimedOut) => {
-                Action::Fail(fail(Code::Truncated, "no Trailer within 30 s"))
+                Action::fail(Failure::new(Code::Truncated, "no Trailer within 30 s"))
             }
             (State::Staging, Event::Staged(r)) => self.staged(r, now),
             (State::Committing, Event::Committed(r)) => match r {
                 Ok(c) => self.receipt(c, now),
-                Err(f) => Action::Fail(f),
+                Err(f) => Action::fail(f),
             },
-            (state, event) => Action::Fail(fail(
+            (state, event) => Action::fail(Failure::new(
                 Code::Internal,
                 format!("relay session: {event:?} while {state:?}"),
             )),
@@ -248,8 +250,8 @@ impl RelaySession {
 
     fn prepared(&mut self, p: Result<Prepared, Failure>) -> Action {
         match p {
-            Err(f) => Action::Reject(f),
-            Ok(Prepared::AlreadyCommitted(c)) => Action::Receipt(Receipt {
+            Err(f) => Action::End(End::Reject(f)),
+            Ok(Prepared::AlreadyCommitted(c)) => Action::End(End::Receipt(Receipt {
                 container: self.offer.container.clone(),
                 blob: self.offer.blob.clone(),
                 etag: c.etag,
@@ -264,7 +266,7 @@ impl RelaySession {
                 earlier_commit: true,
                 content_md5: c.content_md5,
                 timings: Timings::default(),
-            }),
+            })),
             Ok(Prepared::Writable {
                 tag,
                 offset,
@@ -286,12 +288,12 @@ impl RelaySession {
 
     fn plan_sent(&mut self, sent: Result<(), FrameError>) -> Action {
         if let Err(e) = sent {
-            return Action::Fail(frame_failure("sending the Plan", e));
+            return Action::fail(frame_failure("sending the Plan", e));
         }
         if let Some(RelayTakes::Redirect { resume_offset }) =
             relay_takes(self.offer.eager, self.resume_offset)
         {
-            return Action::Redirect { resume_offset };
+            return Action::End(End::Redirect { resume_offset });
         }
         // Plain, or eager and read from 0: either way a Start comes first (an eager
         // client sent `Start{0}` right after its Offer).
@@ -305,19 +307,19 @@ impl RelaySession {
         let start = match frame {
             Ok(Message::Start(s)) => s,
             Ok(other) => {
-                return Action::Fail(fail(
+                return Action::fail(Failure::new(
                     Code::InvalidOffer,
                     format!("expected Start, got {}", other.name()),
                 ));
             }
-            Err(e) => return Action::Fail(frame_failure("reading Start", e)),
+            Err(e) => return Action::fail(frame_failure("reading Start", e)),
         };
         let from_resume_point = if start.offset == self.resume_offset {
             true
         } else if start.offset == 0 {
             false
         } else {
-            return Action::Fail(fail(
+            return Action::fail(Failure::new(
                 Code::InvalidOffer,
                 format!(
                     "Start at {} is neither 0 nor the resume offset {}",
@@ -325,9 +327,18 @@ impl RelaySession {
                 ),
             ));
         };
+        if start.encoding.is_some() && !self.offer.compression_agreed {
+            return Action::fail(Failure::new(
+                Code::BadEncoding,
+                "compressed chunks were not agreed in the handshake (ALPN); nothing committed",
+            ));
+        }
         self.state = State::Receiving;
         self.receive_from = Some(now);
-        Action::Receive { from_resume_point }
+        Action::Receive {
+            from_resume_point,
+            encoding: start.encoding,
+        }
     }
 
     fn trailer(&mut self, frame: Result<Message, FrameError>, now: Instant) -> Action {
@@ -338,11 +349,11 @@ impl RelaySession {
                 self.stage_from = Some(now);
                 Action::FinishStaging
             }
-            Ok(other) => Action::Fail(fail(
+            Ok(other) => Action::fail(Failure::new(
                 Code::InvalidOffer,
                 format!("expected Trailer, got {}", other.name()),
             )),
-            Err(e) => Action::Fail(frame_failure("reading the Trailer", e)),
+            Err(e) => Action::fail(frame_failure("reading the Trailer", e)),
         }
     }
 
@@ -350,7 +361,7 @@ impl RelaySession {
     fn staged(&mut self, staged: Result<Staged, Failure>, now: Instant) -> Action {
         let staged = match staged {
             Ok(s) => s,
-            Err(f) => return Action::Fail(f),
+            Err(f) => return Action::fail(f),
         };
         self.stage_wait_ms = ms(self.stage_from, now);
         let client = self.trailer.clone().unwrap_or_default();
@@ -360,7 +371,7 @@ impl RelaySession {
         }
         for (who, theirs) in expected {
             if !theirs.eq_ignore_ascii_case(&staged.sha256) {
-                return Action::Fail(fail(
+                return Action::fail(Failure::new(
                     Code::HashMismatch,
                     format!(
                         "SHA-256 mismatch: received bytes hash to {}, {who} has {theirs}; nothing committed",
@@ -382,7 +393,7 @@ impl RelaySession {
             bytes_resumed: 0,
             bytes_received: 0,
         });
-        Action::Receipt(Receipt {
+        Action::End(End::Receipt(Receipt {
             container: self.offer.container.clone(),
             blob: self.offer.blob.clone(),
             etag: c.etag,
@@ -401,7 +412,7 @@ impl RelaySession {
                 stage_wait_ms: self.stage_wait_ms,
                 commit_ms: ms(self.commit_from, now),
             },
-        })
+        }))
     }
 
     /// The trailer's SHA-256 and the manifest's, for storage's own last check.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::relay::*;
 use crate::codec::FrameError;
-use crate::protocol::{Code, Failure, Message, Start, Trailer};
+use crate::protocol::{Code, Encoding, Failure, Message, Start, Trailer};
 
 const SIZE: u64 = 40 << 20;
 const BLOCK: u64 = 16 << 20;
@@ -58,6 +58,7 @@ fn offer(c: &Case) -> Accepted {
             Hashes::ManifestDiffers => "bb".to_string(),
             _ => FILE_SHA.to_string(),
         }),
+        compression_agreed: false,
     }
 }
 
@@ -216,24 +217,24 @@ fn every_combination_ends_as_the_protocol_says() {
             assert!(received, "committed without receiving: {c:?}");
         }
         match end {
-            Action::Reject(_) => assert!(!plan_sent, "Reject after a Plan: {c:?}"),
-            Action::Fail(_) => assert!(plan_sent, "Error before a Plan: {c:?}"),
+            Action::End(End::Reject(_)) => assert!(!plan_sent, "Reject after a Plan: {c:?}"),
+            Action::End(End::Fail(_)) => assert!(plan_sent, "Error before a Plan: {c:?}"),
             _ => {}
         }
         // The case's expected end.
         if c.storage == Storage::Writable && c.eager && c.resume > 0 {
             assert_eq!(
                 *end,
-                Action::Redirect {
+                Action::End(End::Redirect {
                     resume_offset: c.resume
-                },
+                }),
                 "{c:?}"
             );
             assert!(!received, "read a redirected stream: {c:?}");
             continue;
         }
         match (oracle(c), end) {
-            (Ok(()), Action::Receipt(r)) => {
+            (Ok(()), Action::End(End::Receipt(r))) => {
                 assert_eq!(r.sha256, FILE_SHA, "{c:?}");
                 if c.storage == Storage::AlreadyCommitted {
                     // The lost-Receipt re-run: nothing sent, nothing staged.
@@ -243,7 +244,7 @@ fn every_combination_ends_as_the_protocol_says() {
                     assert_eq!(commits, 1, "{c:?}");
                 }
             }
-            (Err(code), Action::Reject(f) | Action::Fail(f)) => {
+            (Err(code), Action::End(End::Reject(f) | End::Fail(f))) => {
                 assert_eq!(f.code, code, "{c:?}: {}", f.message);
                 assert_eq!(commits, 0, "{c:?}");
             }
@@ -269,7 +270,10 @@ fn start_at_zero_restarts_and_at_the_resume_point_resumes() {
         };
         let actions = run(&c);
         assert!(
-            actions.contains(&Action::Receive { from_resume_point }),
+            actions.contains(&Action::Receive {
+                from_resume_point,
+                encoding: None
+            }),
             "{actions:?}"
         );
     }
@@ -316,7 +320,7 @@ fn timings_come_from_the_instants_passed_in() {
         s.handle(Event::Staged(Ok(staged)), at(1500)),
         Action::Commit
     );
-    let Action::Receipt(r) = s.handle(Event::Committed(Ok(committed())), at(1750)) else {
+    let Action::End(End::Receipt(r)) = s.handle(Event::Committed(Ok(committed())), at(1750)) else {
         panic!("no Receipt");
     };
     assert_eq!(
@@ -351,14 +355,65 @@ fn broken_streams_fail_as_truncated_and_events_out_of_order_fail() {
         now,
     );
     s.handle(Event::PlanSent(Ok(())), now);
-    let Action::Fail(f) = s.handle(Event::Frame(Err(FrameError::Truncated)), now) else {
+    let Action::End(End::Fail(f)) = s.handle(Event::Frame(Err(FrameError::Truncated)), now) else {
         panic!("a truncated Start must fail");
     };
     assert_eq!(f.code, Code::Truncated);
 
     let (mut s, _) = RelaySession::new(offer(&c));
-    let Action::Fail(f) = s.handle(Event::Committed(Ok(committed())), now) else {
+    let Action::End(End::Fail(f)) = s.handle(Event::Committed(Ok(committed())), now) else {
         panic!("a commit before anything was received must fail");
     };
     assert_eq!(f.code, Code::Internal);
+}
+
+/// Compressed chunks only where the handshake agreed on them: a Start that
+/// names an encoding on a plain connection ends before any byte is read.
+#[test]
+fn a_start_names_an_encoding_only_where_the_handshake_agreed() {
+    let zstd = Some(Encoding::Zstd);
+    // (agreed, the Start's encoding, what the session asks next)
+    let table = [
+        (false, None, Ok(None)),
+        (true, None, Ok(None)),
+        (true, zstd, Ok(zstd)),
+        (false, zstd, Err(Code::BadEncoding)),
+    ];
+    let now = Instant::now();
+    for (agreed, encoding, want) in table {
+        let c = Case {
+            eager: false,
+            resume: 0,
+            storage: Storage::Writable,
+            start: StartFrame::AtZero,
+            hashes: Hashes::Match,
+            manifest: false,
+        };
+        let (mut s, _) = RelaySession::new(Accepted {
+            compression_agreed: agreed,
+            ..offer(&c)
+        });
+        s.handle(
+            Event::Prepared(Ok(Prepared::Writable {
+                tag: "t".into(),
+                offset: 0,
+                checkpoint: "cp".into(),
+            })),
+            now,
+        );
+        s.handle(Event::PlanSent(Ok(())), now);
+        let start = Start {
+            offset: 0,
+            encoding,
+        };
+        let got = match s.handle(Event::Frame(Ok(Message::Start(start))), now) {
+            Action::Receive {
+                from_resume_point: true,
+                encoding,
+            } => Ok(encoding),
+            Action::End(End::Fail(f)) => Err(f.code),
+            other => panic!("{agreed} {encoding:?}: {other:?}"),
+        };
+        assert_eq!(got, want, "agreed {agreed}, {encoding:?}");
+    }
 }

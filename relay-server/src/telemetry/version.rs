@@ -2,7 +2,7 @@
 //! `--version`, the first log line, `blob_relay_build_info` and the Plans the
 //! relay sends (so a client at `-v` says which relay it talks to).
 
-use crate::exposition::{Exposition, Kind};
+use crate::telemetry::exposition::{Exposition, Kind};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Short hash, `-dirty` when built with uncommitted changes, or `unknown`.

@@ -12,9 +12,7 @@
 //! Files whose bytes have all arrived wait only for storage. More of them than
 //! storage takes at once (`--storage-concurrency`) buy nothing but memory and
 //! CPU, so they do not raise the limit: it is at most the streams still
-//! receiving plus that many. (Measured: with 64 KiB files into an Azurite that
-//! takes ~200 a second, a limit by window alone kept 3,200 files queued at the
-//! relay and made 10,000 of them ~30 % slower than 512 streams did.)
+//! receiving plus that many.
 //!
 //! What a stream costs the relay beyond its bytes (its Offer, its task, quinn's
 //! state: `PER_STREAM_STATE`) stays inside the memory bound because streams are

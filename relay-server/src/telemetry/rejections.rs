@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe_to};
 use relay_proto::protocol::Code;
 
-use crate::exposition::{Exposition, Kind};
+use crate::telemetry::exposition::{Exposition, Kind};
 
 /// Why a stream was refused: before its Offer was parsed (the frame layer), or
 /// after (the Reject's code).

@@ -9,17 +9,17 @@
 use quinn::{RecvStream, SendStream};
 use relay_proto::limits::MAX_FRAME_LEN;
 use relay_proto::logsafe::safe;
-use relay_proto::protocol::{Code, List, ListEnd, Listed, Listing, Message, app_error};
+use relay_proto::protocol::{Code, Failure, List, ListEnd, Listed, Listing, Message, app_error};
 use relay_storage::read::ListedBlob;
 use tracing::Instrument;
 
-use crate::fetch::{admit, finish, refuse_first, write_frame_within};
-use crate::link::Link;
-use crate::metrics::Metrics;
-use crate::rejections::Reason;
+use super::fetch::{admit, finish, write_frame_within};
+use crate::connection::link::Link;
+use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
-use crate::stream_credit::StreamTicket;
-use crate::transfer::{fail, reject};
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::rejections::Reason;
+use crate::transfer::{refuse, reject};
 
 /// Room left in a frame for its envelope (`{"type":"listing","blobs":[...]}`).
 const ENVELOPE: usize = 64;
@@ -34,10 +34,10 @@ pub(crate) async fn handle(
     list: List,
 ) {
     if let Err(f) = admit(shared, &list.version, &list.token.0, &list.container).await {
-        return refuse_first(shared, link, send, recv, f).await;
+        return refuse(shared, link, send, recv, f).await;
     }
     if list.prefix.chars().count() > relay_proto::limits::MAX_BLOB_NAME_CHARS {
-        let f = fail(Code::InvalidName, "prefix longer than a blob name may be");
+        let f = Failure::new(Code::InvalidName, "prefix longer than a blob name may be");
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
     }
     link.open_gate();
@@ -73,12 +73,12 @@ async fn serve(shared: &Shared, send: &mut SendStream, list: &List) {
             Err(e) => {
                 let f = match e {
                     relay_storage::read::ReadError::NotFound => {
-                        fail(Code::NotFound, "no such container")
+                        Failure::new(Code::NotFound, "no such container")
                     }
                     relay_storage::read::ReadError::Storage(e) => {
                         relay_pipeline::failure::storage_failure(&e)
                     }
-                    other => fail(Code::Internal, other.to_string()),
+                    other => Failure::new(Code::Internal, other.to_string()),
                 };
                 tracing::warn!(reason = %safe(&f.message), "listing failed");
                 let _ = write_frame_within(timeout, send, &Message::Error(f)).await;

@@ -1,6 +1,11 @@
 //! What the relay is configured with (`Config`) and the state every transfer
-//! reads (`Shared`). Its own module so the endpoint (`server`) and the per-stream
-//! driver (`transfer`) both depend on it, not on each other.
+//! reads (`Shared`), with each owner's share of the block budget (`shares`).
+//! Its own layer so the endpoint (`server`) and the per-stream drivers
+//! (`transfer`) both depend on it, not on each other. May import
+//! `telemetry`, `connection` and `sign_in`; never `transfer`, `server` or
+//! `operations`.
+
+pub mod shares;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,12 +17,12 @@ use relay_storage::staging::{Budget, Mangle, Pace};
 use relay_transport::quic::Windows;
 use tokio::sync::watch;
 
-use crate::admission::{Admission, Limits as AdmissionLimits};
-use crate::auth::TokenStore;
-use crate::entra::Entra;
-use crate::metrics::Metrics;
-use crate::shares::Shares;
-use crate::tls::Identity;
+use crate::connection::admission::{Admission, Limits as AdmissionLimits};
+use crate::connection::tls::Identity;
+use crate::sign_in::auth::TokenStore;
+use crate::sign_in::entra::Entra;
+use crate::state::shares::Shares;
+use crate::telemetry::metrics::Metrics;
 
 /// Fault hooks for the end-to-end tests; not reachable from the command line.
 #[derive(Clone, Default)]
@@ -63,7 +68,7 @@ pub struct Config {
     /// Containers no upload may write (the deployment's boot artifacts).
     pub reserved_containers: Vec<String>,
     /// How downloads read from storage and write to clients.
-    pub download: crate::fetch::DownloadLimits,
+    pub download: DownloadLimits,
     pub hooks: TestHooks,
 }
 
@@ -99,7 +104,7 @@ pub struct Shared {
     pub budget_wait: Duration,
     pub block_fill: BlockFill,
     pub reserved_containers: Vec<String>,
-    pub download: crate::fetch::DownloadLimits,
+    pub download: DownloadLimits,
     pub(crate) token_share_bytes: u64,
     pub(crate) shares: Shares,
     pub block_size: u64,
@@ -152,5 +157,32 @@ impl Shared {
     /// transfers use it: `shares`).
     pub fn share_of(&self, owner: &Owner) -> Budget {
         self.shares.of(owner)
+    }
+}
+
+/// How downloads read and send.
+#[derive(Debug, Clone, Copy)]
+pub struct DownloadLimits {
+    /// Ranges of one blob read from storage at once.
+    pub ranges_in_flight: usize,
+    /// Bytes per range (at most `MAX_CHECKED_RANGE`, storage's limit for a
+    /// range's MD5).
+    pub range_bytes: u64,
+    /// Longest one write to the client may wait for room in its window.
+    pub write_timeout: Duration,
+    /// Blobs per List Blobs page (Azure's most is 5,000).
+    pub list_page: u32,
+}
+
+impl Default for DownloadLimits {
+    /// Six 4 MiB ranges: 24 MiB in flight per blob keeps a blob's read ahead
+    /// of a fast link with storage's tens of milliseconds per range.
+    fn default() -> Self {
+        Self {
+            ranges_in_flight: 6,
+            range_bytes: relay_storage::read::MAX_CHECKED_RANGE,
+            write_timeout: Duration::from_secs(60),
+            list_page: 5000,
+        }
     }
 }

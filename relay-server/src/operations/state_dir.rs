@@ -7,7 +7,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::tls::{Identity, TlsError};
+use crate::connection::tls::{Identity, TlsError};
 
 pub const CERT_FILE: &str = "tls-cert.pem";
 pub const KEY_FILE: &str = "tls-key.pem";

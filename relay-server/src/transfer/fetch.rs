@@ -30,40 +30,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::auth::{Access, AuthError, Caller};
-use crate::link::Link;
-use crate::metrics::Metrics;
-use crate::rejections::Reason;
+use crate::connection::link::Link;
+use crate::connection::stream_credit::StreamTicket;
+use crate::sign_in::auth::{Access, AuthError, Caller};
+use crate::state::DownloadLimits;
 use crate::state::Shared;
-use crate::stream_credit::StreamTicket;
-use crate::transfer::{fail, reject};
-
-/// How downloads read and send.
-#[derive(Debug, Clone, Copy)]
-pub struct DownloadLimits {
-    /// Ranges of one blob read from storage at once.
-    pub ranges_in_flight: usize,
-    /// Bytes per range (at most `MAX_CHECKED_RANGE`, storage's limit for a
-    /// range's MD5).
-    pub range_bytes: u64,
-    /// Longest one write to the client may wait for room in its window.
-    pub write_timeout: Duration,
-    /// Blobs per List Blobs page (Azure's most is 5,000).
-    pub list_page: u32,
-}
-
-impl Default for DownloadLimits {
-    /// Six 4 MiB ranges: 24 MiB in flight per blob keeps a blob's read ahead
-    /// of a fast link with storage's tens of milliseconds per range.
-    fn default() -> Self {
-        Self {
-            ranges_in_flight: 6,
-            range_bytes: MAX_CHECKED_RANGE,
-            write_timeout: Duration::from_secs(60),
-            list_page: 5000,
-        }
-    }
-}
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::rejections::Reason;
+use crate::transfer::{refuse, reject};
 
 /// Serves one Fetch (its frame already read).
 pub(crate) async fn handle(
@@ -76,10 +50,10 @@ pub(crate) async fn handle(
 ) {
     let caller = match admit(shared, &fetch.version, &fetch.token.0, &fetch.container).await {
         Ok(c) => c,
-        Err(f) => return refuse_first(shared, link, send, recv, f).await,
+        Err(f) => return refuse(shared, link, send, recv, f).await,
     };
     if let Err(e) = validate_blob_name(&fetch.blob) {
-        let f = fail(Code::InvalidName, e.to_string());
+        let f = Failure::new(Code::InvalidName, e.to_string());
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
     }
     // A valid Fetch admits the connection as a valid Offer does; the client
@@ -98,24 +72,6 @@ pub(crate) async fn handle(
         .await;
 }
 
-/// Refuses a Fetch or List that failed `admit`; one refused for who sent it
-/// (token, grant) on a connection not yet authenticated closes that
-/// connection, as a refused Offer does (`Link::refuse_peer`): it must not keep
-/// a pending slot until the auth deadline.
-pub(crate) async fn refuse_first(
-    shared: &Shared,
-    link: &Link,
-    send: &mut SendStream,
-    recv: &mut RecvStream,
-    f: relay_proto::protocol::Failure,
-) {
-    let who = matches!(f.code, Code::Unauthorized | Code::Forbidden);
-    reject(shared, send, recv, Reason::Code(f.code), f).await;
-    if who {
-        link.refuse_peer(send).await;
-    }
-}
-
 /// What a Fetch and a List must satisfy before any storage call: the version,
 /// the container's name, a token that may read it, and a container that is
 /// not the deployment's own.
@@ -126,13 +82,13 @@ pub(crate) async fn admit(
     container: &str,
 ) -> Result<Caller, Failure> {
     if *version != PROTOCOL_VERSION {
-        return Err(fail(
+        return Err(Failure::new(
             Code::UnsupportedVersion,
             format!("protocol version {version} not supported (relay speaks {PROTOCOL_VERSION})"),
         ));
     }
-    validate_container(container).map_err(|e| fail(Code::InvalidName, e.to_string()))?;
-    let caller = crate::auth::authenticate(
+    validate_container(container).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
+    let caller = crate::sign_in::auth::authenticate(
         &shared.tokens,
         shared.entra.as_deref(),
         token,
@@ -141,12 +97,14 @@ pub(crate) async fn admit(
     )
     .await
     .map_err(|e| match e {
-        AuthError::Unknown | AuthError::Entra(_) => fail(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) | AuthError::NoRead(_) => fail(Code::Forbidden, e.to_string()),
+        AuthError::Unknown | AuthError::Entra(_) => Failure::new(Code::Unauthorized, e.to_string()),
+        AuthError::Container(_) | AuthError::NoRead(_) => {
+            Failure::new(Code::Forbidden, e.to_string())
+        }
     })?;
     if shared.reserved_containers.iter().any(|c| c == container) {
         // The deployment's own files (keys, tokens) live there.
-        return Err(fail(
+        return Err(Failure::new(
             Code::Forbidden,
             format!("container {container:?} is reserved for the relay's own files"),
         ));
@@ -284,12 +242,12 @@ fn range_len(limits: &DownloadLimits, max_block_bytes: u64) -> u64 {
 /// A storage read's failure as the client hears it.
 fn read_failure(e: ReadError) -> Failure {
     match e {
-        ReadError::NotFound => fail(Code::NotFound, "no such blob (or it was deleted)"),
-        ReadError::Changed => fail(
+        ReadError::NotFound => Failure::new(Code::NotFound, "no such blob (or it was deleted)"),
+        ReadError::Changed => Failure::new(
             Code::Changed,
             "the blob changed while it was being read (its ETag moved); fetch it again from 0",
         ),
-        ReadError::RangeTooLarge(_) => fail(Code::Internal, e.to_string()),
+        ReadError::RangeTooLarge(_) => Failure::new(Code::Internal, e.to_string()),
         ReadError::Storage(e) => storage_failure(&e),
     }
 }
@@ -403,18 +361,18 @@ impl Sending<'_> {
                         std::future::pending::<()>().await;
                     }
                 } => {
-                    return Err(Stop::Failed(fail(Code::Busy, "the relay is shutting down; fetch again to resume")));
+                    return Err(Stop::Failed(Failure::new(Code::Busy, "the relay is shutting down; fetch again to resume")));
                 }
                 done = async { (&mut pending.front_mut()?.0).await.ok() }, if !pending.is_empty() => {
                     let Some(mut task) = pending.pop_front() else { continue };
                     let bytes = match done {
                         Some(Ok(bytes)) => bytes,
                         Some(Err(e)) => return Err(Stop::Failed(read_failure(e))),
-                        None => return Err(Stop::Failed(fail(Code::Internal, "a range read ended abnormally"))),
+                        None => return Err(Stop::Failed(Failure::new(Code::Internal, "a range read ended abnormally"))),
                     };
                     let n = bytes.len() as u64;
                     if n != task.2 {
-                        return Err(Stop::Failed(fail(Code::Internal, "a range read returned the wrong length")));
+                        return Err(Stop::Failed(Failure::new(Code::Internal, "a range read returned the wrong length")));
                     }
                     let frame = Message::Data(Data { len: n });
                     match write_within(limits.write_timeout, send, &frame, Some(bytes)).await {
@@ -430,7 +388,7 @@ impl Sending<'_> {
                 held = self.take(len, waiting_since), if want => {
                     let Some(held) = held else {
                         if pending.is_empty() {
-                            return Err(Stop::Failed(fail(
+                            return Err(Stop::Failed(Failure::new(
                                 Code::Busy,
                                 format!("no memory for a download range within {} s; retry later", self.shared.budget_wait.as_secs()),
                             )));

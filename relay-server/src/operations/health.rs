@@ -12,11 +12,11 @@ use hyper::{Method, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::exposition::{self, Exposition, Kind};
-use crate::http::{self, Limits, Page};
-use crate::metrics::{self, Metrics};
-use crate::probe::{Reachability, StorageHealth};
+use crate::operations::http::{self, Limits, Page};
+use crate::operations::probe::{Reachability, StorageHealth};
 use crate::server::Shared;
+use crate::telemetry::exposition::{self, Exposition, Kind};
+use crate::telemetry::metrics::{self, Metrics};
 
 pub const HEALTH_PATH: &str = "/healthz";
 
@@ -110,7 +110,7 @@ pub fn render(shared: &Shared) -> String {
 fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     let m = &shared.metrics;
     let mut out = Exposition::default();
-    crate::version::render(&mut out);
+    crate::telemetry::version::render(&mut out);
     transfer_series(m, &mut out);
     download_series(m, &mut out);
     metrics::render_retries(&mut out, &m.azure_retries);
@@ -120,7 +120,11 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
         entra.render(&mut out);
     }
     budget_series(shared, &mut out);
-    crate::admission::render_metrics(&shared.admission, shared.blocks_waiting(), &mut out);
+    crate::connection::admission::render_metrics(
+        &shared.admission,
+        shared.blocks_waiting(),
+        &mut out,
+    );
     storage_series(m, storage, &mut out);
     out
 }

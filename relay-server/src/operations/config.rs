@@ -23,7 +23,7 @@ fn size(s: &str) -> Result<u64, SizeError> {
 #[derive(Debug, Parser)]
 #[command(
     name = "relay-server",
-    version = crate::version::LONG,
+    version = crate::telemetry::version::LONG,
     about,
     long_about = None,
     after_long_help = EXAMPLES,
@@ -31,7 +31,7 @@ fn size(s: &str) -> Result<u64, SizeError> {
 )]
 pub struct Args {
     #[command(subcommand)]
-    pub command: Option<crate::command_args::Command>,
+    pub command: Option<crate::operations::command_args::Command>,
 
     /// Where the relay keeps what must survive a restart: its self-signed
     /// certificate and key (made once; `relay-server cert rotate` replaces them),

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use relay_proto::blob_name::{ContainerNameError, validate_container};
 
-use crate::command_args::{CertCommand, Command, TokenCommand, TokenNewArgs};
-use crate::config::Args;
-use crate::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir, StateError};
-use crate::tls::{Identity, TlsError};
+use crate::connection::tls::{Identity, TlsError};
+use crate::operations::command_args::{CertCommand, Command, TokenCommand, TokenNewArgs};
+use crate::operations::config::Args;
+use crate::operations::state_dir::{CERT_FILE, FINGERPRINT_FILE, KEY_FILE, StateDir, StateError};
 
 /// Why an operator command failed.
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +145,7 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens_file::{ContainerGrant, Grant, parse_tokens};
+    use crate::sign_in::tokens_file::{ContainerGrant, Grant, parse_tokens};
 
     #[test]
     fn a_new_token_line_is_accepted_by_the_tokens_file_parser() {

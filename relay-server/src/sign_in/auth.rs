@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-pub use crate::tokens_file::{ContainerGrant, Grant, Parsed, Rule, Skipped, parse_tokens};
+pub use crate::sign_in::tokens_file::{ContainerGrant, Grant, Parsed, Rule, Skipped, parse_tokens};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
@@ -30,7 +30,7 @@ pub enum AuthError {
     NoRead(String),
     /// An Entra ID access token that failed a check (named by the refusal).
     #[error("Entra ID token refused: {0}")]
-    Entra(crate::entra::Refusal),
+    Entra(crate::sign_in::entra::Refusal),
 }
 
 /// What a stream asks to do with a container: an Offer writes, a Fetch or a
@@ -47,7 +47,7 @@ pub enum Caller {
     /// A token from the tokens file.
     Static,
     /// An Entra ID principal.
-    Entra(crate::entra::Principal),
+    Entra(crate::sign_in::entra::Principal),
 }
 
 impl Caller {
@@ -66,7 +66,7 @@ impl Caller {
 /// other token to the tokens file (an empty store when there is none).
 pub async fn authenticate(
     tokens: &TokenStore,
-    entra: Option<&crate::entra::Entra>,
+    entra: Option<&crate::sign_in::entra::Entra>,
     token: &str,
     container: &str,
     access: Access,
@@ -74,7 +74,7 @@ pub async fn authenticate(
     match entra {
         // Entra ID principals read and write what `--entra-grant` (and, if
         // honoured, `Reader.<container>` roles) grant them, each apart.
-        Some(entra) if crate::entra::looks_like_jwt(token) => {
+        Some(entra) if crate::sign_in::entra::looks_like_jwt(token) => {
             let p = entra.authenticate(token).await.map_err(AuthError::Entra)?;
             if entra.grants.allows(&p, container, access) {
                 Ok(Caller::Entra(p))
@@ -318,17 +318,18 @@ fn is_settling(stamp: Option<Stamp>, now: SystemTime) -> bool {
 }
 
 /// Polls the tokens file every `RECHECK` on a blocking thread, for as long as
-/// the relay (`shared`) lives: reloads happen here, never in an Offer's check.
-pub fn watch(store: std::sync::Weak<crate::state::Shared>) {
+/// its holder (`owner`, the relay's shared state) lives: reloads happen here,
+/// never in an Offer's check.
+pub fn watch<S: Send + Sync + 'static>(owner: std::sync::Weak<S>, tokens: fn(&S) -> &TokenStore) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(RECHECK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let Some(shared) = store.upgrade() else {
+            let Some(owner) = owner.upgrade() else {
                 return;
             };
-            let _ = tokio::task::spawn_blocking(move || shared.tokens.poll()).await;
+            let _ = tokio::task::spawn_blocking(move || tokens(&owner).poll()).await;
         }
     });
 }
@@ -519,10 +520,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 
-    /// Issue 52 item 14: an Offer's check never reads the file, even while it
-    /// settles (it was read and parsed under a global lock on a runtime thread
-    /// for every Offer); reloads are `poll`'s, which the relay runs off the
-    /// runtime.
+    /// An Offer's check never reads the file, even while it settles: reloads
+    /// are `poll`'s, which the relay runs off the runtime.
     #[test]
     fn a_check_never_reads_the_file() {
         let p = scratch("noio");
@@ -552,8 +551,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(p.parent().expect("dir"));
     }
 
-    /// Issue 52 item 14: a file whose modification time is in the future was
-    /// taken as forever settling and re-read at every check, every 2 s.
+    /// A file whose modification time is in the future is settled: read once,
+    /// then again only when it changes (never taken as forever settling).
     #[test]
     fn a_file_dated_in_the_future_is_read_once_then_only_when_it_changes() {
         let p = scratch("future");

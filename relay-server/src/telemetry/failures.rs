@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use relay_proto::protocol::Code;
 
-use crate::exposition::{Exposition, Kind};
-use crate::rejections::{REASON_COUNT, Reason};
+use crate::telemetry::exposition::{Exposition, Kind};
+use crate::telemetry::rejections::{REASON_COUNT, Reason};
 
 /// Whose problem a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use relay_storage::retry::RetryCounts;
 
-use crate::exposition::{Exposition, Kind};
-use crate::failures::Failures;
-use crate::histogram::Histogram;
-use crate::rejections::{Reason, Rejections};
+use crate::telemetry::exposition::{Exposition, Kind};
+use crate::telemetry::failures::Failures;
+use crate::telemetry::histogram::Histogram;
+use crate::telemetry::rejections::{Reason, Rejections};
 
 /// Upper bounds of the commit-latency buckets, in microseconds (0.05 s to 60 s):
 /// a commit is one Put Block List plus a hash comparison, normally tens of

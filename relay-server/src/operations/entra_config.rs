@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Args;
-use crate::entra::grants::GrantError;
-use crate::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
+use crate::operations::config::Args;
+use crate::sign_in::entra::grants::GrantError;
+use crate::sign_in::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
 
 /// The window `--entra-key-refreshes` counts in.
 pub const REFRESH_WINDOW: Duration = Duration::from_secs(60);

@@ -17,7 +17,7 @@ pub use grants::Grants;
 pub use keys::{KeySource, RefreshBudget};
 pub use token::Malformed;
 
-use crate::exposition::{Exposition, Kind};
+use crate::telemetry::exposition::{Exposition, Kind};
 
 /// Longest token looked at (Entra's access tokens are 1-3 KiB; group overage
 /// keeps them bounded).

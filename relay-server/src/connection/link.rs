@@ -11,8 +11,8 @@ use relay_proto::codec::FrameError;
 use relay_proto::protocol::Message;
 use relay_transport::frames::write_frame;
 
-use crate::admission::{AuthGate, Latch};
-use crate::frame_turns::FrameTurns;
+use crate::connection::admission::{AuthGate, Latch};
+use crate::connection::frame_turns::FrameTurns;
 
 /// A Plan, Reject, Receipt or Error that cannot be written within this time is
 /// abandoned and the stream reset: a peer that grants the stream no credit

@@ -9,7 +9,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::histogram::HistogramSnapshot;
+use crate::telemetry::histogram::HistogramSnapshot;
 
 /// The media type of the page.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -178,7 +178,7 @@ mod tests {
             "Retries.",
             [([("status", "503")], 3), ([("status", "none")], 0)],
         );
-        let h = crate::histogram::Histogram::new(&[100_000, 1_000_000]);
+        let h = crate::telemetry::histogram::Histogram::new(&[100_000, 1_000_000]);
         h.observe(std::time::Duration::from_millis(50));
         h.observe(std::time::Duration::from_millis(1500));
         e.histogram("x_seconds", "Latency.", &h.snapshot());

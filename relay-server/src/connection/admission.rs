@@ -37,7 +37,7 @@ use relay_transport::quic::Windows;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::stream_credit::{ConnectionCredit, StreamPool};
+use crate::connection::stream_credit::{ConnectionCredit, StreamPool};
 
 /// What admission counts per: an IPv4 address, or the /64 of an IPv6 one (an
 /// IPv4-mapped IPv6 address is its IPv4 address).
@@ -454,8 +454,12 @@ impl Admitted {
 
 /// Admission and budget-wait series for `/metrics`; `blocks_waiting` is
 /// `Shared::blocks_waiting` (the shared budget and every token's share).
-pub fn render_metrics(a: &Admission, blocks_waiting: u64, out: &mut crate::exposition::Exposition) {
-    use crate::exposition::Kind;
+pub fn render_metrics(
+    a: &Admission,
+    blocks_waiting: u64,
+    out: &mut crate::telemetry::exposition::Exposition,
+) {
+    use crate::telemetry::exposition::Kind;
     let r = &a.refusals;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     out.value(
