@@ -81,7 +81,9 @@ impl DirectReads {
             (None, None) => Check::Ranges,
         };
         let from = match etag {
-            Some(e) if e == props.etag && offset <= props.size => offset,
+            Some(e) if relay_storage::read::same_etag(&e, &props.etag) && offset <= props.size => {
+                offset
+            }
             _ => 0,
         };
         let source = Source {
