@@ -3,12 +3,103 @@
 //! each file's modification time set to its blob's Last-Modified. Through a
 //! real relay and Azurite, and with `--direct`.
 
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use relay_storage::blob::WriterOptions;
+use relay_storage::retry::Backoff;
 use relay_tests::azurite::shared_azurite;
+use relay_tests::blobs::new_container;
 use relay_tests::download_client::{direct_flags, files_of, relay_flags, s, setup, upload};
 use relay_tests::files::{Scratch, sha256_file, write_random};
+use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule};
+use relay_tests::relay::{RelayHandle, RelayOptions};
 use relay_tests::{run_client, stderr, summary};
 
-const T: std::time::Duration = relay_tests::download_client::T;
+const T: Duration = relay_tests::download_client::T;
+
+/// A relay behind the fault proxy that lists two blobs a page and gives up
+/// on a storage request after three attempts.
+async fn relay_behind_proxy(tag: &str) -> (FaultProxy, RelayHandle, String) {
+    let container = new_container(tag).await;
+    let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
+    let proxy = FaultProxy::start(azurite, Schedule::seeded(7)).await;
+    let writer = WriterOptions {
+        backoff: Backoff {
+            initial: Duration::from_millis(10),
+            cap: Duration::from_millis(50),
+            max_attempts: 3,
+        },
+        patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
+        ..WriterOptions::default()
+    };
+    let relay = RelayHandle::start(
+        shared_azurite().storage_at(&proxy.url(), writer),
+        RelayOptions {
+            limited_to: format!("{container}:rw"),
+            configure: Some(Box::new(|cfg| cfg.download.list_page = 2)),
+            ..Default::default()
+        },
+    );
+    (proxy, relay, container)
+}
+
+/// Storage fails the listing's second page past the relay's retries: the
+/// relay's List stream ends with an error midway. The client takes the
+/// listing up again and every blob is downloaded once, none twice, exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_lost_midway_is_taken_up_again() {
+    let (proxy, relay, c) = relay_behind_proxy("dl-relist").await;
+    let src = Scratch::new("dl-lsrc");
+    let mut want = Vec::new();
+    for i in 0..5u64 {
+        let name = format!("f{i}.bin");
+        want.push((
+            name.clone(),
+            write_random(&src.path(&format!("run/{name}")), 1000 + i, i),
+        ));
+    }
+    upload(&relay, &src.path("run"), &c).await;
+    // Page 1 goes through; page 2 fails all three of the relay's attempts.
+    let lists_before = proxy.stats.requests_of(Op::Other);
+    proxy.set_schedule(Schedule {
+        script: vec![
+            (Op::Other, Fault::Delay(Duration::ZERO)),
+            (Op::Other, Fault::ServerBusy),
+            (Op::Other, Fault::ServerBusy),
+            (Op::Other, Fault::ServerBusy),
+        ],
+        ..Schedule::seeded(7)
+    });
+    let out_dir = Scratch::new("dl-lout");
+    let mut a = s(&["download", &format!("{c}/run"), "--to"]);
+    a.extend(s(&[out_dir.0.to_str().unwrap_or_default(), "--json"]));
+    a.extend(relay_flags(&relay));
+    let out = run_client(&a, &[], T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = summary(&out);
+    let mut names: Vec<String> = files_of(&v)
+        .iter()
+        .map(|f| {
+            assert_eq!(f["status"], "downloaded", "{f}");
+            f["blob"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    names.sort();
+    let wanted: Vec<String> = want.iter().map(|(n, _)| format!("run/{n}")).collect();
+    assert_eq!(names, wanted, "each blob once");
+    for (name, sha) in &want {
+        assert_eq!(
+            &sha256_file(&out_dir.path(&format!("run/{name}"))),
+            sha,
+            "{name}"
+        );
+    }
+    // Three pages, the second failed three times, then the listing again.
+    let lists = proxy.stats.requests_of(Op::Other) - lists_before;
+    assert_eq!(lists, 1 + 3 + 3, "{lists}");
+    relay.stop().await;
+}
 
 /// The listing names a blob's ETag as Get Blob Properties (and so `If-Match`
 /// and the Source the sidecar records) does: quoted. A partial file whose
@@ -70,3 +161,4 @@ async fn a_partial_resumes_whichever_form_its_sidecar_keeps_the_etag_in() {
     }
     relay.stop().await;
 }
+
