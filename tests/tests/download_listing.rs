@@ -162,3 +162,42 @@ async fn a_partial_resumes_whichever_form_its_sidecar_keeps_the_etag_in() {
     relay.stop().await;
 }
 
+/// Each downloaded file's modification time is its blob's Last-Modified (to
+/// the second, as storage keeps it), through the relay and with `--direct`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downloaded_file_has_its_blobs_last_modified_as_mtime() {
+    let (relay, c) = setup("dl-mtime", None).await;
+    let src = Scratch::new("dl-msrc");
+    write_random(&src.path("m/a.bin"), 5000, 1);
+    write_random(&src.path("m/b/c.bin"), (4 << 20) + 9, 2);
+    upload(&relay, &src.path("m"), &c).await;
+    let storage = shared_azurite().storage();
+    for (way, flags) in [("relay", relay_flags(&relay)), ("direct", direct_flags())] {
+        let out_dir = Scratch::new("dl-mout");
+        let mut a = s(&["download", &format!("{c}/m"), "--to"]);
+        a.extend(s(&[out_dir.0.to_str().unwrap_or_default(), "--json"]));
+        a.extend(flags.iter().cloned());
+        let out = run_client(&a, &[], T).await;
+        assert!(out.status.success(), "{way}: {}", stderr(&out));
+        for name in ["m/a.bin", "m/b/c.bin"] {
+            let props = storage
+                .reader(&c, name)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .properties()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let blob = props
+                .last_modified
+                .unwrap_or_else(|| panic!("{name}: no Last-Modified"));
+            let mtime = std::fs::metadata(out_dir.path(name))
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|e| panic!("{e}"))
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_else(|e| panic!("{e}"));
+            // Exactly the blob's second: a file stamped at its download would
+            // carry the nanoseconds of that moment.
+            assert_eq!(mtime, Duration::from_secs(blob), "{way} {name}");
+        }
+    }
+    relay.stop().await;
+}
