@@ -202,3 +202,85 @@ async fn bench_from_a_directory_compares_compression_on_the_users_files() {
 }
 
 const MIB_U64: u64 = 1 << 20;
+
+/// `bench --download`: the files go into storage once, then each run
+/// downloads them through the relay and with `download --direct`, alternating
+/// which goes first; every file on disk checked by its SHA-256, a ratio
+/// printed, and the blobs deleted afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_download_compares_relay_and_direct_and_verifies_every_file() {
+    let az = shared_azurite();
+    // Reading needs a read grant: the limited token may read and write.
+    let (relay, container) = relay_tests::download_client::setup("benchdl", None).await;
+    let dir = Scratch::new("benchdl");
+    let env = [
+        ("RELAY_TOKEN", relay_tests::relay::LIMITED_TOKEN),
+        ("RELAY_STORAGE_URL", &*az.url()),
+        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    ];
+    let mut args = bench_args(&relay, &format!("{container}/d"), &dir.path("work"));
+    args.push("--download".into());
+    let out = run_client(&args, &env, Duration::from_secs(300)).await;
+    let report = summary(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["direction"], "download", "{report}");
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    let methods: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["method"].as_str().unwrap_or(""),
+                r["run"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        methods,
+        [("relay", 1), ("direct", 1), ("direct", 2), ("relay", 2)]
+    );
+    for r in &rows {
+        assert_eq!(r["verified"], true, "{r}");
+        assert!(r.get("error").is_none(), "{r}");
+        assert_eq!(r["files"], 6, "{r}");
+        assert_eq!(r["bytes"], 9_000_000 + 5 * 3072, "{r}");
+        assert!(r["goodput_mbit_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+    }
+    assert!(
+        report["ratio_relay_direct"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    // The one copy put in storage is gone, and so are the downloaded folders.
+    assert_eq!(report["deleted"], 6, "{report}");
+    let source = rows[0]["destination"].as_str().unwrap_or_default();
+    let prefix = source.split_once('/').map_or("", |(_, p)| p);
+    for name in ["large-1.bin", "small/small-1.bin", "small/small-5.bin"] {
+        assert!(
+            !blob_exists(&container, &format!("{prefix}/{name}")).await,
+            "{prefix}/{name}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path("work"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !left
+            .iter()
+            .any(|n| n.to_string_lossy().starts_with("download-")),
+        "{left:?}"
+    );
+
+    // The text table says which direction it measured and prints the ratio.
+    let i = args.iter().position(|a| a == "--json").unwrap_or_default();
+    args.remove(i);
+    let i = args.iter().position(|a| a == "--runs").unwrap_or_default();
+    args[i + 1] = "1".into();
+    let out = run_client(&args, &env, Duration::from_secs(300)).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("download"), "{text}");
+    assert!(
+        text.contains("ratio relay/direct (median goodput): "),
+        "{text}"
+    );
+    assert!(!text.contains("no:"), "{text}");
+}

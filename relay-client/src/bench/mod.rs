@@ -7,8 +7,10 @@
 //! connections), alternating which goes first from run to run, verifies every
 //! blob against the SHA-256 of what it generated, deletes what it wrote unless
 //! `--keep`, and prints a table (or `--json`). Each upload is the real `upload`
-//! command, built from the same flags a user would type.
+//! command, built from the same flags a user would type. `--download` measures
+//! the other direction (`download.rs`).
 
+mod download;
 mod files;
 mod table;
 
@@ -25,7 +27,7 @@ use relay_storage::credentials::{CredentialError, EntraSource, EntraSourceError,
 use crate::cli::{BenchArgs, Cli, Command};
 use crate::ui::report::{Status, Summary};
 use files::{Generated, Shape};
-pub use table::{Method, Report, Row};
+pub use table::{Direction, Method, Report, Row};
 
 /// Why the bench could not run at all (a failed upload is a row, not this).
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,9 @@ enum BenchError {
     StorageAccess(#[from] CredentialError),
     #[error(transparent)]
     HttpClient(#[from] ClientBuildError),
+    /// `--download`: the files could not be put in storage to be read back.
+    #[error("cannot put the files in storage to download them: {0}")]
+    Stage(String),
 }
 
 /// Runs the bench; the exit status is 0 only if every run verified.
@@ -113,16 +118,38 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         None => None,
     };
     let mut rows = Vec::new();
-    for run in 1..=args.runs {
-        for method in order(run, storage.is_some(), args.from.is_some()) {
-            let dest = format!("{container}/{base}/run-{run}/{}", method.name());
-            let argv = upload_argv(args, &dir, &paths, method, &dest);
-            rows.push(upload_once(argv, &generated, method, run, dest).await);
+    // The blob prefixes the runs wrote (each holds every file).
+    let mut written = Vec::new();
+    if args.download {
+        let staged = format!("{container}/{base}/{}", download::STAGED);
+        let runs = download::runs(args, &dir, &paths, &generated, &staged, storage.is_some());
+        let result = runs.await;
+        written.push(staged);
+        match result {
+            Ok(r) => rows = r,
+            Err(e) => {
+                if let (Some(s), false) = (&storage, args.keep) {
+                    delete(s, container, &written, &generated).await;
+                }
+                if own_dir {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                return Err(e);
+            }
+        }
+    } else {
+        for run in 1..=args.runs {
+            for method in order(run, storage.is_some(), args.from.is_some()) {
+                let dest = format!("{container}/{base}/run-{run}/{}", method.name());
+                let argv = upload_argv(args, &dir, &paths, method, &dest);
+                rows.push(upload_once(argv, &generated, method, run, dest.clone()).await);
+                written.push(dest);
+            }
         }
     }
     let rtt_ms = probe_rtt(args).await;
     let deleted = match (&storage, args.keep) {
-        (Some(s), false) => delete(s, container, &rows, &generated).await,
+        (Some(s), false) => delete(s, container, &written, &generated).await,
         _ => 0,
     };
     if own_dir {
@@ -130,6 +157,11 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     }
     let ok = !rows.is_empty() && rows.iter().all(|r| r.verified);
     Ok(Report {
+        direction: if args.download {
+            Direction::Download
+        } else {
+            Direction::Upload
+        },
         direct_tcp_congestion: storage.as_ref().map(|_| tcp_congestion()),
         ratio_relay_direct: table::ratio(&rows),
         rows,
@@ -350,11 +382,17 @@ async fn probe_rtt(args: &BenchArgs) -> Option<f64> {
     Some(rtt)
 }
 
-/// Deletes every blob the runs committed; returns how many.
-async fn delete(storage: &Storage, container: &str, rows: &[Row], files: &[Generated]) -> usize {
+/// Deletes every blob the runs committed (each of `written`, CONTAINER/PREFIX,
+/// holds every file); returns how many.
+async fn delete(
+    storage: &Storage,
+    container: &str,
+    written: &[String],
+    files: &[Generated],
+) -> usize {
     let mut deleted = 0;
-    for row in rows {
-        let prefix = row.destination.split_once('/').map_or("", |(_, p)| p);
+    for dest in written {
+        let prefix = dest.split_once('/').map_or("", |(_, p)| p);
         for f in files {
             let blob = format!("{prefix}/{}", f.name);
             let gone = match storage.writer(container, &blob) {

@@ -1,4 +1,4 @@
-//! The bench's result: one row per upload run, the relay/direct goodput ratio,
+//! The bench's result: one row per upload (or download) run, the relay/direct goodput ratio,
 //! and what QUIC saw; as a text table or as JSON (a stable contract for scripts).
 
 use serde::Serialize;
@@ -24,7 +24,16 @@ impl Method {
     }
 }
 
-/// One upload of the whole data set.
+/// Which way the bytes went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Upload,
+    /// `bench --download`: each row downloads what was put in storage once.
+    Download,
+}
+
+/// One upload (or download) of the whole data set.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub method: Method,
@@ -37,9 +46,9 @@ pub struct Row {
     /// Bytes that carried the files' bytes sent, where some went compressed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wire_bytes: Option<u64>,
-    /// Every file committed, with the SHA-256 of what was generated.
+    /// Every file committed (downloaded), with the SHA-256 of what was generated.
     pub verified: bool,
-    /// Where the blobs went: CONTAINER/PREFIX.
+    /// Where the blobs went (came from): CONTAINER/PREFIX.
     pub destination: String,
     /// Relay runs: QUIC's smoothed RTT and its lost/sent packets on the run's
     /// (last) connection.
@@ -51,6 +60,7 @@ pub struct Row {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    pub direction: Direction,
     pub rows: Vec<Row>,
     /// Median relay goodput over median direct goodput (verified runs only).
     pub ratio_relay_direct: Option<f64>,
@@ -97,7 +107,11 @@ pub fn ratio(rows: &[Row]) -> Option<f64> {
 }
 
 pub fn render_text(r: &Report) -> String {
-    let mut out = format!(
+    let mut out = String::new();
+    if r.direction == Direction::Download {
+        out.push_str("download (the files were put in storage once, untimed):\n");
+    }
+    out.push_str(&format!(
         "{:<9} {:>3} {:>6} {:>12} {:>12} {:>9} {:>10} {:>9} {:>7}  {}\n",
         "method",
         "run",
@@ -109,7 +123,7 @@ pub fn render_text(r: &Report) -> String {
         "RTT ms",
         "loss %",
         "verified"
-    );
+    ));
     for row in &r.rows {
         out.push_str(&format!(
             "{:<9} {:>3} {:>6} {:>12} {:>12} {:>9.2} {:>10.1} {:>9} {:>7}  {}\n",

@@ -203,4 +203,11 @@ pub struct BenchArgs {
     /// credentials are given: what compression buys on your own data.
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
+
+    /// Measure downloads instead: the files are put in storage once through
+    /// the relay (untimed), then each run downloads them all through the relay
+    /// and, with storage credentials, straight from storage (`download
+    /// --direct`), into a fresh folder, every file checked by its SHA-256.
+    #[arg(long)]
+    pub download: bool,
 }

@@ -82,7 +82,9 @@ impl DirectReads {
             (None, None) => Check::Ranges,
         };
         let from = match etag {
-            Some(e) if e == props.etag && offset <= props.size => offset,
+            Some(e) if relay_storage::read::same_etag(&e, &props.etag) && offset <= props.size => {
+                offset
+            }
             _ => 0,
         };
         let source = Source {
@@ -154,18 +156,19 @@ impl Ranges {
     }
 }
 
-/// Lists `container` under `prefix` into `tx`, a page at a time.
+/// Lists `container` under `prefix` into `tx`, a page at a time, past the
+/// names `cursor` has handed on already.
 pub async fn list(
     storage: &Storage,
     container: &str,
     prefix: &str,
-    tx: mpsc::Sender<Listed>,
-) -> Result<u64, FileError> {
+    tx: &mpsc::Sender<Listed>,
+    cursor: &mut super::list::Cursor,
+) -> Result<(), FileError> {
     let lister = storage
         .lister(container)
         .map_err(|e| FileError::new("storage", e.to_string(), false))?;
     let mut marker: Option<String> = None;
-    let mut seen = 0u64;
     loop {
         let page = match lister.page(prefix, marker.as_deref(), PAGE).await {
             Ok(p) => p,
@@ -176,10 +179,18 @@ pub async fn list(
                     false,
                 ));
             }
-            Err(e) => return Err(FileError::new("storage", format!("listing: {e}"), false)),
+            Err(e) => {
+                return Err(read_error(e).map_or_else(
+                    |e| FileError::new(&e.code, format!("listing: {}", e.message), e.retryable),
+                    |f| FileError::new("storage", format!("listing: {}", f.message), false),
+                ));
+            }
         };
         for b in page.blobs {
-            seen += 1;
+            if cursor.passed(&b.name) {
+                continue;
+            }
+            let name = b.name.clone();
             let listed = Listed {
                 name: b.name,
                 size: b.size,
@@ -187,12 +198,13 @@ pub async fn list(
                 last_modified: b.last_modified,
             };
             if tx.send(listed).await.is_err() {
-                return Ok(seen);
+                return Ok(());
             }
+            cursor.hand(&name);
         }
         match page.next_marker {
             Some(m) if !m.is_empty() => marker = Some(m),
-            _ => return Ok(seen),
+            _ => return Ok(()),
         }
     }
 }

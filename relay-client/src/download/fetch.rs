@@ -262,6 +262,7 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
                     }
                     _ => {}
                 }
+                set_mtime(t.folder, &part, s.source.last_modified)?;
                 t.folder.rename(&part, t.leaf).map_err(fs)?;
                 t.folder.remove_file(&side).map_err(fs)?;
                 t.folder.sync().map_err(fs)?;
@@ -290,6 +291,19 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
         };
         action = session.handle(event);
     }
+}
+
+/// Gives the verified file its blob's Last-Modified as modification time, as
+/// rclone and AzCopy do, so `--overwrite=if-newer` on a rerun compares the
+/// blob with the version it was downloaded from, not with the download's time.
+fn set_mtime(folder: &Folder, name: &str, last_modified: Option<u64>) -> Result<(), FileError> {
+    let Some(secs) = last_modified else {
+        return Ok(());
+    };
+    let file = folder.open_file(name, false).map_err(fs)?;
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    file.set_modified(when)
+        .map_err(|e| fs(FsError::of(&folder.path().join(name), e)))
 }
 
 /// Opens a stream and sends the Fetch; the Source, or the relay's refusal.

@@ -196,17 +196,7 @@ pub async fn run(
         let (tx, mut rx) = mpsc::channel::<Listed>(LIST_AHEAD);
         let lister = {
             let (job, prefix) = (job.clone(), dest.prefix.clone());
-            tokio::spawn(async move {
-                let container = &job.opts.container;
-                match (relay(&job.links), &job.direct) {
-                    (Some(links), _) => {
-                        let conn = links.first().get().await?;
-                        list::list(&conn, &job.opts.token, container, &prefix, tx).await
-                    }
-                    (None, Some(d)) => direct::list(&d.storage, container, &prefix, tx).await,
-                    (None, None) => Err(FileError::new("internal", "no way to list", false)),
-                }
-            })
+            tokio::spawn(async move { list::listing(&job, &prefix, tx).await })
         };
         let mut matched = 0u64;
         loop {

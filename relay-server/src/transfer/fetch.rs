@@ -214,7 +214,11 @@ pub fn source(props: &ReadProperties, vouched_sha256: Option<&str>, fetch: &Fetc
     };
     // A resume only of the very version the partial file holds.
     let offset = match &fetch.etag {
-        Some(etag) if *etag == props.etag && fetch.offset <= props.size => fetch.offset,
+        Some(etag)
+            if relay_storage::read::same_etag(etag, &props.etag) && fetch.offset <= props.size =>
+        {
+            fetch.offset
+        }
         _ => 0,
     };
     Source {
@@ -471,6 +475,8 @@ mod tests {
         assert_eq!(source(&p, None, &fetch(100, Some("\"0x1\""))).offset, 100);
         assert_eq!(source(&p, None, &fetch(101, Some("\"0x1\""))).offset, 0);
         assert_eq!(source(&p, None, &fetch(40, Some("\"0x2\""))).offset, 0);
+        // The same version, as a listing writes it (unquoted).
+        assert_eq!(source(&p, None, &fetch(40, Some("0x1"))).offset, 40);
         assert_eq!(source(&p, None, &fetch(40, None)).offset, 0);
     }
 
