@@ -118,9 +118,13 @@ async fn download_once(
                 crate::ui::progress::Output::Json,
                 true,
             ));
-            match crate::download::run(*a, reporter, crate::commands::interrupt::Interrupt::never()).await {
+            match crate::download::run(*a, reporter, crate::commands::interrupt::Interrupt::never())
+                .await
+            {
                 Ok(crate::commands::upload::Outcome::Done(summary)) => Ok(summary),
-                Ok(crate::commands::upload::Outcome::Interrupted { .. }) => Err("interrupted".to_string()),
+                Ok(crate::commands::upload::Outcome::Interrupted { .. }) => {
+                    Err("interrupted".to_string())
+                }
                 Err(e) => Err(e.to_string()),
             }
         }
@@ -251,7 +255,10 @@ mod tests {
         assert_eq!(relay.sources, ["c/p/source"]);
         assert_eq!(relay.to, into);
         assert_eq!(relay.connection.relay.as_deref(), Some("h:4433"));
-        assert_eq!(relay.connection.token.as_deref(), Some("abcdefghijklmnopqrst"));
+        assert_eq!(
+            relay.connection.token.as_deref(),
+            Some("abcdefghijklmnopqrst")
+        );
         assert_eq!(relay.connection.relay_connections, 3);
         assert!(!relay.direct);
         let direct = parsed(download_argv(
