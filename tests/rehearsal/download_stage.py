@@ -36,8 +36,8 @@ RESTORE = "/root/restore"
 # The relay's log line when SIGTERM has reached it (server.rs).
 SHUTTING_DOWN = "shutting down: no new transfers"
 # The relay's log lines of a fetch of big.bin: started (at which offset), ended.
-FETCHED = r"blob=jobs/big\.bin\}?[^\n]*relay_server::fetch: sending [^\n]*offset=(\d+)"
-SENT = r"blob=jobs/big\.bin\}?[^\n]*relay_server::fetch: sent "
+FETCHED = r"blob=jobs/big\.bin\}?[^\n]*relay_server::transfer::fetch: sending [^\n]*offset=(\d+)"
+SENT = r"blob=jobs/big\.bin\}?[^\n]*relay_server::transfer::fetch: sent "
 
 
 def var_tokens(tokens: dict) -> tuple[str, dict]:

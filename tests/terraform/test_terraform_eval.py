@@ -180,7 +180,7 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
 def profile_keys() -> set[str]:
     """The keys relay-client's configuration file accepts: the fields of
     `struct Profile` in config_file.rs (serde refuses any other)."""
-    src = (TERRAFORM.parent / "relay-client" / "src" / "config_file.rs").read_text()
+    src = (TERRAFORM.parent / "relay-client" / "src" / "cli" / "config_file.rs").read_text()
     body = re.search(r"pub struct Profile \{(.*?)\n\}", src, re.S)
     assert body, "struct Profile not found in config_file.rs"
     keys = set(re.findall(r"^\s*pub (\w+): Option<", body.group(1), re.M))
