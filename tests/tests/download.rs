@@ -214,6 +214,47 @@ async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
     relay.stop().await;
 }
 
+/// A sealed blob whose bytes storage no longer holds as sealed (one bit
+/// flipped, same length, the seal still valid): the relay reads its ranges
+/// without per-range checks, so the client's SHA-256 against the seal is what
+/// stands between those bytes and the destination. Nothing is placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_blob_with_changed_bytes_is_never_placed() {
+    let (relay, c) = setup("dl-rot", None).await;
+    let src = Scratch::new("dl-rotsrc");
+    let size: u64 = (6 << 20) + 5;
+    let sha = write_random(&src.path("rot.bin"), size, 9);
+    let mut bytes = std::fs::read(src.path("rot.bin")).unwrap_or_else(|e| panic!("{e}"));
+    bytes[(5 << 20) + 1] ^= 0x01;
+    let seal = relay.id_key().seal(&c, "rot.bin", size, &sha);
+    let meta = std::collections::BTreeMap::new();
+    relay_tests::blobs::writer(&c, "rot.bin")
+        .put_blob(
+            bytes::Bytes::from(bytes),
+            &relay_storage::store::Commit {
+                sha256_hex: &sha,
+                seal: &seal,
+                content_type: None,
+                content_md5: None,
+                metadata: &meta,
+                condition: &relay_storage::store::Condition::Always,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("put: {e}"));
+    let out_dir = Scratch::new("dl-rotout");
+    let (out, v) = download(&relay, &[&format!("{c}/rot.bin")], &out_dir.0, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let f = &files_of(&v)[0];
+    assert_eq!(f["status"], "failed", "{f}");
+    assert_eq!(f["error"]["code"], "verify", "{f}");
+    assert!(
+        !out_dir.path("rot.bin").exists(),
+        "nothing under the final name"
+    );
+    relay.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_blob_names_are_refused_per_file_and_nothing_leaves_dir() {
     hostile_names(false).await;

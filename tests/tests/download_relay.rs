@@ -100,8 +100,10 @@ async fn a_sealed_blob_comes_back_byte_exact_with_its_sha256() {
     assert_eq!(s.etag, receipt.etag);
     assert_eq!(got.data.len(), data.len());
     assert_eq!(hex::encode(Sha256::digest(&got.data)), sha);
+    // The seal's SHA-256 checks the whole blob at the client: no range is
+    // read with storage's MD5, nor hashed by the relay.
     match got.end {
-        Some(Message::Sent(sent)) => assert_eq!(sent.ranges_checked, 3),
+        Some(Message::Sent(sent)) => assert_eq!(sent.ranges_checked, 0),
         other => panic!("{other:?}"),
     }
     assert_eq!(relay.metric("blob_relay_fetches_completed_total"), Some(1));
@@ -134,6 +136,8 @@ async fn an_unsealed_blob_is_checked_by_its_content_md5_or_its_ranges() {
     assert_eq!(s.sha256, None);
     assert_eq!(s.content_md5, Some(hex::encode(Md5::digest(&data))));
     assert_eq!(got.data, data);
+    // The Content-MD5 checks it whole: its ranges are not checked one by one.
+    assert!(matches!(got.end, Some(Message::Sent(ref s)) if s.ranges_checked == 0));
 
     // Blocks committed without a Content-MD5: only the ranges' checks.
     let w = writer(&c, "blocks.bin");
@@ -166,6 +170,32 @@ async fn an_unsealed_blob_is_checked_by_its_content_md5_or_its_ranges() {
 
     let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "missing")).await;
     assert_eq!(refusal(&got.first), Code::NotFound);
+    relay.stop().await;
+}
+
+/// A blob whose bytes are not the ones its (valid) seal names, as storage
+/// corrupting a sealed blob would leave it: the relay sends what storage has
+/// under the sealed SHA-256, and it is the client's end-to-end check that
+/// refuses it (`download.rs`: nothing is placed).
+#[tokio::test]
+async fn a_sealed_blob_whose_bytes_changed_is_sent_under_its_seal_for_the_client_to_check() {
+    let (relay, c) = relay("dlrot", DownloadLimits::default()).await;
+    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let data = pattern((5 * MIB + 3) as usize, 4);
+    let sha = hex::encode(Sha256::digest(&data));
+    let mut rotten = data.clone();
+    rotten[4 * MIB as usize + 7] ^= 0x10;
+    let seal = relay.id_key().seal(&c, "rot.bin", data.len() as u64, &sha);
+    put_direct(&c, "rot.bin", &rotten, &sha, &seal).await;
+    let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "rot.bin")).await;
+    let s = source(&got.first);
+    assert_eq!(
+        (s.check, s.sha256.as_deref()),
+        (Check::Sealed, Some(sha.as_str()))
+    );
+    assert_eq!(got.data, rotten);
+    assert_ne!(hex::encode(Sha256::digest(&got.data)), sha);
+    assert!(matches!(got.end, Some(Message::Sent(ref s)) if s.ranges_checked == 0));
     relay.stop().await;
 }
 

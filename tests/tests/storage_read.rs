@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use md5::{Digest as _, Md5};
 use relay_proto::id_key::IdKey;
-use relay_storage::read::{MAX_CHECKED_RANGE, ReadError};
+use relay_storage::read::{MAX_CHECKED_RANGE, RangeCheck, ReadError};
 use relay_storage::store::{Commit, Condition};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{new_container, writer};
@@ -70,12 +70,17 @@ async fn properties_ranges_and_the_seal() {
     let mut at = 0u64;
     while at < p.size {
         let len = MAX_CHECKED_RANGE.min(p.size - at);
-        got.extend_from_slice(&r.range(&etag, at, len).await.expect("range"));
+        got.extend_from_slice(
+            &r.range(&etag, at, len, RangeCheck::StorageMd5)
+                .await
+                .expect("range"),
+        );
         at += len;
     }
     assert_eq!(got, data);
     assert!(matches!(
-        r.range(&etag, 0, MAX_CHECKED_RANGE + 1).await,
+        r.range(&etag, 0, MAX_CHECKED_RANGE + 1, RangeCheck::StorageMd5)
+            .await,
         Err(ReadError::RangeTooLarge(_))
     ));
 
@@ -83,13 +88,13 @@ async fn properties_ranges_and_the_seal() {
     let new_etag = put(&container, name, b"v2", "x", &Condition::Always).await;
     assert_ne!(new_etag, etag);
     assert!(matches!(
-        r.range(&etag, 0, 16).await,
+        r.range(&etag, 0, 16, RangeCheck::StorageMd5).await,
         Err(ReadError::Changed)
     ));
     // Deleted: gone.
     writer(&container, name).delete().await.expect("delete");
     assert!(matches!(
-        r.range(&new_etag, 0, 2).await,
+        r.range(&new_etag, 0, 2, RangeCheck::StorageMd5).await,
         Err(ReadError::NotFound)
     ));
     assert!(matches!(r.properties().await, Err(ReadError::NotFound)));

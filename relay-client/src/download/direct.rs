@@ -13,7 +13,7 @@ use bytes::Bytes;
 use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Failure, Listed, Source};
 use relay_storage::account::Storage;
-use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, ReadError};
+use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -103,6 +103,7 @@ impl DirectReads {
             next: from,
             size: props.size,
             inflight: VecDeque::new(),
+            check: RangeCheck::for_check(check),
             checked: 0,
         };
         Ok(Ok(Stream {
@@ -119,6 +120,7 @@ pub struct Ranges {
     next: u64,
     size: u64,
     inflight: VecDeque<JoinHandle<Result<Bytes, ReadError>>>,
+    check: RangeCheck,
     checked: u64,
 }
 
@@ -134,10 +136,15 @@ impl Ranges {
     pub(super) async fn next(&mut self) -> Result<Next, FileError> {
         while self.inflight.len() < RANGES_IN_FLIGHT && self.next < self.size {
             let len = (self.size - self.next).min(MAX_CHECKED_RANGE);
-            let (reader, etag, at) = (self.reader.clone(), self.etag.clone(), self.next);
-            self.inflight.push_back(tokio::spawn(
-                async move { reader.range(&etag, at, len).await },
-            ));
+            let (reader, etag, at, check) = (
+                self.reader.clone(),
+                self.etag.clone(),
+                self.next,
+                self.check,
+            );
+            self.inflight.push_back(tokio::spawn(async move {
+                reader.range(&etag, at, len, check).await
+            }));
             self.next += len;
         }
         let Some(h) = self.inflight.pop_front() else {
@@ -147,7 +154,9 @@ impl Ranges {
         };
         match h.await {
             Ok(Ok(bytes)) => {
-                self.checked += 1;
+                if self.check == RangeCheck::StorageMd5 {
+                    self.checked += 1;
+                }
                 Ok(Next::Bytes(bytes))
             }
             Ok(Err(e)) => read_error(e).map(Next::Refused),

@@ -347,17 +347,23 @@ async fn open(
 
 /// Hashes a file (or its first `limit` bytes) on a blocking thread.
 async fn hash_file(file: std::fs::File, limit: Option<u64>) -> Result<Hashes, FileError> {
-    let (sha, md5) = hash_prefix(file, limit).await?;
+    let (sha, md5) = hash_prefix(file, limit, true).await?;
     Ok(Hashes {
         sha256: hex::encode(sha.finalize()),
-        md5: hex::encode(md5.finalize()),
+        md5: md5.map(|m| hex::encode(m.finalize())).unwrap_or_default(),
     })
 }
 
-async fn hash_prefix(file: std::fs::File, limit: Option<u64>) -> Result<(Sha256, Md5), FileError> {
+/// SHA-256 (always: the report names it) and, when `with_md5`, MD5 of a
+/// file's first `limit` bytes.
+async fn hash_prefix(
+    file: std::fs::File,
+    limit: Option<u64>,
+    with_md5: bool,
+) -> Result<(Sha256, Option<Md5>), FileError> {
     tokio::task::spawn_blocking(move || {
         let mut sha = Sha256::new();
-        let mut md5 = Md5::new();
+        let mut md5 = with_md5.then(Md5::new);
         let mut r = file.take(limit.unwrap_or(u64::MAX));
         let mut buf = vec![0u8; 1 << 20];
         loop {
@@ -366,7 +372,9 @@ async fn hash_prefix(file: std::fs::File, limit: Option<u64>) -> Result<(Sha256,
                 return Ok::<_, std::io::Error>((sha, md5));
             }
             sha.update(&buf[..n]);
-            md5.update(&buf[..n]);
+            if let Some(md5) = md5.as_mut() {
+                md5.update(&buf[..n]);
+            }
         }
     })
     .await
@@ -407,12 +415,15 @@ async fn receive(
         ));
     }
     let prefix = file.try_clone().map_err(io)?;
+    // MD5 costs as much CPU as the rest of the receive path together: only a
+    // blob checked by its Content-MD5 needs it.
+    let with_md5 = s.source.check == Check::ContentMd5;
     let (mut sha, mut md5) = if from > 0 {
         let mut f = prefix;
         f.seek(SeekFrom::Start(0)).map_err(io)?;
-        hash_prefix(f, Some(from)).await?
+        hash_prefix(f, Some(from), with_md5).await?
     } else {
-        (Sha256::new(), Md5::new())
+        (Sha256::new(), with_md5.then(Md5::new))
     };
     let mut file = file;
     file.set_len(from).map_err(io)?;
@@ -424,7 +435,9 @@ async fn receive(
         match s.body.next(at, size).await? {
             Next::Bytes(bytes) => {
                 sha.update(&bytes);
-                md5.update(&bytes);
+                if let Some(md5) = md5.as_mut() {
+                    md5.update(&bytes);
+                }
                 tokio::task::block_in_place(|| file.write_all(&bytes)).map_err(io)?;
                 let n = bytes.len() as u64;
                 at += n;
@@ -450,7 +463,7 @@ async fn receive(
         at,
         Hashes {
             sha256: hex::encode(sha.finalize()),
-            md5: hex::encode(md5.finalize()),
+            md5: md5.map(|m| hex::encode(m.finalize())).unwrap_or_default(),
         },
         ranges,
     )))

@@ -23,7 +23,7 @@ use relay_proto::id_key::Owner;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::logsafe::safe;
 use relay_proto::protocol::{Check, Code, Data, Failure, Fetch, Message, Sent, Source, app_error};
-use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, ReadError, ReadProperties};
+use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError, ReadProperties};
 use relay_storage::staging::Budget;
 use relay_transport::frames::write_frame;
 use tokio::sync::OwnedSemaphorePermit;
@@ -138,7 +138,7 @@ async fn serve(
     };
     let vouched = props.sealed_sha256(&shared.id_key, &fetch.container, &fetch.blob);
     let source = source(&props, vouched, fetch);
-    let (offset, size) = (source.offset, source.size);
+    let (offset, size, check) = (source.offset, source.size, source.check);
     tracing::info!(etag = %source.etag, size, offset, check = ?source.check, "sending");
     let limits = shared.download;
     if write_within(limits.write_timeout, send, &Message::Source(source), None)
@@ -155,6 +155,7 @@ async fn serve(
         reader: reader.clone(),
         etag: props.etag.clone(),
         range: range_len(&limits, shared.max_block_bytes()),
+        check: RangeCheck::for_check(check),
     };
     match sending.run(offset, size, send).await {
         Ok(ranges_checked) => {
@@ -335,6 +336,7 @@ struct Sending<'a> {
     reader: Arc<BlobReader>,
     etag: String,
     range: u64,
+    check: RangeCheck,
 }
 
 impl Sending<'_> {
@@ -386,7 +388,9 @@ impl Sending<'_> {
                     }
                     // Its bytes are in the send buffer: the budget has them back.
                     task.1 = None;
-                    checked += 1;
+                    if self.check == RangeCheck::StorageMd5 {
+                        checked += 1;
+                    }
                     Metrics::add(&self.shared.metrics.bytes_sent, n);
                 }
                 held = self.take(len, waiting_since), if want => {
@@ -402,8 +406,8 @@ impl Sending<'_> {
                         continue;
                     };
                     waiting_since = None;
-                    let (reader, etag, at) = (self.reader.clone(), self.etag.clone(), next);
-                    let task = tokio::spawn(async move { reader.range(&etag, at, len).await });
+                    let (reader, etag, at, check) = (self.reader.clone(), self.etag.clone(), next, self.check);
+                    let task = tokio::spawn(async move { reader.range(&etag, at, len, check).await });
                     pending.push_back(RangeTask(task, Some(held), len));
                     next += len;
                 }

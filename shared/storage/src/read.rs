@@ -1,7 +1,12 @@
 //! Reading blobs back (downloads): a blob's properties, its bytes in ranges
-//! each read under `If-Match` on the version the reader started with and each
-//! checked against storage's MD5 of that range before it is used, and a
-//! container's listing one page at a time.
+//! each read under `If-Match` on the version the reader started with (and,
+//! when the caller asks, checked against storage's MD5 of that range before
+//! it is used), and a container's listing one page at a time.
+//!
+//! A range is checked only when nothing checks the whole blob
+//! ([`RangeCheck`]): a sealed blob's SHA-256 or a blob's Content-MD5 is
+//! checked end to end by the client, and MD5 of every range would cost the
+//! relay (and storage) as much CPU again as the rest of sending it.
 //!
 //! Ranges are checked with MD5 (`x-ms-range-get-content-md5`), not Azure's
 //! CRC-64 (`x-ms-range-get-content-crc64`): Azurite, which the tests run
@@ -22,12 +27,34 @@ use bytes::Bytes;
 use md5::{Digest, Md5};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::{IdKey, SEAL_METADATA_KEY};
+use relay_proto::protocol::Check;
 
 use crate::blob::BlobWriter;
 use crate::error::BlobError;
 
 /// Largest range whose MD5 storage computes (`x-ms-range-get-content-md5`).
 pub const MAX_CHECKED_RANGE: u64 = 4 << 20;
+
+/// What a range read checks besides its length and its version (`If-Match`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeCheck {
+    /// Storage's MD5 of the range, asked for with the read and compared with
+    /// the bytes: for a blob nothing else checks.
+    StorageMd5,
+    /// The length only: the whole blob's hash is checked at the end.
+    LengthOnly,
+}
+
+impl RangeCheck {
+    /// Ranges are checked only for a blob nothing checks whole: a seal's
+    /// SHA-256 and a Content-MD5 are checked by the client at the end.
+    pub fn for_check(check: Check) -> RangeCheck {
+        match check {
+            Check::Sealed | Check::ContentMd5 => RangeCheck::LengthOnly,
+            Check::Ranges => RangeCheck::StorageMd5,
+        }
+    }
+}
 
 /// Storage may take this long beyond the usual answer time to send a range's
 /// body: the whole response is read under the request's watch, and 4 MiB from
@@ -156,11 +183,17 @@ impl BlobReader {
         })
     }
 
-    /// `len` bytes from `offset` of the version `etag`, their MD5 checked
-    /// against storage's before they are returned (a mismatch is retried, like
-    /// a reset). `len` is at most `MAX_CHECKED_RANGE` and the range lies
-    /// inside the blob.
-    pub async fn range(&self, etag: &str, offset: u64, len: u64) -> Result<Bytes, ReadError> {
+    /// `len` bytes from `offset` of the version `etag`; with
+    /// [`RangeCheck::StorageMd5`] their MD5 is checked against storage's
+    /// before they are returned (a mismatch is retried, like a reset). `len`
+    /// is at most `MAX_CHECKED_RANGE` and the range lies inside the blob.
+    pub async fn range(
+        &self,
+        etag: &str,
+        offset: u64,
+        len: u64,
+        check: RangeCheck,
+    ) -> Result<Bytes, ReadError> {
         if len > MAX_CHECKED_RANGE {
             return Err(ReadError::RangeTooLarge(len));
         }
@@ -175,7 +208,9 @@ impl BlobReader {
             .with_retry("Get Blob", false, RANGE_ALLOWANCE, || {
                 let mut r = Request::new(url.clone(), Method::Get);
                 r.insert_header("x-ms-range", range.clone());
-                r.insert_header("x-ms-range-get-content-md5", "true");
+                if check == RangeCheck::StorageMd5 {
+                    r.insert_header("x-ms-range-get-content-md5", "true");
+                }
                 r.insert_header("if-match", etag.to_string());
                 r.insert_header("x-ms-version", version.clone());
                 async move {
@@ -196,7 +231,7 @@ impl BlobReader {
                     );
                     // The body as the HTTP client collected it, not copied.
                     let body = Bytes::from(resp.into_body());
-                    check_range(&body, len, md5.as_deref())
+                    check_range(&body, len, check, md5.as_deref())
                         .map_err(|why| azure_core::Error::with_message(ErrorKind::Io, why))?;
                     Ok(body)
                 }
@@ -217,14 +252,22 @@ impl BlobReader {
     }
 }
 
-/// Whether a range's body is whole and matches storage's MD5 of it (base64).
-/// A failure is the transport's: the request is sent again.
-fn check_range(body: &[u8], len: u64, md5_b64: Option<&str>) -> Result<(), String> {
+/// Whether a range's body is whole and, when asked, matches storage's MD5
+/// of it (base64). A failure is the transport's: the request is sent again.
+fn check_range(
+    body: &[u8],
+    len: u64,
+    check: RangeCheck,
+    md5_b64: Option<&str>,
+) -> Result<(), String> {
     if body.len() as u64 != len {
         return Err(format!(
             "range body has {} bytes, expected {len}",
             body.len()
         ));
+    }
+    if check == RangeCheck::LengthOnly {
+        return Ok(());
     }
     let Some(md5_b64) = md5_b64 else {
         return Err("storage sent no Content-MD5 for the range".into());
@@ -342,17 +385,30 @@ mod tests {
     #[test]
     fn a_range_is_used_only_whole_and_matching_its_md5() {
         let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(Md5::digest(d));
+        let md5 = RangeCheck::StorageMd5;
         let body = b"some bytes of a blob";
-        assert_eq!(check_range(body, 20, Some(&b64(body))), Ok(()));
-        assert!(check_range(body, 21, Some(&b64(body))).is_err());
-        assert!(check_range(body, 20, None).is_err());
-        assert!(check_range(body, 20, Some("not base64!")).is_err());
+        assert_eq!(check_range(body, 20, md5, Some(&b64(body))), Ok(()));
+        assert!(check_range(body, 21, md5, Some(&b64(body))).is_err());
+        assert!(check_range(body, 20, md5, None).is_err());
+        assert!(check_range(body, 20, md5, Some("not base64!")).is_err());
         let e = check_range(
             b"some bytes of a blob",
             20,
+            md5,
             Some(&b64(b"other bytes of blob!")),
         );
         assert!(e.is_err_and(|e| e.contains("MD5 mismatch")));
+    }
+
+    /// A range whose blob is checked whole is held to its length only: no
+    /// MD5 needed, none compared, but a short body is still sent again.
+    #[test]
+    fn a_length_only_range_is_held_to_its_length() {
+        let only = RangeCheck::LengthOnly;
+        let body = b"some bytes of a blob";
+        assert_eq!(check_range(body, 20, only, None), Ok(()));
+        assert_eq!(check_range(body, 20, only, Some("not base64!")), Ok(()));
+        assert!(check_range(body, 21, only, None).is_err());
     }
 
     #[test]
