@@ -26,7 +26,8 @@ pub struct DownloadArgs {
     pub connection: ConnectionArgs,
 
     /// Download straight from Blob Storage over HTTPS (no relay): ranged
-    /// reads, each checked against storage's MD5 of the range.
+    /// reads, checked as through the relay (the seal's SHA-256, the
+    /// Content-MD5, else storage's MD5 of each range).
     #[arg(long, requires = "storage_url", conflicts_with = "relay_connections")]
     pub direct: bool,
 
