@@ -66,35 +66,7 @@ fn download_argv(
         "--path-cache".into(),
         dir.join("paths.json").to_string_lossy().into_owned(),
     ]);
-    let mut opt = |flag: &str, value: &Option<String>| {
-        if let Some(x) = value {
-            v.extend([flag.to_string(), x.clone()]);
-        }
-    };
-    match method {
-        Method::Relay | Method::RelayOff => {
-            opt("--token", &args.token);
-            opt("--entra", &args.relay_entra);
-            opt("--entra-scope", &args.entra_scope);
-            opt("--relay-cert-sha256", &args.relay_cert_sha256);
-            let ca = args
-                .relay_ca
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned());
-            opt("--relay-ca", &ca);
-            v.extend([
-                "--relay".into(),
-                args.relay.clone(),
-                "--relay-connections".into(),
-                args.relay_connections.to_string(),
-            ]);
-        }
-        Method::Direct => {
-            opt("--storage-url", &args.storage_url);
-            opt("--account-key", &args.account_key);
-            v.extend(["--direct".into(), "--entra".into(), args.entra.clone()]);
-        }
-    }
+    v.extend(super::way_flags(args, method));
     v
 }
 

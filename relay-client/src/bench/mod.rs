@@ -227,37 +227,11 @@ fn upload_argv(
     if method == Method::RelayOff {
         v.extend(["--compress".into(), "off".into()]);
     }
-    let mut opt = |flag: &str, value: &Option<String>| {
-        if let Some(x) = value {
-            v.extend([flag.to_string(), x.clone()]);
-        }
-    };
-    match method {
-        Method::Relay | Method::RelayOff => {
-            opt("--token", &args.token);
-            opt("--entra", &args.relay_entra);
-            opt("--entra-scope", &args.entra_scope);
-            opt("--relay-cert-sha256", &args.relay_cert_sha256);
-            let ca = args
-                .relay_ca
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned());
-            opt("--relay-ca", &ca);
-            v.extend([
-                "--relay".into(),
-                args.relay.clone(),
-                "--relay-connections".into(),
-                args.relay_connections.to_string(),
-            ]);
-        }
-        Method::Direct => {
-            opt("--storage-url", &args.storage_url);
-            opt("--account-key", &args.account_key);
-            v.extend(["--direct".into(), "--entra".into(), args.entra.clone()]);
-            if let Some(n) = args.connections {
-                v.extend(["--connections".into(), n.to_string()]);
-            }
-        }
+    v.extend(way_flags(args, method));
+    if method == Method::Direct
+        && let Some(n) = args.connections
+    {
+        v.extend(["--connections".into(), n.to_string()]);
     }
     v
 }
@@ -406,6 +380,43 @@ async fn delete(
         }
     }
     deleted
+}
+
+/// The flags that choose the way (through the relay, or `--direct` to
+/// storage) and sign in, as a user would type them: the same for the
+/// upload and the download runs.
+pub(crate) fn way_flags(args: &BenchArgs, method: Method) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    let mut opt = |flag: &str, value: &Option<String>| {
+        if let Some(x) = value {
+            v.extend([flag.to_string(), x.clone()]);
+        }
+    };
+    match method {
+        Method::Relay | Method::RelayOff => {
+            opt("--token", &args.token);
+            opt("--entra", &args.relay_entra);
+            opt("--entra-scope", &args.entra_scope);
+            opt("--relay-cert-sha256", &args.relay_cert_sha256);
+            let ca = args
+                .relay_ca
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned());
+            opt("--relay-ca", &ca);
+            v.extend([
+                "--relay".into(),
+                args.relay.clone(),
+                "--relay-connections".into(),
+                args.relay_connections.to_string(),
+            ]);
+        }
+        Method::Direct => {
+            opt("--storage-url", &args.storage_url);
+            opt("--account-key", &args.account_key);
+            v.extend(["--direct".into(), "--entra".into(), args.entra.clone()]);
+        }
+    }
+    v
 }
 
 #[cfg(test)]

@@ -56,11 +56,7 @@ pub(crate) async fn handle(
         let f = Failure::new(Code::InvalidName, e.to_string());
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
     }
-    // A valid Fetch admits the connection as a valid Offer does; the client
-    // sends nothing more on this stream, so it counts as one waiting for storage.
-    link.open_gate();
-    ticket.declare(0);
-    ticket.received();
+    admitted(link, ticket);
     let span = tracing::info_span!(
         "fetch",
         container = %safe(&fetch.container),
@@ -70,6 +66,15 @@ pub(crate) async fn handle(
     serve(shared, &owner, send, recv, &fetch)
         .instrument(span)
         .await;
+}
+
+/// A valid Fetch or List admits the connection as a valid Offer does; the
+/// client sends nothing more on the stream, so it counts as one waiting for
+/// storage.
+pub(crate) fn admitted(link: &Link, ticket: &mut StreamTicket) {
+    link.open_gate();
+    ticket.declare(0);
+    ticket.received();
 }
 
 /// What a Fetch and a List must satisfy before any storage call: the version,

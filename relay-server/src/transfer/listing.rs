@@ -13,7 +13,7 @@ use relay_proto::protocol::{Code, Failure, List, ListEnd, Listed, Listing, Messa
 use relay_storage::read::ListedBlob;
 use tracing::Instrument;
 
-use super::fetch::{admit, finish, write_frame_within};
+use super::fetch::{admit, admitted, finish, write_frame_within};
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
@@ -40,9 +40,7 @@ pub(crate) async fn handle(
         let f = Failure::new(Code::InvalidName, "prefix longer than a blob name may be");
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
     }
-    link.open_gate();
-    ticket.declare(0);
-    ticket.received();
+    admitted(link, ticket);
     let span = tracing::info_span!(
         "list",
         container = %safe(&list.container),
