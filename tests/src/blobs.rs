@@ -12,6 +12,28 @@ pub fn writer(container: &str, blob: &str) -> BlobWriter {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A Put Blob straight to storage (not through the relay): its Content-MD5
+/// set by storage, its `sha256` and seal metadata what the caller says (a
+/// forged or a mismatched seal, as a storage writer could leave it). Returns
+/// the ETag.
+pub async fn put_sealed(container: &str, name: &str, data: &[u8], sha: &str, seal: &str) -> String {
+    let meta = std::collections::BTreeMap::new();
+    writer(container, name)
+        .put_blob(
+            bytes::Bytes::copy_from_slice(data),
+            &relay_storage::store::Commit {
+                sha256_hex: sha,
+                seal,
+                content_type: None,
+                content_md5: None,
+                metadata: &meta,
+                condition: &relay_storage::store::Condition::Always,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("put {name}: {e}"))
+}
+
 /// Downloads the committed blob: (length, SHA-256 hex).
 pub async fn blob_sha(container: &str, blob: &str) -> (u64, String) {
     let (n, h) = writer(container, blob)

@@ -227,21 +227,7 @@ async fn a_sealed_blob_with_changed_bytes_is_never_placed() {
     let mut bytes = std::fs::read(src.path("rot.bin")).unwrap_or_else(|e| panic!("{e}"));
     bytes[(5 << 20) + 1] ^= 0x01;
     let seal = relay.id_key().seal(&c, "rot.bin", size, &sha);
-    let meta = std::collections::BTreeMap::new();
-    relay_tests::blobs::writer(&c, "rot.bin")
-        .put_blob(
-            bytes::Bytes::from(bytes),
-            &relay_storage::store::Commit {
-                sha256_hex: &sha,
-                seal: &seal,
-                content_type: None,
-                content_md5: None,
-                metadata: &meta,
-                condition: &relay_storage::store::Condition::Always,
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("put: {e}"));
+    relay_tests::blobs::put_sealed(&c, "rot.bin", &bytes, &sha, &seal).await;
     let out_dir = Scratch::new("dl-rotout");
     let (out, v) = download(&relay, &[&format!("{c}/rot.bin")], &out_dir.0, &[]).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

@@ -13,7 +13,7 @@ use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Message};
 use relay_server::state::DownloadLimits;
 use relay_storage::store::{Commit, Condition};
-use relay_tests::blobs::{new_container, writer};
+use relay_tests::blobs::{new_container, put_sealed, writer};
 use relay_tests::download::{
     connect_with_window, fetch, fetch_of, list, read_rest, start_fetch, upload_raw,
 };
@@ -44,26 +44,6 @@ async fn relay(tag: &str, limits: DownloadLimits) -> (RelayHandle, String) {
         },
     );
     (relay, container)
-}
-
-/// A Put Blob straight to storage (not through the relay): its Content-MD5
-/// set by storage, its metadata what the caller says.
-async fn put_direct(container: &str, name: &str, data: &[u8], sha: &str, seal: &str) -> String {
-    let meta = BTreeMap::new();
-    writer(container, name)
-        .put_blob(
-            Bytes::copy_from_slice(data),
-            &Commit {
-                sha256_hex: sha,
-                seal,
-                content_type: None,
-                content_md5: None,
-                metadata: &meta,
-                condition: &Condition::Always,
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("put {name}: {e}"))
 }
 
 fn source(m: &Message) -> &relay_proto::protocol::Source {
@@ -129,7 +109,7 @@ async fn an_unsealed_blob_is_checked_by_its_content_md5_or_its_ranges() {
     // Metadata that claims a SHA-256 under another deployment's seal: storage
     // writers can set metadata, so the relay does not vouch for it.
     let forged = IdKey::random().seal(&c, "direct.bin", data.len() as u64, &sha);
-    put_direct(&c, "direct.bin", &data, &sha, &forged).await;
+    put_sealed(&c, "direct.bin", &data, &sha, &forged).await;
     let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "direct.bin")).await;
     let s = source(&got.first);
     assert_eq!(s.check, Check::ContentMd5);
@@ -186,7 +166,7 @@ async fn a_sealed_blob_whose_bytes_changed_is_sent_under_its_seal_for_the_client
     let mut rotten = data.clone();
     rotten[4 * MIB as usize + 7] ^= 0x10;
     let seal = relay.id_key().seal(&c, "rot.bin", data.len() as u64, &sha);
-    put_direct(&c, "rot.bin", &rotten, &sha, &seal).await;
+    put_sealed(&c, "rot.bin", &rotten, &sha, &seal).await;
     let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "rot.bin")).await;
     let s = source(&got.first);
     assert_eq!(
@@ -344,7 +324,7 @@ async fn a_blob_overwritten_mid_read_ends_in_changed_never_mixed() {
     let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "moving")).await;
     let etag = source(&first).etag.clone();
     let v2 = pattern((2 * MIB) as usize, 5);
-    let new_etag = put_direct(&c, "moving", &v2, "00", "none").await;
+    let new_etag = put_sealed(&c, "moving", &v2, "00", "none").await;
     assert_ne!(new_etag, etag);
     let got = read_rest(&mut recv, first).await;
     assert_eq!(got.end.as_ref().map(refusal), Some(Code::Changed));

@@ -90,15 +90,10 @@ async fn download_once(
                 crate::ui::progress::Output::Json,
                 true,
             ));
-            match crate::download::run(*a, reporter, crate::commands::interrupt::Interrupt::never())
-                .await
-            {
-                Ok(crate::commands::upload::Outcome::Done(summary)) => Ok(summary),
-                Ok(crate::commands::upload::Outcome::Interrupted { .. }) => {
-                    Err("interrupted".to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            }
+            super::finished(
+                crate::download::run(*a, reporter, crate::commands::interrupt::Interrupt::never())
+                    .await,
+            )
         }
         Ok(_) => Err("not a download".to_string()),
         Err(e) => Err(e.to_string()),

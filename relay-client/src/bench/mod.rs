@@ -255,19 +255,14 @@ async fn upload_once(
                 crate::ui::progress::Output::Json,
                 true,
             ));
-            match crate::commands::upload::run(
-                *a,
-                reporter,
-                crate::commands::interrupt::Interrupt::never(),
+            finished(
+                crate::commands::upload::run(
+                    *a,
+                    reporter,
+                    crate::commands::interrupt::Interrupt::never(),
+                )
+                .await,
             )
-            .await
-            {
-                Ok(crate::commands::upload::Outcome::Done(summary)) => Ok(summary),
-                Ok(crate::commands::upload::Outcome::Interrupted { .. }) => {
-                    Err("interrupted".to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            }
         }
         Ok(_) => Err("not an upload".to_string()),
         Err(e) => Err(e.to_string()),
@@ -380,6 +375,17 @@ async fn delete(
         }
     }
     deleted
+}
+
+/// A run's summary, or why there is none (the bench never interrupts a run).
+pub(crate) fn finished<E: std::fmt::Display>(
+    outcome: Result<crate::commands::upload::Outcome, E>,
+) -> Result<Summary, String> {
+    match outcome {
+        Ok(crate::commands::upload::Outcome::Done(summary)) => Ok(summary),
+        Ok(crate::commands::upload::Outcome::Interrupted { .. }) => Err("interrupted".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The flags that choose the way (through the relay, or `--direct` to

@@ -299,7 +299,7 @@ impl Session {
                 Code::Changed => self.restart("the blob changed while it was read"),
                 Code::NotFound => fail("not_found", format!("no such blob ({})", f.message), false),
                 code => Action::Fail(Failed {
-                    code: code_label(code),
+                    code: code.label(),
                     message: f.message,
                     retryable: code.is_retryable(),
                 }),
@@ -389,29 +389,6 @@ impl Session {
             format!("the {what} of the bytes written differs from the blob's; nothing placed"),
             false,
         )
-    }
-}
-
-/// A relay code as the report's `code` (`storage`, `forbidden`, ...).
-pub fn code_label(code: Code) -> &'static str {
-    match code {
-        Code::Unauthorized => "unauthorized",
-        Code::Forbidden => "forbidden",
-        Code::InvalidName => "invalid_name",
-        Code::InvalidOffer => "invalid_offer",
-        Code::UnsupportedVersion => "unsupported_version",
-        Code::TooLarge => "too_large",
-        Code::Exists => "exists",
-        Code::Busy => "busy",
-        Code::HashMismatch => "hash_mismatch",
-        Code::Truncated => "truncated",
-        Code::Conflict => "conflict",
-        Code::Storage => "storage",
-        Code::StorageRefused => "storage_refused",
-        Code::BadEncoding => "bad_encoding",
-        Code::NotFound => "not_found",
-        Code::Changed => "changed",
-        Code::Internal => "internal",
     }
 }
 

@@ -30,8 +30,8 @@ pub enum Reason {
     Code(Code),
 }
 
-/// Every code, in the order `/metrics` lists them. The match in `code_label` is
-/// exhaustive, so a new code fails to compile until it is named here too.
+/// Every code, in the order `/metrics` lists them. A new code fails to compile
+/// in `Code::label`'s exhaustive match first; name it here too.
 const CODES: [Code; 17] = [
     Code::Unauthorized,
     Code::Forbidden,
@@ -59,29 +59,6 @@ const FRAME_REASONS: [Reason; 4] = [
     Reason::ClosedEarly,
 ];
 
-/// The wire name of a code (as in the Reject's JSON).
-fn code_label(code: Code) -> &'static str {
-    match code {
-        Code::Unauthorized => "unauthorized",
-        Code::Forbidden => "forbidden",
-        Code::InvalidName => "invalid_name",
-        Code::InvalidOffer => "invalid_offer",
-        Code::UnsupportedVersion => "unsupported_version",
-        Code::TooLarge => "too_large",
-        Code::Exists => "exists",
-        Code::Busy => "busy",
-        Code::HashMismatch => "hash_mismatch",
-        Code::Truncated => "truncated",
-        Code::Conflict => "conflict",
-        Code::Storage => "storage",
-        Code::StorageRefused => "storage_refused",
-        Code::BadEncoding => "bad_encoding",
-        Code::NotFound => "not_found",
-        Code::Changed => "changed",
-        Code::Internal => "internal",
-    }
-}
-
 impl Reason {
     pub fn label(self) -> &'static str {
         match self {
@@ -89,7 +66,7 @@ impl Reason {
             Reason::NotOffer => "not_offer",
             Reason::OfferTimeout => "offer_timeout",
             Reason::ClosedEarly => "closed_early",
-            Reason::Code(c) => code_label(c),
+            Reason::Code(c) => c.label(),
         }
     }
 
@@ -115,7 +92,7 @@ impl Reason {
 pub(crate) const REASON_COUNT: usize = FRAME_REASONS.len() + CODES.len();
 
 fn code_index(code: Code) -> usize {
-    // Every code is in CODES (see `code_label`); the fallback is never taken.
+    // Every code is in CODES (see `Code::label`); the fallback is never taken.
     CODES.iter().position(|c| *c == code).unwrap_or_default()
 }
 
@@ -362,10 +339,10 @@ mod tests {
         assert!(out.contains("{reason=\"invalid_name\"} 2\n"), "{out}");
         assert!(out.contains("{reason=\"bad_frame\"} 0\n"), "{out}");
         for c in CODES {
-            assert_eq!(Reason::Code(c).label(), code_label(c));
+            assert_eq!(Reason::Code(c).label(), c.label());
             // Labels are the codes' wire names.
             let wire = serde_json::to_value(c).unwrap_or_default();
-            assert_eq!(wire.as_str(), Some(code_label(c)));
+            assert_eq!(wire.as_str(), Some(c.label()));
         }
     }
 }

@@ -170,6 +170,30 @@ pub enum Code {
 }
 
 impl Code {
+    /// The code's wire name (as serde writes it): the report's `code` and
+    /// the `reason` label of the relay's refusal metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Code::Unauthorized => "unauthorized",
+            Code::Forbidden => "forbidden",
+            Code::InvalidName => "invalid_name",
+            Code::InvalidOffer => "invalid_offer",
+            Code::UnsupportedVersion => "unsupported_version",
+            Code::TooLarge => "too_large",
+            Code::Exists => "exists",
+            Code::Busy => "busy",
+            Code::HashMismatch => "hash_mismatch",
+            Code::Truncated => "truncated",
+            Code::Conflict => "conflict",
+            Code::Storage => "storage",
+            Code::StorageRefused => "storage_refused",
+            Code::BadEncoding => "bad_encoding",
+            Code::NotFound => "not_found",
+            Code::Changed => "changed",
+            Code::Internal => "internal",
+        }
+    }
+
     /// Whether the client should try again later (possibly resuming).
     pub fn is_retryable(self) -> bool {
         matches!(
