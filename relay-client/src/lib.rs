@@ -4,12 +4,14 @@
 //! Layers, each importing only the ones below it (docs/ARCHITECTURE.md):
 //! `cli` (the command line) → the commands (`commands`, `download`, `watch`,
 //! `bench`) → `transfer` (one file's driver) → `relay` (the link to the relay)
-//! → `ui` (what the person sees); `sign_in` is a library beside them.
+//! → `ui` (what the person sees); `sign_in` and `index` (what this machine
+//! placed in a folder) are libraries beside them.
 
 pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod download;
+pub mod index;
 pub mod relay;
 pub mod sign_in;
 pub mod transfer;

@@ -328,10 +328,14 @@ where
                 "relay-client: {}",
                 stopped(&summary.totals, in_flight, in_flight_bytes, cause)
             );
+            let rerun = rerun_command(argv);
             eprintln!(
                 "relay-client: to resume, run the same command ({done} files are skipped as identical):\n  {}",
-                rerun_command(argv)
+                rerun.command
             );
+            if let Some(note) = rerun.note() {
+                eprintln!("relay-client: ({note})");
+            }
             ExitCode::from(EXIT_INTERRUPTED)
         }
         Err(e) => {

@@ -142,7 +142,18 @@ impl Config {
             sending: self.max_connections.max(1) as u64 * self.send_window(),
             pending: self.admission.max_pending.max(1) as u64
                 * (self.admission.window_before_auth + pending_state + INCOMING_BUFFER),
+            list_page: self
+                .download
+                .list_page_size(self.token_share_bytes())
+                .bytes(),
         }
+    }
+
+    /// One token's (or principal's) share of the budget (`--token-share`).
+    pub fn token_share_bytes(&self) -> u64 {
+        // Multiply first: 50 % of 64 MiB is exactly 32 MiB (two 16 MiB blocks).
+        (u128::from(self.budget.total_bytes()) * u128::from(self.token_share_percent.clamp(1, 100))
+            / 100) as u64
     }
 
     /// Bytes one connection may have sent and not yet had acknowledged.
@@ -324,6 +335,9 @@ pub struct MemoryBound {
     /// acknowledged (quinn's send buffer, outside the block budget).
     pub sending: u64,
     pub pending: u64,
+    /// What one listing page takes from the block budget while it is held
+    /// (inside `budget`, not a term of its own).
+    pub list_page: u64,
 }
 
 impl MemoryBound {
@@ -337,9 +351,10 @@ impl std::fmt::Display for MemoryBound {
         use relay_proto::size::format_size as s;
         write!(
             f,
-            "base {} + block budget {} + authenticated connections {} + their send buffers {} + pending connections {}",
+            "base {} + block budget {} (blocks, download ranges, listing pages of {} each) + authenticated connections {} + their send buffers {} + pending connections {}",
             s(self.base),
             s(self.budget),
+            s(self.list_page),
             s(self.authenticated),
             s(self.sending),
             s(self.pending)

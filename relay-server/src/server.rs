@@ -77,15 +77,12 @@ impl Relay {
         })?;
         let (stopping, stopping_rx) = watch::channel(false);
         let metrics = Metrics::default();
+        let token_share_bytes = cfg.token_share_bytes();
         // Every writer records its retries in the relay's metrics as they happen.
         let storage = cfg
             .storage
             .with_retry_counts(metrics.azure_retries.clone())
             .with_request_count(metrics.storage_requests.clone());
-        // Multiply first: 50 % of 64 MiB is exactly 32 MiB (two 16 MiB blocks).
-        let token_share_bytes = (u128::from(cfg.budget.total_bytes())
-            * u128::from(cfg.token_share_percent.clamp(1, 100))
-            / 100) as u64;
         Ok(Self {
             endpoint,
             stopping,

@@ -1,7 +1,8 @@
 """The rehearsal's download stage (docs/REHEARSAL.md): `relay-client download`
 from the bench VM through the balancer, the relays reading the uploads
-account with their managed identity over HTTPS, and a relay stopped in the
-middle of a download that the rerun resumes on the other relay. A mixin of
+account with their managed identity over HTTPS, a relay stopped in the
+middle of a download that the rerun resumes on the other relay, and two
+downloads of the same sources into one folder at once. A mixin of
 `rehearse.Rehearsal` (its VMs, deployer, balancer and unit-runner state) that
 uses the traffic stages' helpers (`client`, `flows_since`, `balancer_flows`).
 
@@ -33,6 +34,8 @@ BIG = 64 << 20
 STOP_AT = 16 << 20
 # Where the bench VM restores to (its last source segments: jobs/, dlstage/).
 RESTORE = "/root/restore"
+# Where two downloads of the same sources go at once.
+TWICE = "/root/restore-twice"
 # The relay's log line when SIGTERM has reached it (server.rs).
 SHUTTING_DOWN = "shutting down: no new transfers"
 # The relay's log lines of a fetch of big.bin: started (at which offset), ended.
@@ -50,6 +53,13 @@ def var_tokens(tokens: dict) -> tuple[str, dict]:
     return text, made
 
 
+def partial_name(container: str, blob: str) -> str:
+    """The partial file relay-client writes a blob to (download/place.rs):
+    `.relay-HEX.relay-partial`, HEX 128 bits of SHA-256(container, newline, blob)."""
+    identity = hashlib.sha256(container.encode() + b"\n" + blob.encode()).hexdigest()[:32]
+    return f".relay-{identity}.relay-partial"
+
+
 def reader_of(tokens: dict, container: str) -> str:
     """The name of a var.tokens entry that may read `container` (`:r`/`:rw`)."""
     for name, cs in tokens.items():
@@ -62,8 +72,8 @@ class DownloadStage:
     def download(self, sources: str, token: str, extra: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
         return self.vms["bench"].run(self.download_cmd(sources, token, extra), check=False, timeout=timeout)
 
-    def download_cmd(self, sources: str, token: str, extra: str = "") -> str:
-        return (f"export RELAY_TOKEN={token}; exec relay-client download {sources} --to {RESTORE} {extra} "
+    def download_cmd(self, sources: str, token: str, extra: str = "", to: str = RESTORE) -> str:
+        return (f"export RELAY_TOKEN={token}; exec relay-client download {sources} --to {to} {extra} "
                 f"--relay {infra.LB_IP}:{self.values['relay_port']} --relay-cert-sha256 {self.pki.relay_sha256()} --json")
 
     def bench_path(self, path: str) -> Path:
@@ -140,7 +150,7 @@ class DownloadStage:
         first = subprocess.Popen([*bench.nsenter(), "/bin/sh", "-c",
                                   self.download_cmd(sources, self.reader_token, "--stream-window 8MiB")],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        partial = self.bench_path(f"{RESTORE}/jobs/.big.bin.relay-partial")
+        partial = self.bench_path(f"{RESTORE}/jobs/{partial_name(readable, 'jobs/big.bin')}")
         try:
             victim = self.wait("the download's flow on a relay", lambda: next(
                 (n for n, used in self.flows_since(started).items() if used), None), 30)
@@ -208,7 +218,12 @@ class DownloadStage:
         check(not bench.run(f"find {RESTORE} -name '*.relay-partial*'").stdout.strip(), "partial files left")
         checks = sorted({f["check"] for f in files.values() if f.get("check")})
 
-        # 3. The relay back in rotation, as the later stages expect it.
+        # 3. Two downloads of the same sources into one fresh folder at once:
+        #    one writer per partial file, the other waits and then finds the
+        #    file placed; both end 0 and every file is its source's.
+        twice = self.twice_at_once(sources, want)
+
+        # 4. The relay back in rotation, as the later stages expect it.
         self.wait(f"{victim} back in rotation", lambda: self.balancer_flows()[victim].get("healthy"),
                   probe["interval_s"] * 3 + 10)
         n_down = sum(1 for f in files.values() if f.get("status") == "downloaded")
@@ -218,5 +233,46 @@ class DownloadStage:
                 f"client_token (write only) refused; {victim} stopped (then SIGKILL) while sending big.bin, "
                 f"{kept >> 20} MiB of it on disk: the "
                 f"rerun went to {other} and resumed at {resumed} bytes ({n_down} files fetched, the rest already "
-                f"whole), checks {', '.join(checks)}; every file's sha256 equals its source's; {victim} back in "
-                f"rotation")
+                f"whole), checks {', '.join(checks)}; every file's sha256 equals its source's; {twice}; {victim} "
+                f"back in rotation")
+
+    def twice_at_once(self, sources: str, want: dict) -> str:
+        """Two downloads of `sources` into one folder, started together: both
+        exit 0, every file is downloaded by one and downloaded or skipped by
+        the other, every file's sha256 equals its source's, no partial file
+        is left."""
+        bench = self.vms["bench"]
+        cmd = self.download_cmd(sources, self.reader_token, to=TWICE)
+        runs = [subprocess.Popen([*bench.nsenter(), "/bin/sh", "-c", cmd], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = []
+        try:
+            for r in runs:
+                outs.append(r.communicate(timeout=300))
+        except subprocess.TimeoutExpired:
+            raise StageFailed("two downloads at once: not finished within 300 s")
+        finally:
+            for r in runs:
+                if r.poll() is None:
+                    r.kill()
+                    r.communicate()
+        (self.logs / "download-twice.json").write_text("\n".join(out for out, _ in outs))
+        placed = {}
+        for i, (r, (out, err)) in enumerate(zip(runs, outs)):
+            check(r.returncode == 0, f"two downloads at once, run {i + 1}: exit {r.returncode}: "
+                  f"{(out + err).strip()[-400:]}")
+            for f in json.loads(out).get("files", []):
+                check(f.get("status") in ("downloaded", "skipped"), f"two downloads at once, run {i + 1}: {f}")
+                if f.get("status") == "downloaded":
+                    placed[f["path"]] = placed.get(f["path"], 0) + 1
+        mine = {p.replace(RESTORE, TWICE, 1): sha for p, sha in want.items()}
+        check(set(placed) == set(mine) and all(n == 1 for n in placed.values()),
+              f"two downloads at once: each file placed once, by one of them: {placed}")
+        sums = dict(reversed(line.split()) for line in
+                    bench.run(f"sha256sum {' '.join(sorted(mine))}").stdout.splitlines())
+        bad = {p: (sums.get(p), sha) for p, sha in mine.items() if sums.get(p) != sha}
+        check(not bad, f"two downloads at once: files differ from their sources: {bad}")
+        check(not bench.run(f"find {TWICE} -name '*.relay-partial*'").stdout.strip(),
+              "two downloads at once: partial files left")
+        return (f"two downloads of the same sources into one folder at once both exit 0, each of the "
+                f"{len(mine)} files placed once and its sha256 its source's")

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Fetch, List, Message, Receipt, Secret, Start, Trailer};
+use relay_proto::protocol::{
+    Fetch, List, ListEnd, Listing, Message, Receipt, Secret, Start, Trailer,
+};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
@@ -71,6 +73,7 @@ pub fn fetch_of(token: &str, container: &str, blob: &str) -> Fetch {
         blob: blob.into(),
         offset: 0,
         etag: None,
+        compress: None,
     }
 }
 
@@ -140,6 +143,68 @@ pub async fn fetch(conn: &quinn::Connection, f: Fetch) -> Fetched {
     read_rest(&mut recv, first).await
 }
 
+pub fn list_of(token: &str, container: &str, prefix: &str, marker: Option<String>) -> List {
+    List {
+        version: PROTOCOL_VERSION,
+        token: Secret(token.into()),
+        container: container.into(),
+        prefix: prefix.into(),
+        marker,
+    }
+}
+
+/// Opens a stream and sends `l`; the streams for the test to read on (or
+/// not: a client that never reads).
+pub async fn start_list(
+    conn: &quinn::Connection,
+    l: List,
+) -> (quinn::SendStream, quinn::RecvStream) {
+    let (mut send, recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
+    write_frame(&mut send, &Message::List(l))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = send.finish();
+    (send, recv)
+}
+
+/// What a List stream carried: its Listing frames, its ListEnd, or the frame
+/// that was neither (a Reject or Error).
+#[derive(Debug, Default)]
+pub struct Listed {
+    pub frames: Vec<Listing>,
+    pub end: Option<ListEnd>,
+    pub refused: Option<Message>,
+}
+
+impl Listed {
+    pub fn names(&self) -> Vec<String> {
+        self.frames
+            .iter()
+            .flat_map(|f| f.blobs.iter().map(|b| b.name.clone()))
+            .collect()
+    }
+}
+
+/// One List, start to end, frame by frame.
+pub async fn list_frames(conn: &quinn::Connection, l: List) -> Listed {
+    let (_send, mut recv) = start_list(conn, l).await;
+    let mut out = Listed::default();
+    loop {
+        match read_frame(&mut recv).await {
+            Ok(Message::Listing(l)) => out.frames.push(l),
+            Ok(Message::ListEnd(e)) => {
+                out.end = Some(e);
+                return out;
+            }
+            Ok(other) => {
+                out.refused = Some(other);
+                return out;
+            }
+            Err(e) => panic!("listing: {e}"),
+        }
+    }
+}
+
 /// One List, start to end: every name in order, the ListEnd's count, and
 /// the first frame if it was not a Listing or ListEnd (a Reject or Error).
 pub async fn list(
@@ -148,24 +213,6 @@ pub async fn list(
     container: &str,
     prefix: &str,
 ) -> (Vec<String>, Option<u64>, Option<Message>) {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
-    let l = List {
-        version: PROTOCOL_VERSION,
-        token: Secret(token.into()),
-        container: container.into(),
-        prefix: prefix.into(),
-    };
-    write_frame(&mut send, &Message::List(l))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let _ = send.finish();
-    let mut names = Vec::new();
-    loop {
-        match read_frame(&mut recv).await {
-            Ok(Message::Listing(l)) => names.extend(l.blobs.into_iter().map(|b| b.name)),
-            Ok(Message::ListEnd(e)) => return (names, Some(e.blobs), None),
-            Ok(other) => return (names, None, Some(other)),
-            Err(e) => panic!("listing: {e}"),
-        }
-    }
+    let got = list_frames(conn, list_of(token, container, prefix, None)).await;
+    (got.names(), got.end.map(|e| e.blobs), got.refused)
 }

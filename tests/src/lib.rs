@@ -2,20 +2,25 @@
 //! real `relay-client` binary, and real files. Shared by the end-to-end tests, the
 //! demo and the loopback benchmark.
 
+pub mod azcopy;
 pub mod azurite;
 pub mod blobs;
 pub mod datasets;
 pub mod download;
 pub mod download_client;
+pub mod download_local;
 pub mod entra_issuer;
 pub mod entra_sts;
 pub mod files;
 pub mod gate;
 pub mod hostile;
+pub mod hostile_relay;
 pub mod http;
 pub mod load;
+pub mod outputs;
 pub mod paced;
 pub mod proxy;
+pub mod read_faults;
 pub mod relay;
 pub mod standin;
 pub mod tls_pipe;
@@ -85,6 +90,12 @@ pub fn client_command(args: &[String], envs: &[(&str, &str)]) -> tokio::process:
             "blob-relay-tests-paths-{}.json",
             std::process::id()
         )),
+    );
+    // What the client keeps in $XDG_STATE_HOME (a download's index of what it
+    // placed) per test process, not in $HOME.
+    cmd.env(
+        "XDG_STATE_HOME",
+        std::env::temp_dir().join(format!("blob-relay-tests-state-{}", std::process::id())),
     );
     // Direct mode's key (resume and seals) per test process, not in $HOME.
     cmd.env(

@@ -6,11 +6,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use relay_client::download::place::{partial_name, sidecar_name};
 use relay_storage::blob::WriterOptions;
 use relay_storage::retry::Backoff;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::new_container;
-use relay_tests::download_client::{direct_flags, files_of, relay_flags, s, setup, upload};
+use relay_tests::download_client::{direct_flags, files_of, relay_flags, s, setup, tree, upload};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions};
@@ -21,6 +22,13 @@ const T: Duration = relay_tests::download_client::T;
 /// A relay behind the fault proxy that lists two blobs a page and gives up
 /// on a storage request after three attempts.
 async fn relay_behind_proxy(tag: &str) -> (FaultProxy, RelayHandle, String) {
+    relay_behind_proxy_with(tag, relay_server::TestHooks::default()).await
+}
+
+async fn relay_behind_proxy_with(
+    tag: &str,
+    hooks: relay_server::TestHooks,
+) -> (FaultProxy, RelayHandle, String) {
     let container = new_container(tag).await;
     let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
     let proxy = FaultProxy::start(azurite, Schedule::seeded(7)).await;
@@ -38,10 +46,85 @@ async fn relay_behind_proxy(tag: &str) -> (FaultProxy, RelayHandle, String) {
         RelayOptions {
             limited_to: format!("{container}:rw"),
             configure: Some(Box::new(|cfg| cfg.download.list_page = 2)),
+            hooks,
             ..Default::default()
         },
     );
     (proxy, relay, container)
+}
+
+/// Page two failing past the relay's retries, once.
+fn second_page_fails() -> Schedule {
+    Schedule {
+        script: vec![
+            (Op::ListBlobs, Fault::Delay(Duration::ZERO)),
+            (Op::ListBlobs, Fault::ServerBusy),
+            (Op::ListBlobs, Fault::ServerBusy),
+            (Op::ListBlobs, Fault::ServerBusy),
+        ],
+        ..Schedule::seeded(7)
+    }
+}
+
+/// A listing taken up at its marker by a relay that starts it over instead
+/// (one from before markers, met after a relay that hands them on, as in a
+/// rolling upgrade): the client stops that stream at its first frame, so no
+/// name is handed on twice, tries again within `--attempts`, and then fails
+/// the listing with a message that says why. Exit 1; what was listed before
+/// is downloaded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_starts_a_listing_over_hands_on_no_name_twice() {
+    let hooks = relay_server::TestHooks {
+        forgets_list_markers: true,
+        ..Default::default()
+    };
+    let (proxy, relay, c) = relay_behind_proxy_with("dl-forget", hooks).await;
+    let src = Scratch::new("dl-fsrc");
+    let mut want = Vec::new();
+    for i in 0..5u64 {
+        let name = format!("f{i}.bin");
+        let sha = write_random(&src.path(&format!("run/{name}")), 1000 + i, i);
+        want.push((format!("run/{name}"), sha));
+    }
+    upload(&relay, &src.path("run"), &c).await;
+    proxy.set_schedule(second_page_fails());
+    let out_dir = Scratch::new("dl-fout");
+    let mut a = s(&["download", &format!("{c}/run"), "--to"]);
+    a.extend(s(&[out_dir.0.to_str().unwrap_or_default(), "--json"]));
+    a.extend(s(&["--attempts", "2"]));
+    a.extend(relay_flags(&relay));
+    let out = run_client(&a, &[], T).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = summary(&out);
+    let mut downloaded = Vec::new();
+    let mut failed = Vec::new();
+    for f in files_of(&v) {
+        match f["status"].as_str() {
+            Some("downloaded") => {
+                downloaded.push(f["blob"].as_str().unwrap_or_default().to_string())
+            }
+            Some("failed") => failed.push(f["error"].clone()),
+            _ => panic!("{f}"),
+        }
+    }
+    downloaded.sort();
+    assert_eq!(
+        downloaded,
+        ["run/f0.bin", "run/f1.bin"],
+        "page one, once each"
+    );
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["code"], "protocol", "{failed:?}");
+    let why = failed[0]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("started the listing over"), "{why}");
+    assert_eq!(
+        tree(&out_dir.path("run")),
+        want[..2]
+            .iter()
+            .map(|(n, sha)| (n.trim_start_matches("run/").to_string(), sha.clone()))
+            .collect::<Vec<_>>()
+    );
+    relay.stop().await;
 }
 
 /// Storage fails the listing's second page past the relay's retries: the
@@ -61,16 +144,8 @@ async fn a_listing_lost_midway_is_taken_up_again() {
     }
     upload(&relay, &src.path("run"), &c).await;
     // Page 1 goes through; page 2 fails all three of the relay's attempts.
-    let lists_before = proxy.stats.requests_of(Op::Other);
-    proxy.set_schedule(Schedule {
-        script: vec![
-            (Op::Other, Fault::Delay(Duration::ZERO)),
-            (Op::Other, Fault::ServerBusy),
-            (Op::Other, Fault::ServerBusy),
-            (Op::Other, Fault::ServerBusy),
-        ],
-        ..Schedule::seeded(7)
-    });
+    let lists_before = proxy.stats.requests_of(Op::ListBlobs);
+    proxy.set_schedule(second_page_fails());
     let out_dir = Scratch::new("dl-lout");
     let mut a = s(&["download", &format!("{c}/run"), "--to"]);
     a.extend(s(&[out_dir.0.to_str().unwrap_or_default(), "--json"]));
@@ -95,9 +170,10 @@ async fn a_listing_lost_midway_is_taken_up_again() {
             "{name}"
         );
     }
-    // Three pages, the second failed three times, then the listing again.
-    let lists = proxy.stats.requests_of(Op::Other) - lists_before;
-    assert_eq!(lists, 1 + 3 + 3, "{lists}");
+    // Three pages, the second failed three times, then the listing taken
+    // up at the first page's marker: pages two and three.
+    let lists = proxy.stats.requests_of(Op::ListBlobs) - lists_before;
+    assert_eq!(lists, 1 + 3 + 2, "{lists}");
     relay.stop().await;
 }
 
@@ -136,13 +212,16 @@ async fn a_partial_resumes_whichever_form_its_sidecar_keeps_the_etag_in() {
     for (way, flags) in [("relay", relay_flags(&relay)), ("direct", direct_flags())] {
         for etag in [props.etag.clone(), bare.clone()] {
             let out_dir = Scratch::new("dl-eout");
-            std::fs::write(out_dir.path(".e.bin.relay-partial"), &data[..kept as usize])
-                .unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(
+                out_dir.path(&partial_name(&c, "e.bin")),
+                &data[..kept as usize],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             let sidecar = serde_json::json!({
                 "container": c, "blob": "e.bin", "etag": etag, "size": size,
             });
             std::fs::write(
-                out_dir.path(".e.bin.relay-partial.json"),
+                out_dir.path(&sidecar_name(&c, "e.bin")),
                 sidecar.to_string(),
             )
             .unwrap_or_else(|e| panic!("{e}"));

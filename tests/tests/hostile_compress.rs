@@ -97,7 +97,7 @@ async fn each_hostile_chunk_is_refused_and_publishes_nothing() {
         (
             "window",
             hostile::wide_window(),
-            "window beyond the relay's limit",
+            "window beyond the decoder's limit",
         ),
         ("dictionary", hostile::needs_dictionary(), "dictionary"),
         ("kind", hostile::unknown_kind(), "kind 9 is unknown"),

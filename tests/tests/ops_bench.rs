@@ -29,6 +29,9 @@ fn bench_args(relay: &RelayHandle, to: &str, work: &std::path::Path) -> Vec<Stri
         "2",
         "--connections",
         "4",
+        // Whatever the machine's PATH holds: these runs compare relay and
+        // direct (AzCopy beside them: bench_azcopy.rs).
+        "--no-azcopy",
         "--json",
         "--workdir",
         &work.to_string_lossy(),
@@ -283,4 +286,56 @@ async fn bench_download_compares_relay_and_direct_and_verifies_every_file() {
         "{text}"
     );
     assert!(!text.contains("no:"), "{text}");
+}
+
+/// `bench --download --from DIR`: the user's own files (a log file and an
+/// incompressible one) come back through the relay with compression, without
+/// it, and direct; every file on disk checked. The compressed row carried
+/// fewer bytes than the files (the first chunk of a blob is always a
+/// compressed sample, and logs shrink); the plain row says nothing of wire
+/// bytes; the user's files are never changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_download_from_a_directory_compares_compression_on_the_way_back() {
+    use relay_tests::datasets::DataSet;
+    let az = shared_azurite();
+    let (relay, container) = relay_tests::download_client::setup("benchdlfrom", None).await;
+    let dir = Scratch::new("benchdlfrom");
+    let from = dir.path("mine");
+    let logs = DataSet::Logs.write(&from.join("app.log"), 3 << 20, 8);
+    let random = DataSet::Random.write(&from.join("sub/photo.jpg"), (1 << 20) + 5, 8);
+    let env = [
+        ("RELAY_TOKEN", relay_tests::relay::LIMITED_TOKEN),
+        ("RELAY_STORAGE_URL", &*az.url()),
+        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    ];
+    let mut args = bench_args(&relay, &format!("{container}/df"), &dir.path("work"));
+    let i = args.iter().position(|a| a == "--runs").unwrap_or_default();
+    args[i + 1] = "1".into();
+    args.extend(["--from".to_string(), from.to_string_lossy().into_owned()]);
+    args.push("--download".into());
+    let out = run_client(&args, &env, Duration::from_secs(300)).await;
+    let report = summary(&out);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["direction"], "download", "{report}");
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    let methods: Vec<&str> = rows
+        .iter()
+        .map(|r| r["method"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(methods, ["relay", "relay-off", "direct"], "{report}");
+    let bytes = 3u64 * MIB_U64 + MIB_U64 + 5;
+    for r in &rows {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["files"], 2, "{r}");
+        assert_eq!(r["bytes"], bytes, "{r}");
+    }
+    let wire = rows[0]["wire_bytes"].as_u64();
+    assert!(wire.is_some_and(|w| w < bytes), "{}", rows[0]);
+    assert!(rows[1].get("wire_bytes").is_none(), "{}", rows[1]);
+    assert_eq!(relay_tests::files::sha256_file(&from.join("app.log")), logs);
+    assert_eq!(
+        relay_tests::files::sha256_file(&from.join("sub/photo.jpg")),
+        random
+    );
+    assert_eq!(report["deleted"], 2, "{report}");
 }

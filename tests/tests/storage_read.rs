@@ -137,3 +137,72 @@ async fn a_listing_pages_through_every_name_once() {
     names.sort();
     assert_eq!(seen, names);
 }
+
+/// Puts a one-byte blob whose properties make its List Blobs entry about
+/// 9 KiB of XML (a content type, disposition and cache control of 3 KiB
+/// each, as any writer of the container may set them).
+async fn put_with_long_properties(container: &str, name: &str) {
+    let sas = relay_storage::sas::account_sas(
+        relay_tests::DEV_ACCOUNT,
+        relay_tests::DEV_KEY,
+        time::OffsetDateTime::now_utc(),
+        time::Duration::hours(1),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("{}/{container}/{name}?{sas}", shared_azurite().url());
+    let long = "x".repeat(3 << 10);
+    let resp = reqwest::Client::new()
+        .put(&url)
+        .header("x-ms-blob-type", "BlockBlob")
+        .header("x-ms-version", "2021-08-06")
+        .header("x-ms-blob-content-type", format!("text/{long}"))
+        .header("x-ms-blob-content-disposition", format!("inline; {long}"))
+        .header("x-ms-blob-cache-control", format!("no-{long}"))
+        .body(b"x".to_vec())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("put {name}: {e}"));
+    assert!(resp.status().is_success(), "put {name}: {}", resp.status());
+}
+
+/// A page's answer is read into a buffer of its cap (4 KiB a name asked
+/// for): blobs whose entries are larger are asked for again a quarter as
+/// many at a time, so a page never holds more than its size allows; an
+/// answer for one name larger than the cap is refused, not read on.
+#[tokio::test]
+async fn a_page_whose_answer_is_over_its_cap_is_asked_again_for_fewer_names() {
+    relay_transport::install_crypto_provider();
+    let container = new_container("readcap").await;
+    let mut names: Vec<String> = (0..6).map(|i| format!("big/{i}")).collect();
+    for n in &names {
+        put_with_long_properties(&container, n).await;
+    }
+    let lister = shared_azurite()
+        .storage()
+        .lister(&container)
+        .expect("lister");
+    let mut seen = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        // Four names a page: a 16 KiB cap, under four 9 KiB entries.
+        let page = lister
+            .page("big/", marker.as_deref(), 4)
+            .await
+            .expect("page");
+        assert!(!page.blobs.is_empty() && page.blobs.len() < 4, "{page:?}");
+        seen.extend(page.blobs.into_iter().map(|b| b.name));
+        match page.next_marker {
+            Some(m) => marker = Some(m),
+            None => break,
+        }
+    }
+    names.sort();
+    assert_eq!(seen, names);
+    // Each page asked twice (4 names, over the cap; then 1), but the last:
+    // the one name left fits.
+    assert_eq!(lister.requests(), 2 * 5 + 1);
+    assert!(matches!(
+        lister.page("big/", None, 1).await,
+        Err(ReadError::AnswerTooLarge(4096))
+    ));
+}

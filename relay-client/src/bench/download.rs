@@ -2,8 +2,10 @@
 //! through the relay and untimed; then each run downloads all of them with the
 //! real `download` command (built from the flags a user would type) through the
 //! relay and, with storage credentials, straight from storage (`download
-//! --direct`), alternating which goes first, each into a fresh folder. Every
-//! file on disk is then hashed against the SHA-256 of what was generated.
+//! --direct`), alternating which goes first, each into a fresh folder. With
+//! `--from DIR` the relay also downloads with `--compress off` (`relay-off`),
+//! to show what compression buys on the way back. Every file on disk is then
+//! hashed against the SHA-256 of what was generated.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -20,6 +22,15 @@ use crate::ui::report::{Status, Summary};
 /// its last segment is the folder each download creates.
 pub(super) const STAGED: &str = "source";
 
+/// What the download runs compare: direct downloads (with storage
+/// credentials) and AzCopy (when it runs).
+pub(super) struct Others<'a> {
+    pub direct: bool,
+    pub azcopy: Option<&'a super::with_azcopy::Azcopy>,
+    pub note: &'a mut Option<crate::bench::table::AzcopyNote>,
+    pub storage: Option<&'a relay_storage::account::Storage>,
+}
+
 /// Puts the files at `staged` (CONTAINER/PREFIX), then downloads them
 /// `args.runs` times per method; one row per download.
 pub(super) async fn runs(
@@ -28,7 +39,7 @@ pub(super) async fn runs(
     paths: &[PathBuf],
     files: &[Generated],
     staged: &str,
-    direct: bool,
+    others: Others<'_>,
 ) -> Result<Vec<Row>, BenchError> {
     let argv = upload_argv(args, dir, paths, Method::Relay, staged);
     let put = upload_once(argv, files, Method::Relay, 0, staged.to_string()).await;
@@ -37,12 +48,34 @@ pub(super) async fn runs(
     }
     let mut rows = Vec::new();
     for run in 1..=args.runs {
-        // Nothing to compress on the way back: no relay-off row.
-        for method in order(run, direct, false) {
+        // A user's own files: with and without compression, as for upload.
+        for method in order(
+            run,
+            others.direct,
+            args.from.is_some(),
+            others.azcopy.is_some(),
+        ) {
             let into = dir.join(format!("download-{run}-{}", method.name()));
             let _ = std::fs::remove_dir_all(&into);
-            let argv = download_argv(args, dir, method, staged, &into);
-            rows.push(download_once(argv, files, method, run, staged, &into).await);
+            let row = match (method, others.azcopy) {
+                (Method::Azcopy, Some(azcopy)) => {
+                    let copy = super::with_azcopy::Copy {
+                        way: super::azcopy::Way::Download,
+                        local: &into,
+                        local_is_data_dir: false,
+                        remote: staged,
+                        files,
+                        run,
+                        work: dir,
+                    };
+                    super::with_azcopy::run_one(azcopy, copy, others.storage, others.note).await
+                }
+                _ => {
+                    let argv = download_argv(args, dir, method, staged, &into);
+                    download_once(argv, files, method, run, staged, &into).await
+                }
+            };
+            rows.push(row);
             // The next run's folder starts empty, and the disk holds one copy.
             let _ = std::fs::remove_dir_all(&into);
         }
@@ -66,6 +99,9 @@ fn download_argv(
         "--path-cache".into(),
         dir.join("paths.json").to_string_lossy().into_owned(),
     ]);
+    if method == Method::RelayOff {
+        v.extend(["--compress".into(), "off".into()]);
+    }
     v.extend(super::way_flags(args, method));
     v
 }
@@ -79,6 +115,7 @@ async fn download_once(
     into: &Path,
 ) -> Row {
     let bytes: u64 = files.iter().map(|f| f.size).sum();
+    let cpu0 = super::cpu::self_s();
     let t0 = Instant::now();
     let outcome = match Cli::try_parse_from(argv) {
         Ok(Cli {
@@ -99,6 +136,7 @@ async fn download_once(
         Err(e) => Err(e.to_string()),
     };
     let seconds = t0.elapsed().as_secs_f64();
+    let cpu_s = super::cpu::self_s() - cpu0;
     // The download's own folder: the source's last segment.
     let top = into.join(STAGED);
     let error = match &outcome {
@@ -119,7 +157,10 @@ async fn download_once(
         } else {
             0.0
         },
-        wire_bytes: None,
+        cpu_s,
+        cpu_s_per_gib: super::cpu::per_gib(cpu_s, bytes),
+        process_seconds: None,
+        wire_bytes: outcome.as_ref().ok().and_then(super::wire_bytes),
         verified: error.is_none(),
         destination: source.to_string(),
         quic: outcome.as_ref().ok().and_then(|s| s.quic),
@@ -141,7 +182,7 @@ fn failed_file(summary: &Summary) -> Option<String> {
 
 /// Why the folder does not hold exactly the generated files: one missing or
 /// whose SHA-256 differs (read back from disk, not taken from the report).
-async fn on_disk_differs(top: &Path, files: &[Generated]) -> Option<String> {
+pub(super) async fn on_disk_differs(top: &Path, files: &[Generated]) -> Option<String> {
     let (top, files) = (top.to_path_buf(), files.to_vec());
     let checked = tokio::task::spawn_blocking(move || {
         for f in &files {
@@ -228,6 +269,16 @@ mod tests {
         );
         assert_eq!(relay.connection.relay_connections, 3);
         assert!(!relay.direct);
+        assert_eq!(relay.compress, crate::transfer::compress::Mode::Auto);
+        let off = parsed(download_argv(
+            &args,
+            dir,
+            Method::RelayOff,
+            "c/p/source",
+            into,
+        ));
+        assert_eq!(off.compress, crate::transfer::compress::Mode::Off);
+        assert!(!off.direct && off.connection.relay.is_some());
         let direct = parsed(download_argv(
             &args,
             dir,

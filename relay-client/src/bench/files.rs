@@ -28,6 +28,10 @@ pub struct Shape {
 
 pub const SMALL_DIR: &str = "small";
 
+/// The folder of the bench's work folder that holds the generated files (and
+/// nothing else: AzCopy uploads its contents).
+pub const DATA_DIR: &str = "data";
+
 /// Writes the files under `dir` (created); returns them in upload order.
 pub fn generate(dir: &Path, shape: Shape) -> std::io::Result<Vec<Generated>> {
     std::fs::create_dir_all(dir.join(SMALL_DIR))?;

@@ -8,11 +8,16 @@
 //! blob against the SHA-256 of what it generated, deletes what it wrote unless
 //! `--keep`, and prints a table (or `--json`). Each upload is the real `upload`
 //! command, built from the same flags a user would type. `--download` measures
-//! the other direction (`download.rs`).
+//! the other direction (`download.rs`). When AzCopy is there (`--azcopy`, or
+//! on PATH) and a SAS can be had, it runs too, on the same files, verified
+//! alike (`with_azcopy.rs`); every row reports the CPU it cost per GiB.
 
+pub mod azcopy;
+mod cpu;
 mod download;
 mod files;
 mod table;
+mod with_azcopy;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +32,7 @@ use relay_storage::credentials::{CredentialError, EntraSource, EntraSourceError,
 use crate::cli::{BenchArgs, Cli, Command};
 use crate::ui::report::{Status, Summary};
 use files::{Generated, Shape};
-pub use table::{Direction, Method, Report, Row};
+pub use table::{AzcopyNote, Direction, Method, Report, Row};
 
 /// Why the bench could not run at all (a failed upload is a row, not this).
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +51,9 @@ enum BenchError {
     /// `--download`: the files could not be put in storage to be read back.
     #[error("cannot put the files in storage to download them: {0}")]
     Stage(String),
+    /// `--azcopy` was given and cannot run.
+    #[error("--azcopy: {0}")]
+    Azcopy(String),
 }
 
 /// Runs the bench; the exit status is 0 only if every run verified.
@@ -78,55 +86,38 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         .to
         .split_once('/')
         .map_or((args.to.as_str(), ""), |(c, p)| (c, p.trim_matches('/')));
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let base = [prefix, &format!("bench-{stamp}")]
-        .iter()
-        .filter(|p| !p.is_empty())
-        .copied()
-        .collect::<Vec<_>>()
-        .join("/");
+    let stamp = unix_seconds();
+    let base = run_prefix(prefix, stamp);
+    // What can refuse to start does so before any file is written.
+    let storage = args
+        .storage_url
+        .as_deref()
+        .map(|u| storage(u, args))
+        .transpose()?;
+    let (azcopy, mut azcopy_note) = with_azcopy::prepare(args)
+        .await
+        .map_err(BenchError::Azcopy)?;
     let own_dir = args.workdir.is_none();
     let dir = args.workdir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("blob-relay-bench-{}-{stamp}", std::process::id()))
     });
-    let shape = Shape {
-        large_size: args.large_size,
-        large_count: args.large_count,
-        small_size: args.small_size,
-        small_count: args.small_count,
-    };
-    let made = match &args.from {
-        Some(from) => files::from_dir(from).map(|f| (f, vec![from.clone()])),
-        None => files::generate(&dir, shape).map(|f| {
-            let paths = files::upload_paths(&dir, &f);
-            (f, paths)
-        }),
-    };
-    let (generated, paths) = made.map_err(|source| BenchError::Generate {
-        dir: args.from.clone().unwrap_or_else(|| dir.clone()),
-        source,
-    })?;
-    // The bench's own path memory lives in its work directory.
-    std::fs::create_dir_all(&dir).map_err(|source| BenchError::Generate {
-        dir: dir.clone(),
-        source,
-    })?;
-    let storage = match &args.storage_url {
-        Some(url) => Some(storage(url, args)?),
-        None => None,
-    };
-    let mut rows = Vec::new();
-    // The blob prefixes the runs wrote (each holds every file).
-    let mut written = Vec::new();
-    if args.download {
+    // Generated files live in a folder of their own, so that AzCopy can be
+    // given the folder's contents (the work folder also holds the path cache).
+    let data = dir.join(files::DATA_DIR);
+    let (generated, paths) = make_files(args, &dir, &data)?;
+    // The rows, and the blob prefixes the runs wrote (each holds every file).
+    let (rows, written) = if args.download {
         let staged = format!("{container}/{base}/{}", download::STAGED);
-        let runs = download::runs(args, &dir, &paths, &generated, &staged, storage.is_some());
-        let result = runs.await;
-        written.push(staged);
+        let others = download::Others {
+            direct: storage.is_some(),
+            azcopy: azcopy.as_ref(),
+            note: &mut azcopy_note,
+            storage: storage.as_ref(),
+        };
+        let result = download::runs(args, &dir, &paths, &generated, &staged, others).await;
+        let written = vec![staged];
         match result {
-            Ok(r) => rows = r,
+            Ok(rows) => (rows, written),
             Err(e) => {
                 if let (Some(s), false) = (&storage, args.keep) {
                     delete(s, container, &written, &generated).await;
@@ -138,15 +129,17 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
             }
         }
     } else {
-        for run in 1..=args.runs {
-            for method in order(run, storage.is_some(), args.from.is_some()) {
-                let dest = format!("{container}/{base}/run-{run}/{}", method.name());
-                let argv = upload_argv(args, &dir, &paths, method, &dest);
-                rows.push(upload_once(argv, &generated, method, run, dest.clone()).await);
-                written.push(dest);
-            }
-        }
-    }
+        let uploads = Uploads {
+            args,
+            dir: &dir,
+            data: &data,
+            paths: &paths,
+            files: &generated,
+            storage: storage.as_ref(),
+            azcopy: azcopy.as_ref(),
+        };
+        uploads.run(container, &base, &mut azcopy_note).await
+    };
     let rtt_ms = probe_rtt(args).await;
     let deleted = match (&storage, args.keep) {
         (Some(s), false) => delete(s, container, &written, &generated).await,
@@ -155,21 +148,122 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     if own_dir {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let ok = !rows.is_empty() && rows.iter().all(|r| r.verified);
     Ok(Report {
-        direction: if args.download {
-            Direction::Download
-        } else {
-            Direction::Upload
-        },
+        direction: Direction::of(args.download),
         direct_tcp_congestion: storage.as_ref().map(|_| tcp_congestion()),
-        ratio_relay_direct: table::ratio(&rows),
-        rows,
+        ratio_relay_azcopy: azcopy
+            .as_ref()
+            .and_then(|_| table::ratio(&rows, Method::Azcopy)),
+        azcopy: azcopy_note,
         rtt_ms,
         deleted,
         kept: args.keep || storage.is_none(),
-        ok,
+        ..Report::of(rows)
     })
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `PREFIX/bench-UNIXTIME` (or `bench-UNIXTIME` without a prefix): where
+/// this bench's runs write.
+fn run_prefix(prefix: &str, stamp: u64) -> String {
+    [prefix, &format!("bench-{stamp}")]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The files every run moves (generated into `data`, or `--from`'s), what
+/// `upload` is given for them, and the work folder `dir` made.
+fn make_files(
+    args: &BenchArgs,
+    dir: &std::path::Path,
+    data: &std::path::Path,
+) -> Result<(Vec<Generated>, Vec<PathBuf>), BenchError> {
+    let shape = Shape {
+        large_size: args.large_size,
+        large_count: args.large_count,
+        small_size: args.small_size,
+        small_count: args.small_count,
+    };
+    let made = match &args.from {
+        Some(from) => files::from_dir(from).map(|f| (f, vec![from.clone()])),
+        None => files::generate(data, shape).map(|f| {
+            let paths = files::upload_paths(data, &f);
+            (f, paths)
+        }),
+    };
+    let made = made.map_err(|source| BenchError::Generate {
+        dir: args.from.clone().unwrap_or_else(|| dir.to_path_buf()),
+        source,
+    })?;
+    // The bench's own path memory lives in its work directory.
+    std::fs::create_dir_all(dir).map_err(|source| BenchError::Generate {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    Ok(made)
+}
+
+/// What the upload runs share.
+struct Uploads<'a> {
+    args: &'a BenchArgs,
+    dir: &'a std::path::Path,
+    /// The generated files' folder.
+    data: &'a std::path::Path,
+    /// What `upload` is given.
+    paths: &'a [PathBuf],
+    files: &'a [Generated],
+    storage: Option<&'a Storage>,
+    azcopy: Option<&'a with_azcopy::Azcopy>,
+}
+
+impl Uploads<'_> {
+    /// Every method, `args.runs` times, in `order`: the rows, and the
+    /// CONTAINER/PREFIX each run wrote.
+    async fn run(
+        &self,
+        container: &str,
+        base: &str,
+        note: &mut Option<AzcopyNote>,
+    ) -> (Vec<Row>, Vec<String>) {
+        let (args, files) = (self.args, self.files);
+        let (mut rows, mut written) = (Vec::new(), Vec::new());
+        for run in 1..=args.runs {
+            let direct = self.storage.is_some();
+            let methods = order(run, direct, args.from.is_some(), self.azcopy.is_some());
+            for method in methods {
+                let dest = format!("{container}/{base}/run-{run}/{}", method.name());
+                let row = match (method, self.azcopy) {
+                    (Method::Azcopy, Some(a)) => {
+                        let copy = with_azcopy::Copy {
+                            way: azcopy::Way::Upload,
+                            local: args.from.as_deref().unwrap_or(self.data),
+                            local_is_data_dir: args.from.is_none(),
+                            remote: &dest,
+                            files,
+                            run,
+                            work: self.dir,
+                        };
+                        with_azcopy::run_one(a, copy, self.storage, note).await
+                    }
+                    _ => {
+                        let argv = upload_argv(args, self.dir, self.paths, method, &dest);
+                        upload_once(argv, files, method, run, dest.clone()).await
+                    }
+                };
+                rows.push(row);
+                written.push(dest);
+            }
+        }
+        (rows, written)
+    }
 }
 
 /// The TCP congestion control the direct runs' connections got: the system's
@@ -181,22 +275,27 @@ fn tcp_congestion() -> String {
         .unwrap_or_else(|| "the system default (not readable here)".to_string())
 }
 
-/// Odd runs start with the relay, even ones with direct upload, so neither
-/// always meets a cold (or warm) path and storage first. With `--from` the
-/// relay also runs without compression, next to the compressed run.
-fn order(run: u32, direct: bool, from: bool) -> Vec<Method> {
+/// Odd runs start with the relay, even ones end with it (direct upload, then
+/// AzCopy, reversed), so no method always meets a cold (or warm) path and
+/// storage first. With `--from` the relay also runs without compression,
+/// next to the compressed run.
+fn order(run: u32, direct: bool, from: bool, azcopy: bool) -> Vec<Method> {
     let mut relay = vec![Method::Relay];
     if from {
         relay.push(Method::RelayOff);
     }
-    if !direct {
-        return relay;
+    let mut others = Vec::new();
+    if direct {
+        others.push(Method::Direct);
+    }
+    if azcopy {
+        others.push(Method::Azcopy);
     }
     if run % 2 == 1 {
-        relay.push(Method::Direct);
-        relay
+        [relay, others].concat()
     } else {
-        [vec![Method::Direct], relay].concat()
+        others.reverse();
+        [others, relay].concat()
     }
 }
 
@@ -244,6 +343,7 @@ async fn upload_once(
     dest: String,
 ) -> Row {
     let bytes: u64 = files.iter().map(|f| f.size).sum();
+    let cpu0 = cpu::self_s();
     let t0 = Instant::now();
     let outcome = match Cli::try_parse_from(argv) {
         Ok(Cli {
@@ -268,6 +368,7 @@ async fn upload_once(
         Err(e) => Err(e.to_string()),
     };
     let seconds = t0.elapsed().as_secs_f64();
+    let cpu_s = cpu::self_s() - cpu0;
     let (verified, error) = match &outcome {
         Ok(summary) => match unverified(summary, files) {
             None => (true, None),
@@ -289,6 +390,9 @@ async fn upload_once(
         } else {
             0.0
         },
+        cpu_s,
+        cpu_s_per_gib: cpu::per_gib(cpu_s, bytes),
+        process_seconds: None,
         wire_bytes: outcome.as_ref().ok().and_then(wire_bytes),
         verified,
         destination: dest,
@@ -416,7 +520,8 @@ pub(crate) fn way_flags(args: &BenchArgs, method: Method) -> Vec<String> {
                 args.relay_connections.to_string(),
             ]);
         }
-        Method::Direct => {
+        // AzCopy runs are not `relay-client` command lines (with_azcopy.rs).
+        Method::Direct | Method::Azcopy => {
             opt("--storage-url", &args.storage_url);
             opt("--account-key", &args.account_key);
             v.extend(["--direct".into(), "--entra".into(), args.entra.clone()]);

@@ -56,8 +56,9 @@ pub enum Command {
     /// changes once it is complete (closed and unchanged for --settle), until stopped.
     #[command(after_long_help = WATCH_EXAMPLES)]
     Watch(Box<WatchArgs>),
-    /// Compare uploads through the relay with direct uploads from here: generated
-    /// files, alternating runs, verified, deleted afterwards unless --keep.
+    /// Compare uploads through the relay with direct uploads (and AzCopy) from
+    /// here: generated files, alternating runs, verified, deleted afterwards
+    /// unless --keep.
     Bench(Box<BenchArgs>),
     /// Print a shell completion script (e.g. `relay-client completions bash >
     /// /etc/bash_completion.d/relay-client`).
@@ -152,7 +153,7 @@ pub struct BenchArgs {
 
     /// Blob service URL for the direct runs, verification and clean-up; without
     /// it only the relay is measured and the blobs stay.
-    #[arg(long, env = "RELAY_STORAGE_URL")]
+    #[arg(long, env = "RELAY_STORAGE_URL", hide_env_values = true)]
     pub storage_url: Option<String>,
 
     /// Storage account key (a short-lived SAS is signed from it).
@@ -200,14 +201,38 @@ pub struct BenchArgs {
     /// Upload the files of this directory (only read, never changed) instead
     /// of generated random ones, through the relay with compression
     /// (`--compress auto`) and without (`relay-off`), and direct when storage
-    /// credentials are given: what compression buys on your own data.
+    /// credentials are given: what compression buys on your own data (with
+    /// `--download`, on the way back).
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
 
     /// Measure downloads instead: the files are put in storage once through
     /// the relay (untimed), then each run downloads them all through the relay
-    /// and, with storage credentials, straight from storage (`download
-    /// --direct`), into a fresh folder, every file checked by its SHA-256.
+    /// (with `--from`, also with `--compress off`) and, with storage
+    /// credentials, straight from storage (`download --direct`), into a fresh
+    /// folder, every file checked by its SHA-256.
     #[arg(long)]
     pub download: bool,
+
+    /// Also run AzCopy (this binary) on the same files, its defaults, each run
+    /// verified like the others [default: `azcopy` on PATH, if there is one].
+    /// Its SAS is signed from --account-key for one container with only the
+    /// permissions of the run (or taken from --azcopy-sas or the
+    /// --storage-url), and is never printed.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_azcopy")]
+    pub azcopy: Option<PathBuf>,
+
+    /// The SAS (query string, without `?`) AzCopy runs with, instead of one
+    /// signed from the account key: write to upload, read and list to download.
+    #[arg(
+        long,
+        env = "RELAY_AZCOPY_SAS",
+        hide_env_values = true,
+        value_name = "SAS"
+    )]
+    pub azcopy_sas: Option<String>,
+
+    /// Do not run AzCopy, even when it is on PATH.
+    #[arg(long)]
+    pub no_azcopy: bool,
 }

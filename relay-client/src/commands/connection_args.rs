@@ -127,7 +127,7 @@ pub struct ConnectionArgs {
     pub relay_connections: u64,
 
     /// With --direct: blob service URL (a SAS may be in the query).
-    #[arg(long, env = "RELAY_STORAGE_URL")]
+    #[arg(long, env = "RELAY_STORAGE_URL", hide_env_values = true)]
     pub storage_url: Option<String>,
 
     /// With --direct: storage account key (a short-lived SAS is signed from it).

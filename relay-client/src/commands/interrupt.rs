@@ -3,6 +3,7 @@
 //! that resumes); a second exits at once. Exit status 130 either way, as shells
 //! expect of SIGINT.
 
+use relay_proto::logsafe::hide_sas_signatures;
 use tokio::sync::watch;
 
 pub const EXIT_INTERRUPTED: u8 = 130;
@@ -56,11 +57,32 @@ impl Interrupt {
     }
 }
 
-/// The command line as typed, quoted for a POSIX shell, with secrets replaced by
-/// the environment variable that can carry them.
-pub fn rerun_command(args: &[String]) -> String {
+/// The command that resumes a stopped run: the command line as typed, quoted
+/// for a POSIX shell, with no secret in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerun {
+    pub command: String,
+    /// A SAS signature was shown as `sig=REDACTED`: the user puts theirs back.
+    pub sas_hidden: bool,
+}
+
+impl Rerun {
+    /// What to tell the user besides the command, if anything.
+    pub fn note(&self) -> Option<&'static str> {
+        self.sas_hidden.then_some(
+            "the SAS signature is shown as sig=REDACTED: put yours back, \
+             or give the whole URL in RELAY_STORAGE_URL and leave --storage-url out",
+        )
+    }
+}
+
+/// `args` as a rerun: the token and account key replaced by the environment
+/// variables that can carry them, and every SAS signature (in `--storage-url`,
+/// or anywhere else it was typed) hidden.
+pub fn rerun_command(args: &[String]) -> Rerun {
     let mut out: Vec<String> = Vec::new();
     let mut hide_next: Option<&str> = None;
+    let mut sas_hidden = false;
     for a in args {
         if let Some(var) = hide_next.take() {
             out.push(format!("\"${var}\""));
@@ -78,10 +100,17 @@ pub fn rerun_command(args: &[String]) -> String {
                 out.push(a.clone());
             }
             Some((flag, var)) => out.push(format!("{flag}=\"${var}\"")),
-            None => out.push(quote(a)),
+            None => {
+                let shown = hide_sas_signatures(a);
+                sas_hidden |= matches!(shown, std::borrow::Cow::Owned(_));
+                out.push(quote(&shown));
+            }
         }
     }
-    out.join(" ")
+    Rerun {
+        command: out.join(" "),
+        sas_hidden,
+    }
 }
 
 fn quote(a: &str) -> String {
@@ -116,10 +145,43 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let rerun = rerun_command(&args);
         assert_eq!(
-            rerun_command(&args),
+            rerun.command,
             "relay-client upload 'my data/' --token \"$RELAY_TOKEN\" \
              --account-key=\"$RELAY_ACCOUNT_KEY\" --include '*.txt' --to c/p"
+        );
+        assert_eq!(rerun.note(), None);
+    }
+
+    #[test]
+    fn a_sas_signature_is_hidden_wherever_it_was_typed() {
+        let args: Vec<String> = [
+            "relay-client",
+            "upload",
+            "d",
+            "--direct",
+            "--storage-url",
+            "https://acct.blob.core.windows.net/?sv=2022-11-02&sp=rw&sig=S3CRET%2B%3D",
+            "--storage-url=https://acct.blob.core.windows.net/?sig=S3CRET2&sv=1",
+            "--to",
+            "c",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let rerun = rerun_command(&args);
+        assert!(!rerun.command.contains("S3CRET"), "{}", rerun.command);
+        assert_eq!(
+            rerun.command,
+            "relay-client upload d --direct --storage-url \
+             'https://acct.blob.core.windows.net/?sv=2022-11-02&sp=rw&sig=REDACTED' \
+             '--storage-url=https://acct.blob.core.windows.net/?sig=REDACTED&sv=1' --to c"
+        );
+        assert!(
+            rerun
+                .note()
+                .is_some_and(|n| n.contains("RELAY_STORAGE_URL"))
         );
     }
 }

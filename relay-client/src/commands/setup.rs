@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use relay_proto::blob_name::MetadataError;
 use relay_proto::id_key::IdKeyError;
+use relay_proto::logsafe::hide_sas_signatures;
 use relay_proto::protocol::{Overwrite, Secret};
 use relay_storage::account::{ClientBuildError, Storage};
 use relay_storage::blob::{BlobError, WriterOptions};
 use relay_storage::credentials::{CredentialError, StorageAccess};
+use relay_storage::read::MAX_CHECKED_RANGE;
 use relay_storage::staging::Budget;
 use relay_storage::watch::Patience;
 use relay_transport::congestion::PathObserver;
@@ -27,6 +29,7 @@ use crate::relay::links::RelayLinks;
 use crate::relay::path_cache::{self, PathCache};
 use crate::sign_in::{Bearer, EntraToken, Flow, SignIn, SignInError};
 use crate::transfer::direct::Direct;
+use crate::transfer::direct_sizing::{self, Requests};
 use crate::transfer::filter::FilterError;
 use crate::transfer::manifest::ManifestError;
 use crate::transfer::mode::Mode;
@@ -43,16 +46,19 @@ pub enum SetupError {
     Sources(#[from] SourceErrors),
     #[error("--to: {0}")]
     Destination(#[from] DestinationError),
-    /// `--to` is a blob URL of another account than `--storage-url`'s.
+    /// `--to` (or a download's source) is a blob URL of another account than
+    /// `--storage-url`'s.
     #[error(
-        "--to names account {theirs:?} but --storage-url is account {}",
+        "{what} names account {theirs:?} but --storage-url is account {}",
         ours.as_deref().unwrap_or("(unknown)")
     )]
     AccountMismatch {
+        /// `--to`, or `source "URL"`.
+        what: String,
         theirs: String,
         ours: Option<String>,
     },
-    #[error("--storage-url {text:?}: {source}")]
+    #[error("--storage-url {:?}: {source}", hide_sas_signatures(text))]
     StorageUrl {
         text: String,
         source: url::ParseError,
@@ -129,16 +135,25 @@ pub enum SetupError {
 
 pub fn destination(args: &UploadArgs) -> Result<Destination, SetupError> {
     let dest = parse_destination(&args.to)?;
+    same_account(args, &dest, "--to")?;
+    Ok(dest)
+}
+
+/// In direct mode, a blob URL (`what`: `--to`, a download's source) must
+/// name `--storage-url`'s account: the credentials are that account's, and
+/// another account's blobs are not there.
+pub fn same_account(args: &UploadArgs, dest: &Destination, what: &str) -> Result<(), SetupError> {
     if let (Some(theirs), true) = (&dest.account, args.direct) {
         let ours = storage_account(args)?;
         if ours.as_deref() != Some(theirs.as_str()) {
             return Err(SetupError::AccountMismatch {
+                what: what.to_string(),
                 theirs: theirs.clone(),
                 ours,
             });
         }
     }
-    Ok(dest)
+    Ok(())
 }
 
 /// The account of `--storage-url`; a URL that also names a container is refused,
@@ -320,16 +335,21 @@ pub async fn direct_mode(
         .ok_or(SetupError::NoKeyFile)?;
     let id_key = relay_proto::id_key::IdKey::load_or_create(&key_file)?;
     let tcp_congestion = system_tcp_congestion();
-    let sizing = crate::transfer::direct_sizing::choose(
-        crate::transfer::direct_sizing::Path {
-            rtt,
-            tcp_congestion: tcp_congestion.as_deref(),
-        },
-        args.block_size,
-        args.connections
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        args.memory_budget,
-    );
+    let path = crate::transfer::direct_sizing::Path {
+        rtt,
+        tcp_congestion: tcp_congestion.as_deref(),
+    };
+    let connections = args
+        .connections
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let sizing = match args.requests {
+        Requests::Blocks => {
+            direct_sizing::choose(path, args.block_size, connections, args.memory_budget)
+        }
+        Requests::Ranges => {
+            direct_sizing::ranges(path, MAX_CHECKED_RANGE, connections, args.memory_budget)
+        }
+    };
     if !args.quiet {
         eprintln!("relay-client: direct: {}", sizing.why);
     }
@@ -388,13 +408,14 @@ async fn check_access(
     container: &str,
     warm: usize,
 ) -> Result<Option<Duration>, SetupError> {
+    // Quick retries, the stall timeout of the flags (`--storage-stall-timeout`).
     let quick = WriterOptions {
         backoff: relay_storage::retry::Backoff {
             initial: Duration::from_millis(200),
             cap: Duration::from_secs(1),
             max_attempts: 2,
         },
-        ..WriterOptions::default()
+        ..storage.writer_options().clone()
     };
     let storage = storage.with_writer_options(&quick);
     let sample = tokio::spawn(tcp_round_trip(storage.access().service_url.clone()));

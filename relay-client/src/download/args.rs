@@ -5,8 +5,12 @@
 use clap::{Args, FromArgMatches};
 use std::path::PathBuf;
 
+use relay_proto::logsafe::hide_sas_signatures;
+
 use crate::commands::args::{OverwriteMode, UploadArgs};
 use crate::commands::connection_args::ConnectionArgs;
+use crate::commands::setup::SetupError;
+use crate::transfer::destination::{Destination, parse_destination};
 
 #[derive(Debug, Args)]
 pub struct DownloadArgs {
@@ -79,9 +83,72 @@ pub struct DownloadArgs {
     pub quiet: bool,
 
     /// Attempts per file for retryable failures (lost connection, relay
-    /// restart, storage 5xx); each resumes from what is on disk.
+    /// restart, storage 5xx, bytes that fail their check); each resumes from
+    /// what is on disk.
     #[arg(long, default_value_t = 6)]
     pub attempts: u32,
+
+    /// The mask for the files and folders the download makes, in octal
+    /// (077: private to you; 002: writable by your group) [default: the
+    /// process's umask, as cp and rclone]. Partial files are always private.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_umask)]
+    pub umask: Option<u32>,
+
+    /// This machine's index of what it placed in DIR (SQLite), with which a
+    /// rerun compares a file whose blob carries no checksum [default:
+    /// $XDG_STATE_HOME/blob-relay/download-index-HASH.sqlite, one per DIR].
+    /// Safe to delete.
+    #[arg(long, value_name = "FILE")]
+    pub index: Option<PathBuf>,
+
+    /// Keep no index: a rerun cannot compare a file whose blob carries no
+    /// SHA-256 or MD5 (it is refused as `exists` without --overwrite).
+    #[arg(long, conflicts_with = "index")]
+    pub no_index: bool,
+
+    /// Compressed on the wire: auto (the relay compresses each 1 MiB chunk
+    /// that shrinks, at a zstd level the link leaves time for; already
+    /// compressed data goes as it is), zstd (every chunk that shrinks, level
+    /// 3), off. Used only with a relay that announces it; the file always
+    /// holds the blob's own bytes.
+    #[arg(long, value_enum, default_value_t = crate::transfer::compress::Mode::Auto)]
+    pub compress: crate::transfer::compress::Mode,
+
+    /// With --direct: how long a storage read may go without progress before
+    /// it is abandoned and sent again: no answer this long after it was sent,
+    /// or no byte more of its answer for this long. A slow read that keeps
+    /// moving is never abandoned. (Through a relay, the relay's own
+    /// --storage-stall-timeout applies.)
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_stall_timeout: std::time::Duration,
+
+    /// With --direct: ranges (of 4 MiB) read at once per file [default: from
+    /// the measured round trip to storage, storage's TCP taken as loss-based:
+    /// 8 near storage (< 20 ms), 16 up to 60 ms, 32 beyond].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024), requires = "direct")]
+    pub connections: Option<u64>,
+
+    /// With --direct: memory for ranges read and not yet written, all files
+    /// together (each range takes its 4 MiB before it is asked for).
+    #[arg(long, default_value = "512MiB", value_parser = range_budget, requires = "direct")]
+    pub memory_budget: u64,
+}
+
+/// `--umask`: an octal mask of permission bits (`022`, `0077`).
+fn parse_umask(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{s:?}: an octal mask from 000 to 777, e.g. 022 or 077"))
+}
+
+/// `--memory-budget`: a size that holds at least one range.
+fn range_budget(text: &str) -> Result<u64, String> {
+    let bytes = crate::ui::units::size(text).map_err(|e| e.to_string())?;
+    if bytes < relay_storage::read::MAX_CHECKED_RANGE {
+        return Err("must hold one 4 MiB range".into());
+    }
+    Ok(bytes)
 }
 
 pub const DOWNLOAD_EXAMPLES: &str = "Examples:
@@ -97,17 +164,49 @@ pub const DOWNLOAD_EXAMPLES: &str = "Examples:
   # partial ones resume where they stopped:
   relay-client download results/2026/run1 --to restore --relay HOST:4433 ...
 
-Each file is written as DIR/.../.NAME.relay-partial and renamed into place only
-after its bytes are verified: a blob the relay sealed on upload by its SHA-256,
-another by its Content-MD5, else by storage's checksum of every range read (the
-report's `check` says which). Blob names that would leave DIR (`..`, a leading
-`/`, backslashes, control characters, empty segments) are refused per file, and
-no symbolic link inside DIR is followed.
+Each file is written to a private partial file (DIR/.../.relay-HEX.relay-partial,
+one writer at a time) and renamed into place only after its bytes are verified:
+a blob the relay sealed on upload by its SHA-256, another by its Content-MD5,
+else by storage's checksum of every range read (the report's `check` says
+which); never over a file that appeared meanwhile. A rerun skips files it can
+tell are identical (`compared`: sha256, md5, or this machine's index of what it
+placed). Blob names that would leave DIR (`..`, a leading `/`, backslashes,
+control characters, empty segments) are refused per file, and no symbolic link
+inside DIR is followed.
 
 Exit status: 0 when every file was downloaded and verified or skipped; 1 when
 any file failed; 2 for usage or setup errors (bad flags, relay unreachable,
 token or grant refused); 130 when interrupted (Ctrl-C, or the relay unreachable
 for longer than --patience; the message says how to resume).";
+
+/// The sources as given: `CONTAINER[/PREFIX]` or blob URLs (percent-decoded,
+/// `transfer::destination`). One that names nothing is a usage error (exit 2),
+/// quoted without its SAS signature.
+pub fn sources(given: &[String]) -> Result<Vec<Destination>, SetupError> {
+    given
+        .iter()
+        .map(|s| {
+            parse_destination(s).map_err(|e| {
+                SetupError::Refused(format!("source {:?}: {e}", hide_sas_signatures(s)))
+            })
+        })
+        .collect()
+}
+
+/// With `--direct`, every source given as a blob URL must be of
+/// `--storage-url`'s account, not only the first: each is read with that
+/// account's credentials.
+pub fn same_account(
+    uargs: &UploadArgs,
+    given: &[String],
+    sources: &[Destination],
+) -> Result<(), SetupError> {
+    for (text, dest) in given.iter().zip(sources) {
+        let what = format!("source {:?}", hide_sas_signatures(text));
+        crate::commands::setup::same_account(uargs, dest, &what)?;
+    }
+    Ok(())
+}
 
 /// The `UploadArgs` that carry these connection flags, for `setup::mode`:
 /// parsed from a minimal command line (so options `download` does not have
@@ -120,8 +219,12 @@ pub fn connection(a: &DownloadArgs, container: &str) -> Result<UploadArgs, clap:
     u.connection = a.connection.clone();
     u.direct = a.direct;
     u.quiet = a.quiet;
-    // Nothing is compressed on the way back yet: do not announce it.
-    u.compress = crate::transfer::compress::Mode::Off;
+    u.storage_stall_timeout = a.storage_stall_timeout;
+    u.connections = a.connections;
+    u.memory_budget = a.memory_budget;
+    u.requests = crate::transfer::direct_sizing::Requests::Ranges;
+    // Announced in the handshake, then asked for in each Fetch.
+    u.compress = a.compress;
     Ok(u)
 }
 
@@ -134,6 +237,40 @@ mod tests {
     struct T {
         #[command(flatten)]
         d: DownloadArgs,
+    }
+
+    #[test]
+    fn every_sources_account_is_checked_in_direct_mode() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "x",
+                "--to",
+                "out",
+                "--relay",
+                "h:1",
+                "--storage-url",
+                "https://acct.blob.core.windows.net",
+            ];
+            argv.extend_from_slice(extra);
+            T::try_parse_from(argv).expect("parse").d
+        };
+        let check = |d: &DownloadArgs| {
+            let srcs = sources(&d.sources)?;
+            let u = connection(d, &srcs[0].container)
+                .map_err(|e| SetupError::Refused(e.to_string()))?;
+            same_account(&u, &d.sources, &srcs)
+        };
+        let ours = "https://acct.blob.core.windows.net/c1x/a";
+        let theirs = "https://other.blob.core.windows.net/c1x/b";
+        let d = parse(&[ours, "c1x/p", theirs, "--direct"]);
+        let e = check(&d).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            e,
+            format!("source {theirs:?} names account \"other\" but --storage-url is account acct")
+        );
+        assert!(check(&parse(&[ours, "c1x/p", "--direct"])).is_ok());
+        // Through the relay the relay's own account is read: nothing to compare.
+        assert!(check(&parse(&[ours, theirs])).is_ok());
     }
 
     #[test]
@@ -154,6 +291,8 @@ mod tests {
             "3",
             "--max-rate",
             "50",
+            "--storage-stall-timeout",
+            "2s",
         ])
         .expect("parse");
         let u = connection(&t.d, "c").expect("upload args");
@@ -165,5 +304,27 @@ mod tests {
         assert_eq!(c.relay_connections, 3);
         assert_eq!(c.max_rate, Some(50.0));
         assert!(!u.direct);
+        assert_eq!(u.storage_stall_timeout, std::time::Duration::from_secs(2));
+    }
+
+    /// `--compress` reaches the connection's setup (which announces it in
+    /// the handshake only when it is not `off`), `auto` unless given.
+    #[test]
+    fn compress_is_upload_s_flag_and_reaches_the_setup() {
+        use crate::transfer::compress::Mode;
+        for (given, want) in [
+            (None, Mode::Auto),
+            (Some("zstd"), Mode::Zstd),
+            (Some("off"), Mode::Off),
+        ] {
+            let mut argv = vec!["x", "c/p", "--to", "out", "--relay", "h:1"];
+            if let Some(g) = given {
+                argv.extend(["--compress", g]);
+            }
+            let t = T::try_parse_from(argv).expect("parse");
+            assert_eq!(t.d.compress, want, "{given:?}");
+            assert_eq!(connection(&t.d, "c").expect("upload args").compress, want);
+        }
+        assert!(T::try_parse_from(["x", "c", "--to", "o", "--compress", "gzip"]).is_err());
     }
 }

@@ -1,10 +1,14 @@
 //! `download --direct`: the same files, straight from storage over HTTPS (the
 //! baseline, and the way where UDP is blocked). The blob's properties stand in
-//! for the relay's `Source`; its bytes come as ranges of at most 4 MiB, a few
-//! in flight, each read under `If-Match` on the version the download started
-//! with and checked against storage's MD5 of the range before it is used
-//! (`relay_storage::read`). A blob sealed with this user's direct-mode key is
-//! checked by its SHA-256, one with a Content-MD5 by its MD5.
+//! for the relay's `Source`; its bytes come as ranges of at most 4 MiB, as
+//! many in flight per file as the path needs (`direct_sizing::ranges`: each
+//! range is a request on a TCP connection of its own, and far from storage a
+//! loss-based controller needs many of them), each read under `If-Match` on
+//! the version the download started with and checked against storage's MD5
+//! of the range before it is used (`relay_storage::read`). A range takes its
+//! memory from the run's budget (`--memory-budget`) before it is asked for and
+//! gives it back once its bytes are written. A blob sealed with this user's
+//! direct-mode key is checked by its SHA-256, one with a Content-MD5 by its MD5.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,21 +18,23 @@ use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Failure, Listed, Source};
 use relay_storage::account::Storage;
 use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError};
-use tokio::sync::mpsc;
+use relay_storage::staging::Budget;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::task::JoinHandle;
 
 use super::fetch::{Body, Next, Stream};
 use crate::ui::report::FileError;
 
-/// Ranges one file has in flight: its memory is this × 4 MiB.
-pub const RANGES_IN_FLIGHT: usize = 4;
-
-/// Blobs per List Blobs page.
-const PAGE: u32 = 1000;
+/// Blobs per List Blobs page: 10.7 MiB at most (`PageSize::bytes`).
+const PAGE: u32 = relay_storage::listing::DEFAULT_PAGE_NAMES;
 
 pub struct DirectReads {
     pub storage: Storage,
     pub id_key: IdKey,
+    /// Ranges one file has in flight (`direct_sizing::ranges`).
+    pub ranges_in_flight: usize,
+    /// Memory for ranges read and not yet written, shared by every file.
+    pub budget: Budget,
 }
 
 fn refusal(code: Code, message: &str) -> Failure {
@@ -46,7 +52,9 @@ fn read_error(e: ReadError) -> Result<Failure, FileError> {
     match e {
         ReadError::NotFound => Ok(refusal(Code::NotFound, "no such blob")),
         ReadError::Changed => Ok(refusal(Code::Changed, "the blob changed while it was read")),
-        ReadError::RangeTooLarge(_) => Err(FileError::new("internal", e.to_string(), false)),
+        ReadError::RangeTooLarge(_) | ReadError::AnswerTooLarge(_) => {
+            Err(FileError::new("internal", e.to_string(), false))
+        }
         ReadError::Storage(e) => {
             let retry = e.status.is_none_or(|s| s >= 500 || s == 408 || s == 429);
             Err(FileError::new("storage", e.to_string(), retry))
@@ -96,13 +104,17 @@ impl DirectReads {
             content_md5: md5,
             content_type: props.content_type.clone(),
             last_modified: props.last_modified,
+            encoding: None,
         };
         let ranges = Ranges {
             reader: Arc::new(reader),
             etag: props.etag,
             next: from,
             size: props.size,
+            in_flight: self.ranges_in_flight.max(1),
+            budget: self.budget.clone(),
             inflight: VecDeque::new(),
+            held: None,
             check: RangeCheck::for_check(check),
             checked: 0,
         };
@@ -113,13 +125,23 @@ impl DirectReads {
     }
 }
 
+/// A range read, with the memory it holds; or storage's refusal (the blob
+/// gone or changed), or a failure.
+type RangeRead = Result<(Bytes, OwnedSemaphorePermit), Result<Failure, FileError>>;
+
 /// A blob's bytes as checked ranges, read a few ahead, handed out in order.
 pub struct Ranges {
     reader: Arc<BlobReader>,
     etag: String,
     next: u64,
     size: u64,
-    inflight: VecDeque<JoinHandle<Result<Bytes, ReadError>>>,
+    /// Ranges read ahead at most.
+    in_flight: usize,
+    budget: Budget,
+    inflight: VecDeque<JoinHandle<RangeRead>>,
+    /// The memory of the range handed out last, until its bytes are written
+    /// (the next call).
+    held: Option<OwnedSemaphorePermit>,
     check: RangeCheck,
     checked: u64,
 }
@@ -134,8 +156,24 @@ impl Drop for Ranges {
 
 impl Ranges {
     pub(super) async fn next(&mut self) -> Result<Next, FileError> {
-        while self.inflight.len() < RANGES_IN_FLIGHT && self.next < self.size {
+        // The last range's bytes are written by now.
+        self.held = None;
+        while self.inflight.len() < self.in_flight && self.next < self.size {
             let len = (self.size - self.next).min(MAX_CHECKED_RANGE);
+            // A file waits for memory only with nothing in flight (and so
+            // holding none): one that waited with ranges in hand could hold
+            // memory others wait for while it waits for theirs.
+            let memory = if self.inflight.is_empty() {
+                self.budget
+                    .take(len)
+                    .await
+                    .map_err(|e| FileError::new("internal", e.to_string(), false))?
+            } else {
+                match self.budget.try_take(len) {
+                    Some(memory) => memory,
+                    None => break,
+                }
+            };
             let (reader, etag, at, check) = (
                 self.reader.clone(),
                 self.etag.clone(),
@@ -143,7 +181,10 @@ impl Ranges {
                 self.check,
             );
             self.inflight.push_back(tokio::spawn(async move {
-                reader.range(&etag, at, len, check).await
+                match reader.range(&etag, at, len, check).await {
+                    Ok(bytes) => Ok((bytes, memory)),
+                    Err(e) => Err(read_error(e)),
+                }
             }));
             self.next += len;
         }
@@ -153,20 +194,21 @@ impl Ranges {
             });
         };
         match h.await {
-            Ok(Ok(bytes)) => {
+            Ok(Ok((bytes, memory))) => {
                 if self.check == RangeCheck::StorageMd5 {
                     self.checked += 1;
                 }
+                self.held = Some(memory);
                 Ok(Next::Bytes(bytes))
             }
-            Ok(Err(e)) => read_error(e).map(Next::Refused),
+            Ok(Err(refused)) => refused.map(Next::Refused),
             Err(e) => Err(FileError::new("internal", e.to_string(), false)),
         }
     }
 }
 
-/// Lists `container` under `prefix` into `tx`, a page at a time, past the
-/// names `cursor` has handed on already.
+/// Lists `container` under `prefix` into `tx`, a page at a time, from
+/// `cursor`'s marker and past the names it has handed on already.
 pub async fn list(
     storage: &Storage,
     container: &str,
@@ -177,9 +219,8 @@ pub async fn list(
     let lister = storage
         .lister(container)
         .map_err(|e| FileError::new("storage", e.to_string(), false))?;
-    let mut marker: Option<String> = None;
     loop {
-        let page = match lister.page(prefix, marker.as_deref(), PAGE).await {
+        let page = match lister.page(prefix, cursor.marker(), PAGE).await {
             Ok(p) => p,
             Err(ReadError::NotFound) => {
                 return Err(FileError::new(
@@ -212,7 +253,7 @@ pub async fn list(
             cursor.hand(&name);
         }
         match page.next_marker {
-            Some(m) if !m.is_empty() => marker = Some(m),
+            Some(m) if !m.is_empty() => cursor.page_ended(m),
             _ => return Ok(()),
         }
     }

@@ -1,7 +1,7 @@
-//! One blob through the relay: the driver of `session`. It looks at what is on
-//! disk, performs each action (hash the local file, open a `Fetch` stream,
-//! receive its sections into the partial file, place it) and feeds back what
-//! happened; every decision is the session's.
+//! One blob's bytes: what a download shares with the run (`Target`), a
+//! `Fetch` stream through the relay (or `--direct`'s ranges) and its
+//! sections, received into the partial file while they are hashed. The
+//! driver of the session, one attempt at a time, is `attempt`.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Instant;
@@ -10,15 +10,15 @@ use indicatif::ProgressBar;
 use md5::Md5;
 use quinn::{Connection, RecvStream, SendStream};
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Check, Fetch, Message, Source, app_error};
+use relay_proto::protocol::{Check, Encoding, Fetch, Message, Source, app_error};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
-use super::partial::{self, Sidecar};
-use super::place::{partial_name, sidecar_name};
+use super::inflating::{Inflating, Slot, Wire, ask};
 use super::safe_fs::{Entry, Folder, FsError};
-use super::session::{Action, Blob, Event, Failed, Hashes, Local, Session};
+use super::session::{Blob, Compared, Hashes, Local};
 use crate::commands::args::OverwriteMode;
+use crate::index::Index;
 use crate::relay::open_turns::OpenTurns;
 use crate::sign_in::Bearer;
 use crate::transfer::send::sign_in_failed;
@@ -26,7 +26,7 @@ use crate::ui::report::FileError;
 
 /// The largest piece of a section read from QUIC at once (no copy: quinn's own
 /// buffer), so a file's memory is this, not its size.
-const READ_CHUNK: usize = 1 << 20;
+pub(super) const READ_CHUNK: usize = 1 << 20;
 
 /// What one file shares with the run.
 pub struct Target<'a> {
@@ -40,6 +40,15 @@ pub struct Target<'a> {
     pub overwrite: OverwriteMode,
     /// Bytes of this blob received so far, over every attempt of the run.
     pub received: std::sync::atomic::AtomicU64,
+    /// This machine's index of the destination folder (none: `--no-index`,
+    /// or it could not be opened), and the file's path in it.
+    pub index: Option<&'a Index>,
+    pub index_path: String,
+    /// How long to wait for another writer of the partial file that makes
+    /// no progress (`--patience`).
+    pub patience: std::time::Duration,
+    /// The bytes that carried them, when some came compressed.
+    pub wire: std::sync::Arc<Wire>,
 }
 
 /// How a file ended.
@@ -55,31 +64,35 @@ pub enum Done {
         received: u64,
         /// MD5 (hex) of the written file.
         md5: String,
+        /// The bytes that carried `received`, if some came compressed.
+        wire: Option<u64>,
     },
     Skipped {
         reason: String,
         etag: String,
+        compared: Compared,
     },
 }
 
-fn lost(e: impl std::fmt::Display) -> FileError {
+pub(super) fn lost(e: impl std::fmt::Display) -> FileError {
     FileError::new("connection", format!("connection to relay lost: {e}"), true)
 }
 
-fn fs(e: FsError) -> FileError {
+pub(super) fn fs(e: FsError) -> FileError {
     let retry = false;
     FileError::new(e.code(), e.to_string(), retry)
 }
 
-fn failed(f: Failed) -> FileError {
-    FileError::new(f.code, f.message, f.retryable)
-}
-
-/// What is at the final name, as the session sees it.
+/// What is at the final name, as the session sees it (nothing asked of the
+/// index: `--dry-run`).
 pub fn local(folder: &Folder, leaf: &str) -> Result<Local, FileError> {
     Ok(match folder.entry(leaf).map_err(fs)? {
         Entry::Absent => Local::Absent,
-        Entry::File { size, mtime } => Local::File { size, mtime },
+        Entry::File(st) => Local::File {
+            size: st.size,
+            mtime: st.mtime(),
+            indexed: false,
+        },
         Entry::Folder => Local::Folder,
         Entry::Symlink => Local::Symlink,
         Entry::Other => Local::Other,
@@ -89,10 +102,12 @@ pub fn local(folder: &Folder, leaf: &str) -> Result<Local, FileError> {
 /// Where a file's bytes come from.
 #[derive(Clone, Copy)]
 pub enum Way<'a> {
-    /// A `Fetch` stream on this relay connection.
+    /// A `Fetch` stream on this relay connection; `compress` as the user
+    /// asked (`--compress`).
     Relay {
         conn: &'a Connection,
         turns: &'a OpenTurns,
+        compress: crate::transfer::compress::Mode,
     },
     /// Ranged reads straight from storage (`--direct`).
     Direct(&'a super::direct::DirectReads),
@@ -110,6 +125,9 @@ pub(super) enum Body {
         recv: RecvStream,
         /// Bytes left in the current `Data` section.
         left: u64,
+        /// The sections hold compressed chunks (`Source.encoding`).
+        inflating: Option<Inflating>,
+        wire: std::sync::Arc<Wire>,
     },
     Direct(super::direct::Ranges),
 }
@@ -125,7 +143,7 @@ pub(super) enum Next {
 }
 
 impl Body {
-    fn stop(&mut self) {
+    pub(super) fn stop(&mut self) {
         if let Body::Relay { recv, .. } = self {
             let _ = recv.stop(app_error::CLIENT_ABORT.into());
         }
@@ -133,9 +151,17 @@ impl Body {
 
     /// The next bytes at `at` of a blob of `size`.
     async fn next(&mut self, at: u64, size: u64) -> Result<Next, FileError> {
-        let (recv, left) = match self {
+        let (recv, left, wire) = match self {
             Body::Direct(r) => return r.next().await,
-            Body::Relay { recv, left, .. } => (recv, left),
+            Body::Relay {
+                recv,
+                left,
+                inflating: Some(inflating),
+                ..
+            } => return inflating.next(recv, left).await,
+            Body::Relay {
+                recv, left, wire, ..
+            } => (recv, left, wire),
         };
         while *left == 0 {
             match read_frame(recv).await.map_err(lost)? {
@@ -171,151 +197,26 @@ impl Body {
             .map_err(lost)?
             .ok_or_else(|| lost("the stream ended inside a section"))?;
         *left -= chunk.bytes.len() as u64;
+        wire.add(chunk.bytes.len() as u64);
         Ok(Next::Bytes(chunk.bytes))
     }
 }
 
-pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result<Done, FileError> {
-    let name_max = t.folder.name_max();
-    let part = partial_name(t.leaf, name_max);
-    let side = sidecar_name(&part);
-    let here = local(t.folder, t.leaf)?;
-    let earlier = partial::find(t.folder, &part, &side, t.container, t.blob).map_err(fs)?;
-    let (mut session, mut action) = Session::new(t.listed.clone(), here, earlier, t.overwrite);
-    let mut stream: Option<Stream> = None;
-    let mut ranges_checked = 0u64;
-    let mut last_etag = t.listed.etag.clone();
-    let mut written: Option<Hashes> = None;
-    loop {
-        let event = match action {
-            Action::HashLocal => {
-                let file = t.folder.open_file(t.leaf, false).map_err(fs)?;
-                Event::LocalHashed(hash_file(file, None).await?)
-            }
-            Action::Fetch {
-                offset,
-                etag,
-                compare_only,
-            } => {
-                if let Some(mut old) = stream.take() {
-                    old.body.stop();
-                }
-                let opened = match way {
-                    Way::Relay { conn, turns } => open(conn, turns, t, offset, etag).await?,
-                    Way::Direct(d) => d.open(t.container, t.blob, offset, etag).await?,
-                };
-                match opened {
-                    Ok(s) => {
-                        let src = s.source.clone();
-                        last_etag = src.etag.clone();
-                        if compare_only {
-                            let mut s = s;
-                            s.body.stop();
-                        } else {
-                            stream = Some(s);
-                        }
-                        Event::Source(src)
-                    }
-                    Err(refusal) => Event::Refused(refusal),
-                }
-            }
-            Action::Receive { from, fresh } => {
-                let Some(s) = stream.as_mut() else {
-                    return Err(FileError::new("internal", "no stream to receive", false));
-                };
-                let file = t.folder.open_file(&part, true).map_err(fs)?;
-                if fresh {
-                    partial::record(
-                        t.folder,
-                        &side,
-                        &Sidecar {
-                            container: t.container.to_string(),
-                            blob: t.blob.to_string(),
-                            etag: s.source.etag.clone(),
-                            size: s.source.size,
-                        },
-                    )
-                    .map_err(fs)?;
-                }
-                let path = t.folder.path().join(&part);
-                match receive(s, file, from, &path, bar, &t.received).await? {
-                    Ok((len, hashes, ranges)) => {
-                        ranges_checked = ranges;
-                        written = Some(hashes.clone());
-                        Event::Received { len, hashes }
-                    }
-                    Err(refusal) => Event::Refused(refusal),
-                }
-            }
-            Action::Place { check, resumed } => {
-                let Some(s) = stream.take() else {
-                    return Err(FileError::new("internal", "no stream to place", false));
-                };
-                // A folder or link that appeared at the name meanwhile is not replaced.
-                match local(t.folder, t.leaf)? {
-                    Local::Folder | Local::Symlink | Local::Other => {
-                        return Err(FileError::new(
-                            "in_the_way",
-                            "something other than a file appeared at the file's name; the download is kept as a partial file",
-                            false,
-                        ));
-                    }
-                    _ => {}
-                }
-                set_mtime(t.folder, &part, s.source.last_modified)?;
-                t.folder.rename(&part, t.leaf).map_err(fs)?;
-                t.folder.remove_file(&side).map_err(fs)?;
-                t.folder.sync().map_err(fs)?;
-                let h = written.take().unwrap_or(Hashes {
-                    sha256: String::new(),
-                    md5: String::new(),
-                });
-                return Ok(Done::Placed {
-                    size: s.source.size,
-                    sha256: h.sha256,
-                    md5: h.md5,
-                    etag: s.source.etag,
-                    check,
-                    ranges_checked,
-                    resumed,
-                    received: t.received.load(std::sync::atomic::Ordering::Relaxed),
-                });
-            }
-            Action::Skip(reason) => {
-                return Ok(Done::Skipped {
-                    reason,
-                    etag: last_etag,
-                });
-            }
-            Action::Fail(f) => return Err(failed(f)),
-        };
-        action = session.handle(event);
-    }
-}
-
-/// Gives the verified file its blob's Last-Modified as modification time, as
-/// rclone and AzCopy do, so `--overwrite=if-newer` on a rerun compares the
-/// blob with the version it was downloaded from, not with the download's time.
-fn set_mtime(folder: &Folder, name: &str, last_modified: Option<u64>) -> Result<(), FileError> {
-    let Some(secs) = last_modified else {
-        return Ok(());
-    };
-    let file = folder.open_file(name, false).map_err(fs)?;
-    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
-    file.set_modified(when)
-        .map_err(|e| fs(FsError::of(&folder.path().join(name), e)))
-}
-
-/// Opens a stream and sends the Fetch; the Source, or the relay's refusal.
-async fn open(
+/// Opens a stream and sends the Fetch (asking for compressed sections where
+/// `compress`, the handshake and a free decoder slot allow); the Source, or
+/// the relay's refusal.
+pub(super) async fn open(
     conn: &Connection,
     turns: &OpenTurns,
     t: &Target<'_>,
     offset: u64,
     etag: Option<String>,
+    compress: crate::transfer::compress::Mode,
 ) -> Result<Result<Stream, relay_proto::protocol::Failure>, FileError> {
     let token = t.token.current().await.map_err(sign_in_failed)?;
     let (mut send, mut recv) = turns.open_bi(conn).await.map_err(lost)?;
+    let asked = ask(compress, relay_transport::tls::agreed_zstd(conn))
+        .and_then(|mode| Slot::take().map(|slot| (mode, slot)));
     let fetch = Message::Fetch(Fetch {
         version: PROTOCOL_VERSION,
         token,
@@ -323,19 +224,39 @@ async fn open(
         blob: t.blob.to_string(),
         offset,
         etag,
+        compress: asked.as_ref().map(|(mode, _)| *mode),
     });
     write_frame(&mut send, &fetch).await.map_err(lost)?;
     // The Fetch is all the client says on this stream.
     let _ = send.finish();
     match read_frame(&mut recv).await.map_err(lost)? {
-        Message::Source(source) => Ok(Ok(Stream {
-            body: Body::Relay {
-                _send: send,
-                recv,
-                left: 0,
-            },
-            source,
-        })),
+        Message::Source(source) => {
+            let inflating = match (source.encoding, asked) {
+                (None, _) => None,
+                (Some(Encoding::Zstd), Some((_, slot))) => Some(Inflating::new(
+                    source.size.saturating_sub(source.offset),
+                    slot,
+                    t.wire.clone(),
+                )),
+                (Some(_), None) => {
+                    return Err(FileError::new(
+                        "protocol",
+                        "the relay sent compressed sections this client did not ask for",
+                        false,
+                    ));
+                }
+            };
+            Ok(Ok(Stream {
+                body: Body::Relay {
+                    _send: send,
+                    recv,
+                    left: 0,
+                    inflating,
+                    wire: t.wire.clone(),
+                },
+                source,
+            }))
+        }
         Message::Reject(f) | Message::Error(f) => Ok(Err(f)),
         other => Err(FileError::new(
             "protocol",
@@ -346,8 +267,12 @@ async fn open(
 }
 
 /// Hashes a file (or its first `limit` bytes) on a blocking thread.
-async fn hash_file(file: std::fs::File, limit: Option<u64>) -> Result<Hashes, FileError> {
-    let (sha, md5) = hash_prefix(file, limit, true).await?;
+pub(super) async fn hash_file(
+    file: std::fs::File,
+    limit: Option<u64>,
+    with_md5: bool,
+) -> Result<Hashes, FileError> {
+    let (sha, md5) = hash_prefix(file, limit, with_md5).await?;
     Ok(Hashes {
         sha256: hex::encode(sha.finalize()),
         md5: md5.map(|m| hex::encode(m.finalize())).unwrap_or_default(),
@@ -394,7 +319,7 @@ type Received = (u64, Hashes, u64);
 /// `from` bytes re-hashed), then fsync: (length, hashes, ranges the relay
 /// checked), or the relay's Error. Each byte received is counted in `received`
 /// as it arrives, so an attempt cut short still counts what it cost.
-async fn receive(
+pub(super) async fn receive(
     s: &mut Stream,
     file: std::fs::File,
     from: u64,

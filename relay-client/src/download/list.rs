@@ -5,16 +5,19 @@
 //!
 //! A listing lost midway (the connection, or storage failing a page past the
 //! relay's retries) is taken up again (`listing`): an outage is waited out
-//! within `--patience`, other retryable failures get `--attempts`, and the
-//! listing starts over skipping the names already handed on. Storage lists in
-//! name order (byte order of the UTF-8 names), so one name, the last handed
-//! on, says where to take it up.
+//! within `--patience`, other retryable failures get `--attempts`. It is taken
+//! up at storage's continuation marker of the last page handed on whole (the
+//! relay hands it on with each page's last frame), skipping the names of the
+//! page in progress that were handed on already (`Cursor`). Never by
+//! comparing names: storage orders them its own way (Azurite by UTF-16 code
+//! units, so `p/😀` comes before `p/！`, the other way round in UTF-8).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use quinn::Connection;
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{List, Listed, Message};
+use relay_proto::protocol::{List, ListEnd, Listed, Listing, Message};
 use relay_transport::frames::{read_frame, write_frame};
 use tokio::sync::mpsc;
 
@@ -26,22 +29,46 @@ use crate::transfer::file::weathered;
 use crate::transfer::send::sign_in_failed;
 use crate::ui::report::FileError;
 
-/// Where a listing got to: the last name handed on, and how many were.
+/// Where a listing got to: storage's marker after the last page handed on
+/// whole, the names handed on since (a digest each: a page's worth at most,
+/// 16 bytes a name), and how many names in all.
 #[derive(Debug, Default)]
 pub struct Cursor {
-    last: Option<String>,
+    marker: Option<String>,
+    since: HashSet<[u8; 16]>,
     pub handed: u64,
 }
 
+/// A name's key in `Cursor::since`.
+fn digest(name: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(name.as_bytes());
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&h[..16]);
+    k
+}
+
 impl Cursor {
+    /// Where to take the listing up: storage's marker, or the start.
+    pub fn marker(&self) -> Option<&str> {
+        self.marker.as_deref()
+    }
+
     /// Whether `name` was handed on by an earlier attempt of this listing.
     pub fn passed(&self, name: &str) -> bool {
-        self.last.as_deref().is_some_and(|last| name <= last)
+        self.since.contains(&digest(name))
     }
 
     pub fn hand(&mut self, name: &str) {
-        self.last = Some(name.to_string());
+        self.since.insert(digest(name));
         self.handed += 1;
+    }
+
+    /// Every name of the pages up to `marker` was handed on: a listing taken
+    /// up there sees none of them again.
+    pub fn page_ended(&mut self, marker: String) {
+        self.marker = Some(marker);
+        self.since.clear();
     }
 }
 
@@ -105,9 +132,9 @@ pub(super) async fn listing(
     }
 }
 
-/// Lists `container` under `prefix` into `tx`, past the names `cursor` has
-/// handed on already; or why the listing failed (a refusal keeps the relay's
-/// code).
+/// Lists `container` under `prefix` into `tx`, from `cursor`'s marker and
+/// past the names it has handed on already; or why the listing failed (a
+/// refusal keeps the relay's code).
 pub async fn list(
     conn: &Connection,
     token: &Bearer,
@@ -125,25 +152,33 @@ pub async fn list(
         token,
         container: container.to_string(),
         prefix: prefix.to_string(),
+        marker: cursor.marker().map(str::to_string),
     });
+    let resuming = cursor.marker().is_some();
     write_frame(&mut send, &msg).await.map_err(|e| lost(&e))?;
     let _ = send.finish();
     let mut seen = 0u64;
     loop {
-        match read_frame(&mut recv).await.map_err(|e| lost(&e))? {
+        let frame = read_frame(&mut recv).await.map_err(|e| lost(&e))?;
+        if let Message::Listing(Listing { resumed, .. }) | Message::ListEnd(ListEnd { resumed, .. }) =
+            &frame
+            && resuming
+            && !resumed
+        {
+            let _ = recv.stop(relay_proto::protocol::app_error::CLIENT_ABORT.into());
+            return Err(FileError::new(
+                "protocol",
+                "listing: this relay started the listing over instead of taking it up where it stopped (a relay from before listing markers); trying again",
+                true,
+            ));
+        }
+        match frame {
             Message::Listing(page) => {
-                for b in page.blobs {
-                    seen += 1;
-                    if cursor.passed(&b.name) {
-                        continue;
-                    }
-                    let name = b.name.clone();
-                    if tx.send(b).await.is_err() {
-                        // The download stopped: no more names wanted.
-                        let _ = recv.stop(relay_proto::protocol::app_error::CLIENT_ABORT.into());
-                        return Ok(());
-                    }
-                    cursor.hand(&name);
+                seen += page.blobs.len() as u64;
+                if !hand_on(page, cursor, tx).await {
+                    // The download stopped: no more names wanted.
+                    let _ = recv.stop(relay_proto::protocol::app_error::CLIENT_ABORT.into());
+                    return Ok(());
                 }
             }
             Message::ListEnd(end) => {
@@ -173,18 +208,45 @@ pub async fn list(
     }
 }
 
+/// The names of one Listing frame not handed on before, into `tx`; then, on
+/// a page's last frame, its marker. False if nobody takes names any more.
+async fn hand_on(page: Listing, cursor: &mut Cursor, tx: &mpsc::Sender<Listed>) -> bool {
+    for b in page.blobs {
+        if cursor.passed(&b.name) {
+            continue;
+        }
+        let name = b.name.clone();
+        if tx.send(b).await.is_err() {
+            return false;
+        }
+        cursor.hand(&name);
+    }
+    if let Some(marker) = page.marker {
+        cursor.page_ended(marker);
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_listing_taken_up_again_skips_what_it_handed_on() {
+    fn a_listing_taken_up_again_skips_what_it_handed_on_since_its_marker() {
         let mut c = Cursor::default();
-        assert!(!c.passed(""));
-        assert!(!c.passed("a"));
-        c.hand("run1/b");
-        assert!(c.passed("run1/a") && c.passed("run1/b"));
-        assert!(!c.passed("run1/b0") && !c.passed("run1/c"));
-        assert_eq!(c.handed, 1);
+        assert_eq!(c.marker(), None);
+        assert!(!c.passed("") && !c.passed("a"));
+        // Azurite's order (UTF-16 code units): the emoji before the
+        // full-width mark, the other way round by UTF-8 bytes.
+        c.hand("p/\u{1F600}");
+        assert!(c.passed("p/\u{1F600}"));
+        assert!(!c.passed("p/\u{FF01}"), "not handed on, whatever its order");
+        c.page_ended("2!opaque".into());
+        assert_eq!(c.marker(), Some("2!opaque"));
+        // Names before the marker are storage's to skip now, not ours.
+        assert!(!c.passed("p/\u{1F600}"));
+        c.hand("p/\u{FF01}");
+        assert!(c.passed("p/\u{FF01}") && !c.passed("p/\u{FF5A}"));
+        assert_eq!(c.handed, 2);
     }
 }

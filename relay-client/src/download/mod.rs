@@ -3,19 +3,28 @@
 //!
 //! - `args`: the flags; the relay connection is upload's (`setup::mode`).
 //! - `list`: one listing stream per source, into a bounded channel.
-//! - `place`: where a blob name may go under the destination (pure).
+//! - `place`: where a blob name may go under the destination, and the names
+//!   of the partial files no blob name maps to (pure).
 //! - `safe_fs`: creating folders and files there without following links.
 //! - `session`: one blob's decisions: skip, refuse, resume, restart, verify (pure).
-//! - `partial`: the partial file's sidecar (which blob and version it holds).
-//! - `fetch`: one blob's stream and bytes, the session's driver.
-//! - `run` (here): sources, filters, files in flight, retries, the report.
+//! - `partial`: the partial file's one writer (its lock) and its sidecar
+//!   (which blob and version it holds).
+//! - `fetch`: one blob's stream and bytes into the partial file.
+//! - `inflating`: compressed sections read as the blob's bytes, within a budget.
+//! - `placing`: the final name, never over a file nobody compared.
+//! - `attempt`: one attempt at one blob, the session's driver.
+//! - `run` (here): sources, filters, files in flight, retries, the index,
+//!   the report.
 
 pub mod args;
+pub mod attempt;
 pub mod direct;
 pub mod fetch;
+pub mod inflating;
 pub mod list;
 pub mod partial;
 pub mod place;
+pub mod placing;
 pub mod safe_fs;
 pub mod session;
 
@@ -32,12 +41,12 @@ use tokio::task::JoinSet;
 use crate::commands::interrupt::Interrupt;
 use crate::commands::setup::{self, SetupError};
 use crate::commands::upload::{Cause, Outcome};
+use crate::index::Index;
 use crate::relay::links::RelayLinks;
 use crate::transfer::file::{blank, failed, fatal, out_of_patience, weathered};
 use crate::transfer::filter::Filter;
 use crate::transfer::mode::Mode;
 use crate::transfer::send::Options;
-use crate::transfer::walk::{Destination, parse_destination};
 use crate::ui::progress::Reporter;
 use crate::ui::report::{FileError, FileReport, Status};
 use crate::ui::weather::WeatherSink;
@@ -61,6 +70,11 @@ struct Job {
     args_overwrite: crate::commands::args::OverwriteMode,
     attempts: u32,
     dry_run: bool,
+    /// What this machine placed in the destination folder.
+    index: Option<Arc<Index>>,
+    /// How long a file waits for another writer of its partial file that
+    /// makes no progress.
+    patience: Duration,
 }
 
 enum Stop {
@@ -107,17 +121,12 @@ pub async fn run(
     reporter: Arc<Reporter>,
     mut interrupt: Interrupt,
 ) -> Result<Outcome, SetupError> {
-    let sources: Vec<Destination> = args
-        .sources
-        .iter()
-        .map(|s| {
-            parse_destination(s).map_err(|e| SetupError::Refused(format!("source {s:?}: {e}")))
-        })
-        .collect::<Result<_, _>>()?;
+    let sources = args::sources(&args.sources)?;
     let filter = Filter::new(&args.include, &args.exclude)?;
     let first = &sources[0];
     let uargs = args::connection(&args, &first.container)
         .map_err(|e| SetupError::Refused(e.to_string()))?;
+    args::same_account(&uargs, &args.sources, &sources)?;
     let opts = setup::options(&uargs, first)?;
     let weather: WeatherSink = {
         let r = reporter.clone();
@@ -135,6 +144,8 @@ pub async fn run(
         Mode::Direct(d) => Some(Arc::new(direct::DirectReads {
             storage: d.storage.clone(),
             id_key: d.id_key.clone(),
+            ranges_in_flight: d.connections,
+            budget: d.budget.clone(),
         })),
         Mode::Relay(_) => None,
     };
@@ -142,7 +153,15 @@ pub async fn run(
     let root = if args.dry_run && !args.to.is_dir() {
         None
     } else {
-        Some(Folder::root(&args.to).map_err(|e| SetupError::Refused(format!("--to: {e}")))?)
+        Some(
+            Folder::root(&args.to, args.umask)
+                .map_err(|e| SetupError::Refused(format!("--to: {e}")))?,
+        )
+    };
+    let index = if args.dry_run {
+        None
+    } else {
+        open_index(&args, &reporter)
     };
     let name_max = root.as_ref().map_or(place::NAME_MAX, Folder::name_max);
     let mut job = Job {
@@ -154,6 +173,8 @@ pub async fn run(
         args_overwrite: args.overwrite,
         attempts: args.attempts.max(1),
         dry_run: args.dry_run,
+        index,
+        patience: args.connection.patience,
     };
     let ticker = reporter.tick_every(args.status_interval).map(|every| {
         let r = reporter.clone();
@@ -165,7 +186,8 @@ pub async fn run(
             }
         })
     });
-    // Direct mode holds RANGES_IN_FLIGHT × 4 MiB per file: at most 16 files.
+    // Direct mode: at most 16 files at once, their ranges held within
+    // --memory-budget (`direct::Ranges`).
     let parallel = if args.direct {
         args.parallel.clamp(1, 16)
     } else {
@@ -191,6 +213,8 @@ pub async fn run(
             args_overwrite: job.args_overwrite,
             attempts: job.attempts,
             dry_run: job.dry_run,
+            index: job.index.clone(),
+            patience: job.patience,
         });
         let selection = Selection::new(&dest.prefix);
         let (tx, mut rx) = mpsc::channel::<Listed>(LIST_AHEAD);
@@ -329,6 +353,29 @@ pub async fn run(
     }
 }
 
+/// This machine's index of the destination folder (`--index`, else one per
+/// folder under $XDG_STATE_HOME); without one (`--no-index`, or it cannot be
+/// opened: said once) a rerun cannot compare a file whose blob carries no
+/// checksum.
+fn open_index(args: &DownloadArgs, reporter: &Reporter) -> Option<Arc<Index>> {
+    if args.no_index {
+        return None;
+    }
+    let file = args.index.clone().or_else(|| {
+        let dir = std::fs::canonicalize(&args.to).unwrap_or_else(|_| args.to.clone());
+        Index::default_file("download", &dir)
+    })?;
+    match Index::open(&file) {
+        Ok(i) => Some(Arc::new(i)),
+        Err(e) => {
+            reporter.notice(&format!(
+                "relay-client: {e}; going on without it (a rerun cannot compare files whose blob has no checksum)"
+            ));
+            None
+        }
+    }
+}
+
 /// One listed blob to its report; a message when its refusal is one every
 /// file would get (the run stops with one setup error).
 async fn one_blob(
@@ -376,6 +423,7 @@ async fn one_blob(
                     resumed,
                     received,
                     md5,
+                    wire,
                     ..
                 } => {
                     r.bytes = size;
@@ -385,11 +433,17 @@ async fn one_blob(
                     r.content_md5 = (check == Check::ContentMd5).then_some(md5);
                     r.bytes_resumed = resumed;
                     r.bytes_sent = received;
+                    r.wire_bytes = wire;
                 }
-                Done::Skipped { reason, etag } => {
+                Done::Skipped {
+                    reason,
+                    etag,
+                    compared,
+                } => {
                     r.status = Status::Skipped;
                     r.reason = Some(reason);
                     r.etag = Some(etag);
+                    r.compared = Some(compared.label());
                 }
             }
             r
@@ -477,6 +531,10 @@ async fn with_retries(
         leaf,
         overwrite: job.args_overwrite,
         received: Default::default(),
+        index: job.index.as_deref(),
+        index_path: comps.join("/"),
+        patience: job.patience,
+        wire: Default::default(),
     };
     let backoff = Backoff {
         initial: Duration::from_millis(500),
@@ -491,7 +549,7 @@ async fn with_retries(
             .ok_or_else(|| (FileError::new("internal", "no way to read", false), 0))?;
         loop {
             tries += 1;
-            match fetch::download(fetch::Way::Direct(d), &target, bar).await {
+            match attempt::download(fetch::Way::Direct(d), &target, bar).await {
                 Ok(done) => return Ok((done, tries)),
                 Err(e) if e.retryable && backoff.allows(tries) => {
                     tokio::time::sleep(backoff.delay(tries, rand::random::<f64>())).await;
@@ -517,8 +575,9 @@ async fn with_retries(
         let way = fetch::Way::Relay {
             conn: &conn,
             turns: &link.open_turns,
+            compress: job.opts.compress,
         };
-        match fetch::download(way, &target, bar).await {
+        match attempt::download(way, &target, bar).await {
             Ok(done) => return Ok((done, tries)),
             Err(e) if e.retryable => {
                 let lost = conn.close_reason().is_some();

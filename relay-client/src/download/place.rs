@@ -1,22 +1,29 @@
 //! Where a downloaded blob goes, decided before any byte is written (pure).
 //!
 //! A blob name is whatever storage allows, so it is hostile input: it becomes
-//! path components under the destination folder only if every segment is a
-//! plain name. Nothing here touches the file system; `safe_fs` then creates
-//! the components one at a time under the folder's descriptor.
+//! path components under the destination folder only if it passes the one
+//! blob-name rule the relay applies (`relay_proto::blob_name`, so `--direct`
+//! and the relay refuse the same names) and every segment is a plain name
+//! that no file system can take for one of the client's own temporary files.
+//! Nothing here touches the file system; `safe_fs` then creates the
+//! components one at a time under the folder's descriptor.
 //!
 //! Names mirror `upload`: the source's last segment keeps its name
 //! (`download c/2026/run1 --to restore` gives `restore/run1/...`,
 //! `download c/2026/big.bin --to restore` gives `restore/big.bin`).
 
+use relay_proto::blob_name::{BlobNameError, validate_blob_name};
+
 /// The longest file name most local file systems take (ext4, XFS, APFS, NTFS
 /// in UTF-16 units): `safe_fs` asks the destination's own limit.
 pub const NAME_MAX: usize = 255;
 
-/// What every partial file's name ends with (`.NAME.relay-partial`).
-pub const PARTIAL_SUFFIX: &str = ".relay-partial";
-/// What a partial file's sidecar adds to the partial's name.
-pub const SIDECAR_SUFFIX: &str = ".json";
+/// What a sidecar's name ends with (`.relay-HEX.meta.relay-partial`).
+pub const SIDECAR_SUFFIX: &str = ".meta.relay-partial";
+/// What every partial file's name and its sidecar's end with, and what an
+/// earlier client's sidecars ended with (reserved too, so a blob never lands
+/// on a leftover one); `upload` and `watch` leave such files out.
+pub use crate::transfer::walk::{OLD_SIDECAR_SUFFIX, PARTIAL_SUFFIX, is_partial_file};
 
 /// Why a blob cannot be placed under the destination folder.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,9 +47,12 @@ pub enum PlaceError {
         max: usize,
     },
     #[error(
-        "blob name {name:?} ends like the client's own temporary files (`{PARTIAL_SUFFIX}`); refused"
+        "blob name {name:?} has a segment ending like the client's own temporary files (`{PARTIAL_SUFFIX}`, in any case); refused"
     )]
     Reserved { name: String },
+    /// The blob-name rule the relay applies to every Fetch.
+    #[error("{0}; refused (the relay refuses it too)")]
+    Name(#[from] BlobNameError),
     #[error("blob name {name:?} is not under the source {prefix:?}")]
     NotUnder { name: String, prefix: String },
 }
@@ -140,32 +150,76 @@ pub fn components<'a>(
             _ => {}
         }
     }
-    if let Some(leaf) = parts.last()
-        && (leaf.ends_with(PARTIAL_SUFFIX)
-            || leaf.ends_with(&format!("{PARTIAL_SUFFIX}{SIDECAR_SUFFIX}")))
-    {
+    if parts.iter().any(|p| is_reserved(p)) {
         return Err(PlaceError::Reserved { name: name() });
     }
+    // Whatever the checks above let through (bidirectional controls, a
+    // trailing `.`, too many segments) meets the relay's own rule here, so
+    // `--direct` places exactly the names the relay would serve.
+    validate_blob_name(full)?;
     Ok(parts)
 }
 
-/// The temporary name a file is written under, beside its final name:
-/// `.NAME.relay-partial`, or, when that and its sidecar would not fit the
-/// file system's name limit, `.relay-HASH.relay-partial` (its sidecar still
-/// names the blob).
-pub fn partial_name(leaf: &str, name_max: usize) -> String {
-    let plain = format!(".{leaf}{PARTIAL_SUFFIX}");
-    if plain.len() + SIDECAR_SUFFIX.len() <= name_max {
-        return plain;
-    }
-    use sha2::{Digest, Sha256};
-    let h = Sha256::digest(leaf.as_bytes());
-    format!(".relay-{}{PARTIAL_SUFFIX}", hex::encode(&h[..12]))
+/// Whether a name segment is, on some file system, one of the client's own
+/// temporary names. The endings are ASCII letters, `-` and `.`, and file
+/// systems that fold case (vfat and exFAT upcase tables, NTFS and SMB
+/// servers, ext4 and tmpfs `casefold`, APFS) map onto those only their ASCII
+/// capitals: Unicode case folding sends no other character to `r e l a y p t
+/// i j o n` (the Kelvin sign folds to `k`, the long s to `s`, neither of
+/// which the partial endings hold; `.json`'s `s` is matched through the long
+/// s below), and canonical decomposition leaves a mark on any accented
+/// letter. So ASCII case folding suffices, after dropping the characters
+/// older ext4 `casefold` ignored (zero-width and other default-ignorable
+/// code points).
+pub fn is_reserved(segment: &str) -> bool {
+    let folded: String = segment
+        .chars()
+        .filter(|c| !is_default_ignorable(*c))
+        .map(|c| {
+            if c == '\u{17F}' {
+                's'
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect();
+    folded.ends_with(PARTIAL_SUFFIX) || folded.ends_with(OLD_SIDECAR_SUFFIX)
 }
 
-/// The sidecar of a partial file: what it holds (container, blob, ETag, size).
-pub fn sidecar_name(partial: &str) -> String {
-    format!("{partial}{SIDECAR_SUFFIX}")
+/// Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt).
+fn is_default_ignorable(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
+        | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFF8 | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
+        | 0xE0000..=0xE0FFF)
+}
+
+/// The blob's identity as the partial files know it: 128 bits of
+/// SHA-256(container, `\n`, blob), in lowercase hex. Container names hold
+/// no newline, so two blobs never share it; and two different lowercase hex
+/// strings stay different under any case folding.
+fn identity(container: &str, blob: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(container.as_bytes());
+    h.update(b"\n");
+    h.update(blob.as_bytes());
+    hex::encode(&h.finalize()[..16])
+}
+
+/// The temporary name a blob is written under, beside its final name:
+/// `.relay-HEX.relay-partial`, HEX from the blob's identity. Of fixed length
+/// (53 bytes), so it fits any file system's name limit; no blob name maps to
+/// it (`is_reserved`); a rerun of the same blob into the same folder finds it.
+pub fn partial_name(container: &str, blob: &str) -> String {
+    format!(".relay-{}{PARTIAL_SUFFIX}", identity(container, blob))
+}
+
+/// The partial file's sidecar (which blob and version it holds):
+/// `.relay-HEX.meta.relay-partial`.
+pub fn sidecar_name(container: &str, blob: &str) -> String {
+    format!(".relay-{}{SIDECAR_SUFFIX}", identity(container, blob))
 }
 
 #[cfg(test)]
@@ -310,21 +364,94 @@ mod tests {
     }
 
     #[test]
-    fn partial_names_always_fit() {
-        assert_eq!(partial_name("big.bin", NAME_MAX), ".big.bin.relay-partial");
+    fn partial_names_fit_anywhere_and_no_blob_name_maps_to_one() {
+        let p = partial_name("c", "2026/big.bin");
+        let side = sidecar_name("c", "2026/big.bin");
+        // The form the rehearsal (tests/rehearsal/download_stage.py) and
+        // people's scripts compute: 128 bits of SHA-256("c\n2026/big.bin").
+        assert_eq!(p, ".relay-c13b235f02c1cd3f36097adaf0466cfe.relay-partial");
         assert_eq!(
-            sidecar_name(".big.bin.relay-partial"),
-            ".big.bin.relay-partial.json"
+            side,
+            ".relay-c13b235f02c1cd3f36097adaf0466cfe.meta.relay-partial"
         );
-        for len in [1, 100, 235, 236, 240, 254, 255] {
-            let leaf = "z".repeat(len);
-            let p = partial_name(&leaf, NAME_MAX);
-            assert!(sidecar_name(&p).len() <= NAME_MAX, "{len}: {p}");
-            assert!(p.ends_with(PARTIAL_SUFFIX));
+        assert_eq!(p.len(), 53, "{p}");
+        assert!(side.len() < 64, "{side}");
+        assert!(
+            p.starts_with(".relay-") && p.ends_with(PARTIAL_SUFFIX),
+            "{p}"
+        );
+        assert!(side.ends_with(SIDECAR_SUFFIX), "{side}");
+        assert!(is_partial_file(&p) && is_partial_file(&side));
+        assert!(is_partial_file(".x.relay-partial.json"));
+        assert!(!is_partial_file("x.relay-partial") && !is_partial_file(".x.bin"));
+        // Another blob, another container, one name that differs by case:
+        // other partial files, whatever the file system folds.
+        let others = [
+            partial_name("c", "2026/Big.bin"),
+            partial_name("d", "2026/big.bin"),
+            partial_name("c", "2026/big.bin2"),
+        ];
+        for o in &others {
+            assert_ne!(o.to_lowercase(), p.to_lowercase());
         }
-        // Two long names that differ get different partial names.
-        let a = partial_name(&format!("{}a", "z".repeat(254)), NAME_MAX);
-        let b = partial_name(&format!("{}b", "z".repeat(254)), NAME_MAX);
-        assert_ne!(a, b);
+        // The name an earlier client gave a long leaf's partial is not this
+        // one's, and the blob named like any partial file is refused.
+        let long = "L".repeat(240);
+        assert_ne!(partial_name("c", &long), partial_name("c", "relay-x"));
+        for name in [&p[1..], &side[1..], &p, &side, &p.to_uppercase()] {
+            assert!(
+                matches!(place("", name), Err(PlaceError::Reserved { .. })),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_reserved_endings_are_refused_in_every_segment_and_every_case() {
+        for name in [
+            "x.relay-partial",
+            "a/.x.relay-partial.json",
+            "d/.f.relay-partial.json/z",
+            "d/.f.relay-partial/z",
+            "X.RELAY-PARTIAL",
+            "a/b.Relay-Partial/c",
+            // Zero-width characters older ext4 casefold dropped.
+            "x.relay\u{200B}-partial",
+            "x.re\u{FEFF}lay-partial",
+            // The long s folds to s.
+            "x.relay-partial.j\u{17F}on",
+        ] {
+            assert!(
+                matches!(place("", name), Err(PlaceError::Reserved { .. })),
+                "{name:?}"
+            );
+        }
+        for name in [
+            "x.relay-partials",
+            "relay-partial",
+            "x.relay-partiál",
+            "a/relay/b",
+        ] {
+            assert!(place("", name).is_ok(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn direct_and_the_relay_refuse_the_same_names() {
+        // What the relay's Fetch refuses (relay_proto::blob_name) is refused
+        // before any byte, through either way.
+        for name in ["invoice\u{202E}fdp.exe", "a/\u{2066}b", "ends.", "a/b."] {
+            assert!(
+                matches!(place("", name), Err(PlaceError::Name(_))),
+                "{name:?}"
+            );
+            assert!(validate_blob_name(name).is_err(), "{name:?}");
+        }
+        // Zero-width characters that are not bidirectional controls stay
+        // names (they join emoji and scripts), through both ways.
+        for name in ["fam\u{200D}ily.txt", "word\u{200B}break"] {
+            assert!(place("", name).is_ok(), "{name:?}");
+            assert!(validate_blob_name(name).is_ok(), "{name:?}");
+        }
     }
 }

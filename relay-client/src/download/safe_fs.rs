@@ -67,10 +67,132 @@ impl FsError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
     Absent,
-    File { size: u64, mtime: i64 },
+    File(Stat),
     Folder,
     Symlink,
     Other,
+}
+
+/// One version of a file as `stat` sees it: which inode, its size and times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+impl Stat {
+    fn of(st: &libc::stat) -> Self {
+        Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime_ns: st.st_mtime.saturating_mul(1_000_000_000) + st.st_mtime_nsec,
+            ctime_ns: st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec,
+            mode: st.st_mode & 0o777,
+        }
+    }
+
+    /// The modification time in whole seconds since the epoch.
+    pub fn mtime(&self) -> i64 {
+        self.mtime_ns.div_euclid(1_000_000_000)
+    }
+
+    /// Whether `other` is this very version: the same inode, size and
+    /// modification time. (Not the change time: renaming a file changes it.)
+    pub fn same_version(&self, other: &Stat) -> bool {
+        (self.dev, self.ino, self.size, self.mtime_ns)
+            == (other.dev, other.ino, other.size, other.mtime_ns)
+    }
+
+    /// Whether `other` is the same inode (for a lock taken on a name).
+    pub fn same_inode(&self, other: &Stat) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino)
+    }
+}
+
+/// The `stat` of an open file.
+pub fn stat_file(file: &File) -> io::Result<Stat> {
+    // SAFETY: all zeros is a valid `stat`; fstat writes it before it is read.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor the caller owns.
+    check(unsafe { libc::fstat(file.as_raw_fd(), &mut st) })?;
+    Ok(Stat::of(&st))
+}
+
+/// The process's umask, read once (Linux reports it in /proc/self/status;
+/// elsewhere it is set and put back before any file of the run is created).
+pub fn process_umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let reported = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok());
+        reported.unwrap_or_else(|| {
+            // SAFETY: umask only swaps the mask; the old one is put back.
+            let old = unsafe { libc::umask(0o077) };
+            // SAFETY: as above.
+            unsafe { libc::umask(old) };
+            old
+        })
+    })
+}
+
+/// Sets a file's permission bits. A file system that keeps none (vfat,
+/// exFAT) refuses with EPERM though the file is ours: its mount options
+/// decide, and that is not an error.
+pub fn set_mode(file: &File, mode: u32) -> io::Result<()> {
+    // SAFETY: fchmod on a descriptor the caller owns; the result is checked.
+    match check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) }) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EOPNOTSUPP)) => Ok(()),
+        r => r.map(|_| ()),
+    }
+}
+
+/// What one writer's exclusive lock on a file said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    Taken,
+    /// Another open file holds it (another run, or another file of this run).
+    Held,
+    /// The file system takes no locks (some network and FUSE file systems):
+    /// nothing keeps a second writer out there.
+    Unsupported,
+}
+
+/// Takes `flock(LOCK_EX | LOCK_NB)` on `file`: never waits. The lock lives
+/// as long as the open file (any process that dies drops it).
+pub fn try_lock(file: &File) -> io::Result<Lock> {
+    flock_now(file, libc::LOCK_EX)
+}
+
+/// Takes `flock(LOCK_SH | LOCK_NB)` on `file`: `Held` while a writer holds
+/// the exclusive lock (a download placing or replacing that very file).
+pub fn try_lock_shared(file: &File) -> io::Result<Lock> {
+    flock_now(file, libc::LOCK_SH)
+}
+
+fn flock_now(file: &File, how: libc::c_int) -> io::Result<Lock> {
+    // SAFETY: flock on a descriptor the caller owns; the result is checked.
+    match check(unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) }) {
+        Ok(_) => Ok(Lock::Taken),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(Lock::Held),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            ) =>
+        {
+            Ok(Lock::Unsupported)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn cname(name: &str) -> io::Result<CString> {
@@ -90,12 +212,25 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 pub struct Folder {
     fd: OwnedFd,
     path: PathBuf,
+    /// `--umask`: the mask for the folders and files the run makes (else
+    /// the process's own).
+    umask: Option<u32>,
 }
 
 impl Folder {
-    /// The destination folder, created (with its parents) if missing.
-    pub fn root(path: &Path) -> Result<Self, FsError> {
+    /// The destination folder, created (with its parents) if missing, and
+    /// then made durable in its parent.
+    pub fn root(path: &Path, umask: Option<u32>) -> Result<Self, FsError> {
+        let made = !path.exists();
         std::fs::create_dir_all(path).map_err(|e| FsError::of(path, e))?;
+        if made {
+            if let Some(mask) = umask {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::Permissions::from_mode(0o777 & !mask);
+                std::fs::set_permissions(path, mode).map_err(|e| FsError::of(path, e))?;
+            }
+            sync_parent(path);
+        }
         let c = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| FsError::of(path, io::Error::from_raw_os_error(libc::EINVAL)))?;
         // SAFETY: `c` is a valid NUL-terminated string; the result is checked.
@@ -110,11 +245,23 @@ impl Folder {
             // SAFETY: `fd` was just opened and is owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             path: path.to_path_buf(),
+            umask,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The descriptor, for the placing calls (`placing`).
+    pub(super) fn raw_fd(&self) -> libc::c_int {
+        self.fd.as_raw_fd()
+    }
+
+    /// The mode a file placed here takes: 0666 less the umask, as `cp`,
+    /// `curl` and `rclone` give new files.
+    pub fn file_mode(&self) -> u32 {
+        0o666 & !self.umask.unwrap_or_else(process_umask)
     }
 
     /// The file system's longest name in this folder (`NAME_MAX` if unknown).
@@ -146,13 +293,18 @@ impl Folder {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
                 // SAFETY: as above.
-                match check(unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o777) }) {
-                    Ok(_) => {}
-                    // Another file of this run made it first.
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                    Err(e) => return Err(FsError::of(&path, e)),
+                let made =
+                    match check(unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o777) }) {
+                        Ok(_) => true,
+                        // Another file of this run made it first.
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
+                        Err(e) => return Err(FsError::of(&path, e)),
+                    };
+                let fd = open().map_err(|e| self.refusal(name, e))?;
+                if made {
+                    self.made(fd, &path)?;
                 }
-                open().map_err(|e| self.refusal(name, e))?
+                fd
             }
             Err(e) => return Err(self.refusal(name, e)),
         };
@@ -160,7 +312,20 @@ impl Folder {
             // SAFETY: just opened, owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             path,
+            umask: self.umask,
         })
+    }
+
+    /// A folder this run just made: `--umask`'s mode (mkdir took the
+    /// process's), then its entry made durable here, so a placed file is
+    /// never lost with the folder that holds it.
+    fn made(&self, fd: libc::c_int, path: &Path) -> Result<(), FsError> {
+        if let Some(mask) = self.umask {
+            // SAFETY: fchmod on the descriptor just opened; result checked.
+            check(unsafe { libc::fchmod(fd, (0o777 & !mask) as libc::mode_t) })
+                .map_err(|e| FsError::of(path, e))?;
+        }
+        self.sync()
     }
 
     /// Opening `name` as a folder failed: say what is there instead. With
@@ -172,7 +337,7 @@ impl Folder {
             Ok(Entry::Symlink) => FsError::Symlink {
                 path: path.display().to_string(),
             },
-            Ok(Entry::File { .. }) => FsError::FileInTheWay {
+            Ok(Entry::File(_)) => FsError::FileInTheWay {
                 path: path.display().to_string(),
             },
             Ok(Entry::Other) => FsError::Special {
@@ -202,6 +367,7 @@ impl Folder {
         Ok(Folder {
             fd,
             path: self.path.clone(),
+            umask: self.umask,
         })
     }
 
@@ -228,10 +394,7 @@ impl Folder {
             };
         }
         Ok(match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => Entry::File {
-                size: u64::try_from(st.st_size).unwrap_or(0),
-                mtime: st.st_mtime,
-            },
+            libc::S_IFREG => Entry::File(Stat::of(&st)),
             libc::S_IFDIR => Entry::Folder,
             libc::S_IFLNK => Entry::Symlink,
             _ => Entry::Other,
@@ -264,6 +427,60 @@ impl Folder {
         }
         set_blocking(&file).map_err(|e| FsError::of(&path, e))?;
         Ok(file)
+    }
+
+    /// Opens the partial file `name` for writing, created private (0600) if
+    /// missing: (the file, whether this call created it). A link or
+    /// anything but a regular file there is refused.
+    pub fn open_partial(&self, name: &str) -> Result<(File, bool), FsError> {
+        let path = self.path.join(name);
+        let c = cname(name).map_err(|e| FsError::of(&path, e))?;
+        let base = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+        loop {
+            // SAFETY: valid descriptor and string; the result is checked.
+            let made = check(unsafe {
+                libc::openat(
+                    self.fd.as_raw_fd(),
+                    c.as_ptr(),
+                    base | libc::O_CREAT | libc::O_EXCL,
+                    0o600,
+                )
+            });
+            let (fd, created) = match made {
+                Ok(fd) => (fd, true),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    // SAFETY: as above.
+                    match check(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), base) }) {
+                        Ok(fd) => (fd, false),
+                        // Removed between the two calls: create it after all.
+                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                        Err(e) => return Err(FsError::of(&path, e)),
+                    }
+                }
+                Err(e) => return Err(FsError::of(&path, e)),
+            };
+            // SAFETY: just opened, owned by nothing else.
+            let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            let meta = file.metadata().map_err(|e| FsError::of(&path, e))?;
+            if !meta.is_file() {
+                return Err(FsError::Special {
+                    path: path.display().to_string(),
+                });
+            }
+            set_blocking(&file).map_err(|e| FsError::of(&path, e))?;
+            return Ok((file, created));
+        }
+    }
+
+    /// Whether `name` here still is the inode `file` has open (a lock taken
+    /// on a file another writer has since renamed or removed guards nothing).
+    pub fn still_named(&self, file: &File, name: &str) -> Result<bool, FsError> {
+        let path = self.path.join(name);
+        let held = stat_file(file).map_err(|e| FsError::of(&path, e))?;
+        Ok(match self.entry(name)? {
+            Entry::File(now) => now.same_inode(&held),
+            _ => false,
+        })
     }
 
     /// Removes the file `name` here if it is there (never a folder).
@@ -303,6 +520,17 @@ impl Folder {
     }
 }
 
+/// Makes a folder's entry durable in its parent (best effort: the folder is
+/// the user's `--to`, and a parent that cannot be opened is theirs too).
+fn sync_parent(path: &Path) {
+    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return;
+    };
+    if let Ok(dir) = File::open(parent) {
+        let _ = dir.sync_all();
+    }
+}
+
 fn set_blocking(file: &File) -> io::Result<()> {
     let fd = file.as_raw_fd();
     // SAFETY: fcntl on a descriptor we own; results checked.
@@ -312,164 +540,5 @@ fn set_blocking(file: &File) -> io::Result<()> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-    use std::os::unix::fs::symlink;
-
-    /// A fresh folder under the system's temporary directory, removed on drop.
-    pub struct Scratch(pub PathBuf);
-
-    impl Scratch {
-        pub fn new(tag: &str) -> Self {
-            let p = std::env::temp_dir().join(format!(
-                "relay-dl-{tag}-{}-{}",
-                std::process::id(),
-                rand::random::<u64>()
-            ));
-            std::fs::create_dir_all(&p).expect("scratch dir");
-            Self(p)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn write(f: &Folder, comps: &[&str], body: &[u8]) -> Result<(), FsError> {
-        let parent = f.parent_of(comps, true)?;
-        let leaf = comps.last().copied().unwrap_or_default();
-        if parent.entry(leaf)? == Entry::Folder {
-            return Err(FsError::FolderInTheWay {
-                path: parent.path().join(leaf).display().to_string(),
-            });
-        }
-        let tmp = format!(".{leaf}.relay-partial");
-        let mut file = parent.open_file(&tmp, true)?;
-        file.write_all(body).expect("write");
-        parent.rename(&tmp, leaf)
-    }
-
-    #[test]
-    fn creates_folders_and_files_under_the_root() {
-        let s = Scratch::new("create");
-        let root = Folder::root(&s.0.join("dest/deeper")).expect("root");
-        write(&root, &["a", "b", "c.txt"], b"hello").expect("write");
-        let got = std::fs::read(s.0.join("dest/deeper/a/b/c.txt")).expect("read");
-        assert_eq!(got, b"hello");
-        assert!(!s.0.join("dest/deeper/a/b/.c.txt.relay-partial").exists());
-        assert!(root.name_max() >= 14);
-        let mut back = String::new();
-        root.parent_of(&["a", "b", "c.txt"], false)
-            .expect("parent")
-            .open_file("c.txt", false)
-            .expect("open")
-            .read_to_string(&mut back)
-            .expect("read");
-        assert_eq!(back, "hello");
-    }
-
-    #[test]
-    fn a_symlinked_folder_inside_the_root_is_not_followed() {
-        let s = Scratch::new("link");
-        let outside = s.0.join("outside");
-        std::fs::create_dir_all(&outside).expect("outside");
-        let dest = s.0.join("dest");
-        std::fs::create_dir_all(&dest).expect("dest");
-        symlink(&outside, dest.join("sub")).expect("symlink");
-        let root = Folder::root(&dest).expect("root");
-        let e = write(&root, &["sub", "x"], b"evil").expect_err("refused");
-        assert!(matches!(e, FsError::Symlink { .. }), "{e:?}");
-        assert!(e.to_string().contains("symbolic link"));
-        assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
-        // Deeper too: a link two levels down.
-        std::fs::create_dir_all(dest.join("a")).expect("a");
-        symlink(&outside, dest.join("a/b")).expect("symlink");
-        assert!(matches!(
-            write(&root, &["a", "b", "c", "x"], b"evil"),
-            Err(FsError::Symlink { .. })
-        ));
-        assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
-    }
-
-    #[test]
-    fn a_symlink_at_the_file_name_is_not_written_through() {
-        let s = Scratch::new("leaf");
-        let target = s.0.join("target");
-        std::fs::write(&target, b"precious").expect("target");
-        let dest = s.0.join("dest");
-        std::fs::create_dir_all(&dest).expect("dest");
-        symlink(&target, dest.join("f")).expect("symlink");
-        let root = Folder::root(&dest).expect("root");
-        assert_eq!(root.entry("f").expect("entry"), Entry::Symlink);
-        assert!(matches!(
-            root.open_file("f", true),
-            Err(FsError::Symlink { .. })
-        ));
-        assert!(matches!(
-            root.open_file("f", false),
-            Err(FsError::Symlink { .. })
-        ));
-        // A partial name planted as a link is refused too.
-        symlink(&target, dest.join(".g.relay-partial")).expect("symlink");
-        assert!(matches!(
-            root.open_file(".g.relay-partial", true),
-            Err(FsError::Symlink { .. })
-        ));
-        assert_eq!(std::fs::read(&target).expect("read"), b"precious");
-    }
-
-    #[test]
-    fn a_file_beside_a_folder_of_the_same_name_fails_only_the_one_that_cannot_be_placed() {
-        // `x` first, then `x/y`: x/y fails, x is kept.
-        let s = Scratch::new("xy");
-        let root = Folder::root(&s.0).expect("root");
-        write(&root, &["x"], b"file").expect("x");
-        let e = write(&root, &["x", "y"], b"nested").expect_err("x/y");
-        assert!(matches!(e, FsError::FileInTheWay { .. }), "{e:?}");
-        assert_eq!(std::fs::read(s.0.join("x")).expect("x"), b"file");
-        // `p/q` first, then `p`: p fails, p/q is kept.
-        write(&root, &["p", "q"], b"nested").expect("p/q");
-        let e = write(&root, &["p"], b"file").expect_err("p");
-        assert!(matches!(e, FsError::FolderInTheWay { .. }), "{e:?}");
-        assert_eq!(std::fs::read(s.0.join("p/q")).expect("p/q"), b"nested");
-    }
-
-    #[test]
-    fn fifos_are_refused_without_blocking() {
-        let s = Scratch::new("fifo");
-        let c = CString::new(s.0.join("pipe").as_os_str().as_encoded_bytes()).expect("c");
-        // SAFETY: a valid path; the result is checked.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let root = Folder::root(&s.0).expect("root");
-        assert_eq!(root.entry("pipe").expect("entry"), Entry::Other);
-        assert!(matches!(
-            root.open_file("pipe", false),
-            Err(FsError::Special { .. })
-        ));
-        assert!(matches!(
-            root.child("pipe", true),
-            Err(FsError::Special { .. })
-        ));
-    }
-
-    #[test]
-    fn an_unwritable_destination_is_a_clear_error() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            eprintln!("skipped: root writes through any mode bits");
-            return;
-        }
-        use std::os::unix::fs::PermissionsExt;
-        let s = Scratch::new("ro");
-        let ro = s.0.join("ro");
-        std::fs::create_dir_all(&ro).expect("ro");
-        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).expect("chmod");
-        let root = Folder::root(&ro).expect("root");
-        let e = write(&root, &["a", "b"], b"x").expect_err("refused");
-        assert!(matches!(e, FsError::Permission { .. }), "{e:?}");
-        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-}
+#[path = "safe_fs_tests.rs"]
+pub(crate) mod tests;

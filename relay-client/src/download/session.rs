@@ -6,12 +6,15 @@
 //! what happened.
 //!
 //! ```text
-//! local file? ─┬─ none ──────────────────────────────▶ Fetch{partial's length, etag}
-//!              ├─ same size, may be identical ─▶ HashLocal ─▶ Fetch{size, etag}
-//!              │        └─ Source: identical ─▶ Skip; differs ─▶ refuse or Fetch
+//! local file? ─┬─ none ──────────────────────────────────▶ Fetch{partial's length, etag}
+//!              ├─ same size ─▶ Fetch{size, compare only} ─▶ Source
+//!              │     ├─ sealed / Content-MD5 ─▶ HashLocal ─▶ identical: Skip (sha256, md5)
+//!              │     ├─ ranges, and this machine's index knows the file ─▶ Skip (index)
+//!              │     └─ differs, or cannot be compared ─▶ refuse (never) or Fetch
 //!              └─ differs ─▶ refuse (never) or Fetch (always, if-different, if-newer)
-//! Fetch ─▶ Source ─▶ Receive{from, fresh} ─▶ Received ─▶ verify ─▶ Place
-//!                                                          └─ mismatch after a resume ─▶ Fetch{0}
+//! Fetch ─▶ Source ─┬─ a resume nothing checks whole (ranges) ─▶ Fetch{0}
+//!                  └─▶ Receive{from, fresh} ─▶ Received ─▶ verify ─▶ Place
+//!                                                  └─ mismatch ─▶ Fail (retryable, discard)
 //! ```
 
 use relay_proto::protocol::{Check, Code, Failure, Source};
@@ -30,10 +33,13 @@ pub struct Blob {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Local {
     Absent,
-    /// A regular file: its size and modification time (seconds since the epoch).
+    /// A regular file: its size and modification time (seconds since the
+    /// epoch); `indexed`: this machine's index says it placed this very file
+    /// (size, times, inode unchanged since) from the listed version of the blob.
     File {
         size: u64,
         mtime: i64,
+        indexed: bool,
     },
     Folder,
     Symlink,
@@ -77,14 +83,44 @@ pub enum Event {
 pub struct Failed {
     pub code: &'static str,
     pub message: String,
-    /// Worth another attempt (the driver's retries; what is on disk is kept).
+    /// Worth another attempt (the driver's retries; each starts from what is
+    /// on disk).
     pub retryable: bool,
+    /// The partial file is worth nothing (its bytes failed their check, the
+    /// blob is gone or keeps changing): removed, never resumed.
+    pub discard: bool,
+}
+
+/// How a skipped file was found to need nothing (`compared` in the report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compared {
+    /// Its SHA-256 equals the seal's.
+    Sha256,
+    /// Its MD5 equals the blob's Content-MD5.
+    Md5,
+    /// This machine placed it from this version, and it is unchanged since.
+    Index,
+    /// `--overwrite=if-newer`: modified after the blob.
+    Mtime,
+}
+
+impl Compared {
+    pub fn label(self) -> &'static str {
+        match self {
+            Compared::Sha256 => "sha256",
+            Compared::Md5 => "md5",
+            Compared::Index => "index",
+            Compared::Mtime => "mtime",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Hash the file at the final name (SHA-256 and MD5).
-    HashLocal,
+    /// Hash the file at the final name: SHA-256, and MD5 when `md5`.
+    HashLocal {
+        md5: bool,
+    },
     /// Open a stream: `Fetch{offset, etag}`; with `compare_only` the driver
     /// wants only the Source and stops the stream after it.
     Fetch {
@@ -104,22 +140,25 @@ pub enum Action {
         check: Check,
         resumed: u64,
     },
-    /// Nothing to do: `reason` for the report.
-    Skip(String),
+    /// Nothing to do: `reason` and how it was compared, for the report.
+    Skip {
+        reason: String,
+        compared: Compared,
+    },
     Fail(Failed),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
-    Hashing,
-    Comparing { local: Hashes },
+    Comparing { indexed: bool },
+    Hashing { source: Source },
     Fetching { offset: u64 },
     Receiving { source: Source, from: u64 },
     Ended,
 }
 
-/// Restarts from 0 one file may take (the blob changed, or a resumed file
-/// did not verify) before it fails.
+/// Restarts from 0 one file may take (the blob changed while it was read)
+/// before it fails.
 pub const MAX_RESTARTS: u32 = 3;
 
 #[derive(Debug)]
@@ -136,8 +175,36 @@ fn fail(code: &'static str, message: impl Into<String>, retryable: bool) -> Acti
         code,
         message: message.into(),
         retryable,
+        discard: false,
     })
 }
+
+/// A failure after which the partial file is worth nothing.
+fn discard(code: &'static str, message: impl Into<String>, retryable: bool) -> Action {
+    Action::Fail(Failed {
+        code,
+        message: message.into(),
+        retryable,
+        discard: true,
+    })
+}
+
+fn skip(reason: &str, compared: Compared) -> Action {
+    Action::Skip {
+        reason: reason.into(),
+        compared,
+    }
+}
+
+/// Why a local file is not replaced, and how to replace it.
+fn exists_message(what: &str) -> String {
+    format!(
+        "a local file of this name differs from the blob ({what}); not overwritten without --overwrite (always, if-different, if-newer)"
+    )
+}
+
+/// A local file nothing can compare with a blob that has no SHA-256 or MD5.
+const UNCOMPARABLE: &str = "a local file of this name cannot be compared with the blob: the blob carries no SHA-256 or MD5, and this machine's index has no record of placing this very file from this version; not overwritten without --overwrite (always, if-different, if-newer)";
 
 /// Whether two ETags name one version: storage quotes them in headers (the
 /// Source's) and not in listings.
@@ -179,7 +246,7 @@ impl Session {
     }
 
     fn first(&mut self, local: Local) -> Action {
-        let (size, mtime) = match local {
+        let (size, mtime, indexed) = match local {
             Local::Absent => return self.fetch(),
             Local::Folder => {
                 return fail(
@@ -196,7 +263,11 @@ impl Session {
                 );
             }
             Local::Other => return fail("special_file", "not a regular file; refused", false),
-            Local::File { size, mtime } => (size, mtime),
+            Local::File {
+                size,
+                mtime,
+                indexed,
+            } => (size, mtime, indexed),
         };
         let newer_here = self
             .blob
@@ -205,24 +276,21 @@ impl Session {
         match self.overwrite {
             OverwriteMode::Always => self.fetch(),
             OverwriteMode::IfNewer if newer_here => {
-                Action::Skip("the local file is newer than the blob".into())
+                skip("the local file is newer than the blob", Compared::Mtime)
             }
             _ if size == self.blob.size => {
-                self.state = State::Hashing;
-                Action::HashLocal
+                // The Source says how the blob can be compared: a local file
+                // is hashed only when a hash can be compared with it.
+                self.state = State::Comparing { indexed };
+                Action::Fetch {
+                    offset: self.blob.size,
+                    etag: Some(quoted(&self.blob.etag)),
+                    compare_only: true,
+                }
             }
-            OverwriteMode::Never => fail("exists", self.exists_message(false), false),
+            OverwriteMode::Never => fail("exists", exists_message("its size"), false),
             OverwriteMode::IfDifferent | OverwriteMode::IfNewer => self.fetch(),
         }
-    }
-
-    fn exists_message(&self, compared: bool) -> String {
-        let why = if compared {
-            "a local file of this name differs from the blob (or cannot be compared: the blob carries no SHA-256 or MD5)"
-        } else {
-            "a local file of this name differs from the blob (its size)"
-        };
-        format!("{why}; not overwritten without --overwrite (always, if-different, if-newer)")
     }
 
     /// The download proper: from the partial file when it holds this version.
@@ -250,7 +318,7 @@ impl Session {
         self.restarts += 1;
         if self.restarts > MAX_RESTARTS {
             self.state = State::Ended;
-            return fail(
+            return discard(
                 "changed",
                 format!("{why}; gave up after {MAX_RESTARTS} restarts"),
                 false,
@@ -263,52 +331,75 @@ impl Session {
     pub fn handle(&mut self, event: Event) -> Action {
         let state = std::mem::replace(&mut self.state, State::Ended);
         match (state, event) {
-            (State::Hashing, Event::LocalHashed(local)) => {
-                self.state = State::Comparing { local };
-                Action::Fetch {
-                    offset: self.blob.size,
-                    etag: Some(quoted(&self.blob.etag)),
-                    compare_only: true,
-                }
-            }
-            (State::Comparing { local }, Event::Source(src)) => {
-                let identical = match src.check {
-                    Check::Sealed => src
-                        .sha256
-                        .as_deref()
-                        .is_some_and(|h| same_hex(h, &local.sha256)),
-                    Check::ContentMd5 => src
-                        .content_md5
-                        .as_deref()
-                        .is_some_and(|h| same_hex(h, &local.md5)),
-                    Check::Ranges => false,
-                } && src.size == self.blob.size;
-                if identical {
-                    return Action::Skip("identical".into());
-                }
-                match self.overwrite {
-                    OverwriteMode::Never => fail("exists", self.exists_message(true), false),
-                    _ => self.fetch(),
-                }
-            }
+            (State::Comparing { indexed }, Event::Source(src)) => self.compare(indexed, src),
+            (State::Hashing { source }, Event::LocalHashed(local)) => self.hashed(&source, &local),
             (State::Fetching { offset }, Event::Source(src)) => self.source(offset, src),
             (State::Receiving { source, from }, Event::Received { len, hashes }) => {
                 self.received(source, from, len, hashes)
             }
             (_, Event::Refused(f)) => match f.code {
                 Code::Changed => self.restart("the blob changed while it was read"),
-                Code::NotFound => fail("not_found", format!("no such blob ({})", f.message), false),
-                code => Action::Fail(Failed {
-                    code: code.label(),
-                    message: f.message,
-                    retryable: code.is_retryable(),
-                }),
+                Code::NotFound => {
+                    discard("not_found", format!("no such blob ({})", f.message), false)
+                }
+                code => fail(code.label(), f.message, code.is_retryable()),
             },
             (state, event) => fail(
                 "internal",
                 format!("download session: {event:?} in state {state:?}"),
                 false,
             ),
+        }
+    }
+
+    /// The Source of a comparison: hash the local file when the blob can be
+    /// compared by a hash, else ask what the index knows.
+    fn compare(&mut self, indexed: bool, src: Source) -> Action {
+        match src.check {
+            Check::Sealed | Check::ContentMd5 => {
+                let md5 = src.check == Check::ContentMd5;
+                self.state = State::Hashing { source: src };
+                Action::HashLocal { md5 }
+            }
+            Check::Ranges => {
+                let same_version =
+                    same_etag(&src.etag, &self.blob.etag) && src.size == self.blob.size;
+                if indexed && same_version {
+                    return skip("identical", Compared::Index);
+                }
+                self.differs(UNCOMPARABLE.to_string())
+            }
+        }
+    }
+
+    fn hashed(&mut self, src: &Source, local: &Hashes) -> Action {
+        let (same, compared, what) = match src.check {
+            Check::Sealed => (
+                src.sha256
+                    .as_deref()
+                    .is_some_and(|h| same_hex(h, &local.sha256)),
+                Compared::Sha256,
+                "its SHA-256",
+            ),
+            _ => (
+                src.content_md5
+                    .as_deref()
+                    .is_some_and(|h| same_hex(h, &local.md5)),
+                Compared::Md5,
+                "its MD5",
+            ),
+        };
+        if same && src.size == self.blob.size {
+            return skip("identical", compared);
+        }
+        self.differs(exists_message(what))
+    }
+
+    /// A local file that differs (or cannot be compared): refused, or downloaded.
+    fn differs(&mut self, why: String) -> Action {
+        match self.overwrite {
+            OverwriteMode::Never => fail("exists", why, false),
+            _ => self.fetch(),
         }
     }
 
@@ -341,6 +432,12 @@ impl Session {
                 "the relay named a check without its checksum",
                 false,
             );
+        }
+        if src.offset > 0 && src.check == Check::Ranges {
+            // Nothing checks a kept prefix of this blob (no seal, no
+            // Content-MD5): start from 0 rather than trust it.
+            self.partial = None;
+            return self.fetch();
         }
         let from = src.offset;
         self.state = State::Receiving { source: src, from };
@@ -379,15 +476,15 @@ impl Session {
                 resumed: from,
             };
         }
-        if from > 0 {
-            // The kept prefix was not this version's bytes (a partial file
-            // changed behind our back): start over rather than fail.
-            return self.restart("the resumed file did not verify");
-        }
-        fail(
+        // Bytes that differ from what the blob's checksum says (a bit flipped
+        // on the way, a kept prefix that changed on disk): the partial file
+        // is thrown away and the file tried again from 0, within --attempts.
+        discard(
             "verify",
-            format!("the {what} of the bytes written differs from the blob's; nothing placed"),
-            false,
+            format!(
+                "the {what} of the bytes written differs from the blob's; the partial file is discarded, nothing placed"
+            ),
+            true,
         )
     }
 }

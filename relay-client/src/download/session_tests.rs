@@ -1,6 +1,6 @@
-//! Every combination of local file × --overwrite × partial file × check ×
-//! blob version, run against a simulated relay and checked against the rules
-//! written out once more (`expect`).
+//! Every combination of local file × what this machine's index knows ×
+//! --overwrite × partial file × check × blob version, run against a simulated
+//! relay and checked against the rules written out once more (`expect`).
 
 use super::*;
 use relay_proto::protocol::Source;
@@ -10,7 +10,10 @@ const SIZE: u64 = 1000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Here {
     Absent,
+    /// The blob's bytes, placed by this machine from this version (indexed).
     Identical,
+    /// The blob's bytes, but nothing on this machine says so (not indexed).
+    IdenticalUnknown,
     SameSizeDiffers,
     OtherSize,
     NewerIdentical,
@@ -58,14 +61,18 @@ fn source(w: &World, offset: u64) -> Source {
         content_md5: (w.check == Check::ContentMd5).then(|| truth().md5),
         content_type: None,
         last_modified: Some(100),
+        encoding: None,
     }
 }
 
 #[derive(Debug, PartialEq, Eq)]
 enum End {
-    Placed { resumed: u64 },
-    Skipped(String),
-    Failed(&'static str),
+    Placed {
+        resumed: u64,
+    },
+    Skipped(String, Compared),
+    /// The code, and whether the partial file is discarded.
+    Failed(&'static str, bool),
 }
 
 /// Runs a session against the simulated relay; the end and how many byte
@@ -78,20 +85,26 @@ fn run(here: Here, part: Part, ow: OverwriteMode, w: &World) -> (End, u32) {
     };
     let local = match here {
         Here::Absent => Local::Absent,
-        Here::Identical | Here::SameSizeDiffers => Local::File {
+        Here::Identical | Here::IdenticalUnknown | Here::SameSizeDiffers => Local::File {
             size: SIZE,
             mtime: 50,
+            indexed: here == Here::Identical,
         },
-        Here::OtherSize => Local::File { size: 7, mtime: 50 },
+        Here::OtherSize => Local::File {
+            size: 7,
+            mtime: 50,
+            indexed: false,
+        },
         Here::NewerIdentical | Here::NewerDiffers => Local::File {
             size: SIZE,
             mtime: 200,
+            indexed: here == Here::NewerIdentical,
         },
         Here::Folder => Local::Folder,
         Here::Symlink => Local::Symlink,
     };
     let local_hashes = match here {
-        Here::Identical | Here::NewerIdentical => truth(),
+        Here::Identical | Here::IdenticalUnknown | Here::NewerIdentical => truth(),
         _ => wrong(),
     };
     let partial = match part {
@@ -112,7 +125,11 @@ fn run(here: Here, part: Part, ow: OverwriteMode, w: &World) -> (End, u32) {
     let mut streams = 0;
     for _ in 0..32 {
         let ev = match a {
-            Action::HashLocal => Event::LocalHashed(local_hashes.clone()),
+            Action::HashLocal { md5 } => {
+                assert_eq!(md5, w.check == Check::ContentMd5);
+                assert_ne!(w.check, Check::Ranges, "hashed for nothing");
+                Event::LocalHashed(local_hashes.clone())
+            }
             Action::Fetch {
                 offset,
                 etag,
@@ -141,33 +158,49 @@ fn run(here: Here, part: Part, ow: OverwriteMode, w: &World) -> (End, u32) {
                 }
             }
             Action::Place { resumed, .. } => return (End::Placed { resumed }, streams),
-            Action::Skip(r) => return (End::Skipped(r), streams),
-            Action::Fail(f) => return (End::Failed(f.code), streams),
+            Action::Skip { reason, compared } => return (End::Skipped(reason, compared), streams),
+            Action::Fail(f) => return (End::Failed(f.code, f.discard), streams),
         };
         a = s.handle(ev);
     }
     panic!("no end");
 }
 
-/// The rules, stated directly.
-fn expect(here: Here, part: Part, ow: OverwriteMode, w: &World) -> End {
+/// The rules, stated directly: the end, and how many byte streams it took.
+fn expect(here: Here, part: Part, ow: OverwriteMode, w: &World) -> (End, u32) {
     use OverwriteMode::*;
-    let comparable = w.check != Check::Ranges;
-    let resumable = matches!(part, Part::ThisVersion) && !w.moved;
-    let download = End::Placed {
-        resumed: if resumable { 400 } else { 0 },
+    let by_hash = w.check != Check::Ranges;
+    let compared = match w.check {
+        Check::Sealed => Compared::Sha256,
+        Check::ContentMd5 => Compared::Md5,
+        Check::Ranges => Compared::Index,
     };
+    // The partial of this version is asked for; only a blob checked whole
+    // may keep its prefix (a resume of a `ranges` blob starts over at 0,
+    // on a second stream).
+    let asked = matches!(part, Part::ThisVersion | Part::Corrupt) && !w.moved;
+    let download = match (asked, by_hash, part) {
+        (true, true, Part::Corrupt) => (End::Failed("verify", true), 1),
+        (true, true, _) => (End::Placed { resumed: 400 }, 1),
+        (true, false, _) => (End::Placed { resumed: 0 }, 2),
+        (false, ..) => (End::Placed { resumed: 0 }, 1),
+    };
+    let identical = match here {
+        Here::Identical | Here::NewerIdentical => by_hash || !w.moved,
+        Here::IdenticalUnknown => by_hash,
+        _ => false,
+    };
+    let none = |e: End| (e, 0);
     match (here, ow) {
-        (Here::Folder, _) => End::Failed("in_the_way"),
-        (Here::Symlink, _) => End::Failed("symlink"),
+        (Here::Folder, _) => none(End::Failed("in_the_way", false)),
+        (Here::Symlink, _) => none(End::Failed("symlink", false)),
         (Here::Absent, _) | (_, Always) => download,
-        (Here::NewerIdentical | Here::NewerDiffers, IfNewer) => {
-            End::Skipped("the local file is newer than the blob".into())
-        }
-        (Here::Identical | Here::NewerIdentical, _) if comparable => {
-            End::Skipped("identical".into())
-        }
-        (_, Never) => End::Failed("exists"),
+        (Here::NewerIdentical | Here::NewerDiffers, IfNewer) => none(End::Skipped(
+            "the local file is newer than the blob".into(),
+            Compared::Mtime,
+        )),
+        _ if identical => none(End::Skipped("identical".into(), compared)),
+        (_, Never) => none(End::Failed("exists", false)),
         (_, IfDifferent | IfNewer) => download,
     }
 }
@@ -177,6 +210,7 @@ fn every_combination_follows_the_rules() {
     let heres = [
         Here::Absent,
         Here::Identical,
+        Here::IdenticalUnknown,
         Here::SameSizeDiffers,
         Here::OtherSize,
         Here::NewerIdentical,
@@ -203,27 +237,10 @@ fn every_combination_follows_the_rules() {
                 for check in [Check::Sealed, Check::ContentMd5, Check::Ranges] {
                     for moved in [false, true] {
                         let w = World { check, moved };
-                        let (got, streams) = run(here, part, ow, &w);
-                        let mut want = expect(here, part, ow, &w);
-                        // A corrupt partial of this version: resumed, found
-                        // wrong by a whole-file check, started over (a
-                        // second stream); Ranges has no whole-file check.
-                        let corrupt_found =
-                            part == Part::Corrupt && !moved && matches!(want, End::Placed { .. });
-                        if corrupt_found && check == Check::Ranges {
-                            want = End::Placed { resumed: 400 };
-                        }
+                        let got = run(here, part, ow, &w);
+                        let want = expect(here, part, ow, &w);
                         assert_eq!(
                             got, want,
-                            "{here:?} {part:?} {ow:?} {check:?} moved={moved}"
-                        );
-                        let want_streams = match (&want, corrupt_found && check != Check::Ranges) {
-                            (End::Placed { .. }, true) => 2,
-                            (End::Placed { .. }, false) => 1,
-                            _ => 0,
-                        };
-                        assert_eq!(
-                            streams, want_streams,
                             "{here:?} {part:?} {ow:?} {check:?} moved={moved}"
                         );
                         rows += 1;
@@ -232,7 +249,7 @@ fn every_combination_follows_the_rules() {
             }
         }
     }
-    assert_eq!(rows, 8 * 4 * 4 * 3 * 2);
+    assert_eq!(rows, 9 * 4 * 4 * 3 * 2);
 }
 
 fn blob() -> Blob {
@@ -268,11 +285,11 @@ fn a_listing_etag_without_quotes_names_the_same_version() {
     let local = Local::File {
         size: SIZE,
         mtime: 0,
+        indexed: true,
     };
-    let (mut s, a) = Session::new(listed, local, None, OverwriteMode::Never);
-    assert_eq!(a, Action::HashLocal);
+    let (_, a) = Session::new(listed, local, None, OverwriteMode::Never);
     assert_eq!(
-        s.handle(Event::LocalHashed(truth())),
+        a,
         Action::Fetch {
             offset: SIZE,
             etag: Some("\"0x8DC0FFEE\"".into()),
@@ -305,7 +322,7 @@ fn a_blob_that_keeps_changing_fails_after_the_restarts() {
         ));
     }
     match s.handle(changed()) {
-        Action::Fail(f) => assert_eq!(f.code, "changed"),
+        Action::Fail(f) => assert_eq!((f.code, f.discard), ("changed", true)),
         other => panic!("{other:?}"),
     }
 }
@@ -372,7 +389,7 @@ fn short_bytes_are_retryable_and_not_placed() {
 }
 
 #[test]
-fn a_fresh_download_that_does_not_verify_fails() {
+fn a_download_that_does_not_verify_is_discarded_and_tried_again() {
     let w = World {
         check: Check::ContentMd5,
         moved: false,
@@ -386,7 +403,8 @@ fn a_fresh_download_that_does_not_verify_fails() {
         Action::Fail(f) => {
             assert_eq!(f.code, "verify");
             assert!(f.message.contains("MD5"));
-            assert!(!f.retryable);
+            // Within --attempts, from 0: the partial file is thrown away.
+            assert!(f.retryable && f.discard);
         }
         other => panic!("{other:?}"),
     }
@@ -394,10 +412,10 @@ fn a_fresh_download_that_does_not_verify_fails() {
 
 #[test]
 fn not_found_and_forbidden_are_final() {
-    for (code, label, retry) in [
-        (Code::NotFound, "not_found", false),
-        (Code::Forbidden, "forbidden", false),
-        (Code::Storage, "storage", true),
+    for (code, label, retry, discard) in [
+        (Code::NotFound, "not_found", false, true),
+        (Code::Forbidden, "forbidden", false, false),
+        (Code::Storage, "storage", true, false),
     ] {
         let (mut s, _) = Session::new(blob(), Local::Absent, None, OverwriteMode::Never);
         match s.handle(Event::Refused(Failure {
@@ -407,8 +425,81 @@ fn not_found_and_forbidden_are_final() {
             requests: None,
             outcome_unknown: false,
         })) {
-            Action::Fail(f) => assert_eq!((f.code, f.retryable), (label, retry)),
+            Action::Fail(f) => {
+                assert_eq!((f.code, f.retryable, f.discard), (label, retry, discard))
+            }
             other => panic!("{other:?}"),
         }
     }
+}
+
+#[test]
+fn a_kept_prefix_nothing_checks_whole_is_fetched_again_from_0() {
+    let w = World {
+        check: Check::Ranges,
+        moved: false,
+    };
+    let partial = Some(Partial {
+        len: SIZE,
+        etag: "v1".into(),
+        size: SIZE,
+    });
+    let (mut s, a) = Session::new(blob(), Local::Absent, partial, OverwriteMode::Never);
+    assert!(matches!(a, Action::Fetch { offset: SIZE, .. }), "{a:?}");
+    // The whole blob "on disk", and the Source says nothing checks it whole.
+    assert_eq!(
+        s.handle(Event::Source(source(&w, SIZE))),
+        Action::Fetch {
+            offset: 0,
+            etag: None,
+            compare_only: false
+        }
+    );
+    assert_eq!(
+        s.handle(Event::Source(source(&w, 0))),
+        Action::Receive {
+            from: 0,
+            fresh: true
+        }
+    );
+}
+
+#[test]
+fn a_blob_nothing_can_compare_is_compared_by_the_index_or_refused() {
+    let w = World {
+        check: Check::Ranges,
+        moved: false,
+    };
+    for (indexed, want) in [(true, "skip"), (false, "exists")] {
+        let local = Local::File {
+            size: SIZE,
+            mtime: 0,
+            indexed,
+        };
+        let (mut s, _) = Session::new(blob(), local, None, OverwriteMode::Never);
+        match (s.handle(Event::Source(source(&w, SIZE))), want) {
+            (Action::Skip { compared, .. }, "skip") => assert_eq!(compared, Compared::Index),
+            (Action::Fail(f), "exists") => {
+                assert_eq!(f.code, "exists");
+                assert!(f.message.contains("cannot be compared"), "{}", f.message);
+                assert!(!f.discard);
+            }
+            (other, _) => panic!("indexed={indexed}: {other:?}"),
+        }
+    }
+    // The index knew another version: the blob changed since, refused.
+    let moved = World {
+        check: Check::Ranges,
+        moved: true,
+    };
+    let local = Local::File {
+        size: SIZE,
+        mtime: 0,
+        indexed: true,
+    };
+    let (mut s, _) = Session::new(blob(), local, None, OverwriteMode::Never);
+    assert!(matches!(
+        s.handle(Event::Source(source(&moved, SIZE))),
+        Action::Fail(Failed { code: "exists", .. })
+    ));
 }

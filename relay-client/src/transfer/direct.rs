@@ -15,7 +15,7 @@ use relay_proto::plan::BlockPlan;
 use relay_proto::resume::ResumePoint;
 use relay_storage::account::Storage;
 use relay_storage::blob::BlobWriter;
-use relay_storage::publish::{Destination, PublishError, Published};
+use relay_storage::publish::{Destination, PublishError, Published, Writer};
 use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
@@ -61,17 +61,24 @@ pub async fn upload_file(
             .map_err(|e| relay_like(storage_failure(&e)))?,
     );
     let condition = condition(&opts.overwrite);
+    let owner = Owner::direct();
     let dest = Destination {
         container: &opts.container,
         blob: &src.blob,
         key: &d.id_key,
+        // Direct mode holds the account's own credentials: what storage lets
+        // it write, it can read (a write-only SAS fails the properties
+        // request itself, at storage, not here).
+        writer: Writer {
+            owner: &owner,
+            reads: true,
+        },
         size: before.len,
         content_type: opts.content_type.as_deref(),
         metadata: &opts.metadata,
         condition: &condition,
     };
-    let upload =
-        Upload::new(writer.clone(), dest, plan, &Owner::direct()).with_whole_md5(opts.put_md5);
+    let upload = Upload::new(writer.clone(), dest, plan).with_whole_md5(opts.put_md5);
     let point = match resume_point(&upload, src).await? {
         Prepared::From(point) => point,
         // As through the relay: a re-run whose file is already the committed blob

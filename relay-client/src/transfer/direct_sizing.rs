@@ -19,6 +19,13 @@
 //!
 //! Blocks never go below 8 MiB here, above Azure's 4 MiB high-throughput
 //! threshold. What the user gives (`--block-size`, `--connections`) wins.
+//!
+//! `download --direct` is sized from the same path (`ranges`): its ranged
+//! reads travel the same kind of TCP connections, one request each. But on
+//! the way down storage sends, and its congestion control is storage's, not
+//! this machine's: unknown, so taken as loss-based (Azure Storage's front ends
+//! are Windows servers, CUBIC by default), whatever this system's is. A range
+//! is at most 4 MiB (the most storage checksums).
 
 use std::time::Duration;
 
@@ -41,6 +48,15 @@ pub struct Sizing {
     pub why: String,
 }
 
+/// What direct mode's requests carry: a file's blocks up (upload, watch), or
+/// its ranges down (download).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Requests {
+    #[default]
+    Blocks,
+    Ranges,
+}
+
 /// What the sizing is chosen from.
 #[derive(Debug, Clone, Copy)]
 pub struct Path<'a> {
@@ -58,14 +74,7 @@ pub fn choose(
     user_connections: Option<usize>,
     memory_budget: u64,
 ) -> Sizing {
-    let bbr = path.tcp_congestion == Some("bbr");
-    let (block_size, connections, kind) = match path.rtt {
-        None => (DEFAULT_BLOCK_SIZE, 8, "unmeasured"),
-        Some(r) if r < NEAR_RTT => (DEFAULT_BLOCK_SIZE, 8, "near"),
-        Some(_) if bbr => (FAR_BLOCK_SIZE, 8, "far, bbr"),
-        Some(r) if r >= FAR_RTT => (FAR_BLOCK_SIZE, 32, "far"),
-        Some(_) => (FAR_BLOCK_SIZE, 16, "far"),
-    };
+    let (block_size, connections, kind) = by_path(path);
     let rtt = path.rtt;
     let block_size = user_block_size.unwrap_or(block_size);
     let fits = usize::try_from(memory_budget / block_size.max(1))
@@ -95,6 +104,58 @@ pub fn choose(
     );
     Sizing {
         block_size,
+        connections,
+        why,
+    }
+}
+
+/// The block size, the requests in flight per file and the kind of path.
+fn by_path(path: Path<'_>) -> (u64, usize, &'static str) {
+    let bbr = path.tcp_congestion == Some("bbr");
+    match path.rtt {
+        None => (DEFAULT_BLOCK_SIZE, 8, "unmeasured"),
+        Some(r) if r < NEAR_RTT => (DEFAULT_BLOCK_SIZE, 8, "near"),
+        Some(_) if bbr => (FAR_BLOCK_SIZE, 8, "far, bbr"),
+        Some(r) if r >= FAR_RTT => (FAR_BLOCK_SIZE, 32, "far"),
+        Some(_) => (FAR_BLOCK_SIZE, 16, "far"),
+    }
+}
+
+/// `download --direct`'s sizing for `path`: ranges of `range_bytes`, as many
+/// in flight per file as an upload's requests on a path of this round trip
+/// whose sender's congestion control is unknown (storage sends), or the
+/// user's `--connections`, and never more ranges than `memory_budget` holds.
+/// `block_size` is the range's size.
+pub fn ranges(
+    path: Path<'_>,
+    range_bytes: u64,
+    user_connections: Option<usize>,
+    memory_budget: u64,
+) -> Sizing {
+    let senders = Path {
+        tcp_congestion: None,
+        ..path
+    };
+    let (_, connections, kind) = by_path(senders);
+    let fits = usize::try_from(memory_budget / range_bytes.max(1))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let connections = user_connections.unwrap_or(connections).clamp(1, fits);
+    let rtt_text = path.rtt.map_or("not measured".to_string(), |r| {
+        format!("{} ms", r.as_millis())
+    });
+    let why = format!(
+        "storage round trip {rtt_text} ({kind}; storage sends, its TCP taken as loss-based): \
+         {} MiB ranges, {connections} in flight per file{}",
+        range_bytes / MIB,
+        if user_connections.is_some() {
+            " (--connections)"
+        } else {
+            ""
+        },
+    );
+    Sizing {
+        block_size: range_bytes,
         connections,
         why,
     }
@@ -183,6 +244,41 @@ mod tests {
         assert!(s.why.contains("--connections"));
         let s = choose(ms(1), Some(8 * MIB), Some(64), BUDGET);
         assert_eq!((s.block_size, s.connections), (8 * MIB, 64));
+    }
+
+    #[test]
+    fn a_download_keeps_as_many_ranges_in_flight_as_an_upload_to_a_loss_based_sender() {
+        const RANGE: u64 = 4 * MIB;
+        for rtt in [0, 2, 20, 59, 60, 100, 200, 600] {
+            let up = choose(ms(rtt), None, None, BUDGET);
+            // Whatever this machine's controller: storage is the sender.
+            for path in [ms(rtt), bbr(rtt)] {
+                let down = ranges(path, RANGE, None, BUDGET);
+                assert_eq!(down.connections, up.connections, "{rtt} ms, {path:?}");
+                assert_eq!(down.block_size, RANGE);
+                assert!(down.why.contains("4 MiB ranges"), "{}", down.why);
+                assert!(down.why.contains(&format!("{rtt} ms")), "{}", down.why);
+            }
+        }
+        // The far path of the download card: 32 flows, not 4.
+        assert_eq!(ranges(ms(100), RANGE, None, BUDGET).connections, 32);
+        assert_eq!(ranges(bbr(100), RANGE, None, BUDGET).connections, 32);
+        let unmeasured = Path {
+            rtt: None,
+            tcp_congestion: None,
+        };
+        assert_eq!(ranges(unmeasured, RANGE, None, BUDGET).connections, 8);
+    }
+
+    #[test]
+    fn a_downloads_ranges_fit_the_budget_and_the_users_choice_wins() {
+        const RANGE: u64 = 4 * MIB;
+        assert_eq!(ranges(ms(200), RANGE, None, 64 * MIB).connections, 16);
+        assert_eq!(ranges(ms(200), RANGE, None, MIB).connections, 1);
+        let s = ranges(ms(200), RANGE, Some(3), BUDGET);
+        assert_eq!(s.connections, 3);
+        assert!(s.why.contains("--connections"), "{}", s.why);
+        assert_eq!(ranges(ms(2), RANGE, Some(100), 64 * MIB).connections, 16);
     }
 
     #[test]

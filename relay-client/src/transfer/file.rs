@@ -117,6 +117,7 @@ pub async fn report_of(
         relay_ms: sent.relay_timings,
         error: None,
         check: None,
+        compared: None,
     };
     if earlier_runs_work(sent.identical, tries, sent.reconnects) {
         r.status = Status::Skipped;
@@ -449,6 +450,7 @@ pub(crate) fn blank(path: &str, container: &str, blob: &str, status: Status) -> 
         relay_ms: None,
         error: None,
         check: None,
+        compared: None,
     }
 }
 

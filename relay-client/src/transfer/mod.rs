@@ -8,6 +8,7 @@
 //! May import `relay`, `ui` and `sign_in`; never a command or `cli`.
 
 pub mod compress;
+pub mod destination;
 pub mod direct;
 pub mod direct_sizing;
 pub mod file;

@@ -9,7 +9,7 @@ use quinn::Connection;
 use relay_pipeline::failure::{condition, storage_failure};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Code, ExistingBlob, Message, Offer, Overwrite, app_error};
-use relay_storage::publish::{Destination, sealed_as};
+use relay_storage::publish::{Destination, Writer, sealed_as};
 use relay_transport::frames::{read_frame, write_frame};
 
 use crate::transfer::direct::Direct;
@@ -111,10 +111,15 @@ pub async fn direct(d: &Direct, src: &Source, opts: &Options) -> Result<Verdict,
     };
     let (size, sha256) = sha256_of(src).await?;
     let condition = condition(&opts.overwrite);
+    let owner = relay_proto::id_key::Owner::direct();
     let dest = Destination {
         container: &opts.container,
         blob: &src.blob,
         key: &d.id_key,
+        writer: Writer {
+            owner: &owner,
+            reads: true,
+        },
         size,
         content_type: None,
         metadata: &opts.metadata,

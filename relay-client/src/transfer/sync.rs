@@ -44,7 +44,8 @@ pub fn decide(
     };
     match (rule, existing) {
         (SyncRule::IfDifferent, Some(e)) => replace_seen(e),
-        // A relay that does not say which version is there: replace whatever is.
+        // A relay that does not say which version is there (to a token that may
+        // not read the container, or an older relay): replace whatever is.
         (SyncRule::IfDifferent, None) => Decision::Replace(Overwrite::Always),
         (SyncRule::IfNewer, Some(e)) => match (e.last_modified, source_mtime) {
             // Last-Modified has whole seconds: a source modified within the second
@@ -63,8 +64,9 @@ pub fn decide(
             ),
         },
         (SyncRule::IfNewer, None) => Decision::Refuse(
-            "a blob with this name exists and the relay did not report its version \
-             (upgrade relay-server); cannot apply --overwrite=if-newer"
+            "a blob with this name exists and the relay did not say which version \
+             (it tells only a token that may read the container, or the blob's own \
+             writer; or the relay is older); cannot apply --overwrite=if-newer"
                 .into(),
         ),
     }

@@ -10,8 +10,7 @@ use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use relay_proto::blob_name::{ContainerNameError, validate_container};
-
+pub use crate::transfer::destination::{Destination, DestinationError, parse_destination};
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
 
@@ -48,52 +47,6 @@ pub struct WalkOptions {
     pub filter: Filter,
     pub follow_symlinks: bool,
     pub manifest: Option<Arc<Manifest>>,
-}
-
-/// Where a blob name may be given: `CONTAINER[/PREFIX]` or a blob URL
-/// `https://ACCOUNT.blob.core.windows.net/CONTAINER[/PREFIX]` (then also the account).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Destination {
-    pub account: Option<String>,
-    pub container: String,
-    pub prefix: String,
-}
-
-/// Why `--to` names no destination; `to` as given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DestinationError {
-    #[error("{to:?}: expected CONTAINER[/PREFIX] or an https:// blob URL")]
-    Scheme { to: String },
-    #[error("{to:?}: leave the SAS out of --to (the relay holds the storage credentials)")]
-    SasInUrl { to: String },
-    #[error(transparent)]
-    Container(#[from] ContainerNameError),
-}
-
-/// Splits `CONTAINER[/PREFIX]`, or a blob URL.
-pub fn parse_destination(to: &str) -> Result<Destination, DestinationError> {
-    let (account, path) = match to.split_once("://") {
-        Some((scheme, rest)) => {
-            if scheme != "https" && scheme != "http" {
-                return Err(DestinationError::Scheme { to: to.to_string() });
-            }
-            let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-            if path.contains('?') {
-                return Err(DestinationError::SasInUrl { to: to.to_string() });
-            }
-            let account = host.split('.').next().unwrap_or_default().to_string();
-            (Some(account), path)
-        }
-        None => (None, to),
-    };
-    let path = path.trim_start_matches('/');
-    let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
-    validate_container(container)?;
-    Ok(Destination {
-        account,
-        container: container.to_string(),
-        prefix: prefix.trim_matches('/').to_string(),
-    })
 }
 
 /// Source arguments that do not exist or cannot be read, found before any
@@ -156,6 +109,19 @@ fn io_reason(e: &std::io::Error) -> String {
         Some(at) if text.ends_with(')') => text[..at].to_string(),
         _ => text,
     }
+}
+
+/// What the name of every partial file a download writes ends with, and its
+/// sidecar's (`download::place`): the client's own temporary files, which a
+/// directory walk leaves out, as `watch` does.
+pub const PARTIAL_SUFFIX: &str = ".relay-partial";
+/// What an earlier client's sidecars ended with (`.NAME.relay-partial.json`).
+pub const OLD_SIDECAR_SUFFIX: &str = ".relay-partial.json";
+
+/// Whether a file name is a download's partial file or sidecar (this
+/// client's, or an earlier one's).
+pub fn is_partial_file(name: &str) -> bool {
+    name.starts_with('.') && (name.ends_with(PARTIAL_SUFFIX) || name.ends_with(OLD_SIDECAR_SUFFIX))
 }
 
 /// Joins prefix and relative segments with `/`.
@@ -254,6 +220,11 @@ impl Walk {
         let Some(segs) = segs else {
             return Some(Some(invalid_utf8(path)));
         };
+        // A download's partial files, left by a run that was interrupted
+        // (or is still running): never uploaded.
+        if ft.is_file() && segs.last().is_some_and(|n| is_partial_file(n)) {
+            return Some(None);
+        }
         let relative = segs.join("/");
         // Filters first: what the user left out is not reported at all.
         if !self.opts.filter.admits(&relative) {
@@ -422,28 +393,6 @@ mod tests {
     }
 
     #[test]
-    fn destinations() {
-        let d = |c: &str, p: &str| Destination {
-            account: None,
-            container: c.into(),
-            prefix: p.into(),
-        };
-        assert_eq!(parse_destination("c1x"), Ok(d("c1x", "")));
-        assert_eq!(parse_destination("data/a/b/"), Ok(d("data", "a/b")));
-        assert!(parse_destination("Bad").is_err());
-        let url = parse_destination("https://acct.blob.core.windows.net/data/x/y");
-        assert_eq!(
-            url,
-            Ok(Destination {
-                account: Some("acct".into()),
-                ..d("data", "x/y")
-            })
-        );
-        assert!(parse_destination("https://acct.blob.core.windows.net/data?sv=1").is_err());
-        assert!(parse_destination("ftp://x/y").is_err());
-    }
-
-    #[test]
     fn names() {
         assert_eq!(blob_name("", &["a.bin"]), "a.bin");
         assert_eq!(
@@ -478,6 +427,16 @@ mod tests {
         std::fs::write(data.join("a.txt"), b"a").expect("write");
         std::fs::write(data.join("sub/b.txt"), b"b").expect("write");
         std::fs::write(root.join("top.bin"), b"t").expect("write");
+        // A download's partial files and sidecars, this client's and an
+        // earlier one's: left out.
+        for junk in [
+            ".relay-0123456789abcdef0123456789abcdef.relay-partial",
+            ".relay-0123456789abcdef0123456789abcdef.meta.relay-partial",
+            "sub/.c.txt.relay-partial",
+            "sub/.c.txt.relay-partial.json",
+        ] {
+            std::fs::write(data.join(junk), b"j").expect("write");
+        }
         let opts = WalkOptions {
             prefix: "p".into(),
             ..Default::default()

@@ -94,7 +94,7 @@ pub fn encoder(
     meter: Arc<Meter>,
 ) -> std::io::Result<impl FnMut(Bytes) -> std::io::Result<Piece> + Send + 'static> {
     let mut deflater = Lent::take()?;
-    let mut policy = Policy::new(mode);
+    let mut policy = Policy::new(mode.into());
     Ok(move |raw: Bytes| {
         let Choice::Zstd { level } = policy.choose() else {
             return Ok(plain(raw));

@@ -437,7 +437,13 @@ pub fn text_line(f: &FileReport) -> String {
             }
         ),
         Status::Skipped if f.blob.is_empty() => format!("skipped    {}  ({reason})", f.path),
-        Status::Skipped => format!("skipped    {}/{}  ({reason})", f.container, f.blob),
+        Status::Skipped => match f.compared {
+            Some(how) => format!(
+                "skipped    {}/{}  ({reason}, compared by {how})",
+                f.container, f.blob
+            ),
+            None => format!("skipped    {}/{}  ({reason})", f.container, f.blob),
+        },
         Status::Planned => format!("dry-run    {}/{}  {reason}", f.container, f.blob),
         Status::Failed => {
             let why = f

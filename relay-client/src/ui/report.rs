@@ -71,12 +71,19 @@ pub struct FileReport {
     /// blob's Content-MD5; `ranges`: storage's checksum of every range read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check: Option<&'static str>,
+    /// `download`, a skipped file: how it was found identical (`sha256`: its
+    /// SHA-256 equals the seal's; `md5`: its MD5 the blob's Content-MD5;
+    /// `index`: this machine placed it from this version and it is unchanged
+    /// since; `mtime`: `--overwrite=if-newer` and modified after the blob).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compared: Option<&'static str>,
 }
 
 /// `relay_storage::retry::Abandoned`, as the JSON report shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Abandoned {
-    /// No byte of the body accepted for the stall interval.
+    /// No progress for the stall interval: no byte of the body accepted, or
+    /// none more of an answer that had begun.
     pub stalled: u32,
     /// No answer within the interval after the body went.
     pub unanswered: u32,

@@ -23,7 +23,8 @@ pub struct WatchArgs {
     pub poll: Option<std::time::Duration>,
 
     /// Leave out files whose name matches GLOB (repeatable), besides the
-    /// temporary names *.part, ~*, .*.swp, *.tmp, .~lock.*.
+    /// temporary names *.part, ~*, .*.swp, *.tmp, .~lock.*, and a download's
+    /// .*.relay-partial and .*.relay-partial.json.
     #[arg(long, value_name = "GLOB")]
     pub ignore: Vec<String>,
 

@@ -1,7 +1,8 @@
 //! Which watched paths are uploaded, and as which blob: the same names as
 //! `upload DIR` gives (`PREFIX/DIRNAME/relative/path`), the same
 //! `--include/--exclude`, plus the names a watch leaves alone (temporary
-//! files: `*.part`, `~*`, `.*.swp`, and `--ignore`).
+//! files: `*.part`, `~*`, `.*.swp`, a download's `.*.relay-partial`, and
+//! `--ignore`).
 
 use std::path::{Path, PathBuf};
 
@@ -10,8 +11,17 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use crate::transfer::filter::Filter;
 use crate::transfer::walk::blob_name;
 
-/// Temporary names writers use before the final rename.
-pub const DEFAULT_IGNORE: &[&str] = &["*.part", "~*", ".*.swp", "*.tmp", ".~lock.*"];
+/// Temporary names writers use before the final rename (this client's own
+/// `download` among them: its partial files and their sidecars).
+pub const DEFAULT_IGNORE: &[&str] = &[
+    "*.part",
+    "~*",
+    ".*.swp",
+    "*.tmp",
+    ".~lock.*",
+    ".*.relay-partial",
+    ".*.relay-partial.json",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum RootError {
@@ -181,6 +191,11 @@ mod tests {
             "x.tmp",
             "y.lock",
             "skip/z",
+            // A download into the watched folder, interrupted or running.
+            ".relay-0123456789abcdef0123456789abcdef.relay-partial",
+            ".relay-0123456789abcdef0123456789abcdef.meta.relay-partial",
+            "run/.b.bin.relay-partial",
+            "run/.b.bin.relay-partial.json",
         ] {
             assert_eq!(blob(temp), None, "{temp}");
         }

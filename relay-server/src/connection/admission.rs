@@ -155,6 +155,12 @@ impl Admission {
         }
     }
 
+    /// `--max-rate`: what the relay's connections send at most (Mbit/s), a
+    /// bound on the pace a download's compression is judged against.
+    pub fn max_rate_mbit(&self) -> Option<f64> {
+        self.windows.max_rate_mbit
+    }
+
     /// The stream limit of an accepted connection, drawn from this relay's pool.
     /// `storage_queue`: storage requests the relay sends at once.
     pub fn stream_credit(&self, conn: &Connection, storage_queue: u64) -> Arc<ConnectionCredit> {

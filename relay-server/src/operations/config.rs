@@ -48,7 +48,12 @@ pub struct Args {
 
     /// Blob service URL, e.g. https://ACCOUNT.blob.core.windows.net or
     /// http://127.0.0.1:10000/devstoreaccount1 (Azurite). A SAS may be in the query.
-    #[arg(long, env = "RELAY_STORAGE_URL", required = true)]
+    #[arg(
+        long,
+        env = "RELAY_STORAGE_URL",
+        required = true,
+        hide_env_values = true
+    )]
     pub storage_url: Option<String>,
 
     /// Storage account key; the relay signs its own short-lived account SAS from it.
@@ -248,7 +253,8 @@ pub struct Args {
     pub download_ranges: u64,
 
     /// How long a download waits to write to a client that reads nothing
-    /// before it drops the download (its memory goes back to the budget).
+    /// before it drops the download (its memory goes back to the budget); a
+    /// listing's page must be written within it in all.
     #[arg(long, env = "RELAY_DOWNLOAD_WRITE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = relay_proto::duration::parse_nonzero_duration)]
     pub download_write_timeout: Duration,
 
@@ -279,9 +285,10 @@ pub struct Args {
     pub storage_idle_timeout: Duration,
 
     /// How long a storage request may go without progress before it is
-    /// abandoned and retried: no byte of its body accepted for this long, or
-    /// no answer this long after its body went. Never for being slow while
-    /// its body moves (docs/ARCHITECTURE.md, "Storage requests").
+    /// abandoned and retried: no byte of its body accepted for this long, no
+    /// answer this long after its body went, or (reads) no byte more of its
+    /// answer for this long. Never for being slow while it moves
+    /// (docs/ARCHITECTURE.md, "Storage requests").
     #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
     pub storage_stall_timeout: Duration,
 

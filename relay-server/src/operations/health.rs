@@ -176,7 +176,7 @@ fn transfer_series(m: &Metrics, out: &mut Exposition) {
 
 /// Downloads and listings: started, sent, failed, bytes.
 fn download_series(m: &Metrics, out: &mut Exposition) {
-    let rows: [(&str, Kind, &str, &AtomicU64); 6] = [
+    let rows: [(&str, Kind, &str, &AtomicU64); 9] = [
         (
             "blob_relay_fetches_started_total",
             Kind::Counter,
@@ -208,10 +208,28 @@ fn download_series(m: &Metrics, out: &mut Exposition) {
             &m.bytes_sent,
         ),
         (
+            "blob_relay_wire_bytes_sent_total",
+            Kind::Counter,
+            "Bytes that carried the blob bytes of download streams (below bytes_sent where downloads went compressed).",
+            &m.wire_bytes_sent,
+        ),
+        (
             "blob_relay_listings_completed_total",
             Kind::Counter,
             "Listings sent to their end.",
             &m.listings_completed,
+        ),
+        (
+            "blob_relay_listings_failed_total",
+            Kind::Counter,
+            "Listings that ended before their end (storage failure, no memory for a page, client gone).",
+            &m.listings_failed,
+        ),
+        (
+            "blob_relay_listings_stalled_total",
+            Kind::Counter,
+            "Listings dropped because the client did not take a page within the write timeout.",
+            &m.listings_stalled,
         ),
     ];
     for (name, kind, help, v) in rows {

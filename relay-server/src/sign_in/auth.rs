@@ -91,6 +91,24 @@ pub async fn authenticate(
     }
 }
 
+/// Whether a caller admitted for one access (`authenticate`) also holds
+/// `access` on `container`: its grant looked up again, with no I/O and no new
+/// check of the token. An upload asks it for reading, which decides what it
+/// may learn of a blob in the way.
+pub fn also_granted(
+    tokens: &TokenStore,
+    entra: Option<&crate::sign_in::entra::Entra>,
+    token: &str,
+    caller: &Caller,
+    container: &str,
+    access: Access,
+) -> bool {
+    match caller {
+        Caller::Static => tokens.check(token, container, access).is_ok(),
+        Caller::Entra(p) => entra.is_some_and(|e| e.grants.allows(p, container, access)),
+    }
+}
+
 /// Why the tokens file cannot be used at start.
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {

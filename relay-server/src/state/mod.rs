@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use relay_proto::id_key::{IdKey, Owner};
 use relay_storage::account::Storage;
+use relay_storage::listing::PageSize;
 use relay_storage::staging::{Budget, Mangle, Pace};
 use relay_transport::quic::Windows;
 use tokio::sync::watch;
@@ -39,6 +40,10 @@ pub struct TestHooks {
     /// Announce only the plain protocol, as a relay from before compressed
     /// chunks (issue 34) does: the version-skew tests.
     pub before_compression: bool,
+    /// Take no listing up at a marker (start it over, as a relay from before
+    /// listing markers does) while still handing markers on: a fleet whose
+    /// relays differ, as the client of a rolling upgrade meets it.
+    pub forgets_list_markers: bool,
 }
 
 pub struct Config {
@@ -132,6 +137,10 @@ impl Shared {
         }
     }
 
+    pub fn forgets_list_markers(&self) -> bool {
+        cfg!(feature = "test-hooks") && self.hooks.forgets_list_markers
+    }
+
     pub fn hold_plan_until_received(&self) -> Option<u64> {
         if cfg!(feature = "test-hooks") {
             self.hooks.hold_plan_until_received
@@ -158,6 +167,11 @@ impl Shared {
     pub fn share_of(&self, owner: &Owner) -> Budget {
         self.shares.of(owner)
     }
+
+    /// One listing page: its names and the memory taken for it.
+    pub fn list_page(&self) -> PageSize {
+        self.download.list_page_size(self.token_share_bytes)
+    }
 }
 
 /// How downloads read and send.
@@ -168,21 +182,58 @@ pub struct DownloadLimits {
     /// Bytes per range (at most `MAX_CHECKED_RANGE`, storage's limit for a
     /// range's MD5).
     pub range_bytes: u64,
-    /// Longest one write to the client may wait for room in its window.
+    /// Longest one write to the client may wait for room in its window, and
+    /// a listing page's frames in all.
     pub write_timeout: Duration,
-    /// Blobs per List Blobs page (Azure's most is 5,000).
+    /// Most blobs per List Blobs page (Azure's most is 5,000); fewer when
+    /// memory is tight (`list_page_size`).
     pub list_page: u32,
+}
+
+impl DownloadLimits {
+    /// A listing page of at most `list_page` names whose memory is at most
+    /// an eighth of a caller's share (`share_bytes`): a listing leaves the
+    /// rest to the caller's downloads.
+    pub fn list_page_size(&self, share_bytes: u64) -> PageSize {
+        PageSize::within(self.list_page, share_bytes / 8)
+    }
 }
 
 impl Default for DownloadLimits {
     /// Six 4 MiB ranges: 24 MiB in flight per blob keeps a blob's read ahead
-    /// of a fast link with storage's tens of milliseconds per range.
+    /// of a fast link with storage's tens of milliseconds per range. Pages of
+    /// 1,000 names: 10.7 MiB of budget each (`PageSize::bytes`), a fifth of
+    /// what Azure's largest page would take.
     fn default() -> Self {
         Self {
             ranges_in_flight: 6,
             range_bytes: relay_storage::read::MAX_CHECKED_RANGE,
             write_timeout: Duration::from_secs(60),
-            list_page: 5000,
+            list_page: relay_storage::listing::DEFAULT_PAGE_NAMES,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_page_takes_at_most_an_eighth_of_a_callers_share() {
+        let limits = DownloadLimits::default();
+        // The default 1 GiB budget at 50 %: the whole page of 1,000 names.
+        let page = limits.list_page_size(512 << 20);
+        assert_eq!(page.names, 1000);
+        assert_eq!(page.bytes(), 11_264_000);
+        // A 96 MiB budget: 48 MiB a share, so 6 MiB a page, fewer names.
+        let page = limits.list_page_size(48 << 20);
+        assert!(page.names < 1000 && page.bytes() <= 6 << 20, "{page:?}");
+        // However small the share, a page still lists one name.
+        assert_eq!(limits.list_page_size(0).names, 1);
+        let few = DownloadLimits {
+            list_page: 2,
+            ..limits
+        };
+        assert_eq!(few.list_page_size(512 << 20).names, 2);
     }
 }

@@ -43,7 +43,14 @@ pub struct Metrics {
     pub fetches_stalled: AtomicU64,
     /// Blob bytes written to download streams.
     pub bytes_sent: AtomicU64,
+    /// The bytes that carried them (compressed chunks, headers included).
+    pub wire_bytes_sent: AtomicU64,
     pub listings_completed: AtomicU64,
+    /// Listings that ended before their end (storage, no memory, client gone).
+    pub listings_failed: AtomicU64,
+    /// Of the failed: dropped because a page was not taken within the write
+    /// timeout.
+    pub listings_stalled: AtomicU64,
     /// Streams refused before their Plan, by reason; also rate-limits their log.
     pub rejections: Rejections,
     /// Every transfer that ended without a commit, by code and class.
@@ -67,7 +74,10 @@ impl Default for Metrics {
             fetches_failed: AtomicU64::default(),
             fetches_stalled: AtomicU64::default(),
             bytes_sent: AtomicU64::default(),
+            wire_bytes_sent: AtomicU64::default(),
             listings_completed: AtomicU64::default(),
+            listings_failed: AtomicU64::default(),
+            listings_stalled: AtomicU64::default(),
             rejections: Rejections::default(),
             failures: Failures::default(),
         }
@@ -112,7 +122,7 @@ pub fn render_retries(out: &mut Exposition, counts: &RetryCounts) {
     out.labelled(
         "blob_relay_azure_retries_total",
         Kind::Counter,
-        "Azure requests retried, by cause: the HTTP status, or transport (no response: a reset or closed connection) or timeout (no answer within the deadline).",
+        "Azure requests retried, by cause: the HTTP status, or transport (no response: a reset or closed connection) or timeout (abandoned for no progress: of its body, of its answer, or no answer within the stall timeout).",
         counts.snapshot().map(|(label, n)| ([("status", label)], n)),
     );
 }

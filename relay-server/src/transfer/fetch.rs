@@ -10,6 +10,10 @@
 //! connection window. A write that does not go through within
 //! `DownloadLimits::write_timeout` (a client that stopped reading) ends the
 //! stream and frees what it held.
+//!
+//! A client that asked for compressed chunks on a connection that agreed on
+//! them gets each range as one section of chunks (`deflating`), the blob's
+//! bytes inflated on its side; offsets and sizes count the blob's bytes.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,7 +26,9 @@ use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::id_key::Owner;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::logsafe::safe;
-use relay_proto::protocol::{Check, Code, Data, Failure, Fetch, Message, Sent, Source, app_error};
+use relay_proto::protocol::{
+    Check, Code, Data, Encoding, Failure, Fetch, Message, Sent, Source, app_error,
+};
 use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError, ReadProperties};
 use relay_storage::staging::Budget;
 use relay_transport::frames::write_frame;
@@ -37,6 +43,7 @@ use crate::state::DownloadLimits;
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
+use crate::transfer::deflating::{Compressing, Section};
 use crate::transfer::{refuse, reject};
 
 /// Serves one Fetch (its frame already read).
@@ -63,7 +70,7 @@ pub(crate) async fn handle(
         blob = %safe(&fetch.blob),
     );
     let owner = caller.owner(&fetch.token.0);
-    serve(shared, &owner, send, recv, &fetch)
+    serve(shared, link, &owner, send, recv, &fetch)
         .instrument(span)
         .await;
 }
@@ -119,6 +126,7 @@ pub(crate) async fn admit(
 
 async fn serve(
     shared: &Shared,
+    link: &Link,
     owner: &Owner,
     send: &mut SendStream,
     recv: &mut RecvStream,
@@ -142,13 +150,24 @@ async fn serve(
         }
     };
     let vouched = props.sealed_sha256(&shared.id_key, &fetch.container, &fetch.blob);
-    let source = source(&props, vouched, fetch);
+    let mut source = source(&props, vouched, fetch);
     let (offset, size, check) = (source.offset, source.size, source.check);
-    tracing::info!(etag = %source.etag, size, offset, check = ?source.check, "sending");
     let limits = shared.download;
-    if write_within(limits.write_timeout, send, &Message::Source(source), None)
-        .await
-        .is_err()
+    let share = shared.share_of(owner);
+    let range = range_len(&limits, shared.max_block_bytes());
+    let remaining = size - offset;
+    let compressing = Compressing::for_fetch(shared, link, &share, fetch, &props, remaining, range);
+    let compressing = compressing.await;
+    source.encoding = compressing.as_ref().map(|_| Encoding::Zstd);
+    tracing::info!(etag = %source.etag, size, offset, check = ?source.check, encoding = ?source.encoding, "sending");
+    if write_within(
+        limits.write_timeout,
+        send,
+        &Message::Source(source),
+        &mut [],
+    )
+    .await
+    .is_err()
     {
         Metrics::add(&m.fetches_failed, 1);
         let _ = send.reset(app_error::PROTOCOL.into());
@@ -156,19 +175,28 @@ async fn serve(
     }
     let sending = Sending {
         shared,
-        share: shared.share_of(owner),
+        share,
         reader: reader.clone(),
         etag: props.etag.clone(),
-        range: range_len(&limits, shared.max_block_bytes()),
+        range,
         check: RangeCheck::for_check(check),
     };
-    match sending.run(offset, size, send).await {
+    let result = sending.run(offset, size, send, compressing).await;
+    ended(shared, send, reader.requests(), result).await;
+}
+
+/// Tells the client how the sending ended (`Sent`, or the `Error`), counts it
+/// and ends the stream.
+async fn ended(shared: &Shared, send: &mut SendStream, requests: u32, result: Result<u64, Stop>) {
+    let m = &shared.metrics;
+    let limits = shared.download;
+    match result {
         Ok(ranges_checked) => {
             let sent = Sent {
                 ranges_checked,
-                requests: reader.requests(),
+                requests,
             };
-            if write_within(limits.write_timeout, send, &Message::Sent(sent), None)
+            if write_within(limits.write_timeout, send, &Message::Sent(sent), &mut [])
                 .await
                 .is_ok()
             {
@@ -185,7 +213,7 @@ async fn serve(
             shared.metrics.failures.record(Reason::Code(f.code));
             tracing::warn!(code = Reason::Code(f.code).label(), reason = %safe(&f.message), "download failed");
             let frame = Message::Error(f);
-            if write_within(limits.write_timeout, send, &frame, None)
+            if write_within(limits.write_timeout, send, &frame, &mut [])
                 .await
                 .is_ok()
             {
@@ -236,6 +264,7 @@ pub fn source(props: &ReadProperties, vouched_sha256: Option<&str>, fetch: &Fetc
         content_md5: props.content_md5.map(hex::encode),
         content_type: props.content_type.clone(),
         last_modified: props.last_modified,
+        encoding: None,
     }
 }
 
@@ -257,7 +286,9 @@ fn read_failure(e: ReadError) -> Failure {
             Code::Changed,
             "the blob changed while it was being read (its ETag moved); fetch it again from 0",
         ),
-        ReadError::RangeTooLarge(_) => Failure::new(Code::Internal, e.to_string()),
+        ReadError::RangeTooLarge(_) | ReadError::AnswerTooLarge(_) => {
+            Failure::new(Code::Internal, e.to_string())
+        }
         ReadError::Storage(e) => storage_failure(&e),
     }
 }
@@ -287,7 +318,7 @@ pub(crate) async fn write_frame_within(
     send: &mut SendStream,
     frame: &Message,
 ) -> Result<(), WriteFail> {
-    write_within(timeout, send, frame, None).await
+    write_within(timeout, send, frame, &mut []).await
 }
 
 /// Why a write to the client did not happen.
@@ -305,25 +336,36 @@ async fn write_within(
     timeout: Duration,
     send: &mut SendStream,
     frame: &Message,
-    body: Option<Bytes>,
+    body: &mut [Bytes],
 ) -> Result<(), WriteFail> {
     let write = async {
         write_frame(send, frame)
             .await
             .map_err(|_| WriteFail::Gone)?;
-        if let Some(body) = body {
-            send.write_chunk(body).await.map_err(|_| WriteFail::Gone)?;
-        }
-        Ok(())
+        send.write_all_chunks(body)
+            .await
+            .map_err(|_| WriteFail::Gone)
     };
     tokio::time::timeout(timeout, write)
         .await
         .unwrap_or(Err(WriteFail::TimedOut))
 }
 
+/// Writes a section: its `Data` frame, then its pieces.
+async fn write_section(
+    timeout: Duration,
+    send: &mut SendStream,
+    mut section: Section,
+) -> Result<(), WriteFail> {
+    let frame = Message::Data(Data {
+        len: section.wire_len,
+    });
+    write_within(timeout, send, &frame, &mut section.pieces).await
+}
+
 /// Budget memory a range holds until its bytes are written: its share of
 /// the caller's, then of the relay's.
-type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+pub(crate) type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
 /// A range read in its own task, so reads go on while the driver writes;
 /// dropped (the download ended) it is aborted and its memory returned.
@@ -345,8 +387,15 @@ struct Sending<'a> {
 }
 
 impl Sending<'_> {
-    /// Sends `[offset, size)` in order; the ranges checked.
-    async fn run(&self, offset: u64, size: u64, send: &mut SendStream) -> Result<u64, Stop> {
+    /// Sends `[offset, size)` in order (as chunks, `compressing` them); the
+    /// ranges checked.
+    async fn run(
+        &self,
+        offset: u64,
+        size: u64,
+        send: &mut SendStream,
+        mut compressing: Option<Compressing>,
+    ) -> Result<u64, Stop> {
         let limits = self.shared.download;
         let mut pending: VecDeque<RangeTask> = VecDeque::new();
         let mut next = offset;
@@ -385,18 +434,12 @@ impl Sending<'_> {
                     if n != task.2 {
                         return Err(Stop::Failed(Failure::new(Code::Internal, "a range read returned the wrong length")));
                     }
-                    let frame = Message::Data(Data { len: n });
-                    match write_within(limits.write_timeout, send, &frame, Some(bytes)).await {
-                        Ok(()) => {}
-                        Err(WriteFail::TimedOut) => return Err(Stop::Stalled),
-                        Err(WriteFail::Gone) => return Err(Stop::Gone),
-                    }
+                    self.send_range(send, bytes, compressing.as_mut()).await?;
                     // Its bytes are in the send buffer: the budget has them back.
                     task.1 = None;
                     if self.check == RangeCheck::StorageMd5 {
                         checked += 1;
                     }
-                    Metrics::add(&self.shared.metrics.bytes_sent, n);
                 }
                 held = self.take(len, waiting_since), if want => {
                     let Some(held) = held else {
@@ -418,6 +461,29 @@ impl Sending<'_> {
                 }
             }
         }
+    }
+
+    /// Writes one range read (as chunks, when `compressing`), and counts it.
+    async fn send_range(
+        &self,
+        send: &mut SendStream,
+        bytes: Bytes,
+        compressing: Option<&mut Compressing>,
+    ) -> Result<(), Stop> {
+        let n = bytes.len() as u64;
+        let section = match compressing {
+            Some(c) => c.section(bytes).await.map_err(Stop::Failed)?,
+            None => Section::plain(bytes),
+        };
+        let wire = section.wire_len;
+        match write_section(self.shared.download.write_timeout, send, section).await {
+            Ok(()) => {}
+            Err(WriteFail::TimedOut) => return Err(Stop::Stalled),
+            Err(WriteFail::Gone) => return Err(Stop::Gone),
+        }
+        Metrics::add(&self.shared.metrics.bytes_sent, n);
+        Metrics::add(&self.shared.metrics.wire_bytes_sent, wire);
+        Ok(())
     }
 
     /// Budget for one range, within the budget wait from `since` (`None`: the
@@ -458,6 +524,7 @@ mod tests {
             blob: "b".into(),
             offset,
             etag: etag.map(str::to_string),
+            compress: None,
         }
     }
 

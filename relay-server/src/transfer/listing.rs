@@ -1,19 +1,33 @@
-//! One container's blob names back to a client on one QUIC stream (issue 50):
+//! One container's blob names back to a client on one QUIC stream:
 //! List → Listing* → ListEnd | Error (or Reject at once).
 //!
-//! The relay holds at most one of storage's pages (`DownloadLimits::list_page`
-//! blobs) and cuts it into frames under the frame limit; each write waits at
-//! most the download write timeout, so a client that stops reading holds one
-//! page, then nothing.
+//! The relay holds at most one of storage's pages at a time, and its memory
+//! comes from the block budget, the caller's share first, as a download
+//! range's does: the page's size (`relay_storage::listing::PageSize`, fewer
+//! names when an eighth of a share cannot hold the configured page) is taken
+//! before storage is asked and given back once the page's frames are written.
+//! All of a page's frames must be written within the download write timeout,
+//! in total, not per frame: a client that reads slowly or not at all holds a
+//! page that long at most, then the stream is reset.
+//!
+//! A page's last frame carries storage's continuation marker; a List that
+//! brings one back is taken up there (`resumed`). The marker is the caller's
+//! input: length-bounded, only ever the `marker` query of a listing of the
+//! container the caller may read, and the names that come back are still
+//! those under the prefix (`relay_storage::listing`).
 
 use quinn::{RecvStream, SendStream};
+use relay_proto::id_key::Owner;
 use relay_proto::limits::MAX_FRAME_LEN;
 use relay_proto::logsafe::safe;
-use relay_proto::protocol::{Code, Failure, List, ListEnd, Listed, Listing, Message, app_error};
-use relay_storage::read::ListedBlob;
+use relay_proto::protocol::{
+    Code, Failure, List, ListEnd, Listed, Listing, MAX_LIST_MARKER_BYTES, Message, app_error,
+};
+use relay_storage::read::{ListedBlob, Lister, ReadError};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::fetch::{admit, admitted, finish, write_frame_within};
+use super::fetch::{WriteFail, admit, admitted, finish, write_frame_within};
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
@@ -33,11 +47,11 @@ pub(crate) async fn handle(
     recv: &mut RecvStream,
     list: List,
 ) {
-    if let Err(f) = admit(shared, &list.version, &list.token.0, &list.container).await {
-        return refuse(shared, link, send, recv, f).await;
-    }
-    if list.prefix.chars().count() > relay_proto::limits::MAX_BLOB_NAME_CHARS {
-        let f = Failure::new(Code::InvalidName, "prefix longer than a blob name may be");
+    let caller = match admit(shared, &list.version, &list.token.0, &list.container).await {
+        Ok(c) => c,
+        Err(f) => return refuse(shared, link, send, recv, f).await,
+    };
+    if let Err(f) = check_list(&list) {
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
     }
     admitted(link, ticket);
@@ -45,72 +59,197 @@ pub(crate) async fn handle(
         "list",
         container = %safe(&list.container),
         prefix = %safe(&list.prefix),
+        resumed = list.marker.is_some(),
     );
-    serve(shared, send, &list).instrument(span).await;
+    let owner = caller.owner(&list.token.0);
+    serve(shared, &owner, send, &list).instrument(span).await;
 }
 
-async fn serve(shared: &Shared, send: &mut SendStream, list: &List) {
+/// A List's own bounds, beyond the admission every stream gets: a prefix no
+/// longer than a name, a marker no longer than storage's.
+fn check_list(list: &List) -> Result<(), Failure> {
+    if list.prefix.chars().count() > relay_proto::limits::MAX_BLOB_NAME_CHARS {
+        return Err(Failure::new(
+            Code::InvalidName,
+            "prefix longer than a blob name may be",
+        ));
+    }
+    if list
+        .marker
+        .as_ref()
+        .is_some_and(|m| m.is_empty() || m.len() > MAX_LIST_MARKER_BYTES)
+    {
+        return Err(Failure::new(
+            Code::InvalidOffer,
+            format!("a listing's marker is 1 to {MAX_LIST_MARKER_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// How a listing stopped before its end.
+enum Stop {
+    /// Told to the client in an Error frame.
+    Failed(Failure),
+    /// The client did not take a page within the write timeout.
+    Stalled,
+    /// The client stopped the stream or went away.
+    Gone,
+}
+
+async fn serve(shared: &Shared, owner: &Owner, send: &mut SendStream, list: &List) {
     let timeout = shared.download.write_timeout;
+    let m = &shared.metrics;
     let lister = match shared.storage.lister(&list.container) {
         Ok(l) => l,
         Err(e) => {
             let f = relay_pipeline::failure::storage_failure(&e);
+            Metrics::add(&m.listings_failed, 1);
             let _ = write_frame_within(timeout, send, &Message::Error(f)).await;
             finish(send, timeout).await;
             return;
         }
     };
-    let mut marker: Option<String> = None;
-    let mut total = 0u64;
-    loop {
-        let page = match lister
-            .page(&list.prefix, marker.as_deref(), shared.download.list_page)
-            .await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                let f = match e {
-                    relay_storage::read::ReadError::NotFound => {
-                        Failure::new(Code::NotFound, "no such container")
-                    }
-                    relay_storage::read::ReadError::Storage(e) => {
-                        relay_pipeline::failure::storage_failure(&e)
-                    }
-                    other => Failure::new(Code::Internal, other.to_string()),
-                };
-                tracing::warn!(reason = %safe(&f.message), "listing failed");
-                let _ = write_frame_within(timeout, send, &Message::Error(f)).await;
-                finish(send, timeout).await;
-                return;
-            }
-        };
-        total += page.blobs.len() as u64;
-        for frame in frames(page.blobs) {
-            if write_frame_within(timeout, send, &Message::Listing(frame))
-                .await
-                .is_err()
-            {
-                tracing::warn!("client stopped reading a listing; dropped");
-                let _ = send.reset(app_error::PROTOCOL.into());
-                return;
-            }
+    let marker = list
+        .marker
+        .clone()
+        .filter(|_| !shared.forgets_list_markers());
+    let resumed = marker.is_some();
+    match pages(shared, owner, &lister, send, list, marker).await {
+        Ok(total) => {
+            Metrics::add(&m.listings_completed, 1);
+            tracing::info!(blobs = total, "listed");
+            let end = Message::ListEnd(ListEnd {
+                blobs: total,
+                resumed,
+            });
+            let _ = write_frame_within(timeout, send, &end).await;
+            finish(send, timeout).await;
         }
-        match page.next_marker {
-            Some(m) => marker = Some(m),
-            None => break,
+        Err(Stop::Failed(f)) => {
+            Metrics::add(&m.listings_failed, 1);
+            tracing::warn!(reason = %safe(&f.message), "listing failed");
+            let _ = write_frame_within(timeout, send, &Message::Error(f)).await;
+            finish(send, timeout).await;
+        }
+        Err(Stop::Stalled) => {
+            Metrics::add(&m.listings_failed, 1);
+            Metrics::add(&m.listings_stalled, 1);
+            tracing::warn!(
+                timeout_s = timeout.as_secs(),
+                "client did not take a listing page; dropped"
+            );
+            let _ = send.reset(app_error::PROTOCOL.into());
+        }
+        Err(Stop::Gone) => {
+            Metrics::add(&m.listings_failed, 1);
+            tracing::debug!("client stopped the listing");
         }
     }
-    Metrics::add(&shared.metrics.listings_completed, 1);
-    tracing::info!(blobs = total, "listed");
-    let _ = write_frame_within(timeout, send, &Message::ListEnd(ListEnd { blobs: total })).await;
-    finish(send, timeout).await;
 }
 
-/// A page's blobs in Listing frames, each under the frame limit, in order.
-pub fn frames(blobs: Vec<ListedBlob>) -> Vec<Listing> {
+/// Every page from `marker` (the List's, or the start), each under its
+/// memory and written within the write timeout; the names sent.
+async fn pages(
+    shared: &Shared,
+    owner: &Owner,
+    lister: &Lister,
+    send: &mut SendStream,
+    list: &List,
+    mut marker: Option<String>,
+) -> Result<u64, Stop> {
+    let size = shared.list_page();
+    let share = shared.share_of(owner);
+    let timeout = shared.download.write_timeout;
+    let resumed = marker.is_some();
+    let mut total = 0u64;
+    loop {
+        let held = hold(shared, &share, size.bytes()).await.ok_or_else(|| {
+            Stop::Failed(Failure::new(
+                Code::Busy,
+                format!(
+                    "no memory for a listing page within {} s; retry later",
+                    shared.budget_wait.as_secs()
+                ),
+            ))
+        })?;
+        let page = lister
+            .page(&list.prefix, marker.as_deref(), size.names)
+            .await
+            .map_err(|e| Stop::Failed(list_failure(e)))?;
+        total += page.blobs.len() as u64;
+        let next = page.next_marker;
+        let frames = frames(page.blobs, next.clone(), resumed);
+        // The page in all, not each frame, within the timeout.
+        let write = async {
+            for frame in frames {
+                write_frame_within(timeout, send, &Message::Listing(frame)).await?;
+            }
+            Ok::<(), WriteFail>(())
+        };
+        match tokio::time::timeout(timeout, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(WriteFail::Gone)) => return Err(Stop::Gone),
+            Ok(Err(WriteFail::TimedOut)) | Err(_) => return Err(Stop::Stalled),
+        }
+        drop(held);
+        match next {
+            Some(m) => marker = Some(m),
+            None => return Ok(total),
+        }
+    }
+}
+
+/// Memory for one page: the caller's share, then the relay's budget, within
+/// the budget wait (`None`: not granted).
+async fn hold(
+    shared: &Shared,
+    share: &relay_storage::staging::Budget,
+    bytes: u64,
+) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+    let take = async {
+        let a = share.take(bytes).await.ok()?;
+        let b = shared.budget.take(bytes).await.ok()?;
+        Some((a, b))
+    };
+    tokio::time::timeout(shared.budget_wait, take)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A listing's storage failure as the client hears it.
+fn list_failure(e: ReadError) -> Failure {
+    match e {
+        ReadError::NotFound => Failure::new(Code::NotFound, "no such container"),
+        ReadError::Storage(e) => relay_pipeline::failure::storage_failure(&e),
+        other => Failure::new(Code::Internal, other.to_string()),
+    }
+}
+
+/// A page's blobs in Listing frames, each under the frame limit, in order;
+/// the last carries `marker` (where the next page starts), and a page without
+/// blobs but with a marker is one empty frame, so the client still learns it.
+/// A marker longer than a List may bring back is not handed on (the client
+/// then takes a lost listing up from an earlier one). `resumed` is set on
+/// every frame of a listing taken up from a marker.
+pub fn frames(blobs: Vec<ListedBlob>, marker: Option<String>, resumed: bool) -> Vec<Listing> {
+    let marker = marker.filter(|m| m.len() <= MAX_LIST_MARKER_BYTES);
+    // Room for the envelope, `resumed` and the marker, escaped (at most six
+    // bytes a byte: 48 KiB), in every frame: an entry (at most 1,024
+    // characters of six bytes, and its numbers) still fits beside them.
+    let reserved = ENVELOPE
+        + marker.as_ref().map_or(0, |m| {
+            serde_json::to_vec(m).map_or(MAX_FRAME_LEN, |v| v.len()) + 16
+        });
+    let frame = |blobs| Listing {
+        blobs,
+        marker: None,
+        resumed,
+    };
     let mut out = Vec::new();
     let mut current: Vec<Listed> = Vec::new();
-    let mut used = ENVELOPE;
+    let mut used = reserved;
     for b in blobs {
         let entry = Listed {
             name: b.name,
@@ -118,20 +257,20 @@ pub fn frames(blobs: Vec<ListedBlob>) -> Vec<Listing> {
             etag: b.etag,
             last_modified: b.last_modified,
         };
-        // Its JSON and a comma. A name is at most 1,024 characters, each at
-        // most 6 bytes escaped: an entry always fits an empty frame.
+        // Its JSON and a comma.
         let len = serde_json::to_vec(&entry).map_or(MAX_FRAME_LEN, |v| v.len()) + 1;
         if used + len > MAX_FRAME_LEN && !current.is_empty() {
-            out.push(Listing {
-                blobs: std::mem::take(&mut current),
-            });
-            used = ENVELOPE;
+            out.push(frame(std::mem::take(&mut current)));
+            used = reserved;
         }
         used += len;
         current.push(entry);
     }
-    if !current.is_empty() {
-        out.push(Listing { blobs: current });
+    if !current.is_empty() || marker.is_some() {
+        out.push(frame(current));
+    }
+    if let Some(last) = out.last_mut() {
+        last.marker = marker;
     }
     out
 }
@@ -140,27 +279,88 @@ pub fn frames(blobs: Vec<ListedBlob>) -> Vec<Listing> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn frames_stay_under_the_limit_and_keep_every_name_in_order() {
-        let blobs: Vec<ListedBlob> = (0..300)
-            .map(|i| ListedBlob {
-                // The longest names, escaped at six bytes a character.
-                name: format!("{i:04}{}", "\u{1}".repeat(1020)),
-                size: i,
-                etag: "\"0x8DC0FFEE\"".into(),
-                last_modified: Some(1_700_000_000),
-            })
-            .collect();
-        let names: Vec<String> = blobs.iter().map(|b| b.name.clone()).collect();
-        let frames = frames(blobs);
-        assert!(frames.len() > 1);
+    fn longest(i: u64) -> ListedBlob {
+        ListedBlob {
+            // The longest names, escaped at six bytes a character.
+            name: format!("{i:04}{}", "\u{1}".repeat(1020)),
+            size: i,
+            etag: "\"0x8DC0FFEE\"".into(),
+            last_modified: Some(1_700_000_000),
+        }
+    }
+
+    fn check(frames: &[Listing]) -> Vec<String> {
         let mut seen = Vec::new();
         for f in frames {
             let encoded = relay_proto::codec::encode(&Message::Listing(f.clone())).expect("encode");
             assert!(encoded.len() - relay_proto::codec::HEADER_LEN <= MAX_FRAME_LEN);
-            seen.extend(f.blobs.into_iter().map(|b| b.name));
+            seen.extend(f.blobs.iter().map(|b| b.name.clone()));
         }
-        assert_eq!(seen, names);
-        assert!(super::frames(Vec::new()).is_empty());
+        seen
+    }
+
+    #[test]
+    fn frames_stay_under_the_limit_and_keep_every_name_in_order() {
+        let blobs: Vec<ListedBlob> = (0..300).map(longest).collect();
+        let names: Vec<String> = blobs.iter().map(|b| b.name.clone()).collect();
+        let frames = frames(blobs, None, false);
+        assert!(frames.len() > 1);
+        assert_eq!(check(&frames), names);
+        assert!(frames.iter().all(|f| f.marker.is_none() && !f.resumed));
+        assert!(super::frames(Vec::new(), None, false).is_empty());
+    }
+
+    #[test]
+    fn a_pages_marker_rides_on_its_last_frame_within_the_limit() {
+        // The longest marker a List may bring back, escaped at six bytes a byte.
+        let marker = "\u{1}".repeat(MAX_LIST_MARKER_BYTES);
+        let blobs: Vec<ListedBlob> = (0..100).map(longest).collect();
+        let names: Vec<String> = blobs.iter().map(|b| b.name.clone()).collect();
+        let frames = frames(blobs, Some(marker.clone()), true);
+        assert_eq!(check(&frames), names);
+        let (last, rest) = frames.split_last().expect("frames");
+        assert_eq!(last.marker.as_deref(), Some(marker.as_str()));
+        assert!(rest.iter().all(|f| f.marker.is_none()));
+        assert!(frames.iter().all(|f| f.resumed));
+        // A page storage sent empty still hands on where the next one starts.
+        let empty = super::frames(Vec::new(), Some("m".into()), false);
+        assert_eq!(empty.len(), 1);
+        assert_eq!(
+            (empty[0].blobs.len(), empty[0].marker.as_deref()),
+            (0, Some("m"))
+        );
+        // One a List could not bring back is not handed on.
+        let long = "m".repeat(MAX_LIST_MARKER_BYTES + 1);
+        let dropped = super::frames(vec![longest(1)], Some(long), false);
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].marker, None);
+    }
+
+    #[test]
+    fn a_list_is_held_to_its_bounds() {
+        let list = |prefix: &str, marker: Option<String>| List {
+            version: relay_proto::limits::PROTOCOL_VERSION,
+            token: relay_proto::protocol::Secret("t".into()),
+            container: "c".into(),
+            prefix: prefix.into(),
+            marker,
+        };
+        assert!(check_list(&list("p/", None)).is_ok());
+        assert!(check_list(&list("p/", Some("2!opaque".into()))).is_ok());
+        let longest = "m".repeat(MAX_LIST_MARKER_BYTES);
+        assert!(check_list(&list("", Some(longest.clone()))).is_ok());
+        let refused = |l: List| check_list(&l).map_err(|f| f.code);
+        assert_eq!(
+            refused(list("", Some(longest + "m"))),
+            Err(Code::InvalidOffer)
+        );
+        assert_eq!(
+            refused(list("", Some(String::new()))),
+            Err(Code::InvalidOffer)
+        );
+        assert_eq!(
+            refused(list(&"p".repeat(1025), None)),
+            Err(Code::InvalidName)
+        );
     }
 }

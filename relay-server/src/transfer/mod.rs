@@ -1,10 +1,12 @@
 //! One QUIC stream: its first frame decides what it is. An Offer is an upload
 //! (`upload`, driving `relay_proto::session::relay`; its storage steps in
 //! `upload_io`, compressed chunks read through `inflating`, `progress` frames
-//! back), a Fetch or a List a download (`fetch`, `listing`); anything else is
+//! back), a Fetch or a List a download (`fetch`, its ranges compressed by
+//! `deflating`; `listing`); anything else is
 //! refused with a Reject. May import `telemetry`, `connection`, `sign_in` and
 //! `state`; never `server` or `operations`.
 
+pub mod deflating;
 pub mod fetch;
 pub mod inflating;
 pub mod listing;

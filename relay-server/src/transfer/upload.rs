@@ -15,7 +15,7 @@ use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
 use relay_proto::plan::BlockPlan;
 use relay_proto::protocol::{Code, Failure, Message, Offer};
 use relay_proto::session::relay::{Accepted, Action, End, Event, RelaySession};
-use relay_storage::publish::Destination;
+use relay_storage::publish::{Destination, Writer};
 use relay_storage::staging::Stager;
 
 use super::progress::telling_progress;
@@ -23,7 +23,7 @@ use super::upload_io::Io;
 use super::{LOG_TARGET, refuse};
 use crate::connection::link::{Link, write_control};
 use crate::connection::stream_credit::StreamTicket;
-use crate::sign_in::auth::{AuthError, Caller};
+use crate::sign_in::auth::{Access, AuthError, Caller, also_granted};
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
@@ -95,7 +95,7 @@ async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller),
         shared.entra.as_deref(),
         &offer.token.0,
         &offer.container,
-        crate::sign_in::auth::Access::Write,
+        Access::Write,
     )
     .await
     .map_err(|e| match e {
@@ -152,17 +152,31 @@ async fn run(
     // Resume state is private to the token (or Entra ID principal) that
     // started the transfer.
     let owner = caller.owner(&offer.token.0);
+    // Writing never implies reading: what depends on a blob in the way is told
+    // only to a caller that may read the container, or that wrote that version.
+    let reads = also_granted(
+        &shared.tokens,
+        shared.entra.as_deref(),
+        &offer.token.0,
+        &caller,
+        &offer.container,
+        Access::Read,
+    );
     let condition = condition(&offer.overwrite);
     let dest = Destination {
         container: &offer.container,
         blob: &offer.blob,
         key: &shared.id_key,
+        writer: Writer {
+            owner: &owner,
+            reads,
+        },
         size: offer.size,
         content_type: offer.content_type.as_deref(),
         metadata: &offer.metadata,
         condition: &condition,
     };
-    let upload = Upload::new(writer.clone(), dest, plan, &owner).with_whole_md5(offer.put_md5);
+    let upload = Upload::new(writer.clone(), dest, plan).with_whole_md5(offer.put_md5);
     let mut io = Io::new(shared, offer, writer, upload, owner);
     let (mut session, mut action) = RelaySession::new(Accepted {
         container: offer.container.clone(),

@@ -46,7 +46,7 @@ pub fn publish_failure(e: PublishError) -> Failure {
     let code = match &e {
         PublishError::Exists(existing) => {
             let mut f = Failure::new(Code::Exists, e.to_string());
-            f.existing = Some(ExistingBlob {
+            f.existing = existing.as_ref().map(|existing| ExistingBlob {
                 etag: existing.etag.clone(),
                 last_modified: existing.last_modified,
             });
@@ -141,10 +141,10 @@ mod tests {
             lost.message
                 .starts_with("another upload committed this blob first")
         );
-        let exists = publish_failure(PublishError::Exists(Existing {
+        let exists = publish_failure(PublishError::Exists(Some(Existing {
             etag: "\"0x1\"".into(),
             last_modified: Some(1_700_000_000),
-        }));
+        })));
         assert_eq!(exists.code, Code::Exists);
         assert_eq!(
             exists.message,
@@ -159,6 +159,10 @@ mod tests {
                 last_modified: Some(1_700_000_000)
             })
         );
+        // A writer who may not learn of the blob hears the same words, and no version.
+        let plain = publish_failure(PublishError::Exists(None));
+        assert_eq!((plain.code, plain.existing), (Code::Exists, None));
+        assert_eq!(plain.message, exists.message);
     }
 
     /// A commit an attempt of which went unanswered may have landed: retried,

@@ -4,7 +4,7 @@
 //! succeeds with nothing sent. One decision for the relay and for direct mode;
 //! the look itself is `Upload::ours_in_the_way`.
 
-use relay_storage::publish::{Destination, PublishError, sealed_as};
+use relay_storage::publish::{Destination, PublishError, may_learn_of, sealed_as};
 use relay_storage::store::BlobProperties;
 
 /// Whether a refusal from `Upload::prepare` may be our own earlier commit of
@@ -19,7 +19,10 @@ pub fn may_be_ours(refusal: &PublishError) -> bool {
 
 /// What one look at the blob in the way decides: its properties when it holds
 /// exactly the file hashing to `sha256_hex` (same size, that SHA-256 and a seal
-/// over both under `dest.key`), else the refusal stands.
+/// over both under `dest.key`) and the writer may learn of that blob (they may
+/// read the container, or they committed it: `publish::may_learn_of`), else
+/// the refusal stands. So a writer who may not read learns nothing by guessing:
+/// whatever `sha256_hex` is, the answer is the refusal.
 pub fn settle(
     refusal: PublishError,
     found: Option<BlobProperties>,
@@ -30,7 +33,9 @@ pub fn settle(
         return Err(refusal);
     }
     match found {
-        Some(props) if sealed_as(&props, dest, sha256_hex) => Ok(props),
+        Some(props) if may_learn_of(&props, dest) && sealed_as(&props, dest, sha256_hex) => {
+            Ok(props)
+        }
         _ => Err(refusal),
     }
 }
@@ -39,8 +44,8 @@ pub fn settle(
 mod tests {
     use std::collections::BTreeMap;
 
-    use relay_proto::id_key::IdKey;
-    use relay_storage::publish::Existing;
+    use relay_proto::id_key::{IdKey, Owner};
+    use relay_storage::publish::{Existing, Writer};
     use relay_storage::store::Condition;
 
     use super::*;
@@ -49,15 +54,15 @@ mod tests {
     const SIZE: u64 = 10;
 
     fn exists() -> PublishError {
-        PublishError::Exists(Existing {
+        PublishError::Exists(Some(Existing {
             etag: "e1".into(),
             last_modified: None,
-        })
+        }))
     }
 
     fn changed() -> PublishError {
         PublishError::Changed {
-            found: "e2".into(),
+            found: Some("e2".into()),
             expected: "e1".into(),
         }
     }
@@ -73,6 +78,7 @@ mod tests {
             size,
             sha256: sha.map(str::to_string),
             seal: sealed_for.map(|s| key.seal("c", "b", size, s)),
+            writer: None,
             last_modified: None,
         }
     }
@@ -82,10 +88,15 @@ mod tests {
         let key = IdKey::from_bytes([7; 32]);
         let other_key = IdKey::from_bytes([8; 32]);
         let meta = BTreeMap::new();
+        let owner = Owner::of_token("reader");
         let dest = Destination {
             container: "c",
             blob: "b",
             key: &key,
+            writer: Writer {
+                owner: &owner,
+                reads: true,
+            },
             size: SIZE,
             content_type: None,
             metadata: &meta,

@@ -12,4 +12,6 @@ pub mod upload;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]
+mod reading_tests;
+#[cfg(test)]
 mod upload_tests;

@@ -17,7 +17,6 @@
 use std::sync::Arc;
 
 use relay_proto::block_id::{IdSigner, TransferTag};
-use relay_proto::id_key::Owner;
 use relay_proto::md5_state::Md5State;
 use relay_proto::plan::BlockPlan;
 use relay_proto::resume::{Md5Markers, ResumePoint, find_resume_point};
@@ -59,18 +58,13 @@ pub struct Upload<'a> {
 }
 
 impl<'a> Upload<'a> {
-    /// Block IDs are signed with `dest.key` under a tag private to `owner` (the
-    /// token's holder, or the direct-mode user) and bound to name, size and block
-    /// size, so only that owner's own blocks are ever resumed.
-    pub fn new(
-        store: Arc<dyn BlobStore>,
-        dest: Destination<'a>,
-        plan: BlockPlan,
-        owner: &Owner,
-    ) -> Self {
+    /// Block IDs are signed with `dest.key` under a tag private to the writer's
+    /// owner (the token's holder, or the direct-mode user) and bound to name,
+    /// size and block size, so only that owner's own blocks are ever resumed.
+    pub fn new(store: Arc<dyn BlobStore>, dest: Destination<'a>, plan: BlockPlan) -> Self {
         let tag = TransferTag::derive(
             dest.key,
-            owner,
+            dest.writer.owner,
             dest.container,
             dest.blob,
             dest.size,
@@ -126,7 +120,7 @@ impl<'a> Upload<'a> {
         if !self.probes(probe) {
             return Ok(ResumePoint::fresh());
         }
-        let preflight = publish::preflight(&*self.store, self.dest.condition);
+        let preflight = publish::preflight(&*self.store, &self.dest);
         let uncommitted = if self.plan.block_count() > 1 {
             let (free, blocks) =
                 futures::future::join(preflight, self.store.uncommitted_blocks()).await;

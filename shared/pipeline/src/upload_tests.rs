@@ -8,7 +8,7 @@ use relay_proto::checkpoint::Checkpoint;
 use relay_proto::id_key::{IdKey, Owner};
 use relay_proto::plan::BlockPlan;
 use relay_storage::memory::MemoryAccount;
-use relay_storage::publish::Destination;
+use relay_storage::publish::{Destination, Writer};
 use relay_storage::staging::{Budget, StageError};
 use relay_storage::store::{BlobStore, Condition};
 use sha2::{Digest, Sha256};
@@ -28,7 +28,7 @@ fn upload<'a>(
     account: &MemoryAccount,
     key: &'a IdKey,
     meta: &'a BTreeMap<String, String>,
-    owner: &Owner,
+    owner: &'a Owner,
     size: u64,
 ) -> (Upload<'a>, Arc<dyn BlobStore>) {
     let store: Arc<dyn BlobStore> = Arc::new(account.blob("c", "f"));
@@ -36,6 +36,7 @@ fn upload<'a>(
         container: "c",
         blob: "f",
         key,
+        writer: Writer { owner, reads: true },
         size,
         content_type: None,
         metadata: meta,
@@ -45,7 +46,7 @@ fn upload<'a>(
         size,
         block_size: BLOCK,
     };
-    (Upload::new(store.clone(), dest, plan, owner), store)
+    (Upload::new(store.clone(), dest, plan), store)
 }
 
 /// Stages the first `blocks` blocks, then the source ends: the run fails and

@@ -9,17 +9,22 @@
 //! `raw_len` is how many of the file's bytes the chunk carries (1 ..= 1 MiB, never
 //! past the file's end); a plain chunk's wire bytes are those bytes, a zstd
 //! chunk's are exactly one zstd frame that inflates to exactly `raw_len` bytes.
-//! Every chunk says up front what it will cost the relay, so the relay can
-//! refuse a lie before it expands anything (`inflate`). Offsets, block IDs, the
-//! Trailer's SHA-256 and the blob all stay in the file's own bytes: the chunking
-//! exists only between the two ends.
+//! Every chunk says up front what it will cost the receiver, so the receiver
+//! can refuse a lie before it expands anything (`inflate`). Offsets, block IDs,
+//! the Trailer's SHA-256 and the blob all stay in the file's own bytes: the
+//! chunking exists only between the two ends.
+//!
+//! Downloads use the same chunks the other way: after a `Source` with
+//! `encoding: zstd`, each `Data` section carries whole chunks of the blob's
+//! bytes `[offset, size)`, made by the relay and inflated by the client with
+//! the same bounded decoder.
 
 /// Bytes of a chunk's header.
 pub const CHUNK_HEADER_LEN: usize = 9;
 /// Most file bytes one chunk may carry: the client's read size, and the zstd
 /// window a frame of it needs (`WINDOW_LOG_MAX`).
 pub const MAX_CHUNK_RAW: u32 = 1 << 20;
-/// The largest window (log2 bytes) the relay's decoder accepts. A frame of at
+/// The largest window (log2 bytes) the decoder (relay or client) accepts. A frame of at
 /// most `MAX_CHUNK_RAW` bytes never needs more; a frame that asks for more is
 /// refused before the decoder allocates for it.
 pub const WINDOW_LOG_MAX: u32 = 20;
@@ -28,8 +33,9 @@ pub const WINDOW_LOG_MAX: u32 = 20;
 /// leaves it time (`relay-client`'s `compress` module).
 pub const DEFAULT_LEVEL: i32 = 3;
 
-/// Why the relay refused a client's compressed chunks. Each is final for the
-/// transfer (nothing is committed; blocks staged before stay for a resume).
+/// Why the receiver refused its peer's compressed chunks. Each is final for
+/// the transfer: an upload commits nothing (blocks staged before stay for a
+/// resume), a download places nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InflateError {
     #[error("chunk kind {0} is unknown")]
@@ -50,9 +56,9 @@ pub enum InflateError {
     Trailing { extra: u32 },
     #[error("the chunk's wire bytes end inside its frame")]
     CutShort,
-    #[error("the frame asks for a window beyond the relay's limit of {} bytes", 1u64 << WINDOW_LOG_MAX)]
+    #[error("the frame asks for a window beyond the decoder's limit of {} bytes", 1u64 << WINDOW_LOG_MAX)]
     Window,
-    #[error("the frame asks for a dictionary; the relay uses none")]
+    #[error("the frame asks for a dictionary; the decoder uses none")]
     Dictionary,
     #[error("corrupt frame: {0}")]
     Corrupt(&'static str),
@@ -143,7 +149,7 @@ impl Deflater {
     pub fn new() -> Result<Self, DeflateError> {
         let mut cctx = zstd::bulk::Compressor::new(DEFAULT_LEVEL)?;
         // A frame names its size (the relay checks it against the header) and
-        // never needs a window beyond the relay's limit, whatever the level.
+        // never needs a window beyond the decoder's limit, whatever the level.
         cctx.set_parameter(zstd::stream::raw::CParameter::ContentSizeFlag(true))?;
         // A frame changed on the way is refused at once, not only by the
         // whole-file SHA-256 at the end (4 bytes a chunk).
@@ -153,6 +159,12 @@ impl Deflater {
             cctx,
             level: DEFAULT_LEVEL,
         })
+    }
+
+    /// Bytes zstd's context holds now (its tables and window at the levels
+    /// used so far): what a sender counts against its memory.
+    pub fn context_bytes(&mut self) -> usize {
+        self.cctx.context_mut().sizeof()
     }
 
     /// A plain chunk's header alone: a sender that writes it and then the

@@ -1,5 +1,6 @@
-//! The relay's side of compressed chunks (`chunk`): a decoder that writes the
+//! The receiving side of compressed chunks (`chunk`): a decoder that writes the
 //! file's bytes into the caller's buffer and never more than a chunk declared.
+//! The relay reads an upload through it, the client a download.
 //!
 //! A peer's frame is bounded three ways before and while it expands: the
 //! header (`ChunkHeader::parse`: at most 1 MiB, never past the file's end,
@@ -8,7 +9,8 @@
 //! grant), and the decoder's window (`WINDOW_LOG_MAX`: zstd refuses a frame
 //! that asks for more before allocating it). What the decoder itself holds is
 //! `DECODER_BYTES`, taken from the relay's memory budget while a transfer
-//! receives compressed chunks. Pure: no I/O, fed bytes by the caller.
+//! receives compressed chunks (the client counts it in its own decoder
+//! budget). Pure: no I/O, fed bytes by the caller.
 
 use zstd::zstd_safe::{self, DCtx, DParameter, InBuffer, OutBuffer, ResetDirective};
 
@@ -90,6 +92,12 @@ impl Inflater {
     /// Whether every byte of the file was delivered, at a chunk boundary.
     pub fn is_done(&self) -> bool {
         self.remaining == 0 && matches!(self.state, State::Header { have: 0 })
+    }
+
+    /// Whether the bytes fed so far end exactly at a chunk's end (no chunk
+    /// begun, none half read): where a download's section may end.
+    pub fn at_chunk_boundary(&self) -> bool {
+        matches!(self.state, State::Header { have: 0 })
     }
 
     /// Whether every byte of the file came out (`is_done`, or the last zstd

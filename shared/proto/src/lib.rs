@@ -13,6 +13,8 @@ pub mod checkpoint;
 pub mod chunk;
 pub mod codec;
 pub mod color;
+pub mod compress;
+pub mod compressible;
 pub mod duration;
 pub mod exchange;
 pub mod hostile_chunks;

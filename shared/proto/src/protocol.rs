@@ -317,12 +317,17 @@ pub struct Progress {
 // client ◀── Source | Reject
 // client ◀── (Data{len} + len raw bytes)* ── Sent | Error
 // ```
+// (or, when the Fetch asked for compression and the Source says
+// `encoding: zstd`, each section's bytes are whole chunks: `chunk`)
 // and one stream per listing:
 //
 // ```text
 // client: List ───────────────▶ relay
-// client ◀── Listing* ── Listed | Error      (or Reject at once)
+// client ◀── Listing* ── ListEnd | Error     (or Reject at once)
 // ```
+// A page's last Listing carries storage's continuation marker; a listing lost
+// midway is taken up by a List that carries it back (never by comparing
+// names: storage's order is its own, e.g. UTF-16 code units).
 // A stream's first frame (Offer, Fetch or List) carries the token and is what
 // admits a connection. Reading is a grant of its own (docs/SECURITY.md).
 
@@ -343,6 +348,14 @@ pub struct Fetch {
     /// says `offset: 0` and the new ETag, and the client starts the file over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// The client inflates compressed chunks (`chunk`) and asks for them as
+    /// `--compress` says: `auto` where they pay, `zstd` every chunk that
+    /// shrinks. Set only on a connection whose ALPN is `limits::ALPN_ZSTD`
+    /// and only when the client has a decoder free; the relay's `Source`
+    /// says whether it compresses (`Source.encoding`). Absent (or `off`):
+    /// plain sections, as every relay sends them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress: Option<crate::compress::Mode>,
 }
 
 /// How the bytes of a download are checked end to end.
@@ -380,10 +393,19 @@ pub struct Source {
     /// The service's Last-Modified, seconds since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<u64>,
+    /// How the sections' bytes travel: absent, as they are; `zstd`, as chunks
+    /// (`chunk`) of the blob's bytes `[offset, size)`, each section holding
+    /// whole chunks. Only for a Fetch that asked (`Fetch.compress`) on a
+    /// connection that agreed on compression; offsets and sizes count the
+    /// blob's bytes either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<Encoding>,
 }
 
-/// Relay → client: `len` raw bytes of the blob follow this frame, continuing
-/// where the previous section ended. A section never passes the blob's end.
+/// Relay → client: `len` bytes follow this frame, continuing where the
+/// previous section ended: the blob's own bytes, or, after a Source with
+/// `encoding: zstd`, whole chunks that carry them (`len` counts the chunks'
+/// bytes, headers included). A section never passes the blob's end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Data {
     pub len: u64,
@@ -409,7 +431,18 @@ pub struct List {
     pub container: String,
     #[serde(default)]
     pub prefix: String,
+    /// Where to take the listing up: the marker of the last page's last
+    /// frame received (`Listing::marker`), opaque, at most
+    /// `MAX_LIST_MARKER_BYTES`. The relay answers such a List with `resumed`
+    /// set; a relay that leaves it unset (one from before markers) started
+    /// over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
 }
+
+/// Longest continuation marker a List may carry back: storage's markers
+/// name a blob (at most 1,024 characters) and a little more.
+pub const MAX_LIST_MARKER_BYTES: usize = 8 * 1024;
 
 /// One blob of a listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -426,12 +459,26 @@ pub struct Listed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listing {
     pub blobs: Vec<Listed>,
+    /// On a page's last frame, when more pages follow: storage's continuation
+    /// marker after this page, for a `List` that takes the listing up here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
+    /// This stream began at the List's `marker` (on every frame of it).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub resumed: bool,
 }
 
 /// Relay → client: the listing is complete.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListEnd {
     pub blobs: u64,
+    /// This stream began at the List's `marker`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub resumed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -527,5 +574,55 @@ mod tests {
         for (code, caller) in all {
             assert_eq!(code.refuses_the_caller(), caller, "{code:?}");
         }
+    }
+
+    /// Listing markers are optional fields both ways: frames of a relay from
+    /// before them parse here, and these parse in a client from before them
+    /// (unknown fields are ignored), so older peers keep working.
+    #[test]
+    fn listing_markers_are_optional_for_older_peers() {
+        let old: Message = serde_json::from_str(
+            r#"{"type":"listing","blobs":[{"name":"a","size":1,"etag":"e"}]}"#,
+        )
+        .expect("an older relay's Listing");
+        assert!(matches!(old, Message::Listing(ref l) if l.marker.is_none() && !l.resumed));
+        let old: Message =
+            serde_json::from_str(r#"{"type":"list_end","blobs":1}"#).expect("ListEnd");
+        assert!(matches!(old, Message::ListEnd(ref e) if !e.resumed));
+        let old: Message = serde_json::from_str(
+            r#"{"type":"list","version":1,"token":"t","container":"c","prefix":"p"}"#,
+        )
+        .expect("an older client's List");
+        assert!(matches!(old, Message::List(ref l) if l.marker.is_none()));
+
+        /// A Listing as a client from before markers knows it.
+        #[derive(Deserialize)]
+        struct OlderListing {
+            blobs: Vec<Listed>,
+        }
+        let new = Listing {
+            blobs: vec![Listed {
+                name: "a".into(),
+                size: 1,
+                etag: "e".into(),
+                last_modified: None,
+            }],
+            marker: Some("2!opaque".into()),
+            resumed: true,
+        };
+        let text = serde_json::to_string(&new).expect("encode");
+        let older: OlderListing = serde_json::from_str(&text).expect("parses without markers");
+        assert_eq!(older.blobs.len(), 1);
+        // Nothing new on the wire when there is nothing to say.
+        let plain = Listing {
+            marker: None,
+            resumed: false,
+            ..new
+        };
+        let text = serde_json::to_string(&plain).expect("encode");
+        assert!(
+            !text.contains("marker") && !text.contains("resumed"),
+            "{text}"
+        );
     }
 }

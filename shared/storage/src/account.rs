@@ -89,6 +89,11 @@ impl Storage {
         }
     }
 
+    /// The options every writer opened here gets (retries, patience).
+    pub fn writer_options(&self) -> &WriterOptions {
+        &self.options
+    }
+
     /// Requests this account's writers may have in flight at once
     /// (`--storage-concurrency`).
     pub fn max_requests_in_flight(&self) -> usize {

@@ -26,7 +26,7 @@ use crate::sdk::{AccountPipeline, SdkClients};
 use crate::store::{BlobStore, Commit, Condition};
 use crate::watch::{Abandon, RequestWatch};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
-use relay_proto::id_key::SEAL_METADATA_KEY;
+use relay_proto::id_key::{SEAL_METADATA_KEY, WRITER_METADATA_KEY};
 
 pub use crate::error::{BlobError, TIMEOUT_CODE};
 pub use crate::options::WriterOptions;
@@ -235,6 +235,7 @@ impl BlobWriter {
             size,
             sha256: find(SHA256_METADATA_KEY),
             seal: find(SEAL_METADATA_KEY),
+            writer: find(WRITER_METADATA_KEY),
             last_modified,
         }))
     }
@@ -500,6 +501,13 @@ fn abandoned_error(op: &str, why: &Abandon) -> BlobError {
         Abandon::Unanswered { waited } => format!(
             "{op}: abandoned: no answer {} s after the request was sent",
             waited.as_secs()
+        ),
+        Abandon::AnswerStalled {
+            received_bytes,
+            quiet,
+        } => format!(
+            "{op}: abandoned: the answer stopped for {} s ({received_bytes} bytes of its body received)",
+            quiet.as_secs()
         ),
     };
     BlobError {

@@ -10,6 +10,7 @@ use azure_core::http::{Context, Request, Url};
 use time::OffsetDateTime;
 
 use crate::sas::{SasError, account_sas};
+use relay_proto::logsafe::hide_sas_signatures;
 use relay_proto::protocol::Secret;
 
 /// `--entra` names no credential we know.
@@ -17,18 +18,19 @@ use relay_proto::protocol::Secret;
 #[error("unknown Entra ID source {0:?} (managed-identity | cli)")]
 pub struct EntraSourceError(pub String);
 
-/// Why the storage URL and credentials cannot be used.
+/// Why the storage URL and credentials cannot be used. The URL is quoted
+/// with its SAS signature hidden.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
-    #[error("invalid storage URL {url:?}: {source}")]
+    #[error("invalid storage URL {:?}: {source}", hide_sas_signatures(url))]
     InvalidUrl {
         url: String,
         source: url::ParseError,
     },
-    #[error("storage URL {url:?} must be http or https")]
+    #[error("storage URL {:?} must be http or https", hide_sas_signatures(url))]
     Scheme { url: String },
     /// An account key needs the account's name, from the host or the path.
-    #[error("cannot tell the account name from {url:?}")]
+    #[error("cannot tell the account name from {:?}", hide_sas_signatures(url))]
     NoAccountName { url: String },
     /// The account key cannot sign a SAS.
     #[error(transparent)]
@@ -323,6 +325,34 @@ mod tests {
         );
         let url = a.blob_url("c", "dir/a b#?.bin").expect("url");
         assert_eq!(url.path(), "/devstoreaccount1/c/dir/a%20b%23%3F.bin");
+    }
+
+    #[test]
+    fn errors_quote_the_url_without_its_signature() {
+        for url in [
+            "http://127.0.0.1:99999/acct?sv=1&sig=S3CRET",
+            "ftp://acct/?sv=1&sig=S3CRET",
+        ] {
+            let e = StorageAccess::resolve(url, None, EntraSource::default())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("sig=REDACTED"), "{e}");
+            assert!(!e.contains("S3CRET"), "{e}");
+        }
+        let key = Secret("AAECAw==".into());
+        let e = StorageAccess::resolve(
+            "http://127.0.0.1/?sv=1&sig=S3CRET",
+            Some(&key),
+            EntraSource::default(),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            e.starts_with("cannot tell the account name") && !e.contains("S3CRET"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ impl BlobError {
                 code: None,
                 message: format!(
                     "Azure {op} failed: {}",
-                    without_url_queries(&with_sources(&err))
+                    relay_proto::logsafe::hide_sas_signatures(&with_sources(&err))
                 ),
             };
         }
@@ -63,7 +63,10 @@ impl BlobError {
             Err(e) => Self {
                 status,
                 code: None,
-                message: format!("Azure {op} failed: {e}"),
+                message: format!(
+                    "Azure {op} failed: {}",
+                    relay_proto::logsafe::hide_sas_signatures(&e.to_string())
+                ),
             },
         }
     }
@@ -104,34 +107,10 @@ fn with_sources(err: &dyn std::error::Error) -> String {
     text
 }
 
-/// `text` with the query of every URL in it cut off: a SAS URL's query holds its
-/// signature, and transport errors quote the request's URL.
-fn without_url_queries(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("http") {
-        let (before, url_on) = rest.split_at(at);
-        out.push_str(before);
-        let end = url_on
-            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>'))
-            .unwrap_or(url_on.len());
-        let (url, after) = url_on.split_at(end);
-        match url.split_once('?') {
-            Some((path, _query)) => {
-                out.push_str(path);
-                out.push_str("?[query removed]");
-            }
-            None => out.push_str(url),
-        }
-        rest = after;
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{BlobError, without_url_queries};
+    use super::BlobError;
+    use relay_proto::logsafe::hide_sas_signatures;
 
     fn refused(status: u16, code: &str) -> BlobError {
         BlobError {
@@ -152,18 +131,14 @@ mod tests {
     }
 
     #[test]
-    fn url_queries_are_cut_from_error_text() {
+    fn sas_signatures_are_hidden_in_error_text() {
+        // Transport errors quote the request's URL, SAS and all.
         let text = "error sending request for url (http://127.0.0.1:1/acct/c/b?comp=block&sig=SECRET%3D): operation timed out";
-        let cut = without_url_queries(text);
+        let cut = hide_sas_signatures(text);
         assert!(!cut.contains("SECRET"), "{cut}");
         assert_eq!(
             cut,
-            "error sending request for url (http://127.0.0.1:1/acct/c/b?[query removed]): operation timed out"
-        );
-        assert_eq!(without_url_queries("no url here"), "no url here");
-        assert_eq!(
-            without_url_queries("see https://x/y and http://z?a=1"),
-            "see https://x/y and http://z?[query removed]"
+            "error sending request for url (http://127.0.0.1:1/acct/c/b?comp=block&sig=REDACTED): operation timed out"
         );
     }
 }

@@ -3,7 +3,9 @@
 //! client and writers (`account`), what its writers share of the Azure SDK
 //! (`sdk`), the blob writer over it (`blob`), staging a file's blocks with bounded memory
 //! (`staging`), verify-then-commit publishing (`publish`), the retry schedule
-//! (`retry`) and when a request is given up (`watch`, fed by `progress`).
+//! (`retry`) and when a request is given up (`watch`, fed by `progress`);
+//! downloads read through `read` (a blob's ranges) and `listing` (a
+//! container's pages).
 //! Every upload request goes through one seam, `store::BlobStore`,
 //! with the Azure implementation (`blob::BlobWriter`) and an in-memory twin that
 //! can interleave writers deterministically (`memory`).
@@ -16,6 +18,7 @@ pub mod blob;
 pub mod checksum;
 pub mod credentials;
 pub mod error;
+pub mod listing;
 pub mod memory;
 pub mod options;
 pub mod progress;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
-use relay_proto::id_key::SEAL_METADATA_KEY;
+use relay_proto::id_key::{SEAL_METADATA_KEY, WRITER_METADATA_KEY};
 
 use crate::error::BlobError;
 use crate::store::{BlobProperties, BlobStore, Commit, Condition};
@@ -156,6 +156,7 @@ fn properties_of(c: &Committed, size: u64) -> BlobProperties {
         size,
         sha256: c.metadata.get(SHA256_METADATA_KEY).cloned(),
         seal: c.metadata.get(SEAL_METADATA_KEY).cloned(),
+        writer: c.metadata.get(WRITER_METADATA_KEY).cloned(),
         last_modified: Some(c.last_modified),
     }
 }

@@ -7,6 +7,11 @@
 //! its buffers for the connection, so the time and byte count go into the
 //! attempt's `BodyTracker`. `watch::RequestWatch` judges from them.
 //!
+//! The answer is watched the same way: when its status and headers arrive,
+//! and as each piece of its body comes in, the transport notes it in the same
+//! tracker, so a read whose answer stops halfway is seen as stuck while one
+//! that moves slowly is not (`watch.rs`).
+//!
 //! The tracker reaches the transport through a task-local set around the SDK
 //! call (`TRACKER.scope` in `blob.rs`): the SDK's pipeline runs the transport
 //! inside that call, and offers no other way to pass a per-request value to
@@ -48,6 +53,12 @@ pub struct BodyTracker {
     at_ns: AtomicU64,
     /// Nanoseconds after `base` + 1 when the body was all handed over; 0: not yet.
     done_ns: AtomicU64,
+    /// Nanoseconds after `base` + 1 when the answer's head came; 0: not yet.
+    answered_ns: AtomicU64,
+    /// Bytes of the answer's body received.
+    received: AtomicU64,
+    /// Nanoseconds after `base` + 1 when `received` last grew; 0: never.
+    received_ns: AtomicU64,
 }
 
 impl BodyTracker {
@@ -57,6 +68,9 @@ impl BodyTracker {
             bytes: AtomicU64::new(0),
             at_ns: AtomicU64::new(0),
             done_ns: AtomicU64::new(0),
+            answered_ns: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            received_ns: AtomicU64::new(0),
         }
     }
 
@@ -81,12 +95,28 @@ impl BodyTracker {
         self.done_ns.store(self.stamp(now), Ordering::Release);
     }
 
+    /// The answer's status and headers came at `now`.
+    pub fn answered(&self, now: Instant) {
+        self.answered_ns.store(self.stamp(now), Ordering::Release);
+    }
+
+    /// `bytes` more of the answer's body came at `now` (time before count, as
+    /// in `record`).
+    pub fn received(&self, bytes: u64, now: Instant) {
+        self.received_ns.store(self.stamp(now), Ordering::Release);
+        self.received.fetch_add(bytes, Ordering::AcqRel);
+    }
+
     pub fn snapshot(&self) -> BodyProgress {
         let bytes = self.bytes.load(Ordering::Acquire);
+        let received = self.received.load(Ordering::Acquire);
         BodyProgress {
             bytes,
             at: self.unstamp(self.at_ns.load(Ordering::Acquire)),
             done_at: self.unstamp(self.done_ns.load(Ordering::Acquire)),
+            answered_at: self.unstamp(self.answered_ns.load(Ordering::Acquire)),
+            received,
+            received_at: self.unstamp(self.received_ns.load(Ordering::Acquire)),
         }
     }
 }
@@ -193,8 +223,18 @@ impl HttpClient for WatchedClient {
         })?;
         let status = rsp.status().as_u16().into();
         let headers = headers_of(rsp.headers());
+        let answer = TRACKER.try_with(Arc::clone).ok();
+        if let Some(t) = &answer {
+            t.answered(Instant::now());
+        }
         let body = Box::pin(
             rsp.bytes_stream()
+                .inspect_ok(move |piece| {
+                    // Each piece of the answer is progress of this attempt.
+                    if let Some(t) = &answer {
+                        t.received(piece.len() as u64, Instant::now());
+                    }
+                })
                 .map_err(|e| Error::with_error(ErrorKind::Io, e, "reading the response failed")),
         );
         Ok(AsyncRawResponse::new(status, headers, body))

@@ -4,10 +4,16 @@
 //!
 //! Failures are `PublishError`, storage's own words; the relay and direct mode
 //! turn them into wire codes (`relay-pipeline`).
+//!
+//! Writing never implies reading: what a refusal says of the blob in the way
+//! (its ETag and Last-Modified, whether it already holds these bytes) depends
+//! on that blob, so it is said only to a writer who may read the container or
+//! who committed that version (`may_learn_of`); anyone else hears a plain
+//! "exists" (or "changed"), the same whatever the blob holds.
 
 use std::collections::BTreeMap;
 
-use relay_proto::id_key::IdKey;
+use relay_proto::id_key::{IdKey, Owner, WRITER_METADATA_KEY};
 
 use crate::error::BlobError;
 use crate::staging::Staged;
@@ -21,12 +27,17 @@ pub const OUTCOME_UNKNOWN: &str =
 /// Why a blob was not published.
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
-    /// A blob has the name and the upload may not replace it.
+    /// A blob has the name and the upload may not replace it; which version,
+    /// when the writer may learn of it (`may_learn_of`).
     #[error("a blob with this name exists (add --overwrite)")]
-    Exists(Existing),
-    /// `IfMatch`: the blob is at another etag now.
-    #[error("the blob changed: etag is {found} (expected {expected})")]
-    Changed { found: String, expected: String },
+    Exists(Option<Existing>),
+    /// `IfMatch`: the blob is at another etag now (`found`, when the writer
+    /// may learn of it).
+    #[error("{}", changed_text(found.as_deref(), expected))]
+    Changed {
+        found: Option<String>,
+        expected: String,
+    },
     /// `IfMatch`: the blob is gone.
     #[error("the blob to overwrite no longer exists")]
     Gone,
@@ -66,6 +77,13 @@ pub enum PublishError {
     Storage(#[from] BlobError),
 }
 
+fn changed_text(found: Option<&str>, expected: &str) -> String {
+    match found {
+        Some(found) => format!("the blob changed: etag is {found} (expected {expected})"),
+        None => format!("the blob changed: it is no longer at etag {expected}"),
+    }
+}
+
 /// The blob that made an upload refuse with `Exists`: what a client needs to
 /// decide whether to replace it (`--overwrite=if-newer`) and to replace only
 /// that version (`If-Match`), never one another writer committed since.
@@ -83,10 +101,43 @@ pub struct Destination<'a> {
     pub blob: &'a str,
     /// Seals the commit (and checks seals of earlier ones).
     pub key: &'a IdKey,
+    /// Who commits: their mark goes beside the seal, and it decides what they
+    /// may learn of a blob in the way.
+    pub writer: Writer<'a>,
     pub size: u64,
     pub content_type: Option<&'a str>,
     pub metadata: &'a BTreeMap<String, String>,
     pub condition: &'a Condition,
+}
+
+/// Who commits a blob, and what they may learn of one already at its name.
+#[derive(Clone, Copy, Debug)]
+pub struct Writer<'a> {
+    /// Whose mark the commit carries (`IdKey::writer_mark`): the token's or
+    /// principal's owner on the relay, `Owner::direct()` in direct mode.
+    pub owner: &'a Owner,
+    /// May read the container (a read grant; direct mode's credentials): then
+    /// the blob in the way may be told whatever it is.
+    pub reads: bool,
+}
+
+/// Whether `dest`'s writer may learn what depends on the blob `props`
+/// describes (its version, whether it holds some bytes): a writer who may read
+/// the container, or the one whose mark this version carries. Never the
+/// bytes offered: the answer is the same whatever the writer guessed.
+pub fn may_learn_of(props: &BlobProperties, dest: &Destination<'_>) -> bool {
+    dest.writer.reads
+        || match (&props.writer, &props.sha256) {
+            (Some(mark), Some(sha256)) => dest.key.verify_writer_mark(
+                mark,
+                dest.writer.owner,
+                dest.container,
+                dest.blob,
+                props.size,
+                sha256,
+            ),
+            _ => false,
+        }
 }
 
 /// The committed blob, if it already holds exactly these bytes: same size, the
@@ -100,7 +151,7 @@ pub async fn already_committed(
     sha256_hex: &str,
 ) -> Result<Option<BlobProperties>, PublishError> {
     let props = store.properties().await?;
-    Ok(props.filter(|p| sealed_as(p, dest, sha256_hex)))
+    Ok(props.filter(|p| may_learn_of(p, dest) && sealed_as(p, dest, sha256_hex)))
 }
 
 /// Whether `props` carry our seal for `sha256_hex` at `dest`'s size and name.
@@ -137,25 +188,27 @@ pub fn seal_holds(
 }
 
 /// Before any byte moves: is the destination free (or the expected version)?
-pub async fn preflight(store: &dyn BlobStore, condition: &Condition) -> Result<(), PublishError> {
+pub async fn preflight(store: &dyn BlobStore, dest: &Destination<'_>) -> Result<(), PublishError> {
     let existing = store.properties().await?;
-    match refusal(condition, existing.as_ref()) {
+    match refusal(dest, existing.as_ref()) {
         Some(refused) => Err(refused),
         None => Ok(()),
     }
 }
 
-/// Why `condition` cannot hold with `existing` at the name, if it cannot: the
-/// one rule behind an early refusal (`preflight`) and the explanation of a
-/// commit storage refused.
-fn refusal(condition: &Condition, existing: Option<&BlobProperties>) -> Option<PublishError> {
-    match (condition, existing) {
-        (Condition::IfAbsent, Some(p)) => Some(PublishError::Exists(Existing {
+/// Why `dest`'s condition cannot hold with `existing` at the name, if it
+/// cannot: the one rule behind an early refusal (`preflight`) and the
+/// explanation of a commit storage refused. The blob's version is named only
+/// to a writer who may learn of it.
+fn refusal(dest: &Destination<'_>, existing: Option<&BlobProperties>) -> Option<PublishError> {
+    let told = |p: &BlobProperties| may_learn_of(p, dest);
+    match (dest.condition, existing) {
+        (Condition::IfAbsent, Some(p)) => Some(PublishError::Exists(told(p).then(|| Existing {
             etag: p.etag.clone(),
             last_modified: p.last_modified,
-        })),
+        }))),
         (Condition::IfMatch(etag), Some(p)) if &p.etag != etag => Some(PublishError::Changed {
-            found: p.etag.clone(),
+            found: told(p).then(|| p.etag.clone()),
             expected: etag.clone(),
         }),
         (Condition::IfMatch(_), None) => Some(PublishError::Gone),
@@ -193,12 +246,23 @@ pub async fn commit_verified(
         }
     }
     let seal = dest.key.seal(dest.container, dest.blob, dest.size, &ours);
+    let mark = dest.key.writer_mark(
+        dest.writer.owner,
+        dest.container,
+        dest.blob,
+        dest.size,
+        &ours,
+    );
+    // The user's metadata and the writer's mark (a name of the user's own is
+    // replaced, as `sha256` and the seal are).
+    let mut metadata = dest.metadata.clone();
+    metadata.insert(WRITER_METADATA_KEY.to_string(), mark.clone());
     let commit = Commit {
         sha256_hex: &ours,
         seal: &seal,
         content_type: dest.content_type,
         content_md5: staged.md5,
-        metadata: dest.metadata,
+        metadata: &metadata,
         condition: dest.condition,
     };
     let retries_before = store.retries();
@@ -245,6 +309,7 @@ pub async fn commit_verified(
         size: dest.size,
         sha256: Some(ours),
         seal: Some(seal),
+        writer: Some(mark),
         last_modified: None,
     };
     Ok(Published {
@@ -270,13 +335,16 @@ async fn conflict_or(
     // The condition failed. If the blob now holds exactly our bytes, the winner
     // was our own earlier attempt (its response lost, then retried), an earlier
     // run, or an identical upload: the outcome the user asked for, so not an
-    // error.
+    // error; said only to a writer who may learn of that blob.
     let existing = store.properties().await?;
-    if let Some(props) = existing.as_ref().filter(|p| sealed_as(p, dest, ours)) {
+    let ours_already = existing
+        .as_ref()
+        .filter(|p| may_learn_of(p, dest) && sealed_as(p, dest, ours));
+    if let Some(props) = ours_already {
         tracing::info!(etag = %props.etag, "blob already holds these bytes");
         return Ok(props.clone());
     }
-    Err(refusal(dest.condition, existing.as_ref()).unwrap_or(PublishError::LostRace(e)))
+    Err(refusal(dest, existing.as_ref()).unwrap_or(PublishError::LostRace(e)))
 }
 
 /// Azure's refusal of a block list naming a block it does not hold.

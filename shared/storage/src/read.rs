@@ -15,15 +15,19 @@
 //! The requests go through the account's pipeline and the writer's retry
 //! schedule (`BlobWriter::with_retry`): a 5xx, a reset or a body cut short is
 //! retried; 412 means the blob changed (`ReadError::Changed`), 404 that it is
-//! gone (`ReadError::NotFound`).
+//! gone (`ReadError::NotFound`). Every read is watched as a write is
+//! (`watch.rs`): no answer within the stall timeout, or an answer whose body
+//! stops for that long, is abandoned and sent again, however the connection
+//! is kept alive meanwhile.
 
 use std::time::Duration;
 
 use azure_core::error::{CheckSuccessOptions, ErrorKind};
-use azure_core::http::{Context, Method, PipelineSendOptions, Request, Response, XmlFormat};
-use azure_storage_blob::models::{BlobClientGetPropertiesResultHeaders, ListBlobsResponse};
+use azure_core::http::{AsyncResponseBody, Context, Method, PipelineStreamOptions, Request};
+use azure_storage_blob::models::BlobClientGetPropertiesResultHeaders;
 use base64::Engine as _;
 use bytes::Bytes;
+use futures::StreamExt;
 use md5::{Digest, Md5};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::{IdKey, SEAL_METADATA_KEY};
@@ -31,6 +35,8 @@ use relay_proto::protocol::Check;
 
 use crate::blob::BlobWriter;
 use crate::error::BlobError;
+
+pub use crate::listing::{ListPage, ListedBlob, Lister};
 
 /// Largest range whose MD5 storage computes (`x-ms-range-get-content-md5`).
 pub const MAX_CHECKED_RANGE: u64 = 4 << 20;
@@ -56,11 +62,6 @@ impl RangeCheck {
     }
 }
 
-/// Storage may take this long beyond the usual answer time to send a range's
-/// body: the whole response is read under the request's watch, and 4 MiB from
-/// storage next to the relay take milliseconds; a stuck body is retried.
-const RANGE_ALLOWANCE: Duration = Duration::from_secs(60);
-
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -73,6 +74,10 @@ pub enum ReadError {
     /// A caller asked for a range storage does not checksum.
     #[error("a checked range is at most {MAX_CHECKED_RANGE} bytes, not {0}")]
     RangeTooLarge(u64),
+    /// Storage's answer for one name of a listing is larger than a page may
+    /// hold.
+    #[error("storage's listing answer for one name is larger than {0} bytes")]
+    AnswerTooLarge(u64),
     /// Storage failed, after the retries, or refused the request.
     #[error(transparent)]
     Storage(BlobError),
@@ -205,7 +210,7 @@ impl BlobReader {
         let range = format!("bytes={}-{}", offset, offset + len - 1);
         let body = self
             .w
-            .with_retry("Get Blob", false, RANGE_ALLOWANCE, || {
+            .with_retry("Get Blob", false, Duration::ZERO, || {
                 let mut r = Request::new(url.clone(), Method::Get);
                 r.insert_header("x-ms-range", range.clone());
                 if check == RangeCheck::StorageMd5 {
@@ -214,7 +219,7 @@ impl BlobReader {
                 r.insert_header("if-match", etag.to_string());
                 r.insert_header("x-ms-version", version.clone());
                 async move {
-                    let options = PipelineSendOptions {
+                    let options = PipelineStreamOptions {
                         check_success: CheckSuccessOptions {
                             success_codes: &[200, 206],
                         },
@@ -224,13 +229,21 @@ impl BlobReader {
                         .w
                         .account
                         .pipeline
-                        .send(&Context::new(), &mut r, Some(options))
+                        .stream(&Context::new(), &mut r, Some(options))
                         .await?;
                     let md5 = resp.headers().get_optional_string(
                         &azure_core::http::headers::HeaderName::from_static("content-md5"),
                     );
-                    // The body as the HTTP client collected it, not copied.
-                    let body = Bytes::from(resp.into_body());
+                    // Into one buffer of the range's size: what the budget
+                    // granted, never more (an answer longer is sent again).
+                    let body = collect_at_most(resp.into_body(), len)
+                        .await?
+                        .ok_or_else(|| {
+                            azure_core::Error::with_message(
+                                ErrorKind::Io,
+                                format!("range body longer than the {len} bytes asked for"),
+                            )
+                        })?;
                     check_range(&body, len, check, md5.as_deref())
                         .map_err(|why| azure_core::Error::with_message(ErrorKind::Io, why))?;
                     Ok(body)
@@ -250,6 +263,25 @@ impl BlobReader {
             },
         }
     }
+}
+
+/// An answer's body in one buffer of at most `max` bytes, allocated once
+/// (its pages become resident only as bytes arrive); `None` if the body is
+/// longer, read no further.
+pub(crate) async fn collect_at_most(
+    mut body: AsyncResponseBody,
+    max: u64,
+) -> azure_core::Result<Option<Bytes>> {
+    let max = usize::try_from(max).unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(max);
+    while let Some(piece) = body.next().await {
+        let piece = piece?;
+        if piece.len() > max - out.len() {
+            return Ok(None);
+        }
+        out.extend_from_slice(&piece);
+    }
+    Ok(Some(Bytes::from(out)))
 }
 
 /// Whether a range's body is whole and, when asked, matches storage's MD5
@@ -279,103 +311,6 @@ fn check_range(
         return Err("range MD5 mismatch: the bytes were corrupted in transit".into());
     }
     Ok(())
-}
-
-/// One blob of a listing page.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedBlob {
-    pub name: String,
-    pub size: u64,
-    pub etag: String,
-    pub last_modified: Option<u64>,
-}
-
-/// One page of a listing and where the next starts (`None`: the last page).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListPage {
-    pub blobs: Vec<ListedBlob>,
-    pub next_marker: Option<String>,
-}
-
-/// Lists one container's blobs a page at a time (List Blobs, flat).
-pub struct Lister {
-    /// A writer at the container's URL: its retry schedule and counters.
-    pub(crate) w: BlobWriter,
-}
-
-impl Lister {
-    pub fn requests(&self) -> u32 {
-        self.w.requests()
-    }
-
-    /// The page of at most `max_results` blobs under `prefix` from `marker`.
-    pub async fn page(
-        &self,
-        prefix: &str,
-        marker: Option<&str>,
-        max_results: u32,
-    ) -> Result<ListPage, ReadError> {
-        let mut url = self.w.url.clone();
-        {
-            let mut q = url.query_pairs_mut();
-            q.append_pair("restype", "container")
-                .append_pair("comp", "list")
-                .append_pair("maxresults", &max_results.max(1).to_string());
-            if !prefix.is_empty() {
-                q.append_pair("prefix", prefix);
-            }
-            if let Some(m) = marker.filter(|m| !m.is_empty()) {
-                q.append_pair("marker", m);
-            }
-        }
-        let version = self.w.account.version.clone();
-        let list = self
-            .w
-            .with_retry("List Blobs", false, Duration::ZERO, || {
-                let mut r = Request::new(url.clone(), Method::Get);
-                r.insert_header("accept", "application/xml");
-                r.insert_header("x-ms-version", version.clone());
-                async move {
-                    let options = PipelineSendOptions {
-                        check_success: CheckSuccessOptions {
-                            success_codes: &[200],
-                        },
-                        ..Default::default()
-                    };
-                    let raw = self
-                        .w
-                        .account
-                        .pipeline
-                        .send(&Context::new(), &mut r, Some(options))
-                        .await?;
-                    let resp: Response<ListBlobsResponse, XmlFormat> = raw.into();
-                    resp.into_model()
-                }
-            })
-            .await?;
-        let blobs = list
-            .blob_items
-            .into_iter()
-            .filter_map(|item| {
-                let props = item.properties?;
-                Some(ListedBlob {
-                    name: item.name?,
-                    size: props.content_length.unwrap_or(0),
-                    etag: props
-                        .etag
-                        .map(|e| header_etag(e.as_ref()))
-                        .unwrap_or_default(),
-                    last_modified: props
-                        .last_modified
-                        .and_then(|t| u64::try_from(t.unix_timestamp()).ok()),
-                })
-            })
-            .collect();
-        Ok(ListPage {
-            blobs,
-            next_marker: list.next_marker.filter(|m| !m.is_empty()),
-        })
-    }
 }
 
 #[cfg(test)]

@@ -114,6 +114,8 @@ impl RetryCounts {
 /// the WAN-lab tests assert it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Abandoned {
+    /// No progress for the stall interval: of the body sent, or of an answer
+    /// that had begun.
     pub stalled: u32,
     pub unanswered: u32,
     pub while_moving: u32,
@@ -130,7 +132,9 @@ pub struct AbandonCounts {
 impl AbandonCounts {
     pub fn record(&self, why: &crate::watch::Abandon) {
         match why {
-            crate::watch::Abandon::Stalled { .. } => &self.stalled,
+            crate::watch::Abandon::Stalled { .. } | crate::watch::Abandon::AnswerStalled { .. } => {
+                &self.stalled
+            }
             crate::watch::Abandon::Unanswered { .. } => &self.unanswered,
         }
         .fetch_add(1, Ordering::Relaxed);

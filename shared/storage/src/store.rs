@@ -21,6 +21,8 @@ pub struct BlobProperties {
     pub sha256: Option<String>,
     /// The relay's seal over name, size and SHA-256 (`id_key::IdKey::seal`).
     pub seal: Option<String>,
+    /// The mark of whoever committed this version (`IdKey::writer_mark`).
+    pub writer: Option<String>,
     /// Last-Modified, in seconds since the Unix epoch: set by the service at each
     /// commit, so no writer can choose it (`--overwrite=if-newer` compares it).
     pub last_modified: Option<u64>,

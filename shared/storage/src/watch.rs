@@ -17,7 +17,12 @@
 //!   seconds to deliver. A connection drains what it buffered in at most the
 //!   time it took to take the rest of the body when the body is at least twice
 //!   the buffer (blocks are 8 MiB and up), so the wait for the answer is
-//!   extended by as long as the hand-over took.
+//!   extended by as long as the hand-over took, or
+//! - its answer began (status and headers came) and then went `stall` without
+//!   a byte more: the answer's body is read under an idle timeout per read,
+//!   never a deadline on the whole body, so a ranged read that moves slowly
+//!   lives and one held halfway (a wedged front end, a dead connection that
+//!   keep-alives do not reveal) is given up and sent again.
 //!
 //! Pure: the caller feeds what the body stream recorded and the time
 //! (`RequestWatch::observe`), and asks for the next instant worth waking up at
@@ -64,6 +69,12 @@ pub struct BodyProgress {
     pub at: Option<Instant>,
     /// When the whole body had been handed over.
     pub done_at: Option<Instant>,
+    /// When the answer's status and headers arrived.
+    pub answered_at: Option<Instant>,
+    /// Bytes of the answer's body received so far.
+    pub received: u64,
+    /// When `received` last grew.
+    pub received_at: Option<Instant>,
 }
 
 /// Why a request was given up.
@@ -76,6 +87,12 @@ pub enum Abandon {
     },
     /// The whole body went and no answer came in time.
     Unanswered { waited: Duration },
+    /// The answer began and then stopped: nothing more of it for the stall
+    /// interval.
+    AnswerStalled {
+        received_bytes: u64,
+        quiet: Duration,
+    },
 }
 
 /// One attempt of one request.
@@ -91,6 +108,10 @@ pub struct RequestWatch {
     accepted_bytes: u64,
     /// When the body was all handed over; a request without a body starts so.
     body_done: Option<Instant>,
+    /// When the answer last moved (its head, then each piece of its body);
+    /// `None` until its head came.
+    answer_moved: Option<Instant>,
+    received_bytes: u64,
 }
 
 impl RequestWatch {
@@ -109,6 +130,8 @@ impl RequestWatch {
             last_progress: now,
             accepted_bytes: 0,
             body_done: (!has_body).then_some(now),
+            answer_moved: None,
+            received_bytes: 0,
         }
     }
 
@@ -124,11 +147,25 @@ impl RequestWatch {
         if self.body_done.is_none() {
             self.body_done = progress.done_at;
         }
+        if self.answer_moved.is_none() {
+            self.answer_moved = progress.answered_at;
+        }
+        if progress.received > self.received_bytes {
+            self.received_bytes = progress.received;
+            if let (Some(at), Some(moved)) = (progress.received_at, self.answer_moved) {
+                self.answer_moved = Some(moved.max(at));
+            }
+        }
     }
 
     /// The instant after which `verdict` may abandon the request, if nothing
     /// moves before it.
     pub fn deadline(&self) -> Instant {
+        if let Some(moved) = self.answer_moved {
+            // Answering: each read of the answer waits at most the stall
+            // interval (a body still being taken counts as progress too).
+            return moved.max(self.last_progress) + self.patience.stall;
+        }
         match self.body_done {
             None => self.last_progress + self.patience.stall,
             Some(done) => {
@@ -145,6 +182,12 @@ impl RequestWatch {
         if now < self.deadline() {
             return None;
         }
+        if let Some(moved) = self.answer_moved {
+            return Some(Abandon::AnswerStalled {
+                received_bytes: self.received_bytes,
+                quiet: now.saturating_duration_since(moved.max(self.last_progress)),
+            });
+        }
         Some(match self.body_done {
             None => Abandon::Stalled {
                 accepted_bytes: self.accepted_bytes,
@@ -156,15 +199,20 @@ impl RequestWatch {
         })
     }
 
-    /// Whether the body was still being accepted within the stall interval
-    /// before `now`: a request ended at such a moment (by any timer, ours or
+    /// Whether the body was still being accepted, or the answer still
+    /// arriving, within the stall interval before `now`: a request ended at such a moment (by any timer, ours or
     /// the HTTP client's) was abandoned while its bytes moved, which is the
     /// thing this module exists to prevent. Counted, and asserted zero in the
     /// WAN lab.
     pub fn moving_at(&self, now: Instant) -> bool {
-        self.body_done.is_none()
+        let body = self.body_done.is_none()
             && self.accepted_bytes > 0
-            && now.saturating_duration_since(self.last_progress) < self.patience.stall
+            && now.saturating_duration_since(self.last_progress) < self.patience.stall;
+        let answer = self.received_bytes > 0
+            && self
+                .answer_moved
+                .is_some_and(|m| now.saturating_duration_since(m) < self.patience.stall);
+        body || answer
     }
 
     pub fn accepted_bytes(&self) -> u64 {
@@ -189,7 +237,7 @@ mod tests {
         BodyProgress {
             bytes,
             at: Some(at),
-            done_at: None,
+            ..Default::default()
         }
     }
 
@@ -251,6 +299,7 @@ mod tests {
             bytes: 8 << 20,
             at: Some(t0),
             done_at: Some(t0),
+            ..Default::default()
         });
         assert!(!w.moving_at(t0));
         assert_eq!(w.deadline(), t0 + 25 * S);
@@ -275,6 +324,7 @@ mod tests {
             bytes: 8 << 20,
             at: Some(done),
             done_at: Some(done),
+            ..Default::default()
         });
         let delivered = done + 37 * S;
         assert_eq!(w.verdict(delivered), None);
@@ -331,7 +381,85 @@ mod tests {
             bytes: sent,
             at: Some(now),
             done_at: Some(now),
+            ..Default::default()
         });
         assert_eq!(w.verdict(now + S), None);
+    }
+
+    fn answered(at: Instant, received: u64, received_at: Option<Instant>) -> BodyProgress {
+        BodyProgress {
+            answered_at: Some(at),
+            received,
+            received_at,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_answer_held_before_its_head_is_abandoned_as_unanswered() {
+        // A Get Blob whose status never comes: the response interval.
+        let t0 = Instant::now();
+        let w = RequestWatch::new(patience(), t0, false, Duration::ZERO);
+        assert_eq!(w.verdict(t0 + 19 * S), None);
+        assert_eq!(
+            w.verdict(t0 + 20 * S),
+            Some(Abandon::Unanswered { waited: 20 * S })
+        );
+    }
+
+    #[test]
+    fn an_answer_held_halfway_is_abandoned_after_the_stall_interval() {
+        // The head at 1 s, half the body by 2 s, then nothing: given up 30 s
+        // after the last byte, not at some deadline on the whole body.
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, false, Duration::ZERO);
+        w.observe(answered(t0 + S, 0, None));
+        assert_eq!(w.deadline(), t0 + 31 * S);
+        w.observe(answered(t0 + S, 2 << 20, Some(t0 + 2 * S)));
+        assert_eq!(w.deadline(), t0 + 32 * S);
+        assert!(w.moving_at(t0 + 31 * S));
+        assert_eq!(w.verdict(t0 + 31 * S), None);
+        assert_eq!(
+            w.verdict(t0 + 32 * S),
+            Some(Abandon::AnswerStalled {
+                received_bytes: 2 << 20,
+                quiet: 30 * S
+            })
+        );
+        assert!(!w.moving_at(t0 + 32 * S));
+    }
+
+    #[test]
+    fn a_head_that_came_and_nothing_after_is_abandoned_after_the_stall_interval() {
+        // An answer allowance is for the head only (the service's work): once
+        // the head came, the body's wait is the stall interval.
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, false, 60 * S);
+        assert_eq!(w.deadline(), t0 + 80 * S);
+        w.observe(answered(t0 + 5 * S, 0, None));
+        assert_eq!(
+            w.verdict(t0 + 35 * S),
+            Some(Abandon::AnswerStalled {
+                received_bytes: 0,
+                quiet: 30 * S
+            })
+        );
+    }
+
+    #[test]
+    fn a_slow_answer_that_keeps_moving_is_never_abandoned() {
+        // 4 MiB at 16 KiB every 20 s: almost six hours, and it lives.
+        let t0 = Instant::now();
+        let mut w = RequestWatch::new(patience(), t0, false, Duration::ZERO);
+        w.observe(answered(t0, 0, None));
+        let mut now = t0;
+        for piece in 1..=256u64 {
+            now += 20 * S;
+            assert_eq!(w.verdict(now), None, "piece {piece}");
+            w.observe(answered(t0, piece * 16384, Some(now)));
+            // A stale snapshot read late changes nothing.
+            w.observe(answered(t0, (piece - 1) * 16384, Some(now - 20 * S)));
+            assert_eq!(w.deadline(), now + 30 * S);
+        }
     }
 }

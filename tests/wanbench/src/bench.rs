@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use linklab::{Lab, LabStats, LinkProfile, Side};
 
-use crate::child::{self, run_capped};
+use crate::child;
 use crate::client::{self, ClientReport, RunSpec, SiteBins};
 use crate::cloud::{self, Cloud, CloudBins};
 use crate::plan::{Method, Plan, Profile, Workload};
@@ -29,6 +29,9 @@ struct Urls<'a> {
     storage: &'a str,
     sas: &'a str,
     rclone_config: &'a Path,
+    /// AzCopy's container SAS: write (uploads), read and list (downloads).
+    azcopy_up: &'a str,
+    azcopy_down: &'a str,
 }
 
 pub struct Bench<'a> {
@@ -57,10 +60,16 @@ impl Bench<'_> {
         let sas_url = Cloud::container_sas_url(&lab, CONTAINER)?;
         let rclone_config = dir.join("rclone.conf");
         std::fs::write(&rclone_config, "").context("write rclone.conf")?;
+        let (azcopy_up, azcopy_down) = (
+            Cloud::container_sas(CONTAINER, "w")?,
+            Cloud::container_sas(CONTAINER, "rl")?,
+        );
         let urls = Urls {
             storage: &storage_url,
             sas: &sas_url,
             rclone_config: &rclone_config,
+            azcopy_up: &azcopy_up,
+            azcopy_down: &azcopy_down,
         };
         // Storage sends a download: direct download rows pin the cloud
         // namespace's controller, and every other row gets the lab's own back.
@@ -146,6 +155,10 @@ impl Bench<'_> {
             crate::download::clear(&got)?;
             crate::download::seed(lab, cloud, &self.site_bins, &paths, CONTAINER, &prefix, dir)?;
         }
+        // AzCopy's log (watched for the job's end), plan and HOME.
+        let scratch = dir.join(format!("{prefix}.azcopy"));
+        let _ = std::fs::remove_dir_all(&scratch);
+        let mut azcopy_log = method.azcopy().map(|_| crate::azcopy::watch(&scratch));
         let spec = RunSpec {
             method,
             files: &paths,
@@ -155,6 +168,9 @@ impl Bench<'_> {
             sas_url: urls.sas,
             dir: &files_dir,
             rclone_config: urls.rclone_config,
+            azcopy_sas_up: urls.azcopy_up,
+            azcopy_sas_down: urls.azcopy_down,
+            scratch: &scratch,
             relay_congestion: &self.plan.relay_congestion,
             client_args: &self.plan.client_args,
             path_cache: &dir.join(if method.is_download() {
@@ -183,7 +199,9 @@ impl Bench<'_> {
         let azurite_cpu0 = child::cpu_seconds(azurite_pid)?;
         let loadavg_1m = loadavg_1m();
         let stats0 = lab.stats();
-        let done = run_capped(cmd, self.plan.cap)?;
+        let done = child::run_capped_probing(cmd, self.plan.cap, &mut || {
+            azcopy_log.as_mut().is_some_and(|l| l.poll())
+        })?;
         let stats1 = lab.stats();
         let link = delta(&stats0, &stats1);
         // A capped download's goodput, as a capped upload's: what the link
@@ -206,6 +224,9 @@ impl Bench<'_> {
                 &prefix,
                 bytes,
             ))
+        } else if method.azcopy().is_some() {
+            let seconds = done.done_at.unwrap_or(done.wall).as_secs_f64();
+            crate::azcopy::report(&out, done.exit_code, seconds, &paths, &prefix, bytes)
         } else {
             client::parse(method, &out)
         };
@@ -256,6 +277,17 @@ impl Bench<'_> {
         if method.is_download() {
             // Checked: a 1 GiB row's copy need not outlive it.
             crate::download::clear(&got)?;
+        }
+        let azcopy = method
+            .azcopy()
+            .zip(azcopy_log.as_ref())
+            .map(|(tuning, log)| {
+                crate::azcopy::run_info(tuning, log.facts(), done.wall.as_secs_f64())
+            });
+        // AzCopy's log of a verified run is not kept (at INFO it logs every
+        // request, so a matrix would fill the disk); a failed run's is.
+        if verified || method.azcopy().is_none() {
+            let _ = std::fs::remove_dir_all(&scratch);
         }
         if done.capped {
             // Let the relay / Azurite finish with the abandoned transfer.
@@ -319,6 +351,7 @@ impl Bench<'_> {
             storage_cpu: self.plan.storage_cpu,
             standin: self.plan.standin,
             nic_offload: self.plan.nic_offload,
+            azcopy,
             error,
         })
     }

@@ -2,6 +2,10 @@
 //! docs/BENCHMARKS.md show them, rendered from the results files they cite, so
 //! the figures a reader sees can be checked against the runs behind them.
 //!
+//! A workload measured on a text-like data set (`--data logs`) gets a table of
+//! its own, with the relay's row without compression (`relay-off`,
+//! `relay-dl-off`) beside the compressed one and the ratio between them.
+//!
 //! There are two cards, one per direction ([`Kind`]). Each document holds a
 //! card between its `begin` and [`CARD_END`] markers. `wanbench --render FILE
 //! --out DIR --card` rewrites the card of the direction FILE's rows measured;
@@ -54,20 +58,50 @@ impl Kind {
         }
     }
 
-    /// Methods in the card's row order, with the name a reader knows them by.
-    fn methods(self) -> [(&'static str, &'static str); 4] {
+    /// The relay without compression, shown where a table measured it, and
+    /// the name a reader knows it by.
+    fn off(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Upload => ("relay-off", "relay, `--compress off`"),
+            Kind::Download => ("relay-dl-off", "relay, `--compress off`"),
+        }
+    }
+
+    /// Methods in the card's row order, with the name a reader knows them by
+    /// (a method the results do not hold gets no row).
+    fn methods(self) -> [(&'static str, &'static str); 8] {
         match self {
             Kind::Upload => [
                 ("relay", "relay (QUIC to the relay)"),
                 ("direct-bbr", "direct, kernel BBR"),
                 ("direct-cubic", "direct, TCP CUBIC"),
                 ("python-sdk", "Azure Python SDK"),
+                ("azcopy-bbr", "AzCopy, kernel BBR"),
+                ("azcopy-cubic", "AzCopy, TCP CUBIC"),
+                (
+                    "azcopy-tuned-bbr",
+                    "AzCopy tuned (AUTO, 16 MiB), kernel BBR",
+                ),
+                (
+                    "azcopy-tuned-cubic",
+                    "AzCopy tuned (AUTO, 16 MiB), TCP CUBIC",
+                ),
             ],
             Kind::Download => [
                 ("relay-dl", "relay (QUIC from the relay)"),
                 ("direct-dl-bbr", "direct, kernel BBR"),
                 ("direct-dl-cubic", "direct, TCP CUBIC"),
                 ("python-sdk-dl", "Azure Python SDK"),
+                ("azcopy-dl-bbr", "AzCopy, kernel BBR"),
+                ("azcopy-dl-cubic", "AzCopy, TCP CUBIC"),
+                (
+                    "azcopy-tuned-dl-bbr",
+                    "AzCopy tuned (AUTO, 16 MiB), kernel BBR",
+                ),
+                (
+                    "azcopy-tuned-dl-cubic",
+                    "AzCopy tuned (AUTO, 16 MiB), TCP CUBIC",
+                ),
             ],
         }
     }
@@ -85,8 +119,8 @@ pub enum CardError {
 }
 
 /// The card for `rows`: one table per workload, goodput medians (Mbit/s) per
-/// method and link, with each link's share of its TCP ceiling for the relay,
-/// and the commit the runs were measured on.
+/// method and link, with each link's share of its TCP ceiling and the
+/// client's CPU seconds per GiB, and the commit the runs were measured on.
 pub fn card(kind: Kind, rows: &[Row]) -> String {
     let gs: Vec<Group> = groups(rows)
         .into_iter()
@@ -100,35 +134,21 @@ pub fn card(kind: Kind, rows: &[Row]) -> String {
     }
     let mut s = String::new();
     let _ = writeln!(s, "{}\n", provenance(rows));
-    let mut workloads: Vec<(String, usize, u64)> = Vec::new();
+    let mut workloads: Vec<&Group> = Vec::new();
     for g in &gs {
-        if !workloads.iter().any(|(w, _, _)| *w == g.workload) {
-            workloads.push((g.workload.clone(), g.files, g.bytes));
+        if !workloads.iter().any(|w| w.workload == g.workload) {
+            workloads.push(g);
         }
     }
-    for (workload, files, bytes) in workloads {
-        let _ = write!(s, "| {}: goodput Mbit/s, median |", title(files, bytes));
-        for p in &places {
-            let _ = write!(s, " {p} |");
-        }
-        s.push_str("\n|---|");
-        s.push_str(&"---:|".repeat(places.len()));
-        s.push('\n');
-        for (method, name) in kind.methods() {
-            let _ = write!(s, "| {name} |");
-            for p in &places {
-                let cell = gs
-                    .iter()
-                    .find(|g| g.workload == workload && g.method == method && &g.place == p)
-                    .map(cell)
-                    .unwrap_or_else(|| "–".into());
-                let _ = write!(s, " {cell} |");
-            }
-            s.push('\n');
-        }
-        s.push('\n');
+    for w in workloads {
+        table(&mut s, kind, &gs, w, &places);
     }
     s.push_str("† capped: the runs were stopped at the time cap; the figure is what the link carried until then.");
+    if gs.iter().any(|g| g.data.is_some()) {
+        s.push_str(
+            " On a text-like data set the figures count the files' bytes, which the relay's rows carry compressed (so above the link's ceiling); \"× off\": the compressed relay's goodput over the same relay's with `--compress off`.",
+        );
+    }
     if gs
         .iter()
         .any(|g| g.capped > 0 && g.tcp_reference_mbit.is_some())
@@ -138,6 +158,58 @@ pub fn card(kind: Kind, rows: &[Row]) -> String {
         );
     }
     s
+}
+
+/// One workload's table: a row per method, a column per place.
+fn table(s: &mut String, kind: Kind, gs: &[Group], w: &Group, places: &[String]) {
+    let find = |method: &str, place: &str| {
+        gs.iter()
+            .find(|g| g.workload == w.workload && g.method == method && g.place == place)
+    };
+    let mut title = title(w.files, w.bytes);
+    if let Some(data) = &w.data {
+        let _ = write!(title, " (`{data}` data set)");
+    }
+    let _ = write!(
+        s,
+        "| {title}: goodput Mbit/s (of ceiling) · client CPU s/GiB, median |"
+    );
+    for p in places {
+        let _ = write!(s, " {p} |");
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---:|".repeat(places.len()));
+    s.push('\n');
+    let (off, off_name) = kind.off();
+    let measured_off = places.iter().any(|p| find(off, p).is_some());
+    let mut methods = kind.methods().to_vec();
+    if measured_off {
+        methods.insert(1, (off, off_name));
+    }
+    // A table shows only what was measured on it.
+    methods.retain(|(m, _)| places.iter().any(|p| find(m, p).is_some()));
+    for (i, (method, name)) in methods.into_iter().enumerate() {
+        let _ = write!(s, "| {name} |");
+        for p in places {
+            let text = match (find(method, p), i == 0 && measured_off) {
+                (Some(g), true) => with_gain(g, find(off, p)),
+                (Some(g), false) => cell(g),
+                (None, _) => "–".into(),
+            };
+            let _ = write!(s, " {text} |");
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+}
+
+/// The compressed relay's figure with its gain over the same relay without
+/// compression on that link, where both were measured.
+fn with_gain(g: &Group, off: Option<&Group>) -> String {
+    match off.filter(|o| o.goodput_mbit > 0.0) {
+        Some(o) => cell_noting(g, &format!("; {:.2}× off", g.goodput_mbit / o.goodput_mbit)),
+        None => cell(g),
+    }
 }
 
 /// "1 file of 256 MiB", "200 files of 256 KiB".
@@ -154,13 +226,21 @@ fn title(files: usize, bytes: u64) -> String {
 
 /// One figure: the median, its share of the TCP ceiling, and a mark for capped runs.
 fn cell(g: &Group) -> String {
+    cell_noting(g, "")
+}
+
+/// A cell with `note` inside its brackets, after the share of the ceiling.
+fn cell_noting(g: &Group, note: &str) -> String {
     let capped = if g.capped > 0 { "†" } else { "" };
     let tcp = match g.tcp_reference_mbit {
         Some(t) if g.capped > 0 => format!("; TCP {t:.1}"),
         _ => String::new(),
     };
+    let cpu = g
+        .client_cpu_s_per_gib
+        .map_or_else(|| "–".to_string(), |c| format!("{c:.2}"));
     format!(
-        "{:.1}{capped} ({:.0} %{tcp})",
+        "{:.1}{capped} ({:.0} %{tcp}{note}) · {cpu}",
         g.goodput_mbit,
         g.goodput_mbit / g.ceiling_mbit * 100.0
     )
@@ -187,8 +267,19 @@ fn provenance(rows: &[Row]) -> String {
         ),
     };
     let repeats = rows.iter().map(|r| r.repeat).max().unwrap_or(0);
+    let mut azcopy: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.azcopy.as_ref()?.version.as_deref())
+        .collect();
+    azcopy.sort_unstable();
+    azcopy.dedup();
+    let azcopy = if azcopy.is_empty() {
+        String::new()
+    } else {
+        format!("; AzCopy {}", azcopy.join(", "))
+    };
     format!(
-        "{} runs, up to {repeats} repeats per cell; (x %) is the share of the link's TCP goodput ceiling; {commit}.",
+        "{} runs, up to {repeats} repeats per cell; (x %) is the share of the link's TCP goodput ceiling, · the client's CPU seconds per GiB moved; {commit}{azcopy}.",
         rows.len()
     )
 }
@@ -316,6 +407,62 @@ mod tests {
         ));
     }
 
+    /// A workload measured on the logs data set gets a table of its own,
+    /// with the relay's row without compression and the gain beside the
+    /// compressed one; the random-data tables stay as they were.
+    #[test]
+    fn a_log_data_run_gets_its_own_table_with_the_gain_over_off() {
+        let rows = committed_rows(Kind::Download);
+        let plain = card(Kind::Download, &rows);
+        let one: Vec<Row> = rows
+            .iter()
+            .filter(|r| r.files == 1 && r.profile.rtt_ms == 200.0 && r.profile.loss == 0.01)
+            .cloned()
+            .collect();
+        assert!(
+            !one.is_empty(),
+            "a 200 ms / 1 % download row in the results"
+        );
+        let mut logs: Vec<Row> = Vec::new();
+        for r in one.iter().filter(|r| r.method == "relay-dl") {
+            let mut on = r.clone();
+            on.data = Some("logs".into());
+            on.goodput_mbit = 3.0 * r.goodput_mbit;
+            let mut off = r.clone();
+            off.data = Some("logs".into());
+            off.method = "relay-dl-off".into();
+            logs.extend([on, off]);
+        }
+        for r in one.iter().filter(|r| r.method == "direct-dl-bbr") {
+            let mut d = r.clone();
+            d.data = Some("logs".into());
+            logs.push(d);
+        }
+        let text = card(Kind::Download, &[rows.clone(), logs].concat());
+        let at = text
+            .find("| 1 file of 256 MiB (`logs` data set): goodput Mbit/s (of ceiling) · client CPU s/GiB, median |")
+            .unwrap_or_else(|| panic!("no logs table in:\n{text}"));
+        let logs_table = &text[at..];
+        assert!(logs_table.contains("; 3.00× off) · "), "{logs_table}");
+        assert!(
+            logs_table.contains("| relay, `--compress off` |"),
+            "{logs_table}"
+        );
+        assert!(
+            !logs_table.contains("Python"),
+            "only what was measured: {logs_table}"
+        );
+        assert!(logs_table.contains("\"× off\""), "{logs_table}");
+        // The random tables are what they were (only the run count above
+        // them changed): no off row, no gain.
+        let tables = |t: &str| {
+            let start = t.find("\n\n").unwrap_or(0);
+            t[start..t.find("\n†").unwrap_or(t.len())].to_string()
+        };
+        assert!(tables(&text).starts_with(&tables(&plain)), "{text}");
+        assert!(!text[..at].contains("× off"), "{text}");
+    }
+
     /// Rows from more than one commit, or without one, say so.
     #[test]
     fn provenance_names_the_commit_or_says_it_is_unrecorded() {
@@ -329,6 +476,37 @@ mod tests {
         assert!(provenance(&rows).contains("measured on commit abc1234"));
         rows[1].commit = Some("def5678".into());
         assert!(provenance(&rows).contains("2 commits"));
+    }
+
+    /// AzCopy rows take their place beside the relay once the results hold
+    /// them, with the AzCopy version they ran in the provenance line; a
+    /// method the results lack gets no row.
+    #[test]
+    fn azcopy_rows_appear_with_their_version_and_cpu() {
+        let rows = committed_rows(Kind::Upload);
+        let before = card(Kind::Upload, &rows);
+        assert!(!before.contains("AzCopy"), "{before}");
+        let mut with: Vec<Row> = rows.clone();
+        for r in rows.iter().filter(|r| r.method == "direct-bbr") {
+            let mut a = r.clone();
+            a.method = "azcopy-bbr".into();
+            a.goodput_mbit = 12.5;
+            a.client_cpu_s = 0.0;
+            a.azcopy = Some(crate::row::AzcopyRun {
+                version: Some("10.32.2".into()),
+                tuning: "defaults".into(),
+                concurrency: Some(32),
+                block_size_bytes: Some(8 << 20),
+                job_end_logged: true,
+                process_seconds: a.seconds + 1.0,
+            });
+            with.push(a);
+        }
+        let text = card(Kind::Upload, &with);
+        assert!(text.contains("| AzCopy, kernel BBR | 12.5 ("), "{text}");
+        assert!(text.contains(" · 0.00 |"), "{text}");
+        assert!(!text.contains("AzCopy, TCP CUBIC"), "{text}");
+        assert!(text.contains("; AzCopy 10.32.2."), "{text}");
     }
 
     /// A capped direct cell carries the plain-TCP ceiling measured beside its

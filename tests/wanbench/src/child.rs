@@ -24,6 +24,9 @@ pub struct Finished {
     /// VmHWM (KiB) at the last poll before exit: the program's own peak
     /// (exec gives it a fresh memory map).
     pub max_rss_kib: u64,
+    /// Spawn to the first poll at which the caller's probe said done (AzCopy:
+    /// its log says the job ended, before its process notices).
+    pub done_at: Option<Duration>,
 }
 
 /// Spawn `cmd` and wait for it at most `cap`; past that, SIGKILL it (by pid).
@@ -33,12 +36,25 @@ pub struct Finished {
 /// time (its period), which at 12 s is up to 0.16 % of a cold upload's
 /// goodput. WNOWAIT leaves the child unreaped, so its pid cannot be reused
 /// while this thread still reads its /proc files; `wait4` then reaps it.
-pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
+pub fn run_capped(cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
+    run_capped_probing(cmd, cap, &mut || false)
+}
+
+/// `run_capped`, asking `probe` at every poll (every 20 ms, and once more at
+/// the exit) until it says done; `Finished::done_at` is when it first did. A
+/// command given a piped stdin keeps it open, silent, until it exits.
+pub fn run_capped_probing(
+    mut cmd: Command,
+    cap: Duration,
+    probe: &mut dyn FnMut() -> bool,
+) -> anyhow::Result<Finished> {
     let t0 = Instant::now();
-    let child = cmd
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("spawn {:?}", cmd.get_program()))?;
     let pid = child.id() as libc::pid_t;
+    // Closed only when this function returns, after the child exited.
+    let _stdin = child.stdin.take();
     // We reap it ourselves with wait4; dropping Child neither waits nor kills.
     drop(child);
     let (exited_tx, exited) = std::sync::mpsc::channel();
@@ -47,10 +63,14 @@ pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
     });
     let mut capped = false;
     let mut hwm_kib = 0;
+    let mut done_at = None;
     let wall = loop {
         // Monotonic while the program runs; the last reading is the one after exec.
         if let Ok(kib) = peak_rss_kib(pid as u32) {
             hwm_kib = kib;
+        }
+        if done_at.is_none() && probe() {
+            done_at = Some(t0.elapsed());
         }
         match exited.recv_timeout(Duration::from_millis(20)) {
             Ok(wall) => break wall?,
@@ -63,6 +83,9 @@ pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
             capped = true;
         }
     };
+    if done_at.is_none() && probe() {
+        done_at = Some(wall);
+    }
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is plain data; wait4 only writes into it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -76,6 +99,7 @@ pub fn run_capped(mut cmd: Command, cap: Duration) -> anyhow::Result<Finished> {
                 wall,
                 cpu_s: timeval_s(ru.ru_utime) + timeval_s(ru.ru_stime),
                 max_rss_kib: hwm_kib,
+                done_at,
             });
         }
         let e = std::io::Error::last_os_error();
@@ -170,6 +194,34 @@ mod tests {
         assert_eq!(f.exit_code, None);
         // Killed, not waited for: `sleep 30` cannot have ended on its own sooner.
         assert!(f.wall < Duration::from_secs(30), "{:?}", f.wall);
+    }
+
+    #[test]
+    fn the_probe_times_its_done_and_a_piped_stdin_stays_open() {
+        let dir = std::env::temp_dir().join(format!("wanbench-probe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let flag = dir.join("done");
+        // bash's `read -t 1` fails at once at EOF (status 1) and after the
+        // timeout on an open, silent stdin (status > 128).
+        let mut c = Command::new("bash");
+        c.arg("-c")
+            .arg(format!(
+                "touch {}; read -t 1 line; rc=$?; [ $rc -gt 128 ] || exit 7",
+                flag.display()
+            ))
+            .stdin(std::process::Stdio::piped());
+        let mut asked = 0;
+        let f = run_capped_probing(c, Duration::from_secs(120), &mut || {
+            asked += 1;
+            flag.exists()
+        })
+        .expect("runs");
+        assert_eq!(f.exit_code, Some(0), "stdin was not open and silent: {f:?}");
+        assert!(asked > 0);
+        let done = f.done_at.expect("the probe saw the file");
+        assert!(done <= f.wall, "{f:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct SiteBins {
     pub download_py: PathBuf,
     /// rclone (Debian package), for the `rclone` row.
     pub rclone: PathBuf,
+    /// AzCopy (the pinned npm package), for the `azcopy-*` rows.
+    pub azcopy: PathBuf,
 }
 
 /// Where one run writes and what it sends.
@@ -38,6 +40,11 @@ pub struct RunSpec<'a> {
     pub dir: &'a Path,
     /// rclone's (empty) config file: it reads its remote from the environment.
     pub rclone_config: &'a Path,
+    /// AzCopy's container SAS for uploads (write) and downloads (read, list).
+    pub azcopy_sas_up: &'a str,
+    pub azcopy_sas_down: &'a str,
+    /// AzCopy's HOME, log and plan folders for this run.
+    pub scratch: &'a Path,
     pub relay_congestion: &'a str,
     /// Extra arguments for relay-client (relay and direct rows).
     pub client_args: &'a [String],
@@ -108,7 +115,7 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .args(spec.files);
             return finish(cmd, spec);
         }
-        Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr => {
+        Method::RelayDl | Method::RelayDlOff | Method::DirectDlCubic | Method::DirectDlBbr => {
             // The run's prefix as the source: its files land in
             // TO_DIR/PREFIX/, named as they were uploaded. The extra client
             // arguments are upload flags, so they are not passed here.
@@ -117,7 +124,10 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .arg(format!("{}/{}", spec.container, spec.prefix))
                 .arg("--to")
                 .arg(spec.to_dir);
-            if spec.method == Method::RelayDl {
+            if spec.method == Method::RelayDlOff {
+                cmd.args(["--compress", "off"]);
+            }
+            if matches!(spec.method, Method::RelayDl | Method::RelayDlOff) {
                 cmd.arg("--relay")
                     .arg(cloud.relay_addr.to_string())
                     .args(["--relay-cert-sha256", &cloud.fingerprint])
@@ -149,6 +159,31 @@ pub fn command(bins: &SiteBins, cloud: &Cloud, spec: &RunSpec) -> anyhow::Result
                 .args(["--max-concurrency", "8"])
                 .args(spec.files.iter().filter_map(|p| p.file_name()));
             return finish(cmd, spec);
+        }
+        m @ (Method::AzcopyCubic
+        | Method::AzcopyBbr
+        | Method::AzcopyTunedCubic
+        | Method::AzcopyTunedBbr
+        | Method::AzcopyDlCubic
+        | Method::AzcopyDlBbr
+        | Method::AzcopyTunedDlCubic
+        | Method::AzcopyTunedDlBbr) => {
+            let tuning = m
+                .azcopy()
+                .unwrap_or(relay_client::bench::azcopy::Tuning::Defaults);
+            let sas = if m.is_download() {
+                spec.azcopy_sas_down
+            } else {
+                spec.azcopy_sas_up
+            };
+            let remote = format!("{}/{}/{}", spec.storage_url, spec.container, spec.prefix);
+            let copy = crate::azcopy::copy(m, spec.files, spec.dir, &remote, sas, spec.to_dir);
+            let mut cmd = crate::azcopy::command(&bins.azcopy, &copy, tuning, spec.scratch);
+            strip_proxies(&mut cmd);
+            cmd.stdout(file(spec.stdout)?).stderr(file(spec.stderr)?);
+            // Open and silent until it exits: at EOF AzCopy spins a core.
+            cmd.stdin(Stdio::piped());
+            return Ok(cmd);
         }
         Method::Rclone => {
             // `copy DIR :azureblob:CONTAINER/PREFIX`: blob names = PREFIX/base

@@ -201,6 +201,20 @@ impl Cloud {
         ))
     }
 
+    /// A container SAS (query string) with only `permissions`, signed from the
+    /// development key: what the AzCopy rows run with.
+    pub fn container_sas(container: &str, permissions: &str) -> anyhow::Result<String> {
+        relay_storage::sas::container_sas(
+            DEV_ACCOUNT,
+            DEV_KEY,
+            container,
+            permissions,
+            time::OffsetDateTime::now_utc(),
+            time::Duration::hours(12),
+        )
+        .map_err(anyhow::Error::msg)
+    }
+
     /// Both processes still running (a crash would poison later rows).
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Some(s) = self.azurite.0.try_wait().context("azurite")? {

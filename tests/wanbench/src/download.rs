@@ -126,15 +126,17 @@ pub fn bytes_on_disk(dir: &Path) -> u64 {
         let Ok(meta) = e.metadata() else { continue };
         if meta.is_dir() {
             total += bytes_on_disk(&e.path());
-        } else if !e
-            .file_name()
-            .to_string_lossy()
-            .ends_with(".relay-partial.json")
-        {
+        } else if !is_sidecar(&e.file_name().to_string_lossy()) {
             total += meta.len().min(meta.blocks().saturating_mul(512));
         }
     }
     total
+}
+
+/// A partial file's sidecar (`.relay-HEX.meta.relay-partial`; an earlier
+/// client's `.NAME.relay-partial.json`): metadata, not bytes of the blob.
+fn is_sidecar(name: &str) -> bool {
+    name.ends_with(".meta.relay-partial") || name.ends_with(".relay-partial.json")
 }
 
 /// Start a row's destination empty (a reused --work-dir keeps old files,
@@ -163,6 +165,7 @@ mod tests {
         std::fs::write(sub.join("a.bin"), [0u8; 10]).expect("write");
         std::fs::write(sub.join(".b.bin.relay-partial"), [0u8; 5]).expect("write");
         std::fs::write(sub.join(".b.bin.relay-partial.json"), [0u8; 99]).expect("write");
+        std::fs::write(sub.join(".relay-0a.meta.relay-partial"), [0u8; 77]).expect("write");
         // A hole of 1 MiB before one written block counts as that block.
         let holed = std::fs::File::create(sub.join("c.bin")).expect("create");
         holed.set_len(1 << 20).expect("extend");

@@ -9,6 +9,7 @@
 //! rows' seeding and checks), `row` / `summary` / `plot` (results.json,
 //! Markdown, SVG).
 
+mod azcopy;
 mod bench;
 mod card;
 mod child;
@@ -24,6 +25,7 @@ mod storage_delay;
 mod summary;
 mod tcp_cc;
 mod tcp_reference;
+mod versus;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -52,8 +54,15 @@ Examples:
   wanbench --out docs/bench
   # One profile, two methods:
   wanbench --profiles 100/0.01/200 --methods relay,direct-bbr --repeats 1
+  # Against AzCopy (its defaults and tuned, TCP CUBIC and BBR; AzCopy from scripts/setup):
+  wanbench --methods relay,azcopy-cubic,azcopy-bbr,azcopy-tuned-cubic,azcopy-tuned-bbr
   # Re-render tables and plot from saved results:
-  wanbench --render docs/bench/results.json --out docs/bench";
+  wanbench --render docs/bench/results.json --out docs/bench
+  # Downloads of service logs, compressed and not (the download card's logs table):
+  wanbench --profiles 200/0.01/200 --methods relay-dl,relay-dl-off,direct-dl-bbr \\
+      --workloads large --data logs --repeats 3 --cap-seconds 40 --out LOGS
+  wanbench --render docs/bench/download/results.json,LOGS/results.json \\
+      --out docs/bench/download --card";
 
 #[derive(Parser, Debug)]
 #[command(name = "wanbench", about = "Blob Relay WAN-lab benchmark", long_about = LONG_ABOUT, after_help = AFTER_HELP)]
@@ -69,9 +78,12 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     profiles: Vec<String>,
     /// Methods: relay, relay-off (relay with --compress off), relay-cold, relay-cold-plain, relay-cubic, direct-cubic, direct-bbr, direct-bbr-32,
-    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone; downloads
+    /// python-sdk, python-sdk-bbr, python-sdk-32, python-sdk-64, rclone,
+    /// azcopy-cubic, azcopy-bbr, azcopy-tuned-cubic, azcopy-tuned-bbr; downloads
     /// (the files put in storage through the relay first, untimed): relay-dl,
-    /// direct-dl-cubic, direct-dl-bbr, python-sdk-dl.
+    /// relay-dl-off (download with --compress off), direct-dl-cubic,
+    /// direct-dl-bbr, python-sdk-dl, azcopy-dl-cubic, azcopy-dl-bbr,
+    /// azcopy-tuned-dl-cubic, azcopy-tuned-dl-bbr.
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
     /// Workloads: large, small (the sizes below) or COUNTxSIZE, e.g.
@@ -107,6 +119,10 @@ struct Args {
     /// rclone binary for the `rclone` row.
     #[arg(long, default_value = "rclone")]
     rclone: PathBuf,
+    /// AzCopy binary for the `azcopy-*` rows [default: the pinned npm
+    /// package's, node_modules/@azure-tools/azcopy-linux/dist/bin/azcopy_linux_amd64].
+    #[arg(long)]
+    azcopy: Option<PathBuf>,
     /// Repeats of every (profile, workload, method).
     #[arg(long)]
     repeats: Option<u32>,
@@ -135,7 +151,8 @@ struct Args {
     #[arg(long)]
     tcp_reference: bool,
     /// What the generated files hold: random (default), or logs, csv, fastq,
-    /// sparse (text-like sets for the compression rows: relay vs relay-off).
+    /// sparse (text-like sets for the compression rows: relay vs relay-off,
+    /// relay-dl vs relay-dl-off).
     #[arg(long, value_name = "SET")]
     data: Option<String>,
     /// Exit 1 unless every row verified its blobs and no direct request was
@@ -155,9 +172,11 @@ struct Args {
     /// Scratch directory for files and logs (default: a new one under $TMPDIR).
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// Only re-render summary.md and goodput.svg from this results.json.
-    #[arg(long)]
-    render: Option<PathBuf>,
+    /// Only re-render results.json, summary.md and goodput.svg from these
+    /// results files (comma-separated: their rows together, e.g. the
+    /// download matrix and a `--data logs` run of the relay rows).
+    #[arg(long, value_delimiter = ',', value_name = "RESULTS_JSON")]
+    render: Vec<PathBuf>,
     /// With --render: also rewrite the headline card (upload, or download when
     /// every row is a download row) in README.md and docs/BENCHMARKS.md from
     /// that results file (the test suite checks they match).
@@ -184,10 +203,15 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             PathBuf::from("docs/bench")
         }
     });
-    if let Some(path) = &args.render {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-        let rows: Vec<Row> = serde_json::from_str(&text).context("parse results.json")?;
+    if !args.render.is_empty() {
+        let mut rows: Vec<Row> = Vec::new();
+        for path in &args.render {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            let more: Vec<Row> =
+                serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+            rows.extend(more);
+        }
         write_outputs(&out, &rows, None)?;
         if args.card {
             write_cards(&rows)?;
@@ -241,7 +265,21 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             "missing from the checkout",
         )?,
         rclone: args.rclone.clone(),
+        azcopy: args
+            .azcopy
+            .clone()
+            .unwrap_or_else(|| root.join(relay_tests::azcopy::NPM_PATH)),
     };
+    if plan.methods.iter().any(|m| m.azcopy().is_some()) {
+        if args.azcopy.is_none() {
+            relay_tests::azcopy::find().map_err(anyhow::Error::msg)?;
+        }
+        let version = azcopy::check(&site_bins.azcopy)?;
+        eprintln!(
+            "wanbench: AzCopy {version} ({})",
+            site_bins.azcopy.display()
+        );
+    }
     if plan.methods.contains(&Method::Rclone) {
         check_rclone(&site_bins.rclone)?;
     }
@@ -511,6 +549,11 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
         md.push_str("\n## Many files vs one file of the same bytes\n\n");
         md.push_str(&pairs);
     }
+    let versus = versus::table(&groups);
+    if !versus.is_empty() {
+        md.push_str("\n## The relay against AzCopy\n\n");
+        md.push_str(&versus);
+    }
     let direct = summary::direct_table(rows);
     if !direct.is_empty() {
         md.push_str("\n## Direct upload beside plain TCP\n\n");
@@ -526,5 +569,6 @@ fn write_outputs(out: &Path, rows: &[Row], run: Option<(&Plan, Duration)>) -> an
     plot::write(&groups, &out.join("goodput.svg"))?;
     print!("{}", summary::summary_table(&groups));
     print!("{}", summary::small_vs_one(&groups));
+    print!("{}", versus::table(&groups));
     Ok(())
 }

@@ -126,6 +126,10 @@ pub enum Method {
     /// the run's files, put in storage through the relay first (untimed),
     /// come back to the site.
     RelayDl,
+    /// The same with `download --compress off` (the `relay-dl` row compresses
+    /// with the client's default, `auto`): what compression buys on the way
+    /// back, side by side.
+    RelayDlOff,
     /// relay-client download --direct over TCP cubic.
     DirectDlCubic,
     /// relay-client download --direct over TCP bbr.
@@ -133,9 +137,57 @@ pub enum Method {
     /// Python azure-storage-blob `download_blob(max_concurrency=8)`, 4 files
     /// at once, TCP cubic (py/download.py).
     PythonSdkDl,
+    /// AzCopy (`azcopy copy`, its defaults: connections from the CPU count,
+    /// 8 MiB blocks) over a container SAS, TCP cubic.
+    AzcopyCubic,
+    /// The same over TCP bbr.
+    AzcopyBbr,
+    /// AzCopy tuned as its documentation suggests for fast links
+    /// (AZCOPY_CONCURRENCY_VALUE=AUTO, 16 MiB blocks), TCP cubic.
+    AzcopyTunedCubic,
+    /// The same over TCP bbr.
+    AzcopyTunedBbr,
+    /// AzCopy's download of the run's prefix (its defaults), TCP cubic.
+    AzcopyDlCubic,
+    /// The same over TCP bbr.
+    AzcopyDlBbr,
+    /// The tuned AzCopy's download, TCP cubic.
+    AzcopyTunedDlCubic,
+    /// The same over TCP bbr.
+    AzcopyTunedDlBbr,
 }
 
 impl Method {
+    /// Every method, in the order `--help` names them.
+    pub const ALL: [Method; 26] = [
+        Method::Relay,
+        Method::RelayCubic,
+        Method::RelayCold,
+        Method::RelayColdPlain,
+        Method::RelayOff,
+        Method::DirectCubic,
+        Method::DirectBbr,
+        Method::PythonSdk,
+        Method::PythonSdkBbr,
+        Method::PythonSdk32,
+        Method::PythonSdk64,
+        Method::DirectBbr32,
+        Method::Rclone,
+        Method::RelayDl,
+        Method::RelayDlOff,
+        Method::DirectDlCubic,
+        Method::DirectDlBbr,
+        Method::PythonSdkDl,
+        Method::AzcopyCubic,
+        Method::AzcopyBbr,
+        Method::AzcopyTunedCubic,
+        Method::AzcopyTunedBbr,
+        Method::AzcopyDlCubic,
+        Method::AzcopyDlBbr,
+        Method::AzcopyTunedDlCubic,
+        Method::AzcopyTunedDlBbr,
+    ];
+
     pub const DEFAULT: [Method; 4] = [
         Method::Relay,
         Method::DirectCubic,
@@ -159,32 +211,23 @@ impl Method {
             Method::DirectBbr32 => "direct-bbr-32",
             Method::Rclone => "rclone",
             Method::RelayDl => "relay-dl",
+            Method::RelayDlOff => "relay-dl-off",
             Method::DirectDlCubic => "direct-dl-cubic",
             Method::DirectDlBbr => "direct-dl-bbr",
             Method::PythonSdkDl => "python-sdk-dl",
+            Method::AzcopyCubic => "azcopy-cubic",
+            Method::AzcopyBbr => "azcopy-bbr",
+            Method::AzcopyTunedCubic => "azcopy-tuned-cubic",
+            Method::AzcopyTunedBbr => "azcopy-tuned-bbr",
+            Method::AzcopyDlCubic => "azcopy-dl-cubic",
+            Method::AzcopyDlBbr => "azcopy-dl-bbr",
+            Method::AzcopyTunedDlCubic => "azcopy-tuned-dl-cubic",
+            Method::AzcopyTunedDlBbr => "azcopy-tuned-dl-bbr",
         }
     }
 
     pub fn parse(s: &str) -> anyhow::Result<Self> {
-        let all = [
-            Method::Relay,
-            Method::RelayCubic,
-            Method::RelayCold,
-            Method::RelayColdPlain,
-            Method::RelayOff,
-            Method::DirectCubic,
-            Method::DirectBbr,
-            Method::PythonSdk,
-            Method::PythonSdkBbr,
-            Method::PythonSdk32,
-            Method::PythonSdk64,
-            Method::DirectBbr32,
-            Method::Rclone,
-            Method::RelayDl,
-            Method::DirectDlCubic,
-            Method::DirectDlBbr,
-            Method::PythonSdkDl,
-        ];
+        let all = Self::ALL;
         all.into_iter()
             .find(|m| m.name() == s.trim())
             .with_context(|| {
@@ -199,20 +242,29 @@ impl Method {
             Method::DirectCubic
             | Method::PythonSdk
             | Method::DirectDlCubic
-            | Method::PythonSdkDl => Some("cubic"),
+            | Method::PythonSdkDl
+            | Method::AzcopyCubic
+            | Method::AzcopyTunedCubic
+            | Method::AzcopyDlCubic
+            | Method::AzcopyTunedDlCubic => Some("cubic"),
             Method::DirectBbr
             | Method::DirectDlBbr
             | Method::PythonSdkBbr
             | Method::PythonSdk32
             | Method::PythonSdk64
             | Method::DirectBbr32
-            | Method::Rclone => Some("bbr"),
+            | Method::Rclone
+            | Method::AzcopyBbr
+            | Method::AzcopyTunedBbr
+            | Method::AzcopyDlBbr
+            | Method::AzcopyTunedDlBbr => Some("bbr"),
             Method::Relay
             | Method::RelayCubic
             | Method::RelayCold
             | Method::RelayColdPlain
             | Method::RelayOff
-            | Method::RelayDl => None,
+            | Method::RelayDl
+            | Method::RelayDlOff => None,
         }
     }
 
@@ -220,8 +272,32 @@ impl Method {
     pub fn is_download(self) -> bool {
         matches!(
             self,
-            Method::RelayDl | Method::DirectDlCubic | Method::DirectDlBbr | Method::PythonSdkDl
+            Method::RelayDl
+                | Method::RelayDlOff
+                | Method::DirectDlCubic
+                | Method::DirectDlBbr
+                | Method::PythonSdkDl
+                | Method::AzcopyDlCubic
+                | Method::AzcopyDlBbr
+                | Method::AzcopyTunedDlCubic
+                | Method::AzcopyTunedDlBbr
         )
+    }
+
+    /// AzCopy's tuning for an AzCopy row, None for every other row.
+    pub fn azcopy(self) -> Option<relay_client::bench::azcopy::Tuning> {
+        use relay_client::bench::azcopy::Tuning;
+        match self {
+            Method::AzcopyCubic
+            | Method::AzcopyBbr
+            | Method::AzcopyDlCubic
+            | Method::AzcopyDlBbr => Some(Tuning::Defaults),
+            Method::AzcopyTunedCubic
+            | Method::AzcopyTunedBbr
+            | Method::AzcopyTunedDlCubic
+            | Method::AzcopyTunedDlBbr => Some(Tuning::Tuned),
+            _ => None,
+        }
     }
 
     pub fn is_python(self) -> bool {
@@ -413,8 +489,43 @@ mod tests {
             Method::DirectBbr
         );
         assert!(Method::parse("azcopy").is_err());
+        for (name, cc, down, tuned) in [
+            ("azcopy-cubic", "cubic", false, false),
+            ("azcopy-bbr", "bbr", false, false),
+            ("azcopy-tuned-cubic", "cubic", false, true),
+            ("azcopy-tuned-bbr", "bbr", false, true),
+            ("azcopy-dl-cubic", "cubic", true, false),
+            ("azcopy-dl-bbr", "bbr", true, false),
+            ("azcopy-tuned-dl-cubic", "cubic", true, true),
+            ("azcopy-tuned-dl-bbr", "bbr", true, true),
+        ] {
+            let m = Method::parse(name).expect("valid");
+            assert_eq!(
+                (m.name(), m.tcp_cc(), m.is_download()),
+                (name, Some(cc), down)
+            );
+            let tuning = m.azcopy().expect("an AzCopy row");
+            assert_eq!(
+                tuning == relay_client::bench::azcopy::Tuning::Tuned,
+                tuned,
+                "{name}"
+            );
+            // The summary tells directions apart by name.
+            assert_eq!(crate::summary::is_download(name), down, "{name}");
+        }
+        assert!(
+            Method::ALL
+                .iter()
+                .filter(|m| m.azcopy().is_none())
+                .all(|m| !m.name().contains("azcopy"))
+        );
+        let mut names: Vec<&str> = Method::ALL.iter().map(|m| m.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Method::ALL.len(), "one name per method");
         for (name, cc) in [
             ("relay-dl", None),
+            ("relay-dl-off", None),
             ("direct-dl-cubic", Some("cubic")),
             ("direct-dl-bbr", Some("bbr")),
             ("python-sdk-dl", Some("cubic")),

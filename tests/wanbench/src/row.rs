@@ -159,6 +159,9 @@ pub struct Row {
     /// The lab emulated NIC offloads (`--nic-offload`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nic_offload: bool,
+    /// AzCopy rows: how it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azcopy: Option<AzcopyRun>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The commit the binaries were built from (`git describe --always
@@ -168,6 +171,25 @@ pub struct Row {
     /// The files' data set when not random (`--data`: logs, csv, fastq, sparse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+}
+
+/// How an AzCopy row ran, from its own log: what anyone repeating the run
+/// needs, and whether its time is the job's (its log's end line) or its
+/// process's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AzcopyRun {
+    pub version: Option<String>,
+    /// `defaults`, or `tuned` (AZCOPY_CONCURRENCY_VALUE=AUTO, 16 MiB blocks).
+    pub tuning: String,
+    /// Its connections ("Max concurrent network operations" in its log).
+    pub concurrency: Option<u64>,
+    /// Its block size ("Specified chunk size").
+    pub block_size_bytes: Option<u64>,
+    /// The log said the job ended: `seconds` runs to that line. Otherwise
+    /// `seconds` is the process's (it notices the end within 2 s, then exits).
+    pub job_end_logged: bool,
+    /// Spawn to exit.
+    pub process_seconds: f64,
 }
 
 /// Plain TCP beside a direct run: the path's TCP ceiling for that many flows.
@@ -185,6 +207,24 @@ fn share(goodput_mbit: f64, r: &TcpReference) -> Option<f64> {
 }
 
 impl Row {
+    /// The client's CPU seconds per GiB it moved: the files' bytes, or for a
+    /// capped run what its goodput estimate says it moved (a user sizing a
+    /// machine reads this beside the goodput).
+    pub fn client_cpu_s_per_gib(&self) -> Option<f64> {
+        let moved = self.goodput_mbit * 1e6 / 8.0 * self.seconds;
+        (moved > 0.0).then(|| self.client_cpu_s / (moved / f64::from(1u32 << 30)))
+    }
+
+    /// The workload as the tables group it: `1x256MiB`, or with the data set
+    /// when not random (`1x256MiB logs`), so a run of text-like files is never
+    /// a median with random ones.
+    pub fn workload_label(&self) -> String {
+        match &self.data {
+            Some(d) => format!("{} {d}", self.workload),
+            None => self.workload.clone(),
+        }
+    }
+
     /// Direct goodput as a share of the TCP reference (1.0 = TCP's limit).
     pub fn share_of_tcp(&self) -> Option<f64> {
         share(self.goodput_mbit, self.tcp_reference.as_ref()?)

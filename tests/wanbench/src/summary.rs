@@ -13,7 +13,10 @@ pub struct Group {
     pub place: String,
     pub files: usize,
     pub bytes: u64,
+    /// `Row::workload_label`: the workload, with the data set if not random.
     pub workload: String,
+    /// The data set when not random (`--data`).
+    pub data: Option<String>,
     pub method: String,
     pub runs: usize,
     pub verified: usize,
@@ -28,6 +31,8 @@ pub struct Group {
     pub vs_direct_cubic: Option<f64>,
     pub vs_direct_bbr: Option<f64>,
     pub client_cpu_s: f64,
+    /// Median over runs of the client's CPU seconds per GiB it moved.
+    pub client_cpu_s_per_gib: Option<f64>,
     pub relay_cpu_s: f64,
     pub peak_rss_mib: f64,
     pub relay_peak_rss_mib: f64,
@@ -61,7 +66,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 pub fn groups(rows: &[Row]) -> Vec<Group> {
     let mut keys: Vec<(String, String, String)> = Vec::new();
     for r in rows {
-        let k = (r.place(), r.workload.clone(), r.method.clone());
+        let k = (r.place(), r.workload_label(), r.method.clone());
         if !keys.contains(&k) {
             keys.push(k);
         }
@@ -71,7 +76,9 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
         .filter_map(|(place, workload, method)| {
             let rs: Vec<&Row> = rows
                 .iter()
-                .filter(|r| r.place() == *place && r.workload == *workload && r.method == *method)
+                .filter(|r| {
+                    r.place() == *place && r.workload_label() == *workload && r.method == *method
+                })
                 .collect();
             let first = rs.first()?;
             let m = |f: fn(&Row) -> f64| median(rs.iter().map(|r| f(r)).collect());
@@ -88,6 +95,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 azurite_cpu_s: m(|r| r.azurite_cpu_s),
                 storage_requests: (reqs.len() == rs.len()).then(|| median(reqs)),
                 workload: workload.clone(),
+                data: first.data.clone(),
                 method: method.clone(),
                 runs: rs.len(),
                 verified: rs.iter().filter(|r| r.verified).count(),
@@ -100,6 +108,10 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                 vs_direct_cubic: None,
                 vs_direct_bbr: None,
                 client_cpu_s: m(|r| r.client_cpu_s),
+                client_cpu_s_per_gib: {
+                    let c: Vec<f64> = rs.iter().filter_map(|r| r.client_cpu_s_per_gib()).collect();
+                    (!c.is_empty()).then(|| median(c))
+                },
                 relay_cpu_s: m(|r| r.relay_cpu_s),
                 peak_rss_mib: m(|r| r.peak_rss_mib),
                 relay_peak_rss_mib: m(|r| r.relay_peak_rss_mib),
@@ -141,10 +153,10 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
     out
 }
 
-/// The download rows' names: `relay-dl`, `direct-dl-cubic`, `direct-dl-bbr`,
-/// `python-sdk-dl`.
+/// The download rows' names: `relay-dl`, `relay-dl-off`, `direct-dl-cubic`,
+/// `direct-dl-bbr`, `python-sdk-dl`, `azcopy-dl-cubic`, `azcopy-tuned-dl-bbr`, ...
 pub fn is_download(method: &str) -> bool {
-    method.ends_with("-dl") || method.starts_with("direct-dl-")
+    method.ends_with("-dl") || method.contains("-dl-")
 }
 
 /// CPU cores per 100 Mbit/s of goodput over a run of `seconds`.
@@ -159,8 +171,8 @@ fn cores_per_100mbit(cpu_s: f64, seconds: f64, goodput_mbit: f64) -> f64 {
 pub fn summary_table(groups: &[Group]) -> String {
     let mut s = String::new();
     s.push_str(
-        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | × direct-bbr | Client CPU s | Relay CPU s | CPU cores per 100 Mbit/s client / relay | Peak RSS MiB client / relay | Retries / re-attempts | Queue loss % | Random loss % |\n\
-         |---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| Link (RTT, loss, rate) | Files | Method | Runs: verified / capped | Time s | Goodput Mbit/s (min–max) | of ceiling | × direct-cubic | × direct-bbr | Client CPU s | Client CPU s per GiB | Relay CPU s | CPU cores per 100 Mbit/s client / relay | Peak RSS MiB client / relay | Retries / re-attempts | Queue loss % | Random loss % |\n\
+         |---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for g in groups {
         let is_relay = g.method.starts_with("relay");
@@ -171,7 +183,7 @@ pub fn summary_table(groups: &[Group]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {} | {:.2} | {} | {} | {:.0} / {} | {:.0} / {:.0} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {}/{} / {} | {} | {:.1} ({:.1}–{:.1}) | {:.0} % | {} | {} | {:.2} | {} | {} | {} | {:.0} / {} | {:.0} / {:.0} | {:.2} | {:.2} |",
             g.place,
             g.workload,
             g.method,
@@ -186,6 +198,8 @@ pub fn summary_table(groups: &[Group]) -> String {
             ratio(g.vs_direct_cubic),
             ratio(g.vs_direct_bbr),
             g.client_cpu_s,
+            g.client_cpu_s_per_gib
+                .map_or("–".into(), |c| format!("{c:.2}")),
             if is_relay {
                 format!("{:.2}", g.relay_cpu_s)
             } else {
@@ -380,8 +394,43 @@ mod tests {
     #[test]
     fn download_rows_are_named_apart() {
         assert!(is_download("relay-dl") && is_download("direct-dl-bbr"));
-        assert!(is_download("python-sdk-dl"));
+        assert!(is_download("python-sdk-dl") && is_download("relay-dl-off"));
         assert!(!is_download("relay") && !is_download("direct-bbr-32"));
+        assert!(!is_download("relay-off") && !is_download("relay-cold-plain"));
+        // Every method the plan knows is named as its direction says.
+        for m in crate::plan::Method::DEFAULT.iter().chain(&[
+            crate::plan::Method::RelayDl,
+            crate::plan::Method::RelayDlOff,
+            crate::plan::Method::DirectDlCubic,
+            crate::plan::Method::DirectDlBbr,
+            crate::plan::Method::PythonSdkDl,
+            crate::plan::Method::RelayOff,
+        ]) {
+            assert_eq!(is_download(m.name()), m.is_download(), "{}", m.name());
+        }
+    }
+
+    /// A run on a text-like data set is a median of its own, never mixed
+    /// with random data of the same workload.
+    #[test]
+    fn data_sets_are_grouped_apart() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../docs/bench/download/results.json"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let rows: Vec<Row> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        let mut one = rows[0].clone();
+        one.data = Some("logs".into());
+        one.goodput_mbit = 1.0;
+        let both = [rows[..1].to_vec(), vec![one]].concat();
+        let gs = groups(&both);
+        assert_eq!(gs.len(), 2);
+        assert_eq!(gs[1].workload, format!("{} logs", rows[0].workload));
+        assert_eq!(
+            (gs[0].goodput_mbit, gs[1].goodput_mbit),
+            (rows[0].goodput_mbit, 1.0)
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! `relay-client bench` in the WAN lab: the client in the site namespace, Azurite
 //! and a relay-server process in the cloud namespace, a 50 ms RTT, 100 Mbit/s
-//! emulated link between them that both the relay's QUIC and the direct
-//! upload's HTTP cross. Both methods must verify, the relay run must report the
-//! link's round trip, and the bench must delete what it wrote. Needs root and
-//! /dev/net/tun; prints SKIPPED otherwise.
+//! emulated link between them that the relay's QUIC, the direct upload's HTTP
+//! and AzCopy's (`--azcopy`, with a SAS the bench signs) all cross. Every
+//! method must verify, the relay run must report the link's round trip, and
+//! the bench must delete what it wrote. Needs root and /dev/net/tun; prints
+//! SKIPPED otherwise.
 
 #[allow(dead_code)]
 #[path = "../src/cloud.rs"]
@@ -61,10 +62,14 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
         .args(["--runs", "1", "--connections", "4", "--json"])
         .args(["--storage-url", &cloud::Cloud::storage_url_from_site(&lab)])
         .args(["--account-key", DEV_KEY])
+        .arg("--azcopy")
+        .arg(relay_tests::azcopy::azcopy_bin())
         .arg("--workdir")
         .arg(dir.path("work"))
         .env("RELAY_TOKEN", cloud::TOKEN)
         .env("RELAY_ID_KEY_FILE", dir.path("direct-id.key"))
+        // AzCopy keeps its pid files in ~/.azcopy: the test's own.
+        .env("HOME", dir.path("home"))
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap_or_else(|e| panic!("{e}")))
         .stderr(std::fs::File::create(out.with_extension("err")).unwrap_or_else(|e| panic!("{e}")));
@@ -97,10 +102,17 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
     eprintln!("{report:#}");
     assert_eq!(status.code(), Some(0), "{stderr}\n{report}");
     let rows = report["rows"].as_array().cloned().unwrap_or_default();
-    assert_eq!(rows.len(), 2, "{report}");
+    assert_eq!(rows.len(), 3, "{report}");
     for r in &rows {
         assert_eq!(r["verified"], true, "{r}");
+        assert!(r["cpu_s_per_gib"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
     }
+    assert!(rows.iter().any(|r| r["method"] == "azcopy"), "{report}");
+    assert!(
+        report["ratio_relay_azcopy"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    assert!(!stdout.contains("sig="), "{stdout}");
     let relay = rows
         .iter()
         .find(|r| r["method"] == "relay")
@@ -109,7 +121,7 @@ fn bench_measures_relay_and_direct_across_the_emulated_link() {
     // QUIC saw the emulated path: at least its 50 ms of propagation delay.
     let rtt = relay["quic"]["rtt_ms"].as_f64().unwrap_or(0.0);
     assert!(rtt >= 45.0, "RTT {rtt} ms on a 50 ms link: {relay}");
-    assert_eq!(report["deleted"], 2 * 9, "{report}");
+    assert_eq!(report["deleted"], 3 * 9, "{report}");
     // It says which TCP congestion control its direct runs had: the site
     // namespace's default for new sockets.
     let site_cc = lab

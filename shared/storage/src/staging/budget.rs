@@ -62,6 +62,13 @@ impl Budget {
         self.acquire(bytes).await
     }
 
+    /// `take` if the memory is free now, without waiting (memory given back
+    /// goes to those already waiting first, so this never gets ahead of them).
+    pub fn try_take(&self, bytes: u64) -> Option<OwnedSemaphorePermit> {
+        let units = u32::try_from(bytes.div_ceil(UNIT).max(1)).ok()?;
+        self.sem.clone().try_acquire_many_owned(units).ok()
+    }
+
     async fn acquire(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
         let units = u32::try_from(bytes.div_ceil(UNIT).max(1))
             .map_err(|_| StageError::BudgetTooSmall(bytes))?;
