@@ -4,13 +4,16 @@
 //! small tmpfs in a mount namespace of the client's own.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::azurite::shared_azurite;
 use crate::blobs::new_container;
 use crate::files::{sha256_file, write_random};
+use crate::gate::Gate;
 use crate::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
 use crate::{run_client, stderr, summary};
+use relay_server::TestHooks;
 
 pub const T: Duration = Duration::from_secs(180);
 
@@ -20,8 +23,31 @@ pub fn s(list: &[&str]) -> Vec<String> {
 
 /// A relay whose limited token may read and write a fresh container.
 pub async fn setup(tag: &str, rate_mbit: Option<f64>) -> (RelayHandle, String) {
+    setup_with(tag, rate_mbit, TestHooks::default()).await
+}
+
+/// A relay whose fetches stop once they have sent their first range, until
+/// the test releases the gate: a download provably mid-file, without timing
+/// (what the test does meanwhile cannot race the download's end).
+pub async fn setup_gated(tag: &str) -> (RelayHandle, String, Arc<Gate>) {
+    let gate = Gate::new(1);
+    let hooks = TestHooks {
+        fetch_pace: Some(gate.pace()),
+        ..TestHooks::default()
+    };
+    let (relay, c) = setup_with(tag, None, hooks).await;
+    (relay, c, gate)
+}
+
+/// As `setup`, with the relay's test hooks (a `Gate` on its fetches, say).
+pub async fn setup_with(
+    tag: &str,
+    rate_mbit: Option<f64>,
+    hooks: TestHooks,
+) -> (RelayHandle, String) {
     let container = new_container(tag).await;
     let opts = RelayOptions {
+        hooks,
         limited_to: format!("{container}:rw"),
         configure: rate_mbit.map(|r| {
             Box::new(move |cfg: &mut relay_server::Config| cfg.windows.max_rate_mbit = Some(r))

@@ -1,6 +1,6 @@
 //! A relay transfer held at a chosen offset until the test lets it go: the
-//! relay's pace hook (`TestHooks::pace`) blocks the first transfer that reaches
-//! `at` bytes. Stops a test at a chosen point without timing: what happens
+//! relay's pace hooks (`TestHooks::pace` for uploads, `fetch_pace` for
+//! downloads) block the first transfer that reaches `at` bytes. Stops a test at a chosen point without timing: what happens
 //! meanwhile (a token expiring, a client killed) happens while the transfer is
 //! provably mid-file.
 
@@ -40,6 +40,13 @@ impl Gate {
         self.released.store(true, Ordering::SeqCst);
     }
 
+    /// Holds the next transfer that reaches `at` bytes, as the first one was.
+    pub fn rearm(&self) {
+        self.holding.store(false, Ordering::SeqCst);
+        self.released.store(false, Ordering::SeqCst);
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
     /// The furthest offset the relay has read in any transfer.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::SeqCst)
@@ -54,7 +61,7 @@ impl Gate {
         }
     }
 
-    /// The hook for `TestHooks::pace`.
+    /// The hook for `TestHooks::pace` or `TestHooks::fetch_pace`.
     pub fn pace(self: &Arc<Self>) -> Pace {
         let g = self.clone();
         Arc::new(move |offset, len| {

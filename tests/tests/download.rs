@@ -158,8 +158,9 @@ async fn one_blob_a_prefix_and_filters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
-    // The relay sends at 40 Mbit/s, so the client can be caught mid-file.
-    let (relay, c) = setup("dl-resume", Some(40.0)).await;
+    // The relay holds the fetch after its first range: the client is killed
+    // mid-file, whatever the machine's speed.
+    let (relay, c, gate) = setup_gated("dl-resume").await;
     let src = Scratch::new("dl-rsrc");
     let size: u64 = 24 << 20;
     let sha = write_random(&src.path("huge.bin"), size, 7);
@@ -173,6 +174,7 @@ async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
     // Wait until the partial file exists and has grown past 2 MiB, then kill -9.
+    gate.wait_holding(T).await;
     let t0 = std::time::Instant::now();
     let held = loop {
         let len = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
@@ -190,6 +192,7 @@ async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
     // SAFETY: kill on the pid of the child this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let _ = child.wait().await;
+    gate.release();
     assert!(
         !out_dir.path("huge.bin").exists(),
         "no half file under the final name"
@@ -507,7 +510,7 @@ async fn direct_download_reads_storage_itself_and_resumes_nothing_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_with_130_and_the_command_that_resumes() {
-    let (relay, c) = setup("dl-int", Some(40.0)).await;
+    let (relay, c, gate) = setup_gated("dl-int").await;
     let src = Scratch::new("dl-isrc");
     let size: u64 = 16 << 20;
     let sha = write_random(&src.path("f.bin"), size, 3);
@@ -521,6 +524,8 @@ async fn ctrl_c_stops_with_130_and_the_command_that_resumes() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
+    // The relay holds the fetch after its first range: Ctrl-C comes mid-file.
+    gate.wait_holding(T).await;
     let t0 = std::time::Instant::now();
     while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 1 << 20 {
         assert!(t0.elapsed() < T, "the partial file never grew");
@@ -533,6 +538,7 @@ async fn ctrl_c_stops_with_130_and_the_command_that_resumes() {
         .await
         .unwrap_or_else(|_| panic!("no exit after Ctrl-C"))
         .unwrap_or_else(|e| panic!("{e}"));
+    gate.release();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("to resume, run the same command"), "{err}");

@@ -13,7 +13,7 @@ use relay_proto::compress::Mode;
 use relay_proto::protocol::{Encoding, Message};
 use relay_tests::datasets::DataSet;
 use relay_tests::download::{fetch, fetch_of};
-use relay_tests::download_client::{download, download_args, files_of, setup, upload};
+use relay_tests::download_client::{download, download_args, files_of, setup, setup_gated, upload};
 use relay_tests::files::{Scratch, sha256_file};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
 use relay_tests::{client_command, stderr};
@@ -159,14 +159,16 @@ async fn plain_where_either_end_or_the_blob_says_so() {
 /// the file is the blob.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compressed_download_resumes_with_or_without_compression() {
-    // 16 Mbit/s: logs of 32 MiB take seconds even compressed.
-    let (relay, c) = setup("dlzresume", Some(16.0)).await;
+    // The relay holds each fetch after its first range: the client is
+    // killed mid-file, whatever the machine's speed.
+    let (relay, c, gate) = setup_gated("dlzresume").await;
     let src = Scratch::new("dlzresume-src");
     let size = 32 * MIB + 999;
     for rerun in ["auto", "off"] {
         let name = format!("{rerun}.log");
         let sha = DataSet::Logs.write(&src.path(&name), size, 11);
         upload(&relay, &src.path(&name), &c).await;
+        gate.rearm();
         let to = Scratch::new("dlzresume-to");
         let partial = to.path(&relay_client::download::place::partial_name(&c, &name));
         let args = download_args(&relay, &[&format!("{c}/{name}")], &to.0, &[]);
@@ -175,6 +177,7 @@ async fn a_compressed_download_resumes_with_or_without_compression() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn: {e}"));
+        gate.wait_holding(T).await;
         let t0 = std::time::Instant::now();
         loop {
             let len = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
@@ -192,6 +195,7 @@ async fn a_compressed_download_resumes_with_or_without_compression() {
         // SAFETY: kill on the pid of the child this test started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
         let _ = child.wait().await;
+        gate.release();
         let kept = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
         assert!(kept > 2 * MIB && kept < size, "{kept}");
 

@@ -162,11 +162,12 @@ async fn names_that_differ_only_by_case_on_a_case_insensitive_file_system() {
 /// relay and with `--direct`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_prefix_of_a_blob_nothing_checks_whole_is_not_resumed() {
-    let (relay, c) = setup("dl-junk", Some(40.0)).await;
+    let (relay, c, gate) = setup_gated("dl-junk").await;
     let size = (6 << 20) + 3;
     let data = pattern(size, 41);
     let sha = put_ranges(&c, "g.bin", &data).await;
     for (way, flags) in [("relay", relay_flags(&relay)), ("direct", direct_flags())] {
+        gate.rearm();
         let dest = Scratch::new("dl-jout");
         let first = download_args(&relay, &[&format!("{c}/g.bin")], &dest.0, &[]);
         let mut child = client_command(&first, &[])
@@ -174,8 +175,10 @@ async fn a_garbage_prefix_of_a_blob_nothing_checks_whole_is_not_resumed() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn: {e}"));
+        gate.wait_holding(T).await;
         let (partial, _) = partial_grown(&dest.0, 1 << 20, &mut child).await;
         kill9(&mut child).await;
+        gate.release();
         // Private while it is written: nobody else reads a download in progress.
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&partial)

@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use relay_tests::download_client::*;
 use relay_tests::download_local::*;
 use relay_tests::files::{Scratch, sha256_file, write_random};
+use relay_tests::gate::Gate;
 use relay_tests::{client_command, run_client, stderr, summary};
 
 fn mode_of(p: &std::path::Path) -> u32 {
@@ -19,23 +20,28 @@ fn mode_of(p: &std::path::Path) -> u32 {
         & 0o777
 }
 
-/// Starts a download of `c/f.bin` into `dest`, and once its partial file
-/// holds a MiB, lets `meanwhile` act on the folder; the run's output.
+/// Starts a download of `c/f.bin` into `dest`, and while the relay holds it
+/// at `gate` (its partial file holding a MiB), lets `meanwhile` act on the
+/// folder; the run's output.
 async fn with_a_change_meanwhile(
     relay: &relay_tests::relay::RelayHandle,
+    gate: &Gate,
     c: &str,
     dest: &std::path::Path,
     extra: &[&str],
     meanwhile: impl FnOnce(),
 ) -> std::process::Output {
+    gate.rearm();
     let a = download_args(relay, &[&format!("{c}/f.bin")], dest, extra);
     let mut child = client_command(&a, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
+    gate.wait_holding(T).await;
     partial_grown(dest, 1 << 20, &mut child).await;
     meanwhile();
+    gate.release();
     tokio::time::timeout(T, child.wait_with_output())
         .await
         .unwrap_or_else(|_| panic!("the download never ended"))
@@ -44,8 +50,9 @@ async fn with_a_change_meanwhile(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_appears_at_the_name_while_downloading_is_not_replaced() {
-    // 40 Mbit/s: 16 MiB take seconds, so the file appears mid-download.
-    let (relay, c) = setup("dl-appear", Some(40.0)).await;
+    // The relay holds the fetch after its first range: the file appears
+    // mid-download.
+    let (relay, c, gate) = setup_gated("dl-appear").await;
     let src = Scratch::new("dl-asrc");
     write_random(&src.path("f.bin"), 16 << 20, 51);
     upload(&relay, &src.path("f.bin"), &c).await;
@@ -54,7 +61,7 @@ async fn a_file_that_appears_at_the_name_while_downloading_is_not_replaced() {
     // never replaced without --overwrite.
     let dest = Scratch::new("dl-aout");
     let mine = dest.path("f.bin");
-    let out = with_a_change_meanwhile(&relay, &c, &dest.0, &[], || {
+    let out = with_a_change_meanwhile(&relay, &gate, &c, &dest.0, &[], || {
         std::fs::write(&mine, b"mine").unwrap_or_else(|e| panic!("{e}"));
     })
     .await;
@@ -74,11 +81,18 @@ async fn a_file_that_appears_at_the_name_while_downloading_is_not_replaced() {
     let dest = Scratch::new("dl-aout2");
     let local = dest.path("f.bin");
     std::fs::write(&local, b"old version").unwrap_or_else(|e| panic!("{e}"));
-    let out = with_a_change_meanwhile(&relay, &c, &dest.0, &["--overwrite=if-different"], || {
-        let tmp = dest.path("f.bin.tmp");
-        std::fs::write(&tmp, b"saved meanwhile").unwrap_or_else(|e| panic!("{e}"));
-        std::fs::rename(&tmp, &local).unwrap_or_else(|e| panic!("{e}"));
-    })
+    let out = with_a_change_meanwhile(
+        &relay,
+        &gate,
+        &c,
+        &dest.0,
+        &["--overwrite=if-different"],
+        || {
+            let tmp = dest.path("f.bin.tmp");
+            std::fs::write(&tmp, b"saved meanwhile").unwrap_or_else(|e| panic!("{e}"));
+            std::fs::rename(&tmp, &local).unwrap_or_else(|e| panic!("{e}"));
+        },
+    )
     .await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let f = &files_of(&summary(&out))[0];

@@ -120,7 +120,9 @@ async fn each_hostile_chunk_fails_the_file_and_places_nothing() {
             assert!(!to.path(&blob).exists(), "{blob}: placed");
             // The partial file holds the whole chunks before, never a byte of
             // the hostile one (a rerun resumes from good bytes only).
-            let partial = to.path(&relay_client::download::place::partial_name("hostile", &blob));
+            let partial = to.path(&relay_client::download::place::partial_name(
+                "hostile", &blob,
+            ));
             let held = std::fs::read(&partial).unwrap_or_default();
             assert!(
                 held == kept,

@@ -33,6 +33,9 @@ pub struct TestHooks {
     /// Called on every received chunk with its offset and length; the transfer
     /// waits as long as it says (a slow relay, to stop a test at a chosen point).
     pub pace: Option<Pace>,
+    /// Called after each range a Fetch sent, with its offset and length; the
+    /// fetch waits as long as it says (stops a download at a chosen point).
+    pub fetch_pace: Option<Pace>,
     /// Before sending a Plan, wait until the connection has received this many
     /// bytes: makes "the Plan arrives after the client sent everything" (a long
     /// path) deterministic on loopback.
@@ -132,6 +135,14 @@ impl Shared {
     pub fn pace(&self) -> Option<Pace> {
         if cfg!(feature = "test-hooks") {
             self.hooks.pace.clone()
+        } else {
+            None
+        }
+    }
+
+    pub fn fetch_pace(&self) -> Option<Pace> {
+        if cfg!(feature = "test-hooks") {
+            self.hooks.fetch_pace.clone()
         } else {
             None
         }

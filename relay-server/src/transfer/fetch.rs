@@ -400,6 +400,8 @@ impl Sending<'_> {
         let mut pending: VecDeque<RangeTask> = VecDeque::new();
         let mut next = offset;
         let mut checked = 0u64;
+        // Where the next range sent starts (for the test hook).
+        let mut sent_to = offset;
         let mut stopping = self.shared.stopping.clone();
         // Memory for the next range is waited for at most the budget wait,
         // counted from when the driver first wanted it.
@@ -437,6 +439,10 @@ impl Sending<'_> {
                     self.send_range(send, bytes, compressing.as_mut()).await?;
                     // Its bytes are in the send buffer: the budget has them back.
                     task.1 = None;
+                    if let Some(pace) = self.shared.fetch_pace() {
+                        tokio::time::sleep(pace(sent_to, n as usize)).await;
+                    }
+                    sent_to += n;
                     if self.check == RangeCheck::StorageMd5 {
                         checked += 1;
                     }
