@@ -346,17 +346,23 @@ class Rehearsal(TrafficStages, DownloadStage, AlertRecording):
                 json.loads(out)["access_token"].split(".")[1] + "=="))
             check(claims["oid"] == self.principals[name], f"{name}: token for {claims['oid']}")
         # No account key or SAS anywhere in a VM: files it has, environments and command lines.
-        secrets_ = list(self.account_keys.values()) + ["sig=", "AccountKey", "SharedAccessSignature"]
+        secrets_ = list(self.account_keys.values()) + ["AccountKey", "SharedAccessSignature"]
+        # A SAS's signature is its sig= parameter with a value (an HMAC-SHA256 in
+        # base64, percent-encoded or not); the client's own message about one it
+        # hid ("sig=REDACTED") is not one.
+        sas_sig = r"sig=[A-Za-z0-9%+/]{20,}"
         scanned = 0
         for name in VMS:
             vm = self.vms[name]
+            # Everything the VM has written (its overlays' upper layers) and
+            # its tmpfs: the image below is the host's own.
+            where = f"{self.run}/vm/{name}/upper /run /tmp /var/tmp /mnt"
+            vm.run(f"test -d {self.run}/vm/{name}/upper/etc/blob-relay")  # the scan sees what the VM wrote
             for s in secrets_:
-                # Everything the VM has written (its overlays' upper layers) and
-                # its tmpfs: the image below is the host's own.
-                where = f"{self.run}/vm/{name}/upper /run /tmp /var/tmp /mnt"
-                vm.run(f"test -d {self.run}/vm/{name}/upper/etc/blob-relay")  # the scan sees what the VM wrote
                 r = vm.run(f"grep -rlaF -- {json.dumps(s)} {where} 2>/dev/null", check=False)
                 check(r.stdout.strip() == "", f"{name}: {s[:8]}... found in {r.stdout.split()[:3]}")
+            r = vm.run(f"grep -rlaE -- {json.dumps(sas_sig)} {where} 2>/dev/null", check=False)
+            check(r.stdout.strip() == "", f"{name}: a SAS signature (sig=...) found in {r.stdout.split()[:3]}")
         for pid in self.vm_pids():
             for f in ("environ", "cmdline"):
                 try:
@@ -366,6 +372,7 @@ class Rehearsal(TrafficStages, DownloadStage, AlertRecording):
                 scanned += 1
                 for s in secrets_:
                     check(s not in data, f"pid {pid} {f} holds {s[:8]}...")
+                check(re.search(sas_sig, data) is None, f"pid {pid} {f} holds a SAS signature")
         return (f"IMDS at 169.254.169.254 in each VM only (not from wan/balancer/storage), {sum(map(len, by_vm.values()))} "
                 f"managed-identity tokens for storage.azure.com, each VM's own oid; no account key or SAS in the VMs' "
                 f"files, nor in {scanned // 2} VM processes' environment and command line")
