@@ -346,7 +346,10 @@ class Rehearsal(TrafficStages, DownloadStage, AlertRecording):
                 json.loads(out)["access_token"].split(".")[1] + "=="))
             check(claims["oid"] == self.principals[name], f"{name}: token for {claims['oid']}")
         # No account key or SAS anywhere in a VM: files it has, environments and command lines.
-        secrets_ = list(self.account_keys.values()) + ["AccountKey", "SharedAccessSignature"]
+        # Connection strings' key and SAS fields, with their "=": the bare words
+        # are also names in the client's own code (its bench's `AccountKey`
+        # way to sign AzCopy's SAS).
+        secrets_ = list(self.account_keys.values()) + ["AccountKey=", "SharedAccessSignature="]
         # A SAS's signature is its sig= parameter with a value (an HMAC-SHA256 in
         # base64, percent-encoded or not); the client's own message about one it
         # hid ("sig=REDACTED") is not one.
