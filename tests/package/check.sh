@@ -147,7 +147,10 @@ done
 token=package-check-token-0123456789
 mkdir -p "$root/etc/blob-relay" "$root/tmp/state" "$root/tmp/files/data/sub"
 echo "$token data" >"$root/etc/blob-relay/tokens"
-in_root /usr/bin/relay-server --listen "127.0.0.1:$relay_port" --storage-url "$storage" \
+# chroot itself, not the in_root function: a function in the background is a
+# subshell, whose PID ($!) is not the relay's, and killing it left the relay
+# running after the check; chroot execs the relay, so $! is the relay.
+chroot "$root" /usr/bin/relay-server --listen "127.0.0.1:$relay_port" --storage-url "$storage" \
     --account-key "$key" --tokens /etc/blob-relay/tokens --state-dir /tmp/state \
     --id-key-ephemeral --health-listen "127.0.0.1:$health_port" \
     --cert-fingerprint-file /tmp/fingerprint >"$work/relay.log" 2>&1 &
