@@ -166,6 +166,18 @@ class DownloadStage:
             check(Path(f"/proc/{first.pid}/comm").read_text().strip() == "relay-client",
                   "the first download's process is not relay-client")
             os.kill(first.pid, signal.SIGSTOP)
+
+            def stopped() -> bool:
+                # SIGSTOP returns before every thread has stopped: a write in
+                # flight still lands. Read the size once all are stopped.
+                states = []
+                for task in Path(f"/proc/{first.pid}/task").iterdir():
+                    try:
+                        states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+                    except OSError:
+                        continue
+                return bool(states) and all(st in ("T", "t") for st in states)
+            self.wait("every thread of the first download stopped", stopped, 10, step=0.01)
             kept = partial.stat().st_size
             self.kill_mid_download(victim)
         finally:
