@@ -178,7 +178,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "RESULTS_JSON")]
     render: Vec<PathBuf>,
     /// With --render: also rewrite the headline card (upload, or download when
-    /// every row is a download row) in README.md and docs/BENCHMARKS.md from
+    /// every row is a download row) in docs/BENCHMARKS.md from
     /// that results file (the test suite checks they match).
     #[arg(long, requires = "render")]
     card: bool,
@@ -497,12 +497,12 @@ fn check_python(python: &Path) -> anyhow::Result<()> {
 }
 
 /// results.json, summary.md (medians + every run) and goodput.svg.
-/// Rewrites the card block of README.md and docs/BENCHMARKS.md of the
+/// Rewrites the card block of docs/BENCHMARKS.md of the
 /// direction `rows` measured (upload or download).
 fn write_cards(rows: &[Row]) -> anyhow::Result<()> {
     let kind = card::Kind::of(rows);
     let text = card::card(kind, rows);
-    for doc in ["README.md", "docs/BENCHMARKS.md"] {
+    for doc in card::DOCS {
         let path = repo_root().join(doc);
         let old = std::fs::read_to_string(&path).with_context(|| format!("read {doc}"))?;
         let new = card::replace(kind, &old, &text).with_context(|| doc.to_string())?;
