@@ -487,27 +487,25 @@ fn refuses_a_rule_naming_no_row_and_a_missing_section() {
     assert!(parse_rules(&odd).unwrap_err().contains("heading"));
 }
 
+/// One import as `folder_imports` reports it.
+fn hit(line: usize, target: &str, path: &str) -> (usize, String, String) {
+    (line, target.to_string(), path.to_string())
+}
+
 #[test]
 fn names_the_file_line_and_target_of_a_forbidden_import() {
-    let modules = BTreeSet::from(["cli/".to_string(), "ui/".to_string(), "lib.rs".to_string()]);
+    let modules = BTreeSet::from(["cli/", "ui/", "lib.rs"].map(String::from));
     let code = blank("use crate::ui::Bar;\nuse crate::cli::Args;\nuse crate::Config;\n");
     let found = folder_imports(&code, "ui/", "app", &modules);
-    assert_eq!(
-        found,
-        vec![
-            (2, "cli/".to_string(), "crate::cli::Args".to_string()),
-            (3, "lib.rs".to_string(), "crate::Config".to_string()),
-        ]
-    );
+    let expected = [
+        hit(2, "cli/", "crate::cli::Args"),
+        hit(3, "lib.rs", "crate::Config"),
+    ];
+    assert_eq!(found, expected);
     let root_code = blank("pub mod cli;\nuse cli::Args;\nfn m() { app::ui::show(); }\n");
     let from_root = folder_imports(&root_code, "lib.rs", "app", &modules);
-    assert_eq!(
-        from_root,
-        vec![
-            (3, "ui/".to_string(), "app::ui::show".to_string()),
-            (2, "cli/".to_string(), "cli::Args".to_string())
-        ]
-    );
+    let expected = [hit(3, "ui/", "app::ui::show"), hit(2, "cli/", "cli::Args")];
+    assert_eq!(from_root, expected);
 }
 
 #[test]
