@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
+#[path = "architecture/circles.rs"]
+mod circles;
 #[path = "architecture/scan.rs"]
 mod scan;
 
@@ -320,6 +322,7 @@ fn violations(root: &Path, rules: &Rules) -> Vec<String> {
     };
     for folder in &rules.folders {
         check_folder(root, folder, &mut verdicts);
+        check_circles(root, &folder.src, &mut verdicts);
     }
     for krate in &rules.crates {
         check_crate(root, krate, &rules.crates, &mut verdicts);
@@ -371,6 +374,35 @@ fn check_folder(root: &Path, folder: &FolderRules, verdicts: &mut Verdicts) {
                 verdicts.forbidden(&source.rel, line, &target, what);
             }
         }
+    }
+}
+
+/// No circle inside a folder below the top level. An exception names one
+/// import of a circle (the file and the member it imports); the circles left
+/// once the exceptions' imports are set aside are problems, and an exception
+/// whose import lies on no circle is stale.
+fn check_circles(root: &Path, src: &str, verdicts: &mut Verdicts) {
+    let edges = circles::member_edges(root, src, &sources(root, src));
+    let exception_of = |e: &circles::Edge| Exception {
+        file: e.file.clone(),
+        target: e.to.clone(),
+    };
+    for e in circles::on_circles(&edges) {
+        let exception = exception_of(e);
+        if verdicts.exceptions.contains(&exception) {
+            verdicts.used.insert(exception);
+        }
+    }
+    let kept: Vec<circles::Edge> = edges
+        .iter()
+        .filter(|e| !verdicts.exceptions.contains(&exception_of(e)))
+        .cloned()
+        .collect();
+    for e in circles::on_circles(&kept) {
+        verdicts.problems.push(format!(
+            "{}:{}: `{}` imports `{}` (`{}`), and `{}` leads back to `{}`: a circle inside `{}/`",
+            e.file, e.line, e.from, e.to, e.path, e.to, e.from, e.folder
+        ));
     }
 }
 
