@@ -1,6 +1,6 @@
 //! Blob Relay's pure core: the wire messages and their framing, block planning,
-//! resumable hashing (checkpoints), block IDs, the resume decision and the Offer
-//! rules.
+//! resumable hashing (checkpoints), block IDs, the resume decision, the Offer
+//! rules, and sync's comparison of a local walk with a listing.
 //!
 //! Nothing here does I/O or needs an async runtime, so the nasty cases (every
 //! block boundary, corrupt IDs, hostile names, oversized frames) are unit-tested
@@ -29,3 +29,4 @@ pub mod protocol;
 pub mod resume;
 pub mod session;
 pub mod size;
+pub mod sync;

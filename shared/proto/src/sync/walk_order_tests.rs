@@ -1,0 +1,124 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+/// A file system in memory: directory path -> its entries, in the order
+/// "the file system" gives them.
+#[derive(Default)]
+pub(crate) struct MemTree {
+    pub(crate) dirs: BTreeMap<String, Vec<Child<u64>>>,
+    pub(crate) unreadable: Vec<String>,
+}
+
+impl MemTree {
+    /// A tree holding `files` (paths, `/`-separated), each directory's
+    /// entries listed in reverse order of arrival.
+    pub(crate) fn of(files: &[&str]) -> Self {
+        let mut tree = MemTree::default();
+        tree.dirs.insert(String::new(), Vec::new());
+        for (i, path) in files.iter().enumerate() {
+            tree.add(path, i as u64);
+        }
+        for children in tree.dirs.values_mut() {
+            children.reverse();
+        }
+        tree
+    }
+
+    pub(crate) fn add(&mut self, path: &str, file: u64) {
+        let mut dir = String::new();
+        let segments: Vec<&str> = path.split('/').collect();
+        for (depth, seg) in segments.iter().enumerate() {
+            let last = depth + 1 == segments.len();
+            let child = if last {
+                Child::File {
+                    name: seg.to_string(),
+                    file,
+                }
+            } else {
+                Child::Dir {
+                    name: seg.to_string(),
+                }
+            };
+            let here = self.dirs.entry(dir.clone()).or_default();
+            if !here.contains(&child) {
+                here.push(child);
+            }
+            dir = joined(&dir, seg);
+        }
+    }
+}
+
+impl Tree for MemTree {
+    type File = u64;
+
+    fn read_dir(&mut self, path: &str) -> Result<Vec<Child<u64>>, String> {
+        if self.unreadable.iter().any(|u| u == path) {
+            return Err("permission denied".into());
+        }
+        Ok(self.dirs.get(path).cloned().unwrap_or_default())
+    }
+}
+
+fn names(walk: SortedWalk<MemTree>) -> Vec<Result<String, Gap>> {
+    walk.map(|w| w.map(|w| w.name)).collect()
+}
+
+#[test]
+fn a_directory_comes_after_a_dotted_file_and_before_a_digit() {
+    let files = ["a0", "a/x", "a.b", "a/y/z", "a-c", "A", "b"];
+    for order in [NameOrder::Utf8, NameOrder::Utf16] {
+        let walked = names(SortedWalk::new(MemTree::of(&files), order));
+        let walked: Vec<String> = walked.into_iter().map(|n| n.expect("file")).collect();
+        assert_eq!(walked, ["A", "a-c", "a.b", "a/x", "a/y/z", "a0", "b"]);
+    }
+}
+
+#[test]
+fn names_beyond_the_basic_plane_follow_the_chosen_order() {
+    let files = ["d/\u{FF01}", "d/\u{1F600}", "d/\u{e9}"];
+    let walk = |order| -> Vec<String> {
+        names(SortedWalk::new(MemTree::of(&files), order))
+            .into_iter()
+            .map(|n| n.expect("file"))
+            .collect()
+    };
+    assert_eq!(
+        walk(NameOrder::Utf8),
+        ["d/\u{e9}", "d/\u{FF01}", "d/\u{1F600}"]
+    );
+    assert_eq!(
+        walk(NameOrder::Utf16),
+        ["d/\u{e9}", "d/\u{1F600}", "d/\u{FF01}"]
+    );
+}
+
+#[test]
+fn an_unreadable_directory_is_a_gap_and_the_walk_goes_on() {
+    let mut tree = MemTree::of(&["a/1", "b/2", "c"]);
+    tree.unreadable.push("b".into());
+    let walked = names(SortedWalk::new(tree, NameOrder::Utf8));
+    assert_eq!(
+        walked,
+        [
+            Ok("a/1".to_string()),
+            Err(Gap("b: permission denied".into())),
+            Ok("c".to_string()),
+        ]
+    );
+    let mut tree = MemTree::of(&["x"]);
+    tree.unreadable.push(String::new());
+    let walked = names(SortedWalk::new(tree, NameOrder::Utf8));
+    assert_eq!(walked, [Err(Gap(".: permission denied".into()))]);
+}
+
+#[test]
+fn an_entry_that_cannot_be_walked_is_a_gap() {
+    let mut tree = MemTree::of(&["a", "c"]);
+    if let Some(root) = tree.dirs.get_mut("") {
+        root.push(Child::Failed("b\u{FFFD}: not valid UTF-8".into()));
+    }
+    let walked = names(SortedWalk::new(tree, NameOrder::Utf8));
+    assert!(walked.contains(&Err(Gap("b\u{FFFD}: not valid UTF-8".into()))));
+    assert_eq!(walked.iter().filter(|n| n.is_ok()).count(), 2);
+}
