@@ -2,13 +2,14 @@
 //! delete set, spooled in bounded memory until the merge has ended.
 //!
 //! Deletes are decided last. While the merge runs, each name on the
-//! destination and not on the source goes into a [`DeleteSet`]; only when
-//! both inputs were read whole ([`Completion`]) and the whole batch is within
-//! `--max-delete` is it handed out, and then all of it: a batch over the
+//! destination and not on the source goes into a
+//! [`DeleteSet`](super::delete_set::DeleteSet); only when both inputs were
+//! read whole ([`Completion`]) and the whole batch is within `--max-delete`
+//! is it handed out, and then all of it: a batch over the
 //! limit is refused entirely, never cut to its first N (which N would be an
 //! accident of the name order).
 //!
-//! Memory: the set keeps at most `buffer` candidates in memory and spills
+//! Memory: the set keeps at most `capacity` candidates in memory and spills
 //! full buffers to a [`SpillStore`] the client implements (a temporary file,
 //! or a table of the SQLite index); with a count limit it stops keeping
 //! candidates past the limit (the batch is refused anyway) and only counts.

@@ -14,7 +14,7 @@
 //!
 //! The local walk yields this order one directory at a time: a directory's
 //! entries are sorted by the name their blobs get, a subdirectory standing
-//! for its name followed by `/` ([`compare_child`]). Every name below
+//! for its name followed by `/` ([`NameOrder::compare_child`]). Every name below
 //! directory `d` begins with `d/`, and no sibling's key begins with `d/`, so
 //! the whole subtree sorts as one run at the place of `d/`. Sorting a
 //! directory by plain file name instead is wrong: `/` (0x2F) sorts after

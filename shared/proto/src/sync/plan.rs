@@ -8,7 +8,7 @@
 //! missing record only costs a read (or keeps a local file from deletion).
 
 use super::delete::{DeleteCandidate, Origin};
-use super::entry::{IndexRecord, LocalEntry, RemoteEntry};
+use super::entry::{IndexRecord, LocalEntry, Named, RemoteEntry};
 use super::join::{Completion, Gap, Join, Joined, Tally};
 use super::order::{NameOrder, OrderError, Side};
 use super::unchanged::{
@@ -72,22 +72,46 @@ pub enum DownloadDecision {
     Gap(Side, Gap),
 }
 
-/// An upload: the local walk (source) against the listing (destination).
-pub struct UploadPlan<W, L, F> {
-    join: Join<W, LocalEntry, L, RemoteEntry>,
+/// Which way a sync goes: what each side holds and how a pair is judged.
+pub trait Direction {
+    type Source: Named;
+    type Dest: Named;
+    type Decision;
+
+    /// The decision for one step of the merge.
+    fn decide<F: FnMut(&str) -> Option<IndexRecord>>(
+        joined: Joined<Self::Source, Self::Dest>,
+        lookup: &mut F,
+        flags: CompareFlags,
+    ) -> Self::Decision;
+}
+
+/// The local walk (source) against the listing (destination).
+pub struct Upload;
+
+/// The listing (source) against the local walk (destination).
+pub struct Download;
+
+/// A sync's decisions: the merge of `source` and `dest`, judged one way.
+pub struct Plan<R: Direction, SI, DI, F> {
+    join: Join<SI, R::Source, DI, R::Dest>,
     lookup: F,
     flags: CompareFlags,
 }
 
-impl<W, L, F> UploadPlan<W, L, F>
+pub type UploadPlan<W, L, F> = Plan<Upload, W, L, F>;
+pub type DownloadPlan<L, W, F> = Plan<Download, L, W, F>;
+
+impl<R, SI, DI, F> Plan<R, SI, DI, F>
 where
-    W: Iterator<Item = Result<LocalEntry, Gap>>,
-    L: Iterator<Item = Result<RemoteEntry, Gap>>,
+    R: Direction,
+    SI: Iterator<Item = Result<R::Source, Gap>>,
+    DI: Iterator<Item = Result<R::Dest, Gap>>,
     F: FnMut(&str) -> Option<IndexRecord>,
 {
-    pub fn new(walk: W, listing: L, order: NameOrder, lookup: F, flags: CompareFlags) -> Self {
+    pub fn new(source: SI, dest: DI, order: NameOrder, lookup: F, flags: CompareFlags) -> Self {
         Self {
-            join: Join::new(walk, listing, order),
+            join: Join::new(source, dest, order),
             lookup,
             flags,
         }
@@ -100,8 +124,33 @@ where
     pub fn tally(&self) -> Tally {
         self.join.tally()
     }
+}
 
-    fn decide(&mut self, joined: Joined<LocalEntry, RemoteEntry>) -> UploadDecision {
+impl<R, SI, DI, F> Iterator for Plan<R, SI, DI, F>
+where
+    R: Direction,
+    SI: Iterator<Item = Result<R::Source, Gap>>,
+    DI: Iterator<Item = Result<R::Dest, Gap>>,
+    F: FnMut(&str) -> Option<IndexRecord>,
+{
+    type Item = Result<R::Decision, OrderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let joined = self.join.next()?;
+        Some(joined.map(|j| R::decide(j, &mut self.lookup, self.flags)))
+    }
+}
+
+impl Direction for Upload {
+    type Source = LocalEntry;
+    type Dest = RemoteEntry;
+    type Decision = UploadDecision;
+
+    fn decide<F: FnMut(&str) -> Option<IndexRecord>>(
+        joined: Joined<LocalEntry, RemoteEntry>,
+        lookup: &mut F,
+        flags: CompareFlags,
+    ) -> UploadDecision {
         match joined {
             Joined::Source(local) => UploadDecision::Send {
                 local,
@@ -112,8 +161,8 @@ where
                 etag: remote.etag,
             }),
             Joined::Both(local, remote) => {
-                let record = (self.lookup)(&local.name);
-                match upload_check(&local, Some(&remote), record.as_ref(), self.flags.checksum) {
+                let record = lookup(&local.name);
+                match upload_check(&local, Some(&remote), record.as_ref(), flags.checksum) {
                     UploadCheck::Unchanged => UploadDecision::Skip(local.name),
                     UploadCheck::Adopt => UploadDecision::Adopt { local, remote },
                     UploadCheck::Send(reason) => UploadDecision::Send { local, reason },
@@ -124,64 +173,27 @@ where
     }
 }
 
-impl<W, L, F> Iterator for UploadPlan<W, L, F>
-where
-    W: Iterator<Item = Result<LocalEntry, Gap>>,
-    L: Iterator<Item = Result<RemoteEntry, Gap>>,
-    F: FnMut(&str) -> Option<IndexRecord>,
-{
-    type Item = Result<UploadDecision, OrderError>;
+impl Direction for Download {
+    type Source = RemoteEntry;
+    type Dest = LocalEntry;
+    type Decision = DownloadDecision;
 
-    fn next(&mut self) -> Option<Self::Item> {
-        let joined = self.join.next()?;
-        Some(joined.map(|j| self.decide(j)))
-    }
-}
-
-/// A download: the listing (source) against the local walk (destination).
-pub struct DownloadPlan<L, W, F> {
-    join: Join<L, RemoteEntry, W, LocalEntry>,
-    lookup: F,
-    flags: CompareFlags,
-}
-
-impl<L, W, F> DownloadPlan<L, W, F>
-where
-    L: Iterator<Item = Result<RemoteEntry, Gap>>,
-    W: Iterator<Item = Result<LocalEntry, Gap>>,
-    F: FnMut(&str) -> Option<IndexRecord>,
-{
-    pub fn new(listing: L, walk: W, order: NameOrder, lookup: F, flags: CompareFlags) -> Self {
-        Self {
-            join: Join::new(listing, walk, order),
-            lookup,
-            flags,
-        }
-    }
-
-    pub fn completion(&self) -> Completion {
-        self.join.completion()
-    }
-
-    pub fn tally(&self) -> Tally {
-        self.join.tally()
-    }
-
-    fn decide(&mut self, joined: Joined<RemoteEntry, LocalEntry>) -> DownloadDecision {
+    fn decide<F: FnMut(&str) -> Option<IndexRecord>>(
+        joined: Joined<RemoteEntry, LocalEntry>,
+        lookup: &mut F,
+        flags: CompareFlags,
+    ) -> DownloadDecision {
         let (remote, local) = match joined {
             Joined::Gap(side, gap) => return DownloadDecision::Gap(side, gap),
-            Joined::Dest(local) => return self.local_only(local),
+            Joined::Dest(local) => return local_only(local, lookup),
             Joined::Source(remote) => (remote, None),
             Joined::Both(remote, local) => (remote, Some(local)),
         };
-        let record = match &local {
-            Some(l) => (self.lookup)(&l.name),
-            None => None,
-        };
+        let record = local.as_ref().and_then(|l| lookup(&l.name));
         let CompareFlags {
             checksum,
             overwrite,
-        } = self.flags;
+        } = flags;
         let check = download_check(
             &remote,
             local.as_ref(),
@@ -206,33 +218,22 @@ where
             },
         }
     }
-
-    /// A local file with no blob: a delete candidate, with where it came from.
-    fn local_only(&mut self, local: LocalEntry) -> DownloadDecision {
-        let origin = match (self.lookup)(&local.name) {
-            None => Origin::Unknown,
-            Some(r) if local.stat.same_file_as(&r.stat) => Origin::Placed,
-            Some(_) => Origin::ChangedSincePlaced,
-        };
-        DownloadDecision::Delete(DeleteCandidate::Local {
-            name: local.name,
-            origin,
-        })
-    }
 }
 
-impl<L, W, F> Iterator for DownloadPlan<L, W, F>
-where
-    L: Iterator<Item = Result<RemoteEntry, Gap>>,
-    W: Iterator<Item = Result<LocalEntry, Gap>>,
-    F: FnMut(&str) -> Option<IndexRecord>,
-{
-    type Item = Result<DownloadDecision, OrderError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let joined = self.join.next()?;
-        Some(joined.map(|j| self.decide(j)))
-    }
+/// A local file with no blob: a delete candidate, with where it came from.
+fn local_only<F: FnMut(&str) -> Option<IndexRecord>>(
+    local: LocalEntry,
+    lookup: &mut F,
+) -> DownloadDecision {
+    let origin = match lookup(&local.name) {
+        None => Origin::Unknown,
+        Some(r) if local.stat.same_file_as(&r.stat) => Origin::Placed,
+        Some(_) => Origin::ChangedSincePlaced,
+    };
+    DownloadDecision::Delete(DeleteCandidate::Local {
+        name: local.name,
+        origin,
+    })
 }
 
 #[cfg(test)]
