@@ -213,12 +213,7 @@ fn an_upload_sends_exactly_what_changed_and_deletes_exactly_what_went() {
             l.stat.mtime_ns += 1;
             touched.insert(l.name.clone());
         }
-        let removed: BTreeSet<String> = m
-            .local
-            .iter()
-            .filter(|_| rng.random_bool(0.1))
-            .map(|l| l.name.clone())
-            .collect();
+        let removed = pick_names(&mut rng, &m.local);
         walk.retain(|l| !removed.contains(&l.name));
         let flags = CompareFlags::default();
         let plan = UploadPlan::new(ok(&walk), ok(&m.remote), order, index_of(&m), flags);
@@ -235,6 +230,66 @@ fn an_upload_sends_exactly_what_changed_and_deletes_exactly_what_went() {
         assert_eq!(sent, expected);
         assert_eq!(deleted, removed);
     }
+}
+
+#[test]
+fn a_download_fetches_what_changed_there_and_keeps_what_changed_here() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for _ in 0..100 {
+        let order = *ORDERS.choose(&mut rng).expect("orders");
+        let m = mirror(&mut rng, order);
+        let (mut listing, mut walk) = (m.remote.clone(), m.local.clone());
+        let mut newer = BTreeSet::new();
+        for r in listing.iter_mut().filter(|_| rng.random_bool(0.1)) {
+            r.etag.push_str("-2");
+            newer.insert(r.name.clone());
+        }
+        let mut edited = BTreeSet::new();
+        for l in walk.iter_mut().filter(|_| rng.random_bool(0.1)) {
+            l.stat.mtime_ns += 1;
+            edited.insert(l.name.clone());
+        }
+        let gone_there = pick_names(&mut rng, &m.local);
+        let gone_here = pick_names(&mut rng, &m.local);
+        listing.retain(|r| !gone_there.contains(&r.name));
+        walk.retain(|l| !gone_here.contains(&l.name));
+        let flags = CompareFlags::default();
+        let plan = DownloadPlan::new(ok(&listing), ok(&walk), order, index_of(&m), flags);
+        let (mut fetched, mut conflicts, mut deleted) = Default::default();
+        for d in plan {
+            let into: Option<(&mut BTreeSet<String>, String)> = match d.expect("in order") {
+                DownloadDecision::Fetch { remote, .. } => Some((&mut fetched, remote.name)),
+                DownloadDecision::Conflict { local, .. } => Some((&mut conflicts, local.name)),
+                DownloadDecision::Delete(c) => Some((&mut deleted, c.name().to_string())),
+                DownloadDecision::Skip(_) => None,
+                other => panic!("{other:?}"),
+            };
+            if let Some((set, name)) = into {
+                set.insert(name);
+            }
+        }
+        let here: BTreeSet<String> = walk.iter().map(|l| l.name.clone()).collect();
+        let there: BTreeSet<String> = listing.iter().map(|r| r.name.clone()).collect();
+        let both: BTreeSet<String> = here.intersection(&there).cloned().collect();
+        let changed_there: BTreeSet<String> = newer.difference(&edited).cloned().collect();
+        let expected_fetch: BTreeSet<String> = there
+            .difference(&here)
+            .chain(both.intersection(&changed_there))
+            .cloned()
+            .collect();
+        assert_eq!(fetched, expected_fetch);
+        assert_eq!(conflicts, both.intersection(&edited).cloned().collect());
+        assert_eq!(deleted, here.difference(&there).cloned().collect());
+    }
+}
+
+/// About a tenth of the names of `entries`.
+fn pick_names(rng: &mut StdRng, entries: &[LocalEntry]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter(|_| rng.random_bool(0.1))
+        .map(|l| l.name.clone())
+        .collect()
 }
 
 fn rules() -> DeleteRules {

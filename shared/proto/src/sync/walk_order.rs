@@ -68,6 +68,12 @@ impl<T: Tree> SortedWalk<T> {
         }
     }
 
+    /// The directory entries held now, not yet handed out: what the walk's
+    /// memory grows with.
+    pub fn held(&self) -> usize {
+        self.levels.iter().map(|l| l.rest.len()).sum()
+    }
+
     /// Reads and sorts the directory at `path` onto the stack.
     fn enter(&mut self, path: String) -> Result<(), Gap> {
         let mut children = self

@@ -122,3 +122,28 @@ fn an_entry_that_cannot_be_walked_is_a_gap() {
     assert!(walked.contains(&Err(Gap("b\u{FFFD}: not valid UTF-8".into()))));
     assert_eq!(walked.iter().filter(|n| n.is_ok()).count(), 2);
 }
+
+#[test]
+fn the_walk_holds_the_directories_on_its_path_not_the_tree() {
+    // 40 folders of 25 files, and one folder deeper down.
+    let files: Vec<String> = (0..40)
+        .flat_map(|d| (0..25).map(move |f| format!("d{d:02}/f{f:02}")))
+        .chain(["d07/deep/x".to_string()])
+        .collect();
+    let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+    let mut walk = SortedWalk::new(MemTree::of(&refs), NameOrder::Utf16);
+    let (mut most, mut count) = (0, 0);
+    while let Some(w) = walk.next() {
+        w.expect("readable");
+        count += 1;
+        most = most.max(walk.held());
+    }
+    assert_eq!(count, files.len());
+    // The root's 40 folders, one folder's 26 entries, `deep`'s one.
+    assert!(most <= 40 + 26 + 1, "held {most} entries at once");
+    assert!(
+        most >= 40,
+        "held {most}: the root's folders are held throughout"
+    );
+    assert_eq!(walk.held(), 0);
+}
