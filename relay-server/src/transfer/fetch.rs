@@ -22,9 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use quinn::{RecvStream, SendStream};
 use relay_pipeline::failure::storage_failure;
-use relay_proto::blob_name::{validate_blob_name, validate_container};
+use relay_proto::blob_name::validate_blob_name;
 use relay_proto::id_key::Owner;
-use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::logsafe::safe;
 use relay_proto::protocol::{
     Check, Code, Data, Encoding, Failure, Fetch, Message, Sent, Source, app_error,
@@ -38,11 +37,11 @@ use tracing::Instrument;
 
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
-use crate::sign_in::auth::{Access, AuthError, Caller};
 use crate::state::DownloadLimits;
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
+use crate::transfer::admit::{Request, admit, admitted};
 use crate::transfer::deflating::{Compressing, Section};
 use crate::transfer::{refuse, reject};
 
@@ -55,9 +54,9 @@ pub(crate) async fn handle(
     recv: &mut RecvStream,
     fetch: Fetch,
 ) {
-    let caller = match admit(shared, &fetch.version, &fetch.token.0, &fetch.container).await {
+    let caller = match admit(shared, Request::fetch(&fetch)).await {
         Ok(c) => c,
-        Err(f) => return refuse(shared, link, send, recv, f).await,
+        Err(r) => return refuse(shared, link, send, recv, r.into()).await,
     };
     if let Err(e) = validate_blob_name(&fetch.blob) {
         let f = Failure::new(Code::InvalidName, e.to_string());
@@ -73,55 +72,6 @@ pub(crate) async fn handle(
     serve(shared, link, &owner, send, recv, &fetch)
         .instrument(span)
         .await;
-}
-
-/// A valid Fetch or List admits the connection as a valid Offer does; the
-/// client sends nothing more on the stream, so it counts as one waiting for
-/// storage.
-pub(crate) fn admitted(link: &Link, ticket: &mut StreamTicket) {
-    link.open_gate();
-    ticket.declare(0);
-    ticket.received();
-}
-
-/// What a Fetch and a List must satisfy before any storage call: the version,
-/// the container's name, a token that may read it, and a container that is
-/// not the deployment's own.
-pub(crate) async fn admit(
-    shared: &Shared,
-    version: &u32,
-    token: &str,
-    container: &str,
-) -> Result<Caller, Failure> {
-    if *version != PROTOCOL_VERSION {
-        return Err(Failure::new(
-            Code::UnsupportedVersion,
-            format!("protocol version {version} not supported (relay speaks {PROTOCOL_VERSION})"),
-        ));
-    }
-    validate_container(container).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
-    let caller = crate::sign_in::auth::authenticate(
-        &shared.tokens,
-        shared.entra.as_deref(),
-        token,
-        container,
-        Access::Read,
-    )
-    .await
-    .map_err(|e| match e {
-        AuthError::Unknown | AuthError::Entra(_) => Failure::new(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) | AuthError::NoRead(_) => {
-            Failure::new(Code::Forbidden, e.to_string())
-        }
-    })?;
-    if shared.reserved_containers.iter().any(|c| c == container) {
-        // The deployment's own files (keys, tokens) live there.
-        return Err(Failure::new(
-            Code::Forbidden,
-            format!("container {container:?} is reserved for the relay's own files"),
-        ));
-    }
-    Ok(caller)
 }
 
 async fn serve(
@@ -508,6 +458,7 @@ impl Sending<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relay_proto::limits::PROTOCOL_VERSION;
     use relay_proto::protocol::Secret;
 
     fn props(md5: Option<[u8; 16]>) -> ReadProperties {

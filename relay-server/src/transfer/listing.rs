@@ -27,7 +27,8 @@ use relay_storage::read::{ListedBlob, Lister, ReadError};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::fetch::{WriteFail, admit, admitted, finish, write_frame_within};
+use super::admit::{Request, admit, admitted};
+use super::fetch::{WriteFail, finish, write_frame_within};
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
@@ -47,9 +48,9 @@ pub(crate) async fn handle(
     recv: &mut RecvStream,
     list: List,
 ) {
-    let caller = match admit(shared, &list.version, &list.token.0, &list.container).await {
+    let caller = match admit(shared, Request::list(&list)).await {
         Ok(c) => c,
-        Err(f) => return refuse(shared, link, send, recv, f).await,
+        Err(r) => return refuse(shared, link, send, recv, r.into()).await,
     };
     if let Err(f) = check_list(&list) {
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
