@@ -473,12 +473,6 @@ pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, SettingE
     Ok(out)
 }
 
-impl Args {
-    pub fn grace(&self) -> Duration {
-        self.shutdown_grace
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

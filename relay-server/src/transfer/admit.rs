@@ -111,18 +111,15 @@ pub(crate) async fn admit(shared: &Shared, request: Request<'_>) -> Result<Calle
     check_version(request.version)?;
     validate_container(request.container)?;
     let caller = crate::sign_in::auth::authenticate(
-        &shared.tokens,
-        shared.entra.as_deref(),
+        &shared.sign_in.tokens,
+        shared.sign_in.entra.as_deref(),
         request.token,
         request.container,
         request.ask.access(),
     )
     .await?;
-    if shared
-        .reserved_containers
-        .iter()
-        .any(|c| c == request.container)
-    {
+    let reserved = &shared.sign_in.reserved_containers;
+    if reserved.iter().any(|c| c == request.container) {
         return Err(Refusal::Reserved(request.container.to_string()));
     }
     Ok(caller)

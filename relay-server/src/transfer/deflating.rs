@@ -128,7 +128,7 @@ impl Compressing {
     ) -> Option<Self> {
         let take = async {
             let a = share.take(bytes).await.ok()?;
-            let b = shared.budget.take(bytes).await.ok()?;
+            let b = shared.limits.budget.take(bytes).await.ok()?;
             Some((a, b))
         };
         // Polled once: granted at once or not at all.

@@ -84,7 +84,7 @@ async fn serve(
 ) {
     let m = &shared.metrics;
     Metrics::add(&m.fetches_started, 1);
-    let reader = match shared.storage.reader(&fetch.container, &fetch.blob) {
+    let reader = match shared.storage.account.reader(&fetch.container, &fetch.blob) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             let f = storage_failure(&e);
@@ -99,10 +99,10 @@ async fn serve(
             return reject(shared, send, recv, Reason::Code(f.code), f).await;
         }
     };
-    let vouched = props.sealed_sha256(&shared.id_key, &fetch.container, &fetch.blob);
+    let vouched = props.sealed_sha256(&shared.storage.id_key, &fetch.container, &fetch.blob);
     let mut source = source(&props, vouched, fetch);
     let (offset, size, check) = (source.offset, source.size, source.check);
-    let limits = shared.download;
+    let limits = shared.storage.download;
     let share = shared.share_of(owner);
     let range = range_len(&limits, shared.max_block_bytes());
     let remaining = size - offset;
@@ -139,7 +139,7 @@ async fn serve(
 /// and ends the stream.
 async fn ended(shared: &Shared, send: &mut SendStream, requests: u32, result: Result<u64, Stop>) {
     let m = &shared.metrics;
-    let limits = shared.download;
+    let limits = shared.storage.download;
     match result {
         Ok(ranges_checked) => {
             let sent = Sent {
@@ -346,7 +346,7 @@ impl Sending<'_> {
         send: &mut SendStream,
         mut compressing: Option<Compressing>,
     ) -> Result<u64, Stop> {
-        let limits = self.shared.download;
+        let limits = self.shared.storage.download;
         let mut pending: VecDeque<RangeTask> = VecDeque::new();
         let mut next = offset;
         let mut checked = 0u64;
@@ -402,7 +402,7 @@ impl Sending<'_> {
                         if pending.is_empty() {
                             return Err(Stop::Failed(Failure::new(
                                 Code::Busy,
-                                format!("no memory for a download range within {} s; retry later", self.shared.budget_wait.as_secs()),
+                                format!("no memory for a download range within {} s; retry later", self.shared.limits.budget_wait.as_secs()),
                             )));
                         }
                         // Ranges are in flight: send those, then wait again.
@@ -432,7 +432,7 @@ impl Sending<'_> {
             None => Section::plain(bytes),
         };
         let wire = section.wire_len;
-        match write_section(self.shared.download.write_timeout, send, section).await {
+        match write_section(self.shared.storage.download.write_timeout, send, section).await {
             Ok(()) => {}
             Err(WriteFail::TimedOut) => return Err(Stop::Stalled),
             Err(WriteFail::Gone) => return Err(Stop::Gone),
@@ -445,10 +445,11 @@ impl Sending<'_> {
     /// Budget for one range, within the budget wait from `since` (`None`: the
     /// wait ran out).
     async fn take(&self, len: u64, since: Option<tokio::time::Instant>) -> Option<Held> {
-        let deadline = since.unwrap_or_else(tokio::time::Instant::now) + self.shared.budget_wait;
+        let deadline =
+            since.unwrap_or_else(tokio::time::Instant::now) + self.shared.limits.budget_wait;
         let take = async {
             let a = self.share.take(len).await.ok()?;
-            let b = self.shared.budget.take(len).await.ok()?;
+            let b = self.shared.limits.budget.take(len).await.ok()?;
             Some((a, b))
         };
         tokio::time::timeout_at(deadline, take).await.ok().flatten()

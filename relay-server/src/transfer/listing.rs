@@ -99,9 +99,9 @@ enum Stop {
 }
 
 async fn serve(shared: &Shared, owner: &Owner, send: &mut SendStream, list: &List) {
-    let timeout = shared.download.write_timeout;
+    let timeout = shared.storage.download.write_timeout;
     let m = &shared.metrics;
-    let lister = match shared.storage.lister(&list.container) {
+    let lister = match shared.storage.account.lister(&list.container) {
         Ok(l) => l,
         Err(e) => {
             let f = relay_pipeline::failure::storage_failure(&e);
@@ -161,7 +161,7 @@ async fn pages(
 ) -> Result<u64, Stop> {
     let size = shared.list_page();
     let share = shared.share_of(owner);
-    let timeout = shared.download.write_timeout;
+    let timeout = shared.storage.download.write_timeout;
     let resumed = marker.is_some();
     let mut total = 0u64;
     loop {
@@ -170,7 +170,7 @@ async fn pages(
                 Code::Busy,
                 format!(
                     "no memory for a listing page within {} s; retry later",
-                    shared.budget_wait.as_secs()
+                    shared.limits.budget_wait.as_secs()
                 ),
             ))
         })?;
@@ -210,10 +210,10 @@ async fn hold(
 ) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
     let take = async {
         let a = share.take(bytes).await.ok()?;
-        let b = shared.budget.take(bytes).await.ok()?;
+        let b = shared.limits.budget.take(bytes).await.ok()?;
         Some((a, b))
     };
-    tokio::time::timeout(shared.budget_wait, take)
+    tokio::time::timeout(shared.limits.budget_wait, take)
         .await
         .ok()
         .flatten()

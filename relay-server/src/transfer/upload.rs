@@ -93,7 +93,7 @@ pub(super) async fn respond(
 async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller), Failure> {
     let caller = admit(shared, Request::upload(offer)).await?;
     let limits = OfferLimits {
-        default_block_size: shared.block_size,
+        default_block_size: shared.storage.block_size,
         max_block_bytes: shared.max_block_bytes(),
     };
     Ok((check_offer(offer, &limits)?, caller))
@@ -119,7 +119,7 @@ async fn run(
     // A valid Offer: the connection may now have its full windows and a
     // connection slot (`admission`).
     link.gate.open();
-    let writer = match shared.storage.writer(&offer.container, &offer.blob) {
+    let writer = match shared.storage.account.writer(&offer.container, &offer.blob) {
         Ok(w) => Arc::new(w),
         Err(e) => return (End::Reject(storage_failure(&e)), None),
     };
@@ -131,7 +131,7 @@ async fn run(
     let dest = Destination {
         container: &offer.container,
         blob: &offer.blob,
-        key: &shared.id_key,
+        key: &shared.storage.id_key,
         writer: Writer {
             owner: &owner,
             reads,
@@ -194,8 +194,8 @@ fn log_principal(caller: &Caller) {
 /// only to a caller that may read the container, or that wrote that version.
 fn may_read(shared: &Shared, offer: &Offer, caller: &Caller) -> bool {
     also_granted(
-        &shared.tokens,
-        shared.entra.as_deref(),
+        &shared.sign_in.tokens,
+        shared.sign_in.entra.as_deref(),
         &offer.token.0,
         caller,
         &offer.container,
