@@ -52,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(args.log_format, args.color);
+    init_logging(args.telemetry.log_format, args.telemetry.color);
     relay_transport::install_crypto_provider();
     if let Some(command) = &args.command {
         return match relay_server::operations::commands::run(command, &args) {
@@ -103,7 +103,7 @@ async fn run(args: Args) -> Result<(), RunError> {
     if args.check_config {
         return check_config(&cfg, &probe).await;
     }
-    if let Some(path) = &args.cert_fingerprint_file {
+    if let Some(path) = &args.listen.cert_fingerprint_file {
         std::fs::write(path, format!("{}\n", cfg.listen.identity.fingerprint)).map_err(
             |source| RunError::FingerprintFile {
                 path: path.clone(),

@@ -14,10 +14,10 @@ use crate::operations::state_dir::{ID_KEY_FILE, StateDir, StateError};
 /// writes nothing: without a key file yet it uses a random key (the real start
 /// creates and keeps one).
 pub(super) fn id_key(args: &Args) -> Result<IdKey, ResolveError> {
-    if args.id_key_ephemeral {
+    if args.storage.id_key_ephemeral {
         return Ok(IdKey::random());
     }
-    let path = match &args.id_key_file {
+    let path = match &args.storage.id_key_file {
         Some(p) => p.clone(),
         None => resolve_state_dir(args)?.file(ID_KEY_FILE),
     };
@@ -40,17 +40,17 @@ fn resolve_state_dir(args: &Args) -> Result<StateDir, StateError> {
 /// configuration check only reads it, and makes a throwaway one if there is none
 /// yet (the real start will make and keep one).
 pub(super) fn identity(args: &Args) -> Result<Identity, ResolveError> {
-    if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
+    if let (Some(c), Some(k)) = (&args.listen.tls_cert, &args.listen.tls_key) {
         return Ok(Identity::from_pem_files(c, k)?);
     }
     let dir = resolve_state_dir(args)?;
     let kept = if args.check_config {
         dir.load_identity()?
     } else {
-        Some(dir.load_or_create_identity(&args.tls_names)?)
+        Some(dir.load_or_create_identity(&args.listen.tls_names)?)
     };
     match kept {
         Some(id) => Ok(id),
-        None => Ok(Identity::self_signed(args.tls_names.clone())?),
+        None => Ok(Identity::self_signed(args.listen.tls_names.clone())?),
     }
 }

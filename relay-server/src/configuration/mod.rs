@@ -6,6 +6,8 @@
 
 mod kept;
 
+use std::time::Duration;
+
 use relay_proto::id_key::IdKeyError;
 use relay_proto::plan::PlanError;
 use relay_proto::protocol::Secret;
@@ -18,7 +20,7 @@ use relay_storage::watch::Patience;
 use relay_transport::quic::Windows;
 
 use crate::connection;
-use crate::operations::config::Args;
+use crate::operations::config::{Args, ListenArgs, SignInArgs, StorageArgs};
 use crate::operations::entra_config::EntraConfigError;
 use crate::operations::state_dir::StateError;
 use crate::sign_in::auth::{TokenStore, TokensError};
@@ -62,47 +64,48 @@ impl Config {
     /// Resolves flags into a runnable configuration (reads files, makes the certificate).
     pub fn from_args(args: &Args) -> Result<Self, ResolveError> {
         // In this order, so the first of several mistakes is the one reported.
-        let account = storage_account(args)?;
-        let sign_in = sign_in(args)?;
-        relay_proto::plan::BlockPlan::new(0, args.block_size).map_err(ResolveError::BlockSize)?;
+        let account = storage_account(&args.storage)?;
+        let sign_in = sign_in(&args.sign_in, args.listen.auth_deadline)?;
+        relay_proto::plan::BlockPlan::new(0, args.storage.block_size)
+            .map_err(ResolveError::BlockSize)?;
         let identity = kept::identity(args)?;
         let id_key = kept::id_key(args)?;
         let cfg = Self {
             storage: StorageConfig {
                 account,
                 id_key,
-                block_size: args.block_size,
-                blocks_in_flight: args.blocks_in_flight.max(1),
+                block_size: args.storage.block_size,
+                blocks_in_flight: args.storage.blocks_in_flight.max(1),
                 download: DownloadLimits {
-                    ranges_in_flight: usize::try_from(args.download_ranges).unwrap_or(1),
-                    write_timeout: args.download_write_timeout,
+                    ranges_in_flight: usize::try_from(args.storage.download_ranges).unwrap_or(1),
+                    write_timeout: args.storage.download_write_timeout,
                     ..DownloadLimits::default()
                 },
             },
             sign_in,
             listen: Listen {
-                addr: args.listen,
+                addr: args.listen.listen,
                 identity,
-                windows: windows(args),
-                udp_buffer: usize::try_from(args.udp_buffer).unwrap_or(usize::MAX),
-                max_connections: args.max_connections,
-                admission: admission_limits(args),
-                grace: args.shutdown_grace,
+                windows: windows(&args.listen),
+                udp_buffer: usize::try_from(args.listen.udp_buffer).unwrap_or(usize::MAX),
+                max_connections: args.listen.max_connections,
+                admission: admission_limits(&args.listen),
+                grace: args.listen.shutdown_grace,
             },
             limits: Limits {
-                budget: Budget::new(args.memory_budget),
-                token_share_percent: args.token_share,
-                max_block_size: args.max_block_size,
-                budget_wait: args.budget_wait,
+                budget: Budget::new(args.limits.memory_budget),
+                token_share_percent: args.limits.token_share,
+                max_block_size: args.limits.max_block_size,
+                budget_wait: args.limits.budget_wait,
                 block_fill: BlockFill::default(),
             },
             telemetry: Telemetry {
-                health_listen: args.health_listen,
-                storage_check_interval: args.storage_check_interval,
+                health_listen: args.telemetry.health_listen,
+                storage_check_interval: args.telemetry.storage_check_interval,
             },
             hooks: TestHooks::default(),
         };
-        cfg.check_memory_limit(args.memory_limit)?;
+        cfg.check_memory_limit(args.limits.memory_limit)?;
         Ok(cfg)
     }
 
@@ -132,7 +135,7 @@ pub fn describe_storage(access: &StorageAccess) -> String {
 
 /// The storage account of `--storage-url`, with `--account-key` or Entra ID,
 /// through an HTTP client sized by `--storage-concurrency`.
-fn storage_account(args: &Args) -> Result<Storage, ResolveError> {
+fn storage_account(args: &StorageArgs) -> Result<Storage, ResolveError> {
     let key = args.account_key.clone().map(Secret);
     let url = args
         .storage_url
@@ -151,8 +154,8 @@ fn storage_account(args: &Args) -> Result<Storage, ResolveError> {
 }
 
 /// The tokens file and Entra ID; at least one of them.
-fn sign_in(args: &Args) -> Result<SignIn, ResolveError> {
-    let entra = crate::operations::entra_config::entra(args)?;
+fn sign_in(args: &SignInArgs, auth_deadline: Duration) -> Result<SignIn, ResolveError> {
+    let entra = crate::operations::entra_config::entra(args, auth_deadline)?;
     let tokens = match (args.tokens.as_deref(), &entra) {
         (Some(path), _) => TokenStore::load(path)?,
         (None, Some(_)) => TokenStore::none(),
@@ -165,7 +168,7 @@ fn sign_in(args: &Args) -> Result<SignIn, ResolveError> {
     })
 }
 
-fn windows(args: &Args) -> Windows {
+fn windows(args: &ListenArgs) -> Windows {
     Windows {
         stream_window: args.stream_window,
         connection_window: args.connection_window,
@@ -180,7 +183,7 @@ fn windows(args: &Args) -> Windows {
     }
 }
 
-fn admission_limits(args: &Args) -> connection::admission::Limits {
+fn admission_limits(args: &ListenArgs) -> connection::admission::Limits {
     connection::admission::Limits {
         max_pending: args.max_pending.max(1),
         max_per_address: args.max_per_address.max(1),
