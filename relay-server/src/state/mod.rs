@@ -18,7 +18,7 @@ use relay_storage::staging::{Budget, Mangle, Pace};
 use tokio::sync::watch;
 
 use crate::connection::admission::Admission;
-use crate::state::shares::Shares;
+use crate::state::shares::{Held, Shares};
 use crate::telemetry::metrics::Metrics;
 
 pub use config::{
@@ -128,6 +128,15 @@ impl Shared {
     /// transfers use it: `shares`).
     pub fn share_of(&self, owner: &Owner) -> Budget {
         self.shares.of(owner)
+    }
+
+    /// `bytes` of memory for one caller: its share (`share_of`) first, then the
+    /// relay's budget, so it waits at its own share before it takes from
+    /// everyone's. `None` if either budget is closed; callers bound the wait.
+    pub async fn hold(&self, share: &Budget, bytes: u64) -> Option<Held> {
+        let mine = share.take(bytes).await.ok()?;
+        let everyone = self.limits.budget.take(bytes).await.ok()?;
+        Some((mine, everyone))
     }
 
     /// One listing page: its names and the memory taken for it.

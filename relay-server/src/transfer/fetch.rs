@@ -31,7 +31,6 @@ use relay_proto::protocol::{
 use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError, ReadProperties};
 use relay_storage::staging::Budget;
 use relay_transport::frames::write_frame;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -39,6 +38,7 @@ use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::DownloadLimits;
 use crate::state::Shared;
+use crate::state::shares::Held;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
 use crate::transfer::admit::{Request, admit, admitted};
@@ -313,10 +313,6 @@ async fn write_section(
     write_within(timeout, send, &frame, &mut section.pieces).await
 }
 
-/// Budget memory a range holds until its bytes are written: its share of
-/// the caller's, then of the relay's.
-pub(crate) type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
-
 /// A range read in its own task, so reads go on while the driver writes;
 /// dropped (the download ended) it is aborted and its memory returned.
 struct RangeTask(JoinHandle<Result<Bytes, ReadError>>, Option<Held>, u64);
@@ -447,11 +443,7 @@ impl Sending<'_> {
     async fn take(&self, len: u64, since: Option<tokio::time::Instant>) -> Option<Held> {
         let deadline =
             since.unwrap_or_else(tokio::time::Instant::now) + self.shared.limits.budget_wait;
-        let take = async {
-            let a = self.share.take(len).await.ok()?;
-            let b = self.shared.limits.budget.take(len).await.ok()?;
-            Some((a, b))
-        };
+        let take = self.shared.hold(&self.share, len);
         tokio::time::timeout_at(deadline, take).await.ok().flatten()
     }
 }

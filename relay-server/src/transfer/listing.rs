@@ -24,7 +24,6 @@ use relay_proto::protocol::{
     Code, Failure, List, ListEnd, Listed, Listing, MAX_LIST_MARKER_BYTES, Message, app_error,
 };
 use relay_storage::read::{ListedBlob, Lister, ReadError};
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::admit::{Request, admit, admitted};
@@ -32,6 +31,7 @@ use super::fetch::{WriteFail, finish, write_frame_within};
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
+use crate::state::shares::Held;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
 use crate::transfer::{refuse, reject};
@@ -203,16 +203,8 @@ async fn pages(
 
 /// Memory for one page: the caller's share, then the relay's budget, within
 /// the budget wait (`None`: not granted).
-async fn hold(
-    shared: &Shared,
-    share: &relay_storage::staging::Budget,
-    bytes: u64,
-) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
-    let take = async {
-        let a = share.take(bytes).await.ok()?;
-        let b = shared.limits.budget.take(bytes).await.ok()?;
-        Some((a, b))
-    };
+async fn hold(shared: &Shared, share: &relay_storage::staging::Budget, bytes: u64) -> Option<Held> {
+    let take = shared.hold(share, bytes);
     tokio::time::timeout(shared.limits.budget_wait, take)
         .await
         .ok()
