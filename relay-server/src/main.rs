@@ -52,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(args.log_format, args.color);
+    init_logging(args.telemetry.log_format, args.telemetry.color);
     relay_transport::install_crypto_provider();
     if let Some(command) = &args.command {
         return match relay_server::operations::commands::run(command, &args) {
@@ -91,33 +91,34 @@ async fn run(args: Args) -> Result<(), RunError> {
         relay_server::telemetry::version::LONG
     );
     let cfg = Config::from_args(&args)?;
-    let mut granted = cfg.tokens.granted_containers();
-    if let Some(entra) = &cfg.entra {
+    let mut granted = cfg.sign_in.tokens.granted_containers();
+    if let Some(entra) = &cfg.sign_in.entra {
         for c in entra.grants.containers() {
             if !granted.contains(&c) {
                 granted.push(c);
             }
         }
     }
-    let probe = StorageProbe::new(cfg.storage.access().clone(), &granted)?;
+    let probe = StorageProbe::new(cfg.storage.account.access().clone(), &granted)?;
     if args.check_config {
-        return check_config(&args, &cfg, &probe).await;
+        return check_config(&cfg, &probe).await;
     }
-    if let Some(path) = &args.cert_fingerprint_file {
-        std::fs::write(path, format!("{}\n", cfg.identity.fingerprint)).map_err(|source| {
-            RunError::FingerprintFile {
+    if let Some(path) = &args.listen.cert_fingerprint_file {
+        std::fs::write(path, format!("{}\n", cfg.listen.identity.fingerprint)).map_err(
+            |source| RunError::FingerprintFile {
                 path: path.clone(),
                 source,
-            }
-        })?;
+            },
+        )?;
     }
-    let budget = cfg.budget.total_bytes();
+    let budget = cfg.limits.budget.total_bytes();
+    let telemetry = cfg.telemetry;
     let bound = cfg.memory_bound();
     // Installed before anything answers (health endpoint, QUIC): a supervisor
     // that sees the relay up and sends SIGTERM must get a clean stop, never
     // the default action that kills the process.
     let signals = StopSignals::install();
-    let health = match args.health_listen {
+    let health = match telemetry.health_listen {
         Some(addr) => Some(relay_server::operations::health::bind(addr).await?),
         None => None,
     };
@@ -135,7 +136,7 @@ async fn run(args: Args) -> Result<(), RunError> {
     tokio::spawn(relay_server::operations::probe::run(
         probe,
         storage.clone(),
-        args.storage_check_interval,
+        telemetry.storage_check_interval,
         rx.clone(),
     ));
     if let Some(listener) = health {
@@ -163,16 +164,16 @@ async fn run(args: Args) -> Result<(), RunError> {
 /// belong to the certificate), then one request to storage with the relay's
 /// credentials. The first line says the local part is fine even when storage
 /// is not, so an offline check (image build, CI) still learns that much.
-async fn check_config(args: &Args, cfg: &Config, probe: &StorageProbe) -> Result<(), RunError> {
-    cfg.identity.server_crypto()?;
+async fn check_config(cfg: &Config, probe: &StorageProbe) -> Result<(), RunError> {
+    cfg.listen.identity.server_crypto()?;
     let bound = cfg.memory_bound();
     println!(
         "relay-server: configuration ok (listen {}, certificate {}, memory bound {}: {bound})",
-        args.listen,
-        cfg.identity.fingerprint,
+        cfg.listen.addr,
+        cfg.listen.identity.fingerprint,
         relay_proto::size::format_size(bound.total()),
     );
-    let storage = relay_server::describe_storage(cfg.storage.access());
+    let storage = relay_server::describe_storage(cfg.storage.account.access());
     let what = format!("Get Blob Properties in container {:?}", probe.container());
     if let Err(source) = probe.check().await {
         return Err(RunError::Storage {

@@ -13,8 +13,8 @@ use tokio::task::JoinSet;
 
 use crate::connection::admission::Admission;
 use crate::connection::tls::TlsError;
-use crate::telemetry::metrics::Metrics;
 
+use crate::state::Listen;
 pub use crate::state::{BlockFill, Config, Shared, TestHooks};
 
 /// Why the relay cannot start listening.
@@ -43,75 +43,29 @@ pub struct Relay {
 }
 
 impl Relay {
+    /// Binds the endpoint of `cfg.listen`; the transfers get the rest of `cfg`.
     pub fn bind(cfg: Config) -> Result<Self, BindError> {
-        let crypto = cfg
-            .identity
-            .server_crypto_with(!cfg.hooks.before_compression)?;
-        let mut server = quinn::ServerConfig::with_crypto(crypto);
-        // Until a connection presents a valid Offer it gets small windows and few
-        // streams (`admission`); they are raised to `cfg.windows` afterwards.
-        server.transport_config(Arc::new(cfg.windows.transport_before_auth(
-            cfg.admission.window_before_auth,
-            cfg.admission.streams_before_auth,
-        )));
-        // A client behind a NAT that rebinds (a new port after an idle spell,
-        // Wi-Fi to wired) keeps its connection: quinn validates the new path
-        // (PATH_CHALLENGE) and moves the connection there, so the transfer
-        // goes on without a restart. quinn's default, stated because the
-        // client's patience relies on it (tests/wanbench/tests/outage_wan.rs).
-        server.migration(true);
-        server.max_incoming(cfg.admission.max_pending.max(1));
-        // Early data is not used (no 0-RTT); keep what an unaccepted attempt may
-        // buffer small.
-        server.incoming_buffer_size(64 << 10);
-        server.incoming_buffer_size_total(cfg.admission.max_pending.max(1) as u64 * (64 << 10));
-        let socket = bind_udp(cfg.listen, cfg.udp_buffer).map_err(|source| BindError::Udp {
-            addr: cfg.listen,
-            source,
-        })?;
-        let endpoint = relay_transport::quic::endpoint(Some(server), socket).map_err(|source| {
-            BindError::Quic {
-                addr: cfg.listen,
-                source,
-            }
-        })?;
+        let listen = &cfg.listen;
+        let endpoint = endpoint(listen, !cfg.hooks.before_compression)?;
         let (stopping, stopping_rx) = watch::channel(false);
-        let metrics = Metrics::default();
-        let token_share_bytes = cfg.token_share_bytes();
-        // Every writer records its retries in the relay's metrics as they happen.
-        let storage = cfg
-            .storage
-            .with_retry_counts(metrics.azure_retries.clone())
-            .with_request_count(metrics.storage_requests.clone());
+        let admission = Arc::new(Admission::new(
+            listen.admission,
+            listen.max_connections.max(1),
+            listen.windows,
+        ));
         Ok(Self {
             endpoint,
             stopping,
-            fingerprint: cfg.identity.fingerprint.clone(),
-            shared: Arc::new(Shared {
-                admission: Arc::new(Admission::new(
-                    cfg.admission,
-                    cfg.max_connections.max(1),
-                    cfg.windows,
-                )),
-                storage,
-                tokens: cfg.tokens,
-                entra: cfg.entra,
-                budget: cfg.budget,
-                id_key: cfg.id_key,
-                max_block_size: cfg.max_block_size,
-                budget_wait: cfg.budget_wait,
-                block_fill: cfg.block_fill,
-                reserved_containers: cfg.reserved_containers,
-                download: cfg.download,
-                token_share_bytes,
-                shares: crate::state::shares::Shares::new(token_share_bytes),
-                block_size: cfg.block_size,
-                blocks_in_flight: cfg.blocks_in_flight,
-                metrics,
-                stopping: stopping_rx,
-                hooks: cfg.hooks,
-            }),
-            grace: cfg.grace,
+            fingerprint: listen.identity.fingerprint.clone(),
+            grace: listen.grace,
+            shared: Arc::new(Shared::new(
+                cfg.storage,
+                cfg.sign_in,
+                cfg.limits,
+                admission,
+                stopping_rx,
+                cfg.hooks,
+            )),
         })
     }
 
@@ -134,7 +88,7 @@ impl Relay {
     /// Serves until `shutdown` turns true, then drains.
     pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
         // Tokens-file reloads on a blocking thread, for as long as the relay lives.
-        crate::sign_in::auth::watch(Arc::downgrade(&self.shared), |s| &s.tokens);
+        crate::sign_in::auth::watch(Arc::downgrade(&self.shared), |s| &s.sign_in.tokens);
         let mut conns = JoinSet::new();
         let for_conns = shutdown.clone();
         loop {
@@ -177,6 +131,38 @@ impl Relay {
     }
 }
 
+/// The QUIC endpoint on `listen.addr`, offering compressed chunks unless a
+/// test asks for a relay from before them.
+fn endpoint(listen: &Listen, compression: bool) -> Result<Endpoint, BindError> {
+    let crypto = listen.identity.server_crypto_with(compression)?;
+    let mut server = quinn::ServerConfig::with_crypto(crypto);
+    // Until a connection presents a valid Offer it gets small windows and few
+    // streams (`admission`); they are raised to `listen.windows` afterwards.
+    server.transport_config(Arc::new(listen.windows.transport_before_auth(
+        listen.admission.window_before_auth,
+        listen.admission.streams_before_auth,
+    )));
+    // A client behind a NAT that rebinds (a new port after an idle spell,
+    // Wi-Fi to wired) keeps its connection: quinn validates the new path
+    // (PATH_CHALLENGE) and moves the connection there, so the transfer
+    // goes on without a restart. quinn's default, stated because the
+    // client's patience relies on it (tests/wanbench/tests/outage_wan.rs).
+    server.migration(true);
+    server.max_incoming(listen.admission.max_pending.max(1));
+    // Early data is not used (no 0-RTT); keep what an unaccepted attempt may
+    // buffer small.
+    server.incoming_buffer_size(64 << 10);
+    server.incoming_buffer_size_total(listen.admission.max_pending.max(1) as u64 * (64 << 10));
+    let socket = bind_udp(listen.addr, listen.udp_buffer).map_err(|source| BindError::Udp {
+        addr: listen.addr,
+        source,
+    })?;
+    relay_transport::quic::endpoint(Some(server), socket).map_err(|source| BindError::Quic {
+        addr: listen.addr,
+        source,
+    })
+}
+
 /// One connection: until a stream presents a valid Offer it holds only a pending
 /// slot with small windows and a short deadline; then it is counted against
 /// `--max-connections` and its windows are raised.
@@ -197,9 +183,10 @@ async fn serve_connection(
     let evicted = admitted.eviction();
     let link = crate::connection::link::Link::new(gate.clone(), conn.clone());
     let refused = link.refused();
-    let credit = shared
-        .admission
-        .stream_credit(&conn, shared.storage.max_requests_in_flight() as u64);
+    let credit = shared.admission.stream_credit(
+        &conn,
+        shared.storage.account.max_requests_in_flight() as u64,
+    );
     let mut streams = JoinSet::new();
     loop {
         tokio::select! {

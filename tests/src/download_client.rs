@@ -50,8 +50,9 @@ pub async fn setup_with(
         hooks,
         limited_to: format!("{container}:rw"),
         configure: rate_mbit.map(|r| {
-            Box::new(move |cfg: &mut relay_server::Config| cfg.windows.max_rate_mbit = Some(r))
-                as crate::relay::Configure
+            Box::new(move |cfg: &mut relay_server::Config| {
+                cfg.listen.windows.max_rate_mbit = Some(r)
+            }) as crate::relay::Configure
         }),
         ..RelayOptions::default()
     };

@@ -115,7 +115,7 @@ impl TestRelay {
                 // the relay has read, so a kill at a relay offset means the same at
                 // the client.
                 configure: Some(Box::new(|cfg: &mut Config| {
-                    cfg.windows = Windows {
+                    cfg.listen.windows = Windows {
                         stream_window: 2 * MIB,
                         connection_window: 8 * MIB,
                         ..Windows::default()

@@ -87,7 +87,7 @@ impl RelayHandle {
 
     /// The relay's block-ID key (to make IDs a relay would have made).
     pub fn id_key(&self) -> relay_proto::id_key::IdKey {
-        self.shared.id_key.clone()
+        self.shared.storage.id_key.clone()
     }
 
     /// Arguments that reach this relay with the full token.
@@ -190,11 +190,11 @@ impl Revivable {
         };
         let opts = RelayOptions {
             configure: Some(Box::new(move |cfg: &mut Config| {
-                cfg.listen = listen;
-                cfg.identity = identity;
-                cfg.id_key = key;
+                cfg.listen.addr = listen;
+                cfg.listen.identity = identity;
+                cfg.storage.id_key = key;
                 if rate.is_some() {
-                    cfg.windows.max_rate_mbit = rate;
+                    cfg.listen.windows.max_rate_mbit = rate;
                 }
             })),
             ..RelayOptions::default()

@@ -73,7 +73,7 @@ async fn connect_with(
 async fn refused_connections_give_their_slots_back_at_once() {
     let container = new_container("refusedslots").await;
     let relay = relay_with(&container, |cfg| {
-        cfg.admission.auth_deadline = Duration::from_secs(3600);
+        cfg.listen.admission.auth_deadline = Duration::from_secs(3600);
     });
     let admission = relay.shared.admission.clone();
     let mut kept = Vec::new();
@@ -147,7 +147,7 @@ async fn refused_connections_give_their_slots_back_at_once() {
 async fn an_aborted_connection_is_closed_on_the_wire_before_exit() {
     let container = new_container("abortclose").await;
     let relay = relay_with(&container, |cfg| {
-        cfg.admission.auth_deadline = Duration::from_secs(3600);
+        cfg.listen.admission.auth_deadline = Duration::from_secs(3600);
     });
     let admission = relay.shared.admission.clone();
     let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
@@ -307,7 +307,7 @@ fn no_stream_credit() -> quinn::TransportConfig {
 async fn a_peer_that_grants_no_stream_credit_cannot_pin_a_transfer() {
     let container = new_container("nocredit").await;
     let relay = relay_with(&container, |cfg| {
-        cfg.admission.auth_deadline = Duration::from_secs(3600);
+        cfg.listen.admission.auth_deadline = Duration::from_secs(3600);
     });
     let admission = relay.shared.admission.clone();
     let active = || relay.shared.metrics.transfers_active.load(Ordering::SeqCst);

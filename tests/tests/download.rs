@@ -615,7 +615,7 @@ async fn a_relay_restarted_mid_download_is_waited_for_and_the_file_resumes() {
             "{}\n{LIMITED_TOKEN} {c}:rw\n",
             relay_tests::relay::TOKEN
         ));
-        h.shared.tokens.reload();
+        h.shared.sign_in.tokens.reload();
     };
     let relay = revivable.start().await;
     grant(&relay);

@@ -248,7 +248,7 @@ async fn the_relay_compresses_only_where_agreed_and_within_its_budget() {
             limited_to: format!("{c}:rw"),
             // Two ranges, not a compressor and its range besides.
             memory_budget: 8 * MIB,
-            configure: Some(Box::new(|cfg| cfg.token_share_percent = 100)),
+            configure: Some(Box::new(|cfg| cfg.limits.token_share_percent = 100)),
             ..Default::default()
         },
     );
@@ -280,7 +280,7 @@ async fn the_relay_compresses_only_where_agreed_and_within_its_budget() {
         };
         assert!(body == file, "zstd {zstd}, compressed {compressed}");
         let deadline = std::time::Instant::now() + T;
-        while r.shared.budget.in_use_bytes() > 0 {
+        while r.shared.limits.budget.in_use_bytes() > 0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "budget never returned"

@@ -45,7 +45,7 @@ async fn relay_behind_proxy_with(
         shared_azurite().storage_at(&proxy.url(), writer),
         RelayOptions {
             limited_to: format!("{container}:rw"),
-            configure: Some(Box::new(|cfg| cfg.download.list_page = 2)),
+            configure: Some(Box::new(|cfg| cfg.storage.download.list_page = 2)),
             hooks,
             ..Default::default()
         },

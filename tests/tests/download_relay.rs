@@ -39,7 +39,7 @@ async fn relay(tag: &str, limits: DownloadLimits) -> (RelayHandle, String) {
         relay_tests::azurite::shared_azurite().storage(),
         RelayOptions {
             limited_to: grants,
-            configure: Some(Box::new(move |cfg| cfg.download = limits)),
+            configure: Some(Box::new(move |cfg| cfg.storage.download = limits)),
             ..Default::default()
         },
     );
@@ -255,7 +255,7 @@ async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
         RelayOptions {
             limited_to: format!("{container}:rw,writeonly-dladmit,relay-boot:r"),
             configure: Some(Box::new(|cfg| {
-                cfg.admission.auth_deadline = Duration::from_secs(600);
+                cfg.listen.admission.auth_deadline = Duration::from_secs(600);
             })),
             ..Default::default()
         },

@@ -56,7 +56,7 @@ impl TestRelay {
                     hold_plan_until_received: hold,
                     ..TestHooks::default()
                 },
-                configure: Some(Box::new(move |cfg: &mut Config| cfg.id_key = key)),
+                configure: Some(Box::new(move |cfg: &mut Config| cfg.storage.id_key = key)),
                 ..RelayOptions::default()
             },
         );

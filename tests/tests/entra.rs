@@ -413,7 +413,7 @@ fn relay_with_entra(issuer: &Issuer, dir: &Scratch, grant: String) -> RelayHandl
     RelayHandle::start(
         relay_tests::azurite::shared_azurite().storage(),
         RelayOptions {
-            configure: Some(Box::new(move |cfg| cfg.entra = Some(entra))),
+            configure: Some(Box::new(move |cfg| cfg.sign_in.entra = Some(entra))),
             ..Default::default()
         },
     )

@@ -62,8 +62,8 @@ impl Lab {
                     ..TestHooks::default()
                 },
                 configure: Some(Box::new(move |cfg| {
-                    cfg.entra = Some(e);
-                    cfg.windows = Windows {
+                    cfg.sign_in.entra = Some(e);
+                    cfg.listen.windows = Windows {
                         stream_window: MIB,
                         connection_window: 4 * MIB,
                         ..Windows::default()

@@ -108,7 +108,7 @@ async fn resume_is_private_to_the_token_that_started_it() {
 
     // TOKEN's interrupted transfer: its first two blocks staged as its relay
     // would have staged them (the relay's key, TOKEN as owner).
-    let key = relay.shared.id_key.clone();
+    let key = relay.shared.storage.id_key.clone();
     let tag = TransferTag::derive(
         &key,
         &Owner::of_token(TOKEN),

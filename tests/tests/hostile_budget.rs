@@ -26,12 +26,12 @@ const T: Duration = Duration::from_secs(120);
 async fn unauthenticated_peers_cannot_lock_others_out() {
     let container = new_container("lockout").await;
     let relay = relay_with(&container, |cfg| {
-        cfg.max_connections = 2;
-        cfg.admission.max_pending = 16;
-        cfg.admission.max_per_address = 3;
-        cfg.admission.retry_above_pending = 6;
+        cfg.listen.max_connections = 2;
+        cfg.listen.admission.max_pending = 16;
+        cfg.listen.admission.max_per_address = 3;
+        cfg.listen.admission.retry_above_pending = 6;
         // Long enough that every connection below is still pending when counted.
-        cfg.admission.auth_deadline = Duration::from_secs(20);
+        cfg.listen.admission.auth_deadline = Duration::from_secs(20);
     });
     // Three "hosts" open as many tokenless connections as they may, and more.
     let mut held = Vec::new();
@@ -106,14 +106,21 @@ fn pre_auth_credit_is_small_and_raised_only_by_a_valid_offer() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let bound = cfg.memory_bound();
-    assert!(bound.pending >= cfg.admission.max_pending as u64 * limits.window_before_auth);
-    assert!(bound.authenticated >= cfg.max_connections as u64 * cfg.windows.connection_window);
+    assert!(bound.pending >= cfg.listen.admission.max_pending as u64 * limits.window_before_auth);
+    assert!(
+        bound.authenticated
+            >= cfg.listen.max_connections as u64 * cfg.listen.windows.connection_window
+    );
     // Downloads: what the relay has written and not had acknowledged.
     let send_window = cfg
+        .listen
         .windows
         .send_window
-        .unwrap_or(cfg.windows.connection_window);
-    assert_eq!(bound.sending, cfg.max_connections as u64 * send_window);
+        .unwrap_or(cfg.listen.windows.connection_window);
+    assert_eq!(
+        bound.sending,
+        cfg.listen.max_connections as u64 * send_window
+    );
     assert_eq!(
         bound.total(),
         bound.base + bound.budget + bound.authenticated + bound.sending + bound.pending
@@ -141,11 +148,11 @@ async fn one_token_cannot_hold_the_budget() {
             memory_budget: 64 * MIB,
             limited_to: container.clone(),
             configure: Some(Box::new(|cfg: &mut Config| {
-                cfg.max_block_size = 16 * MIB;
-                cfg.token_share_percent = 50;
-                cfg.budget_wait = Duration::from_secs(2);
+                cfg.limits.max_block_size = 16 * MIB;
+                cfg.limits.token_share_percent = 50;
+                cfg.limits.budget_wait = Duration::from_secs(2);
                 // Trickling blocks are cut 15 s after their memory is granted.
-                cfg.block_fill = BlockFill {
+                cfg.limits.block_fill = BlockFill {
                     min_bytes_per_s: u64::MAX,
                     grace: Duration::from_secs(15),
                 };
@@ -185,7 +192,7 @@ async fn one_token_cannot_hold_the_budget() {
         // Observe the relay hold this block before the next stream asks.
         let want = ((i as u64) + 1).min(2) * 16 * MIB;
         let t0 = Instant::now();
-        while relay.shared.budget.in_use_bytes() < want && i < 2 {
+        while relay.shared.limits.budget.in_use_bytes() < want && i < 2 {
             assert!(
                 t0.elapsed() < Duration::from_secs(30),
                 "the relay never granted the block"
@@ -194,7 +201,7 @@ async fn one_token_cannot_hold_the_budget() {
         }
     }
     assert!(
-        relay.shared.budget.in_use_bytes() <= 32 * MIB,
+        relay.shared.limits.budget.in_use_bytes() <= 32 * MIB,
         "a token holds at most its share"
     );
 
@@ -235,7 +242,7 @@ async fn one_token_cannot_hold_the_budget() {
         );
     }
     assert_eq!(
-        relay.shared.budget.in_use_bytes(),
+        relay.shared.limits.budget.in_use_bytes(),
         0,
         "every block returned"
     );

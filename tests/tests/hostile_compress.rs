@@ -71,7 +71,7 @@ async fn send_chunks(
 /// Waits (bounded) until every byte of the budget is back.
 async fn budget_returns(relay: &RelayHandle) {
     let deadline = Instant::now() + T;
-    while relay.shared.budget.in_use_bytes() > 0 {
+    while relay.shared.limits.budget.in_use_bytes() > 0 {
         assert!(Instant::now() < deadline, "budget never returned");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -314,8 +314,8 @@ async fn no_memory_for_the_decoder_is_busy() {
     let opts = RelayOptions {
         memory_budget: (2 << 20) + (64 << 10),
         configure: Some(Box::new(|cfg| {
-            cfg.token_share_percent = 100;
-            cfg.budget_wait = Duration::from_secs(1);
+            cfg.limits.token_share_percent = 100;
+            cfg.limits.budget_wait = Duration::from_secs(1);
         })),
         ..Default::default()
     };

@@ -72,7 +72,7 @@ async fn until(relay: &RelayHandle, what: &str, done: impl Fn(&RelayHandle) -> b
 #[tokio::test]
 async fn a_listing_is_taken_up_at_the_marker_its_page_handed_on() {
     let (relay, c) = relay("lsmark", 256 * MIB, |cfg| {
-        cfg.download = DownloadLimits {
+        cfg.storage.download = DownloadLimits {
             list_page: 2,
             ..DownloadLimits::default()
         }
@@ -131,12 +131,12 @@ async fn a_listing_is_taken_up_at_the_marker_its_page_handed_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_served() {
     let (relay, c) = relay("lshostile", 32 * MIB, |cfg| {
-        cfg.download = DownloadLimits {
+        cfg.storage.download = DownloadLimits {
             list_page: 100,
             write_timeout: Duration::from_secs(10),
             ..DownloadLimits::default()
         };
-        cfg.budget_wait = Duration::from_secs(2);
+        cfg.limits.budget_wait = Duration::from_secs(2);
     })
     .await;
     // A page of 100 of these names is over 100 KiB of frames: more than the
@@ -146,7 +146,7 @@ async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_ser
     relay.rewrite_tokens(&format!(
         "{TOKEN}\n{LIMITED_TOKEN} {c}:rw\n{READER} {c}:r\n"
     ));
-    relay.shared.tokens.reload();
+    relay.shared.sign_in.tokens.reload();
     let page = relay.shared.list_page();
     assert_eq!(page.names, 100);
     let share = relay.shared.share_of(&Owner::of_token(LIMITED_TOKEN));
@@ -161,7 +161,7 @@ async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_ser
         share.in_use_bytes() >= 4 * page.bytes()
     })
     .await;
-    let budget = &relay.shared.budget;
+    let budget = &relay.shared.limits.budget;
     assert!(share.in_use_bytes() <= share.total_bytes());
     assert!(budget.in_use_bytes() > 0, "pages come from the budget too");
     assert!(budget.in_use_bytes() <= budget.total_bytes());
@@ -178,7 +178,7 @@ async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_ser
     until(
         &relay,
         "every hostile stream is dropped, its memory back",
-        |r| r.shared.budget.in_use_bytes() == 0,
+        |r| r.shared.limits.budget.in_use_bytes() == 0,
     )
     .await;
     assert_eq!(share.in_use_bytes(), 0);
@@ -198,7 +198,7 @@ async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_ser
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_takes_a_frame_now_and_then_holds_a_page_only_the_write_timeout() {
     let (relay, c) = relay("lsslow", 256 * MIB, |cfg| {
-        cfg.download = DownloadLimits {
+        cfg.storage.download = DownloadLimits {
             list_page: 400,
             write_timeout: Duration::from_secs(3),
             ..DownloadLimits::default()
@@ -232,7 +232,7 @@ async fn a_reader_that_takes_a_frame_now_and_then_holds_a_page_only_the_write_ti
     })
     .await;
     until(&relay, "its page's memory back", |r| {
-        r.shared.budget.in_use_bytes() == 0
+        r.shared.limits.budget.in_use_bytes() == 0
     })
     .await;
     relay.stop().await;

@@ -403,8 +403,9 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
         relay_server::sign_in::auth::TokenStore::load(&tokens).unwrap_or_else(|e| panic!("{e}"));
     let mut cfg = relay_server::Config::for_tests(az.storage(), store, 64 << 20)
         .unwrap_or_else(|e| panic!("{e}"));
-    cfg.identity = relay_server::connection::tls::Identity::from_pem_files(&cert_pem, &key_pem)
-        .unwrap_or_else(|e| panic!("{e}"));
+    cfg.listen.identity =
+        relay_server::connection::tls::Identity::from_pem_files(&cert_pem, &key_pem)
+            .unwrap_or_else(|e| panic!("{e}"));
     let relay = relay_server::Relay::bind(cfg).unwrap_or_else(|e| panic!("{e}"));
     let addr = relay.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let (stop, rx) = tokio::sync::watch::channel(false);

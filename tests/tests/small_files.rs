@@ -123,7 +123,7 @@ fn gated_relay(gate: &Arc<Gate>) -> RelayHandle {
                 ..TestHooks::default()
             },
             configure: Some(Box::new(|cfg| {
-                cfg.windows = Windows {
+                cfg.listen.windows = Windows {
                     stream_window: 256 * KIB,
                     connection_window: MIB,
                     ..Windows::default()
@@ -468,7 +468,7 @@ async fn many_small_files_stream_at_once_within_the_budget() {
         via(&proxy),
         RelayOptions {
             memory_budget: 2 * share_bytes,
-            configure: Some(Box::new(|cfg| cfg.token_share_percent = 50)),
+            configure: Some(Box::new(|cfg| cfg.limits.token_share_percent = 50)),
             ..RelayOptions::default()
         },
     );
@@ -507,7 +507,7 @@ async fn many_small_files_stream_at_once_within_the_budget() {
         "{} > {share_bytes}",
         share.in_use_bytes()
     );
-    let global = &relay.shared.budget;
+    let global = &relay.shared.limits.budget;
     assert!(global.in_use_bytes() <= global.total_bytes());
     assert_eq!(
         proxy.stats.held.load(Ordering::SeqCst),

@@ -71,7 +71,7 @@ async fn a_write_only_token_learns_nothing_by_guessing_a_blobs_content() {
     relay.rewrite_tokens(&format!(
         "{TOKEN}\n{LIMITED_TOKEN} {container}\n{READER_TOKEN} {container}:rw\n"
     ));
-    relay.shared.tokens.reload();
+    relay.shared.sign_in.tokens.reload();
     // The blobs' files, and the guesses: files of the same names and sizes.
     let (dir, guesses) = (Scratch::new("writeonly"), Scratch::new("guesses"));
     // A one-block file (an eager stream, one Put Blob) and a block list.

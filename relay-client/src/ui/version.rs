@@ -5,16 +5,7 @@ use std::sync::Mutex;
 
 use relay_proto::logsafe::safe;
 
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Short hash, `-dirty` when built with uncommitted changes, or `unknown`.
-pub const COMMIT: &str = env!("BLOB_RELAY_COMMIT");
-/// `0.1.0 (abc1234)`: what `--version` prints after the name.
-pub const LONG: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("BLOB_RELAY_COMMIT"),
-    ")"
-);
+relay_proto::build_version!();
 
 /// The relay version last logged: said once, and again only when it changes
 /// (another relay behind the balancer), not once per file.

@@ -108,13 +108,6 @@ impl Default for Limits {
     }
 }
 
-impl Limits {
-    /// Worst-case memory of all pending connections' receive buffers.
-    pub fn pending_bytes(&self) -> u64 {
-        self.max_pending as u64 * self.window_before_auth
-    }
-}
-
 /// Counts of refusals, for `/metrics` (cheap, lock-free).
 #[derive(Debug, Default)]
 pub struct Refusals {

@@ -57,11 +57,11 @@ fn cert_show(state: &StateDir, args: &Args) -> Result<(), CommandError> {
 }
 
 fn cert_rotate(state: &StateDir, args: &Args) -> Result<(), CommandError> {
-    if args.tls_cert.is_some() {
+    if args.listen.tls_cert.is_some() {
         return Err(CommandError::OperatorCertificate);
     }
     let old = state.load_identity()?;
-    let new = state.create_identity(&args.tls_names)?;
+    let new = state.create_identity(&args.listen.tls_names)?;
     if let Some(old) = old {
         eprintln!("relay-server: old fingerprint {}", old.fingerprint);
     }
@@ -82,7 +82,7 @@ fn current_identity(
     state: &StateDir,
     args: &Args,
 ) -> Result<(Option<Identity>, PathBuf), CommandError> {
-    match (&args.tls_cert, &args.tls_key) {
+    match (&args.listen.tls_cert, &args.listen.tls_key) {
         (Some(c), Some(k)) => Ok((Some(Identity::from_pem_files(c, k)?), c.clone())),
         _ => Ok((state.load_identity()?, state.file(CERT_FILE))),
     }
@@ -97,7 +97,7 @@ fn token_new(state: &StateDir, args: &Args, new: &TokenNewArgs) -> Result<(), Co
             name: c.clone(),
             source,
         })?;
-        if args.reserved_containers.contains(c) {
+        if args.sign_in.reserved_containers.contains(c) {
             return Err(CommandError::Reserved { name: c.clone() });
         }
     }
@@ -114,11 +114,12 @@ fn token_new(state: &StateDir, args: &Args, new: &TokenNewArgs) -> Result<(), Co
     let address = new
         .address
         .clone()
-        .unwrap_or_else(|| format!("{}:{}", host_name(), args.listen.port()));
+        .unwrap_or_else(|| format!("{}:{}", host_name(), args.listen.listen.port()));
     let to = new.containers.first().map_or("CONTAINER", String::as_str);
     eprintln!(
         "relay-server: add the line above to {} (the relay re-reads it within seconds); the client uploads with:\n  RELAY_TOKEN={token} relay-client upload FILES... \\\n    --relay {address} --relay-cert-sha256 {pin} --to {to}",
-        args.tokens
+        args.sign_in
+            .tokens
             .as_deref()
             .map_or_else(|| "the tokens file".into(), |p| p.display().to_string())
     );

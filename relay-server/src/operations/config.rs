@@ -1,5 +1,7 @@
-//! Command-line flags (each also from a `RELAY_<FLAG>` environment variable) and the
-//! resolved configuration the server runs with.
+//! Command-line flags (each also from a `RELAY_<FLAG>` environment variable or
+//! the `--config` file), in the groups `--help` shows them in and
+//! `configuration` turns into the relay's `Config`: listening, storage,
+//! sign-in, memory limits, telemetry.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -42,28 +44,41 @@ pub struct Args {
     #[arg(long, env = "RELAY_STATE_DIR", global = true, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
+    /// TOML file with any of these flags (`storage_url = "..."`); flags and
+    /// RELAY_* variables override it.
+    #[arg(long, env = "RELAY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Check the configuration (flags, files, certificate, tokens), reach the
+    /// storage with it (Get Blob Properties in a container a token grants) and
+    /// exit: 0 if all is well, 1 with the cause otherwise.
+    #[arg(long)]
+    pub check_config: bool,
+
+    #[command(flatten)]
+    pub listen: ListenArgs,
+
+    #[command(flatten)]
+    pub storage: StorageArgs,
+
+    #[command(flatten)]
+    pub sign_in: SignInArgs,
+
+    #[command(flatten)]
+    pub limits: LimitsArgs,
+
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+}
+
+/// Where the relay listens and the connections it takes: address, TLS, QUIC
+/// windows, connection limits, shutdown.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Listening")]
+pub struct ListenArgs {
     /// UDP address to listen on.
     #[arg(long, env = "RELAY_LISTEN", default_value = "0.0.0.0:4433")]
     pub listen: SocketAddr,
-
-    /// Blob service URL, e.g. https://ACCOUNT.blob.core.windows.net or
-    /// http://127.0.0.1:10000/devstoreaccount1 (Azurite). A SAS may be in the query.
-    #[arg(
-        long,
-        env = "RELAY_STORAGE_URL",
-        required = true,
-        hide_env_values = true
-    )]
-    pub storage_url: Option<String>,
-
-    /// Storage account key; the relay signs its own short-lived account SAS from it.
-    /// Without a key or SAS, Entra ID is used (managed identity by default).
-    #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
-    pub account_key: Option<String>,
-
-    /// Entra ID credential when no key or SAS is given: managed-identity | cli.
-    #[arg(long, env = "RELAY_ENTRA", default_value = "managed-identity")]
-    pub entra: EntraSource,
 
     /// TLS certificate chain (PEM). Without it the relay uses the self-signed
     /// certificate in --state-dir (made on first start).
@@ -88,6 +103,143 @@ pub struct Args {
     )]
     pub tls_names: Vec<String>,
 
+    /// QUIC receive window per stream (one file's bytes in flight: 64 MiB
+    /// carries 1 Gbit/s over a 300 ms path).
+    #[arg(long, env = "RELAY_STREAM_WINDOW", default_value = "64MiB", value_parser = size)]
+    pub stream_window: u64,
+
+    /// QUIC receive window per connection (bounds unread data per client).
+    #[arg(long, env = "RELAY_CONNECTION_WINDOW", default_value = "256MiB", value_parser = size)]
+    pub connection_window: u64,
+
+    /// Kernel UDP socket buffer size.
+    #[arg(long, env = "RELAY_UDP_BUFFER", default_value = "16MiB", value_parser = size)]
+    pub udp_buffer: u64,
+
+    /// Congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) | cubic |
+    /// bbr | newreno.
+    #[arg(long, env = "RELAY_CONGESTION", default_value = "relay")]
+    pub congestion: Congestion,
+
+    /// Cap the QUIC sending rate, in Mbit/s; uses the relay congestion controller.
+    #[arg(long, env = "RELAY_MAX_RATE", value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
+    pub max_rate: Option<f64>,
+
+    /// Share bottlenecks fairly with TCP flows; uses the relay congestion controller.
+    #[arg(long, env = "RELAY_FAIR")]
+    pub fair: bool,
+
+    /// Most authenticated client connections at once (each may buffer up to
+    /// --connection-window; see the memory bound in docs/SECURITY.md).
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = 32)]
+    pub max_connections: usize,
+
+    /// Most connections that have not presented a valid Offer yet.
+    #[arg(long, env = "RELAY_MAX_PENDING", default_value_t = 128)]
+    pub max_pending: usize,
+
+    /// Most connections (pending or authenticated) from one source address
+    /// (an IPv4 address, or an IPv6 /64).
+    #[arg(long, env = "RELAY_MAX_PER_ADDRESS", default_value_t = 32)]
+    pub max_per_address: usize,
+
+    /// How long a new connection has to present a valid Offer (or Fetch or
+    /// List), from its first packet (its handshake included).
+    #[arg(long, env = "RELAY_AUTH_DEADLINE", value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub auth_deadline: Duration,
+
+    /// On SIGTERM, how long in-flight transfers may continue.
+    #[arg(long, env = "RELAY_SHUTDOWN_GRACE", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+/// The storage account and how blobs go to it and come back.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Storage")]
+pub struct StorageArgs {
+    /// Blob service URL, e.g. https://ACCOUNT.blob.core.windows.net or
+    /// http://127.0.0.1:10000/devstoreaccount1 (Azurite). A SAS may be in the query.
+    #[arg(
+        long,
+        env = "RELAY_STORAGE_URL",
+        required = true,
+        hide_env_values = true
+    )]
+    pub storage_url: Option<String>,
+
+    /// Storage account key; the relay signs its own short-lived account SAS from it.
+    /// Without a key or SAS, Entra ID is used (managed identity by default).
+    #[arg(long, env = "RELAY_ACCOUNT_KEY", hide_env_values = true)]
+    pub account_key: Option<String>,
+
+    /// Entra ID credential when no key or SAS is given: managed-identity | cli.
+    #[arg(long, env = "RELAY_ENTRA", default_value = "managed-identity")]
+    pub entra: EntraSource,
+
+    /// Block size for Put Block (grown automatically for files over 50,000 blocks).
+    #[arg(long, env = "RELAY_BLOCK_SIZE", default_value_t = DEFAULT_BLOCK_SIZE, value_parser = size)]
+    pub block_size: u64,
+
+    /// Put Block requests in flight per file.
+    #[arg(long, env = "RELAY_BLOCKS_IN_FLIGHT", default_value_t = 4)]
+    pub blocks_in_flight: usize,
+
+    /// Key that signs block IDs and commit seals (64 hex characters), the same on
+    /// every relay of a deployment so any relay resumes any transfer. Created
+    /// (random, mode 0600) if the file does not exist. Default: id.key in
+    /// --state-dir.
+    #[arg(long, env = "RELAY_ID_KEY_FILE")]
+    pub id_key_file: Option<PathBuf>,
+
+    /// Use a random key for this process only (tests): staged blocks from before
+    /// a restart, or from other relays, are ignored and those uploads restart.
+    #[arg(long, env = "RELAY_ID_KEY_EPHEMERAL", conflicts_with = "id_key_file")]
+    pub id_key_ephemeral: bool,
+
+    /// Ranges of one blob a download reads from storage at once (4 MiB each,
+    /// taken from the memory budget like blocks).
+    #[arg(long, env = "RELAY_DOWNLOAD_RANGES", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub download_ranges: u64,
+
+    /// How long a download waits to write to a client that reads nothing
+    /// before it drops the download (its memory goes back to the budget); a
+    /// listing's page must be written within it in all.
+    #[arg(long, env = "RELAY_DOWNLOAD_WRITE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub download_write_timeout: Duration,
+
+    /// How long a pooled storage connection may sit idle before the relay closes
+    /// it. Keep it below the storage endpoint's own keep-alive timeout (Azurite:
+    /// 5 s): a request sent on a connection the server is closing is lost as a
+    /// transport error and must be retried (docs/LOAD.md).
+    #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", value_name = "DURATION", default_value = "4s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_idle_timeout: Duration,
+
+    /// How long a storage request may go without progress before it is
+    /// abandoned and retried: no byte of its body accepted for this long, no
+    /// answer this long after its body went, or (reads) no byte more of its
+    /// answer for this long. Never for being slow while it moves
+    /// (docs/ARCHITECTURE.md, "Storage requests").
+    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
+    pub storage_stall_timeout: Duration,
+
+    /// Storage requests in flight at once (all transfers together). Bounds the
+    /// connections the relay opens to storage, so a burst of small files cannot
+    /// overflow the storage endpoint's accept queue (docs/LOAD.md).
+    #[arg(long, env = "RELAY_STORAGE_CONCURRENCY", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub storage_concurrency: u64,
+
+    /// Transactional checksum of each Put Block: md5 (Content-MD5) | crc64
+    /// (x-ms-content-crc64, Azure's CRC-64: a fraction of MD5's CPU). Storage
+    /// refuses a block whose checksum does not match either way. Azurite does not
+    /// check crc64 (docs/PERFORMANCE.md).
+    #[arg(long, env = "RELAY_BLOCK_CHECKSUM", default_value = "md5")]
+    pub block_checksum: BlockChecksum,
+}
+
+/// Who may do what: the tokens file, Entra ID, reserved containers.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Sign-in")]
+pub struct SignInArgs {
     /// Tokens file: one token (16-256 visible ASCII characters) per line, optionally
     /// followed by a space and a comma-separated list of containers it may write;
     /// `#` starts a comment. Re-read when it changes; a line that breaks a rule is
@@ -155,75 +307,6 @@ pub struct Args {
     #[arg(long, env = "RELAY_ENTRA_KEY_REFRESHES", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=60))]
     pub entra_key_refreshes: u64,
 
-    /// One budget for block buffers, shared by all transfers.
-    #[arg(long, env = "RELAY_MEMORY_BUDGET", default_value = "1GiB", value_parser = size)]
-    pub memory_budget: u64,
-
-    /// Block size for Put Block (grown automatically for files over 50,000 blocks).
-    #[arg(long, env = "RELAY_BLOCK_SIZE", default_value_t = DEFAULT_BLOCK_SIZE, value_parser = size)]
-    pub block_size: u64,
-
-    /// Put Block requests in flight per file.
-    #[arg(long, env = "RELAY_BLOCKS_IN_FLIGHT", default_value_t = 4)]
-    pub blocks_in_flight: usize,
-
-    /// QUIC receive window per stream (one file's bytes in flight: 64 MiB
-    /// carries 1 Gbit/s over a 300 ms path).
-    #[arg(long, env = "RELAY_STREAM_WINDOW", default_value = "64MiB", value_parser = size)]
-    pub stream_window: u64,
-
-    /// QUIC receive window per connection (bounds unread data per client).
-    #[arg(long, env = "RELAY_CONNECTION_WINDOW", default_value = "256MiB", value_parser = size)]
-    pub connection_window: u64,
-
-    /// Kernel UDP socket buffer size.
-    #[arg(long, env = "RELAY_UDP_BUFFER", default_value = "16MiB", value_parser = size)]
-    pub udp_buffer: u64,
-
-    /// Congestion controller: relay (loss-tolerant, see docs/TRANSPORT.md) | cubic |
-    /// bbr | newreno.
-    #[arg(long, env = "RELAY_CONGESTION", default_value = "relay")]
-    pub congestion: Congestion,
-
-    /// Cap the QUIC sending rate, in Mbit/s; uses the relay congestion controller.
-    #[arg(long, env = "RELAY_MAX_RATE", value_name = "MBIT", value_parser = relay_transport::quic::parse_rate_mbit)]
-    pub max_rate: Option<f64>,
-
-    /// Share bottlenecks fairly with TCP flows; uses the relay congestion controller.
-    #[arg(long, env = "RELAY_FAIR")]
-    pub fair: bool,
-
-    /// Most authenticated client connections at once (each may buffer up to
-    /// --connection-window; see the memory bound in docs/SECURITY.md).
-    #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = 32)]
-    pub max_connections: usize,
-
-    /// Most connections that have not presented a valid Offer yet.
-    #[arg(long, env = "RELAY_MAX_PENDING", default_value_t = 128)]
-    pub max_pending: usize,
-
-    /// Most connections (pending or authenticated) from one source address
-    /// (an IPv4 address, or an IPv6 /64).
-    #[arg(long, env = "RELAY_MAX_PER_ADDRESS", default_value_t = 32)]
-    pub max_per_address: usize,
-
-    /// How long a new connection has to present a valid Offer (or Fetch or
-    /// List), from its first packet (its handshake included).
-    #[arg(long, env = "RELAY_AUTH_DEADLINE", value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_nonzero_duration)]
-    pub auth_deadline: Duration,
-
-    /// Key that signs block IDs and commit seals (64 hex characters), the same on
-    /// every relay of a deployment so any relay resumes any transfer. Created
-    /// (random, mode 0600) if the file does not exist. Default: id.key in
-    /// --state-dir.
-    #[arg(long, env = "RELAY_ID_KEY_FILE")]
-    pub id_key_file: Option<PathBuf>,
-
-    /// Use a random key for this process only (tests): staged blocks from before
-    /// a restart, or from other relays, are ignored and those uploads restart.
-    #[arg(long, env = "RELAY_ID_KEY_EPHEMERAL", conflicts_with = "id_key_file")]
-    pub id_key_ephemeral: bool,
-
     /// Containers no upload may write, whatever a token grants: where the
     /// deployment keeps the relay's binary, keys and tokens.
     #[arg(
@@ -233,6 +316,15 @@ pub struct Args {
         default_value = "relay-boot,bench-boot,relay-artifacts"
     )]
     pub reserved_containers: Vec<String>,
+}
+
+/// How much memory transfers may hold.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Memory limits")]
+pub struct LimitsArgs {
+    /// One budget for block buffers, shared by all transfers.
+    #[arg(long, env = "RELAY_MEMORY_BUDGET", default_value = "1GiB", value_parser = size)]
+    pub memory_budget: u64,
 
     /// Largest block a client may ask for (bounds one transfer's memory).
     #[arg(long, env = "RELAY_MAX_BLOCK_SIZE", default_value = "128MiB", value_parser = size)]
@@ -247,27 +339,17 @@ pub struct Args {
     #[arg(long, env = "RELAY_BUDGET_WAIT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
     pub budget_wait: Duration,
 
-    /// Ranges of one blob a download reads from storage at once (4 MiB each,
-    /// taken from the memory budget like blocks).
-    #[arg(long, env = "RELAY_DOWNLOAD_RANGES", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub download_ranges: u64,
-
-    /// How long a download waits to write to a client that reads nothing
-    /// before it drops the download (its memory goes back to the budget); a
-    /// listing's page must be written within it in all.
-    #[arg(long, env = "RELAY_DOWNLOAD_WRITE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = relay_proto::duration::parse_nonzero_duration)]
-    pub download_write_timeout: Duration,
-
     /// Upper bound for the relay's memory (the bound in docs/SECURITY.md); the
     /// relay refuses to start if its configuration could exceed it. Default: 90 %
     /// of the machine's memory.
     #[arg(long, env = "RELAY_MEMORY_LIMIT", value_parser = size)]
     pub memory_limit: Option<u64>,
+}
 
-    /// On SIGTERM, how long in-flight transfers may continue.
-    #[arg(long, env = "RELAY_SHUTDOWN_GRACE", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_duration)]
-    pub shutdown_grace: Duration,
-
+/// What the relay tells operators: the health endpoint, storage checks, logs.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Telemetry")]
+pub struct TelemetryArgs {
     /// HTTP address for /healthz and Prometheus /metrics (off when not given).
     #[arg(long, env = "RELAY_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
@@ -276,45 +358,6 @@ pub struct Args {
     /// /healthz and blob_relay_storage_reachable).
     #[arg(long, env = "RELAY_STORAGE_CHECK_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
     pub storage_check_interval: Duration,
-
-    /// How long a pooled storage connection may sit idle before the relay closes
-    /// it. Keep it below the storage endpoint's own keep-alive timeout (Azurite:
-    /// 5 s): a request sent on a connection the server is closing is lost as a
-    /// transport error and must be retried (docs/LOAD.md).
-    #[arg(long, env = "RELAY_STORAGE_IDLE_TIMEOUT", value_name = "DURATION", default_value = "4s", value_parser = relay_proto::duration::parse_nonzero_duration)]
-    pub storage_idle_timeout: Duration,
-
-    /// How long a storage request may go without progress before it is
-    /// abandoned and retried: no byte of its body accepted for this long, no
-    /// answer this long after its body went, or (reads) no byte more of its
-    /// answer for this long. Never for being slow while it moves
-    /// (docs/ARCHITECTURE.md, "Storage requests").
-    #[arg(long, env = "RELAY_STORAGE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = relay_proto::duration::parse_nonzero_duration)]
-    pub storage_stall_timeout: Duration,
-
-    /// Storage requests in flight at once (all transfers together). Bounds the
-    /// connections the relay opens to storage, so a burst of small files cannot
-    /// overflow the storage endpoint's accept queue (docs/LOAD.md).
-    #[arg(long, env = "RELAY_STORAGE_CONCURRENCY", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub storage_concurrency: u64,
-
-    /// Transactional checksum of each Put Block: md5 (Content-MD5) | crc64
-    /// (x-ms-content-crc64, Azure's CRC-64: a fraction of MD5's CPU). Storage
-    /// refuses a block whose checksum does not match either way. Azurite does not
-    /// check crc64 (docs/PERFORMANCE.md).
-    #[arg(long, env = "RELAY_BLOCK_CHECKSUM", default_value = "md5")]
-    pub block_checksum: BlockChecksum,
-
-    /// TOML file with any of these flags (`storage_url = "..."`); flags and
-    /// RELAY_* variables override it.
-    #[arg(long, env = "RELAY_CONFIG")]
-    pub config: Option<PathBuf>,
-
-    /// Check the configuration (flags, files, certificate, tokens), reach the
-    /// storage with it (Get Blob Properties in a container a token grants) and
-    /// exit: 0 if all is well, 1 with the cause otherwise.
-    #[arg(long)]
-    pub check_config: bool,
 
     /// Log format: text (colour only on a terminal) | json (one object a line).
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -473,12 +516,6 @@ pub fn config_flags(text: &str) -> Result<Vec<(String, Vec<OsString>)>, SettingE
     Ok(out)
 }
 
-impl Args {
-    pub fn grace(&self) -> Duration {
-        self.shutdown_grace
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,12 +534,12 @@ mod tests {
         };
         let a = with(&[]).expect("defaults");
         assert_eq!(
-            (a.download_ranges, a.download_write_timeout),
+            (a.storage.download_ranges, a.storage.download_write_timeout),
             (6, Duration::from_secs(60))
         );
         let a = with(&["--download-ranges=2", "--download-write-timeout=5"]).expect("set");
         assert_eq!(
-            (a.download_ranges, a.download_write_timeout),
+            (a.storage.download_ranges, a.storage.download_write_timeout),
             (2, Duration::from_secs(5))
         );
         for bad in [
@@ -560,10 +597,10 @@ mod tests {
             "9",
         ]))
         .unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(args.storage_url.as_deref(), Some("http://file"));
-        assert_eq!(args.max_connections, 9, "flag wins");
-        assert_eq!(args.blocks_in_flight, 3, "file beats the default");
-        assert_eq!(args.max_pending, 128, "default stays");
+        assert_eq!(args.storage.storage_url.as_deref(), Some("http://file"));
+        assert_eq!(args.listen.max_connections, 9, "flag wins");
+        assert_eq!(args.storage.blocks_in_flight, 3, "file beats the default");
+        assert_eq!(args.listen.max_pending, 128, "default stays");
         // A required setting may come from the file alone.
         assert!(parse_with_config_file(argv(&["relay-server", "--config", &cfg])).is_ok());
         let _ = std::fs::remove_dir_all(&dir);

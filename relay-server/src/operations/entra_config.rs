@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::operations::config::Args;
+use crate::operations::config::SignInArgs;
 use crate::sign_in::entra::grants::GrantError;
 use crate::sign_in::entra::{Entra, Grants, KeySource, Policy, RefreshBudget};
 
@@ -28,8 +28,11 @@ pub enum EntraConfigError {
     Client(String),
 }
 
-/// `None` unless `--entra-audience` is given.
-pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
+/// `None` unless `--entra-audience` is given. `auth_deadline` bounds how long a token waits for a key fetch (`key_wait`).
+pub fn entra(
+    args: &SignInArgs,
+    auth_deadline: Duration,
+) -> Result<Option<Arc<Entra>>, EntraConfigError> {
     let (false, Some(tenant)) = (args.entra_audience.is_empty(), &args.entra_tenant) else {
         return Ok(None);
     };
@@ -61,7 +64,7 @@ pub fn entra(args: &Args) -> Result<Option<Arc<Entra>>, EntraConfigError> {
             REFRESH_WINDOW,
         ),
     )
-    .with_wait(key_wait(args.auth_deadline));
+    .with_wait(key_wait(auth_deadline));
     Ok(Some(Arc::new(Entra::new(policy, keys, grants))))
 }
 

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::operations::http::{self, Limits, Page};
 use crate::operations::probe::{Reachability, StorageHealth};
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::telemetry::exposition::{self, Exposition, Kind};
 use crate::telemetry::metrics::{self, Metrics};
 
@@ -116,7 +116,7 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
     m.failures.render(&mut out);
-    if let Some(entra) = &shared.entra {
+    if let Some(entra) = &shared.sign_in.entra {
         entra.render(&mut out);
     }
     budget_series(shared, &mut out);
@@ -239,7 +239,7 @@ fn download_series(m: &Metrics, out: &mut Exposition) {
 
 /// The block-buffer budget and what of it is in use.
 fn budget_series(shared: &Shared, out: &mut Exposition) {
-    let budget = &shared.budget;
+    let budget = &shared.limits.budget;
     out.value(
         "blob_relay_budget_bytes",
         Kind::Gauge,

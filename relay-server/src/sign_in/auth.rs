@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+pub use crate::sign_in::access::Access;
 pub use crate::sign_in::tokens_file::{ContainerGrant, Grant, Parsed, Rule, Skipped, parse_tokens};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,14 +32,6 @@ pub enum AuthError {
     /// An Entra ID access token that failed a check (named by the refusal).
     #[error("Entra ID token refused: {0}")]
     Entra(crate::sign_in::entra::Refusal),
-}
-
-/// What a stream asks to do with a container: an Offer writes, a Fetch or a
-/// List reads. Each is granted apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    Read,
-    Write,
 }
 
 /// Who an Offer's token names, once checked.

@@ -3,6 +3,7 @@
 //! one place (`auth::authenticate`). May import `telemetry` only; never
 //! `connection`, `state`, `transfer` or `operations`.
 
+pub mod access;
 pub mod auth;
 pub mod entra;
 pub mod tokens_file;

@@ -8,7 +8,7 @@
 
 use relay_proto::blob_name::validate_container;
 
-use crate::sign_in::auth::Access;
+use crate::sign_in::access::Access;
 
 /// Shortest token we accept: guessing one must be hopeless.
 pub const MIN_TOKEN_CHARS: usize = 16;

@@ -13,6 +13,11 @@ use std::sync::Mutex;
 
 use relay_proto::id_key::Owner;
 use relay_storage::staging::Budget;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// Budget memory held for one caller until its bytes are gone: from its
+/// share, then from the relay's budget (`Shared::hold`).
+pub type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
 pub struct Shares {
     bytes: u64,

@@ -4,16 +4,7 @@
 
 use crate::telemetry::exposition::{Exposition, Kind};
 
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Short hash, `-dirty` when built with uncommitted changes, or `unknown`.
-pub const COMMIT: &str = env!("BLOB_RELAY_COMMIT");
-/// `0.1.0 (abc1234)`: what `--version` prints after the name.
-pub const LONG: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("BLOB_RELAY_COMMIT"),
-    ")"
-);
+relay_proto::build_version!();
 
 /// `blob_relay_build_info{version="0.1.0",commit="abc1234"} 1`: the usual
 /// info-series form, so a query can join it onto any other series.

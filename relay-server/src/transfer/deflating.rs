@@ -25,7 +25,7 @@ use relay_storage::staging::Budget;
 
 use crate::connection::link::Link;
 use crate::state::Shared;
-use crate::transfer::fetch::Held;
+use crate::state::shares::Held;
 
 /// Memory a compressing download holds beyond its ranges, for chunks of
 /// 1 MiB: zstd's context at the highest level the policy uses
@@ -126,11 +126,7 @@ impl Compressing {
         conn: &quinn::Connection,
         bytes: u64,
     ) -> Option<Self> {
-        let take = async {
-            let a = share.take(bytes).await.ok()?;
-            let b = shared.budget.take(bytes).await.ok()?;
-            Some((a, b))
-        };
+        let take = shared.hold(share, bytes);
         // Polled once: granted at once or not at all.
         let held = tokio::time::timeout(Duration::ZERO, take)
             .await

@@ -22,9 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use quinn::{RecvStream, SendStream};
 use relay_pipeline::failure::storage_failure;
-use relay_proto::blob_name::{validate_blob_name, validate_container};
+use relay_proto::blob_name::validate_blob_name;
 use relay_proto::id_key::Owner;
-use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::logsafe::safe;
 use relay_proto::protocol::{
     Check, Code, Data, Encoding, Failure, Fetch, Message, Sent, Source, app_error,
@@ -32,17 +31,17 @@ use relay_proto::protocol::{
 use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError, ReadProperties};
 use relay_storage::staging::Budget;
 use relay_transport::frames::write_frame;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
-use crate::sign_in::auth::{Access, AuthError, Caller};
 use crate::state::DownloadLimits;
 use crate::state::Shared;
+use crate::state::shares::Held;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
+use crate::transfer::admit::{Request, admit, admitted};
 use crate::transfer::deflating::{Compressing, Section};
 use crate::transfer::{refuse, reject};
 
@@ -55,9 +54,9 @@ pub(crate) async fn handle(
     recv: &mut RecvStream,
     fetch: Fetch,
 ) {
-    let caller = match admit(shared, &fetch.version, &fetch.token.0, &fetch.container).await {
+    let caller = match admit(shared, Request::fetch(&fetch)).await {
         Ok(c) => c,
-        Err(f) => return refuse(shared, link, send, recv, f).await,
+        Err(r) => return refuse(shared, link, send, recv, r.into()).await,
     };
     if let Err(e) = validate_blob_name(&fetch.blob) {
         let f = Failure::new(Code::InvalidName, e.to_string());
@@ -75,55 +74,6 @@ pub(crate) async fn handle(
         .await;
 }
 
-/// A valid Fetch or List admits the connection as a valid Offer does; the
-/// client sends nothing more on the stream, so it counts as one waiting for
-/// storage.
-pub(crate) fn admitted(link: &Link, ticket: &mut StreamTicket) {
-    link.open_gate();
-    ticket.declare(0);
-    ticket.received();
-}
-
-/// What a Fetch and a List must satisfy before any storage call: the version,
-/// the container's name, a token that may read it, and a container that is
-/// not the deployment's own.
-pub(crate) async fn admit(
-    shared: &Shared,
-    version: &u32,
-    token: &str,
-    container: &str,
-) -> Result<Caller, Failure> {
-    if *version != PROTOCOL_VERSION {
-        return Err(Failure::new(
-            Code::UnsupportedVersion,
-            format!("protocol version {version} not supported (relay speaks {PROTOCOL_VERSION})"),
-        ));
-    }
-    validate_container(container).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
-    let caller = crate::sign_in::auth::authenticate(
-        &shared.tokens,
-        shared.entra.as_deref(),
-        token,
-        container,
-        Access::Read,
-    )
-    .await
-    .map_err(|e| match e {
-        AuthError::Unknown | AuthError::Entra(_) => Failure::new(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) | AuthError::NoRead(_) => {
-            Failure::new(Code::Forbidden, e.to_string())
-        }
-    })?;
-    if shared.reserved_containers.iter().any(|c| c == container) {
-        // The deployment's own files (keys, tokens) live there.
-        return Err(Failure::new(
-            Code::Forbidden,
-            format!("container {container:?} is reserved for the relay's own files"),
-        ));
-    }
-    Ok(caller)
-}
-
 async fn serve(
     shared: &Shared,
     link: &Link,
@@ -134,7 +84,7 @@ async fn serve(
 ) {
     let m = &shared.metrics;
     Metrics::add(&m.fetches_started, 1);
-    let reader = match shared.storage.reader(&fetch.container, &fetch.blob) {
+    let reader = match shared.storage.account.reader(&fetch.container, &fetch.blob) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             let f = storage_failure(&e);
@@ -149,10 +99,10 @@ async fn serve(
             return reject(shared, send, recv, Reason::Code(f.code), f).await;
         }
     };
-    let vouched = props.sealed_sha256(&shared.id_key, &fetch.container, &fetch.blob);
+    let vouched = props.sealed_sha256(&shared.storage.id_key, &fetch.container, &fetch.blob);
     let mut source = source(&props, vouched, fetch);
     let (offset, size, check) = (source.offset, source.size, source.check);
-    let limits = shared.download;
+    let limits = shared.storage.download;
     let share = shared.share_of(owner);
     let range = range_len(&limits, shared.max_block_bytes());
     let remaining = size - offset;
@@ -189,7 +139,7 @@ async fn serve(
 /// and ends the stream.
 async fn ended(shared: &Shared, send: &mut SendStream, requests: u32, result: Result<u64, Stop>) {
     let m = &shared.metrics;
-    let limits = shared.download;
+    let limits = shared.storage.download;
     match result {
         Ok(ranges_checked) => {
             let sent = Sent {
@@ -363,10 +313,6 @@ async fn write_section(
     write_within(timeout, send, &frame, &mut section.pieces).await
 }
 
-/// Budget memory a range holds until its bytes are written: its share of
-/// the caller's, then of the relay's.
-pub(crate) type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
-
 /// A range read in its own task, so reads go on while the driver writes;
 /// dropped (the download ended) it is aborted and its memory returned.
 struct RangeTask(JoinHandle<Result<Bytes, ReadError>>, Option<Held>, u64);
@@ -396,7 +342,7 @@ impl Sending<'_> {
         send: &mut SendStream,
         mut compressing: Option<Compressing>,
     ) -> Result<u64, Stop> {
-        let limits = self.shared.download;
+        let limits = self.shared.storage.download;
         let mut pending: VecDeque<RangeTask> = VecDeque::new();
         let mut next = offset;
         let mut checked = 0u64;
@@ -452,7 +398,7 @@ impl Sending<'_> {
                         if pending.is_empty() {
                             return Err(Stop::Failed(Failure::new(
                                 Code::Busy,
-                                format!("no memory for a download range within {} s; retry later", self.shared.budget_wait.as_secs()),
+                                format!("no memory for a download range within {} s; retry later", self.shared.limits.budget_wait.as_secs()),
                             )));
                         }
                         // Ranges are in flight: send those, then wait again.
@@ -482,7 +428,7 @@ impl Sending<'_> {
             None => Section::plain(bytes),
         };
         let wire = section.wire_len;
-        match write_section(self.shared.download.write_timeout, send, section).await {
+        match write_section(self.shared.storage.download.write_timeout, send, section).await {
             Ok(()) => {}
             Err(WriteFail::TimedOut) => return Err(Stop::Stalled),
             Err(WriteFail::Gone) => return Err(Stop::Gone),
@@ -495,12 +441,9 @@ impl Sending<'_> {
     /// Budget for one range, within the budget wait from `since` (`None`: the
     /// wait ran out).
     async fn take(&self, len: u64, since: Option<tokio::time::Instant>) -> Option<Held> {
-        let deadline = since.unwrap_or_else(tokio::time::Instant::now) + self.shared.budget_wait;
-        let take = async {
-            let a = self.share.take(len).await.ok()?;
-            let b = self.shared.budget.take(len).await.ok()?;
-            Some((a, b))
-        };
+        let deadline =
+            since.unwrap_or_else(tokio::time::Instant::now) + self.shared.limits.budget_wait;
+        let take = self.shared.hold(&self.share, len);
         tokio::time::timeout_at(deadline, take).await.ok().flatten()
     }
 }
@@ -508,6 +451,7 @@ impl Sending<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relay_proto::limits::PROTOCOL_VERSION;
     use relay_proto::protocol::Secret;
 
     fn props(md5: Option<[u8; 16]>) -> ReadProperties {

@@ -24,13 +24,14 @@ use relay_proto::protocol::{
     Code, Failure, List, ListEnd, Listed, Listing, MAX_LIST_MARKER_BYTES, Message, app_error,
 };
 use relay_storage::read::{ListedBlob, Lister, ReadError};
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::fetch::{WriteFail, admit, admitted, finish, write_frame_within};
+use super::admit::{Request, admit, admitted};
+use super::fetch::{WriteFail, finish, write_frame_within};
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
 use crate::state::Shared;
+use crate::state::shares::Held;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
 use crate::transfer::{refuse, reject};
@@ -47,9 +48,9 @@ pub(crate) async fn handle(
     recv: &mut RecvStream,
     list: List,
 ) {
-    let caller = match admit(shared, &list.version, &list.token.0, &list.container).await {
+    let caller = match admit(shared, Request::list(&list)).await {
         Ok(c) => c,
-        Err(f) => return refuse(shared, link, send, recv, f).await,
+        Err(r) => return refuse(shared, link, send, recv, r.into()).await,
     };
     if let Err(f) = check_list(&list) {
         return reject(shared, send, recv, Reason::Code(f.code), f).await;
@@ -98,9 +99,9 @@ enum Stop {
 }
 
 async fn serve(shared: &Shared, owner: &Owner, send: &mut SendStream, list: &List) {
-    let timeout = shared.download.write_timeout;
+    let timeout = shared.storage.download.write_timeout;
     let m = &shared.metrics;
-    let lister = match shared.storage.lister(&list.container) {
+    let lister = match shared.storage.account.lister(&list.container) {
         Ok(l) => l,
         Err(e) => {
             let f = relay_pipeline::failure::storage_failure(&e);
@@ -160,7 +161,7 @@ async fn pages(
 ) -> Result<u64, Stop> {
     let size = shared.list_page();
     let share = shared.share_of(owner);
-    let timeout = shared.download.write_timeout;
+    let timeout = shared.storage.download.write_timeout;
     let resumed = marker.is_some();
     let mut total = 0u64;
     loop {
@@ -169,7 +170,7 @@ async fn pages(
                 Code::Busy,
                 format!(
                     "no memory for a listing page within {} s; retry later",
-                    shared.budget_wait.as_secs()
+                    shared.limits.budget_wait.as_secs()
                 ),
             ))
         })?;
@@ -202,17 +203,9 @@ async fn pages(
 
 /// Memory for one page: the caller's share, then the relay's budget, within
 /// the budget wait (`None`: not granted).
-async fn hold(
-    shared: &Shared,
-    share: &relay_storage::staging::Budget,
-    bytes: u64,
-) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
-    let take = async {
-        let a = share.take(bytes).await.ok()?;
-        let b = shared.budget.take(bytes).await.ok()?;
-        Some((a, b))
-    };
-    tokio::time::timeout(shared.budget_wait, take)
+async fn hold(shared: &Shared, share: &relay_storage::staging::Budget, bytes: u64) -> Option<Held> {
+    let take = shared.hold(share, bytes);
+    tokio::time::timeout(shared.limits.budget_wait, take)
         .await
         .ok()
         .flatten()

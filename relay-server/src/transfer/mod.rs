@@ -6,6 +6,7 @@
 //! refused with a Reject. May import `telemetry`, `connection`, `sign_in` and
 //! `state`; never `server` or `operations`.
 
+mod admit;
 pub mod deflating;
 pub mod fetch;
 pub mod inflating;
@@ -104,7 +105,7 @@ pub async fn handle(
 }
 
 /// The names in an Offer, checked before they go anywhere near a log span.
-/// (`upload::validate` checks them again, with the rest of the Offer.)
+/// (`admit` and `upload::validate` check them again, with the rest of the Offer.)
 fn check_names(offer: &Offer) -> Result<(), Failure> {
     validate_container(&offer.container)
         .map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;

@@ -10,20 +10,22 @@ use std::time::{Duration, Instant};
 use quinn::{RecvStream, SendStream};
 use relay_pipeline::failure::{condition, outcome, storage_failure};
 use relay_pipeline::upload::Upload;
+use relay_proto::codec::FrameError;
 use relay_proto::logsafe::{MAX_LOG_CHARS, safe, safe_to};
-use relay_proto::offer_rules::{OfferLimits, check_offer, check_version};
+use relay_proto::offer_rules::{OfferLimits, check_offer};
 use relay_proto::plan::BlockPlan;
-use relay_proto::protocol::{Code, Failure, Message, Offer};
+use relay_proto::protocol::{Failure, Message, Offer, Plan};
 use relay_proto::session::relay::{Accepted, Action, End, Event, RelaySession};
 use relay_storage::publish::{Destination, Writer};
 use relay_storage::staging::Stager;
 
+use super::admit::{Request, admit};
 use super::progress::telling_progress;
 use super::upload_io::Io;
 use super::{LOG_TARGET, refuse};
 use crate::connection::link::{Link, write_control};
 use crate::connection::stream_credit::StreamTicket;
-use crate::sign_in::auth::{Access, AuthError, Caller, also_granted};
+use crate::sign_in::auth::{Access, Caller, also_granted};
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::rejections::Reason;
@@ -84,39 +86,14 @@ pub(super) async fn respond(
     }
 }
 
-/// Everything the Offer must satisfy before any Azure call: its version, then the
-/// token (a static token, or an Entra ID access token: `auth::authenticate`), then
-/// the rest of `relay_proto::offer_rules`. Nothing here raises stream credit: the
+/// Everything the Offer must satisfy before any Azure call: the caller's
+/// admission (`admit`: version, token, grant, reserved containers), then the
+/// rest of `relay_proto::offer_rules`. Nothing here raises stream credit: the
 /// connection's gate opens only after it passes.
 async fn validate(shared: &Shared, offer: &Offer) -> Result<(BlockPlan, Caller), Failure> {
-    check_version(offer)?;
-    let caller = crate::sign_in::auth::authenticate(
-        &shared.tokens,
-        shared.entra.as_deref(),
-        &offer.token.0,
-        &offer.container,
-        Access::Write,
-    )
-    .await
-    .map_err(|e| match e {
-        AuthError::Unknown | AuthError::Entra(_) => Failure::new(Code::Unauthorized, e.to_string()),
-        AuthError::Container(_) | AuthError::NoRead(_) => {
-            Failure::new(Code::Forbidden, e.to_string())
-        }
-    })?;
-    if shared.reserved_containers.contains(&offer.container) {
-        // The deployment's own files (the relay binary, keys, tokens) live there:
-        // no upload may ever write them, whatever a token's grant says.
-        return Err(Failure::new(
-            Code::Forbidden,
-            format!(
-                "container {:?} is reserved for the relay's own files",
-                offer.container
-            ),
-        ));
-    }
+    let caller = admit(shared, Request::upload(offer)).await?;
     let limits = OfferLimits {
-        default_block_size: shared.block_size,
+        default_block_size: shared.storage.block_size,
         max_block_bytes: shared.max_block_bytes(),
     };
     Ok((check_offer(offer, &limits)?, caller))
@@ -138,35 +115,23 @@ async fn run(
         Ok(v) => v,
         Err(f) => return (End::Reject(f), None),
     };
-    if let Caller::Entra(p) = &caller {
-        // Who uploads, never the token; the name is the peer's text: escaped.
-        tracing::info!(tenant = %safe(&p.tenant), oid = %safe(&p.object_id), name = %safe(&p.name), "Entra ID principal");
-    }
+    log_principal(&caller);
     // A valid Offer: the connection may now have its full windows and a
     // connection slot (`admission`).
     link.gate.open();
-    let writer = match shared.storage.writer(&offer.container, &offer.blob) {
+    let writer = match shared.storage.account.writer(&offer.container, &offer.blob) {
         Ok(w) => Arc::new(w),
         Err(e) => return (End::Reject(storage_failure(&e)), None),
     };
     // Resume state is private to the token (or Entra ID principal) that
     // started the transfer.
     let owner = caller.owner(&offer.token.0);
-    // Writing never implies reading: what depends on a blob in the way is told
-    // only to a caller that may read the container, or that wrote that version.
-    let reads = also_granted(
-        &shared.tokens,
-        shared.entra.as_deref(),
-        &offer.token.0,
-        &caller,
-        &offer.container,
-        Access::Read,
-    );
+    let reads = may_read(shared, offer, &caller);
     let condition = condition(&offer.overwrite);
     let dest = Destination {
         container: &offer.container,
         blob: &offer.blob,
-        key: &shared.id_key,
+        key: &shared.storage.id_key,
         writer: Writer {
             owner: &owner,
             reads,
@@ -178,25 +143,11 @@ async fn run(
     };
     let upload = Upload::new(writer.clone(), dest, plan).with_whole_md5(offer.put_md5);
     let mut io = Io::new(shared, offer, writer, upload, owner);
-    let (mut session, mut action) = RelaySession::new(Accepted {
-        container: offer.container.clone(),
-        blob: offer.blob.clone(),
-        size: offer.size,
-        block_size: plan.block_size,
-        eager: offer.eager,
-        sha256: offer.sha256.clone(),
-        compression_agreed: link.zstd,
-    });
+    let (mut session, mut action) = RelaySession::new(accepted(offer, &plan, link));
     loop {
         let event = match action {
             Action::Prepare => Event::Prepared(io.prepare().await),
-            Action::SendPlan(mut p) => {
-                p.relay_version = Some(crate::telemetry::version::LONG.to_string());
-                if let Some(bytes) = shared.hold_plan_until_received() {
-                    hold_until_received(&link.conn, bytes).await;
-                }
-                Event::PlanSent(write_control(send, &Message::Plan(p)).await)
-            }
+            Action::SendPlan(p) => Event::PlanSent(send_plan(shared, link, send, p).await),
             Action::ReadFrame { timeout } => {
                 match tokio::time::timeout(timeout, link.read_frame(recv)).await {
                     Ok(frame) => Event::Frame(frame),
@@ -229,6 +180,55 @@ async fn run(
         };
         action = session.handle(event, Instant::now());
     }
+}
+
+/// Who uploads, when an Entra ID principal does: never the token; the names
+/// are the peer's text, escaped.
+fn log_principal(caller: &Caller) {
+    if let Caller::Entra(p) = caller {
+        tracing::info!(tenant = %safe(&p.tenant), oid = %safe(&p.object_id), name = %safe(&p.name), "Entra ID principal");
+    }
+}
+
+/// Writing never implies reading: what depends on a blob in the way is told
+/// only to a caller that may read the container, or that wrote that version.
+fn may_read(shared: &Shared, offer: &Offer, caller: &Caller) -> bool {
+    also_granted(
+        &shared.sign_in.tokens,
+        shared.sign_in.entra.as_deref(),
+        &offer.token.0,
+        caller,
+        &offer.container,
+        Access::Read,
+    )
+}
+
+/// What the session starts from: the admitted Offer and its plan.
+fn accepted(offer: &Offer, plan: &BlockPlan, link: &Link) -> Accepted {
+    Accepted {
+        container: offer.container.clone(),
+        blob: offer.blob.clone(),
+        size: offer.size,
+        block_size: plan.block_size,
+        eager: offer.eager,
+        sha256: offer.sha256.clone(),
+        compression_agreed: link.zstd,
+    }
+}
+
+/// Sends the session's Plan, naming this relay's build (a client at `-v` says
+/// which relay it talks to).
+async fn send_plan(
+    shared: &Shared,
+    link: &Link,
+    send: &mut SendStream,
+    mut plan: Plan,
+) -> Result<(), FrameError> {
+    plan.relay_version = Some(crate::telemetry::version::LONG.to_string());
+    if let Some(bytes) = shared.hold_plan_until_received() {
+        hold_until_received(&link.conn, bytes).await;
+    }
+    write_control(send, &Message::Plan(plan)).await
 }
 
 /// Test hook: waits (at most 30 s) until the connection has received `bytes`, so

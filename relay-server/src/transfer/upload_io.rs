@@ -155,7 +155,11 @@ impl<'a> Io<'a> {
         });
         let stager = self
             .upload
-            .stager(point, shared.budget.clone(), shared.blocks_in_flight)
+            .stager(
+                point,
+                shared.limits.budget.clone(),
+                shared.storage.blocks_in_flight,
+            )
             .map_err(|e| Failure::new(Code::Internal, e.to_string()))?;
         let mut stager = stager
             .with_mangle(shared.mangle())
@@ -163,9 +167,9 @@ impl<'a> Io<'a> {
             .with_stop(shared.stopping.clone())
             .with_limits(StageLimits {
                 idle: Some(IDLE_TIMEOUT),
-                budget_wait: Some(shared.budget_wait),
-                min_fill_bytes_per_s: Some(shared.block_fill.min_bytes_per_s),
-                fill_grace: shared.block_fill.grace,
+                budget_wait: Some(shared.limits.budget_wait),
+                min_fill_bytes_per_s: Some(shared.limits.block_fill.min_bytes_per_s),
+                fill_grace: shared.limits.block_fill.grace,
             })
             .with_share(shared.share_of(&self.owner))
             .with_staged_bytes(shared.metrics.bytes_staged.clone())
@@ -276,8 +280,8 @@ fn receive_failure(e: ReceiveError) -> Failure {
 /// wait (else a retryable `busy`, as for a block).
 fn decoder_memory(shared: &Shared, owner: &Owner) -> crate::transfer::inflating::Reserve {
     let share = shared.share_of(owner);
-    let budget = shared.budget.clone();
-    let wait = shared.budget_wait;
+    let budget = shared.limits.budget.clone();
+    let wait = shared.limits.budget_wait;
     Box::new(move |bytes| {
         Box::pin(async move {
             let take = async {

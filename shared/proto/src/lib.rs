@@ -9,6 +9,7 @@
 
 pub mod blob_name;
 pub mod block_id;
+pub mod build_version;
 pub mod checkpoint;
 pub mod chunk;
 pub mod codec;

@@ -23,17 +23,23 @@ pub struct OfferLimits {
     pub max_block_bytes: u64,
 }
 
-/// The protocol version alone: the relay checks it before the token, so a client
-/// too old or too new hears that first.
-pub fn check_version(offer: &Offer) -> Result<(), Failure> {
-    if offer.version != PROTOCOL_VERSION {
-        return Err(Failure::new(
-            Code::UnsupportedVersion,
-            format!(
-                "protocol version {} not supported (relay speaks {PROTOCOL_VERSION})",
-                offer.version
-            ),
-        ));
+/// A protocol version the relay does not speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("protocol version {0} not supported (relay speaks {PROTOCOL_VERSION})")]
+pub struct UnsupportedVersion(pub u32);
+
+impl From<UnsupportedVersion> for Failure {
+    fn from(e: UnsupportedVersion) -> Self {
+        Failure::new(Code::UnsupportedVersion, e.to_string())
+    }
+}
+
+/// The protocol version alone, for every first frame (Offer, Fetch, List): the
+/// relay checks it before the token, so a client too old or too new hears that
+/// first.
+pub fn check_version(version: u32) -> Result<(), UnsupportedVersion> {
+    if version != PROTOCOL_VERSION {
+        return Err(UnsupportedVersion(version));
     }
     Ok(())
 }
@@ -41,7 +47,7 @@ pub fn check_version(offer: &Offer) -> Result<(), Failure> {
 /// Every rule but the token, in the order the relay has always applied them; the
 /// first broken rule is the Reject's code and message.
 pub fn check_offer(offer: &Offer, limits: &OfferLimits) -> Result<BlockPlan, Failure> {
-    check_version(offer)?;
+    check_version(offer.version)?;
     validate_container(&offer.container)
         .map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
     validate_blob_name(&offer.blob).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))?;
