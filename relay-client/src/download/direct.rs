@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use relay_pipeline::failure::range_check;
 use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Failure, Listed, Source};
 use relay_storage::account::Storage;
@@ -115,7 +116,7 @@ impl DirectReads {
             budget: self.budget.clone(),
             inflight: VecDeque::new(),
             held: None,
-            check: RangeCheck::for_check(check),
+            check: range_check(check),
             checked: 0,
         };
         Ok(Ok(Stream {

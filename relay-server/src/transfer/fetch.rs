@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quinn::{RecvStream, SendStream};
-use relay_pipeline::failure::storage_failure;
+use relay_pipeline::failure::{range_check, storage_failure};
 use relay_proto::blob_name::{validate_blob_name, validate_container};
 use relay_proto::id_key::Owner;
 use relay_proto::limits::PROTOCOL_VERSION;
@@ -179,7 +179,7 @@ async fn serve(
         reader: reader.clone(),
         etag: props.etag.clone(),
         range,
-        check: RangeCheck::for_check(check),
+        check: range_check(check),
     };
     let result = sending.run(offset, size, send, compressing).await;
     ended(shared, send, reader.requests(), result).await;

@@ -31,7 +31,6 @@ use futures::StreamExt;
 use md5::{Digest, Md5};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::{IdKey, SEAL_METADATA_KEY};
-use relay_proto::protocol::Check;
 
 use crate::blob::BlobWriter;
 use crate::error::BlobError;
@@ -49,17 +48,6 @@ pub enum RangeCheck {
     StorageMd5,
     /// The length only: the whole blob's hash is checked at the end.
     LengthOnly,
-}
-
-impl RangeCheck {
-    /// Ranges are checked only for a blob nothing checks whole: a seal's
-    /// SHA-256 and a Content-MD5 are checked by the client at the end.
-    pub fn for_check(check: Check) -> RangeCheck {
-        match check {
-            Check::Sealed | Check::ContentMd5 => RangeCheck::LengthOnly,
-            Check::Ranges => RangeCheck::StorageMd5,
-        }
-    }
 }
 
 /// Why a read failed.
