@@ -35,8 +35,6 @@ use relay_proto::id_key::{IdKey, SEAL_METADATA_KEY};
 use crate::blob::BlobWriter;
 use crate::error::BlobError;
 
-pub use crate::listing::{ListPage, ListedBlob, Lister};
-
 /// Largest range whose MD5 storage computes (`x-ms-range-get-content-md5`).
 pub const MAX_CHECKED_RANGE: u64 = 4 << 20;
 
