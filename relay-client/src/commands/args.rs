@@ -28,6 +28,19 @@ pub enum OverwriteMode {
     IfNewer,
 }
 
+/// The flag as the pure download session takes it (`relay_proto` knows no clap).
+impl From<OverwriteMode> for relay_proto::session::download::OverwriteMode {
+    fn from(mode: OverwriteMode) -> Self {
+        use relay_proto::session::download::OverwriteMode as Pure;
+        match mode {
+            OverwriteMode::Never => Pure::Never,
+            OverwriteMode::Always => Pure::Always,
+            OverwriteMode::IfDifferent => Pure::IfDifferent,
+            OverwriteMode::IfNewer => Pure::IfNewer,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct UploadArgs {
     /// Files or directories (directories recursively, keeping their own name).

@@ -13,9 +13,9 @@ use super::partial::{self, Held, Sidecar};
 use super::place::{partial_name, sidecar_name};
 use super::placing;
 use super::safe_fs::{Entry, FsError, Stat, set_mode, stat_file};
-use super::session::{Action, Event, Failed, Hashes, Local, Session, same_etag};
 use crate::index::{FileStat, Record};
 use crate::ui::report::FileError;
+use relay_proto::session::download::{Action, Event, Failed, Hashes, Local, Session, same_etag};
 
 /// Why an attempt ended without a file, and whether its partial file is
 /// worth nothing.
@@ -97,7 +97,8 @@ impl Attempt<'_, '_> {
             }
             Err(_) => None,
         };
-        let (mut session, mut action) = Session::new(t.listed.clone(), here, earlier, t.overwrite);
+        let (mut session, mut action) =
+            Session::new(t.listed.clone(), here, earlier, t.overwrite.into());
         loop {
             let event = match action {
                 Action::HashLocal { md5 } => Event::LocalHashed(self.hash_local(md5).await?),

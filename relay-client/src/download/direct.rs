@@ -14,10 +14,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use relay_pipeline::failure::range_check;
 use relay_proto::id_key::IdKey;
 use relay_proto::protocol::{Check, Code, Failure, Listed, Source};
 use relay_storage::account::Storage;
-use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError};
+use relay_storage::read::{MAX_CHECKED_RANGE, RangeCheck, ReadError};
+use relay_storage::source::{BlobSource, ContainerReader};
 use relay_storage::staging::Budget;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::task::JoinHandle;
@@ -72,11 +74,9 @@ impl DirectReads {
         offset: u64,
         etag: Option<String>,
     ) -> Result<Result<Stream, Failure>, FileError> {
-        let reader = self
-            .storage
-            .reader(container, blob)
+        let reader = ContainerReader::new(&self.storage, container)
             .map_err(|e| FileError::new("storage", e.to_string(), false))?;
-        let props = match reader.properties().await {
+        let props = match reader.properties(blob).await {
             Ok(p) => p,
             Err(e) => return read_error(e).map(Err),
         };
@@ -108,6 +108,7 @@ impl DirectReads {
         };
         let ranges = Ranges {
             reader: Arc::new(reader),
+            blob: blob.to_string(),
             etag: props.etag,
             next: from,
             size: props.size,
@@ -115,7 +116,7 @@ impl DirectReads {
             budget: self.budget.clone(),
             inflight: VecDeque::new(),
             held: None,
-            check: RangeCheck::for_check(check),
+            check: range_check(check),
             checked: 0,
         };
         Ok(Ok(Stream {
@@ -131,7 +132,8 @@ type RangeRead = Result<(Bytes, OwnedSemaphorePermit), Result<Failure, FileError
 
 /// A blob's bytes as checked ranges, read a few ahead, handed out in order.
 pub struct Ranges {
-    reader: Arc<BlobReader>,
+    reader: Arc<dyn BlobSource>,
+    blob: String,
     etag: String,
     next: u64,
     size: u64,
@@ -174,14 +176,15 @@ impl Ranges {
                     None => break,
                 }
             };
-            let (reader, etag, at, check) = (
+            let (reader, blob, etag, at, check) = (
                 self.reader.clone(),
+                self.blob.clone(),
                 self.etag.clone(),
                 self.next,
                 self.check,
             );
             self.inflight.push_back(tokio::spawn(async move {
-                match reader.range(&etag, at, len, check).await {
+                match reader.range(&blob, &etag, at, len, check).await {
                     Ok(bytes) => Ok((bytes, memory)),
                     Err(e) => Err(read_error(e)),
                 }
@@ -216,11 +219,10 @@ pub async fn list(
     tx: &mpsc::Sender<Listed>,
     cursor: &mut super::list::Cursor,
 ) -> Result<(), FileError> {
-    let lister = storage
-        .lister(container)
+    let lister = ContainerReader::new(storage, container)
         .map_err(|e| FileError::new("storage", e.to_string(), false))?;
     loop {
-        let page = match lister.page(prefix, cursor.marker(), PAGE).await {
+        let page = match lister.list_page(prefix, cursor.marker(), PAGE).await {
             Ok(p) => p,
             Err(ReadError::NotFound) => {
                 return Err(FileError::new(

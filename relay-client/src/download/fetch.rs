@@ -16,13 +16,13 @@ use sha2::{Digest, Sha256};
 
 use super::inflating::{Inflating, Slot, Wire, ask};
 use super::safe_fs::{Entry, Folder, FsError};
-use super::session::{Blob, Compared, Hashes, Local};
 use crate::commands::args::OverwriteMode;
 use crate::index::Index;
 use crate::relay::open_turns::OpenTurns;
 use crate::sign_in::Bearer;
 use crate::transfer::send::sign_in_failed;
 use crate::ui::report::FileError;
+use relay_proto::session::download::{Blob, Compared, Hashes, Local};
 
 /// The largest piece of a section read from QUIC at once (no copy: quinn's own
 /// buffer), so a file's memory is this, not its size.

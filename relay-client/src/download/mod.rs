@@ -6,7 +6,8 @@
 //! - `place`: where a blob name may go under the destination, and the names
 //!   of the partial files no blob name maps to (pure).
 //! - `safe_fs`: creating folders and files there without following links.
-//! - `session`: one blob's decisions: skip, refuse, resume, restart, verify (pure).
+//! - `relay_proto::session::download`: one blob's decisions: skip, refuse,
+//!   resume, restart, verify (pure).
 //! - `partial`: the partial file's one writer (its lock) and its sidecar
 //!   (which blob and version it holds).
 //! - `fetch`: one blob's stream and bytes into the partial file.
@@ -26,7 +27,6 @@ pub mod partial;
 pub mod place;
 pub mod placing;
 pub mod safe_fs;
-pub mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,8 +53,8 @@ use crate::ui::weather::WeatherSink;
 use args::DownloadArgs;
 use fetch::{Done, Target};
 use place::{Selection, components};
+use relay_proto::session::download::{self as session, Blob};
 use safe_fs::Folder;
-use session::Blob;
 
 /// Names a listing hands the download loop at most this far ahead.
 const LIST_AHEAD: usize = 1024;

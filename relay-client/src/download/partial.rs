@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::safe_fs::{Entry, Folder, FsError, Lock, Stat, stat_file, try_lock, try_lock_shared};
-use super::session::Partial;
 use crate::ui::report::FileError;
+use relay_proto::session::download::Partial;
 
 /// What the sidecar records (small JSON beside the partial file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

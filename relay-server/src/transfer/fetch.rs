@@ -21,14 +21,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quinn::{RecvStream, SendStream};
-use relay_pipeline::failure::storage_failure;
+use relay_pipeline::failure::{range_check, storage_failure};
 use relay_proto::blob_name::validate_blob_name;
 use relay_proto::id_key::Owner;
 use relay_proto::logsafe::safe;
 use relay_proto::protocol::{
     Check, Code, Data, Encoding, Failure, Fetch, Message, Sent, Source, app_error,
 };
-use relay_storage::read::{BlobReader, MAX_CHECKED_RANGE, RangeCheck, ReadError, ReadProperties};
+use relay_storage::read::{MAX_CHECKED_RANGE, RangeCheck, ReadError, ReadProperties};
+use relay_storage::source::{BlobSource, ContainerReader};
 use relay_storage::staging::Budget;
 use relay_transport::frames::write_frame;
 use tokio::task::JoinHandle;
@@ -84,14 +85,15 @@ async fn serve(
 ) {
     let m = &shared.metrics;
     Metrics::add(&m.fetches_started, 1);
-    let reader = match shared.storage.account.reader(&fetch.container, &fetch.blob) {
+    let reader: Arc<dyn BlobSource> =
+        match ContainerReader::new(&shared.storage.account, &fetch.container) {
         Ok(r) => Arc::new(r),
         Err(e) => {
             let f = storage_failure(&e);
             return reject(shared, send, recv, Reason::Code(f.code), f).await;
         }
     };
-    let props = match reader.properties().await {
+    let props = match reader.properties(&fetch.blob).await {
         Ok(p) => p,
         Err(e) => {
             let f = read_failure(e);
@@ -127,9 +129,10 @@ async fn serve(
         shared,
         share,
         reader: reader.clone(),
+        blob: fetch.blob.clone(),
         etag: props.etag.clone(),
         range,
-        check: RangeCheck::for_check(check),
+        check: range_check(check),
     };
     let result = sending.run(offset, size, send, compressing).await;
     ended(shared, send, reader.requests(), result).await;
@@ -326,7 +329,8 @@ impl Drop for RangeTask {
 struct Sending<'a> {
     shared: &'a Shared,
     share: Budget,
-    reader: Arc<BlobReader>,
+    reader: Arc<dyn BlobSource>,
+    blob: String,
     etag: String,
     range: u64,
     check: RangeCheck,
@@ -406,8 +410,8 @@ impl Sending<'_> {
                         continue;
                     };
                     waiting_since = None;
-                    let (reader, etag, at, check) = (self.reader.clone(), self.etag.clone(), next, self.check);
-                    let task = tokio::spawn(async move { reader.range(&etag, at, len, check).await });
+                    let (reader, blob, etag, at, check) = (self.reader.clone(), self.blob.clone(), self.etag.clone(), next, self.check);
+                    let task = tokio::spawn(async move { reader.range(&blob, &etag, at, len, check).await });
                     pending.push_back(RangeTask(task, Some(held), len));
                     next += len;
                 }

@@ -23,7 +23,8 @@ use relay_proto::logsafe::safe;
 use relay_proto::protocol::{
     Code, Failure, List, ListEnd, Listed, Listing, MAX_LIST_MARKER_BYTES, Message, app_error,
 };
-use relay_storage::read::{ListedBlob, Lister, ReadError};
+use relay_storage::listing::{ListedBlob, Lister};
+use relay_storage::read::ReadError;
 use tracing::Instrument;
 
 use super::admit::{Request, admit, admitted};

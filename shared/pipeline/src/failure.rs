@@ -1,9 +1,13 @@
 //! Storage's failures in the protocol's words: the code a Reject or Error frame
-//! carries (and direct mode's report shows), and a message for the user.
+//! carries (and direct mode's report shows), and a message for the user; and
+//! the protocol's words in storage's (an Offer's overwrite as a commit's
+//! condition, a Source's check as what each range read checks), so storage's
+//! API carries no wire message.
 
-use relay_proto::protocol::{Code, ExistingBlob, Failure, Overwrite};
+use relay_proto::protocol::{Check, Code, ExistingBlob, Failure, Overwrite};
 use relay_storage::blob::BlobError;
 use relay_storage::publish::{OUTCOME_UNKNOWN, PublishError};
+use relay_storage::read::RangeCheck;
 use relay_storage::staging::StageError;
 use relay_storage::store::Condition;
 
@@ -13,6 +17,16 @@ pub fn condition(overwrite: &Overwrite) -> Condition {
         Overwrite::Never => Condition::IfAbsent,
         Overwrite::IfMatch { etag } => Condition::IfMatch(etag.clone()),
         Overwrite::Always => Condition::Always,
+    }
+}
+
+/// What storage checks of each range read for a blob a Source names with
+/// `check`: ranges are checked only for a blob nothing checks whole (a seal's
+/// SHA-256 and a Content-MD5 are checked by the client at the end).
+pub fn range_check(check: Check) -> RangeCheck {
+    match check {
+        Check::Sealed | Check::ContentMd5 => RangeCheck::LengthOnly,
+        Check::Ranges => RangeCheck::StorageMd5,
     }
 }
 

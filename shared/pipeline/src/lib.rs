@@ -12,6 +12,8 @@ pub mod upload;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]
+mod read_race_tests;
+#[cfg(test)]
 mod reading_tests;
 #[cfg(test)]
 mod upload_tests;

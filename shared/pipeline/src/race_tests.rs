@@ -175,7 +175,7 @@ async fn run_once(
 }
 
 /// The next interleaving after `choices` (which met `branching`), depth first.
-fn next_choices(mut choices: Vec<usize>, branching: &[usize]) -> Option<Vec<usize>> {
+pub(crate) fn next_choices(mut choices: Vec<usize>, branching: &[usize]) -> Option<Vec<usize>> {
     choices.resize(branching.len(), 0);
     while let Some(last) = choices.pop() {
         if last + 1 < branching[choices.len()] {

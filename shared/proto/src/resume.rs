@@ -71,63 +71,97 @@ pub fn find_resume_point<'a>(
     uncommitted: impl IntoIterator<Item = (&'a [u8], u64)>,
     markers: Md5Markers,
 ) -> ResumePoint {
-    let reusable = plan.block_count().saturating_sub(1);
-    let mut candidates: Vec<Vec<[u8; BLOCK_ID_LEN]>> =
-        vec![Vec::new(); reusable.min(u32::MAX as u64) as usize];
-    let mut md5_markers: Vec<Vec<[u8; BLOCK_ID_LEN]>> = match markers {
-        Md5Markers::Needed => vec![Vec::new(); candidates.len()],
-        Md5Markers::Ignored => Vec::new(),
+    let sorted = Sorted::of(plan, uncommitted, markers);
+    let chain = longest_chain(plan, signer, &sorted.candidates);
+    let (chain, md5) = match markers {
+        Md5Markers::Ignored => (chain, None),
+        Md5Markers::Needed => {
+            let mut chain = chain;
+            let found = deepest_md5(signer, &chain, &sorted.md5_markers);
+            chain.truncate(found.map_or(0, |(blocks, _)| blocks));
+            (
+                chain,
+                Some(found.map_or_else(Md5State::start, |(_, state)| state)),
+            )
+        }
     };
-    for (raw, size) in uncommitted {
-        let Some(index) = IdSigner::claimed_index(raw) else {
-            continue;
+    let mut point = ResumePoint::fresh();
+    if let Some((cp, _)) = chain.last() {
+        point.checkpoint = *cp;
+        point.offset = cp.offset;
+    }
+    point.ids = chain.into_iter().map(|(_, raw)| raw).collect();
+    point.blocks = point.ids.len() as u32;
+    point.md5 = md5;
+    point
+}
+
+/// Uncommitted IDs sorted by the block index they claim: data blocks of the
+/// plan's size, and MD5 markers (when asked for), at most `MAX_BRANCHES` of
+/// each per index.
+struct Sorted {
+    candidates: Vec<Vec<[u8; BLOCK_ID_LEN]>>,
+    md5_markers: Vec<Vec<[u8; BLOCK_ID_LEN]>>,
+}
+
+impl Sorted {
+    fn of<'a>(
+        plan: &BlockPlan,
+        uncommitted: impl IntoIterator<Item = (&'a [u8], u64)>,
+        markers: Md5Markers,
+    ) -> Self {
+        let reusable = plan.block_count().saturating_sub(1);
+        let mut candidates: Vec<Vec<[u8; BLOCK_ID_LEN]>> =
+            vec![Vec::new(); reusable.min(u32::MAX as u64) as usize];
+        let mut md5_markers: Vec<Vec<[u8; BLOCK_ID_LEN]>> = match markers {
+            Md5Markers::Needed => vec![Vec::new(); candidates.len()],
+            Md5Markers::Ignored => Vec::new(),
         };
-        if size == MD5_MARKER_LEN && plan.block_len(u64::from(index)) != MD5_MARKER_LEN {
-            if let (Some(slot), Ok(raw)) = (md5_markers.get_mut(index as usize), raw.try_into())
-                && slot.len() < MAX_BRANCHES
-            {
+        for (raw, size) in uncommitted {
+            let Some(index) = IdSigner::claimed_index(raw) else {
+                continue;
+            };
+            if size == MD5_MARKER_LEN && plan.block_len(u64::from(index)) != MD5_MARKER_LEN {
+                if let (Some(slot), Ok(raw)) = (md5_markers.get_mut(index as usize), raw.try_into())
+                    && slot.len() < MAX_BRANCHES
+                {
+                    slot.push(raw);
+                }
+                continue;
+            }
+            let (Some(slot), Ok(raw)) = (candidates.get_mut(index as usize), raw.try_into()) else {
+                continue;
+            };
+            // Azure keeps one block per ID: a repeated ID is the same block.
+            if size == plan.block_len(u64::from(index)) && !slot.contains(&raw) {
                 slot.push(raw);
             }
-            continue;
         }
-        let (Some(slot), Ok(raw)) = (candidates.get_mut(index as usize), raw.try_into()) else {
-            continue;
-        };
-        // Azure keeps one block per ID: a repeated ID is the same block.
-        if size == plan.block_len(u64::from(index)) && !slot.contains(&raw) {
-            slot.push(raw);
+        Self {
+            candidates,
+            md5_markers,
         }
     }
-    // Level by level: the states reachable at each depth, each with the ID that
-    // reached it and its parent's position on the level before.
-    let mut levels: Vec<Vec<(Checkpoint, [u8; BLOCK_ID_LEN], usize)>> = Vec::new();
+}
+
+/// A state reachable at one depth of the chain: the checkpoint after the
+/// block, the ID that reached it and its parent's position on the level before.
+type Reached = (Checkpoint, [u8; BLOCK_ID_LEN], usize);
+
+/// The longest chain of `candidates` (by block index) each verifying as the
+/// continuation of the one before, with the checkpoint after each block.
+fn longest_chain(
+    plan: &BlockPlan,
+    signer: &IdSigner,
+    candidates: &[Vec<[u8; BLOCK_ID_LEN]>],
+) -> Vec<(Checkpoint, [u8; BLOCK_ID_LEN])> {
+    // Level by level: the states reachable at each depth.
+    let mut levels: Vec<Vec<Reached>> = Vec::new();
     let start = [(Checkpoint::start(), [0u8; BLOCK_ID_LEN], 0)];
     for (index, level) in candidates.iter().enumerate() {
         let (_, end) = plan.block_range(index as u64);
         let before = levels.last().map_or(&start[..], Vec::as_slice);
-        let mut next: Vec<(Checkpoint, [u8; BLOCK_ID_LEN], usize)> = Vec::new();
-        for raw in level {
-            if next.len() >= MAX_BRANCHES {
-                break;
-            }
-            let continued = before
-                .iter()
-                .enumerate()
-                .find_map(
-                    |(parent, (follows, ..))| match signer.decode(raw, follows) {
-                        Some(BlockId {
-                            state: BlockState::After(cp),
-                            ..
-                        }) if cp.offset == end => Some((cp, parent)),
-                        _ => None,
-                    },
-                );
-            if let Some((cp, parent)) = continued
-                && !next.iter().any(|(seen, ..)| *seen == cp)
-            {
-                next.push((cp, *raw, parent));
-            }
-        }
+        let next = next_level(signer, before, level, end);
         if next.is_empty() {
             break;
         }
@@ -144,23 +178,42 @@ pub fn find_resume_point<'a>(
         at = *parent;
     }
     chain.reverse();
-    let md5 = match markers {
-        Md5Markers::Ignored => None,
-        Md5Markers::Needed => {
-            let found = deepest_md5(signer, &chain, &md5_markers);
-            chain.truncate(found.map_or(0, |(blocks, _)| blocks));
-            Some(found.map_or_else(Md5State::start, |(_, state)| state))
+    chain
+}
+
+/// The states one level of IDs reaches from the states `before` it: each ID
+/// that verifies after one of them and ends at `end`, once per state, at most
+/// `MAX_BRANCHES`.
+fn next_level(
+    signer: &IdSigner,
+    before: &[Reached],
+    level: &[[u8; BLOCK_ID_LEN]],
+    end: u64,
+) -> Vec<Reached> {
+    let mut next: Vec<Reached> = Vec::new();
+    for raw in level {
+        if next.len() >= MAX_BRANCHES {
+            break;
         }
-    };
-    let mut point = ResumePoint::fresh();
-    if let Some((cp, _)) = chain.last() {
-        point.checkpoint = *cp;
-        point.offset = cp.offset;
+        let continued = before
+            .iter()
+            .enumerate()
+            .find_map(
+                |(parent, (follows, ..))| match signer.decode(raw, follows) {
+                    Some(BlockId {
+                        state: BlockState::After(cp),
+                        ..
+                    }) if cp.offset == end => Some((cp, parent)),
+                    _ => None,
+                },
+            );
+        if let Some((cp, parent)) = continued
+            && !next.iter().any(|(seen, ..)| *seen == cp)
+        {
+            next.push((cp, *raw, parent));
+        }
     }
-    point.ids = chain.into_iter().map(|(_, raw)| raw).collect();
-    point.blocks = point.ids.len() as u32;
-    point.md5 = md5;
-    point
+    next
 }
 
 /// The longest prefix of `chain` (its length) whose last block has an MD5

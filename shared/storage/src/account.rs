@@ -10,9 +10,10 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 use crate::blob::BlobWriter;
 use crate::credentials::StorageAccess;
 use crate::error::BlobError;
+use crate::listing::Lister;
 use crate::options::WriterOptions;
 use crate::progress::WatchedClient;
-use crate::read::{BlobReader, Lister};
+use crate::read::BlobReader;
 use crate::retry::{AbandonCounts, RetryCounts};
 use crate::sdk::{self, AccountPipeline};
 

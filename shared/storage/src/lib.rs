@@ -8,7 +8,11 @@
 //! container's pages).
 //! Every upload request goes through one seam, `store::BlobStore`,
 //! with the Azure implementation (`blob::BlobWriter`) and an in-memory twin that
-//! can interleave writers deterministically (`memory`).
+//! can interleave writers deterministically (`memory`); every download request
+//! through another, `source::BlobSource`, with the Azure implementation
+//! (`source::ContainerReader`) and an in-memory twin over the same blobs
+//! (`memory_source`), where a writer can replace or delete a blob between two
+//! of a reader's requests.
 //!
 //! Pure rules (block IDs, checkpoints, resume points) come from `relay-proto`.
 
@@ -20,6 +24,7 @@ pub mod credentials;
 pub mod error;
 pub mod listing;
 pub mod memory;
+pub mod memory_source;
 pub mod options;
 pub mod progress;
 pub mod publish;
@@ -28,6 +33,7 @@ pub mod read;
 pub mod retry;
 pub mod sas;
 mod sdk;
+pub mod source;
 pub mod staging;
 pub mod store;
 pub mod watch;

@@ -24,18 +24,19 @@ use crate::store::{BlobProperties, BlobStore, Commit, Condition};
 /// A committed blob: its blocks (for a later Put Block List that names them),
 /// its metadata and etag.
 #[derive(Debug, Clone)]
-struct Committed {
+pub(crate) struct Committed {
     blocks: Vec<(Vec<u8>, Bytes)>,
-    etag: String,
-    metadata: HashMap<String, String>,
+    pub(crate) etag: String,
+    pub(crate) metadata: HashMap<String, String>,
     /// The blob's Content-MD5 property, as the commit set it.
-    content_md5: Option<[u8; 16]>,
+    pub(crate) content_md5: Option<[u8; 16]>,
+    pub(crate) content_type: Option<String>,
     /// Seconds since the Unix epoch, as the service's Last-Modified.
-    last_modified: u64,
+    pub(crate) last_modified: u64,
 }
 
 impl Committed {
-    fn data(&self) -> Bytes {
+    pub(crate) fn data(&self) -> Bytes {
         let mut out = BytesMut::new();
         for (_, b) in &self.blocks {
             out.extend_from_slice(b);
@@ -45,14 +46,15 @@ impl Committed {
 }
 
 #[derive(Debug, Default)]
-struct BlobState {
-    committed: Option<Committed>,
+pub(crate) struct BlobState {
+    pub(crate) committed: Option<Committed>,
     uncommitted: Vec<(Vec<u8>, Bytes)>,
 }
 
 #[derive(Debug, Default)]
-struct Account {
-    blobs: HashMap<String, BlobState>,
+pub(crate) struct Account {
+    /// By `container/blob`.
+    pub(crate) blobs: HashMap<String, BlobState>,
     etags: u64,
     /// Per blob: Put Blocks still to keep before one is acknowledged and lost.
     lose_after: HashMap<String, u32>,
@@ -61,10 +63,10 @@ struct Account {
 /// One storage account in memory; cheap to clone (clones share the blobs).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryAccount {
-    inner: Arc<Mutex<Account>>,
+    pub(crate) inner: Arc<Mutex<Account>>,
 }
 
-fn key(container: &str, blob: &str) -> String {
+pub(crate) fn key(container: &str, blob: &str) -> String {
     format!("{container}/{blob}")
 }
 
@@ -145,7 +147,7 @@ fn md5_of(data: &[u8]) -> [u8; 16] {
     Md5::digest(data).into()
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere in a test must not hide its own message behind a poison error.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -229,10 +231,20 @@ impl MemoryBlob {
             etag: etag.clone(),
             metadata,
             content_md5: commit.content_md5,
+            content_type: commit.content_type.map(str::to_string),
             last_modified: unix_now(),
         });
         state.uncommitted.clear();
         Ok(etag)
+    }
+}
+
+impl MemoryBlob {
+    /// Delete Blob, as any writer of the account could: the blob and its
+    /// uncommitted blocks are gone (`false`: there was no blob).
+    pub async fn delete(&self) -> bool {
+        self.request("Delete Blob").await;
+        lock(&self.account).blobs.remove(&self.key).is_some()
     }
 }
 
@@ -384,7 +396,11 @@ impl Turnstile {
         })
     }
 
-    async fn enter(&self, writer: usize, op: &'static str) {
+    /// Waits until the test grants this request of `writer`'s. The twin's
+    /// requests call it; a test calls it for a participant's step that is
+    /// no storage request (a reader taking its partial file's lock), so
+    /// that step is interleaved with the others too.
+    pub async fn enter(&self, writer: usize, op: &'static str) {
         let ticket = {
             let mut s = lock(&self.state);
             let seq = s.next_seq.entry(writer).or_insert(0);

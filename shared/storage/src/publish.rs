@@ -235,16 +235,7 @@ pub async fn commit_verified(
     expected: &[(&str, &str)],
     dest: &Destination<'_>,
 ) -> Result<Published, PublishError> {
-    let ours = hex::encode(staged.sha256);
-    for (who, theirs) in expected {
-        if !theirs.eq_ignore_ascii_case(&ours) {
-            return Err(PublishError::HashMismatch {
-                ours,
-                who: who.to_string(),
-                theirs: theirs.to_string(),
-            });
-        }
-    }
+    let ours = digest_as_expected(staged, expected)?;
     let seal = dest.key.seal(dest.container, dest.blob, dest.size, &ours);
     let mark = dest.key.writer_mark(
         dest.writer.owner,
@@ -274,28 +265,19 @@ pub async fn commit_verified(
             store.commit_blocks(ids, &commit).await
         }
     };
-    // A retried commit request may have landed before its last answer: then
-    // this upload did commit, whatever that answer said.
-    let commit_retried = store.retries() != retries_before;
     let etag = match committed {
         Ok(etag) => etag,
         Err(e) if is_invalid_block_list(&e) && staged.single.is_none() => {
             return Err(lost_blocks(store, staged, e).await);
         }
         Err(e) => {
-            // An attempt with no answer may have published the blob: say so,
-            // never that nothing was committed.
-            let landed = store.unanswered() != unanswered_before;
-            let props = match conflict_or(store, dest, &ours, e).await {
-                Err(PublishError::Storage(e)) if landed => {
-                    return Err(PublishError::OutcomeUnknown(e));
-                }
-                other => other?,
+            let tries = Tries {
+                // A retried commit request may have landed before its last
+                // answer: then this upload did commit, whatever that answer said.
+                retried: store.retries() != retries_before,
+                unanswered: store.unanswered() != unanswered_before,
             };
-            return Ok(Published {
-                props,
-                earlier_commit: !commit_retried,
-            });
+            return refused_commit(store, dest, &ours, e, tries).await;
         }
     };
     // The commit's answer is the confirmation, for Put Blob (one request, its
@@ -315,6 +297,52 @@ pub async fn commit_verified(
     Ok(Published {
         props,
         earlier_commit: false,
+    })
+}
+
+/// The staged bytes' SHA-256 (hex), if it equals every expected hash.
+fn digest_as_expected(staged: &Staged, expected: &[(&str, &str)]) -> Result<String, PublishError> {
+    let ours = hex::encode(staged.sha256);
+    for (who, theirs) in expected {
+        if !theirs.eq_ignore_ascii_case(&ours) {
+            return Err(PublishError::HashMismatch {
+                ours,
+                who: who.to_string(),
+                theirs: theirs.to_string(),
+            });
+        }
+    }
+    Ok(ours)
+}
+
+/// What the commit's request went through before its refusal.
+#[derive(Debug, Clone, Copy)]
+struct Tries {
+    /// It was sent more than once.
+    retried: bool,
+    /// An attempt had no answer (it may have been done).
+    unanswered: bool,
+}
+
+/// A commit storage refused: published after all (the blob holds our bytes),
+/// or why not; an attempt with no answer may have published the blob, so
+/// then it is said to be unknown, never that nothing was committed.
+async fn refused_commit(
+    store: &dyn BlobStore,
+    dest: &Destination<'_>,
+    ours: &str,
+    e: BlobError,
+    tries: Tries,
+) -> Result<Published, PublishError> {
+    let props = match conflict_or(store, dest, ours, e).await {
+        Err(PublishError::Storage(e)) if tries.unanswered => {
+            return Err(PublishError::OutcomeUnknown(e));
+        }
+        other => other?,
+    };
+    Ok(Published {
+        props,
+        earlier_commit: !tries.retried,
     })
 }
 

@@ -31,12 +31,9 @@ use futures::StreamExt;
 use md5::{Digest, Md5};
 use relay_proto::blob_name::SHA256_METADATA_KEY;
 use relay_proto::id_key::{IdKey, SEAL_METADATA_KEY};
-use relay_proto::protocol::Check;
 
 use crate::blob::BlobWriter;
 use crate::error::BlobError;
-
-pub use crate::listing::{ListPage, ListedBlob, Lister};
 
 /// Largest range whose MD5 storage computes (`x-ms-range-get-content-md5`).
 pub const MAX_CHECKED_RANGE: u64 = 4 << 20;
@@ -49,17 +46,6 @@ pub enum RangeCheck {
     StorageMd5,
     /// The length only: the whole blob's hash is checked at the end.
     LengthOnly,
-}
-
-impl RangeCheck {
-    /// Ranges are checked only for a blob nothing checks whole: a seal's
-    /// SHA-256 and a Content-MD5 are checked by the client at the end.
-    pub fn for_check(check: Check) -> RangeCheck {
-        match check {
-            Check::Sealed | Check::ContentMd5 => RangeCheck::LengthOnly,
-            Check::Ranges => RangeCheck::StorageMd5,
-        }
-    }
 }
 
 /// Why a read failed.
@@ -199,11 +185,8 @@ impl BlobReader {
         len: u64,
         check: RangeCheck,
     ) -> Result<Bytes, ReadError> {
-        if len > MAX_CHECKED_RANGE {
-            return Err(ReadError::RangeTooLarge(len));
-        }
-        if len == 0 {
-            return Ok(Bytes::new());
+        if let Some(answer) = without_storage(len) {
+            return answer;
         }
         let url = self.w.url.clone();
         let version = self.w.account.version.clone();
@@ -263,6 +246,15 @@ impl BlobReader {
             },
         }
     }
+}
+
+/// A range read answered before any request (for Azure and its twin alike):
+/// one larger than storage checksums is refused, an empty one is empty.
+pub(crate) fn without_storage(len: u64) -> Option<Result<Bytes, ReadError>> {
+    if len > MAX_CHECKED_RANGE {
+        return Some(Err(ReadError::RangeTooLarge(len)));
+    }
+    (len == 0).then(|| Ok(Bytes::new()))
 }
 
 /// An answer's body in one buffer of at most `max` bytes, allocated once

@@ -5,9 +5,12 @@
 //! in milliseconds; the async drivers only move bytes and events.
 
 pub mod client;
+pub mod download;
 pub mod relay;
 
 #[cfg(test)]
 mod client_tests;
+#[cfg(test)]
+mod download_tests;
 #[cfg(test)]
 mod relay_tests;

@@ -206,14 +206,9 @@ struct Outcome {
 /// The span over which startup speed is compared.
 const EARLY: Duration = Duration::from_secs(2);
 
-/// Runs the flows (all bulk, starting together) for `seconds` of simulated time.
-fn run<'a>(link: &mut Link, ctls: Vec<Box<dyn Ctl + 'a>>, seconds: f64) -> Outcome {
-    let t0 = Instant::now();
-    let end = t0 + Duration::from_secs_f64(seconds);
-    let half = t0 + Duration::from_secs_f64(seconds / 2.0);
-    let mut flows: Vec<Flow<'a>> = ctls
-        .into_iter()
-        .map(|ctl| Flow {
+impl<'a> Flow<'a> {
+    fn new(ctl: Box<dyn Ctl + 'a>, t0: Instant) -> Self {
+        Flow {
             ctl,
             in_flight: 0,
             srtt: None,
@@ -223,51 +218,141 @@ fn run<'a>(link: &mut Link, ctls: Vec<Box<dyn Ctl + 'a>>, seconds: f64) -> Outco
             handshaken: false,
             early_bytes: 0,
             late_bytes: 0,
-        })
-        .collect();
-    let mut out = Outcome::default();
-    // (flow, sent at, ack arrives at): one FIFO bottleneck and equal delays keep
-    // arrivals in order across flows.
-    let mut acks: VecDeque<(usize, Instant, Instant)> = VecDeque::new();
-    let mut busy_until = t0;
-    let mut now = t0;
-    while now < end {
-        // The earliest thing that happens next: an ack, or a flow's next send.
-        let mut next = acks.front().map(|a| a.2);
-        let mut sender = None;
-        for (i, f) in flows.iter().enumerate() {
-            let handshake_done = f.handshaken || f.sent == 0;
-            if handshake_done && f.in_flight + PACKET <= f.ctl.window() {
-                let at = f.next_send.max(now);
-                if next.is_none_or(|n| at < n) {
-                    next = Some(at);
-                    sender = Some(i);
-                }
+        }
+    }
+
+    /// The ack of the packet sent at `sent`, back at `at`: every packet of
+    /// this flow sent before it and doomed is declared lost first.
+    fn acked(&mut self, sent: Instant, at: Instant, clock: &Clock) {
+        while self.doomed.front().is_some_and(|&d| d < sent) {
+            let d = self.doomed.pop_front().unwrap_or(sent);
+            self.in_flight -= PACKET;
+            self.ctl.on_loss(at, d, PACKET);
+        }
+        self.in_flight -= PACKET;
+        self.handshaken = true;
+        self.ctl.on_ack(at, sent, PACKET);
+        self.ctl.on_end_acks(at, self.in_flight);
+        let rtt = at - sent;
+        self.srtt = Some(self.srtt.map_or(rtt, |s| (s * 7 + rtt) / 8));
+        if at >= clock.half {
+            self.late_bytes += PACKET;
+        }
+        if at < clock.t0 + EARLY {
+            self.early_bytes += PACKET;
+        }
+    }
+
+    /// When this flow may send after a packet sent `now`.
+    fn after_send(&self, now: Instant) -> Instant {
+        if self.ctl.paced() {
+            let rtt = self
+                .srtt
+                .unwrap_or(Duration::from_millis(333))
+                .as_secs_f64();
+            let pace = 1.25 * self.ctl.window() as f64 / rtt;
+            now + Duration::from_secs_f64(PACKET as f64 / pace)
+        } else {
+            now
+        }
+    }
+}
+
+/// The run's start and the start of its second half.
+struct Clock {
+    t0: Instant,
+    half: Instant,
+}
+
+/// The bottleneck's state: when its queue drains, and the acks on their way
+/// back as (flow, sent at, ack arrives at): one FIFO bottleneck and equal
+/// delays keep arrivals in order across flows.
+struct Bottleneck {
+    busy_until: Instant,
+    acks: VecDeque<(usize, Instant, Instant)>,
+}
+
+impl Bottleneck {
+    /// Flow `i`'s packet sent `now` through the link: lost at random, dropped
+    /// at the tail of a full queue, or queued, its ack scheduled.
+    fn carry(
+        &mut self,
+        link: &mut Link,
+        f: &mut Flow<'_>,
+        i: usize,
+        now: Instant,
+        t0: Instant,
+        out: &mut Outcome,
+    ) {
+        // The handshake's packet always arrives (QUIC would resend it; the
+        // simulator has no timers).
+        if f.sent > 1 && link.coin() < link.loss {
+            out.random_drops += 1;
+            f.doomed.push_back(now);
+            return;
+        }
+        let backlog = self.busy_until.saturating_duration_since(now).as_secs_f64() * link.rate;
+        if backlog + PACKET as f64 > link.queue_limit {
+            out.queue_drops += 1;
+            f.doomed.push_back(now);
+            return;
+        }
+        let depart = self.busy_until.max(now) + Duration::from_secs_f64(PACKET as f64 / link.rate);
+        self.busy_until = depart;
+        let arrived = depart + link.one_way;
+        let acked = match link.receiver {
+            Some(busy) => t0 + busy.acked_after(arrived - t0),
+            None => arrived,
+        };
+        self.acks.push_back((i, now, acked + link.one_way));
+    }
+}
+
+/// The earliest thing that happens next: an ack (`None`), or a flow's next
+/// send (`Some(flow)`), and when.
+fn next_event(
+    flows: &[Flow<'_>],
+    acks: &VecDeque<(usize, Instant, Instant)>,
+    now: Instant,
+) -> (Option<Instant>, Option<usize>) {
+    let mut next = acks.front().map(|a| a.2);
+    let mut sender = None;
+    for (i, f) in flows.iter().enumerate() {
+        let handshake_done = f.handshaken || f.sent == 0;
+        if handshake_done && f.in_flight + PACKET <= f.ctl.window() {
+            let at = f.next_send.max(now);
+            if next.is_none_or(|n| at < n) {
+                next = Some(at);
+                sender = Some(i);
             }
         }
+    }
+    (next, sender)
+}
+
+/// Runs the flows (all bulk, starting together) for `seconds` of simulated time.
+fn run<'a>(link: &mut Link, ctls: Vec<Box<dyn Ctl + 'a>>, seconds: f64) -> Outcome {
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs_f64(seconds);
+    let clock = Clock {
+        t0,
+        half: t0 + Duration::from_secs_f64(seconds / 2.0),
+    };
+    let mut flows: Vec<Flow<'a>> = ctls.into_iter().map(|ctl| Flow::new(ctl, t0)).collect();
+    let mut out = Outcome::default();
+    let mut path = Bottleneck {
+        busy_until: t0,
+        acks: VecDeque::new(),
+    };
+    let mut now = t0;
+    while now < end {
+        let (next, sender) = next_event(&flows, &path.acks, now);
         now = next.expect("something in flight or sendable");
         let Some(i) = sender else {
-            let Some((i, sent, at)) = acks.pop_front() else {
+            let Some((i, sent, at)) = path.acks.pop_front() else {
                 continue;
             };
-            let f = &mut flows[i];
-            while f.doomed.front().is_some_and(|&d| d < sent) {
-                let d = f.doomed.pop_front().unwrap_or(sent);
-                f.in_flight -= PACKET;
-                f.ctl.on_loss(at, d, PACKET);
-            }
-            f.in_flight -= PACKET;
-            f.handshaken = true;
-            f.ctl.on_ack(at, sent, PACKET);
-            f.ctl.on_end_acks(at, f.in_flight);
-            let rtt = at - sent;
-            f.srtt = Some(f.srtt.map_or(rtt, |s| (s * 7 + rtt) / 8));
-            if at >= half {
-                f.late_bytes += PACKET;
-            }
-            if at < t0 + EARLY {
-                f.early_bytes += PACKET;
-            }
+            flows[i].acked(sent, at, &clock);
             continue;
         };
         let f = &mut flows[i];
@@ -275,35 +360,8 @@ fn run<'a>(link: &mut Link, ctls: Vec<Box<dyn Ctl + 'a>>, seconds: f64) -> Outco
         f.sent += 1;
         f.in_flight += PACKET;
         f.ctl.on_sent(now);
-        // The handshake's packet always arrives (QUIC would resend it; the
-        // simulator has no timers).
-        if f.sent > 1 && link.coin() < link.loss {
-            out.random_drops += 1;
-            f.doomed.push_back(now);
-        } else {
-            let backlog = busy_until.saturating_duration_since(now).as_secs_f64() * link.rate;
-            if backlog + PACKET as f64 > link.queue_limit {
-                out.queue_drops += 1;
-                f.doomed.push_back(now);
-            } else {
-                let depart =
-                    busy_until.max(now) + Duration::from_secs_f64(PACKET as f64 / link.rate);
-                busy_until = depart;
-                let arrived = depart + link.one_way;
-                let acked = match link.receiver {
-                    Some(busy) => t0 + busy.acked_after(arrived - t0),
-                    None => arrived,
-                };
-                acks.push_back((i, now, acked + link.one_way));
-            }
-        }
-        f.next_send = if f.ctl.paced() {
-            let rtt = f.srtt.unwrap_or(Duration::from_millis(333)).as_secs_f64();
-            let pace = 1.25 * f.ctl.window() as f64 / rtt;
-            now + Duration::from_secs_f64(PACKET as f64 / pace)
-        } else {
-            now
-        };
+        path.carry(link, f, i, now, t0, &mut out);
+        f.next_send = f.after_send(now);
     }
     out.late_rate = flows
         .iter()

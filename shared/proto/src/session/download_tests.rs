@@ -2,8 +2,8 @@
 //! --overwrite × partial file × check × blob version, run against a simulated
 //! relay and checked against the rules written out once more (`expect`).
 
-use super::*;
-use relay_proto::protocol::Source;
+use super::download::*;
+use crate::protocol::{Check, Code, Failure, Source};
 
 const SIZE: u64 = 1000;
 

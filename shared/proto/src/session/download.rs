@@ -1,5 +1,5 @@
 //! One blob's download decisions, apart from I/O (in the manner of
-//! `relay_proto::session::client`): what to do about a local file already
+//! `session::client`): what to do about a local file already
 //! there, where to start (a partial file the same version of the blob left),
 //! what the relay's `Source` means, and whether the bytes written may take
 //! the final name. The driver (`fetch`) performs each action and feeds back
@@ -17,9 +17,21 @@
 //!                                                  └─ mismatch ─▶ Fail (retryable, discard)
 //! ```
 
-use relay_proto::protocol::{Check, Code, Failure, Source};
+use crate::protocol::{Check, Code, Failure, Source};
 
-use crate::commands::args::OverwriteMode;
+/// When a local file at the final name may be replaced (the client's
+/// `--overwrite`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverwriteMode {
+    /// Refuse the file; one identical to the blob is skipped.
+    Never,
+    /// Replace it.
+    Always,
+    /// Skip it when identical to the blob; replace it otherwise.
+    IfDifferent,
+    /// Skip it when identical or modified after the blob; replace it otherwise.
+    IfNewer,
+}
 
 /// The blob as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -488,7 +500,3 @@ impl Session {
         )
     }
 }
-
-#[cfg(test)]
-#[path = "session_tests.rs"]
-mod tests;
