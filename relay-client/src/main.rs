@@ -364,8 +364,8 @@ fn watch(args: WatchArgs) -> ExitCode {
             print_summary(&summary, output);
             ExitCode::SUCCESS
         }
-        Ok(WatchEnd::Refused(message)) => {
-            print_error(output, "refused", "refused", &message);
+        Ok(WatchEnd::Refused(refusal)) => {
+            print_error(output, "refused", "refused", &refusal.to_string());
             ExitCode::from(EXIT_REFUSED)
         }
         Ok(WatchEnd::OutOfPatience {

@@ -194,11 +194,6 @@ pub struct UploadArgs {
     /// With --direct: memory for block buffers.
     #[arg(long, default_value = "512MiB", value_parser = size)]
     pub memory_budget: u64,
-
-    /// What direct mode's requests carry: blocks (upload, watch) or ranges
-    /// (set by `download`), which its sizing follows.
-    #[arg(skip)]
-    pub requests: crate::transfer::direct_sizing::Requests,
 }
 
 pub const UPLOAD_EXAMPLES: &str = "Examples:

@@ -13,12 +13,13 @@ use tokio::task::{AbortHandle, JoinSet};
 use crate::commands::args::{OverwriteMode, UploadArgs};
 use crate::commands::in_flight::InFlight;
 use crate::commands::interrupt::Interrupt;
-use crate::commands::setup::{self, SetupError};
+use crate::commands::setup::{self, ModeFlags, SetupError};
 use crate::relay::links::RelayLinks;
 use crate::transfer::file::{Job, one_file, walk_report};
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
 use crate::transfer::mode::Mode;
+use crate::transfer::refusal::Refusal;
 use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Found, Walk, WalkOptions, check_sources};
 use crate::ui::live_list::LiveList;
@@ -85,8 +86,9 @@ pub async fn run(
         let r = reporter.clone();
         Arc::new(move |w| r.weather(w))
     };
+    let flags = ModeFlags::from(&args);
     let mode = tokio::select! {
-        m = setup::mode(&args, &opts.token, &dest.container, weather) => m?,
+        m = setup::mode(&args.connection, &flags, &opts.token, &dest.container, weather) => m?,
         _ = interrupt.wait() => {
             let name = if args.direct { "direct" } else { "relay" };
             return Ok(Outcome::Interrupted {
@@ -123,8 +125,8 @@ pub async fn run(
         Mode::Relay(links) => links.all().len(),
         Mode::Direct(_) => 1,
     };
-    let window = InFlight::new(&setup::windows(&args), connections);
-    let mut tasks: JoinSet<Option<String>> = JoinSet::new();
+    let window = InFlight::new(&setup::windows(&args.connection, &flags), connections);
+    let mut tasks: JoinSet<Option<Refusal>> = JoinSet::new();
     let mut running: LiveList<Running> = LiveList::default();
     let stop = 'walk: loop {
         let item = tokio::select! {
@@ -188,7 +190,7 @@ async fn gave_up(mode: &Mode) {
 /// reset; the relay keeps what it staged for the rerun) and gives the ones
 /// whose bytes are all staged up to `COMMIT_WAIT` to be committed.
 async fn await_commits(
-    tasks: &mut JoinSet<Option<String>>,
+    tasks: &mut JoinSet<Option<Refusal>>,
     running: &LiveList<Running>,
     reporter: &Reporter,
 ) {
@@ -239,12 +241,12 @@ enum Stop {
     /// The relay stayed unreachable for longer than `--patience`.
     OutOfPatience,
     /// A refusal every file would get: one setup error.
-    Fatal(String),
+    Fatal(Refusal),
 }
 
 /// Waits for the files in flight, unless Ctrl-C or a fatal refusal comes first.
 async fn drain(
-    tasks: &mut JoinSet<Option<String>>,
+    tasks: &mut JoinSet<Option<Refusal>>,
     interrupt: &mut Interrupt,
     mode: &Mode,
 ) -> Stop {
@@ -263,7 +265,7 @@ async fn drain(
 
 async fn finish(
     stop: Stop,
-    mut tasks: JoinSet<Option<String>>,
+    mut tasks: JoinSet<Option<Refusal>>,
     mode: &Mode,
     reporter: &Reporter,
     patience: Duration,
@@ -316,7 +318,7 @@ async fn finish(
         Stop::Finished => Ok(Outcome::Done(summary)),
         Stop::Interrupted => interrupted(Cause::Interrupt),
         Stop::OutOfPatience => interrupted(Cause::Patience(patience)),
-        Stop::Fatal(message) => Err(SetupError::Refused(message)),
+        Stop::Fatal(refusal) => Err(SetupError::Stopped(refusal)),
     }
 }
 

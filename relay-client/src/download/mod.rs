@@ -18,15 +18,18 @@
 
 pub mod args;
 pub mod attempt;
+pub mod cursor;
 pub mod direct;
 pub mod fetch;
 pub mod inflating;
 pub mod list;
 pub mod partial;
+pub mod piece;
 pub mod place;
 pub mod placing;
 pub mod safe_fs;
 pub mod session;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,10 +46,12 @@ use crate::commands::setup::{self, SetupError};
 use crate::commands::upload::{Cause, Outcome};
 use crate::index::Index;
 use crate::relay::links::RelayLinks;
-use crate::transfer::file::{blank, failed, fatal, out_of_patience, weathered};
+use crate::transfer::file::{blank, failed, out_of_patience, weathered};
 use crate::transfer::filter::Filter;
 use crate::transfer::mode::Mode;
+use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::Options;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
 use crate::ui::report::{FileError, FileReport, Status};
 use crate::ui::weather::WeatherSink;
@@ -81,7 +86,7 @@ enum Stop {
     Finished,
     Interrupted,
     OutOfPatience,
-    Fatal(String),
+    Fatal(Refusal),
 }
 
 /// A local name's key for the duplicate check (a prefix of its SHA-256).
@@ -124,16 +129,25 @@ pub async fn run(
     let sources = args::sources(&args.sources)?;
     let filter = Filter::new(&args.include, &args.exclude)?;
     let first = &sources[0];
-    let uargs = args::connection(&args, &first.container)
-        .map_err(|e| SetupError::Refused(e.to_string()))?;
-    args::same_account(&uargs, &args.sources, &sources)?;
-    let opts = setup::options(&uargs, first)?;
+    args::same_account(&args, &args.sources, &sources)?;
+    let opts = Options {
+        token: setup::bearer(&args.connection, args.direct)?,
+        container: first.container.clone(),
+        overwrite: relay_proto::protocol::Overwrite::Never,
+        block_size: None,
+        content_type: None,
+        metadata: Default::default(),
+        put_md5: false,
+        compress: args.compress,
+        order: Default::default(),
+    };
     let weather: WeatherSink = {
         let r = reporter.clone();
         Arc::new(move |w| r.weather(w))
     };
+    let flags = args::mode_flags(&args);
     let mode = tokio::select! {
-        m = setup::mode(&uargs, &opts.token, &first.container, weather) => m?,
+        m = setup::mode(&args.connection, &flags, &opts.token, &first.container, weather) => m?,
         _ = interrupt.wait() => {
             let mut summary = reporter.summary("relay");
             summary.download = true;
@@ -194,7 +208,7 @@ pub async fn run(
         args.parallel.max(1)
     };
     let slots = Arc::new(Semaphore::new(parallel));
-    let mut tasks: JoinSet<Option<String>> = JoinSet::new();
+    let mut tasks: JoinSet<Option<Refusal>> = JoinSet::new();
     let mut stop = Stop::Finished;
     // With several sources, two may name one local file: the first keeps it.
     // 16 bytes per file (only then), as upload's walk keeps per blob name.
@@ -247,7 +261,7 @@ pub async fn run(
                     Status::Failed,
                 );
                 r.error = Some(crate::ui::report::ErrorReport {
-                    code: "duplicate".into(),
+                    code: ErrorCode::Duplicate,
                     message: format!(
                         "another source already downloads to {local:?} in this run; this blob is left out"
                     ),
@@ -279,7 +293,7 @@ pub async fn run(
             Ok(Ok(_)) if matched == 0 => {
                 let mut r = blank(text, &dest.container, &dest.prefix, Status::Failed);
                 r.error = Some(crate::ui::report::ErrorReport {
-                    code: "not_found".into(),
+                    code: ErrorCode::NotFound,
                     message: format!(
                         "no blob named {:?} or under it",
                         safe(&dest.prefix).to_string()
@@ -296,7 +310,7 @@ pub async fn run(
                 reporter.finish_file(None, failed(text, &dest.container, &dest.prefix, e), 0);
             }
             Err(e) => {
-                let e = FileError::new("internal", format!("listing: {e}"), false);
+                let e = FileError::new(ErrorCode::Internal, format!("listing: {e}"), false);
                 reporter.finish_file(None, failed(text, &dest.container, &dest.prefix, e), 0);
             }
         }
@@ -349,7 +363,7 @@ pub async fn run(
             summary,
             Cause::Patience(args.connection.patience),
         )),
-        Stop::Fatal(m) => Err(SetupError::Refused(m)),
+        Stop::Fatal(refusal) => Err(SetupError::Stopped(refusal)),
     }
 }
 
@@ -383,7 +397,7 @@ async fn one_blob(
     reporter: &Reporter,
     selection: &Selection,
     listed: Listed,
-) -> Option<String> {
+) -> Option<Refusal> {
     let container = job.opts.container.clone();
     let shown = safe(&listed.name).to_string();
     let size = listed.size;
@@ -396,7 +410,7 @@ async fn one_blob(
         Err(e) => {
             let r = fail(
                 &format!("{container}/{shown}"),
-                FileError::new("invalid_name", e.to_string(), false),
+                FileError::new(ErrorCode::InvalidName, e.to_string(), false),
             );
             reporter.finish_file(None, r, size);
             return None;
@@ -510,7 +524,7 @@ async fn with_retries(
 ) -> Result<(Done, u32), (FileError, u32)> {
     let root = job.root.as_ref().ok_or_else(|| {
         (
-            FileError::new("internal", "no destination folder", false),
+            FileError::new(ErrorCode::Internal, "no destination folder", false),
             0,
         )
     })?;
@@ -543,10 +557,12 @@ async fn with_retries(
     };
     let mut tries = 0;
     let Some(links) = relay(&job.links) else {
-        let d = job
-            .direct
-            .as_deref()
-            .ok_or_else(|| (FileError::new("internal", "no way to read", false), 0))?;
+        let d = job.direct.as_deref().ok_or_else(|| {
+            (
+                FileError::new(ErrorCode::Internal, "no way to read", false),
+                0,
+            )
+        })?;
         loop {
             tries += 1;
             match attempt::download(fetch::Way::Direct(d), &target, bar).await {

@@ -17,6 +17,7 @@ use crate::relay::connect::{AddressError, ConnectError, Connector, resolve};
 use crate::relay::open_turns::OpenTurns;
 use crate::relay::path_cache::PathCache;
 use crate::relay::patience::{Patience, Step};
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 use crate::ui::weather::{Weather, WeatherSink, human};
 
@@ -59,9 +60,6 @@ pub struct RelayLink {
     /// Set once patience ran out: the run stops.
     out_of_patience: watch::Sender<bool>,
 }
-
-/// Why `get` returned no connection.
-const OUT_OF_PATIENCE: &str = "unreachable";
 
 impl RelayLink {
     #[allow(clippy::too_many_arguments)]
@@ -175,7 +173,7 @@ impl RelayLink {
         }
         if self.gave_up() {
             return Err(FileError::new(
-                OUT_OF_PATIENCE,
+                ErrorCode::Unreachable,
                 "the relay stayed unreachable (--patience)",
                 false,
             ));
@@ -193,7 +191,7 @@ impl RelayLink {
                     let delay = BUSY_BACKOFF.delay(busy_tries, rand::random::<f64>());
                     if Instant::now() + delay > give_up_busy {
                         return Err(FileError::new(
-                            "connection",
+                            ErrorCode::Connection,
                             format!(
                                 "{busy}; still busy after {} s (--busy-wait)",
                                 self.busy_wait.as_secs()
@@ -212,7 +210,7 @@ impl RelayLink {
                     continue;
                 }
                 Err(e) if patient && e.is_network() => e,
-                Err(e) => return Err(FileError::new("connection", e.to_string(), true)),
+                Err(e) => return Err(FileError::new(ErrorCode::Connection, e.to_string(), true)),
             };
             self.wait_for_network(error).await?;
         };
@@ -263,7 +261,7 @@ impl RelayLink {
                 });
                 self.out_of_patience.send_replace(true);
                 Err(FileError::new(
-                    OUT_OF_PATIENCE,
+                    ErrorCode::Unreachable,
                     format!(
                         "the relay stayed unreachable for {} (--patience): {error}",
                         human(waited)

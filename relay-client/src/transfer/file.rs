@@ -13,9 +13,11 @@ use crate::relay::links::Lane;
 use crate::transfer::direct::{Direct, upload_file};
 use crate::transfer::mode::Mode;
 use crate::transfer::probe::{self, Verdict};
+use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::{Options, Sent, send_file};
 use crate::transfer::sync::{Decision, SyncRule, decide};
 use crate::transfer::walk::{Found, Source};
+use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
 use crate::ui::report::{ClientTimings, ErrorReport, FileError, FileReport, Spent, Status};
 
@@ -30,16 +32,16 @@ pub struct Job {
     pub dry_run: bool,
 }
 
-/// Uploads (or probes) one file and reports it; returns a message when the
-/// refusal is one every file would get, so the run stops with one setup error.
-/// Uploads one file under `bar` (from `Reporter::start`) and reports it.
+/// Uploads (or probes) one file under `bar` (from `Reporter::start`) and
+/// reports it; returns the refusal when it is one every file would get, so the
+/// run stops with one setup error.
 pub async fn one_file(
     job: &Job,
     reporter: &Reporter,
     src: Source,
     bar: ProgressBar,
     wait_ms: u64,
-) -> Option<String> {
+) -> Option<Refusal> {
     let report = match report_of(job, &src, &bar, wait_ms).await {
         Ok(r) => r,
         Err((e, attempts)) => {
@@ -73,21 +75,23 @@ pub async fn report_of(
     // Checks before any attempt: a failure here costs none.
     let before = |e: FileError| (e, 0);
     relay_proto::blob_name::validate_blob_name(&src.blob)
-        .map_err(|e| before(FileError::new("invalid_name", e.to_string(), false)))?;
+        .map_err(|e| before(FileError::new(ErrorCode::InvalidName, e.to_string(), false)))?;
     readable(src).map_err(before)?;
     let opts = with_content_type(&job.opts, src);
     if job.dry_run {
         return planned(job, src, &opts).await.map_err(|e| (e, 1));
     }
     let (sent, tries) = match (with_retries(job, src, &opts, bar).await, job.sync) {
-        (Err((e, tries)), Some(rule)) if e.code == "exists" => {
+        (Err((e, tries)), Some(rule)) if e.code == ErrorCode::Exists => {
             match decide(rule, e.existing.as_ref(), source_mtime(src)) {
                 Decision::Replace(overwrite) => {
                     let replace = Options { overwrite, ..opts };
                     with_retries(job, src, &replace, bar).await?
                 }
                 Decision::Skip(reason) => return Ok(kept(job, src, reason, &e, tries)),
-                Decision::Refuse(why) => return Err((FileError::new("exists", why, false), tries)),
+                Decision::Refuse(why) => {
+                    return Err((FileError::new(ErrorCode::Exists, why, false), tries));
+                }
             }
         }
         (other, _) => other?,
@@ -162,11 +166,15 @@ fn readable(src: &Source) -> Result<(), FileError> {
     match std::fs::File::open(&src.path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(FileError::new(
-            "source",
+            ErrorCode::Source,
             "permission denied: cannot open it for reading (check its permissions)",
             false,
         )),
-        Err(e) => Err(FileError::new("source", format!("cannot read: {e}"), false)),
+        Err(e) => Err(FileError::new(
+            ErrorCode::Source,
+            format!("cannot read: {e}"),
+            false,
+        )),
     }
 }
 
@@ -244,7 +252,7 @@ async fn with_retries(
                 let delay = BUSY_BACKOFF.delay(*times, rand::random::<f64>());
                 if since.elapsed() + delay > busy_wait {
                     let e = FileError::new(
-                        "connection",
+                        ErrorCode::Connection,
                         format!(
                             "the relay stayed at its connection limit for {} s (--busy-wait)",
                             busy_wait.as_secs()
@@ -358,36 +366,6 @@ async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, 
     Ok(r)
 }
 
-/// A refusal that every other file would get too.
-pub fn fatal(e: &FileError, opts: &Options) -> Option<String> {
-    let container = &opts.container;
-    match (e.code.as_str(), opts.token.who()) {
-        ("sign_in", _) => Some(e.message.clone()),
-        ("unauthorized", _) => Some(format!(
-            "the relay refused the token ({}); {}",
-            e.message,
-            opts.token.hint(&e.message)
-        )),
-        ("forbidden", None) => Some(format!(
-            "the relay refused container {container:?} for this token ({})",
-            e.message
-        )),
-        // An Entra ID principal without the grant: say who was refused and
-        // what would let them in, since the fix is the operator's.
-        ("forbidden", Some(who)) => Some(format!(
-            "the relay refused container {container:?} to {who} ({}); an app role \
-             or group the relay maps to {container:?} (--entra-grant) must be \
-             assigned to this identity (docs/DEPLOY.md)",
-            e.message
-        )),
-        ("storage_refused", _) if e.message.contains("ContainerNotFound") => Some(format!(
-            "container {container:?} does not exist; create it first \
-             (with --direct, --create-container does)"
-        )),
-        _ => None,
-    }
-}
-
 /// A walk entry that is not a file to upload: skipped, or failed.
 pub fn walk_report(found: Found, container: &str) -> FileReport {
     match found {
@@ -410,7 +388,7 @@ pub fn walk_report(found: Found, container: &str) -> FileReport {
             &src.path.display().to_string(),
             container,
             &src.blob,
-            FileError::new("internal", "a file reached the walk report", false),
+            FileError::new(ErrorCode::Internal, "a file reached the walk report", false),
         ),
     }
 }

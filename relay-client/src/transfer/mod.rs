@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod mode;
 pub mod priority;
 pub mod probe;
+pub mod refusal;
 pub mod send;
 pub mod source;
 pub mod sync;

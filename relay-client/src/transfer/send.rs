@@ -27,6 +27,7 @@ use crate::transfer::compress::Mode;
 use crate::transfer::priority::{Order, stream_priority};
 use crate::transfer::source::{Snapshot, hash_prefix, read_range_with};
 use crate::transfer::walk::Source;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::{ClientTimings, FileError, Spent};
 
 /// What every file of one run shares.
@@ -74,26 +75,30 @@ pub struct Sent {
 }
 
 fn lost(e: impl std::fmt::Display) -> FileError {
-    FileError::new("connection", format!("connection to relay lost: {e}"), true)
+    FileError::new(
+        ErrorCode::Connection,
+        format!("connection to relay lost: {e}"),
+        true,
+    )
 }
 
 /// No token for the relay: every file would fail the same way (`file::fatal`).
 pub fn sign_in_failed(e: crate::sign_in::SignInError) -> FileError {
-    FileError::new("sign_in", e.to_string(), false)
+    FileError::new(ErrorCode::SignIn, e.to_string(), false)
 }
 
 fn unreadable(e: std::io::Error) -> FileError {
-    FileError::new("source", format!("cannot read: {e}"), false)
+    FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false)
 }
 
 fn frame_err(what: &str, e: FrameError) -> FileError {
     match e {
         FrameError::Io(_) | FrameError::Closed | FrameError::Truncated => FileError::new(
-            "connection",
+            ErrorCode::Connection,
             format!("{what}: connection to relay lost ({e})"),
             true,
         ),
-        _ => FileError::new("protocol", format!("{what}: {e}"), false),
+        _ => FileError::new(ErrorCode::Protocol, format!("{what}: {e}"), false),
     }
 }
 
@@ -122,7 +127,7 @@ pub async fn send_file(
             Action::HashWholeFile => Event::WholeFileHashed(whole_file_sha256(src).await?),
             Action::Done(receipt) => {
                 let stream = last.ok_or_else(|| {
-                    FileError::new("protocol", "a Receipt without a stream", false)
+                    FileError::new(ErrorCode::Protocol, "a Receipt without a stream", false)
                 })?;
                 return Ok(stream.sent(receipt));
             }
@@ -135,8 +140,12 @@ pub async fn send_file(
                     .with_existing(f.existing)
                     .with_spent(spent));
             }
-            Action::Fail(Failed::Protocol(m)) => return Err(FileError::new("protocol", m, false)),
-            Action::Fail(Failed::Verify(m)) => return Err(FileError::new("verify", m, false)),
+            Action::Fail(Failed::Protocol(m)) => {
+                return Err(FileError::new(ErrorCode::Protocol, m, false));
+            }
+            Action::Fail(Failed::Verify(m)) => {
+                return Err(FileError::new(ErrorCode::Verify, m, false));
+            }
         };
         action = session.handle(event);
     }
@@ -149,7 +158,7 @@ async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
         .map_err(unreadable)?;
     if Snapshot::take(&src.path).map_err(unreadable)? != before {
         return Err(FileError::new(
-            "source_changed",
+            ErrorCode::SourceChanged,
             "file changed while it was being hashed; nothing committed",
             false,
         ));
@@ -513,7 +522,7 @@ async fn eager_body(
         }
         EagerAnswer::Unexpected(name) => {
             return Err(FileError::new(
-                "protocol",
+                ErrorCode::Protocol,
                 format!("expected a Plan, got {name}"),
                 false,
             ));
@@ -545,7 +554,7 @@ async fn send_body(
     if &after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
         return Err(BodyEnd::Source(FileError::new(
-            "source_changed",
+            ErrorCode::SourceChanged,
             "file changed while it was being sent (size or modification time); nothing committed",
             false,
         )));
@@ -565,7 +574,7 @@ async fn send_body(
 
 fn unexpected(wanted: &str, got: &Message) -> FileError {
     FileError::new(
-        "protocol",
+        ErrorCode::Protocol,
         format!("expected {wanted}, got {}", got.name()),
         false,
     )
@@ -615,8 +624,9 @@ async fn stream_bytes(
             })
         }),
         Some(Encoding::Zstd) => {
-            let encoder = crate::transfer::wire::encoder(how.mode, meter.clone())
-                .map_err(|e| BodyEnd::Source(FileError::new("compress", e.to_string(), false)))?;
+            let encoder = crate::transfer::wire::encoder(how.mode, meter.clone()).map_err(|e| {
+                BodyEnd::Source(FileError::new(ErrorCode::Compress, e.to_string(), false))
+            })?;
             read_range_with(path, start, count, encoder)
         }
     };
@@ -650,10 +660,14 @@ async fn stream_bytes(
 
 fn changed_or(e: std::io::Error) -> FileError {
     if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        FileError::new("source_changed", format!("{e}; nothing committed"), false)
+        FileError::new(
+            ErrorCode::SourceChanged,
+            format!("{e}; nothing committed"),
+            false,
+        )
     } else {
         FileError::new(
-            "source",
+            ErrorCode::Source,
             format!("read failed: {e}; nothing committed"),
             false,
         )

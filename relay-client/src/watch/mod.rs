@@ -39,6 +39,7 @@ use crate::transfer::file::Job;
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
 use crate::transfer::mode::Mode;
+use crate::transfer::refusal::Refusal;
 use crate::transfer::sync::SyncRule;
 use crate::ui::progress::Reporter;
 use crate::ui::report::Summary;
@@ -76,7 +77,7 @@ pub enum WatchEnd {
     /// Stopped by a signal, after the uploads under way.
     Stopped(Box<Summary>),
     /// A refusal every file gets (a revoked token, a deleted container).
-    Refused(String),
+    Refused(Refusal),
     /// The relay stayed unreachable for longer than `--patience` (the link
     /// said so as it waited); a restart goes on where this one stopped.
     OutOfPatience {
@@ -88,7 +89,7 @@ pub enum WatchEnd {
 /// Why the watch loop ended.
 enum Stop {
     Signal,
-    Refused(String),
+    Refused(Refusal),
     OutOfPatience,
 }
 
@@ -148,7 +149,16 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         let r = reporter.clone();
         Arc::new(move |w| r.weather(w))
     };
-    let mode = Arc::new(setup::mode(up, &opts.token, &dest.container, weather).await?);
+    let mode = Arc::new(
+        setup::mode(
+            &up.connection,
+            &up.into(),
+            &opts.token,
+            &dest.container,
+            weather,
+        )
+        .await?,
+    );
     let sync = match up.overwrite {
         OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
         OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
@@ -444,14 +454,14 @@ impl Driver {
     fn finished(
         &mut self,
         done: Result<(PathBuf, Done), tokio::task::JoinError>,
-    ) -> Option<String> {
+    ) -> Option<Refusal> {
         let Ok((path, done)) = done else {
             return None; // aborted at the stop
         };
         self.in_flight.remove(&path);
         let now = Instant::now().into_std();
         let requeue = match done {
-            Done::Fatal(message) => return Some(message),
+            Done::Fatal(refusal) => return Some(refusal),
             Done::Committed { bytes } => {
                 self.counts.committed += 1;
                 self.counts.bytes += bytes;

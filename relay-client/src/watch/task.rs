@@ -4,9 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::transfer::file::{Job, failed, fatal, report_of};
+use crate::transfer::file::{Job, failed, report_of};
 use crate::transfer::manifest::Manifest;
+use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::walk::Source;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
 use crate::ui::report::{FileError, Status};
 
@@ -59,7 +61,7 @@ pub enum Done {
     /// The file changed during its upload: settles again, uploaded again.
     Changed,
     /// A refusal every file gets: the watch stops.
-    Fatal(String),
+    Fatal(Refusal),
 }
 
 pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
@@ -90,7 +92,7 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
             Some(h) => Some(h.to_string()),
             None => {
                 let e = FileError::new(
-                    "not_in_manifest",
+                    ErrorCode::NotInManifest,
                     format!("not listed in {}; not uploaded", m.file().display()),
                     false,
                 );
@@ -110,11 +112,11 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
     let report = match report_of(&ctx.job, &src, &bar, 0).await {
         Ok(r) => r,
         Err((e, attempts)) => {
-            if let Some(message) = fatal(&e, &ctx.job.opts) {
+            if let Some(refusal) = fatal(&e, &ctx.job.opts) {
                 bar.finish_and_clear();
-                return Done::Fatal(message);
+                return Done::Fatal(refusal);
             }
-            if e.code == "source_changed" {
+            if e.code == ErrorCode::SourceChanged {
                 bar.finish_and_clear();
                 tracing::info!(path = %path.display(), "changed during its upload; nothing committed; waiting for it to settle again");
                 return Done::Changed;
