@@ -13,6 +13,7 @@ pub mod commands;
 pub mod download;
 pub mod index;
 pub mod relay;
+pub mod run;
 pub mod sign_in;
 pub mod transfer;
 pub mod ui;

@@ -12,82 +12,50 @@
 //! comparing names: storage orders them its own way (Azurite by UTF-16 code
 //! units, so `p/😀` comes before `p/！`, the other way round in UTF-8).
 
-use std::time::Duration;
-
 use quinn::Connection;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{List, ListEnd, Listed, Listing, Message};
 use relay_transport::frames::{read_frame, write_frame};
 use tokio::sync::mpsc;
 
-use relay_storage::retry::Backoff;
-
 use super::cursor::Cursor;
-use super::{Job, relay};
+use super::job::Job;
+use crate::relay::links::RelayLinks;
+use crate::relay::retry::Tries;
 use crate::sign_in::Bearer;
-use crate::transfer::file::weathered;
 use crate::transfer::send::sign_in_failed;
 use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 
 /// One source's listing, through the relay or from storage, taken up again
-/// after a break; the names handed on, or why the listing failed for good.
+/// after a break (`relay::retry`); the names handed on, or why the listing
+/// failed for good.
 pub(super) async fn listing(
     job: &Job,
     prefix: &str,
     tx: mpsc::Sender<Listed>,
 ) -> Result<u64, FileError> {
-    let backoff = Backoff {
-        initial: Duration::from_millis(500),
-        cap: Duration::from_secs(15),
-        max_attempts: job.attempts,
-    };
     let container = &job.opts.container;
+    let link = job.relay().map(RelayLinks::first);
+    let mut tries = Tries::new(link, job.attempts, format!("listing {container}/{prefix}"));
     let mut cursor = Cursor::default();
-    let mut tries = 0;
     loop {
-        tries += 1;
-        let result = match (relay(&job.links), &job.direct) {
-            (Some(links), _) => {
-                let link = links.first();
-                match link.get().await {
-                    Ok(conn) => {
-                        let outages = link.outages();
-                        let r = list(&conn, &job.opts.token, container, prefix, &tx, &mut cursor);
-                        match r.await {
-                            // The relay was lost and came back: not an attempt.
-                            Err(e)
-                                if e.retryable
-                                    && conn.close_reason().is_some()
-                                    && link.patient()
-                                    && weathered(link, outages).await =>
-                            {
-                                tries -= 1;
-                                continue;
-                            }
-                            r => r,
-                        }
-                    }
-                    // The run stops resumably (the download loop sees it).
-                    Err(_) if link.gave_up() => std::future::pending().await,
-                    Err(e) => Err(e),
-                }
+        let conn = tries.begin().await?;
+        let listed = match (&conn, &job.direct) {
+            (Some(conn), _) => {
+                list(conn, &job.opts.token, container, prefix, &tx, &mut cursor).await
             }
             (None, Some(d)) => {
                 super::direct::list(&d.storage, container, prefix, &tx, &mut cursor).await
             }
             (None, None) => Err(FileError::new(ErrorCode::Internal, "no way to list", false)),
         };
-        match result {
-            Ok(()) => return Ok(cursor.handed),
-            Err(e) if e.retryable && backoff.allows(tries) => {
-                let delay = backoff.delay(tries, rand::random::<f64>());
-                tracing::warn!(attempt = tries, ?delay, error = %e.message, "listing lost; taking it up again");
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => return Err(e),
+        match listed {
+            Ok(()) => break,
+            Err(e) => tries.failed(e, conn.as_ref()).await?,
         }
     }
+    Ok(cursor.handed)
 }
 
 /// Lists `container` under `prefix` into `tx`, from `cursor`'s marker and

@@ -6,6 +6,7 @@
 //!
 //! May import `ui`; never `transfer`, a command or `cli`.
 
+pub mod backoff;
 pub mod connect;
 pub mod link;
 pub mod links;
@@ -13,4 +14,5 @@ pub mod open_turns;
 pub mod path_cache;
 pub mod patience;
 pub mod rate;
+pub mod retry;
 pub mod spread;

@@ -581,7 +581,7 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
         let _ = tx.send(());
         if int.recv().await.is_some() {
             eprintln!("\nrelay-client: interrupted again; exiting now");
-            std::process::exit(i32::from(crate::commands::interrupt::EXIT_INTERRUPTED));
+            std::process::exit(i32::from(crate::run::interrupt::EXIT_INTERRUPTED));
         }
     });
     async move {
