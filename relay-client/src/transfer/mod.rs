@@ -19,6 +19,7 @@ pub mod priority;
 pub mod probe;
 pub mod refusal;
 pub mod send;
+pub mod send_failure;
 pub mod source;
 pub mod sync;
 pub mod walk;

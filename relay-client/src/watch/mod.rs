@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use self::args::WatchArgs;
 use crate::commands::args::OverwriteMode;
 use crate::commands::setup::{self, SetupError};
+use crate::run::runner::gave_up;
 use crate::transfer::file::Job;
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
@@ -95,14 +96,7 @@ enum Stop {
 
 pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, WatchError> {
     let up = &args.upload;
-    if up.dry_run {
-        return Err(WatchError::Usage("watch does not take --dry-run"));
-    }
-    if up.json {
-        return Err(WatchError::Usage(
-            "watch does not end with one summary; use --json-lines",
-        ));
-    }
+    usage(up)?;
     crate::transfer::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
     let dest = setup::destination(up)?;
     // A file that appears is not held behind a big one under way.
@@ -111,34 +105,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         ..setup::options(up, &dest)?
     };
     let after = After::parse(&args.after_upload)?;
-    let mut ignore: Vec<String> = if args.no_default_ignore {
-        Vec::new()
-    } else {
-        DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect()
-    };
-    ignore.extend(args.ignore.iter().cloned());
-    let filter = Filter::new(&up.include, &up.exclude).map_err(SetupError::from)?;
-    let mut roots = Roots::new(&up.paths, &dest.prefix, filter, &ignore)?;
-    if let After::Move(dir) = &after {
-        let _ = std::fs::create_dir_all(dir);
-        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-        if roots.contains(&canon) {
-            return Err(AfterError::Inside(dir.clone()).into());
-        }
-    }
-    let journal = if args.no_journal {
-        None
-    } else {
-        let file = match &args.journal {
-            Some(f) => f.clone(),
-            None => default_journal(&roots, &dest.container, &dest.prefix).ok_or(
-                WatchError::Usage("no home directory for the journal; give --journal"),
-            )?,
-        };
-        let j = Journal::open(&file)?;
-        roots.leave_out(&file);
-        Some(Arc::new(j))
-    };
+    let (roots, journal) = folders(&args, &dest, &after)?;
     let manifest = match &up.checksums {
         Some(f) => Some(Arc::new(Manifest::load(f).map_err(SetupError::from)?)),
         None => None,
@@ -149,21 +116,15 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         let r = reporter.clone();
         Arc::new(move |w| r.weather(w))
     };
-    let mode = Arc::new(
-        setup::mode(
-            &up.connection,
-            &up.into(),
-            &opts.token,
-            &dest.container,
-            weather,
-        )
-        .await?,
+    let flags: setup::ModeFlags = up.into();
+    let mode = setup::mode(
+        &up.connection,
+        &flags,
+        &opts.token,
+        &dest.container,
+        weather,
     );
-    let sync = match up.overwrite {
-        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
-        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
-        OverwriteMode::Never | OverwriteMode::Always => None,
-    };
+    let mode = Arc::new(mode.await?);
     let poll = args.poll.map(|p| p.max(Duration::from_millis(100)));
     let mut events = events::start(&roots.dirs(), poll)?;
     reporter.notice(&format!(
@@ -179,134 +140,79 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         job: Job {
             mode: mode.clone(),
             opts,
-            sync,
+            sync: sync_rule(up.overwrite),
             attempts: up.attempts.max(1),
             dry_run: false,
         },
         roots: roots.clone(),
-        journal: journal.clone(),
+        journal,
         after,
         reporter: reporter.clone(),
         manifest,
         follow_symlinks: up.follow_symlinks,
     });
-    let stop = stop_signal();
-    let mut w = Driver {
-        settle: Settle::new(args.settle, events.close_events, args.max_pending),
-        ctx,
-        tasks: JoinSet::new(),
-        in_flight: HashSet::new(),
-        again: HashSet::new(),
-        parallel: up.parallel.max(1),
-        backlog: false,
-        counts: status::Counts::default(),
-        scanning: Arc::new(AtomicBool::new(false)),
-        known: Arc::new(AtomicU64::new(0)),
-        close_events: events.close_events,
-    };
-    let (scan_tx, mut scan_rx) = mpsc::channel::<(PathBuf, Stat)>(SCAN_AHEAD);
-    w.scan(&scan_tx, roots.dirs());
-    let mut check = tokio::time::interval(CHECK_EVERY);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let every = reporter.tick_every(up.status_interval);
-    let mut status_at = every.map(|e| Instant::now() + e);
-    let reconcile = (!args.reconcile.is_zero()).then_some(args.reconcile);
-    let mut reconcile_at = reconcile.map(|r| Instant::now() + r);
-    let mut quiet = idle::Quiet::new(Instant::now().into_std());
-    let mut stop = std::pin::pin!(stop);
-    let mut gave_up = std::pin::pin!(gave_up(&mode));
-    let end = loop {
-        let room = w.settle.has_room();
-        tokio::select! {
-            _ = &mut stop => break Stop::Signal,
-            // Files waiting for the link wait for ever once it gave up: stop,
-            // as `upload` does, and let the service manager start it again.
-            _ = &mut gave_up => break Stop::OutOfPatience,
-            Some(change) = events.rx.recv() => {
-                if let Some(dir) = events::new_dir(&change) {
-                    events.watch_new_dir(&dir);
-                }
-                w.change(change, &scan_tx)
-            }
-            Some((path, stat)) = scan_rx.recv(), if room => {
-                w.settle.observe(path, Seen::Found, Some(stat), Instant::now().into_std());
-            }
-            Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
-                if let Some(fatal) = w.finished(done) {
-                    break Stop::Refused(fatal);
-                }
-                if w.backlog {
-                    w.start_ready();
-                }
-            }
-            _ = check.tick() => {
-                w.start_ready();
-                let lost = events.lost.swap(false, Ordering::Relaxed) | w.settle.take_overflow();
-                let due = reconcile_at.is_some_and(|t| Instant::now() >= t);
-                if lost || due {
-                    reconcile_at = reconcile.map(|r| Instant::now() + r);
-                    let started = w.scan(&scan_tx, roots.dirs());
-                    w.counts.reconciles += u64::from(started);
-                }
-                if let (Some(at), Some(e)) = (status_at, every)
-                    && Instant::now() >= at
-                {
-                    status_at = Some(Instant::now() + e);
-                    status::print(&reporter, &w.status());
-                }
-                if quiet.tick(Instant::now().into_std(), w.busy()) {
-                    crate::transfer::wire::drop_spare_compressors();
-                    idle::give_back_free_memory();
-                }
-            }
-        }
-    };
-    match end {
-        Stop::Signal => {}
-        Stop::Refused(fatal) => {
-            w.tasks.abort_all();
-            close(&mode).await;
-            return Ok(WatchEnd::Refused(fatal));
-        }
-        Stop::OutOfPatience => {
-            // Nothing in flight can commit while the relay is away: what it
-            // staged stays with the relay and the next start resumes it.
-            w.tasks.abort_all();
-            status::print(&reporter, &w.status());
-            close(&mode).await;
-            return Ok(WatchEnd::OutOfPatience {
-                summary: Box::new(reporter.summary(mode.name())),
-                patience: up.connection.patience,
-            });
-        }
-    }
-    // Stopped: no new files; the uploads under way finish (or time out).
-    let n = w.tasks.len();
-    if n > 0 {
-        reporter.notice(&format!(
-            "relay-client: stopping; finishing {n} upload(s) under way (up to {} s)",
-            FINISH_WAIT.as_secs()
-        ));
-    }
-    let deadline = Instant::now() + FINISH_WAIT;
-    while let Ok(Some(done)) = tokio::time::timeout_at(deadline, w.tasks.join_next()).await {
-        if let Some(fatal) = w.finished(done) {
-            close(&mode).await;
-            return Ok(WatchEnd::Refused(fatal));
-        }
-    }
-    w.tasks.abort_all();
-    status::print(&reporter, &w.status());
-    close(&mode).await;
-    Ok(WatchEnd::Stopped(Box::new(reporter.summary(mode.name()))))
+    let mut w = Driver::new(ctx, &args, events.close_events);
+    let stop = w.watch(&args, &mut events, &roots, &mode).await;
+    Ok(w.end(stop, &mode, up.connection.patience).await)
 }
 
-/// Resolves once the relay link ran out of patience (never in direct mode).
-async fn gave_up(mode: &Mode) {
-    match mode {
-        Mode::Relay(link) => link.wait_gave_up().await,
-        Mode::Direct(_) => std::future::pending().await,
+/// The flags `upload` takes that a watch does not.
+fn usage(up: &crate::commands::args::UploadArgs) -> Result<(), WatchError> {
+    if up.dry_run {
+        return Err(WatchError::Usage("watch does not take --dry-run"));
     }
+    if up.json {
+        return Err(WatchError::Usage(
+            "watch does not end with one summary; use --json-lines",
+        ));
+    }
+    Ok(())
+}
+
+/// `--overwrite=if-different|if-newer`: what to do with a blob in the way.
+fn sync_rule(overwrite: OverwriteMode) -> Option<SyncRule> {
+    match overwrite {
+        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
+        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
+        OverwriteMode::Never | OverwriteMode::Always => None,
+    }
+}
+
+/// The watched folders (what is ignored in them) and the journal, which
+/// they leave out; `--after-upload move:DIR` must not be inside them.
+fn folders(
+    args: &WatchArgs,
+    dest: &crate::transfer::walk::Destination,
+    after: &After,
+) -> Result<(Roots, Option<Arc<Journal>>), WatchError> {
+    let up = &args.upload;
+    let mut ignore: Vec<String> = if args.no_default_ignore {
+        Vec::new()
+    } else {
+        DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect()
+    };
+    ignore.extend(args.ignore.iter().cloned());
+    let filter = Filter::new(&up.include, &up.exclude).map_err(SetupError::from)?;
+    let mut roots = Roots::new(&up.paths, &dest.prefix, filter, &ignore)?;
+    if let After::Move(dir) = after {
+        let _ = std::fs::create_dir_all(dir);
+        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+        if roots.contains(&canon) {
+            return Err(AfterError::Inside(dir.clone()).into());
+        }
+    }
+    if args.no_journal {
+        return Ok((roots, None));
+    }
+    let file = match &args.journal {
+        Some(f) => f.clone(),
+        None => default_journal(&roots, &dest.container, &dest.prefix).ok_or(WatchError::Usage(
+            "no home directory for the journal; give --journal",
+        ))?,
+    };
+    let j = Journal::open(&file)?;
+    roots.leave_out(&file);
+    Ok((roots, Some(Arc::new(j))))
 }
 
 async fn close(mode: &Mode) {
@@ -333,7 +239,159 @@ struct Driver {
     close_events: bool,
 }
 
+/// The check tick's clocks: status lines, reconcile scans, the quiet spell
+/// after which memory goes back to the system.
+struct Ticks {
+    every: Option<Duration>,
+    status_at: Option<Instant>,
+    reconcile: Option<Duration>,
+    reconcile_at: Option<Instant>,
+    quiet: idle::Quiet,
+}
+
 impl Driver {
+    fn new(ctx: Arc<Ctx>, args: &WatchArgs, close_events: bool) -> Self {
+        Driver {
+            settle: Settle::new(args.settle, close_events, args.max_pending),
+            ctx,
+            tasks: JoinSet::new(),
+            in_flight: HashSet::new(),
+            again: HashSet::new(),
+            parallel: args.upload.parallel.max(1),
+            backlog: false,
+            counts: status::Counts::default(),
+            scanning: Arc::new(AtomicBool::new(false)),
+            known: Arc::new(AtomicU64::new(0)),
+            close_events,
+        }
+    }
+
+    /// Watches until SIGTERM or Ctrl-C, patience running out, or a refusal
+    /// every file gets: the folders scanned first, then each change.
+    async fn watch(
+        &mut self,
+        args: &WatchArgs,
+        events: &mut events::Events,
+        roots: &Roots,
+        mode: &Mode,
+    ) -> Stop {
+        let stop = stop_signal();
+        let (scan_tx, mut scan_rx) = mpsc::channel::<(PathBuf, Stat)>(SCAN_AHEAD);
+        self.scan(&scan_tx, roots.dirs());
+        let mut check = tokio::time::interval(CHECK_EVERY);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let every = self.ctx.reporter.tick_every(args.upload.status_interval);
+        let reconcile = (!args.reconcile.is_zero()).then_some(args.reconcile);
+        let mut ticks = Ticks {
+            every,
+            status_at: every.map(|e| Instant::now() + e),
+            reconcile,
+            reconcile_at: reconcile.map(|r| Instant::now() + r),
+            quiet: idle::Quiet::new(Instant::now().into_std()),
+        };
+        let mut stop = std::pin::pin!(stop);
+        let mut gave_up = std::pin::pin!(gave_up(mode));
+        loop {
+            let room = self.settle.has_room();
+            tokio::select! {
+                _ = &mut stop => return Stop::Signal,
+                // Files waiting for the link wait for ever once it gave up: stop,
+                // as `upload` does, and let the service manager start it again.
+                _ = &mut gave_up => return Stop::OutOfPatience,
+                Some(change) = events.rx.recv() => {
+                    if let Some(dir) = events::new_dir(&change) {
+                        events.watch_new_dir(&dir);
+                    }
+                    self.change(change, &scan_tx)
+                }
+                Some((path, stat)) = scan_rx.recv(), if room => {
+                    self.settle.observe(path, Seen::Found, Some(stat), Instant::now().into_std());
+                }
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Some(refusal) = self.finished(done) {
+                        return Stop::Refused(refusal);
+                    }
+                    if self.backlog {
+                        self.start_ready();
+                    }
+                }
+                _ = check.tick() => self.tick(&mut ticks, events, &scan_tx, roots),
+            }
+        }
+    }
+
+    /// The check tick: due files started, a reconcile scan when events were
+    /// lost or it is time, a status line, memory back after a quiet spell.
+    fn tick(
+        &mut self,
+        t: &mut Ticks,
+        events: &events::Events,
+        scan_tx: &mpsc::Sender<(PathBuf, Stat)>,
+        roots: &Roots,
+    ) {
+        self.start_ready();
+        let lost = events.lost.swap(false, Ordering::Relaxed) | self.settle.take_overflow();
+        let due = t.reconcile_at.is_some_and(|at| Instant::now() >= at);
+        if lost || due {
+            t.reconcile_at = t.reconcile.map(|r| Instant::now() + r);
+            let started = self.scan(scan_tx, roots.dirs());
+            self.counts.reconciles += u64::from(started);
+        }
+        if let (Some(at), Some(e)) = (t.status_at, t.every)
+            && Instant::now() >= at
+        {
+            t.status_at = Some(Instant::now() + e);
+            status::print(&self.ctx.reporter, &self.status());
+        }
+        if t.quiet.tick(Instant::now().into_std(), self.busy()) {
+            crate::transfer::wire::drop_spare_compressors();
+            idle::give_back_free_memory();
+        }
+    }
+
+    /// How the watch ends after `stop`: a refusal or patience stop what is
+    /// in flight; a signal lets the uploads under way finish (or time out).
+    async fn end(mut self, stop: Stop, mode: &Mode, patience: Duration) -> WatchEnd {
+        let reporter = self.ctx.reporter.clone();
+        match stop {
+            Stop::Signal => {}
+            Stop::Refused(refusal) => {
+                self.tasks.abort_all();
+                close(mode).await;
+                return WatchEnd::Refused(refusal);
+            }
+            Stop::OutOfPatience => {
+                // Nothing in flight can commit while the relay is away: what it
+                // staged stays with the relay and the next start resumes it.
+                self.tasks.abort_all();
+                status::print(&reporter, &self.status());
+                close(mode).await;
+                return WatchEnd::OutOfPatience {
+                    summary: Box::new(reporter.summary(mode.name())),
+                    patience,
+                };
+            }
+        }
+        let n = self.tasks.len();
+        if n > 0 {
+            reporter.notice(&format!(
+                "relay-client: stopping; finishing {n} upload(s) under way (up to {} s)",
+                FINISH_WAIT.as_secs()
+            ));
+        }
+        let deadline = Instant::now() + FINISH_WAIT;
+        while let Ok(Some(done)) = tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
+            if let Some(refusal) = self.finished(done) {
+                close(mode).await;
+                return WatchEnd::Refused(refusal);
+            }
+        }
+        self.tasks.abort_all();
+        status::print(&reporter, &self.status());
+        close(mode).await;
+        WatchEnd::Stopped(Box::new(reporter.summary(mode.name())))
+    }
+
     fn status(&self) -> status::Status {
         let now = Instant::now().into_std();
         status::Status {
