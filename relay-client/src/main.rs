@@ -5,12 +5,12 @@ use clap::{CommandFactory, Parser};
 use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs};
 use relay_client::commands::args::UploadArgs;
 use relay_client::commands::setup::SetupError;
+use relay_client::commands::watch_args::WatchArgs;
 use relay_client::run::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
 use relay_client::run::outcome::{Cause, Outcome};
 use relay_client::ui::progress::{Output, Reporter, summary_line};
 use relay_client::ui::report::{Summary, Totals};
 use relay_client::watch::WatchEnd;
-use relay_client::watch::args::WatchArgs;
 use serde_json::json;
 
 const EXIT_FAILED: u8 = 1;
@@ -360,7 +360,7 @@ fn watch(args: WatchArgs) -> ExitCode {
     };
     // No progress bars: a watch runs for months; status lines say where it is.
     let reporter = Arc::new(Reporter::new(output, true));
-    let outcome = rt.block_on(relay_client::watch::run(args, reporter));
+    let outcome = rt.block_on(relay_client::commands::watch::run(args, reporter));
     rt.shutdown_background();
     match outcome {
         Ok(WatchEnd::Stopped(summary)) => {

@@ -12,3 +12,5 @@ pub mod download_args;
 pub mod in_flight;
 pub mod setup;
 pub mod upload;
+pub mod watch;
+pub mod watch_args;

@@ -10,7 +10,7 @@ use indicatif::ProgressBar;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::args::UploadArgs;
 use crate::commands::in_flight::InFlight;
 use crate::commands::setup::{self, ModeFlags, SetupError};
 use crate::relay::links::RelayLinks;
@@ -21,7 +21,6 @@ use crate::transfer::file::{Job, one_file, walk_report};
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
 use crate::transfer::mode::Mode;
-use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Found, Walk, WalkOptions, check_sources};
 use crate::ui::live_list::LiveList;
 use crate::ui::progress::{Found as FoundSoFar, Reporter};
@@ -81,7 +80,7 @@ pub async fn run(
     let job = Arc::new(Job {
         mode: mode.clone(),
         opts,
-        sync: sync_rule(args.overwrite),
+        sync: args.overwrite.sync_rule(),
         attempts: args.attempts.max(1),
         dry_run: args.dry_run,
     });
@@ -153,15 +152,6 @@ async fn feed(
             one_file(&job, &reporter, src, file_bar, wait_ms).await
         });
         running.push(Running { task, bar }, |r| !r.task.is_finished());
-    }
-}
-
-/// `--overwrite=if-different|if-newer`: what to do with a blob in the way.
-fn sync_rule(overwrite: OverwriteMode) -> Option<SyncRule> {
-    match overwrite {
-        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
-        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
-        OverwriteMode::Never | OverwriteMode::Always => None,
     }
 }
 

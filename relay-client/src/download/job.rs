@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::commands::args::OverwriteMode;
 use crate::index::Index;
 use crate::relay::links::RelayLinks;
 use crate::transfer::mode::Mode;
+use crate::transfer::overwrite::OverwriteMode;
 use crate::transfer::send::Options;
 
 use super::direct::DirectReads;

@@ -19,7 +19,7 @@
 
 use relay_proto::protocol::{Check, Code, Failure, Source};
 
-use crate::commands::args::OverwriteMode;
+use crate::transfer::overwrite::OverwriteMode;
 
 /// The blob as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]

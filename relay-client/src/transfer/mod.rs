@@ -15,6 +15,7 @@ pub mod file;
 pub mod filter;
 pub mod manifest;
 pub mod mode;
+pub mod overwrite;
 pub mod priority;
 pub mod probe;
 pub mod refusal;

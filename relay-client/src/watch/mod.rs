@@ -1,4 +1,5 @@
-//! The `watch` command: uploads what is in the folders (skipping what the
+//! The watch driver (the `watch` command, `commands::watch`, sets it up):
+//! uploads what is in the folders (skipping what the
 //! journal says is committed), then every file that appears or changes, once
 //! it has settled (`settle`), through the same per-file upload as `upload`
 //! (`crate::transfer::file::report_of`: retries, reconnects, same-source checks, the
@@ -13,17 +14,16 @@
 //! (`idle`), so an idle watch does not keep what its last burst needed.
 
 pub mod after;
-pub mod args;
 pub mod events;
 mod idle;
 pub mod journal;
 pub mod roots;
 pub mod settle;
 mod status;
-mod task;
+pub mod task;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,21 +32,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::args::WatchArgs;
-use crate::commands::args::OverwriteMode;
-use crate::commands::setup::{self, SetupError};
 use crate::run::runner::gave_up;
-use crate::transfer::file::Job;
-use crate::transfer::filter::Filter;
-use crate::transfer::manifest::Manifest;
 use crate::transfer::mode::Mode;
 use crate::transfer::refusal::Refusal;
-use crate::transfer::sync::SyncRule;
-use crate::ui::progress::Reporter;
 use crate::ui::report::Summary;
-use after::{After, AfterError};
-use journal::{Journal, JournalError};
-use roots::{DEFAULT_IGNORE, RootError, Roots};
+use roots::Roots;
 use settle::{Seen, Settle, Stat, Verdict};
 use task::{Ctx, Done};
 
@@ -56,22 +46,6 @@ const SCAN_AHEAD: usize = 256;
 const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// After a stop, how long uploads under way may take to finish.
 const FINISH_WAIT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, thiserror::Error)]
-pub enum WatchError {
-    #[error(transparent)]
-    Setup(#[from] SetupError),
-    #[error(transparent)]
-    Root(#[from] RootError),
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    #[error(transparent)]
-    After(#[from] AfterError),
-    #[error("cannot watch: {0}")]
-    Notify(#[from] notify::Error),
-    #[error("{0}")]
-    Usage(&'static str),
-}
 
 /// How a watch ended.
 pub enum WatchEnd {
@@ -94,125 +68,33 @@ enum Stop {
     OutOfPatience,
 }
 
-pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, WatchError> {
-    let up = &args.upload;
-    usage(up)?;
-    crate::transfer::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
-    let dest = setup::destination(up)?;
-    // A file that appears is not held behind a big one under way.
-    let opts = crate::transfer::send::Options {
-        order: crate::transfer::priority::Order::SmallFirst,
-        ..setup::options(up, &dest)?
-    };
-    let after = After::parse(&args.after_upload)?;
-    let (roots, journal) = folders(&args, &dest, &after)?;
-    let manifest = match &up.checksums {
-        Some(f) => Some(Arc::new(Manifest::load(f).map_err(SetupError::from)?)),
-        None => None,
-    };
-    // Waiting for an unreachable relay is announced as `upload` announces it
-    // (`--patience`).
-    let weather: crate::ui::weather::WeatherSink = {
-        let r = reporter.clone();
-        Arc::new(move |w| r.weather(w))
-    };
-    let flags: setup::ModeFlags = up.into();
-    let mode = setup::mode(
-        &up.connection,
-        &flags,
-        &opts.token,
-        &dest.container,
-        weather,
-    );
-    let mode = Arc::new(mode.await?);
-    let poll = args.poll.map(|p| p.max(Duration::from_millis(100)));
-    let mut events = events::start(&roots.dirs(), poll)?;
-    reporter.notice(&format!(
-        "relay-client: watching {} folder(s) ({}), settle {:?}, journal {}",
-        roots.dirs().len(),
-        events.how,
-        args.settle,
-        journal
-            .as_ref()
-            .map_or("none".to_string(), |j| j.file().display().to_string()),
-    ));
-    let ctx = Arc::new(Ctx {
-        job: Job {
-            mode: mode.clone(),
-            opts,
-            sync: sync_rule(up.overwrite),
-            attempts: up.attempts.max(1),
-            dry_run: false,
-        },
-        roots: roots.clone(),
-        journal,
-        after,
-        reporter: reporter.clone(),
-        manifest,
-        follow_symlinks: up.follow_symlinks,
-    });
-    let mut w = Driver::new(ctx, &args, events.close_events);
-    let stop = w.watch(&args, &mut events, &roots, &mode).await;
-    Ok(w.end(stop, &mode, up.connection.patience).await)
+/// What the watch loop is set to, from the flags.
+pub struct Settings {
+    /// How long a file must stay unchanged before it is uploaded.
+    pub settle: Duration,
+    /// Files waiting to settle, at most.
+    pub max_pending: usize,
+    /// Uploads in flight, at most.
+    pub parallel: usize,
+    pub status_interval: Duration,
+    /// Time between full scans (zero: none but the first).
+    pub reconcile: Duration,
+    /// `--patience`, as the end of a watch says it.
+    pub patience: Duration,
 }
 
-/// The flags `upload` takes that a watch does not.
-fn usage(up: &crate::commands::args::UploadArgs) -> Result<(), WatchError> {
-    if up.dry_run {
-        return Err(WatchError::Usage("watch does not take --dry-run"));
-    }
-    if up.json {
-        return Err(WatchError::Usage(
-            "watch does not end with one summary; use --json-lines",
-        ));
-    }
-    Ok(())
-}
-
-/// `--overwrite=if-different|if-newer`: what to do with a blob in the way.
-fn sync_rule(overwrite: OverwriteMode) -> Option<SyncRule> {
-    match overwrite {
-        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
-        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
-        OverwriteMode::Never | OverwriteMode::Always => None,
-    }
-}
-
-/// The watched folders (what is ignored in them) and the journal, which
-/// they leave out; `--after-upload move:DIR` must not be inside them.
-fn folders(
-    args: &WatchArgs,
-    dest: &crate::transfer::walk::Destination,
-    after: &After,
-) -> Result<(Roots, Option<Arc<Journal>>), WatchError> {
-    let up = &args.upload;
-    let mut ignore: Vec<String> = if args.no_default_ignore {
-        Vec::new()
-    } else {
-        DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect()
-    };
-    ignore.extend(args.ignore.iter().cloned());
-    let filter = Filter::new(&up.include, &up.exclude).map_err(SetupError::from)?;
-    let mut roots = Roots::new(&up.paths, &dest.prefix, filter, &ignore)?;
-    if let After::Move(dir) = after {
-        let _ = std::fs::create_dir_all(dir);
-        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-        if roots.contains(&canon) {
-            return Err(AfterError::Inside(dir.clone()).into());
-        }
-    }
-    if args.no_journal {
-        return Ok((roots, None));
-    }
-    let file = match &args.journal {
-        Some(f) => f.clone(),
-        None => default_journal(&roots, &dest.container, &dest.prefix).ok_or(WatchError::Usage(
-            "no home directory for the journal; give --journal",
-        ))?,
-    };
-    let j = Journal::open(&file)?;
-    roots.leave_out(&file);
-    Ok((roots, Some(Arc::new(j))))
+/// Watches `roots` until a signal, patience running out, or a refusal every
+/// file gets; then ends as `WatchEnd` says.
+pub async fn watch(
+    ctx: Arc<Ctx>,
+    settings: &Settings,
+    mut events: events::Events,
+    roots: &Roots,
+    mode: &Mode,
+) -> WatchEnd {
+    let mut w = Driver::new(ctx, settings, events.close_events);
+    let stop = w.watch(settings, &mut events, roots, mode).await;
+    w.end(stop, mode, settings.patience).await
 }
 
 async fn close(mode: &Mode) {
@@ -250,14 +132,14 @@ struct Ticks {
 }
 
 impl Driver {
-    fn new(ctx: Arc<Ctx>, args: &WatchArgs, close_events: bool) -> Self {
+    fn new(ctx: Arc<Ctx>, settings: &Settings, close_events: bool) -> Self {
         Driver {
-            settle: Settle::new(args.settle, close_events, args.max_pending),
+            settle: Settle::new(settings.settle, close_events, settings.max_pending),
             ctx,
             tasks: JoinSet::new(),
             in_flight: HashSet::new(),
             again: HashSet::new(),
-            parallel: args.upload.parallel.max(1),
+            parallel: settings.parallel.max(1),
             backlog: false,
             counts: status::Counts::default(),
             scanning: Arc::new(AtomicBool::new(false)),
@@ -270,7 +152,7 @@ impl Driver {
     /// every file gets: the folders scanned first, then each change.
     async fn watch(
         &mut self,
-        args: &WatchArgs,
+        settings: &Settings,
         events: &mut events::Events,
         roots: &Roots,
         mode: &Mode,
@@ -280,8 +162,8 @@ impl Driver {
         self.scan(&scan_tx, roots.dirs());
         let mut check = tokio::time::interval(CHECK_EVERY);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let every = self.ctx.reporter.tick_every(args.upload.status_interval);
-        let reconcile = (!args.reconcile.is_zero()).then_some(args.reconcile);
+        let every = self.ctx.reporter.tick_every(settings.status_interval);
+        let reconcile = (!settings.reconcile.is_zero()).then_some(settings.reconcile);
         let mut ticks = Ticks {
             every,
             status_at: every.map(|e| Instant::now() + e),
@@ -603,23 +485,6 @@ impl Driver {
             }
         });
     }
-}
-
-/// `$XDG_STATE_HOME/blob-relay/watch-HASH.sqlite` (else `~/.local/state/...`),
-/// one journal per set of folders and destination.
-fn default_journal(roots: &Roots, container: &str, prefix: &str) -> Option<PathBuf> {
-    use sha2::Digest;
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))?;
-    let mut h = sha2::Sha256::new();
-    h.update(format!("{container}/{prefix}\n"));
-    for d in roots.dirs() {
-        h.update(d.as_os_str().as_encoded_bytes());
-        h.update(b"\n");
-    }
-    let id = hex::encode(&h.finalize()[..8]);
-    Some(state.join(format!("blob-relay/watch-{id}.sqlite")))
 }
 
 /// Resolves at the first SIGTERM or Ctrl-C; a second Ctrl-C exits at once.
