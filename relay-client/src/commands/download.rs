@@ -13,14 +13,13 @@ use crate::download::safe_fs::Folder;
 use crate::download::sources::Sources;
 use crate::index::Index;
 use crate::run::interrupt::Interrupt;
-use crate::run::outcome::{Cause, Outcome};
+use crate::run::outcome::Outcome;
 use crate::run::runner::Runner;
 use crate::transfer::filter::Filter;
 use crate::transfer::mode::Mode;
 use crate::transfer::send::Options;
 use crate::ui::progress::Reporter;
 use crate::ui::report::Summary;
-use crate::ui::weather::WeatherSink;
 
 pub async fn run(
     args: DownloadArgs,
@@ -32,17 +31,14 @@ pub async fn run(
     let first = &sources[0];
     args::same_account(&args, &args.sources, &sources)?;
     let opts = options(&args, &first.container)?;
-    let weather: WeatherSink = {
-        let r = reporter.clone();
-        Arc::new(move |w| r.weather(w))
-    };
+    let weather = reporter.weather_sink();
     let flags = args::mode_flags(&args);
     let mode = tokio::select! {
         m = setup::mode(&args.connection, &flags, &opts.token, &first.container, weather) => Arc::new(m?),
         _ = interrupt.wait() => {
             let mut summary = reporter.summary("relay");
             summary.download = true;
-            return Ok(Outcome::Interrupted { summary, in_flight: 0, in_flight_bytes: 0, cause: Cause::Interrupt });
+            return Ok(Outcome::before_start(summary));
         }
     };
     let job = job(&args, mode.clone(), opts, &reporter)?;

@@ -15,7 +15,7 @@ use crate::commands::in_flight::InFlight;
 use crate::commands::setup::{self, ModeFlags, SetupError};
 use crate::relay::links::RelayLinks;
 use crate::run::interrupt::Interrupt;
-use crate::run::outcome::{Cause, Outcome, Stop};
+use crate::run::outcome::{Outcome, Stop};
 use crate::run::runner::Runner;
 use crate::transfer::file::{Job, one_file, walk_report};
 use crate::transfer::filter::Filter;
@@ -25,7 +25,6 @@ use crate::transfer::walk::{Found, Walk, WalkOptions, check_sources};
 use crate::ui::live_list::LiveList;
 use crate::ui::progress::{Found as FoundSoFar, Reporter};
 use crate::ui::report::Summary;
-use crate::ui::weather::WeatherSink;
 
 /// After Ctrl-C, how long the files whose every byte is already staged may take
 /// to be committed (their Receipt), so the report says what is committed
@@ -60,21 +59,13 @@ pub async fn run(
     let dest = setup::destination(&args)?;
     let opts = setup::options(&args, &dest)?;
     let walk_opts = walk_options(&args, &dest.prefix)?;
-    let weather: WeatherSink = {
-        let r = reporter.clone();
-        Arc::new(move |w| r.weather(w))
-    };
+    let weather = reporter.weather_sink();
     let flags = ModeFlags::from(&args);
     let mode = tokio::select! {
         m = setup::mode(&args.connection, &flags, &opts.token, &dest.container, weather) => Arc::new(m?),
         _ = interrupt.wait() => {
             let name = if args.direct { "direct" } else { "relay" };
-            return Ok(Outcome::Interrupted {
-                summary: reporter.summary(name),
-                in_flight: 0,
-                in_flight_bytes: 0,
-                cause: Cause::Interrupt,
-            });
+            return Ok(Outcome::before_start(reporter.summary(name)));
         }
     };
     let job = Arc::new(Job {

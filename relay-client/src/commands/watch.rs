@@ -53,10 +53,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
     };
     // Waiting for an unreachable relay is announced as `upload` announces it
     // (`--patience`).
-    let weather: crate::ui::weather::WeatherSink = {
-        let r = reporter.clone();
-        Arc::new(move |w| r.weather(w))
-    };
+    let weather = reporter.weather_sink();
     let flags: setup::ModeFlags = up.into();
     let mode = setup::mode(
         &up.connection,

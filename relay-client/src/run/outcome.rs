@@ -20,6 +20,18 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// Ctrl-C before the first file: nothing done, nothing in flight.
+    pub fn before_start(summary: Summary) -> Self {
+        Outcome::Interrupted {
+            summary,
+            in_flight: 0,
+            in_flight_bytes: 0,
+            cause: Cause::Interrupt,
+        }
+    }
+}
+
 /// Why a run stopped before every file was done (exit 130 either way: the
 /// rerun resumes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
