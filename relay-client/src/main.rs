@@ -4,13 +4,13 @@ use std::sync::Arc;
 use clap::{CommandFactory, Parser};
 use relay_client::cli::{Cli, Command, ConfigCommand, ConfigInitArgs};
 use relay_client::commands::args::UploadArgs;
-use relay_client::commands::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
 use relay_client::commands::setup::SetupError;
-use relay_client::commands::upload::{Cause, Outcome};
+use relay_client::commands::watch_args::WatchArgs;
+use relay_client::run::interrupt::{EXIT_INTERRUPTED, Interrupt, rerun_command};
+use relay_client::run::outcome::{Cause, Outcome};
 use relay_client::ui::progress::{Output, Reporter, summary_line};
 use relay_client::ui::report::{Summary, Totals};
 use relay_client::watch::WatchEnd;
-use relay_client::watch::args::WatchArgs;
 use serde_json::json;
 
 const EXIT_FAILED: u8 = 1;
@@ -257,7 +257,10 @@ fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
     )
 }
 
-fn download(args: relay_client::download::args::DownloadArgs, argv: &[String]) -> ExitCode {
+fn download(
+    args: relay_client::commands::download_args::DownloadArgs,
+    argv: &[String],
+) -> ExitCode {
     let output = output_of(args.json, args.json_lines);
     let quiet = args.quiet;
     let stopped = |t: &Totals, in_flight: usize, _: u64, _: Cause| {
@@ -271,7 +274,7 @@ fn download(args: relay_client::download::args::DownloadArgs, argv: &[String]) -
         output,
         quiet,
         argv,
-        |reporter, interrupt| relay_client::download::run(args, reporter, interrupt),
+        |reporter, interrupt| relay_client::commands::download::run(args, reporter, interrupt),
         stopped,
         "finished",
     )
@@ -357,15 +360,15 @@ fn watch(args: WatchArgs) -> ExitCode {
     };
     // No progress bars: a watch runs for months; status lines say where it is.
     let reporter = Arc::new(Reporter::new(output, true));
-    let outcome = rt.block_on(relay_client::watch::run(args, reporter));
+    let outcome = rt.block_on(relay_client::commands::watch::run(args, reporter));
     rt.shutdown_background();
     match outcome {
         Ok(WatchEnd::Stopped(summary)) => {
             print_summary(&summary, output);
             ExitCode::SUCCESS
         }
-        Ok(WatchEnd::Refused(message)) => {
-            print_error(output, "refused", "refused", &message);
+        Ok(WatchEnd::Refused(refusal)) => {
+            print_error(output, "refused", "refused", &refusal.to_string());
             ExitCode::from(EXIT_REFUSED)
         }
         Ok(WatchEnd::OutOfPatience {

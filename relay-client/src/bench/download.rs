@@ -128,8 +128,12 @@ async fn download_once(
                 true,
             ));
             super::finished(
-                crate::download::run(*a, reporter, crate::commands::interrupt::Interrupt::never())
-                    .await,
+                crate::commands::download::run(
+                    *a,
+                    reporter,
+                    crate::run::interrupt::Interrupt::never(),
+                )
+                .await,
             )
         }
         Ok(_) => Err("not a download".to_string()),
@@ -220,7 +224,7 @@ fn sha256_of(path: &Path) -> std::io::Result<String> {
 mod tests {
     use super::*;
 
-    fn parsed(argv: Vec<String>) -> crate::download::args::DownloadArgs {
+    fn parsed(argv: Vec<String>) -> crate::commands::download_args::DownloadArgs {
         match Cli::try_parse_from(argv) {
             Ok(Cli {
                 command: Command::Download(a),

@@ -359,7 +359,7 @@ async fn upload_once(
                 crate::commands::upload::run(
                     *a,
                     reporter,
-                    crate::commands::interrupt::Interrupt::never(),
+                    crate::run::interrupt::Interrupt::never(),
                 )
                 .await,
             )
@@ -483,11 +483,11 @@ async fn delete(
 
 /// A run's summary, or why there is none (the bench never interrupts a run).
 pub(crate) fn finished<E: std::fmt::Display>(
-    outcome: Result<crate::commands::upload::Outcome, E>,
+    outcome: Result<crate::run::outcome::Outcome, E>,
 ) -> Result<Summary, String> {
     match outcome {
-        Ok(crate::commands::upload::Outcome::Done(summary)) => Ok(summary),
-        Ok(crate::commands::upload::Outcome::Interrupted { .. }) => Err("interrupted".to_string()),
+        Ok(crate::run::outcome::Outcome::Done(summary)) => Ok(summary),
+        Ok(crate::run::outcome::Outcome::Interrupted { .. }) => Err("interrupted".to_string()),
         Err(e) => Err(e.to_string()),
     }
 }

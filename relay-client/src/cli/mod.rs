@@ -1,7 +1,7 @@
 //! The command line, top layer: the commands and their one-line help
 //! (`Cli`, `Command`), the profile that joins it (`config_file`), and the
 //! flags of `config init` and `bench`. Each other command's flags live with
-//! it (`commands::args`, `download::args`, `watch::args`); `main.rs` parses
+//! it (`commands::args`, `download_args`, `watch_args`); `main.rs` parses
 //! here and hands each command its own. May import any module below it;
 //! only `main.rs` and `bench` (which parses upload command lines for its
 //! runs) import it.
@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use relay_proto::size::parse_byte_size;
 
 use crate::commands::args::{UPLOAD_EXAMPLES, UploadArgs};
-use crate::watch::args::{WATCH_EXAMPLES, WatchArgs};
+use crate::commands::watch_args::{WATCH_EXAMPLES, WatchArgs};
 
 /// Uploads files to Azure Blob Storage through a Blob Relay (QUIC), or directly.
 #[derive(Debug, Parser)]
@@ -50,8 +50,8 @@ pub enum Command {
     Upload(Box<UploadArgs>),
     /// Download blobs (one, a prefix, a container) into a folder through the
     /// relay; each file is verified before it takes its name, and a rerun resumes.
-    #[command(after_long_help = crate::download::args::DOWNLOAD_EXAMPLES)]
-    Download(Box<crate::download::args::DownloadArgs>),
+    #[command(after_long_help = crate::commands::download_args::DOWNLOAD_EXAMPLES)]
+    Download(Box<crate::commands::download_args::DownloadArgs>),
     /// Watch directories: upload what is there, then every file that appears or
     /// changes once it is complete (closed and unchanged for --settle), until stopped.
     #[command(after_long_help = WATCH_EXAMPLES)]

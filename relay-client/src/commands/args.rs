@@ -1,45 +1,12 @@
-//! `relay-client upload`'s flags (`watch` takes them all too), and the
-//! overwrite policy `download` shares with it.
+//! `relay-client upload`'s flags (`watch` takes them all too).
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use crate::commands::connection_args::ConnectionArgs;
+pub use crate::transfer::overwrite::OverwriteMode;
 use crate::ui::units::{block_size, size};
-
-/// What to do when the destination blob exists (`--overwrite[=MODE]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OverwriteMode {
-    /// Refuse the file (exit 1); a file identical to the blob the relay sealed is skipped.
-    #[value(alias = "false")]
-    Never,
-    /// Replace the blob.
-    #[value(alias = "true")]
-    Always,
-    /// Skip the file when the relay's verified record says the blob holds exactly
-    /// these bytes (size and SHA-256); replace it otherwise.
-    #[value(alias = "ifSourceDifferent")]
-    IfDifferent,
-    /// Skip the file when identical or when the blob was committed after the
-    /// source's last modification (the blob's Last-Modified, set by storage);
-    /// replace it otherwise. Like AzCopy's ifSourceNewer.
-    #[value(alias = "ifSourceNewer")]
-    IfNewer,
-}
-
-/// The flag as the pure download session takes it (`relay_proto` knows no clap).
-impl From<OverwriteMode> for relay_proto::session::download::OverwriteMode {
-    fn from(mode: OverwriteMode) -> Self {
-        use relay_proto::session::download::OverwriteMode as Pure;
-        match mode {
-            OverwriteMode::Never => Pure::Never,
-            OverwriteMode::Always => Pure::Always,
-            OverwriteMode::IfDifferent => Pure::IfDifferent,
-            OverwriteMode::IfNewer => Pure::IfNewer,
-        }
-    }
-}
 
 #[derive(Debug, Args)]
 pub struct UploadArgs {
@@ -207,11 +174,6 @@ pub struct UploadArgs {
     /// With --direct: memory for block buffers.
     #[arg(long, default_value = "512MiB", value_parser = size)]
     pub memory_budget: u64,
-
-    /// What direct mode's requests carry: blocks (upload, watch) or ranges
-    /// (set by `download`), which its sizing follows.
-    #[arg(skip)]
-    pub requests: crate::transfer::direct_sizing::Requests,
 }
 
 pub const UPLOAD_EXAMPLES: &str = "Examples:

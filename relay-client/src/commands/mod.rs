@@ -1,13 +1,16 @@
-//! The `upload` command and what every command shares: its flags (`args`,
-//! `connection_args`), the setup decided before the first file moves
-//! (`setup`), Ctrl-C (`interrupt`). `download`, `watch` and `bench` are
-//! commands in folders of their own beside this one.
+//! The commands that move files: `upload`, `download` (and their flags,
+//! `args`, `download_args`, `connection_args`), and the setup every command
+//! decides before the first file moves (`setup`). Each hands its items to
+//! the runner (`run`) and a driver (`transfer`, `download`, `watch`).
 //!
-//! May import `transfer`, `relay`, `ui` and `sign_in`; never `cli`.
+//! May import the drivers and the libraries; never `cli`.
 
 pub mod args;
 pub mod connection_args;
+pub mod download;
+pub mod download_args;
 pub mod in_flight;
-pub mod interrupt;
 pub mod setup;
 pub mod upload;
+pub mod watch;
+pub mod watch_args;

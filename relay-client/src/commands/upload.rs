@@ -7,46 +7,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use tokio::sync::{Semaphore, mpsc};
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 
-use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::args::UploadArgs;
 use crate::commands::in_flight::InFlight;
-use crate::commands::interrupt::Interrupt;
-use crate::commands::setup::{self, SetupError};
+use crate::commands::setup::{self, ModeFlags, SetupError};
 use crate::relay::links::RelayLinks;
+use crate::run::interrupt::Interrupt;
+use crate::run::outcome::{Outcome, Stop};
+use crate::run::runner::Runner;
 use crate::transfer::file::{Job, one_file, walk_report};
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
 use crate::transfer::mode::Mode;
-use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Found, Walk, WalkOptions, check_sources};
 use crate::ui::live_list::LiveList;
 use crate::ui::progress::{Found as FoundSoFar, Reporter};
 use crate::ui::report::Summary;
-use crate::ui::weather::WeatherSink;
-
-/// How a run ended (setup errors aside).
-pub enum Outcome {
-    Done(Summary),
-    /// Ctrl-C, or patience ran out: what was done, and what was stopped.
-    Interrupted {
-        summary: Summary,
-        in_flight: usize,
-        in_flight_bytes: u64,
-        cause: Cause,
-    },
-}
-
-/// Why a run stopped before every file was done (exit 130 either way: the
-/// rerun resumes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// Ctrl-C.
-    Interrupt,
-    /// The relay could not be reached for longer than `--patience`.
-    Patience(Duration),
-}
 
 /// After Ctrl-C, how long the files whose every byte is already staged may take
 /// to be committed (their Receipt), so the report says what is committed
@@ -81,117 +59,97 @@ pub async fn run(
     let dest = setup::destination(&args)?;
     let opts = setup::options(&args, &dest)?;
     let walk_opts = walk_options(&args, &dest.prefix)?;
-    let weather: WeatherSink = {
-        let r = reporter.clone();
-        Arc::new(move |w| r.weather(w))
-    };
+    let weather = reporter.weather_sink();
+    let flags = ModeFlags::from(&args);
     let mode = tokio::select! {
-        m = setup::mode(&args, &opts.token, &dest.container, weather) => m?,
+        m = setup::mode(&args.connection, &flags, &opts.token, &dest.container, weather) => Arc::new(m?),
         _ = interrupt.wait() => {
             let name = if args.direct { "direct" } else { "relay" };
-            return Ok(Outcome::Interrupted {
-                summary: reporter.summary(name),
-                in_flight: 0,
-                in_flight_bytes: 0,
-                cause: Cause::Interrupt,
-            });
+            return Ok(Outcome::before_start(reporter.summary(name)));
         }
-    };
-    let mode = Arc::new(mode);
-    let patience = args.connection.patience;
-    let sync = match args.overwrite {
-        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
-        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
-        OverwriteMode::Never | OverwriteMode::Always => None,
     };
     let job = Arc::new(Job {
         mode: mode.clone(),
         opts,
-        sync,
+        sync: args.overwrite.sync_rule(),
         attempts: args.attempts.max(1),
         dry_run: args.dry_run,
     });
-
     spawn_count(&args, walk_opts.clone(), reporter.clone());
-    let mut found = spawn_walk(&args, walk_opts);
-    let ticker = spawn_ticker(&reporter, args.status_interval);
-
-    let t0 = Instant::now();
-    let slots = Arc::new(Semaphore::new(args.parallel.max(1)));
+    let found = spawn_walk(&args, walk_opts);
     // Each relay connection has its own window (`--relay-connections`).
     let connections = match mode.as_ref() {
         Mode::Relay(links) => links.all().len(),
         Mode::Direct(_) => 1,
     };
-    let window = InFlight::new(&setup::windows(&args), connections);
-    let mut tasks: JoinSet<Option<String>> = JoinSet::new();
+    let window = InFlight::new(&setup::windows(&args.connection, &flags), connections);
+    let mut runner = Runner::new(
+        mode,
+        interrupt,
+        args.parallel,
+        &reporter,
+        args.status_interval,
+    );
     let mut running: LiveList<Running> = LiveList::default();
-    let stop = 'walk: loop {
-        let item = tokio::select! {
-            item = found.recv() => item,
-            _ = interrupt.wait() => break 'walk Stop::Interrupted,
-            _ = gave_up(&mode) => break 'walk Stop::OutOfPatience,
-        };
-        let src = match item {
-            None => break Stop::Finished,
-            Some(Found::File(src)) => src,
-            Some(other) => {
+    let stop = match feed(&mut runner, found, &job, &reporter, &window, &mut running).await {
+        Stop::Finished => runner.drain().await,
+        other => other,
+    };
+    runner.stop_ticker();
+    // No commit can land while the relay is unreachable: no point waiting.
+    let offline = matches!(runner.mode().as_ref(), Mode::Relay(links) if links.waiting());
+    if matches!(stop, Stop::Interrupted) && !offline {
+        await_commits(&mut runner, &running, &reporter).await;
+    }
+    let mode = runner.end(&stop).await;
+    // Files stopped in flight never finished: their bars are still active
+    // until the summary.
+    let stopped = reporter.progress();
+    let summary = summary(&mode, &reporter).await;
+    Ok(stop.outcome(summary, &stopped, args.connection.patience)?)
+}
+
+/// The walk's files into the runner, each as `one_file`, until the walk
+/// ends or the run stops.
+async fn feed(
+    runner: &mut Runner,
+    mut found: mpsc::Receiver<Found>,
+    job: &Arc<Job>,
+    reporter: &Arc<Reporter>,
+    window: &InFlight,
+    running: &mut LiveList<Running>,
+) -> Stop {
+    let t0 = Instant::now();
+    loop {
+        let src = match runner.unless_stopped(found.recv()).await {
+            Err(stop) => return stop,
+            Ok(None) => return Stop::Finished,
+            Ok(Some(Found::File(src))) => src,
+            Ok(Some(other)) => {
                 reporter.finish_file(None, walk_report(other, &job.opts.container), 0);
                 continue;
             }
         };
         // Files in flight: at most --parallel, and at most what the relay's windows
         // take at once (each file counts min(size, stream window)).
-        let permits = tokio::select! {
-            p = async { tokio::join!(slots.clone().acquire_owned(), window.acquire(src.size)) } => p,
-            _ = interrupt.wait() => break 'walk Stop::Interrupted,
-            _ = gave_up(&mode) => break 'walk Stop::OutOfPatience,
+        let permits = match runner.slot(window.acquire(src.size)).await {
+            Ok(p) => p,
+            Err(stop) => return stop,
         };
-        while let Some(done) = tasks.try_join_next() {
-            if let Some(fatal) = done.ok().flatten() {
-                break 'walk Stop::Fatal(fatal);
-            }
-        }
         let wait_ms = t0.elapsed().as_millis() as u64;
         let bar = reporter.start(&src.blob);
         let (job, reporter, file_bar) = (job.clone(), reporter.clone(), bar.clone());
-        let task = tasks.spawn(async move {
-            let _permits = permits;
+        let task = runner.spawn(permits, async move {
             one_file(&job, &reporter, src, file_bar, wait_ms).await
         });
         running.push(Running { task, bar }, |r| !r.task.is_finished());
-    };
-    let stop = match stop {
-        Stop::Finished => drain(&mut tasks, &mut interrupt, &mode).await,
-        other => other,
-    };
-    if let Some(t) = ticker {
-        t.abort();
-    }
-    // No commit can land while the relay is unreachable: no point waiting.
-    let offline = matches!(mode.as_ref(), Mode::Relay(links) if links.waiting());
-    if matches!(stop, Stop::Interrupted) && !offline {
-        await_commits(&mut tasks, &running, &reporter).await;
-    }
-    finish(stop, tasks, &mode, &reporter, patience).await
-}
-
-/// Resolves once the relay link ran out of patience (never in direct mode).
-async fn gave_up(mode: &Mode) {
-    match mode {
-        Mode::Relay(links) => links.wait_gave_up().await,
-        Mode::Direct(_) => std::future::pending().await,
     }
 }
 
 /// After Ctrl-C: stops every file that still has bytes to stage (its stream is
 /// reset; the relay keeps what it staged for the rerun) and gives the ones
 /// whose bytes are all staged up to `COMMIT_WAIT` to be committed.
-async fn await_commits(
-    tasks: &mut JoinSet<Option<String>>,
-    running: &LiveList<Running>,
-    reporter: &Reporter,
-) {
+async fn await_commits(runner: &mut Runner, running: &LiveList<Running>, reporter: &Reporter) {
     let mut committing = 0;
     for r in running.iter().filter(|r| !r.task.is_finished()) {
         if r.all_staged() {
@@ -208,81 +166,14 @@ async fn await_commits(
          to be committed (Ctrl-C again to exit now)",
         COMMIT_WAIT.as_secs()
     ));
-    let _ = tokio::time::timeout(COMMIT_WAIT, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
+    runner.wait_within(COMMIT_WAIT).await;
 }
 
-/// Status lines (or bar redraws) at the reporter's pace, until aborted.
-fn spawn_ticker(
-    reporter: &Arc<Reporter>,
-    status_interval: Duration,
-) -> Option<tokio::task::JoinHandle<()>> {
-    reporter.tick_every(status_interval).map(|every| {
-        let r = reporter.clone();
-        tokio::spawn(async move {
-            // The first line after one interval, not at once: a short run needs none.
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                t.tick().await;
-                r.tick();
-            }
-        })
-    })
-}
-
-enum Stop {
-    Finished,
-    Interrupted,
-    /// The relay stayed unreachable for longer than `--patience`.
-    OutOfPatience,
-    /// A refusal every file would get: one setup error.
-    Fatal(String),
-}
-
-/// Waits for the files in flight, unless Ctrl-C or a fatal refusal comes first.
-async fn drain(
-    tasks: &mut JoinSet<Option<String>>,
-    interrupt: &mut Interrupt,
-    mode: &Mode,
-) -> Stop {
-    loop {
-        tokio::select! {
-            done = tasks.join_next() => match done {
-                None => return Stop::Finished,
-                Some(Ok(Some(fatal))) => return Stop::Fatal(fatal),
-                Some(_) => {}
-            },
-            _ = interrupt.wait() => return Stop::Interrupted,
-            _ = gave_up(mode) => return Stop::OutOfPatience,
-        }
-    }
-}
-
-async fn finish(
-    stop: Stop,
-    mut tasks: JoinSet<Option<String>>,
-    mode: &Mode,
-    reporter: &Reporter,
-    patience: Duration,
-) -> Result<Outcome, SetupError> {
-    if !matches!(stop, Stop::Finished) {
-        // Dropping a file's task resets its stream: the relay commits nothing of
-        // it and keeps what it staged for the rerun to resume.
-        tasks.abort_all();
-        if let Mode::Relay(links) = mode {
-            links.abort().await;
-        }
-        while tasks.join_next().await.is_some() {}
-    }
-    // Files stopped in flight never finished: their bars are still active.
-    let stopped = reporter.progress();
-    let (in_flight, in_flight_bytes) = (stopped.files_in_flight, stopped.in_flight_bytes);
-    let mut summary_connections = None;
-    let mut direct = None;
-    let (warm_start, quic) = match mode {
+/// The run's summary: what the reporter counted, and what the mode saw
+/// (direct mode's sizing; the relay's connections, path and QUIC figures).
+async fn summary(mode: &Mode, reporter: &Reporter) -> Summary {
+    let (mut direct, mut quic, mut connections, mut warm_start) = (None, None, None, None);
+    match mode {
         Mode::Direct(d) => {
             direct = Some(crate::ui::report::DirectReport {
                 block_size_bytes: d.block_size,
@@ -290,33 +181,20 @@ async fn finish(
                 storage_rtt_ms: d.storage_rtt.map(|r| r.as_secs_f64() * 1e3),
                 fell_back: d.fell_back,
             });
-            (None, None)
         }
         Mode::Relay(links) => {
-            let quic = quic_stats(links).await;
+            quic = quic_stats(links).await;
             links.close().await;
-            summary_connections = Some(links.connections());
-            (Some(links.remember_path()), quic)
+            connections = Some(links.connections());
+            warm_start = Some(links.remember_path());
         }
-    };
-    let mut summary = reporter.summary(mode.name());
-    summary.warm_start = warm_start;
-    summary.quic = quic;
-    summary.connections = summary_connections;
-    summary.direct = direct;
-    let interrupted = |cause| {
-        Ok(Outcome::Interrupted {
-            summary: summary.clone(),
-            in_flight,
-            in_flight_bytes,
-            cause,
-        })
-    };
-    match stop {
-        Stop::Finished => Ok(Outcome::Done(summary)),
-        Stop::Interrupted => interrupted(Cause::Interrupt),
-        Stop::OutOfPatience => interrupted(Cause::Patience(patience)),
-        Stop::Fatal(message) => Err(SetupError::Refused(message)),
+    }
+    Summary {
+        direct,
+        quic,
+        connections,
+        warm_start,
+        ..reporter.summary(mode.name())
     }
 }
 

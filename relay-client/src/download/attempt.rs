@@ -8,12 +8,14 @@
 use indicatif::ProgressBar;
 use relay_proto::protocol::{Check, Source};
 
-use super::fetch::{Done, Stream, Target, Way, fs, hash_file, local, open, receive};
+use super::fetch::{Done, Target, Way, fs, hash_file, local, open, receive};
 use super::partial::{self, Held, Sidecar};
 use super::place::{partial_name, sidecar_name};
 use super::placing;
 use super::safe_fs::{Entry, FsError, Stat, set_mode, stat_file};
+use super::stream::{Body, Stream};
 use crate::index::{FileStat, Record};
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 use relay_proto::session::download::{Action, Event, Failed, Hashes, Local, Session, same_etag};
 
@@ -36,7 +38,12 @@ impl From<FileError> for Stop {
 fn failed(f: Failed) -> Stop {
     Stop {
         discard: f.discard,
-        error: FileError::new(f.code, f.message, f.retryable),
+        // The session names its codes by word: every one of them is a report's code.
+        error: FileError::new(
+            ErrorCode::from_label(f.code).unwrap_or(ErrorCode::Internal),
+            f.message,
+            f.retryable,
+        ),
     }
 }
 
@@ -47,7 +54,7 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
     let held = match partial::lock(t.folder, &part, t.patience).await {
         // A folder that cannot be written (read-only, not ours) may still hold
         // the file identical: compared, and refused only if it must be fetched.
-        Err(e) if e.code == "permission" => Err(e),
+        Err(e) if e.code == ErrorCode::Permission => Err(e),
         r => Ok(r?),
     };
     let mut a = Attempt {
@@ -158,7 +165,7 @@ impl Attempt<'_, '_> {
         let hashes = hash_file(file, None, md5).await?;
         if stat_file(&probe).map_err(io)? != before {
             return Err(FileError::new(
-                "exists",
+                ErrorCode::Exists,
                 "the local file changed while it was compared with the blob; not replaced (rerun to compare it again)",
                 false,
             )
@@ -189,7 +196,14 @@ impl Attempt<'_, '_> {
                 turns,
                 compress,
             } => open(conn, turns, t, offset, etag, compress).await?,
-            Way::Direct(d) => d.open(t.container, t.blob, offset, etag).await?,
+            Way::Direct(d) => {
+                d.open(t.container, t.blob, offset, etag)
+                    .await?
+                    .map(|(source, ranges)| Stream {
+                        body: Body::Direct(ranges),
+                        source,
+                    })
+            }
         };
         Ok(match opened {
             Ok(mut s) => {
@@ -215,7 +229,7 @@ impl Attempt<'_, '_> {
             .try_clone()
             .map_err(|e| fs(FsError::of(&path, e)))?;
         let Some(s) = self.stream.as_mut() else {
-            return Err(FileError::new("internal", "no stream to receive", false).into());
+            return Err(FileError::new(ErrorCode::Internal, "no stream to receive", false).into());
         };
         if fresh {
             let sidecar = Sidecar {
@@ -245,9 +259,9 @@ impl Attempt<'_, '_> {
     fn place(&mut self, check: Check, resumed: u64) -> Result<Done, Stop> {
         let t = self.t;
         let Some(s) = self.stream.take() else {
-            return Err(FileError::new("internal", "no stream to place", false).into());
+            return Err(FileError::new(ErrorCode::Internal, "no stream to place", false).into());
         };
-        let refused = |code: &str, message: &str| Stop {
+        let refused = |code: ErrorCode, message: &str| Stop {
             error: FileError::new(code, message, false),
             discard: true,
         };
@@ -256,7 +270,7 @@ impl Attempt<'_, '_> {
             Local::Folder | Local::Symlink | Local::Other
         ) {
             return Err(refused(
-                "in_the_way",
+                ErrorCode::InTheWay,
                 "something other than a file appeared at the file's name; nothing placed, the download is discarded",
             ));
         }
@@ -275,7 +289,7 @@ impl Attempt<'_, '_> {
         }
         .map_err(fs)?;
         if let Err(r) = placed {
-            return Err(refused("exists", r.message()));
+            return Err(refused(ErrorCode::Exists, r.message()));
         }
         t.folder.remove_file(&self.side).map_err(fs)?;
         t.folder.sync().map_err(fs)?;

@@ -24,7 +24,9 @@ use relay_storage::staging::Budget;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::task::JoinHandle;
 
-use super::fetch::{Body, Next, Stream};
+use super::cursor::Cursor;
+use super::piece::Next;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 
 /// Blobs per List Blobs page: 10.7 MiB at most (`PageSize::bytes`).
@@ -39,27 +41,20 @@ pub struct DirectReads {
     pub budget: Budget,
 }
 
-fn refusal(code: Code, message: &str) -> Failure {
-    Failure {
-        code,
-        message: message.to_string(),
-        existing: None,
-        requests: None,
-        outcome_unknown: false,
-    }
-}
-
 /// A storage error as this file's: gone, changed, or (retryable) failed.
 fn read_error(e: ReadError) -> Result<Failure, FileError> {
     match e {
-        ReadError::NotFound => Ok(refusal(Code::NotFound, "no such blob")),
-        ReadError::Changed => Ok(refusal(Code::Changed, "the blob changed while it was read")),
+        ReadError::NotFound => Ok(Failure::new(Code::NotFound, "no such blob")),
+        ReadError::Changed => Ok(Failure::new(
+            Code::Changed,
+            "the blob changed while it was read",
+        )),
         ReadError::RangeTooLarge(_) | ReadError::AnswerTooLarge(_) => {
-            Err(FileError::new("internal", e.to_string(), false))
+            Err(FileError::new(ErrorCode::Internal, e.to_string(), false))
         }
         ReadError::Storage(e) => {
             let retry = e.status.is_none_or(|s| s >= 500 || s == 408 || s == 429);
-            Err(FileError::new("storage", e.to_string(), retry))
+            Err(FileError::new(ErrorCode::Storage, e.to_string(), retry))
         }
     }
 }
@@ -73,9 +68,9 @@ impl DirectReads {
         blob: &str,
         offset: u64,
         etag: Option<String>,
-    ) -> Result<Result<Stream, Failure>, FileError> {
+    ) -> Result<Result<(Source, Ranges), Failure>, FileError> {
         let reader = ContainerReader::new(&self.storage, container)
-            .map_err(|e| FileError::new("storage", e.to_string(), false))?;
+            .map_err(|e| FileError::new(ErrorCode::Storage, e.to_string(), false))?;
         let props = match reader.properties(blob).await {
             Ok(p) => p,
             Err(e) => return read_error(e).map(Err),
@@ -119,10 +114,7 @@ impl DirectReads {
             check: range_check(check),
             checked: 0,
         };
-        Ok(Ok(Stream {
-            body: Body::Direct(ranges),
-            source,
-        }))
+        Ok(Ok((source, ranges)))
     }
 }
 
@@ -169,7 +161,7 @@ impl Ranges {
                 self.budget
                     .take(len)
                     .await
-                    .map_err(|e| FileError::new("internal", e.to_string(), false))?
+                    .map_err(|e| FileError::new(ErrorCode::Internal, e.to_string(), false))?
             } else {
                 match self.budget.try_take(len) {
                     Some(memory) => memory,
@@ -205,7 +197,7 @@ impl Ranges {
                 Ok(Next::Bytes(bytes))
             }
             Ok(Err(refused)) => refused.map(Next::Refused),
-            Err(e) => Err(FileError::new("internal", e.to_string(), false)),
+            Err(e) => Err(FileError::new(ErrorCode::Internal, e.to_string(), false)),
         }
     }
 }
@@ -217,24 +209,26 @@ pub async fn list(
     container: &str,
     prefix: &str,
     tx: &mpsc::Sender<Listed>,
-    cursor: &mut super::list::Cursor,
+    cursor: &mut Cursor,
 ) -> Result<(), FileError> {
     let lister = ContainerReader::new(storage, container)
-        .map_err(|e| FileError::new("storage", e.to_string(), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Storage, e.to_string(), false))?;
     loop {
         let page = match lister.list_page(prefix, cursor.marker(), PAGE).await {
             Ok(p) => p,
             Err(ReadError::NotFound) => {
                 return Err(FileError::new(
-                    "storage_refused",
+                    ErrorCode::StorageRefused,
                     format!("ContainerNotFound: container {container:?} does not exist"),
                     false,
                 ));
             }
             Err(e) => {
                 return Err(read_error(e).map_or_else(
-                    |e| FileError::new(&e.code, format!("listing: {}", e.message), e.retryable),
-                    |f| FileError::new("storage", format!("listing: {}", f.message), false),
+                    |e| FileError::new(e.code, format!("listing: {}", e.message), e.retryable),
+                    |f| {
+                        FileError::new(ErrorCode::Storage, format!("listing: {}", f.message), false)
+                    },
                 ));
             }
         };

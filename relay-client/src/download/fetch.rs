@@ -8,25 +8,24 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 use md5::Md5;
-use quinn::{Connection, RecvStream, SendStream};
+use quinn::Connection;
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{Check, Encoding, Fetch, Message, Source, app_error};
+use relay_proto::protocol::{Check, Encoding, Fetch, Message};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
 use super::inflating::{Inflating, Slot, Wire, ask};
+use super::piece::{Next, lost};
 use super::safe_fs::{Entry, Folder, FsError};
-use crate::commands::args::OverwriteMode;
+use super::stream::{Body, Stream};
 use crate::index::Index;
 use crate::relay::open_turns::OpenTurns;
 use crate::sign_in::Bearer;
+use crate::transfer::overwrite::OverwriteMode;
 use crate::transfer::send::sign_in_failed;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 use relay_proto::session::download::{Blob, Compared, Hashes, Local};
-
-/// The largest piece of a section read from QUIC at once (no copy: quinn's own
-/// buffer), so a file's memory is this, not its size.
-pub(super) const READ_CHUNK: usize = 1 << 20;
 
 /// What one file shares with the run.
 pub struct Target<'a> {
@@ -74,10 +73,6 @@ pub enum Done {
     },
 }
 
-pub(super) fn lost(e: impl std::fmt::Display) -> FileError {
-    FileError::new("connection", format!("connection to relay lost: {e}"), true)
-}
-
 pub(super) fn fs(e: FsError) -> FileError {
     let retry = false;
     FileError::new(e.code(), e.to_string(), retry)
@@ -111,95 +106,6 @@ pub enum Way<'a> {
     },
     /// Ranged reads straight from storage (`--direct`).
     Direct(&'a super::direct::DirectReads),
-}
-
-/// An open download after its Source: where the bytes come from.
-pub(super) struct Stream {
-    pub(super) body: Body,
-    pub(super) source: Source,
-}
-
-pub(super) enum Body {
-    Relay {
-        _send: SendStream,
-        recv: RecvStream,
-        /// Bytes left in the current `Data` section.
-        left: u64,
-        /// The sections hold compressed chunks (`Source.encoding`).
-        inflating: Option<Inflating>,
-        wire: std::sync::Arc<Wire>,
-    },
-    Direct(super::direct::Ranges),
-}
-
-/// The next piece of a file's bytes.
-pub(super) enum Next {
-    Bytes(bytes::Bytes),
-    /// Every byte came; the ranges the relay (or this client) checked.
-    End {
-        ranges_checked: u64,
-    },
-    Refused(relay_proto::protocol::Failure),
-}
-
-impl Body {
-    pub(super) fn stop(&mut self) {
-        if let Body::Relay { recv, .. } = self {
-            let _ = recv.stop(app_error::CLIENT_ABORT.into());
-        }
-    }
-
-    /// The next bytes at `at` of a blob of `size`.
-    async fn next(&mut self, at: u64, size: u64) -> Result<Next, FileError> {
-        let (recv, left, wire) = match self {
-            Body::Direct(r) => return r.next().await,
-            Body::Relay {
-                recv,
-                left,
-                inflating: Some(inflating),
-                ..
-            } => return inflating.next(recv, left).await,
-            Body::Relay {
-                recv, left, wire, ..
-            } => (recv, left, wire),
-        };
-        while *left == 0 {
-            match read_frame(recv).await.map_err(lost)? {
-                Message::Data(d) => {
-                    if d.len > size - at {
-                        return Err(FileError::new(
-                            "protocol",
-                            format!("a section of {} bytes past the blob's end at {at}", d.len),
-                            false,
-                        ));
-                    }
-                    *left = d.len;
-                }
-                Message::Sent(sent) => {
-                    return Ok(Next::End {
-                        ranges_checked: sent.ranges_checked,
-                    });
-                }
-                Message::Error(f) | Message::Reject(f) => return Ok(Next::Refused(f)),
-                other => {
-                    return Err(FileError::new(
-                        "protocol",
-                        format!("expected Data or Sent, got {}", other.name()),
-                        false,
-                    ));
-                }
-            }
-        }
-        let max = usize::try_from(*left).unwrap_or(usize::MAX).min(READ_CHUNK);
-        let chunk = recv
-            .read_chunk(max, true)
-            .await
-            .map_err(lost)?
-            .ok_or_else(|| lost("the stream ended inside a section"))?;
-        *left -= chunk.bytes.len() as u64;
-        wire.add(chunk.bytes.len() as u64);
-        Ok(Next::Bytes(chunk.bytes))
-    }
 }
 
 /// Opens a stream and sends the Fetch (asking for compressed sections where
@@ -240,7 +146,7 @@ pub(super) async fn open(
                 )),
                 (Some(_), None) => {
                     return Err(FileError::new(
-                        "protocol",
+                        ErrorCode::Protocol,
                         "the relay sent compressed sections this client did not ask for",
                         false,
                     ));
@@ -259,7 +165,7 @@ pub(super) async fn open(
         }
         Message::Reject(f) | Message::Error(f) => Ok(Err(f)),
         other => Err(FileError::new(
-            "protocol",
+            ErrorCode::Protocol,
             format!("expected Source, got {}", other.name()),
             false,
         )),
@@ -303,10 +209,10 @@ async fn hash_prefix(
         }
     })
     .await
-    .map_err(|e| FileError::new("internal", e.to_string(), false))?
+    .map_err(|e| FileError::new(ErrorCode::Internal, e.to_string(), false))?
     .map_err(|e| {
         FileError::new(
-            "local_io",
+            ErrorCode::LocalIo,
             format!("cannot read the local file: {e}"),
             false,
         )
@@ -334,7 +240,7 @@ pub(super) async fn receive(
     let have = file.metadata().map_err(io)?.len();
     if have < from {
         return Err(FileError::new(
-            "local_io",
+            ErrorCode::LocalIo,
             format!("{}: the partial file shrank while resuming", path.display()),
             true,
         ));

@@ -32,8 +32,9 @@ use relay_proto::protocol::Message;
 use relay_transport::frames::read_frame;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use super::fetch::{Next, READ_CHUNK, lost};
+use super::piece::{Next, READ_CHUNK, lost};
 use crate::transfer::compress::Mode;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 
 /// Downloads that may inflate at once, over the whole run.
@@ -89,7 +90,7 @@ impl Wire {
 /// Why the relay's chunks were refused: the file fails, nothing is placed.
 fn refused(why: impl std::fmt::Display) -> FileError {
     FileError::new(
-        "protocol",
+        ErrorCode::Protocol,
         format!("the relay's compressed sections were refused: {why}; the file is not placed"),
         false,
     )
@@ -161,7 +162,7 @@ impl Inflating {
                 Message::Error(f) | Message::Reject(f) => return Ok(Next::Refused(f)),
                 other => {
                     return Err(FileError::new(
-                        "protocol",
+                        ErrorCode::Protocol,
                         format!("expected Data or Sent, got {}", other.name()),
                         false,
                     ));
@@ -282,7 +283,7 @@ mod tests {
 
     fn reason(e: &Option<FileError>) -> String {
         let e = e.as_ref().expect("refused");
-        assert_eq!(e.code, "protocol", "{e:?}");
+        assert_eq!(e.code, ErrorCode::Protocol, "{e:?}");
         assert!(!e.retryable, "{e:?}");
         e.message.clone()
     }

@@ -12,124 +12,50 @@
 //! comparing names: storage orders them its own way (Azurite by UTF-16 code
 //! units, so `p/😀` comes before `p/！`, the other way round in UTF-8).
 
-use std::collections::HashSet;
-use std::time::Duration;
-
 use quinn::Connection;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{List, ListEnd, Listed, Listing, Message};
 use relay_transport::frames::{read_frame, write_frame};
 use tokio::sync::mpsc;
 
-use relay_storage::retry::Backoff;
-
-use super::{Job, relay};
+use super::cursor::Cursor;
+use super::job::Job;
+use crate::relay::links::RelayLinks;
+use crate::relay::retry::Tries;
 use crate::sign_in::Bearer;
-use crate::transfer::file::weathered;
 use crate::transfer::send::sign_in_failed;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 
-/// Where a listing got to: storage's marker after the last page handed on
-/// whole, the names handed on since (a digest each: a page's worth at most,
-/// 16 bytes a name), and how many names in all.
-#[derive(Debug, Default)]
-pub struct Cursor {
-    marker: Option<String>,
-    since: HashSet<[u8; 16]>,
-    pub handed: u64,
-}
-
-/// A name's key in `Cursor::since`.
-fn digest(name: &str) -> [u8; 16] {
-    use sha2::{Digest, Sha256};
-    let h = Sha256::digest(name.as_bytes());
-    let mut k = [0u8; 16];
-    k.copy_from_slice(&h[..16]);
-    k
-}
-
-impl Cursor {
-    /// Where to take the listing up: storage's marker, or the start.
-    pub fn marker(&self) -> Option<&str> {
-        self.marker.as_deref()
-    }
-
-    /// Whether `name` was handed on by an earlier attempt of this listing.
-    pub fn passed(&self, name: &str) -> bool {
-        self.since.contains(&digest(name))
-    }
-
-    pub fn hand(&mut self, name: &str) {
-        self.since.insert(digest(name));
-        self.handed += 1;
-    }
-
-    /// Every name of the pages up to `marker` was handed on: a listing taken
-    /// up there sees none of them again.
-    pub fn page_ended(&mut self, marker: String) {
-        self.marker = Some(marker);
-        self.since.clear();
-    }
-}
-
 /// One source's listing, through the relay or from storage, taken up again
-/// after a break; the names handed on, or why the listing failed for good.
+/// after a break (`relay::retry`); the names handed on, or why the listing
+/// failed for good.
 pub(super) async fn listing(
     job: &Job,
     prefix: &str,
     tx: mpsc::Sender<Listed>,
 ) -> Result<u64, FileError> {
-    let backoff = Backoff {
-        initial: Duration::from_millis(500),
-        cap: Duration::from_secs(15),
-        max_attempts: job.attempts,
-    };
     let container = &job.opts.container;
+    let link = job.relay().map(RelayLinks::first);
+    let mut tries = Tries::new(link, job.attempts, format!("listing {container}/{prefix}"));
     let mut cursor = Cursor::default();
-    let mut tries = 0;
     loop {
-        tries += 1;
-        let result = match (relay(&job.links), &job.direct) {
-            (Some(links), _) => {
-                let link = links.first();
-                match link.get().await {
-                    Ok(conn) => {
-                        let outages = link.outages();
-                        let r = list(&conn, &job.opts.token, container, prefix, &tx, &mut cursor);
-                        match r.await {
-                            // The relay was lost and came back: not an attempt.
-                            Err(e)
-                                if e.retryable
-                                    && conn.close_reason().is_some()
-                                    && link.patient()
-                                    && weathered(link, outages).await =>
-                            {
-                                tries -= 1;
-                                continue;
-                            }
-                            r => r,
-                        }
-                    }
-                    // The run stops resumably (the download loop sees it).
-                    Err(_) if link.gave_up() => std::future::pending().await,
-                    Err(e) => Err(e),
-                }
+        let conn = tries.begin().await?;
+        let listed = match (&conn, &job.direct) {
+            (Some(conn), _) => {
+                list(conn, &job.opts.token, container, prefix, &tx, &mut cursor).await
             }
             (None, Some(d)) => {
                 super::direct::list(&d.storage, container, prefix, &tx, &mut cursor).await
             }
-            (None, None) => Err(FileError::new("internal", "no way to list", false)),
+            (None, None) => Err(FileError::new(ErrorCode::Internal, "no way to list", false)),
         };
-        match result {
-            Ok(()) => return Ok(cursor.handed),
-            Err(e) if e.retryable && backoff.allows(tries) => {
-                let delay = backoff.delay(tries, rand::random::<f64>());
-                tracing::warn!(attempt = tries, ?delay, error = %e.message, "listing lost; taking it up again");
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => return Err(e),
+        match listed {
+            Ok(()) => break,
+            Err(e) => tries.failed(e, conn.as_ref()).await?,
         }
     }
+    Ok(cursor.handed)
 }
 
 /// Lists `container` under `prefix` into `tx`, from `cursor`'s marker and
@@ -143,8 +69,9 @@ pub async fn list(
     tx: &mpsc::Sender<Listed>,
     cursor: &mut Cursor,
 ) -> Result<(), FileError> {
-    let lost =
-        |e: &dyn std::fmt::Display| FileError::new("connection", format!("listing: {e}"), true);
+    let lost = |e: &dyn std::fmt::Display| {
+        FileError::new(ErrorCode::Connection, format!("listing: {e}"), true)
+    };
     let token = token.current().await.map_err(sign_in_failed)?;
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(&e))?;
     let msg = Message::List(List {
@@ -167,7 +94,7 @@ pub async fn list(
         {
             let _ = recv.stop(relay_proto::protocol::app_error::CLIENT_ABORT.into());
             return Err(FileError::new(
-                "protocol",
+                ErrorCode::Protocol,
                 "listing: this relay started the listing over instead of taking it up where it stopped (a relay from before listing markers); trying again",
                 true,
             ));
@@ -184,7 +111,7 @@ pub async fn list(
             Message::ListEnd(end) => {
                 if end.blobs != seen {
                     return Err(FileError::new(
-                        "protocol",
+                        ErrorCode::Protocol,
                         format!(
                             "listing: the relay counted {} blobs and sent {seen}",
                             end.blobs
@@ -199,7 +126,7 @@ pub async fn list(
             }
             other => {
                 return Err(FileError::new(
-                    "protocol",
+                    ErrorCode::Protocol,
                     format!("listing: expected Listing or ListEnd, got {}", other.name()),
                     false,
                 ));
@@ -225,28 +152,4 @@ async fn hand_on(page: Listing, cursor: &mut Cursor, tx: &mpsc::Sender<Listed>) 
         cursor.page_ended(marker);
     }
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_listing_taken_up_again_skips_what_it_handed_on_since_its_marker() {
-        let mut c = Cursor::default();
-        assert_eq!(c.marker(), None);
-        assert!(!c.passed("") && !c.passed("a"));
-        // Azurite's order (UTF-16 code units): the emoji before the
-        // full-width mark, the other way round by UTF-8 bytes.
-        c.hand("p/\u{1F600}");
-        assert!(c.passed("p/\u{1F600}"));
-        assert!(!c.passed("p/\u{FF01}"), "not handed on, whatever its order");
-        c.page_ended("2!opaque".into());
-        assert_eq!(c.marker(), Some("2!opaque"));
-        // Names before the marker are storage's to skip now, not ours.
-        assert!(!c.passed("p/\u{1F600}"));
-        c.hand("p/\u{FF01}");
-        assert!(c.passed("p/\u{FF01}") && !c.passed("p/\u{FF5A}"));
-        assert_eq!(c.handed, 2);
-    }
 }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::safe_fs::{Entry, Folder, FsError, Lock, Stat, stat_file, try_lock, try_lock_shared};
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 use relay_proto::session::download::Partial;
 
@@ -122,7 +123,7 @@ async fn wait_while_held<T>(
             since = Instant::now();
         } else if since.elapsed() >= patience {
             return Err(FileError::new(
-                "in_use",
+                ErrorCode::InUse,
                 format!(
                     "another download into this folder holds {} and made no progress for {patience:?}; rerun when it has ended",
                     folder.path().join(name).display()
@@ -287,7 +288,7 @@ mod tests {
         let e = lock(&other, &p, Duration::from_millis(50))
             .await
             .expect_err("busy");
-        assert_eq!(e.code, "in_use");
+        assert_eq!(e.code, ErrorCode::InUse);
         assert!(e.message.contains("another download"), "{}", e.message);
     }
 }

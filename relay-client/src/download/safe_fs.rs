@@ -5,6 +5,7 @@
 //! a link and refused, never traversed. The destination folder itself is the
 //! user's choice and is opened as given.
 
+use crate::ui::error_code::ErrorCode;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
@@ -51,14 +52,14 @@ impl FsError {
     }
 
     /// A code for the report.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            FsError::Symlink { .. } => "symlink",
-            FsError::FileInTheWay { .. } | FsError::FolderInTheWay { .. } => "in_the_way",
-            FsError::Special { .. } => "special_file",
-            FsError::Permission { .. } => "permission",
-            FsError::Full { .. } => "disk_full",
-            FsError::Io { .. } => "local_io",
+            FsError::Symlink { .. } => ErrorCode::Symlink,
+            FsError::FileInTheWay { .. } | FsError::FolderInTheWay { .. } => ErrorCode::InTheWay,
+            FsError::Special { .. } => ErrorCode::SpecialFile,
+            FsError::Permission { .. } => ErrorCode::Permission,
+            FsError::Full { .. } => ErrorCode::DiskFull,
+            FsError::Io { .. } => ErrorCode::LocalIo,
         }
     }
 }

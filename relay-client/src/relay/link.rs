@@ -9,24 +9,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use quinn::Connection;
-use relay_storage::retry::Backoff;
 use relay_transport::congestion::PathObserver;
 use tokio::sync::{Mutex, watch};
 
+use crate::relay::backoff;
 use crate::relay::connect::{AddressError, ConnectError, Connector, resolve};
 use crate::relay::open_turns::OpenTurns;
 use crate::relay::path_cache::PathCache;
 use crate::relay::patience::{Patience, Step};
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 use crate::ui::weather::{Weather, WeatherSink, human};
-
-/// How a relay at its connection limit is asked again (up to `--busy-wait`): it
-/// answers "busy", meaning later, and a slot frees whenever another client ends.
-pub const BUSY_BACKOFF: Backoff = Backoff {
-    initial: Duration::from_millis(500),
-    cap: Duration::from_secs(8),
-    max_attempts: u32::MAX,
-};
 
 /// One QUIC connection, re-established when it is lost; while the relay cannot
 /// be reached, every file waits here (within `--patience`).
@@ -59,9 +52,6 @@ pub struct RelayLink {
     /// Set once patience ran out: the run stops.
     out_of_patience: watch::Sender<bool>,
 }
-
-/// Why `get` returned no connection.
-const OUT_OF_PATIENCE: &str = "unreachable";
 
 impl RelayLink {
     #[allow(clippy::too_many_arguments)]
@@ -146,6 +136,21 @@ impl RelayLink {
         self.patience().waiting()
     }
 
+    /// After a piece of work's connection was lost: waits for a working one
+    /// (every piece of work waits here while the relay cannot be reached,
+    /// within `--patience`) and says whether the loss was weather, i.e. the
+    /// link had to wait for the network since the attempt began (`outages`
+    /// then). A loss followed by an immediate reconnect (a relay restarted,
+    /// or something this work does) counts as an attempt, so work that keeps
+    /// breaking its connection still fails after `--attempts`.
+    pub async fn weathered(&self, outages: u64) -> bool {
+        match self.get().await {
+            Ok(_) => self.outages() != outages,
+            Err(_) if self.gave_up() => match out_of_patience().await {},
+            Err(_) => self.outages() != outages,
+        }
+    }
+
     pub fn gave_up(&self) -> bool {
         *self.out_of_patience.borrow()
     }
@@ -175,7 +180,7 @@ impl RelayLink {
         }
         if self.gave_up() {
             return Err(FileError::new(
-                OUT_OF_PATIENCE,
+                ErrorCode::Unreachable,
                 "the relay stayed unreachable (--patience)",
                 false,
             ));
@@ -190,10 +195,10 @@ impl RelayLink {
                 Ok(c) => break c,
                 Err(Failure::Connect(busy @ ConnectError::Busy { .. })) => {
                     busy_tries += 1;
-                    let delay = BUSY_BACKOFF.delay(busy_tries, rand::random::<f64>());
+                    let delay = backoff::BUSY.delay(busy_tries, rand::random::<f64>());
                     if Instant::now() + delay > give_up_busy {
                         return Err(FileError::new(
-                            "connection",
+                            ErrorCode::Connection,
                             format!(
                                 "{busy}; still busy after {} s (--busy-wait)",
                                 self.busy_wait.as_secs()
@@ -212,7 +217,7 @@ impl RelayLink {
                     continue;
                 }
                 Err(e) if patient && e.is_network() => e,
-                Err(e) => return Err(FileError::new("connection", e.to_string(), true)),
+                Err(e) => return Err(FileError::new(ErrorCode::Connection, e.to_string(), true)),
             };
             self.wait_for_network(error).await?;
         };
@@ -263,7 +268,7 @@ impl RelayLink {
                 });
                 self.out_of_patience.send_replace(true);
                 Err(FileError::new(
-                    OUT_OF_PATIENCE,
+                    ErrorCode::Unreachable,
                     format!(
                         "the relay stayed unreachable for {} (--patience): {error}",
                         human(waited)
@@ -396,4 +401,11 @@ async fn watchdog(conn: Connection, silence: Duration, observer: Arc<PathObserve
             return;
         }
     }
+}
+
+/// Patience ran out: the run stops (`RelayLink::wait_gave_up`) and reports
+/// the work in flight as stopped, resumable; it must not be reported failed
+/// meanwhile, so it waits here to be dropped.
+pub async fn out_of_patience() -> std::convert::Infallible {
+    std::future::pending().await
 }

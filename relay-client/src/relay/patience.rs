@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-/// The first wait after a failed try; doubled each time up to `Patience::cap`.
-const INITIAL: Duration = Duration::from_millis(500);
-/// The longest wait between tries, whatever the patience: a link that returns
-/// is noticed within this.
-const CAP: Duration = Duration::from_secs(15);
+// The first wait after a failed try, doubled each time up to
+// `Patience::cap`; and the longest wait between tries, whatever the
+// patience: a link that returns is noticed within it.
+use crate::relay::backoff::{CAP, INITIAL};
+
 /// The longest time between two "still trying" notices.
 const NOTICE_EVERY: Duration = Duration::from_secs(30);
 

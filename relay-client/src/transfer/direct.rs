@@ -22,6 +22,7 @@ use tokio::io::AsyncSeekExt;
 use crate::transfer::send::{Options, Sent};
 use crate::transfer::source::{Snapshot, hash_prefix};
 use crate::transfer::walk::Source;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::{ClientTimings, FileError, Spent};
 
 pub struct Direct {
@@ -51,10 +52,10 @@ pub async fn upload_file(
 ) -> Result<Sent, FileError> {
     let t0 = Instant::now();
     let before = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
     bar.set_length(before.len);
     let plan = BlockPlan::new(before.len, opts.block_size.unwrap_or(d.block_size))
-        .map_err(|e| FileError::new("too_large", e.to_string(), false))?;
+        .map_err(|e| FileError::new(ErrorCode::TooLarge, e.to_string(), false))?;
     let writer = Arc::new(
         d.storage
             .writer(&opts.container, &src.blob)
@@ -166,7 +167,7 @@ async fn stage(
         .with_on_staged(std::sync::Arc::new(move |len| staged_bar.inc(len)));
     stager.pump(&mut reader).await.map_err(|e| match e {
         StageError::Truncated { .. } => FileError::new(
-            "source_changed",
+            ErrorCode::SourceChanged,
             "file shrank while it was being read; nothing committed",
             false,
         ),
@@ -201,10 +202,10 @@ async fn commit(
 /// what was staged may not be the file's bytes at any one moment.
 fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
     let after = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
     if &after != before {
         return Err(FileError::new(
-            "source_changed",
+            ErrorCode::SourceChanged,
             "file changed while it was being sent (size or modification time); nothing committed",
             false,
         ));
@@ -217,7 +218,7 @@ fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
 async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileError> {
     let ours = hash_prefix(src.path.clone(), point.offset)
         .await
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
     Ok(Checkpoint::of(&ours) == Some(point.checkpoint))
 }
 
@@ -225,10 +226,10 @@ async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileErro
 async fn open_at(src: &Source, start: u64) -> Result<tokio::fs::File, FileError> {
     let mut file = tokio::fs::File::open(&src.path)
         .await
-        .map_err(|e| FileError::new("source", format!("cannot open: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot open: {e}"), false))?;
     file.seek(std::io::SeekFrom::Start(start))
         .await
-        .map_err(|e| FileError::new("source", format!("cannot seek: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot seek: {e}"), false))?;
     Ok(file)
 }
 
@@ -244,7 +245,7 @@ async fn already_there(
 ) -> Result<Sent, FileError> {
     let ours = hash_prefix(src.path.clone(), before.len)
         .await
-        .map_err(|e| FileError::new("source", format!("cannot read: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
     let sha256 = hex::encode(sha2::Digest::finalize(ours));
     let props = upload
         .ours_in_the_way(refusal, &sha256)

@@ -66,6 +66,26 @@ pub struct Path<'a> {
     pub tcp_congestion: Option<&'a str>,
 }
 
+/// The sizing for what the requests carry: blocks (`choose`) or ranges of
+/// storage's largest checked size (`ranges`).
+pub fn sized(
+    requests: Requests,
+    path: Path<'_>,
+    user_block_size: Option<u64>,
+    user_connections: Option<usize>,
+    memory_budget: u64,
+) -> Sizing {
+    match requests {
+        Requests::Blocks => choose(path, user_block_size, user_connections, memory_budget),
+        Requests::Ranges => ranges(
+            path,
+            relay_storage::read::MAX_CHECKED_RANGE,
+            user_connections,
+            memory_budget,
+        ),
+    }
+}
+
 /// The sizing for `path`, with the user's own choices first, and never more
 /// block buffers in flight than `memory_budget` holds.
 pub fn choose(

@@ -2,20 +2,19 @@
 //! readable), the upload with retries and capped backoff (reconnecting and
 //! resuming), `--overwrite=if-different|if-newer`'s second step, and `--dry-run`.
 
-use std::time::{Duration, Instant};
-
 use indicatif::ProgressBar;
-use relay_storage::retry::Backoff;
 
-use crate::relay::connect::is_busy;
-use crate::relay::link::BUSY_BACKOFF;
+use crate::relay::link::out_of_patience;
 use crate::relay::links::Lane;
+use crate::relay::retry::Tries;
 use crate::transfer::direct::{Direct, upload_file};
 use crate::transfer::mode::Mode;
 use crate::transfer::probe::{self, Verdict};
+use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::{Options, Sent, send_file};
 use crate::transfer::sync::{Decision, SyncRule, decide};
 use crate::transfer::walk::{Found, Source};
+use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
 use crate::ui::report::{ClientTimings, ErrorReport, FileError, FileReport, Spent, Status};
 
@@ -30,16 +29,16 @@ pub struct Job {
     pub dry_run: bool,
 }
 
-/// Uploads (or probes) one file and reports it; returns a message when the
-/// refusal is one every file would get, so the run stops with one setup error.
-/// Uploads one file under `bar` (from `Reporter::start`) and reports it.
+/// Uploads (or probes) one file under `bar` (from `Reporter::start`) and
+/// reports it; returns the refusal when it is one every file would get, so the
+/// run stops with one setup error.
 pub async fn one_file(
     job: &Job,
     reporter: &Reporter,
     src: Source,
     bar: ProgressBar,
     wait_ms: u64,
-) -> Option<String> {
+) -> Option<Refusal> {
     let report = match report_of(job, &src, &bar, wait_ms).await {
         Ok(r) => r,
         Err((e, attempts)) => {
@@ -73,21 +72,23 @@ pub async fn report_of(
     // Checks before any attempt: a failure here costs none.
     let before = |e: FileError| (e, 0);
     relay_proto::blob_name::validate_blob_name(&src.blob)
-        .map_err(|e| before(FileError::new("invalid_name", e.to_string(), false)))?;
+        .map_err(|e| before(FileError::new(ErrorCode::InvalidName, e.to_string(), false)))?;
     readable(src).map_err(before)?;
     let opts = with_content_type(&job.opts, src);
     if job.dry_run {
         return planned(job, src, &opts).await.map_err(|e| (e, 1));
     }
     let (sent, tries) = match (with_retries(job, src, &opts, bar).await, job.sync) {
-        (Err((e, tries)), Some(rule)) if e.code == "exists" => {
+        (Err((e, tries)), Some(rule)) if e.code == ErrorCode::Exists => {
             match decide(rule, e.existing.as_ref(), source_mtime(src)) {
                 Decision::Replace(overwrite) => {
                     let replace = Options { overwrite, ..opts };
                     with_retries(job, src, &replace, bar).await?
                 }
                 Decision::Skip(reason) => return Ok(kept(job, src, reason, &e, tries)),
-                Decision::Refuse(why) => return Err((FileError::new("exists", why, false), tries)),
+                Decision::Refuse(why) => {
+                    return Err((FileError::new(ErrorCode::Exists, why, false), tries));
+                }
             }
         }
         (other, _) => other?,
@@ -162,11 +163,15 @@ fn readable(src: &Source) -> Result<(), FileError> {
     match std::fs::File::open(&src.path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(FileError::new(
-            "source",
+            ErrorCode::Source,
             "permission denied: cannot open it for reading (check its permissions)",
             false,
         )),
-        Err(e) => Err(FileError::new("source", format!("cannot read: {e}"), false)),
+        Err(e) => Err(FileError::new(
+            ErrorCode::Source,
+            format!("cannot read: {e}"),
+            false,
+        )),
     }
 }
 
@@ -182,93 +187,57 @@ fn with_content_type(opts: &Options, src: &Source) -> Options {
     o
 }
 
+/// The upload with its retries (`relay::retry`): each attempt resumes what
+/// the relay (or storage) staged; what the failed attempts sent and cost is
+/// counted in the report too.
 async fn with_retries(
     job: &Job,
     src: &Source,
     opts: &Options,
     bar: &ProgressBar,
 ) -> Result<(Sent, u32), (FileError, u32)> {
-    let backoff = Backoff {
-        initial: Duration::from_millis(500),
-        cap: Duration::from_secs(15),
-        max_attempts: job.attempts,
-    };
-    let mut tries = 0;
-    // Since when, and how often, the relay closed this file's connection as busy.
-    let mut busy: Option<(Instant, u32)> = None;
-    // Times this file went on over a new connection after the network went away.
-    let mut reconnects = 0;
     // The run's connection this file goes on, for every attempt.
     let route = Route::of(job.mode.as_ref(), src.size);
-    // What the failed attempts sent and cost: the report counts them too.
+    let link = match &route {
+        Route::Relay(lane) => Some(lane.link()),
+        Route::Direct(_) => None,
+    };
+    let mut tries = Tries::new(link, job.attempts, src.path.display().to_string());
     let mut spent = Spent::default();
-    loop {
-        tries += 1;
-        let (res, closed_busy) = match &route {
-            Route::Relay(lane) => match lane.link().get().await {
-                Ok(conn) => {
-                    let link = lane.link();
-                    let outages = link.outages();
-                    let res = send_file(&conn, &link.open_turns, src, opts, bar).await;
-                    let lost = res.as_ref().is_err_and(|e| e.retryable)
-                        && conn.close_reason().is_some_and(|e| !is_busy(&e));
-                    if lost && link.patient() && weathered(link, outages).await {
-                        // Lost to an outage, not to anything of this file's: not
-                        // an attempt, and no backoff (the link waited already).
-                        tries -= 1;
-                        reconnects += 1;
-                        tracing::info!(path = %src.path.display(), "resuming after the network came back");
-                        continue;
-                    }
-                    // Authenticated, then closed because every slot was taken:
-                    // "later", not a failure of this file.
-                    let closed_busy =
-                        res.is_err() && conn.close_reason().is_some_and(|e| is_busy(&e));
-                    (res, closed_busy.then_some(link.busy_wait))
+    let sent: Result<Sent, FileError> = async {
+        loop {
+            let conn = tries.begin().await?;
+            let sent = match (&route, &conn) {
+                (Route::Relay(lane), Some(conn)) => {
+                    send_file(conn, &lane.link().open_turns, src, opts, bar).await
                 }
-                Err(_) if lane.link().gave_up() => match out_of_patience().await {},
-                Err(e) => (Err(e), None),
-            },
-            Route::Direct(d) => (upload_file(d, src, opts, bar).await, None),
-        };
-        match (res, closed_busy) {
-            (Ok(mut sent), _) => {
-                sent.reconnects = reconnects;
-                sent.bytes_sent += spent.bytes_sent;
-                sent.storage_requests += spent.storage_requests;
-                return Ok((sent, tries));
-            }
-            (Err(_), Some(busy_wait)) => {
-                let (since, times) = busy.get_or_insert((Instant::now(), 0));
-                *times += 1;
-                let delay = BUSY_BACKOFF.delay(*times, rand::random::<f64>());
-                if since.elapsed() + delay > busy_wait {
-                    let e = FileError::new(
-                        "connection",
-                        format!(
-                            "the relay stayed at its connection limit for {} s (--busy-wait)",
-                            busy_wait.as_secs()
-                        ),
-                        true,
-                    );
-                    return Err((e, tries));
+                (Route::Direct(d), _) => upload_file(d, src, opts, bar).await,
+                (Route::Relay(_), None) => Err(FileError::new(
+                    ErrorCode::Internal,
+                    "no connection to send on",
+                    false,
+                )),
+            };
+            match sent {
+                Ok(sent) => return Ok(sent),
+                Err(e) => {
+                    spent += e.spent;
+                    tries.failed(e, conn.as_ref()).await?;
                 }
-                // Not an attempt of this file: it never reached the relay's pipeline.
-                tries -= 1;
-                tracing::warn!(path = %src.path.display(), ?delay, "relay busy; waiting for a free slot");
-                tokio::time::sleep(delay).await;
             }
-            (Err(e), None) if e.retryable && backoff.allows(tries) => {
-                spent += e.spent;
-                let delay = backoff.delay(tries, rand::random::<f64>());
-                tracing::warn!(path = %src.path.display(), attempt = tries, ?delay, error = %e.message, "retrying");
-                tokio::time::sleep(delay).await;
-            }
-            (Err(mut e), None) => {
-                spent += e.spent;
-                e.spent = spent;
-                return Err((e, tries));
-            }
+        }
+    }
+    .await;
+    match sent {
+        Ok(mut sent) => {
+            sent.reconnects = tries.retries.reconnects;
+            sent.bytes_sent += spent.bytes_sent;
+            sent.storage_requests += spent.storage_requests;
+            Ok((sent, tries.attempts()))
+        }
+        Err(mut e) => {
+            e.spent = spent;
+            Err((e, tries.attempts()))
         }
     }
 }
@@ -286,28 +255,6 @@ impl<'a> Route<'a> {
             Mode::Direct(d) => Route::Direct(d),
         }
     }
-}
-
-/// After this file's connection was lost: waits for a working one (the link
-/// holds every file here while the relay cannot be reached, within
-/// `--patience`) and says whether the loss was weather, i.e. the link had to
-/// wait for the network since the attempt began (`outages` then). A loss
-/// followed by an immediate reconnect (a relay restarted, or something this
-/// file does) counts as an attempt, so a file that keeps breaking its
-/// connection still fails after `--attempts`.
-pub(crate) async fn weathered(link: &crate::relay::link::RelayLink, outages: u64) -> bool {
-    match link.get().await {
-        Ok(_) => link.outages() != outages,
-        Err(_) if link.gave_up() => match out_of_patience().await {},
-        Err(_) => link.outages() != outages,
-    }
-}
-
-/// Patience ran out: the upload loop stops the run (`RelayLink::wait_gave_up`)
-/// and reports this file as stopped in flight, resumable; it must not be
-/// reported failed meanwhile, so it waits here to be dropped.
-pub(crate) async fn out_of_patience() -> std::convert::Infallible {
-    std::future::pending().await
 }
 
 /// `--dry-run`: what would happen, from the relay's (or storage's) own answer.
@@ -358,36 +305,6 @@ async fn planned(job: &Job, src: &Source, opts: &Options) -> Result<FileReport, 
     Ok(r)
 }
 
-/// A refusal that every other file would get too.
-pub fn fatal(e: &FileError, opts: &Options) -> Option<String> {
-    let container = &opts.container;
-    match (e.code.as_str(), opts.token.who()) {
-        ("sign_in", _) => Some(e.message.clone()),
-        ("unauthorized", _) => Some(format!(
-            "the relay refused the token ({}); {}",
-            e.message,
-            opts.token.hint(&e.message)
-        )),
-        ("forbidden", None) => Some(format!(
-            "the relay refused container {container:?} for this token ({})",
-            e.message
-        )),
-        // An Entra ID principal without the grant: say who was refused and
-        // what would let them in, since the fix is the operator's.
-        ("forbidden", Some(who)) => Some(format!(
-            "the relay refused container {container:?} to {who} ({}); an app role \
-             or group the relay maps to {container:?} (--entra-grant) must be \
-             assigned to this identity (docs/DEPLOY.md)",
-            e.message
-        )),
-        ("storage_refused", _) if e.message.contains("ContainerNotFound") => Some(format!(
-            "container {container:?} does not exist; create it first \
-             (with --direct, --create-container does)"
-        )),
-        _ => None,
-    }
-}
-
 /// A walk entry that is not a file to upload: skipped, or failed.
 pub fn walk_report(found: Found, container: &str) -> FileReport {
     match found {
@@ -410,7 +327,7 @@ pub fn walk_report(found: Found, container: &str) -> FileReport {
             &src.path.display().to_string(),
             container,
             &src.blob,
-            FileError::new("internal", "a file reached the walk report", false),
+            FileError::new(ErrorCode::Internal, "a file reached the walk report", false),
         ),
     }
 }

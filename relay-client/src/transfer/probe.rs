@@ -16,6 +16,7 @@ use crate::transfer::direct::Direct;
 use crate::transfer::send::Options;
 use crate::transfer::source::{Snapshot, hash_prefix};
 use crate::transfer::walk::Source;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 
 /// What the relay (or storage) said it would do.
@@ -31,7 +32,7 @@ pub enum Verdict {
 }
 
 fn unreadable(e: std::io::Error) -> FileError {
-    FileError::new("source", format!("cannot read: {e}"), false)
+    FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false)
 }
 
 async fn sha256_of(src: &Source) -> Result<(u64, String), FileError> {
@@ -46,7 +47,11 @@ async fn sha256_of(src: &Source) -> Result<(u64, String), FileError> {
 }
 
 fn protocol(e: impl std::fmt::Display) -> FileError {
-    FileError::new("connection", format!("asking the relay: {e}"), true)
+    FileError::new(
+        ErrorCode::Connection,
+        format!("asking the relay: {e}"),
+        true,
+    )
 }
 
 pub async fn through_relay(
@@ -90,7 +95,7 @@ pub async fn through_relay(
         Message::Reject(f) if f.code == Code::Exists => Ok(Verdict::Exists(f.existing)),
         Message::Reject(f) => Err(FileError::from_relay(f.code, f.message)),
         other => Err(FileError::new(
-            "protocol",
+            ErrorCode::Protocol,
             format!("expected a Plan, got {}", other.name()),
             false,
         )),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
-use quinn::Connection;
+use quinn::{Connection, RecvStream, SendStream};
 use relay_proto::checkpoint::Checkpoint;
 use relay_proto::codec::FrameError;
 use relay_proto::exchange::{EagerAnswer, eager_answer};
@@ -25,8 +25,11 @@ use sha2::{Digest, Sha256};
 use crate::relay::open_turns::OpenTurns;
 use crate::transfer::compress::Mode;
 use crate::transfer::priority::{Order, stream_priority};
+pub use crate::transfer::send_failure::sign_in_failed;
+use crate::transfer::send_failure::{changed_or, frame_err, lost, unexpected, unreadable};
 use crate::transfer::source::{Snapshot, hash_prefix, read_range_with};
 use crate::transfer::walk::Source;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::report::{ClientTimings, FileError, Spent};
 
 /// What every file of one run shares.
@@ -73,30 +76,6 @@ pub struct Sent {
     pub abandoned: Option<relay_storage::retry::Abandoned>,
 }
 
-fn lost(e: impl std::fmt::Display) -> FileError {
-    FileError::new("connection", format!("connection to relay lost: {e}"), true)
-}
-
-/// No token for the relay: every file would fail the same way (`file::fatal`).
-pub fn sign_in_failed(e: crate::sign_in::SignInError) -> FileError {
-    FileError::new("sign_in", e.to_string(), false)
-}
-
-fn unreadable(e: std::io::Error) -> FileError {
-    FileError::new("source", format!("cannot read: {e}"), false)
-}
-
-fn frame_err(what: &str, e: FrameError) -> FileError {
-    match e {
-        FrameError::Io(_) | FrameError::Closed | FrameError::Truncated => FileError::new(
-            "connection",
-            format!("{what}: connection to relay lost ({e})"),
-            true,
-        ),
-        _ => FileError::new("protocol", format!("{what}: {e}"), false),
-    }
-}
-
 pub async fn send_file(
     conn: &Connection,
     turns: &OpenTurns,
@@ -122,7 +101,7 @@ pub async fn send_file(
             Action::HashWholeFile => Event::WholeFileHashed(whole_file_sha256(src).await?),
             Action::Done(receipt) => {
                 let stream = last.ok_or_else(|| {
-                    FileError::new("protocol", "a Receipt without a stream", false)
+                    FileError::new(ErrorCode::Protocol, "a Receipt without a stream", false)
                 })?;
                 return Ok(stream.sent(receipt));
             }
@@ -135,8 +114,12 @@ pub async fn send_file(
                     .with_existing(f.existing)
                     .with_spent(spent));
             }
-            Action::Fail(Failed::Protocol(m)) => return Err(FileError::new("protocol", m, false)),
-            Action::Fail(Failed::Verify(m)) => return Err(FileError::new("verify", m, false)),
+            Action::Fail(Failed::Protocol(m)) => {
+                return Err(FileError::new(ErrorCode::Protocol, m, false));
+            }
+            Action::Fail(Failed::Verify(m)) => {
+                return Err(FileError::new(ErrorCode::Verify, m, false));
+            }
         };
         action = session.handle(event);
     }
@@ -149,7 +132,7 @@ async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
         .map_err(unreadable)?;
     if Snapshot::take(&src.path).map_err(unreadable)? != before {
         return Err(FileError::new(
-            "source_changed",
+            ErrorCode::SourceChanged,
             "file changed while it was being hashed; nothing committed",
             false,
         ));
@@ -243,38 +226,17 @@ async fn attempt(
         conn: conn.clone(),
     };
 
-    let (mut send, mut recv) = turns.open_bi(conn).await.map_err(lost)?;
-    // Files go out in the order their streams opened, not interleaved: quinn
-    // sends a higher priority's buffered data first and round-robins equal
-    // ones. Interleaved, 128 small files in flight all finish at the end of
-    // the window together and their Put Blobs reach storage as one burst while
-    // the link idles; in order, each file is received whole early and
-    // published while the next ones travel (issue 13). A watch puts one-block
-    // files ahead of bigger ones (`priority`).
-    let order = stream_priority(opts.order, send.id().index(), before.len, opts.block_size);
-    let _ = send.set_priority(order);
-    // Asked per Offer: a file resumed over a new connection, and every later
-    // file, goes with a token that has life left (`sign_in::bearer`).
-    let token = opts.token.current().await.map_err(sign_in_failed)?;
-    let offer = Offer {
-        version: PROTOCOL_VERSION,
-        token,
-        container: opts.container.clone(),
-        blob: src.blob.clone(),
-        size: before.len,
-        content_type: opts.content_type.clone(),
-        metadata: opts.metadata.clone(),
-        overwrite: opts.overwrite.clone(),
-        sha256: known_sha256.clone(),
-        block_size: opts.block_size,
+    let (mut send, mut recv) = offer(
+        conn,
+        turns,
+        src,
+        opts,
+        before.len,
+        known_sha256.clone(),
         eager,
-        put_md5: opts.put_md5,
-        progress: true,
-    };
-    write_frame(&mut send, &Message::Offer(offer))
-        .await
-        .map_err(|e| frame_err("sending the Offer", e))?;
-    let mut stream = Stream {
+    )
+    .await?;
+    let stream = Stream {
         sha256: known_sha256.clone().unwrap_or_default(),
         len: before.len,
         bytes_sent: 0,
@@ -288,6 +250,57 @@ async fn attempt(
     } else {
         plain_body(&mut send, &mut recv, src, &before, bar, known_sha256, &how).await?
     };
+    answered(stream, body, &how)
+}
+
+/// Opens the file's stream (in the order files started: `stream_priority`)
+/// and sends its Offer, with a token that has life left.
+async fn offer(
+    conn: &Connection,
+    turns: &OpenTurns,
+    src: &Source,
+    opts: &Options,
+    size: u64,
+    known_sha256: Option<String>,
+    eager: bool,
+) -> Result<(SendStream, RecvStream), FileError> {
+    let (mut send, recv) = turns.open_bi(conn).await.map_err(lost)?;
+    // Files go out in the order their streams opened, not interleaved: quinn
+    // sends a higher priority's buffered data first and round-robins equal
+    // ones. Interleaved, 128 small files in flight all finish at the end of
+    // the window together and their Put Blobs reach storage as one burst while
+    // the link idles; in order, each file is received whole early and
+    // published while the next ones travel. A watch puts one-block files
+    // ahead of bigger ones (`priority`).
+    let order = stream_priority(opts.order, send.id().index(), size, opts.block_size);
+    let _ = send.set_priority(order);
+    // Asked per Offer: a file resumed over a new connection, and every later
+    // file, goes with a token that has life left (`sign_in::bearer`).
+    let token = opts.token.current().await.map_err(sign_in_failed)?;
+    let offer = Offer {
+        version: PROTOCOL_VERSION,
+        token,
+        container: opts.container.clone(),
+        blob: src.blob.clone(),
+        size,
+        content_type: opts.content_type.clone(),
+        metadata: opts.metadata.clone(),
+        overwrite: opts.overwrite.clone(),
+        sha256: known_sha256,
+        block_size: opts.block_size,
+        eager,
+        put_md5: opts.put_md5,
+        progress: true,
+    };
+    write_frame(&mut send, &Message::Offer(offer))
+        .await
+        .map_err(|e| frame_err("sending the Offer", e))?;
+    Ok((send, recv))
+}
+
+/// How the relay ended the stream after its body: a Receipt, a refusal, or
+/// (before the body was through) whatever ended it.
+fn answered(mut stream: Stream, body: Body, how: &Wire) -> Result<(StreamEnd, Stream), FileError> {
     let (start, answer) = match body {
         Body::Answered {
             start,
@@ -306,7 +319,7 @@ async fn attempt(
             return Ok((end, stream));
         }
     };
-    stream.bytes_sent = before.len - start;
+    stream.bytes_sent = stream.len - start;
     stream.wire_bytes = how
         .encoding
         .map(|_| how.sent.load(std::sync::atomic::Ordering::Relaxed));
@@ -513,7 +526,7 @@ async fn eager_body(
         }
         EagerAnswer::Unexpected(name) => {
             return Err(FileError::new(
-                "protocol",
+                ErrorCode::Protocol,
                 format!("expected a Plan, got {name}"),
                 false,
             ));
@@ -545,7 +558,7 @@ async fn send_body(
     if &after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
         return Err(BodyEnd::Source(FileError::new(
-            "source_changed",
+            ErrorCode::SourceChanged,
             "file changed while it was being sent (size or modification time); nothing committed",
             false,
         )));
@@ -561,14 +574,6 @@ async fn send_body(
     .map_err(|e| BodyEnd::Transport(frame_err("sending the Trailer", e)))?;
     let _ = send.finish();
     Ok(sha256)
-}
-
-fn unexpected(wanted: &str, got: &Message) -> FileError {
-    FileError::new(
-        "protocol",
-        format!("expected {wanted}, got {}", got.name()),
-        false,
-    )
 }
 
 /// Where to start after a Plan (`start_offset`: the Plan's resume offset if our
@@ -615,8 +620,9 @@ async fn stream_bytes(
             })
         }),
         Some(Encoding::Zstd) => {
-            let encoder = crate::transfer::wire::encoder(how.mode, meter.clone())
-                .map_err(|e| BodyEnd::Source(FileError::new("compress", e.to_string(), false)))?;
+            let encoder = crate::transfer::wire::encoder(how.mode, meter.clone()).map_err(|e| {
+                BodyEnd::Source(FileError::new(ErrorCode::Compress, e.to_string(), false))
+            })?;
             read_range_with(path, start, count, encoder)
         }
     };
@@ -646,16 +652,4 @@ async fn stream_bytes(
             .fetch_add(wire_len, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(hasher)
-}
-
-fn changed_or(e: std::io::Error) -> FileError {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        FileError::new("source_changed", format!("{e}; nothing committed"), false)
-    } else {
-        FileError::new(
-            "source",
-            format!("read failed: {e}; nothing committed"),
-            false,
-        )
-    }
 }

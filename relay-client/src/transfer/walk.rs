@@ -13,6 +13,7 @@ use std::sync::Arc;
 pub use crate::transfer::destination::{Destination, DestinationError, parse_destination};
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
+use crate::ui::error_code::ErrorCode;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
@@ -36,7 +37,7 @@ pub enum Found {
     /// Not uploaded, and the user must hear of it (exit 1).
     Failed {
         path: PathBuf,
-        code: &'static str,
+        code: ErrorCode,
         message: String,
     },
 }
@@ -252,7 +253,7 @@ impl Walk {
                     return Some(Found::Failed {
                         message: format!("not listed in {}; not uploaded", m.file().display()),
                         path,
-                        code: "not_in_manifest",
+                        code: ErrorCode::NotInManifest,
                     });
                 }
             },
@@ -264,7 +265,7 @@ impl Walk {
                     "same destination blob {blob:?} as an earlier source; not uploaded"
                 ),
                 path,
-                code: "duplicate_destination",
+                code: ErrorCode::DuplicateDestination,
             });
         }
         Some(Found::File(Source {
@@ -309,7 +310,7 @@ fn not_regular(path: PathBuf, symlink: bool) -> Found {
 fn invalid_utf8(path: PathBuf) -> Found {
     Found::Failed {
         path,
-        code: "source",
+        code: ErrorCode::Source,
         message: "path is not valid UTF-8; not uploaded".into(),
     }
 }
@@ -322,7 +323,7 @@ fn io_failure(path: PathBuf, what: &str, e: &std::io::Error) -> Found {
     };
     Found::Failed {
         path,
-        code: "source",
+        code: ErrorCode::Source,
         message,
     }
 }
@@ -346,7 +347,7 @@ fn walk_error(root: &Path, e: walkdir::Error) -> Found {
         Some(io) => io_failure(path, "cannot read", io),
         None => Found::Failed {
             path,
-            code: "source",
+            code: ErrorCode::Source,
             message: format!("cannot read: {e}"),
         },
     }
@@ -470,7 +471,7 @@ mod tests {
             matches!(
                 &found[1],
                 Found::Failed {
-                    code: "duplicate_destination",
+                    code: ErrorCode::DuplicateDestination,
                     ..
                 }
             ),

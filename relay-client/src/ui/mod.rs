@@ -6,6 +6,7 @@
 //! The bottom layer: imports nothing else of this crate, so every other
 //! layer can report through it.
 
+pub mod error_code;
 pub mod live_list;
 pub mod progress;
 pub mod report;

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::ui::live_list::LiveList;
 use crate::ui::report::{FileReport, Status, Summary, Totals};
-use crate::ui::weather::{Weather, human};
+use crate::ui::weather::{Weather, WeatherSink, human};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
@@ -259,6 +259,12 @@ impl Reporter {
     /// stderr whether or not it is a terminal (a person reading a log later
     /// wants to know why nothing moved), and a `network` event with
     /// `--json-lines`.
+    /// Where a relay link tells of the weather: this reporter (`weather`).
+    pub fn weather_sink(self: &std::sync::Arc<Self>) -> WeatherSink {
+        let r = self.clone();
+        std::sync::Arc::new(move |w| r.weather(w))
+    }
+
     pub fn weather(&self, w: &Weather) {
         self.notice(&format!("relay-client: {}", weather_line(w)));
         if self.output == Output::JsonLines {

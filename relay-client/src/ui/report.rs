@@ -6,6 +6,8 @@
 use relay_proto::protocol::{Code, ExistingBlob, Timings};
 use serde::Serialize;
 
+use crate::ui::error_code::ErrorCode;
+
 /// The client's phase times for one file; the relay's own, from its Receipt,
 /// are `relay_proto::protocol::Timings`.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -116,7 +118,7 @@ pub enum Status {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ErrorReport {
-    pub code: String,
+    pub code: ErrorCode,
     pub message: String,
 }
 
@@ -259,7 +261,7 @@ impl Summary {
 /// A per-file failure: a code for scripts and a sentence for people.
 #[derive(Debug, Clone)]
 pub struct FileError {
-    pub code: String,
+    pub code: ErrorCode,
     pub message: String,
     /// Worth another attempt (lost connection, relay busy, Azure 5xx).
     pub retryable: bool,
@@ -285,9 +287,9 @@ impl std::ops::AddAssign for Spent {
 }
 
 impl FileError {
-    pub fn new(code: &str, message: impl Into<String>, retryable: bool) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>, retryable: bool) -> Self {
         Self {
-            code: code.into(),
+            code,
             message: message.into(),
             retryable,
             existing: None,
@@ -306,10 +308,6 @@ impl FileError {
     }
 
     pub fn from_relay(code: Code, message: String) -> Self {
-        let label = serde_json::to_value(code)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_else(|| "relay".into());
         let text = match code {
             Code::Exists
             | Code::Unauthorized
@@ -321,7 +319,7 @@ impl FileError {
             _ => message,
         };
         Self {
-            code: label,
+            code: code.into(),
             message: text,
             retryable: code.is_retryable(),
             existing: None,

@@ -1,4 +1,5 @@
-//! The `watch` command: uploads what is in the folders (skipping what the
+//! The watch driver (the `watch` command, `commands::watch`, sets it up):
+//! uploads what is in the folders (skipping what the
 //! journal says is committed), then every file that appears or changes, once
 //! it has settled (`settle`), through the same per-file upload as `upload`
 //! (`crate::transfer::file::report_of`: retries, reconnects, same-source checks, the
@@ -13,17 +14,16 @@
 //! (`idle`), so an idle watch does not keep what its last burst needed.
 
 pub mod after;
-pub mod args;
 pub mod events;
 mod idle;
 pub mod journal;
 pub mod roots;
 pub mod settle;
 mod status;
-mod task;
+pub mod task;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,19 +32,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::args::WatchArgs;
-use crate::commands::args::OverwriteMode;
-use crate::commands::setup::{self, SetupError};
-use crate::transfer::file::Job;
-use crate::transfer::filter::Filter;
-use crate::transfer::manifest::Manifest;
+use crate::run::runner::gave_up;
 use crate::transfer::mode::Mode;
-use crate::transfer::sync::SyncRule;
-use crate::ui::progress::Reporter;
+use crate::transfer::refusal::Refusal;
 use crate::ui::report::Summary;
-use after::{After, AfterError};
-use journal::{Journal, JournalError};
-use roots::{DEFAULT_IGNORE, RootError, Roots};
+use roots::Roots;
 use settle::{Seen, Settle, Stat, Verdict};
 use task::{Ctx, Done};
 
@@ -55,28 +47,12 @@ const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// After a stop, how long uploads under way may take to finish.
 const FINISH_WAIT: Duration = Duration::from_secs(60);
 
-#[derive(Debug, thiserror::Error)]
-pub enum WatchError {
-    #[error(transparent)]
-    Setup(#[from] SetupError),
-    #[error(transparent)]
-    Root(#[from] RootError),
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    #[error(transparent)]
-    After(#[from] AfterError),
-    #[error("cannot watch: {0}")]
-    Notify(#[from] notify::Error),
-    #[error("{0}")]
-    Usage(&'static str),
-}
-
 /// How a watch ended.
 pub enum WatchEnd {
     /// Stopped by a signal, after the uploads under way.
     Stopped(Box<Summary>),
     /// A refusal every file gets (a revoked token, a deleted container).
-    Refused(String),
+    Refused(Refusal),
     /// The relay stayed unreachable for longer than `--patience` (the link
     /// said so as it waited); a restart goes on where this one stopped.
     OutOfPatience {
@@ -88,215 +64,37 @@ pub enum WatchEnd {
 /// Why the watch loop ended.
 enum Stop {
     Signal,
-    Refused(String),
+    Refused(Refusal),
     OutOfPatience,
 }
 
-pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, WatchError> {
-    let up = &args.upload;
-    if up.dry_run {
-        return Err(WatchError::Usage("watch does not take --dry-run"));
-    }
-    if up.json {
-        return Err(WatchError::Usage(
-            "watch does not end with one summary; use --json-lines",
-        ));
-    }
-    crate::transfer::walk::check_sources(&up.paths, true).map_err(SetupError::from)?;
-    let dest = setup::destination(up)?;
-    // A file that appears is not held behind a big one under way.
-    let opts = crate::transfer::send::Options {
-        order: crate::transfer::priority::Order::SmallFirst,
-        ..setup::options(up, &dest)?
-    };
-    let after = After::parse(&args.after_upload)?;
-    let mut ignore: Vec<String> = if args.no_default_ignore {
-        Vec::new()
-    } else {
-        DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect()
-    };
-    ignore.extend(args.ignore.iter().cloned());
-    let filter = Filter::new(&up.include, &up.exclude).map_err(SetupError::from)?;
-    let mut roots = Roots::new(&up.paths, &dest.prefix, filter, &ignore)?;
-    if let After::Move(dir) = &after {
-        let _ = std::fs::create_dir_all(dir);
-        let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-        if roots.contains(&canon) {
-            return Err(AfterError::Inside(dir.clone()).into());
-        }
-    }
-    let journal = if args.no_journal {
-        None
-    } else {
-        let file = match &args.journal {
-            Some(f) => f.clone(),
-            None => default_journal(&roots, &dest.container, &dest.prefix).ok_or(
-                WatchError::Usage("no home directory for the journal; give --journal"),
-            )?,
-        };
-        let j = Journal::open(&file)?;
-        roots.leave_out(&file);
-        Some(Arc::new(j))
-    };
-    let manifest = match &up.checksums {
-        Some(f) => Some(Arc::new(Manifest::load(f).map_err(SetupError::from)?)),
-        None => None,
-    };
-    // Waiting for an unreachable relay is announced as `upload` announces it
-    // (`--patience`).
-    let weather: crate::ui::weather::WeatherSink = {
-        let r = reporter.clone();
-        Arc::new(move |w| r.weather(w))
-    };
-    let mode = Arc::new(setup::mode(up, &opts.token, &dest.container, weather).await?);
-    let sync = match up.overwrite {
-        OverwriteMode::IfDifferent => Some(SyncRule::IfDifferent),
-        OverwriteMode::IfNewer => Some(SyncRule::IfNewer),
-        OverwriteMode::Never | OverwriteMode::Always => None,
-    };
-    let poll = args.poll.map(|p| p.max(Duration::from_millis(100)));
-    let mut events = events::start(&roots.dirs(), poll)?;
-    reporter.notice(&format!(
-        "relay-client: watching {} folder(s) ({}), settle {:?}, journal {}",
-        roots.dirs().len(),
-        events.how,
-        args.settle,
-        journal
-            .as_ref()
-            .map_or("none".to_string(), |j| j.file().display().to_string()),
-    ));
-    let ctx = Arc::new(Ctx {
-        job: Job {
-            mode: mode.clone(),
-            opts,
-            sync,
-            attempts: up.attempts.max(1),
-            dry_run: false,
-        },
-        roots: roots.clone(),
-        journal: journal.clone(),
-        after,
-        reporter: reporter.clone(),
-        manifest,
-        follow_symlinks: up.follow_symlinks,
-    });
-    let stop = stop_signal();
-    let mut w = Driver {
-        settle: Settle::new(args.settle, events.close_events, args.max_pending),
-        ctx,
-        tasks: JoinSet::new(),
-        in_flight: HashSet::new(),
-        again: HashSet::new(),
-        parallel: up.parallel.max(1),
-        backlog: false,
-        counts: status::Counts::default(),
-        scanning: Arc::new(AtomicBool::new(false)),
-        known: Arc::new(AtomicU64::new(0)),
-        close_events: events.close_events,
-    };
-    let (scan_tx, mut scan_rx) = mpsc::channel::<(PathBuf, Stat)>(SCAN_AHEAD);
-    w.scan(&scan_tx, roots.dirs());
-    let mut check = tokio::time::interval(CHECK_EVERY);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let every = reporter.tick_every(up.status_interval);
-    let mut status_at = every.map(|e| Instant::now() + e);
-    let reconcile = (!args.reconcile.is_zero()).then_some(args.reconcile);
-    let mut reconcile_at = reconcile.map(|r| Instant::now() + r);
-    let mut quiet = idle::Quiet::new(Instant::now().into_std());
-    let mut stop = std::pin::pin!(stop);
-    let mut gave_up = std::pin::pin!(gave_up(&mode));
-    let end = loop {
-        let room = w.settle.has_room();
-        tokio::select! {
-            _ = &mut stop => break Stop::Signal,
-            // Files waiting for the link wait for ever once it gave up: stop,
-            // as `upload` does, and let the service manager start it again.
-            _ = &mut gave_up => break Stop::OutOfPatience,
-            Some(change) = events.rx.recv() => {
-                if let Some(dir) = events::new_dir(&change) {
-                    events.watch_new_dir(&dir);
-                }
-                w.change(change, &scan_tx)
-            }
-            Some((path, stat)) = scan_rx.recv(), if room => {
-                w.settle.observe(path, Seen::Found, Some(stat), Instant::now().into_std());
-            }
-            Some(done) = w.tasks.join_next(), if !w.tasks.is_empty() => {
-                if let Some(fatal) = w.finished(done) {
-                    break Stop::Refused(fatal);
-                }
-                if w.backlog {
-                    w.start_ready();
-                }
-            }
-            _ = check.tick() => {
-                w.start_ready();
-                let lost = events.lost.swap(false, Ordering::Relaxed) | w.settle.take_overflow();
-                let due = reconcile_at.is_some_and(|t| Instant::now() >= t);
-                if lost || due {
-                    reconcile_at = reconcile.map(|r| Instant::now() + r);
-                    let started = w.scan(&scan_tx, roots.dirs());
-                    w.counts.reconciles += u64::from(started);
-                }
-                if let (Some(at), Some(e)) = (status_at, every)
-                    && Instant::now() >= at
-                {
-                    status_at = Some(Instant::now() + e);
-                    status::print(&reporter, &w.status());
-                }
-                if quiet.tick(Instant::now().into_std(), w.busy()) {
-                    crate::transfer::wire::drop_spare_compressors();
-                    idle::give_back_free_memory();
-                }
-            }
-        }
-    };
-    match end {
-        Stop::Signal => {}
-        Stop::Refused(fatal) => {
-            w.tasks.abort_all();
-            close(&mode).await;
-            return Ok(WatchEnd::Refused(fatal));
-        }
-        Stop::OutOfPatience => {
-            // Nothing in flight can commit while the relay is away: what it
-            // staged stays with the relay and the next start resumes it.
-            w.tasks.abort_all();
-            status::print(&reporter, &w.status());
-            close(&mode).await;
-            return Ok(WatchEnd::OutOfPatience {
-                summary: Box::new(reporter.summary(mode.name())),
-                patience: up.connection.patience,
-            });
-        }
-    }
-    // Stopped: no new files; the uploads under way finish (or time out).
-    let n = w.tasks.len();
-    if n > 0 {
-        reporter.notice(&format!(
-            "relay-client: stopping; finishing {n} upload(s) under way (up to {} s)",
-            FINISH_WAIT.as_secs()
-        ));
-    }
-    let deadline = Instant::now() + FINISH_WAIT;
-    while let Ok(Some(done)) = tokio::time::timeout_at(deadline, w.tasks.join_next()).await {
-        if let Some(fatal) = w.finished(done) {
-            close(&mode).await;
-            return Ok(WatchEnd::Refused(fatal));
-        }
-    }
-    w.tasks.abort_all();
-    status::print(&reporter, &w.status());
-    close(&mode).await;
-    Ok(WatchEnd::Stopped(Box::new(reporter.summary(mode.name()))))
+/// What the watch loop is set to, from the flags.
+pub struct Settings {
+    /// How long a file must stay unchanged before it is uploaded.
+    pub settle: Duration,
+    /// Files waiting to settle, at most.
+    pub max_pending: usize,
+    /// Uploads in flight, at most.
+    pub parallel: usize,
+    pub status_interval: Duration,
+    /// Time between full scans (zero: none but the first).
+    pub reconcile: Duration,
+    /// `--patience`, as the end of a watch says it.
+    pub patience: Duration,
 }
 
-/// Resolves once the relay link ran out of patience (never in direct mode).
-async fn gave_up(mode: &Mode) {
-    match mode {
-        Mode::Relay(link) => link.wait_gave_up().await,
-        Mode::Direct(_) => std::future::pending().await,
-    }
+/// Watches `roots` until a signal, patience running out, or a refusal every
+/// file gets; then ends as `WatchEnd` says.
+pub async fn watch(
+    ctx: Arc<Ctx>,
+    settings: &Settings,
+    mut events: events::Events,
+    roots: &Roots,
+    mode: &Mode,
+) -> WatchEnd {
+    let mut w = Driver::new(ctx, settings, events.close_events);
+    let stop = w.watch(settings, &mut events, roots, mode).await;
+    w.end(stop, mode, settings.patience).await
 }
 
 async fn close(mode: &Mode) {
@@ -323,7 +121,159 @@ struct Driver {
     close_events: bool,
 }
 
+/// The check tick's clocks: status lines, reconcile scans, the quiet spell
+/// after which memory goes back to the system.
+struct Ticks {
+    every: Option<Duration>,
+    status_at: Option<Instant>,
+    reconcile: Option<Duration>,
+    reconcile_at: Option<Instant>,
+    quiet: idle::Quiet,
+}
+
 impl Driver {
+    fn new(ctx: Arc<Ctx>, settings: &Settings, close_events: bool) -> Self {
+        Driver {
+            settle: Settle::new(settings.settle, close_events, settings.max_pending),
+            ctx,
+            tasks: JoinSet::new(),
+            in_flight: HashSet::new(),
+            again: HashSet::new(),
+            parallel: settings.parallel.max(1),
+            backlog: false,
+            counts: status::Counts::default(),
+            scanning: Arc::new(AtomicBool::new(false)),
+            known: Arc::new(AtomicU64::new(0)),
+            close_events,
+        }
+    }
+
+    /// Watches until SIGTERM or Ctrl-C, patience running out, or a refusal
+    /// every file gets: the folders scanned first, then each change.
+    async fn watch(
+        &mut self,
+        settings: &Settings,
+        events: &mut events::Events,
+        roots: &Roots,
+        mode: &Mode,
+    ) -> Stop {
+        let stop = stop_signal();
+        let (scan_tx, mut scan_rx) = mpsc::channel::<(PathBuf, Stat)>(SCAN_AHEAD);
+        self.scan(&scan_tx, roots.dirs());
+        let mut check = tokio::time::interval(CHECK_EVERY);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let every = self.ctx.reporter.tick_every(settings.status_interval);
+        let reconcile = (!settings.reconcile.is_zero()).then_some(settings.reconcile);
+        let mut ticks = Ticks {
+            every,
+            status_at: every.map(|e| Instant::now() + e),
+            reconcile,
+            reconcile_at: reconcile.map(|r| Instant::now() + r),
+            quiet: idle::Quiet::new(Instant::now().into_std()),
+        };
+        let mut stop = std::pin::pin!(stop);
+        let mut gave_up = std::pin::pin!(gave_up(mode));
+        loop {
+            let room = self.settle.has_room();
+            tokio::select! {
+                _ = &mut stop => return Stop::Signal,
+                // Files waiting for the link wait for ever once it gave up: stop,
+                // as `upload` does, and let the service manager start it again.
+                _ = &mut gave_up => return Stop::OutOfPatience,
+                Some(change) = events.rx.recv() => {
+                    if let Some(dir) = events::new_dir(&change) {
+                        events.watch_new_dir(&dir);
+                    }
+                    self.change(change, &scan_tx)
+                }
+                Some((path, stat)) = scan_rx.recv(), if room => {
+                    self.settle.observe(path, Seen::Found, Some(stat), Instant::now().into_std());
+                }
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Some(refusal) = self.finished(done) {
+                        return Stop::Refused(refusal);
+                    }
+                    if self.backlog {
+                        self.start_ready();
+                    }
+                }
+                _ = check.tick() => self.tick(&mut ticks, events, &scan_tx, roots),
+            }
+        }
+    }
+
+    /// The check tick: due files started, a reconcile scan when events were
+    /// lost or it is time, a status line, memory back after a quiet spell.
+    fn tick(
+        &mut self,
+        t: &mut Ticks,
+        events: &events::Events,
+        scan_tx: &mpsc::Sender<(PathBuf, Stat)>,
+        roots: &Roots,
+    ) {
+        self.start_ready();
+        let lost = events.lost.swap(false, Ordering::Relaxed) | self.settle.take_overflow();
+        let due = t.reconcile_at.is_some_and(|at| Instant::now() >= at);
+        if lost || due {
+            t.reconcile_at = t.reconcile.map(|r| Instant::now() + r);
+            let started = self.scan(scan_tx, roots.dirs());
+            self.counts.reconciles += u64::from(started);
+        }
+        if let (Some(at), Some(e)) = (t.status_at, t.every)
+            && Instant::now() >= at
+        {
+            t.status_at = Some(Instant::now() + e);
+            status::print(&self.ctx.reporter, &self.status());
+        }
+        if t.quiet.tick(Instant::now().into_std(), self.busy()) {
+            crate::transfer::wire::drop_spare_compressors();
+            idle::give_back_free_memory();
+        }
+    }
+
+    /// How the watch ends after `stop`: a refusal or patience stop what is
+    /// in flight; a signal lets the uploads under way finish (or time out).
+    async fn end(mut self, stop: Stop, mode: &Mode, patience: Duration) -> WatchEnd {
+        let reporter = self.ctx.reporter.clone();
+        match stop {
+            Stop::Signal => {}
+            Stop::Refused(refusal) => {
+                self.tasks.abort_all();
+                close(mode).await;
+                return WatchEnd::Refused(refusal);
+            }
+            Stop::OutOfPatience => {
+                // Nothing in flight can commit while the relay is away: what it
+                // staged stays with the relay and the next start resumes it.
+                self.tasks.abort_all();
+                status::print(&reporter, &self.status());
+                close(mode).await;
+                return WatchEnd::OutOfPatience {
+                    summary: Box::new(reporter.summary(mode.name())),
+                    patience,
+                };
+            }
+        }
+        let n = self.tasks.len();
+        if n > 0 {
+            reporter.notice(&format!(
+                "relay-client: stopping; finishing {n} upload(s) under way (up to {} s)",
+                FINISH_WAIT.as_secs()
+            ));
+        }
+        let deadline = Instant::now() + FINISH_WAIT;
+        while let Ok(Some(done)) = tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
+            if let Some(refusal) = self.finished(done) {
+                close(mode).await;
+                return WatchEnd::Refused(refusal);
+            }
+        }
+        self.tasks.abort_all();
+        status::print(&reporter, &self.status());
+        close(mode).await;
+        WatchEnd::Stopped(Box::new(reporter.summary(mode.name())))
+    }
+
     fn status(&self) -> status::Status {
         let now = Instant::now().into_std();
         status::Status {
@@ -444,14 +394,14 @@ impl Driver {
     fn finished(
         &mut self,
         done: Result<(PathBuf, Done), tokio::task::JoinError>,
-    ) -> Option<String> {
+    ) -> Option<Refusal> {
         let Ok((path, done)) = done else {
             return None; // aborted at the stop
         };
         self.in_flight.remove(&path);
         let now = Instant::now().into_std();
         let requeue = match done {
-            Done::Fatal(message) => return Some(message),
+            Done::Fatal(refusal) => return Some(refusal),
             Done::Committed { bytes } => {
                 self.counts.committed += 1;
                 self.counts.bytes += bytes;
@@ -537,23 +487,6 @@ impl Driver {
     }
 }
 
-/// `$XDG_STATE_HOME/blob-relay/watch-HASH.sqlite` (else `~/.local/state/...`),
-/// one journal per set of folders and destination.
-fn default_journal(roots: &Roots, container: &str, prefix: &str) -> Option<PathBuf> {
-    use sha2::Digest;
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))?;
-    let mut h = sha2::Sha256::new();
-    h.update(format!("{container}/{prefix}\n"));
-    for d in roots.dirs() {
-        h.update(d.as_os_str().as_encoded_bytes());
-        h.update(b"\n");
-    }
-    let id = hex::encode(&h.finalize()[..8]);
-    Some(state.join(format!("blob-relay/watch-{id}.sqlite")))
-}
-
 /// Resolves at the first SIGTERM or Ctrl-C; a second Ctrl-C exits at once.
 fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -571,7 +504,7 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
         let _ = tx.send(());
         if int.recv().await.is_some() {
             eprintln!("\nrelay-client: interrupted again; exiting now");
-            std::process::exit(i32::from(crate::commands::interrupt::EXIT_INTERRUPTED));
+            std::process::exit(i32::from(crate::run::interrupt::EXIT_INTERRUPTED));
         }
     });
     async move {

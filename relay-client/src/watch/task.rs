@@ -4,9 +4,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::transfer::file::{Job, failed, fatal, report_of};
+use indicatif::ProgressBar;
+
+use crate::transfer::file::{Job, failed, report_of};
 use crate::transfer::manifest::Manifest;
+use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::walk::Source;
+use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
 use crate::ui::report::{FileError, Status};
 
@@ -59,28 +63,14 @@ pub enum Done {
     /// The file changed during its upload: settles again, uploaded again.
     Changed,
     /// A refusal every file gets: the watch stops.
-    Fatal(String),
+    Fatal(Refusal),
 }
 
 pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
     let Some(named) = ctx.roots.name(path) else {
         return Done::Known;
     };
-    let committed = {
-        let (path, blob) = (path.to_path_buf(), named.blob.clone());
-        // The lookup is a disk read: off the runtime's threads.
-        let ctx_journal = ctx.journal.clone();
-        let container = ctx.job.opts.container.clone();
-        tokio::task::spawn_blocking(move || {
-            let (Some(j), Some(p)) = (ctx_journal, path.to_str()) else {
-                return false;
-            };
-            j.has(p, &container, &blob, stat).unwrap_or(false)
-        })
-        .await
-        .unwrap_or(false)
-    };
-    if committed {
+    if journalled(ctx, path, &named.blob, stat).await {
         return Done::Known;
     }
     let container = ctx.job.opts.container.clone();
@@ -90,7 +80,7 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
             Some(h) => Some(h.to_string()),
             None => {
                 let e = FileError::new(
-                    "not_in_manifest",
+                    ErrorCode::NotInManifest,
                     format!("not listed in {}; not uploaded", m.file().display()),
                     false,
                 );
@@ -109,21 +99,7 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
     let bar = ctx.reporter.start(&src.blob);
     let report = match report_of(&ctx.job, &src, &bar, 0).await {
         Ok(r) => r,
-        Err((e, attempts)) => {
-            if let Some(message) = fatal(&e, &ctx.job.opts) {
-                bar.finish_and_clear();
-                return Done::Fatal(message);
-            }
-            if e.code == "source_changed" {
-                bar.finish_and_clear();
-                tracing::info!(path = %path.display(), "changed during its upload; nothing committed; waiting for it to settle again");
-                return Done::Changed;
-            }
-            let mut r = failed(&path.display().to_string(), &container, &src.blob, e);
-            r.attempts = attempts;
-            ctx.reporter.finish_file(Some(&bar), r, src.size);
-            return Done::Failed;
-        }
+        Err((e, attempts)) => return not_uploaded(ctx, &src, &bar, e, attempts),
     };
     // Only a blob the relay (or direct mode) verified and committed, or found
     // to hold exactly these bytes, is journalled and acted on.
@@ -149,22 +125,7 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
         ctx.reporter.finish_file(Some(&bar), report, src.size);
         return Done::Changed;
     }
-    if let (Some(j), Some(p)) = (&ctx.journal, path.to_str()) {
-        let entry = Entry {
-            path: p.to_string(),
-            container: container.clone(),
-            blob: src.blob.clone(),
-            stat,
-            sha256,
-            etag,
-        };
-        let j = j.clone();
-        match tokio::task::spawn_blocking(move || j.record(&entry)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => ctx.reporter.notice(&format!("relay-client: {e}")),
-            Err(e) => ctx.reporter.notice(&format!("relay-client: journal: {e}")),
-        }
-    }
+    record(ctx, &src, stat, sha256, etag).await;
     ctx.reporter.finish_file(Some(&bar), report, src.size);
     if let Err(why) = act(&ctx.after, path, &named.relative, stat) {
         ctx.reporter
@@ -174,5 +135,62 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
         Done::Identical
     } else {
         Done::Committed { bytes }
+    }
+}
+
+/// Whether the journal says this file, as it is, is committed to `blob`
+/// (looked up off the runtime's threads: a disk read).
+async fn journalled(ctx: &Ctx, path: &Path, blob: &str, stat: Stat) -> bool {
+    let (path, blob) = (path.to_path_buf(), blob.to_string());
+    let journal = ctx.journal.clone();
+    let container = ctx.job.opts.container.clone();
+    tokio::task::spawn_blocking(move || {
+        let (Some(j), Some(p)) = (journal, path.to_str()) else {
+            return false;
+        };
+        j.has(p, &container, &blob, stat).unwrap_or(false)
+    })
+    .await
+    .unwrap_or(false)
+}
+
+/// A file whose upload failed: a refusal every file gets stops the watch;
+/// a file that changed meanwhile settles again; any other failure is
+/// reported.
+fn not_uploaded(ctx: &Ctx, src: &Source, bar: &ProgressBar, e: FileError, attempts: u32) -> Done {
+    if let Some(refusal) = fatal(&e, &ctx.job.opts) {
+        bar.finish_and_clear();
+        return Done::Fatal(refusal);
+    }
+    if e.code == ErrorCode::SourceChanged {
+        bar.finish_and_clear();
+        tracing::info!(path = %src.path.display(), "changed during its upload; nothing committed; waiting for it to settle again");
+        return Done::Changed;
+    }
+    let path = src.path.display().to_string();
+    let mut r = failed(&path, &ctx.job.opts.container, &src.blob, e);
+    r.attempts = attempts;
+    ctx.reporter.finish_file(Some(bar), r, src.size);
+    Done::Failed
+}
+
+/// The commit of `src` as it was (`stat`) into the journal, if there is one.
+async fn record(ctx: &Ctx, src: &Source, stat: Stat, sha256: String, etag: String) {
+    let (Some(j), Some(p)) = (&ctx.journal, src.path.to_str()) else {
+        return;
+    };
+    let entry = Entry {
+        path: p.to_string(),
+        container: ctx.job.opts.container.clone(),
+        blob: src.blob.clone(),
+        stat,
+        sha256,
+        etag,
+    };
+    let j = j.clone();
+    match tokio::task::spawn_blocking(move || j.record(&entry)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => ctx.reporter.notice(&format!("relay-client: {e}")),
+        Err(e) => ctx.reporter.notice(&format!("relay-client: journal: {e}")),
     }
 }

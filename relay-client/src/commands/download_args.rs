@@ -1,15 +1,15 @@
 //! `relay-client download`'s flags. The connection flags are upload's own
 //! (`ConnectionArgs`), and the relay connection is made by the same code
-//! (`setup::mode`) from an `UploadArgs` that carries them (`connection`).
+//! (`setup::mode`), with what else shapes it (`mode_flags`).
 
-use clap::{Args, FromArgMatches};
+use clap::Args;
 use std::path::PathBuf;
 
 use relay_proto::logsafe::hide_sas_signatures;
 
-use crate::commands::args::{OverwriteMode, UploadArgs};
+use crate::commands::args::OverwriteMode;
 use crate::commands::connection_args::ConnectionArgs;
-use crate::commands::setup::SetupError;
+use crate::commands::setup::{DirectFlags, ModeFlags, SetupError};
 use crate::transfer::destination::{Destination, parse_destination};
 
 #[derive(Debug, Args)]
@@ -197,35 +197,39 @@ pub fn sources(given: &[String]) -> Result<Vec<Destination>, SetupError> {
 /// `--storage-url`'s account, not only the first: each is read with that
 /// account's credentials.
 pub fn same_account(
-    uargs: &UploadArgs,
+    a: &DownloadArgs,
     given: &[String],
     sources: &[Destination],
 ) -> Result<(), SetupError> {
     for (text, dest) in given.iter().zip(sources) {
         let what = format!("source {:?}", hide_sas_signatures(text));
-        crate::commands::setup::same_account(uargs, dest, &what)?;
+        crate::commands::setup::same_account(&a.connection, a.direct, dest, &what)?;
     }
     Ok(())
 }
 
-/// The `UploadArgs` that carry these connection flags, for `setup::mode`:
-/// parsed from a minimal command line (so options `download` does not have
-/// take upload's defaults), then the flags given here set on it.
-pub fn connection(a: &DownloadArgs, container: &str) -> Result<UploadArgs, clap::Error> {
-    let cmd = UploadArgs::augment_args(clap::Command::new("upload").no_binary_name(true));
-    let matches = cmd.try_get_matches_from(["-", "--to", container, "--relay", "-"])?;
-    let mut u = UploadArgs::from_arg_matches(&matches)?;
-    u.paths.clear();
-    u.connection = a.connection.clone();
-    u.direct = a.direct;
-    u.quiet = a.quiet;
-    u.storage_stall_timeout = a.storage_stall_timeout;
-    u.connections = a.connections;
-    u.memory_budget = a.memory_budget;
-    u.requests = crate::transfer::direct_sizing::Requests::Ranges;
-    // Announced in the handshake, then asked for in each Fetch.
-    u.compress = a.compress;
-    Ok(u)
+/// What shapes the connection besides the connection flags: ranged reads in
+/// direct mode, `--compress` announced in the handshake (then asked for in
+/// each Fetch); the rest as an upload without those flags has them.
+pub fn mode_flags(a: &DownloadArgs) -> ModeFlags {
+    ModeFlags {
+        direct: a.direct,
+        fallback: false,
+        compress: a.compress,
+        fair: false,
+        no_probe_train: false,
+        direct_flags: DirectFlags {
+            create_container: false,
+            dry_run: false,
+            quiet: a.quiet,
+            block_checksum: Default::default(),
+            storage_stall_timeout: a.storage_stall_timeout,
+            connections: a.connections,
+            memory_budget: a.memory_budget,
+            block_size: None,
+            requests: crate::transfer::direct_sizing::Requests::Ranges,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -256,9 +260,7 @@ mod tests {
         };
         let check = |d: &DownloadArgs| {
             let srcs = sources(&d.sources)?;
-            let u = connection(d, &srcs[0].container)
-                .map_err(|e| SetupError::Refused(e.to_string()))?;
-            same_account(&u, &d.sources, &srcs)
+            same_account(d, &d.sources, &srcs)
         };
         let ours = "https://acct.blob.core.windows.net/c1x/a";
         let theirs = "https://other.blob.core.windows.net/c1x/b";
@@ -295,8 +297,8 @@ mod tests {
             "2s",
         ])
         .expect("parse");
-        let u = connection(&t.d, "c").expect("upload args");
-        let c = &u.connection;
+        let u = mode_flags(&t.d);
+        let c = &t.d.connection;
         assert_eq!(c.relay.as_deref(), Some("127.0.0.1:4433"));
         assert_eq!(c.token.as_deref(), Some("tok"));
         assert!(c.insecure);
@@ -304,7 +306,10 @@ mod tests {
         assert_eq!(c.relay_connections, 3);
         assert_eq!(c.max_rate, Some(50.0));
         assert!(!u.direct);
-        assert_eq!(u.storage_stall_timeout, std::time::Duration::from_secs(2));
+        assert_eq!(
+            u.direct_flags.storage_stall_timeout,
+            std::time::Duration::from_secs(2)
+        );
     }
 
     /// `--compress` reaches the connection's setup (which announces it in
@@ -323,7 +328,7 @@ mod tests {
             }
             let t = T::try_parse_from(argv).expect("parse");
             assert_eq!(t.d.compress, want, "{given:?}");
-            assert_eq!(connection(&t.d, "c").expect("upload args").compress, want);
+            assert_eq!(mode_flags(&t.d).compress, want);
         }
         assert!(T::try_parse_from(["x", "c", "--to", "o", "--compress", "gzip"]).is_err());
     }
