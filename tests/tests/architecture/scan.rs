@@ -154,6 +154,27 @@ fn drop_test_items(raw: &str, code: &mut [u8], file: &Path) -> Vec<PathBuf> {
     test_files
 }
 
+/// The module files `file` declares with `mod name;` (each with its
+/// `#[path]`, if the line before gives one).
+fn declared_modules(raw: &str, file: &Path) -> Vec<PathBuf> {
+    let mut path_attr: Option<String> = None;
+    let mut found = Vec::new();
+    for line in raw.lines().map(str::trim) {
+        if let Some(value) = line.strip_prefix("#[path = \"") {
+            path_attr = value.split('"').next().map(str::to_string);
+            continue;
+        }
+        let decl = line.trim_start_matches("pub ").trim_start_matches("pub(crate) ");
+        if let Some(name) = decl.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
+            found.push(child_module(file, name.trim(), path_attr.as_deref()));
+        }
+        if !line.starts_with("#[") {
+            path_attr = None;
+        }
+    }
+    found
+}
+
 fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     hay.get(from..)?
         .windows(needle.len())
@@ -298,6 +319,25 @@ pub fn sources(root: &Path, src: &str) -> Vec<Source> {
         let mut code = blank(&raw);
         test_only.extend(drop_test_items(&raw, &mut code, file));
         parsed.push((file.clone(), code));
+    }
+    // A module that a test-only file declares is test-only too, whatever its
+    // name (a `#[path]` include of a test's cases, say).
+    let mut grown = true;
+    while grown {
+        grown = false;
+        for (file, _) in &parsed {
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !(name.ends_with("_tests.rs") || test_only.contains(file)) {
+                continue;
+            }
+            let raw = fs::read_to_string(file).unwrap_or_default();
+            for child in declared_modules(&raw, file) {
+                if !test_only.contains(&child) {
+                    test_only.push(child);
+                    grown = true;
+                }
+            }
+        }
     }
     let test_dirs: Vec<PathBuf> = test_only.iter().map(|f| f.with_extension("")).collect();
     parsed
