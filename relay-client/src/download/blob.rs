@@ -10,13 +10,13 @@ use super::attempt;
 use super::fetch::{self, Done, Target, Way};
 use super::job::Job;
 use super::place::{Selection, components};
-use relay_proto::session::download::{self as session, Blob};
 use crate::relay::retry::Tries;
 use crate::transfer::file::{blank, failed};
 use crate::transfer::refusal::{Refusal, fatal};
 use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
 use crate::ui::report::{FileError, FileReport, Status};
+use relay_proto::session::download::{self as session, Blob};
 
 /// One listed blob to its report; the refusal when it is one every file
 /// would get (the run stops with one setup error).

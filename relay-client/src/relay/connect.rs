@@ -319,7 +319,7 @@ impl Connector {
 
     /// Whether new connections announce compressed chunks (every connector
     /// does unless told: `--compress off` does not, nor a test that plays a
-    /// client from before issue 34).
+    /// client that predates compressed chunks).
     pub fn announce_zstd(&mut self, trust: &Trust, zstd: bool) -> Result<(), ConnectorError> {
         self.config = client_config(trust, zstd, &self.transport)?;
         Ok(())

@@ -1,7 +1,7 @@
 //! Which file's bytes a connection sends first (quinn sends a higher
 //! priority's buffered data first and round-robins equal ones).
 //!
-//! `upload` sends files in the order their streams opened (issue 13: in order,
+//! `upload` sends files in the order their streams opened (in order,
 //! each small file is received whole early and published while the next ones
 //! travel). A watch cannot keep that order: a file that appears while a 1 GiB
 //! file is being sent would wait for all of it (docs/bench/watch/). So a

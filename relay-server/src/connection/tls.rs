@@ -114,7 +114,7 @@ impl Identity {
     }
 
     /// `zstd`: announce compressed chunks (every relay does; a test hook turns
-    /// it off to play a relay from before issue 34).
+    /// it off to play a relay that predates compressed chunks).
     pub fn server_crypto_with(
         &self,
         zstd: bool,

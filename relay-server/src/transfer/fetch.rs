@@ -1,4 +1,4 @@
-//! One blob back to a client on one QUIC stream (issue 50):
+//! One blob back to a client on one QUIC stream:
 //! Fetch → Source | Reject → (Data{len} + len bytes)* → Sent | Error.
 //!
 //! The relay reads the blob from storage in ranges, several in flight, each
@@ -87,12 +87,12 @@ async fn serve(
     Metrics::add(&m.fetches_started, 1);
     let reader: Arc<dyn BlobSource> =
         match ContainerReader::new(&shared.storage.account, &fetch.container) {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            let f = storage_failure(&e);
-            return reject(shared, send, recv, Reason::Code(f.code), f).await;
-        }
-    };
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                let f = storage_failure(&e);
+                return reject(shared, send, recv, Reason::Code(f.code), f).await;
+            }
+        };
     let props = match reader.properties(&fetch.blob).await {
         Ok(p) => p,
         Err(e) => {

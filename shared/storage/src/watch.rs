@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_deadline_of_the_old_kind_would_have_abandoned_what_this_keeps() {
-        // Issue 37's case: a 16 MiB Put Block over a connection carrying
+        // A slow link's case: a 16 MiB Put Block over a connection carrying
         // 0.75 Mbit/s takes ~180 s; the old deadline was 15 s + 16 s. Here
         // the body moves every 0.7 s (64 KiB) and the request lives.
         let t0 = Instant::now();

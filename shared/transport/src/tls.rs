@@ -5,7 +5,7 @@ use relay_proto::limits::{ALPN, ALPN_ZSTD};
 use sha2::{Digest, Sha256};
 
 /// The ALPN protocols an end announces, preferred first: compressed chunks
-/// (issue 34) when it may use them, and the plain protocol every version knows.
+/// when it may use them, and the plain protocol every version knows.
 pub fn alpn_protocols(zstd: bool) -> Vec<Vec<u8>> {
     match zstd {
         true => vec![ALPN_ZSTD.to_vec(), ALPN.to_vec()],

@@ -164,7 +164,9 @@ fn declared_modules(raw: &str, file: &Path) -> Vec<PathBuf> {
             path_attr = value.split('"').next().map(str::to_string);
             continue;
         }
-        let decl = line.trim_start_matches("pub ").trim_start_matches("pub(crate) ");
+        let decl = line
+            .trim_start_matches("pub ")
+            .trim_start_matches("pub(crate) ");
         if let Some(name) = decl.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
             found.push(child_module(file, name.trim(), path_attr.as_deref()));
         }

@@ -200,7 +200,7 @@ mod tests {
         }
     }
 
-    /// Issue 52 item 4: only access tokens for the relay's API, in the
+    /// Only access tokens for the relay's API, in the
     /// format their issuer issues, living at most a day.
     #[test]
     fn only_access_tokens_of_their_issuers_form_and_bounded_lifetime() {

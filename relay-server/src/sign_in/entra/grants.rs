@@ -235,7 +235,7 @@ mod tests {
         ));
     }
 
-    /// Issue 52 item 4: a group whose object ID (or name) equals a role's
+    /// A group whose object ID (or name) equals a role's
     /// cannot take the role's grant, and the other way round.
     #[test]
     fn roles_and_groups_are_named_apart() {
@@ -264,7 +264,7 @@ mod tests {
         }
     }
 
-    /// Issue 50 item 6: reading is a grant of its own.
+    /// Reading is a grant of its own.
     #[test]
     fn reading_is_granted_apart_from_writing() {
         let g = Grants::parse(&[
