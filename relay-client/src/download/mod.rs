@@ -7,7 +7,8 @@
 //! - `list`, `cursor`: one listing stream per source, taken up again where
 //!   it broke.
 //! - `job`: what every blob of a run shares.
-//! - `blob`: one listed blob to its report, with its retries.
+//! - `blob`: one listed blob to its report; `retried`: its download with
+//!   its retries; `report`: its report line from how it ended.
 //! - `place`: where a blob name may go under the destination, and the names
 //!   of the partial files no blob name maps to (pure).
 //! - `safe_fs`: creating folders and files there without following links.
@@ -33,6 +34,9 @@ pub mod partial;
 pub mod piece;
 pub mod place;
 pub mod placing;
+pub mod report;
+pub mod retried;
 pub mod safe_fs;
 pub mod sources;
 pub mod stream;
+pub mod summary;
