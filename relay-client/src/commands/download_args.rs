@@ -1,4 +1,5 @@
-//! `relay-client download`'s flags. The connection flags are upload's own
+//! `relay-client download`'s flags, and the plan the run takes from them
+//! once (`DownloadPlan`). The connection flags are upload's own
 //! (`ConnectionArgs`), and the relay connection is made by the same code
 //! (`setup::mode`), with what else shapes it (`mode_flags`).
 

@@ -3,10 +3,11 @@
 //! then renamed into place. The `download` command (`commands::download`)
 //! sets it up and hands it a runner.
 //!
-//! - `sources`: every source's listing into the runner.
+//! - `sources`: every source's listing into the runner (`Runner::feed`).
 //! - `list`, `cursor`: one listing stream per source, taken up again where
 //!   it broke.
-//! - `job`: what every blob of a run shares.
+//! - `job`: what every blob of a run shares, opened once from the plan the
+//!   command made of its arguments (`JobPlan`); `summary`: the run's summary.
 //! - `blob`: one listed blob to its report; `retried`: its download with
 //!   its retries; `report`: its report line from how it ended.
 //! - `place`: where a blob name may go under the destination, and the names
