@@ -11,16 +11,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Parser;
-use sha2::{Digest, Sha256};
 
-use super::files::Generated;
+use super::files::{Generated, STAGED, on_disk_differs};
 use super::{BenchError, Method, Row, order, upload_argv, upload_once};
 use crate::cli::{BenchArgs, Cli, Command};
 use crate::ui::report::{Status, Summary};
-
-/// The prefix (under the bench's own) the files are put at to be read back;
-/// its last segment is the folder each download creates.
-pub(super) const STAGED: &str = "source";
 
 /// What the download runs compare: direct downloads (with storage
 /// credentials) and AzCopy (when it runs).
@@ -184,45 +179,10 @@ fn failed_file(summary: &Summary) -> Option<String> {
         })
 }
 
-/// Why the folder does not hold exactly the generated files: one missing or
-/// whose SHA-256 differs (read back from disk, not taken from the report).
-pub(super) async fn on_disk_differs(top: &Path, files: &[Generated]) -> Option<String> {
-    let (top, files) = (top.to_path_buf(), files.to_vec());
-    let checked = tokio::task::spawn_blocking(move || {
-        for f in &files {
-            match sha256_of(&top.join(&f.name)) {
-                Ok(sha) if sha == f.sha256 => {}
-                Ok(_) => {
-                    return Some(format!(
-                        "{}: the downloaded file's SHA-256 differs from the generated file's",
-                        f.name
-                    ));
-                }
-                Err(e) => return Some(format!("{}: cannot read the downloaded file: {e}", f.name)),
-            }
-        }
-        None
-    })
-    .await;
-    checked.unwrap_or_else(|e| Some(format!("verifying: {e}")))
-}
-
-fn sha256_of(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hash = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = std::io::Read::read(&mut file, &mut buf)?;
-        if n == 0 {
-            return Ok(hex::encode(hash.finalize()));
-        }
-        hash.update(&buf[..n]);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     fn parsed(argv: Vec<String>) -> crate::commands::download_args::DownloadArgs {
         match Cli::try_parse_from(argv) {

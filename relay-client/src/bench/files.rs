@@ -1,5 +1,6 @@
 //! The bench's data: random files (nothing compresses) written in 1 MiB chunks
-//! and hashed as they are written, so memory stays flat whatever the sizes.
+//! and hashed as they are written, so memory stays flat whatever the sizes;
+//! and the check of a folder the files were downloaded into (`on_disk_differs`).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -128,6 +129,46 @@ fn write_random(dir: &Path, name: &str, size: u64) -> std::io::Result<Generated>
         size,
         sha256: hex::encode(hash.finalize()),
     })
+}
+
+/// The prefix (under the bench's own) the files are put at to be read back;
+/// its last segment is the folder each download creates.
+pub const STAGED: &str = "source";
+
+/// Why the folder does not hold exactly the generated files: one missing or
+/// whose SHA-256 differs (read back from disk, not taken from the report).
+pub async fn on_disk_differs(top: &Path, files: &[Generated]) -> Option<String> {
+    let (top, files) = (top.to_path_buf(), files.to_vec());
+    let checked = tokio::task::spawn_blocking(move || {
+        for f in &files {
+            match sha256_of(&top.join(&f.name)) {
+                Ok(sha) if sha == f.sha256 => {}
+                Ok(_) => {
+                    return Some(format!(
+                        "{}: the downloaded file's SHA-256 differs from the generated file's",
+                        f.name
+                    ));
+                }
+                Err(e) => return Some(format!("{}: cannot read the downloaded file: {e}", f.name)),
+            }
+        }
+        None
+    })
+    .await;
+    checked.unwrap_or_else(|e| Some(format!("verifying: {e}")))
+}
+
+fn sha256_of(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(hash.finalize()));
+        }
+        hash.update(&buf[..n]);
+    }
 }
 
 #[cfg(test)]

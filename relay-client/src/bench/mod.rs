@@ -107,7 +107,7 @@ async fn run(args: &BenchArgs) -> Result<Report, BenchError> {
     let (generated, paths) = make_files(args, &dir, &data)?;
     // The rows, and the blob prefixes the runs wrote (each holds every file).
     let (rows, written) = if args.download {
-        let staged = format!("{container}/{base}/{}", download::STAGED);
+        let staged = format!("{container}/{base}/{}", files::STAGED);
         let others = download::Others {
             direct: storage.is_some(),
             azcopy: azcopy.as_ref(),

@@ -208,8 +208,8 @@ pub(super) async fn run_one(
         None => match c.way {
             Way::Upload => blobs_differ(storage, container, prefix, c.files).await,
             Way::Download => {
-                let top = c.local.join(super::download::STAGED);
-                super::download::on_disk_differs(&top, c.files).await
+                let top = c.local.join(super::files::STAGED);
+                super::files::on_disk_differs(&top, c.files).await
             }
         },
     };

@@ -1,4 +1,5 @@
-//! `relay-client download`'s flags. The connection flags are upload's own
+//! `relay-client download`'s flags, and the plan the run takes from them
+//! once (`DownloadPlan`). The connection flags are upload's own
 //! (`ConnectionArgs`), and the relay connection is made by the same code
 //! (`setup::mode`), with what else shapes it (`mode_flags`).
 
@@ -10,7 +11,9 @@ use relay_proto::logsafe::hide_sas_signatures;
 use crate::commands::args::OverwriteMode;
 use crate::commands::connection_args::ConnectionArgs;
 use crate::commands::setup::{DirectFlags, ModeFlags, SetupError};
+use crate::download::job::JobPlan;
 use crate::transfer::destination::{Destination, parse_destination};
+use crate::transfer::filter::Filter;
 
 #[derive(Debug, Args)]
 pub struct DownloadArgs {
@@ -229,6 +232,59 @@ pub fn mode_flags(a: &DownloadArgs) -> ModeFlags {
             block_size: None,
             requests: crate::transfer::direct_sizing::Requests::Ranges,
         },
+    }
+}
+
+/// A download as the run takes it, from its arguments checked once: the
+/// sources, the filter, how to connect, what every blob shares (`JobPlan`)
+/// and how many at once.
+pub struct DownloadPlan {
+    /// The sources as given, for their report lines.
+    pub given: Vec<String>,
+    pub sources: Vec<Destination>,
+    pub filter: Filter,
+    pub connection: ConnectionArgs,
+    pub flags: ModeFlags,
+    pub job: JobPlan,
+    pub parallel: usize,
+    pub status_interval: std::time::Duration,
+}
+
+impl DownloadPlan {
+    /// The plan of `args`, or the first setup error they hold.
+    pub fn new(args: DownloadArgs) -> Result<Self, SetupError> {
+        let sources = sources(&args.sources)?;
+        let filter = Filter::new(&args.include, &args.exclude)?;
+        same_account(&args, &args.sources, &sources)?;
+        let job = JobPlan {
+            container: sources[0].container.clone(),
+            compress: args.compress,
+            to: args.to.clone(),
+            umask: args.umask,
+            dry_run: args.dry_run,
+            index: args.index.clone(),
+            no_index: args.no_index,
+            overwrite: args.overwrite,
+            attempts: args.attempts,
+            patience: args.connection.patience,
+        };
+        // Direct mode: at most 16 files at once, their ranges held within
+        // --memory-budget (`direct::Ranges`).
+        let parallel = if args.direct {
+            args.parallel.clamp(1, 16)
+        } else {
+            args.parallel
+        };
+        Ok(Self {
+            flags: mode_flags(&args),
+            given: args.sources,
+            sources,
+            filter,
+            connection: args.connection,
+            job,
+            parallel,
+            status_interval: args.status_interval,
+        })
     }
 }
 

@@ -3,13 +3,12 @@
 //! Each problem here is one `SetupError` (exit status 2), said once, not per file.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use relay_proto::blob_name::MetadataError;
 use relay_proto::id_key::IdKeyError;
 use relay_proto::logsafe::hide_sas_signatures;
-use relay_proto::protocol::{Overwrite, Secret};
+use relay_proto::protocol::Overwrite;
 use relay_storage::account::ClientBuildError;
 use relay_storage::blob::BlobError;
 use relay_storage::checksum::BlockChecksum;
@@ -19,8 +18,7 @@ use relay_transport::tls::FingerprintError;
 use crate::commands::args::{OverwriteMode, UploadArgs};
 use crate::commands::connection_args::ConnectionArgs;
 use crate::relay::connect::{AddressError, ConnectorError};
-use crate::relay::links::RelayLinks;
-use crate::sign_in::{Bearer, EntraToken, SignIn, SignInError};
+use crate::sign_in::{Bearer, SignInError};
 use crate::transfer::direct_sizing::Requests;
 use crate::transfer::filter::FilterError;
 use crate::transfer::manifest::ManifestError;
@@ -32,6 +30,7 @@ use crate::ui::report::FileError;
 use crate::ui::weather::WeatherSink;
 
 mod access;
+pub mod connection;
 mod direct;
 mod relay;
 
@@ -175,7 +174,7 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         }
     };
     Ok(Options {
-        token: bearer(&args.connection, args.direct)?,
+        token: connection::bearer(&args.connection, args.direct)?,
         container: dest.container.clone(),
         overwrite,
         block_size: args.block_size,
@@ -185,29 +184,6 @@ pub fn options(args: &UploadArgs, dest: &Destination) -> Result<Options, SetupEr
         compress: args.compress,
         order: Default::default(),
     })
-}
-
-/// The relay's token: `--token`, or with `--entra` an Entra ID token for
-/// `--entra-scope`, fetched when the first Offer needs it (`mode` asks for it
-/// before any file, so a sign-in problem is one setup error).
-pub fn bearer(args: &ConnectionArgs, direct: bool) -> Result<Bearer, SetupError> {
-    let token = args.token.clone().unwrap_or_default();
-    let Some(flow) = args.entra.filter(|_| !direct) else {
-        return Ok(Bearer::Static(Secret(token)));
-    };
-    if !token.is_empty() {
-        return Err(SetupError::TokenAndEntra);
-    }
-    let audience = args.entra_scope.as_deref().ok_or(SignInError::NoScope)?;
-    let scope = crate::sign_in::scope(audience)?;
-    let credential = crate::sign_in::credential(&SignIn {
-        flow,
-        tenant: args.entra_tenant.clone(),
-        client_id: args.entra_client_id.clone(),
-    })?;
-    Ok(Bearer::Entra(Arc::new(EntraToken::new(
-        credential, flow, scope,
-    ))))
 }
 
 fn parse_metadata(items: &[String]) -> Result<BTreeMap<String, String>, SetupError> {
@@ -276,11 +252,9 @@ impl From<&UploadArgs> for ModeFlags {
 }
 
 /// Relay mode, connected once up front so a wrong address or certificate is one
-/// clear error; `--fallback direct` turns a failed handshake into direct mode.
-/// A relay that does not answer is waited for within `--patience` (not with
-/// `--fallback`, which asks for direct mode instead of waiting); if patience
-/// runs out here the link says so (`RelayLink::gave_up`) and the run stops
-/// resumably before any file starts.
+/// clear error (`relay::first_connected`); `--fallback direct` turns a failed
+/// handshake into direct mode. Direct mode is set up in one place, whether
+/// asked for or fallen back to.
 pub async fn mode(
     args: &ConnectionArgs,
     flags: &ModeFlags,
@@ -289,29 +263,17 @@ pub async fn mode(
     weather: WeatherSink,
 ) -> Result<Mode, SetupError> {
     let direct = &flags.direct_flags;
-    if flags.direct {
-        let d = direct::direct_mode(args, direct, bearer, container).await?;
-        return Ok(Mode::Direct(Box::new(d)));
-    }
-    if direct.create_container {
+    if !flags.direct && direct.create_container {
         return Err(SetupError::CreateContainerNeedsDirect);
     }
-    let (first, rest) = relay::links(args, flags, bearer, weather).await?;
-    // The first connection is made now, so a wrong address or certificate is
-    // one clear error; the others when a file first needs them.
-    let patient = !flags.fallback && first.patient();
-    match first.get_with(patient).await {
-        Ok(_) => Ok(Mode::Relay(Box::new(RelayLinks::new(first, rest)))),
-        Err(_) if first.gave_up() => Ok(Mode::Relay(Box::new(RelayLinks::new(first, rest)))),
-        Err(e) if flags.fallback => {
-            eprintln!(
-                "relay-client: {}; falling back to direct upload (--fallback direct)",
-                e.message
-            );
-            let mut d = direct::direct_mode(args, direct, bearer, container).await?;
-            d.fell_back = true;
-            Ok(Mode::Direct(Box::new(d)))
+    let fell_back = !flags.direct;
+    if fell_back {
+        let links = relay::first_connected(args, flags, bearer, weather).await?;
+        if let Some(links) = links {
+            return Ok(Mode::Relay(Box::new(links)));
         }
-        Err(e) => Err(SetupError::Relay(e)),
     }
+    let mut d = direct::direct_mode(args, direct, bearer, container).await?;
+    d.fell_back = fell_back;
+    Ok(Mode::Direct(Box::new(d)))
 }

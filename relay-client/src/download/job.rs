@@ -2,18 +2,23 @@
 //! connections, or storage in direct mode), the per-blob options, the
 //! destination folder and this machine's index of it.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use relay_proto::protocol::Overwrite;
+
 use crate::index::Index;
 use crate::relay::links::RelayLinks;
+use crate::sign_in::Bearer;
 use crate::transfer::mode::Mode;
 use crate::transfer::overwrite::OverwriteMode;
 use crate::transfer::send::Options;
+use crate::ui::progress::Reporter;
 
 use super::direct::DirectReads;
 use super::place;
-use super::safe_fs::Folder;
+use super::safe_fs::{Folder, FsError};
 
 /// What every file of a run shares.
 pub struct Job {
@@ -33,21 +38,62 @@ pub struct Job {
     pub patience: Duration,
 }
 
+/// A run's job as the download's flags give it (`commands::download_args`),
+/// before its way to read is set up.
+pub struct JobPlan {
+    /// The first source's container.
+    pub container: String,
+    /// `--compress`: asked for in each Fetch where the handshake agreed.
+    pub compress: crate::transfer::compress::Mode,
+    /// `--to`.
+    pub to: PathBuf,
+    pub umask: Option<u32>,
+    pub dry_run: bool,
+    /// `--index`, and `--no-index`.
+    pub index: Option<PathBuf>,
+    pub no_index: bool,
+    pub overwrite: OverwriteMode,
+    pub attempts: u32,
+    pub patience: Duration,
+}
+
 impl Job {
-    /// A run's job over `mode`: direct mode's reads from its storage, the
-    /// longest name the destination folder takes (`root`: none with
-    /// `--dry-run` into a folder not there yet).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    /// A run's job over `mode`, reading with `token`: the destination folder
+    /// (not made with `--dry-run`), the longest name it takes, this
+    /// machine's index of it, and direct mode's reads from its storage.
+    pub fn open(
+        plan: JobPlan,
         mode: Arc<Mode>,
-        opts: Options,
-        root: Option<Folder>,
-        overwrite: OverwriteMode,
-        attempts: u32,
-        dry_run: bool,
-        index: Option<Arc<Index>>,
-        patience: Duration,
-    ) -> Self {
+        token: Bearer,
+        reporter: &Reporter,
+    ) -> Result<Self, FsError> {
+        let opts = options(token, plan.container, plan.compress);
+        let root = if plan.dry_run && !plan.to.is_dir() {
+            None
+        } else {
+            Some(Folder::root(&plan.to, plan.umask)?)
+        };
+        // This machine's index of the destination folder (`--index`, else one
+        // per folder under $XDG_STATE_HOME); without one (`--no-index`, or it
+        // cannot be opened: said once) a rerun cannot compare a file whose
+        // blob carries no checksum.
+        let file = (!plan.dry_run && !plan.no_index)
+            .then(|| {
+                plan.index.clone().or_else(|| {
+                    let dir = std::fs::canonicalize(&plan.to).unwrap_or_else(|_| plan.to.clone());
+                    Index::default_file("download", &dir)
+                })
+            })
+            .flatten();
+        let index = file.and_then(|file| match Index::open(&file) {
+            Ok(i) => Some(Arc::new(i)),
+            Err(e) => {
+                reporter.notice(&format!(
+                    "relay-client: {e}; going on without it (a rerun cannot compare files whose blob has no checksum)"
+                ));
+                None
+            }
+        });
         let direct = match mode.as_ref() {
             Mode::Direct(d) => Some(Arc::new(DirectReads {
                 storage: d.storage.clone(),
@@ -58,39 +104,18 @@ impl Job {
             Mode::Relay(_) => None,
         };
         let name_max = root.as_ref().map_or(place::NAME_MAX, Folder::name_max);
-        Self {
+        Ok(Self {
             links: mode,
             direct,
             opts,
             root,
             name_max,
-            overwrite,
-            attempts: attempts.max(1),
-            dry_run,
+            overwrite: plan.overwrite,
+            attempts: plan.attempts.max(1),
+            dry_run: plan.dry_run,
             index,
-            patience,
-        }
-    }
-
-    /// The same job for the blobs of `container` (one source of several).
-    pub fn for_container(&self, container: &str) -> Self {
-        let mut opts = self.opts.clone();
-        opts.container = container.to_string();
-        Self {
-            links: self.links.clone(),
-            direct: self.direct.clone(),
-            opts,
-            root: self
-                .root
-                .as_ref()
-                .and_then(|r| r.parent_of(&[], false).ok()),
-            name_max: self.name_max,
-            overwrite: self.overwrite,
-            attempts: self.attempts,
-            dry_run: self.dry_run,
-            index: self.index.clone(),
-            patience: self.patience,
-        }
+            patience: plan.patience,
+        })
     }
 
     /// The relay's connections (none in direct mode).
@@ -107,5 +132,21 @@ impl Job {
             .as_ref()
             .map(|r| r.path().to_path_buf())
             .unwrap_or_default()
+    }
+}
+
+/// What each Fetch carries: the token, and `--compress` (asked for where the
+/// handshake agreed); the rest is upload's and unused here.
+fn options(token: Bearer, container: String, compress: crate::transfer::compress::Mode) -> Options {
+    Options {
+        token,
+        container,
+        overwrite: Overwrite::Never,
+        block_size: None,
+        content_type: None,
+        metadata: Default::default(),
+        put_md5: false,
+        compress,
+        order: Default::default(),
     }
 }

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::cursor::Cursor;
 use super::job::Job;
 use crate::relay::links::RelayLinks;
-use crate::relay::retry::Tries;
+use crate::relay::retry::{Tries, Work};
 use crate::sign_in::Bearer;
 use crate::transfer::send::sign_in_failed;
 use crate::ui::error_code::ErrorCode;
@@ -38,24 +38,49 @@ pub(super) async fn listing(
     let container = &job.opts.container;
     let link = job.relay().map(RelayLinks::first);
     let mut tries = Tries::new(link, job.attempts, format!("listing {container}/{prefix}"));
-    let mut cursor = Cursor::default();
-    loop {
-        let conn = tries.begin().await?;
-        let listed = match (&conn, &job.direct) {
+    let mut work = SourceListing {
+        job,
+        prefix,
+        tx,
+        cursor: Cursor::default(),
+    };
+    tries.drive(&mut work).await?;
+    Ok(work.cursor.handed)
+}
+
+/// One source's listing as `Tries::drive` takes it up again: from its cursor.
+struct SourceListing<'a> {
+    job: &'a Job,
+    prefix: &'a str,
+    tx: mpsc::Sender<Listed>,
+    cursor: Cursor,
+}
+
+impl Work for SourceListing<'_> {
+    type Done = ();
+
+    async fn attempt(&mut self, conn: Option<&Connection>) -> Result<(), FileError> {
+        let (job, container) = (self.job, &self.job.opts.container);
+        match (conn, &job.direct) {
             (Some(conn), _) => {
-                list(conn, &job.opts.token, container, prefix, &tx, &mut cursor).await
+                let token = &job.opts.token;
+                list(
+                    conn,
+                    token,
+                    container,
+                    self.prefix,
+                    &self.tx,
+                    &mut self.cursor,
+                )
+                .await
             }
             (None, Some(d)) => {
-                super::direct::list(&d.storage, container, prefix, &tx, &mut cursor).await
+                let (prefix, tx) = (self.prefix, &self.tx);
+                super::direct::list(&d.storage, container, prefix, tx, &mut self.cursor).await
             }
             (None, None) => Err(FileError::new(ErrorCode::Internal, "no way to list", false)),
-        };
-        match listed {
-            Ok(()) => break,
-            Err(e) => tries.failed(e, conn.as_ref()).await?,
         }
     }
-    Ok(cursor.handed)
 }
 
 /// Lists `container` under `prefix` into `tx`, from `cursor`'s marker and

@@ -3,11 +3,13 @@
 //! then renamed into place. The `download` command (`commands::download`)
 //! sets it up and hands it a runner.
 //!
-//! - `sources`: every source's listing into the runner.
+//! - `sources`: every source's listing into the runner (`Runner::feed`).
 //! - `list`, `cursor`: one listing stream per source, taken up again where
 //!   it broke.
-//! - `job`: what every blob of a run shares.
-//! - `blob`: one listed blob to its report, with its retries.
+//! - `job`: what every blob of a run shares, opened once from the plan the
+//!   command made of its arguments (`JobPlan`); `summary`: the run's summary.
+//! - `blob`: one listed blob to its report; `retried`: its download with
+//!   its retries; `report`: its report line from how it ended.
 //! - `place`: where a blob name may go under the destination, and the names
 //!   of the partial files no blob name maps to (pure).
 //! - `safe_fs`: creating folders and files there without following links.
@@ -33,6 +35,9 @@ pub mod partial;
 pub mod piece;
 pub mod place;
 pub mod placing;
+pub mod report;
+pub mod retried;
 pub mod safe_fs;
 pub mod sources;
 pub mod stream;
+pub mod summary;

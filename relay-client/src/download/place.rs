@@ -12,6 +12,8 @@
 //! (`download c/2026/run1 --to restore` gives `restore/run1/...`,
 //! `download c/2026/big.bin --to restore` gives `restore/big.bin`).
 
+use std::collections::HashSet;
+
 use relay_proto::blob_name::{BlobNameError, validate_blob_name};
 
 /// The longest file name most local file systems take (ext4, XFS, APFS, NTFS
@@ -109,6 +111,52 @@ impl Selection {
             Some(rest) if rest.starts_with('/') => &rest[1..],
             _ => name.rsplit('/').next().unwrap_or(name),
         }
+    }
+}
+
+/// Where one listed blob goes: its local name (none when the name is not
+/// under the source) and that name's path components, or why it can have
+/// none.
+pub struct Placed {
+    pub local: Option<String>,
+    pub components: Result<Vec<String>, PlaceError>,
+}
+
+impl Selection {
+    /// Where the blob `name` goes, its components at most `name_max` bytes.
+    pub fn placed(&self, name: &str, name_max: usize) -> Placed {
+        let (local, components) = match self.local_name(name) {
+            Ok(local) => {
+                let parts = components(name, local, name_max)
+                    .map(|parts| parts.into_iter().map(str::to_string).collect());
+                (Some(local.to_string()), parts)
+            }
+            Err(e) => (None, Err(e)),
+        };
+        Placed { local, components }
+    }
+}
+
+/// The local names of a run with several sources: two may name one local
+/// file, and the first keeps it. 16 bytes per file (a prefix of the name's
+/// SHA-256), as upload's walk keeps per blob name; nothing with one source.
+pub struct Places(Option<HashSet<[u8; 16]>>);
+
+impl Places {
+    pub fn new(sources: usize) -> Self {
+        Self((sources > 1).then(HashSet::new))
+    }
+
+    /// Whether `local` is the first of the run at its local name.
+    pub fn first(&mut self, local: &str) -> bool {
+        use sha2::{Digest, Sha256};
+        let Some(places) = &mut self.0 else {
+            return true;
+        };
+        let h = Sha256::digest(local.as_bytes());
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&h[..16]);
+        places.insert(key)
     }
 }
 

@@ -2,7 +2,6 @@
 //! its own, into a bounded channel), the names the selection and filters
 //! take, and each such blob handed to the runner (`blob::one_blob`).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use relay_proto::logsafe::safe;
@@ -12,16 +11,15 @@ use tokio::sync::mpsc;
 use super::blob::one_blob;
 use super::job::Job;
 use super::list;
-use super::place::Selection;
+use super::place::{Placed, Places, Selection};
+use super::report::{self, Ended};
 use crate::run::outcome::Stop;
 use crate::run::runner::Runner;
 use crate::transfer::destination::Destination;
-use crate::transfer::file::{blank, failed};
 use crate::transfer::filter::Filter;
-use crate::transfer::refusal::fatal;
 use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::{Found, Reporter};
-use crate::ui::report::{ErrorReport, FileError, Status};
+use crate::ui::report::FileError;
 
 /// Names a listing hands the download loop at most this far ahead.
 const LIST_AHEAD: usize = 1024;
@@ -31,9 +29,8 @@ pub struct Sources<'a> {
     pub job: &'a Job,
     pub reporter: &'a Arc<Reporter>,
     pub filter: &'a Filter,
-    /// With several sources, two may name one local file: the first keeps
-    /// it. 16 bytes per file (only then), as upload's walk keeps per blob name.
-    places: Option<HashSet<[u8; 16]>>,
+    /// With several sources, two may name one local file: the first keeps it.
+    places: Places,
     /// What the listings found so far, for status lines and the ETA.
     found: Found,
 }
@@ -44,13 +41,13 @@ impl<'a> Sources<'a> {
             job,
             reporter,
             filter,
-            places: (n > 1).then(HashSet::new),
+            places: Places::new(n),
             found: Found::default(),
         }
     }
 
     /// Each source (`text` as given, and what it names) into `runner`, until
-    /// they are all listed or the run stops.
+    /// they are all listed and done, or the run stops.
     pub async fn run(
         mut self,
         runner: &mut Runner,
@@ -66,7 +63,11 @@ impl<'a> Sources<'a> {
         }
         self.found.complete = true;
         self.reporter.set_found(self.found);
-        stop
+        if stop.finished() {
+            runner.drain().await
+        } else {
+            stop
+        }
     }
 
     /// One source: its listing's blobs into `runner`, then how the listing
@@ -77,7 +78,7 @@ impl<'a> Sources<'a> {
         text: &str,
         dest: &Destination,
     ) -> Result<(), Stop> {
-        let job = Arc::new(self.job.for_container(&dest.container));
+        let job = Arc::new(for_container(self.job, &dest.container));
         let selection = Selection::new(&dest.prefix);
         let (tx, mut rx) = mpsc::channel::<Listed>(LIST_AHEAD);
         let lister = {
@@ -85,84 +86,71 @@ impl<'a> Sources<'a> {
             tokio::spawn(async move { list::listing(&job, &prefix, tx).await })
         };
         let mut matched = 0u64;
-        while let Some(listed) = runner.unless_stopped(rx.recv()).await? {
-            if !selection.takes(&listed.name)
-                || !self.filter.admits(selection.filter_name(&listed.name))
-            {
-                continue;
+        let reporter = self.reporter.clone();
+        let admit = |listed: Listed| {
+            let name = &listed.name;
+            if !selection.takes(name) || !self.filter.admits(selection.filter_name(name)) {
+                return None;
             }
             matched += 1;
-            if !self.first_to(&selection, &listed, &dest.container) {
-                continue;
+            let placed = selection.placed(name, job.name_max);
+            if let Some(local) = &placed.local
+                && !self.places.first(local)
+            {
+                // Another source's blob keeps this local file: said, left out.
+                let (container, shown) = (&dest.container, safe(name).to_string());
+                let why = format!(
+                    "another source already downloads to {local:?} in this run; this blob is left out"
+                );
+                let r = report::duplicate(container, &shown, why);
+                self.reporter.finish_file(None, r, 0);
+                return None;
             }
             self.found.files += 1;
             self.found.bytes += listed.size;
             self.reporter.set_found(self.found);
-            let (permit, ()) = runner.slot(async {}).await?;
-            let (job, reporter, selection) =
-                (job.clone(), self.reporter.clone(), selection.clone());
-            runner.spawn(permit, async move {
-                one_blob(&job, &reporter, &selection, listed).await
-            });
-        }
+            Some((listed, placed))
+        };
+        let item = |(listed, placed): (Listed, Placed)| {
+            let (job, reporter) = (job.clone(), reporter.clone());
+            async move { one_blob(&job, &reporter, listed, placed).await }
+        };
+        runner.feed(&mut rx, admit, item).await?;
         let e = match lister.await {
-            Ok(Ok(_)) if matched == 0 => not_found(&dest.prefix),
+            Ok(Ok(_)) if matched == 0 => FileError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "no blob named {:?} or under it",
+                    safe(&dest.prefix).to_string()
+                ),
+                false,
+            ),
             Ok(Ok(_)) => return Ok(()),
-            Ok(Err(e)) => match fatal(&e, &job.opts) {
-                Some(refusal) => return Err(Stop::Fatal(refusal)),
-                None => e,
-            },
+            Ok(Err(e)) => e,
             Err(e) => FileError::new(ErrorCode::Internal, format!("listing: {e}"), false),
         };
-        let r = failed(text, &dest.container, &dest.prefix, e);
+        let (container, prefix) = (&dest.container, &dest.prefix);
+        let r = report::line(text, container, prefix, 0, Ended::Failed(e, 0), &job.opts)
+            .map_err(Stop::Fatal)?;
         self.reporter.finish_file(None, r, 0);
         Ok(())
     }
+}
 
-    /// Whether `listed` is the first blob of the run for its local file;
-    /// another is reported as a duplicate, left out.
-    fn first_to(&mut self, selection: &Selection, listed: &Listed, container: &str) -> bool {
-        let Some(places) = &mut self.places else {
-            return true;
-        };
-        let Ok(local) = selection.local_name(&listed.name) else {
-            return true;
-        };
-        if places.insert(place_key(local)) {
-            return true;
-        }
-        let shown = safe(&listed.name).to_string();
-        let mut r = blank(
-            &format!("{container}/{shown}"),
-            container,
-            &shown,
-            Status::Failed,
-        );
-        r.error = Some(ErrorReport {
-            code: ErrorCode::Duplicate,
-            message: format!(
-                "another source already downloads to {local:?} in this run; this blob is left out"
-            ),
-        });
-        self.reporter.finish_file(None, r, 0);
-        false
+/// The same job for the blobs of `container` (one source of several).
+fn for_container(job: &Job, container: &str) -> Job {
+    let mut opts = job.opts.clone();
+    opts.container = container.to_string();
+    Job {
+        links: job.links.clone(),
+        direct: job.direct.clone(),
+        opts,
+        root: (job.root.as_ref()).and_then(|r| r.parent_of(&[], false).ok()),
+        name_max: job.name_max,
+        overwrite: job.overwrite,
+        attempts: job.attempts,
+        dry_run: job.dry_run,
+        index: job.index.clone(),
+        patience: job.patience,
     }
-}
-
-/// A source under which no blob matched.
-fn not_found(prefix: &str) -> FileError {
-    FileError::new(
-        ErrorCode::NotFound,
-        format!("no blob named {:?} or under it", safe(prefix).to_string()),
-        false,
-    )
-}
-
-/// A local name's key for the duplicate check (a prefix of its SHA-256).
-fn place_key(local: &str) -> [u8; 16] {
-    use sha2::{Digest, Sha256};
-    let h = Sha256::digest(local.as_bytes());
-    let mut k = [0u8; 16];
-    k.copy_from_slice(&h[..16]);
-    k
 }

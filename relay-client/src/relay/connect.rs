@@ -147,6 +147,15 @@ fn tls_config(trust: &Trust, zstd: bool) -> Result<rustls::ClientConfig, Connect
     Ok(cfg)
 }
 
+/// Any local address of the family the relay's address is in.
+fn any_address(v6: bool) -> SocketAddr {
+    if v6 {
+        SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+    }
+}
+
 fn client_config(
     trust: &Trust,
     zstd: bool,
@@ -287,12 +296,7 @@ impl Connector {
         udp_buffer: usize,
         v6: bool,
     ) -> Result<Self, ConnectorError> {
-        let bind = if v6 {
-            SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
-        } else {
-            SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
-        };
-        Self::bound_at(trust, transport, udp_buffer, bind)
+        Self::bound_at(trust, transport, udp_buffer, any_address(v6))
     }
 
     /// As `with_transport`, from a chosen local address (tests use several
@@ -303,8 +307,20 @@ impl Connector {
         udp_buffer: usize,
         bind: SocketAddr,
     ) -> Result<Self, ConnectorError> {
+        Self::bound(trust, transport, udp_buffer, bind, true)
+    }
+
+    /// A connector on `bind` whose connections announce compressed chunks
+    /// if `zstd`.
+    fn bound(
+        trust: &Trust,
+        transport: quinn::TransportConfig,
+        udp_buffer: usize,
+        bind: SocketAddr,
+        zstd: bool,
+    ) -> Result<Self, ConnectorError> {
         let transport = Arc::new(transport);
-        let config = client_config(trust, true, &transport)?;
+        let config = client_config(trust, zstd, &transport)?;
         let socket = bind_udp(bind, udp_buffer).map_err(ConnectorError::Bind)?;
         let endpoint =
             relay_transport::quic::endpoint(None, socket).map_err(ConnectorError::Endpoint)?;
@@ -326,20 +342,18 @@ impl Connector {
     }
 
     /// Connections start warm from `memory`; a reconnect during the run starts
-    /// from what the lost connection measured, when it got that far.
+    /// from what the lost connection measured, when it got that far. `zstd`:
+    /// whether they announce compressed chunks (`announce_zstd`).
     pub fn with_memory(
         trust: &Trust,
         windows: &Windows,
         memory: PathMemory,
         udp_buffer: usize,
         v6: bool,
+        zstd: bool,
     ) -> Result<Self, ConnectorError> {
-        let mut c = Self::with_transport(
-            trust,
-            windows.transport_with(memory.clone()),
-            udp_buffer,
-            v6,
-        )?;
+        let transport = windows.transport_with(memory.clone());
+        let mut c = Self::bound(trust, transport, udp_buffer, any_address(v6), zstd)?;
         c.memory = Some((*windows, memory));
         Ok(c)
     }

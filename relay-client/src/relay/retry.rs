@@ -116,10 +116,23 @@ impl Retries {
     }
 }
 
+/// A unit of work `Tries::drive` tries again: one try on the connection it
+/// is given (none in direct mode), keeping in `self` what a later try takes
+/// up (a listing's cursor).
+pub trait Work {
+    type Done;
+    fn attempt(
+        &mut self,
+        conn: Option<&Connection>,
+    ) -> impl Future<Output = Result<Self::Done, FileError>> + Send;
+}
+
 /// The tries of one unit of work over `link`'s connection (got anew for
 /// each try; while the relay cannot be reached the link waits within
 /// `--patience`, and once it gave up this waits to be dropped: the run stops
-/// resumably), or with no connection (direct mode). The caller's loop:
+/// resumably), or with no connection (direct mode). `drive` is the loop
+/// of a unit of work; a caller whose try needs more than the connection
+/// writes it with `begin` and `failed`:
 ///
 /// ```ignore
 /// loop {
@@ -149,6 +162,18 @@ impl<'a> Tries<'a> {
             outages: 0,
             t0: Instant::now(),
             what,
+        }
+    }
+
+    /// `work` on each try's connection (none in direct mode) until it
+    /// succeeds, or the failure that ends it.
+    pub async fn drive<W: Work>(&mut self, work: &mut W) -> Result<W::Done, FileError> {
+        loop {
+            let conn = self.begin().await?;
+            match work.attempt(conn.as_ref()).await {
+                Ok(v) => return Ok(v),
+                Err(e) => self.failed(e, conn.as_ref()).await?,
+            }
         }
     }
 

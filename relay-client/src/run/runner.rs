@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 use crate::run::interrupt::Interrupt;
@@ -89,6 +89,28 @@ impl Runner {
             let _permits = permits;
             item.await
         })
+    }
+
+    /// Every item of `items` that `admit` takes (as what it makes of it), run
+    /// by `item` in a slot of its own, until `items` ends or the run must
+    /// stop (`slot`).
+    pub async fn feed<T, U, F>(
+        &mut self,
+        items: &mut mpsc::Receiver<T>,
+        mut admit: impl FnMut(T) -> Option<U>,
+        mut item: impl FnMut(U) -> F,
+    ) -> Result<(), Stop>
+    where
+        F: Future<Output = Option<Refusal>> + Send + 'static,
+    {
+        while let Some(next) = self.unless_stopped(items.recv()).await? {
+            let Some(admitted) = admit(next) else {
+                continue;
+            };
+            let (permit, ()) = self.slot(async {}).await?;
+            self.spawn(permit, item(admitted));
+        }
+        Ok(())
     }
 
     /// Waits for the items in flight, unless Ctrl-C, patience or a refusal

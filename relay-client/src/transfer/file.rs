@@ -16,7 +16,7 @@ use crate::transfer::sync::{Decision, SyncRule, decide};
 use crate::transfer::walk::{Found, Source};
 use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
-use crate::ui::report::{ClientTimings, ErrorReport, FileError, FileReport, Spent, Status};
+use crate::ui::report::{ClientTimings, FileError, FileReport, Spent, Status};
 
 /// What every file of a run shares.
 pub struct Job {
@@ -333,15 +333,7 @@ pub fn walk_report(found: Found, container: &str) -> FileReport {
 }
 
 pub fn failed(path: &str, container: &str, blob: &str, e: FileError) -> FileReport {
-    FileReport {
-        bytes_sent: e.spent.bytes_sent,
-        storage_requests: e.spent.storage_requests,
-        error: Some(ErrorReport {
-            code: e.code,
-            message: e.message,
-        }),
-        ..blank(path, container, blob, Status::Failed)
-    }
+    blank(path, container, blob, Status::Failed).failed_with(e)
 }
 
 pub(crate) fn blank(path: &str, container: &str, blob: &str, status: Status) -> FileReport {

@@ -208,6 +208,21 @@ fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
+impl FileReport {
+    /// This report as failed with `e`: its code and message, and what the
+    /// failed attempts cost.
+    pub fn failed_with(mut self, e: FileError) -> Self {
+        self.status = Status::Failed;
+        self.bytes_sent = e.spent.bytes_sent;
+        self.storage_requests = e.spent.storage_requests;
+        self.error = Some(ErrorReport {
+            code: e.code,
+            message: e.message,
+        });
+        self
+    }
+}
+
 impl Totals {
     /// Counts one finished file.
     pub fn add(&mut self, f: &FileReport) {

@@ -13,14 +13,44 @@ use super::{ModeFlags, SetupError};
 use crate::commands::connection_args::ConnectionArgs;
 use crate::relay::connect::{Connector, Trust, resolve};
 use crate::relay::link::RelayLink;
+use crate::relay::links::RelayLinks;
 use crate::relay::path_cache::{self, PathCache};
 use crate::sign_in::Bearer;
 use crate::ui::weather::WeatherSink;
 
+/// The relay's links with the first connected now, so a wrong address or
+/// certificate is one clear error (the others connect when a file first
+/// needs them). A relay that does not answer is waited for within
+/// `--patience` (not with `--fallback`, which asks for direct mode instead of
+/// waiting); if patience runs out here the link says so
+/// (`RelayLink::gave_up`) and the run stops resumably before any file starts.
+/// `None`: the handshake failed and `--fallback direct` takes over.
+pub(super) async fn first_connected(
+    args: &ConnectionArgs,
+    flags: &ModeFlags,
+    bearer: &Bearer,
+    weather: WeatherSink,
+) -> Result<Option<RelayLinks>, SetupError> {
+    let (first, rest) = links(args, flags, bearer, weather).await?;
+    let patient = !flags.fallback && first.patient();
+    match first.get_with(patient).await {
+        Ok(_) => Ok(Some(RelayLinks::new(first, rest))),
+        Err(_) if first.gave_up() => Ok(Some(RelayLinks::new(first, rest))),
+        Err(e) if flags.fallback => {
+            eprintln!(
+                "relay-client: {}; falling back to direct upload (--fallback direct)",
+                e.message
+            );
+            Ok(None)
+        }
+        Err(e) => Err(SetupError::Relay(e)),
+    }
+}
+
 /// The relay's links, none connected yet: the first keeps the path cache
 /// (for the run's total), the others (`--relay-connections`) start warm from
 /// their share of the saved path with an observer of their own.
-pub(super) async fn links(
+async fn links(
     args: &ConnectionArgs,
     flags: &ModeFlags,
     bearer: &Bearer,
@@ -51,12 +81,9 @@ pub(super) async fn links(
             observer: Some(observer),
         };
         let observer = memory.observer.clone().unwrap_or_default();
+        let zstd = flags.compress != crate::transfer::compress::Mode::Off;
         let mut connector =
-            Connector::with_memory(&trust, &windows, memory, 8 << 20, addr.is_ipv6())?;
-        connector.announce_zstd(
-            &trust,
-            flags.compress != crate::transfer::compress::Mode::Off,
-        )?;
+            Connector::with_memory(&trust, &windows, memory, 8 << 20, addr.is_ipv6(), zstd)?;
         let silence = args.idle_timeout.max(Duration::from_secs(1));
         // The watchdog must hear an ACK well within its silence limit.
         connector.keep_alive(silence / 3);
