@@ -17,18 +17,7 @@
 //! bench (docs/bench/direct-honest/). Needs root and /dev/net/tun; prints
 //! SKIPPED otherwise.
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
-#[allow(dead_code)]
-#[path = "../src/tcp_cc.rs"]
-mod tcp_cc;
+use wanbench::{cloud, tcp_cc};
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

@@ -7,17 +7,7 @@
 //! Every wait is on an observable condition with a generous bound; the lab, Azurite
 //! and the relay are torn down by their guards even when an assertion fails.
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-// cloud.rs can start the storage delay proxy (wanbench --storage-delay).
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
-// ...and pin Azurite to a CPU (wanbench --storage-cpu).
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
+use wanbench::cloud;
 
 #[allow(dead_code)]
 mod wan_cloud;

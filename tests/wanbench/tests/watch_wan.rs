@@ -16,16 +16,7 @@
 //!
 //! `cargo test --release -p wanbench --test watch_wan -- --ignored --nocapture`
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-// cloud.rs can start the storage delay proxy and pin Azurite to a CPU.
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
+use wanbench::cloud;
 #[allow(dead_code)]
 mod wan_cloud;
 mod watch_check;
