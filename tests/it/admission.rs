@@ -1,4 +1,4 @@
-//! Issue 52's admission and waiting findings, each pinned: refused connections
+//! Admission and waiting, each promise pinned: refused connections
 //! give their slots back at once, a client refused for good closes its
 //! connection, an authenticated connection gets its streams, a peer that
 //! grants no stream credit cannot pin a transfer, and the client hears a
@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::protocol::{Code, Message, Start};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::hostile::{offer, open_with_offer, raw_connect, relay_with, upload_args};
+use relay_tests::hostile::{offer, open_with_offer, relay_with, upload_args};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
@@ -44,27 +44,7 @@ async fn proxy() -> FaultProxy {
     .await
 }
 
-/// A raw QUIC connection from `from` with `transport` (a peer's own choices).
-async fn connect_with(
-    relay: &RelayHandle,
-    from: &str,
-    transport: quinn::TransportConfig,
-) -> (Connector, quinn::Connection) {
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let bind: SocketAddr = format!("{from}:0")
-        .parse()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let c = Connector::bound_at(&Trust::Pinned(fp), transport, 1 << 20, bind)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(10))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (c, conn)
-}
-
-/// Issue 52, item 2: a connection whose Offer was refused for its token gives
+/// A connection whose Offer was refused for its token gives
 /// its pending and per-address slots back at once, whatever the peer does
 /// next (nothing, close, or open more streams). 100 refusals from one address
 /// (32 slots per address, an auth deadline far beyond the test), then a real
@@ -78,7 +58,8 @@ async fn refused_connections_give_their_slots_back_at_once() {
     let admission = relay.shared.admission.clone();
     let mut kept = Vec::new();
     for i in 0..100 {
-        let (c, conn) = raw_connect(&relay, "127.0.0.1")
+        let (c, conn) = Dial::to(&relay)
+            .try_connect()
             .await
             .unwrap_or_else(|e| panic!("attempt {i}: {e}"));
         let o = offer("not-a-token-0123456789", &container, "x.bin", 1000);
@@ -139,7 +120,7 @@ async fn refused_connections_give_their_slots_back_at_once() {
     relay.stop().await;
 }
 
-/// Issue 52, item 2: a client that closed its connection (as the real one
+/// A client that closed its connection (as the real one
 /// does on a fatal refusal: every stream reset, then the endpoint closed)
 /// has its CONNECTION_CLOSE on the wire when `Connector::close` returns, even
 /// if the process ends right after. Played by a runtime dropped at once.
@@ -150,28 +131,17 @@ async fn an_aborted_connection_is_closed_on_the_wire_before_exit() {
         cfg.admission.auth_deadline = Duration::from_secs(3600);
     });
     let admission = relay.shared.admission.clone();
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
-        .unwrap_or_else(|e| panic!("{e}"));
     let addr = relay.addr;
     for round in 0..30 {
         let pending = admission.clone();
+        let fingerprint = relay.fingerprint.clone();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap_or_else(|e| panic!("{e}"));
             rt.block_on(async {
-                let c = Connector::bound_at(
-                    &Trust::Pinned(fp),
-                    relay_transport::quic::Windows::default().transport(),
-                    1 << 20,
-                    "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
-                let conn = c
-                    .connect(addr, "localhost", Duration::from_secs(10))
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let (c, conn) = Dial::at(addr, &fingerprint).connect().await;
                 // The relay has it pending before it is aborted.
                 let t0 = Instant::now();
                 while pending.pending_now() == 0 {
@@ -203,7 +173,7 @@ async fn an_aborted_connection_is_closed_on_the_wire_before_exit() {
     relay.stop().await;
 }
 
-/// Issue 52, item 2, through the real client: a refusal every file would get
+/// Through the real client: a refusal every file would get
 /// (here a container that does not exist, on an authenticated connection the
 /// relay keeps) ends the run, and the relay hears the client's close before
 /// its idle timeout, every time.
@@ -234,7 +204,7 @@ async fn a_client_refused_for_good_closes_its_connection() {
     relay.stop().await;
 }
 
-/// Issue 52, item 11: with `--storage-concurrency 64`, an authenticated
+/// With `--storage-concurrency 64`, an authenticated
 /// connection's stream limit is raised from the 4 it had before its first
 /// valid Offer. Every Put Blob is held, so every file stays open on the
 /// connection: more than 4 held at once prove the limit was raised.
@@ -299,7 +269,7 @@ fn no_stream_credit() -> quinn::TransportConfig {
     t
 }
 
-/// Issue 52, item 12: a peer that grants no stream credit cannot hold the
+/// A peer that grants no stream credit cannot hold the
 /// relay's Reject, Plan or Error writes: the transfers end, the refused
 /// connection's pending slot comes back, the authenticated one's transfer
 /// stops counting as active.
@@ -312,7 +282,10 @@ async fn a_peer_that_grants_no_stream_credit_cannot_pin_a_transfer() {
     let admission = relay.shared.admission.clone();
     let active = || relay.shared.metrics.transfers_active.load(Ordering::SeqCst);
     // Refused: the Reject cannot be written.
-    let (_c1, refused) = connect_with(&relay, "127.0.0.1", no_stream_credit()).await;
+    let (_c1, refused) = Dial::to(&relay)
+        .transport(no_stream_credit())
+        .connect()
+        .await;
     let (mut send, _recv) = refused.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
     let o = offer("not-a-token-0123456789", &container, "x.bin", 1000);
     write_frame(&mut send, &Message::Offer(o))
@@ -323,7 +296,10 @@ async fn a_peer_that_grants_no_stream_credit_cannot_pin_a_transfer() {
     })
     .await;
     // Authenticated: the Plan cannot be written, nor the Error after it.
-    let (_c2, valid) = connect_with(&relay, "127.0.0.1", no_stream_credit()).await;
+    let (_c2, valid) = Dial::to(&relay)
+        .transport(no_stream_credit())
+        .connect()
+        .await;
     let (mut send, _recv) = valid.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
     let o = offer(TOKEN, &container, "y.bin", 1000);
     write_frame(&mut send, &Message::Offer(o))
@@ -335,7 +311,7 @@ async fn a_peer_that_grants_no_stream_credit_cannot_pin_a_transfer() {
     relay.stop().await;
 }
 
-/// Issue 52, item 13: after a receive failure the client hears the Error while
+/// After a receive failure the client hears the Error while
 /// the relay still waits for a block it sent to storage (kept for a resume),
 /// not after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,9 +329,7 @@ async fn the_error_comes_before_in_flight_blocks_are_drained() {
         },
     );
     let relay = RelayHandle::start(storage, RelayOptions::default());
-    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_c, conn) = Dial::to(&relay).connect().await;
     // Two 5 MiB blocks and a bit; the stream ends after the first block.
     let size = 10 * MIB + 1000;
     let (mut send, mut recv, plan) =

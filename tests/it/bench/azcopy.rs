@@ -5,44 +5,17 @@
 //! and CPU per GiB are reported, and the SAS it ran with is printed nowhere,
 //! not even when AzCopy fails.
 
-use std::path::Path;
 use std::time::Duration;
 
 use relay_tests::azcopy::azcopy_bin;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, new_container};
+use relay_tests::client_bench::{bench_args, bench_env};
 use relay_tests::files::Scratch;
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{DEV_ACCOUNT, DEV_KEY, run_client, summary};
 
 const T: Duration = Duration::from_secs(300);
-
-fn bench_args(relay: &RelayHandle, to: &str, work: &Path, runs: &str) -> Vec<String> {
-    [
-        "bench",
-        "--relay",
-        &relay.addr.to_string(),
-        "--relay-cert-sha256",
-        &relay.fingerprint,
-        "--to",
-        to,
-        "--large-size",
-        "9MB",
-        "--small-size",
-        "3KiB",
-        "--small-count",
-        "5",
-        "--runs",
-        runs,
-        "--connections",
-        "4",
-        "--workdir",
-        &work.to_string_lossy(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
 
 /// A PATH holding only `azcopy` (a link to the npm binary), or nothing.
 fn path_with_azcopy(dir: &Scratch, with: bool) -> String {
@@ -110,15 +83,14 @@ async fn bench_runs_azcopy_from_path_verified_with_a_ratio_and_cpu() {
     let dir = Scratch::new("benchazc");
     let path = path_with_azcopy(&dir, true);
     let home = dir.path("home").to_string_lossy().into_owned();
-    let env = [
-        ("RELAY_TOKEN", TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    let storage_url = az.url();
+    let mut env = bench_env(TOKEN, &storage_url);
+    env.extend([
         ("PATH", &*path),
         // AzCopy keeps its pid files in ~/.azcopy: the test's own.
         ("HOME", &*home),
-    ];
-    let mut args = bench_args(&relay, &format!("{container}/a"), &dir.path("work"), "2");
+    ]);
+    let mut args = bench_args(&relay, &format!("{container}/a"), &dir.path("work"), 2);
     args.push("--json".into());
     let out = run_client(&args, &env, T).await;
     let report = summary(&out);
@@ -176,16 +148,15 @@ async fn bench_download_runs_azcopy_with_the_given_sas_and_never_prints_it() {
     let path = path_with_azcopy(&dir, false);
     let home = dir.path("home").to_string_lossy().into_owned();
     let (query, sig) = sas(&container, "rl");
-    let env = [
-        ("RELAY_TOKEN", relay_tests::relay::LIMITED_TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    let storage_url = az.url();
+    let mut env = bench_env(relay_tests::relay::LIMITED_TOKEN, &storage_url);
+    env.extend([
         ("RELAY_AZCOPY_SAS", &*query),
         ("PATH", &*path),
         // AzCopy keeps its pid files in ~/.azcopy: the test's own.
         ("HOME", &*home),
-    ];
-    let mut args = bench_args(&relay, &format!("{container}/d"), &dir.path("work"), "1");
+    ]);
+    let mut args = bench_args(&relay, &format!("{container}/d"), &dir.path("work"), 1);
     args.extend(["--download".into(), "--azcopy".into()]);
     args.push(azcopy_bin().to_string_lossy().into_owned());
     let mut json = args.clone();
@@ -233,15 +204,14 @@ async fn a_refused_azcopy_run_fails_its_row_without_printing_the_sas() {
     let home = dir.path("home").to_string_lossy().into_owned();
     // Signed for another container: storage refuses it for this one.
     let (query, sig) = sas("some-other-container", "w");
-    let env = [
-        ("RELAY_TOKEN", TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
+    let storage_url = az.url();
+    let mut env = bench_env(TOKEN, &storage_url);
+    env.extend([
         ("PATH", &*path),
         // AzCopy keeps its pid files in ~/.azcopy: the test's own.
         ("HOME", &*home),
-    ];
-    let mut args = bench_args(&relay, &format!("{container}/x"), &dir.path("work"), "1");
+    ]);
+    let mut args = bench_args(&relay, &format!("{container}/x"), &dir.path("work"), 1);
     args.extend(["--json".into(), "--azcopy-sas".into(), query]);
     let out = run_client(&args, &env, T).await;
     never_printed(&out, &sig);
@@ -275,14 +245,10 @@ async fn without_azcopy_the_bench_is_unchanged() {
         });
         let path = path_with_azcopy(&sub, with);
         let home = sub.path("home").to_string_lossy().into_owned();
-        let env = [
-            ("RELAY_TOKEN", TOKEN),
-            ("RELAY_STORAGE_URL", &*az.url()),
-            ("RELAY_ACCOUNT_KEY", DEV_KEY),
-            ("PATH", &*path),
-            ("HOME", &*home),
-        ];
-        let mut args = bench_args(&relay, &format!("{container}/n"), &dir.path("work"), "1");
+        let storage_url = az.url();
+        let mut env = bench_env(TOKEN, &storage_url);
+        env.extend([("PATH", &*path), ("HOME", &*home)]);
+        let mut args = bench_args(&relay, &format!("{container}/n"), &dir.path("work"), 1);
         args.push("--json".into());
         args.extend(extra.map(str::to_string));
         let out = run_client(&args, &env, T).await;
@@ -313,7 +279,7 @@ async fn a_bench_that_cannot_start_leaves_no_files_behind() {
         ("--azcopy", no_azcopy, &*az.url()),
     ];
     for (flag, value, url) in cases {
-        let mut args: Vec<String> = bench_args(&relay, "c/p", &dir.path("unused"), "1")
+        let mut args: Vec<String> = bench_args(&relay, "c/p", &dir.path("unused"), 1)
             .into_iter()
             .take_while(|a| a != "--workdir")
             .collect();
@@ -321,12 +287,8 @@ async fn a_bench_that_cannot_start_leaves_no_files_behind() {
         if !value.is_empty() {
             args.push(value.clone());
         }
-        let env = [
-            ("RELAY_TOKEN", TOKEN),
-            ("RELAY_STORAGE_URL", url),
-            ("RELAY_ACCOUNT_KEY", DEV_KEY),
-            ("TMPDIR", &*tmp_s),
-        ];
+        let mut env = bench_env(TOKEN, url);
+        env.extend([("TMPDIR", &*tmp_s)]);
         let out = run_client(&args, &env, T).await;
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flag}: {err}");

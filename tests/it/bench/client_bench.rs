@@ -6,39 +6,17 @@ use std::time::Duration;
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, new_container};
+use relay_tests::client_bench::bench_env;
 use relay_tests::files::Scratch;
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
-use relay_tests::{DEV_KEY, run_client, summary};
+use relay_tests::{run_client, summary};
 
+/// The shared bench line with both methods only (whatever the machine's PATH
+/// holds: AzCopy beside them is `azcopy.rs`), and JSON.
 fn bench_args(relay: &RelayHandle, to: &str, work: &std::path::Path) -> Vec<String> {
-    [
-        "bench",
-        "--relay",
-        &relay.addr.to_string(),
-        "--relay-cert-sha256",
-        &relay.fingerprint,
-        "--to",
-        to,
-        "--large-size",
-        "9MB",
-        "--small-size",
-        "3KiB",
-        "--small-count",
-        "5",
-        "--runs",
-        "2",
-        "--connections",
-        "4",
-        // Whatever the machine's PATH holds: these runs compare relay and
-        // direct (AzCopy beside them: bench_azcopy.rs).
-        "--no-azcopy",
-        "--json",
-        "--workdir",
-        &work.to_string_lossy(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut args = relay_tests::client_bench::bench_args(relay, to, work, 2);
+    args.extend(["--no-azcopy".to_string(), "--json".to_string()]);
+    args
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,11 +25,8 @@ async fn bench_compares_relay_and_direct_verifies_and_cleans_up() {
     let container = new_container("bench").await;
     let relay = RelayHandle::start(az.storage(), RelayOptions::default());
     let dir = Scratch::new("bench");
-    let env = [
-        ("RELAY_TOKEN", TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
-    ];
+    let storage_url = az.url();
+    let env = bench_env(TOKEN, &storage_url);
     let args = bench_args(&relay, &format!("{container}/b"), &dir.path("work"));
     let out = run_client(&args, &env, Duration::from_secs(300)).await;
     let report = summary(&out);
@@ -110,11 +85,8 @@ async fn bench_keeps_blobs_on_request_and_fails_on_a_refused_upload() {
     let container = new_container("benchkeep").await;
     let relay = RelayHandle::start(az.storage(), RelayOptions::default());
     let dir = Scratch::new("benchkeep");
-    let env = [
-        ("RELAY_TOKEN", TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
-    ];
+    let storage_url = az.url();
+    let env = bench_env(TOKEN, &storage_url);
     let mut args = bench_args(&relay, &container, &dir.path("work"));
     args.extend(["--keep".to_string()]);
     let i = args.iter().position(|a| a == "--runs").unwrap_or_default();
@@ -134,11 +106,8 @@ async fn bench_keeps_blobs_on_request_and_fails_on_a_refused_upload() {
 
     // A token the relay does not know: the relay run fails, the bench says so
     // and exits 1 (direct still runs).
-    let env = [
-        ("RELAY_TOKEN", "not-a-token-of-this-relay"),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
-    ];
+    let storage_url = az.url();
+    let env = bench_env("not-a-token-of-this-relay", &storage_url);
     let out = run_client(&args, &env, Duration::from_secs(300)).await;
     assert_eq!(out.status.code(), Some(1));
     let report = summary(&out);
@@ -168,11 +137,8 @@ async fn bench_from_a_directory_compares_compression_on_the_users_files() {
     let from = dir.path("mine");
     let logs = DataSet::Logs.write(&from.join("app.log"), 3 << 20, 7);
     let random = DataSet::Random.write(&from.join("sub/photo.jpg"), (1 << 20) + 5, 7);
-    let env = [
-        ("RELAY_TOKEN", TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
-    ];
+    let storage_url = az.url();
+    let env = bench_env(TOKEN, &storage_url);
     let mut args = bench_args(&relay, &format!("{container}/f"), &dir.path("work"));
     let i = args.iter().position(|a| a == "--runs").unwrap_or_default();
     args[i + 1] = "1".into();
@@ -216,11 +182,8 @@ async fn bench_download_compares_relay_and_direct_and_verifies_every_file() {
     // Reading needs a read grant: the limited token may read and write.
     let (relay, container) = relay_tests::download_client::setup("benchdl", None).await;
     let dir = Scratch::new("benchdl");
-    let env = [
-        ("RELAY_TOKEN", relay_tests::relay::LIMITED_TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
-    ];
+    let storage_url = az.url();
+    let env = bench_env(relay_tests::relay::LIMITED_TOKEN, &storage_url);
     let mut args = bench_args(&relay, &format!("{container}/d"), &dir.path("work"));
     args.push("--download".into());
     let out = run_client(&args, &env, Duration::from_secs(300)).await;
@@ -303,11 +266,8 @@ async fn bench_download_from_a_directory_compares_compression_on_the_way_back() 
     let from = dir.path("mine");
     let logs = DataSet::Logs.write(&from.join("app.log"), 3 << 20, 8);
     let random = DataSet::Random.write(&from.join("sub/photo.jpg"), (1 << 20) + 5, 8);
-    let env = [
-        ("RELAY_TOKEN", relay_tests::relay::LIMITED_TOKEN),
-        ("RELAY_STORAGE_URL", &*az.url()),
-        ("RELAY_ACCOUNT_KEY", DEV_KEY),
-    ];
+    let storage_url = az.url();
+    let env = bench_env(relay_tests::relay::LIMITED_TOKEN, &storage_url);
     let mut args = bench_args(&relay, &format!("{container}/df"), &dir.path("work"));
     let i = args.iter().position(|a| a == "--runs").unwrap_or_default();
     args[i + 1] = "1".into();

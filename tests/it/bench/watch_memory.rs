@@ -1,13 +1,13 @@
-//! The watch's memory and journal with many files (issue 33 asks for
+//! The watch's memory and journal with many files (up to
 //! 1,000,000): ignored by default, run by hand; the numbers and commands are
 //! in docs/bench/watch/README.md.
 //!
 //! ```sh
-//! WATCH_BENCH_FILES=100000 cargo test -p relay-tests --test watch_bench -- --ignored --nocapture
+//! WATCH_BENCH_FILES=100000 cargo test -p relay-tests --test it bench::watch_memory -- --ignored --nocapture
 //! # 1,000,000 files already committed (journal rows written directly, nothing uploaded):
-//! WATCH_BENCH_FILES=1000000 WATCH_BENCH_SEED_JOURNAL=1 cargo test -p relay-tests --test watch_bench -- --ignored --nocapture
+//! WATCH_BENCH_FILES=1000000 WATCH_BENCH_SEED_JOURNAL=1 cargo test -p relay-tests --test it bench::watch_memory -- --ignored --nocapture
 //! # 1,000,000 files none of which is committed: the first 300 s of uploading them:
-//! WATCH_BENCH_FILES=1000000 WATCH_BENCH_UPLOAD_SECONDS=300 cargo test -p relay-tests --test watch_bench -- --ignored --nocapture
+//! WATCH_BENCH_FILES=1000000 WATCH_BENCH_UPLOAD_SECONDS=300 cargo test -p relay-tests --test it bench::watch_memory -- --ignored --nocapture
 //! ```
 //!
 //! Phase 1 (unless seeded): the watch uploads every file, found by its start

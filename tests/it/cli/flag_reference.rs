@@ -2,14 +2,14 @@
 //! the binaries' own command-line definitions (clap), so they cannot drift:
 //! this test fails when a flag, a subcommand or a one-line summary differs
 //! from what the docs say. `WRITE_REFERENCE=1 cargo test -p relay-tests --test
-//! flag_reference` rewrites the blocks after a change.
+//! it cli::flag_reference` rewrites the blocks after a change.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-const BEGIN: &str = "<!-- flags: generated from the binary's --help by tests/tests/flag_reference.rs; WRITE_REFERENCE=1 rewrites -->";
+const BEGIN: &str = "<!-- flags: generated from the binary's --help by tests/it/cli/flag_reference.rs; WRITE_REFERENCE=1 rewrites -->";
 const END: &str = "<!-- /flags -->";
 
 fn repo() -> PathBuf {
@@ -170,7 +170,7 @@ fn check(doc: &str, expected: &str) {
         return;
     }
     panic!(
-        "{doc}: {why}\nrewrite it with WRITE_REFERENCE=1 cargo test -p relay-tests --test flag_reference"
+        "{doc}: {why}\nrewrite it with WRITE_REFERENCE=1 cargo test -p relay-tests --test it cli::flag_reference"
     );
 }
 

@@ -364,6 +364,7 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
         .args(["-c", &rerun])
         .env("RELAY_TOKEN", TOKEN)
         .env("RELAY_PATH_CACHE", dir.path("paths.json"))
+        .kill_on_drop(true)
         .output()
         .await
         .unwrap_or_else(|e| panic!("{e}"));

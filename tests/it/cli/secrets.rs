@@ -24,7 +24,7 @@ use relay_tests::entra_sts::Principal;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::outputs::{Seen, interrupted, watched_until_commit};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
-use relay_tests::{DEV_ACCOUNT, DEV_KEY, binary, reserved_port, run_client};
+use relay_tests::{DEV_ACCOUNT, DEV_KEY, Reaped, binary, reserved_port, run_client};
 
 const T: Duration = Duration::from_secs(180);
 const MIB: u64 = 1 << 20;
@@ -59,16 +59,6 @@ fn sas() -> (String, String) {
     (q, sig)
 }
 
-/// The relay-server binary, killed when dropped.
-struct Relay(std::process::Child);
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Everything the runs share, and what they left.
 struct Lab {
     dir: Scratch,
@@ -83,7 +73,8 @@ struct Lab {
     azurite: SocketAddr,
     issuer: Issuer,
     seen: Seen,
-    _relay: Relay,
+    /// The relay-server binary, killed when dropped.
+    _relay: Reaped,
 }
 
 impl Lab {
@@ -123,7 +114,7 @@ impl Lab {
             azurite: SocketAddr::from(([127, 0, 0, 1], az.port)),
             issuer,
             seen: Seen::default(),
-            _relay: Relay(child),
+            _relay: Reaped(child),
         }
     }
 

@@ -3,18 +3,19 @@
 //! blob's bytes; sections go compressed only when the client asked on a
 //! connection that agreed and the blob is worth it, and a compressed download
 //! resumes in the blob's own offsets, with compression or without. (Hostile
-//! chunks from a relay: `hostile_download.rs`.)
+//! chunks from a relay: `hostile/compressed_download.rs`.)
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::compress::Mode;
 use relay_proto::protocol::{Encoding, Message};
 use relay_tests::datasets::DataSet;
 use relay_tests::download::{fetch, fetch_of};
 use relay_tests::download_client::{download, download_args, files_of, setup, setup_gated, upload};
+use relay_tests::download_local::kill_when_grown;
 use relay_tests::files::{Scratch, sha256_file};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
 use relay_tests::{client_command, stderr};
 
@@ -178,23 +179,7 @@ async fn a_compressed_download_resumes_with_or_without_compression() {
             .spawn()
             .unwrap_or_else(|e| panic!("spawn: {e}"));
         gate.wait_holding(T).await;
-        let t0 = std::time::Instant::now();
-        loop {
-            let len = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
-            if len > 2 * MIB {
-                break;
-            }
-            assert!(t0.elapsed() < T, "the partial file never grew");
-            assert!(
-                child.try_wait().ok().flatten().is_none(),
-                "the client finished too soon"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
-        // SAFETY: kill on the pid of the child this test started.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-        let _ = child.wait().await;
+        kill_when_grown(&partial, 2 * MIB, &mut child).await;
         gate.release();
         let kept = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
         assert!(kept > 2 * MIB && kept < size, "{kept}");
@@ -216,22 +201,6 @@ async fn a_compressed_download_resumes_with_or_without_compression() {
         assert!(!partial.exists());
     }
     relay.stop().await;
-}
-
-/// A raw connection that announced (or did not announce) compression.
-async fn raw(relay: &RelayHandle, zstd: bool) -> (Connector, quinn::Connection) {
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let trust = Trust::Pinned(fp);
-    let mut c = Connector::new(&trust, &Default::default(), 1 << 20, false)
-        .unwrap_or_else(|e| panic!("{e}"));
-    c.announce_zstd(&trust, zstd)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(10))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (c, conn)
 }
 
 /// The relay's side, frame by frame: a Fetch that asks on a connection that
@@ -262,7 +231,7 @@ async fn the_relay_compresses_only_where_agreed_and_within_its_budget() {
         (&relay, false, false),
         (&small, true, false),
     ] {
-        let (_c, conn) = raw(r, zstd).await;
+        let (_c, conn) = Dial::to(r).zstd(zstd).connect().await;
         let mut f = fetch_of(LIMITED_TOKEN, &c, "t.csv");
         f.compress = Some(Mode::Zstd);
         let got = fetch(&conn, f).await;

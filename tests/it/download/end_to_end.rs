@@ -10,6 +10,7 @@ use std::time::Duration;
 use relay_client::download::place::{partial_name, sidecar_name};
 use relay_tests::blobs::new_container;
 use relay_tests::download_client::*;
+use relay_tests::download_local::kill_when_grown;
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::relay::LIMITED_TOKEN;
 use relay_tests::{client_command, run_client, stderr, summary};
@@ -175,23 +176,7 @@ async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
         .unwrap_or_else(|e| panic!("spawn: {e}"));
     // Wait until the partial file exists and has grown past 2 MiB, then kill -9.
     gate.wait_holding(T).await;
-    let t0 = std::time::Instant::now();
-    let held = loop {
-        let len = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
-        if len > 2 << 20 {
-            break len;
-        }
-        assert!(t0.elapsed() < T, "the partial file never grew");
-        assert!(
-            child.try_wait().ok().flatten().is_none(),
-            "the client finished too soon"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
-    // SAFETY: kill on the pid of the child this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let _ = child.wait().await;
+    let held = kill_when_grown(&partial, 2 << 20, &mut child).await;
     gate.release();
     assert!(
         !out_dir.path("huge.bin").exists(),

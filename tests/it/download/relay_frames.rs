@@ -1,4 +1,4 @@
-//! The relay's side of downloads (issue 50) over real QUIC against a real
+//! The relay's side of downloads over real QUIC against a real
 //! relay and Azurite, spoken frame by frame: what comes back and how it is
 //! checked, resume by ETag, read grants, a blob overwritten mid-read, a
 //! listing of several storage pages, hostile names, and a client that stops
@@ -14,10 +14,8 @@ use relay_proto::protocol::{Check, Code, Message};
 use relay_server::state::DownloadLimits;
 use relay_storage::store::{Commit, Condition};
 use relay_tests::blobs::{new_container, put_sealed, writer};
-use relay_tests::download::{
-    connect_with_window, fetch, fetch_of, list, read_rest, start_fetch, upload_raw,
-};
-use relay_tests::hostile::raw_connect;
+use relay_tests::download::{fetch, fetch_of, list, read_rest, start_fetch, upload_raw};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use sha2::Sha256;
 
@@ -63,7 +61,7 @@ fn refusal(m: &Message) -> Code {
 #[tokio::test]
 async fn a_sealed_blob_comes_back_byte_exact_with_its_sha256() {
     let (relay, c) = relay("dlsealed", DownloadLimits::default()).await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     // Three ranges of 4 MiB, the last one short.
     let data = pattern((9 * MIB + 123) as usize, 1);
     let sha = hex::encode(Sha256::digest(&data));
@@ -103,7 +101,7 @@ async fn a_sealed_blob_comes_back_byte_exact_with_its_sha256() {
 #[tokio::test]
 async fn an_unsealed_blob_is_checked_by_its_content_md5_or_its_ranges() {
     let (relay, c) = relay("dlmd5", DownloadLimits::default()).await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     let data = pattern((MIB + 5) as usize, 2);
     let sha = hex::encode(Sha256::digest(&data));
     // Metadata that claims a SHA-256 under another deployment's seal: storage
@@ -156,11 +154,11 @@ async fn an_unsealed_blob_is_checked_by_its_content_md5_or_its_ranges() {
 /// A blob whose bytes are not the ones its (valid) seal names, as storage
 /// corrupting a sealed blob would leave it: the relay sends what storage has
 /// under the sealed SHA-256, and it is the client's end-to-end check that
-/// refuses it (`download.rs`: nothing is placed).
+/// refuses it (`end_to_end.rs`: nothing is placed).
 #[tokio::test]
 async fn a_sealed_blob_whose_bytes_changed_is_sent_under_its_seal_for_the_client_to_check() {
     let (relay, c) = relay("dlrot", DownloadLimits::default()).await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     let data = pattern((5 * MIB + 3) as usize, 4);
     let sha = hex::encode(Sha256::digest(&data));
     let mut rotten = data.clone();
@@ -182,7 +180,7 @@ async fn a_sealed_blob_whose_bytes_changed_is_sent_under_its_seal_for_the_client
 #[tokio::test]
 async fn a_resume_with_the_same_etag_gets_exactly_the_rest_and_another_etag_all() {
     let (relay, c) = relay("dlresume", DownloadLimits::default()).await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     let data = pattern((5 * MIB + 77) as usize, 3);
     let receipt = upload_raw(&conn, LIMITED_TOKEN, &c, "r.bin", &data).await;
     let offset = 3 * MIB + 11;
@@ -204,7 +202,7 @@ async fn a_resume_with_the_same_etag_gets_exactly_the_rest_and_another_etag_all(
 #[tokio::test]
 async fn reading_needs_a_read_grant_and_names_are_checked() {
     let (relay, c) = relay("dlgrant", DownloadLimits::default()).await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     upload_raw(&conn, LIMITED_TOKEN, &c, "x", b"hello").await;
     // A token without a list writes anything and reads nothing; a bare name
     // in a list is write only.
@@ -261,7 +259,7 @@ async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
         },
     );
     let c = container;
-    let (_ep, uploader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, uploader) = Dial::to(&relay).connect().await;
     upload_raw(&uploader, LIMITED_TOKEN, &c, "x", b"hello").await;
     assert_eq!(
         relay.metric("blob_relay_connections_authenticated"),
@@ -271,7 +269,7 @@ async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
         // Refused for its grant before it authenticated: the relay closes the
         // connection (as after an Offer refused for its token or grant), so it
         // keeps no pending slot until the auth deadline.
-        let (_ep, refused) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+        let (_ep, refused) = Dial::to(&relay).connect().await;
         let got = fetch(&refused, fetch_of(TOKEN, &c, "x")).await;
         assert_eq!(refusal(&got.first), Code::Forbidden);
         until(&relay, "the refused connection is closed", |r| {
@@ -282,7 +280,7 @@ async fn a_valid_fetch_or_list_admits_a_connection_as_a_valid_offer_does() {
             relay.metric("blob_relay_connections_authenticated"),
             Some(1)
         );
-        let (_ep, reader) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+        let (_ep, reader) = Dial::to(&relay).connect().await;
         if valid_first == "fetch" {
             let got = fetch(&reader, fetch_of(LIMITED_TOKEN, &c, "x")).await;
             assert_eq!(got.data, b"hello");
@@ -318,7 +316,7 @@ fn small_ranges() -> DownloadLimits {
 #[tokio::test]
 async fn a_blob_overwritten_mid_read_ends_in_changed_never_mixed() {
     let (relay, c) = relay("dlchanged", small_ranges()).await;
-    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, conn) = Dial::to(&relay).window(64 * KIB).connect().await;
     let data = pattern((2 * MIB) as usize, 4);
     upload_raw(&conn, LIMITED_TOKEN, &c, "moving", &data).await;
     let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "moving")).await;
@@ -338,7 +336,7 @@ async fn a_blob_overwritten_mid_read_ends_in_changed_never_mixed() {
 async fn a_client_that_stops_the_stream_after_the_source_frees_the_relay_at_once() {
     // As a client that only wanted the Source (its SHA-256) does.
     let (relay, c) = relay("dlstopped", small_ranges()).await;
-    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, conn) = Dial::to(&relay).window(64 * KIB).connect().await;
     let data = pattern((2 * MIB) as usize, 8);
     upload_raw(&conn, LIMITED_TOKEN, &c, "peek", &data).await;
     let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "peek")).await;
@@ -357,7 +355,7 @@ async fn a_client_that_stops_the_stream_after_the_source_frees_the_relay_at_once
 #[tokio::test]
 async fn a_relay_shutting_down_ends_a_download_with_busy_and_sends_no_more() {
     let (relay, c) = relay("dlstop", small_ranges()).await;
-    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, conn) = Dial::to(&relay).window(64 * KIB).connect().await;
     let data = pattern((2 * MIB) as usize, 7);
     upload_raw(&conn, LIMITED_TOKEN, &c, "long", &data).await;
     // The client's window holds about one range: the relay waits to write the
@@ -381,7 +379,7 @@ async fn a_relay_shutting_down_ends_a_download_with_busy_and_sends_no_more() {
 #[tokio::test]
 async fn a_blob_deleted_mid_read_ends_in_not_found() {
     let (relay, c) = relay("dldeleted", small_ranges()).await;
-    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, conn) = Dial::to(&relay).window(64 * KIB).connect().await;
     let data = pattern((2 * MIB) as usize, 9);
     upload_raw(&conn, LIMITED_TOKEN, &c, "going", &data).await;
     let (_send, mut recv, first) = start_fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "going")).await;
@@ -401,7 +399,7 @@ async fn a_listing_of_several_pages_names_every_blob_once() {
         ..DownloadLimits::default()
     };
     let (relay, c) = relay("dllist", limits).await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     let mut want: Vec<String> = (0..8).map(|i| format!("run/{i:02} é.txt")).collect();
     for n in &want {
         upload_raw(&conn, LIMITED_TOKEN, &c, n, n.as_bytes()).await;
@@ -425,7 +423,7 @@ async fn a_client_that_stops_reading_is_dropped_and_its_memory_comes_back() {
         ..small_ranges()
     };
     let (relay, c) = relay("dlstall", limits).await;
-    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, conn) = Dial::to(&relay).window(64 * KIB).connect().await;
     let data = pattern((2 * MIB) as usize, 6);
     upload_raw(&conn, LIMITED_TOKEN, &c, "stall", &data).await;
     let budget_before = relay.metric("blob_relay_budget_in_use_bytes");

@@ -11,10 +11,8 @@ use relay_proto::id_key::Owner;
 use relay_proto::protocol::{Code, MAX_LIST_MARKER_BYTES, Message};
 use relay_server::state::DownloadLimits;
 use relay_tests::blobs::{new_container, put_sealed};
-use relay_tests::download::{
-    connect_with_window, fetch, fetch_of, list_frames, list_of, start_list,
-};
-use relay_tests::hostile::raw_connect;
+use relay_tests::download::{fetch, fetch_of, list_frames, list_of, start_list};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_transport::frames::read_frame;
 
@@ -78,7 +76,7 @@ async fn a_listing_is_taken_up_at_the_marker_its_page_handed_on() {
         }
     })
     .await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     for name in ["p/a", "p/\u{1F600}", "p/\u{FF01}", "p/\u{FF5A}", "q/x"] {
         put_sealed(&c, name, name.as_bytes(), "00", "none").await;
     }
@@ -152,7 +150,7 @@ async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_ser
     let share = relay.shared.share_of(&Owner::of_token(LIMITED_TOKEN));
     assert_eq!(share.total_bytes(), 16 * MIB);
 
-    let (_ep, hostile) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, hostile) = Dial::to(&relay).window(64 * KIB).connect().await;
     let mut held = Vec::new();
     for _ in 0..32 {
         held.push(start_list(&hostile, list_of(LIMITED_TOKEN, &c, "l/", None)).await);
@@ -167,7 +165,7 @@ async fn list_streams_that_read_nothing_hold_only_their_share_and_others_are_ser
     assert!(budget.in_use_bytes() <= budget.total_bytes());
 
     // Another caller, meanwhile: its whole listing and a blob.
-    let (_ep2, other) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep2, other) = Dial::to(&relay).connect().await;
     let listed = list_frames(&other, list_of(READER, &c, "l/", None)).await;
     assert_eq!(listed.refused, None);
     assert!(listed.names() == names, "{} names", listed.names().len());
@@ -207,7 +205,7 @@ async fn a_reader_that_takes_a_frame_now_and_then_holds_a_page_only_the_write_ti
     .await;
     // One page of some 440 KiB: seven frames.
     put_names(&c, 400, &"n".repeat(1000)).await;
-    let (_ep, conn) = connect_with_window(&relay, 64 * KIB).await;
+    let (_ep, conn) = Dial::to(&relay).window(64 * KIB).connect().await;
     let (_send, mut recv) = start_list(&conn, list_of(LIMITED_TOKEN, &c, "l/", None)).await;
     let mut frames = 0;
     let mut names = 0;

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::codec::encode;
 use relay_proto::limits::MAX_FRAME_LEN;
 use relay_proto::protocol::{Code, Message, Offer, Secret, Start, Trailer};
@@ -11,6 +10,7 @@ use relay_server::TestHooks;
 use relay_tests::blobs::blob_exists;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::hostile::open_with_offer;
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
@@ -19,18 +19,6 @@ const T: Duration = Duration::from_secs(120);
 
 async fn setup(tag: &str, opts: RelayOptions) -> (RelayHandle, String) {
     RelayHandle::with_container(tag, opts).await
-}
-
-async fn connect(relay: &RelayHandle) -> (Connector, quinn::Connection) {
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let c = Connector::new(&Trust::Pinned(fp), &Default::default(), 1 << 20, false)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (c, conn)
 }
 
 fn offer(container: &str, blob: &str, size: u64) -> Offer {
@@ -63,7 +51,7 @@ fn rejected(m: &Message) -> Code {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_offers_are_rejected_with_reasons() {
     let (relay, container) = setup("hostile", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
 
     let long = "a".repeat(1025);
     for name in [
@@ -84,11 +72,11 @@ async fn hostile_offers_are_rejected_with_reasons() {
     let mut o = offer(&container, "ok.bin", 10);
     o.token = Secret("not-a-valid-token-at-all".into());
     assert_eq!(rejected(&answer(&conn, o).await), Code::Unauthorized);
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let mut o = offer(&container, "ok.bin", 10);
     o.token = Secret(LIMITED_TOKEN.into());
     assert_eq!(rejected(&answer(&conn, o).await), Code::Forbidden);
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let mut o = offer(&container, "ok.bin", 10);
     o.version = 99;
     assert_eq!(rejected(&answer(&conn, o).await), Code::UnsupportedVersion);
@@ -105,7 +93,7 @@ async fn hostile_offers_are_rejected_with_reasons() {
         rejected(&answer(&conn, o).await),
         Code::InvalidName | Code::Forbidden
     ));
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
 
     // Malformed and oversized frames.
     let (mut send, mut recv) = conn.open_bi().await.unwrap_or_else(|e| panic!("{e}"));
@@ -150,7 +138,7 @@ async fn hostile_offers_are_rejected_with_reasons() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_eager_offer_stops_the_bytes() {
     let (relay, container) = setup("eagerno", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let size = 256 * 1024 * 1024;
     let mut o = offer(&container, "eager.bin", size);
     o.token = Secret("not-a-valid-token-at-all".into());
@@ -257,7 +245,7 @@ fn error_code(m: &Message) -> Code {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncated_stream_and_wrong_trailer_publish_nothing() {
     let (relay, container) = setup("truncated", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let body = vec![7u8; 6 << 20];
 
     // Ends early: 1 MiB of an announced 6 MiB.
@@ -448,7 +436,7 @@ async fn cli_errors_are_clear() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_token_expires_without_restart() {
     let (relay, container) = setup("expire", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     // The limited token works for its container...
     let mut o = offer("allowed-only", "x.bin", 1);
     o.token = Secret(LIMITED_TOKEN.into());
@@ -496,13 +484,13 @@ fn rejections(relay: &RelayHandle, reason: &str) -> Option<u64> {
     )
 }
 
-/// Issue 11, finding 7: streams refused before an Offer was parsed (bad frame,
+/// Streams refused before an Offer was parsed (bad frame,
 /// another message first, ended early) are counted by reason in /metrics, and
 /// so are refused Offers, by their code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_streams_are_counted_by_reason() {
     let (relay, container) = setup("reasons", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     for r in [
         "bad_frame",
         "not_offer",
@@ -554,7 +542,7 @@ async fn refused_streams_are_counted_by_reason() {
     assert_eq!(rejected(&answer(&conn, o).await), Code::Unauthorized);
     assert_eq!(rejections(&relay, "unauthorized"), Some(1));
     // That closed the connection (no Offer of it was valid): a new one.
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let o = offer(&container, "a\nb", 10);
     assert_eq!(rejected(&answer(&conn, o).await), Code::InvalidName);
     assert_eq!(rejections(&relay, "invalid_name"), Some(1));
@@ -575,13 +563,13 @@ async fn refused_streams_are_counted_by_reason() {
     relay.stop().await;
 }
 
-/// Issue 11, finding 9: names with bidirectional-control characters (which make
+/// Names with bidirectional-control characters (which make
 /// `invoice\u{202e}fdp.exe` read as `invoiceexe.pdf`) are refused with a clear
 /// message, by the relay and by the client before it sends anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bidi_names_are_refused_with_a_clear_message() {
     let (relay, container) = setup("bidi", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     for c in ['\u{202e}', '\u{2066}', '\u{200f}', '\u{61c}'] {
         let name = format!("invoice{c}fdp.exe");
         match answer(&conn, offer(&container, &name, 10)).await {
@@ -626,13 +614,13 @@ async fn bidi_names_are_refused_with_a_clear_message() {
     relay.stop().await;
 }
 
-/// Issue 11, finding 9: a tokens file with one line that breaks a rule (a
+/// A tokens file with one line that breaks a rule (a
 /// 13-character token) is not a reason to keep serving the previous tokens: the
 /// token it no longer lists is refused, the tokens it lists still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_tokens_line_does_not_keep_a_removed_token() {
     let (relay, container) = setup("badline", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay).await;
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let mut limited = offer("allowed-only", "x.bin", 1);
     limited.token = Secret(LIMITED_TOKEN.into());
     let auth_refused = |m: &Message| matches!(m, Message::Reject(f) if matches!(f.code, Code::Unauthorized | Code::Forbidden));

@@ -1,4 +1,4 @@
-//! The hostile-peer review's findings about the relay's admission and memory:
+//! The relay's admission and memory against hostile peers:
 //! peers that never authenticate cannot lock others out, pre-authentication
 //! credit is small, and one token holder cannot hold the whole budget. Real
 //! relay, real QUIC on loopback, Azurite; every committed blob is hashed.
@@ -10,7 +10,8 @@ use relay_server::{BlockFill, Config};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::hostile::{offer, open_with_offer, raw_connect, relay_with, upload_args};
+use relay_tests::hostile::{offer, open_with_offer, relay_with, upload_args};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, stderr};
 use relay_transport::frames::{read_frame, write_frame};
@@ -18,7 +19,7 @@ use relay_transport::frames::{read_frame, write_frame};
 const MIB: u64 = 1 << 20;
 const T: Duration = Duration::from_secs(120);
 
-/// Finding 4: connections that never present a valid Offer hold no
+/// Connections that never present a valid Offer hold no
 /// `--max-connections` slot, are capped per source address, and are closed at
 /// the deadline; a legitimate client uploads meanwhile. With many pending, new
 /// peers must validate their address (Retry), which a real client does.
@@ -38,7 +39,7 @@ async fn unauthenticated_peers_cannot_lock_others_out() {
     let mut refused = 0;
     for host in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
         for _ in 0..5 {
-            match raw_connect(&relay, host).await {
+            match Dial::to(&relay).from(host).try_connect().await {
                 Ok(c) => held.push(c),
                 Err(_) => refused += 1,
             }
@@ -86,7 +87,7 @@ async fn unauthenticated_peers_cannot_lock_others_out() {
     relay.stop().await;
 }
 
-/// Finding 5: before a valid Offer a connection may not make the relay buffer
+/// Before a valid Offer a connection may not make the relay buffer
 /// more than a small window: the relay advertises 1 MiB of connection credit,
 /// raised only after authentication. (A peer that withholds byte 0 of every
 /// stream can make quinn buffer everything up to the credit.)
@@ -128,7 +129,7 @@ fn tokens_file() -> std::path::PathBuf {
     path
 }
 
-/// Finding 6: one token holder asks for huge blocks and trickles bytes into the
+/// One token holder asks for huge blocks and trickles bytes into the
 /// ones it gets. Block size is capped, a token holds at most its share of the
 /// budget, waiting for memory ends in a retryable `busy`, a block that fills too
 /// slowly is cut, and another token's uploads go through meanwhile.
@@ -153,9 +154,7 @@ async fn one_token_cannot_hold_the_budget() {
             ..Default::default()
         },
     );
-    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_c, conn) = Dial::to(&relay).connect().await;
     // A 1 GiB block is refused outright.
     let mut huge = offer(LIMITED_TOKEN, &container, "hog.bin", 64 << 30);
     huge.block_size = Some(1 << 30);

@@ -15,6 +15,7 @@ use relay_proto::hostile_chunks as hostile;
 use relay_proto::protocol::Encoding;
 use relay_tests::download_client::{args_via, files_of};
 use relay_tests::files::Scratch;
+use relay_tests::hostile::hostile_chunks;
 use relay_tests::hostile_relay::{HostileRelay, Script};
 use relay_tests::{run_client, stderr, summary};
 use sha2::Digest;
@@ -59,38 +60,17 @@ async fn download(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_hostile_chunk_fails_the_file_and_places_nothing() {
     let (prefix, prefix_sections) = honest_prefix();
-    // (name, the chunk and the size it claims, the bytes it declares, the reason)
-    type Case = (&'static str, (Vec<u8>, u64), &'static str);
-    let cases: [Case; 12] = [
-        ("bomb", hostile::bomb(), "decompression bomb"),
-        ("short", hostile::short_frame(), "ends after 5000 of"),
-        (
-            "trailing",
-            hostile::trailing_bytes(),
-            "declared wire length",
-        ),
-        ("cut", hostile::cut_frame(), "end inside its frame"),
-        ("corrupt", hostile::corrupt_frame(), "corrupt frame"),
-        (
-            "window",
-            hostile::wide_window(),
-            "window beyond the decoder's limit",
-        ),
-        ("dictionary", hostile::needs_dictionary(), "dictionary"),
-        ("kind", hostile::unknown_kind(), "kind 9 is unknown"),
-        ("plain-length", hostile::lying_plain(), "wire bytes, beyond"),
+    // Beside the chunks either side refuses, two only a reader meets: a frame
+    // that ends without its checksum, and a bomb as a file's last chunk.
+    let mut cases = hostile_chunks();
+    cases.extend([
         (
             "no-checksum",
             hostile::unchecked_end(),
             "end inside its frame",
         ),
         ("last-bomb", hostile::last_bomb(), "decompression bomb"),
-        (
-            "past-end",
-            (Deflater::plain(&hostile::text(100)), 50),
-            "past the file's end",
-        ),
-    ];
+    ]);
     for (name, (chunk, declared), reason) in cases {
         for with_prefix in [false, true] {
             let blob = format!("{name}-{with_prefix}.txt");

@@ -1,4 +1,4 @@
-//! Hostile compressed chunks against a real relay (issue 34): a raw client
+//! Hostile compressed chunks against a real relay: a raw client
 //! agrees on compression, sends a valid Offer and `Start{encoding: zstd}`,
 //! then one of `relay_proto::hostile_chunks`. Each is refused with
 //! `bad_encoding` and a reason naming what it did, nothing is published, and
@@ -7,32 +7,17 @@
 
 use std::time::{Duration, Instant};
 
-use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::chunk::Deflater;
 use relay_proto::hostile_chunks as hostile;
 use relay_proto::protocol::{Code, Encoding, Message, Start, Trailer};
 use relay_tests::blobs::{blob_exists, blob_sha};
-use relay_tests::hostile::{offer, open_with_offer};
+use relay_tests::hostile::{hostile_chunks, offer, open_with_offer};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::Digest;
 
 const T: Duration = Duration::from_secs(60);
-
-async fn connect(relay: &RelayHandle, zstd: bool) -> (Connector, quinn::Connection) {
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let trust = Trust::Pinned(fp);
-    let mut c = Connector::new(&trust, &Default::default(), 1 << 20, false)
-        .unwrap_or_else(|e| panic!("{e}"));
-    c.announce_zstd(&trust, zstd)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(10))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (c, conn)
-}
 
 /// Offers `blob` of `size` bytes, starts compressed at 0, sends `wire` and
 /// (when `trailer` is given) the Trailer; returns the relay's answer.
@@ -80,34 +65,9 @@ async fn budget_returns(relay: &RelayHandle) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_hostile_chunk_is_refused_and_publishes_nothing() {
     let (relay, container) = RelayHandle::with_container("zhostile", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay, true).await;
+    let (_c, conn) = Dial::to(&relay).zstd(true).connect().await;
     assert!(relay_transport::tls::agreed_zstd(&conn));
-    // (name, the chunk and the file size it claims, what the refusal says)
-    type Case = (&'static str, (Vec<u8>, u64), &'static str);
-    let cases: [Case; 10] = [
-        ("bomb", hostile::bomb(), "decompression bomb"),
-        ("short", hostile::short_frame(), "ends after 5000 of"),
-        (
-            "trailing",
-            hostile::trailing_bytes(),
-            "before its chunk's declared wire length",
-        ),
-        ("cut", hostile::cut_frame(), "end inside its frame"),
-        ("corrupt", hostile::corrupt_frame(), "corrupt frame"),
-        (
-            "window",
-            hostile::wide_window(),
-            "window beyond the decoder's limit",
-        ),
-        ("dictionary", hostile::needs_dictionary(), "dictionary"),
-        ("kind", hostile::unknown_kind(), "kind 9 is unknown"),
-        ("plain-length", hostile::lying_plain(), "wire bytes, beyond"),
-        (
-            "past-end",
-            (Deflater::plain(&hostile::text(100)), 50),
-            "past the file's end",
-        ),
-    ];
+    let cases = hostile_chunks();
     for (name, (wire, size), reason) in cases {
         let blob = format!("{name}.bin");
         // Bytes after the chunk, as a peer that keeps going would send them.
@@ -162,7 +122,7 @@ async fn each_hostile_chunk_is_refused_and_publishes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_chunks_without_agreement_are_refused() {
     let (relay, container) = RelayHandle::with_container("znoagree", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay, false).await;
+    let (_c, conn) = Dial::to(&relay).zstd(false).connect().await;
     assert!(!relay_transport::tls::agreed_zstd(&conn));
     let wire = Deflater::plain(&hostile::text(100));
     match send_chunks(&conn, &container, "x.bin", 100, &wire, None).await {
@@ -194,7 +154,7 @@ fn honest_prefix() -> (Vec<u8>, Vec<u8>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_last_chunk_is_refused_and_publishes_nothing() {
     let (relay, container) = RelayHandle::with_container("zlast", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay, true).await;
+    let (_c, conn) = Dial::to(&relay).zstd(true).connect().await;
     let (prefix, prefix_wire) = honest_prefix();
     // (name, the last chunk and its declared size, the bytes it declares,
     // what the refusal says)
@@ -252,7 +212,7 @@ async fn a_hostile_last_chunk_is_refused_and_publishes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_frames_late_checksum_is_waited_for() {
     let (relay, container) = RelayHandle::with_container("zlate", RelayOptions::default()).await;
-    let (_c, conn) = connect(&relay, true).await;
+    let (_c, conn) = Dial::to(&relay).zstd(true).connect().await;
     let (prefix, wire) = honest_prefix();
     for (blob, file, wire) in [
         ("one-chunk.txt", hostile::text(5000), {
@@ -320,7 +280,7 @@ async fn no_memory_for_the_decoder_is_busy() {
         ..Default::default()
     };
     let (relay, container) = RelayHandle::with_container("znomem", opts).await;
-    let (_c, conn) = connect(&relay, true).await;
+    let (_c, conn) = Dial::to(&relay).zstd(true).connect().await;
     let file = hostile::text(100_000);
     let wire = Deflater::new()
         .and_then(|mut d| d.chunk(&file, 3))

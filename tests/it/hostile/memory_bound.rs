@@ -6,30 +6,24 @@
 //! stay inside the bound that `Config::memory_bound` computes from the very same
 //! flags, which is the formula the relay refuses to start above.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use relay_client::relay::connect::{Connector, Trust};
+use relay_client::relay::connect::Connector;
 use relay_server::Config;
 use relay_server::operations::config::Args;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::{DEV_KEY, binary, http, load, reserved_port, run_client};
+use relay_tests::raw_quic::Dial;
+use relay_tests::{DEV_KEY, Reaped, binary, http, load, reserved_port, run_client};
 
 const MIB: u64 = 1 << 20;
 const TOKEN: &str = "memory-bound-token-0123456789";
 
 /// The relay process; killed (by its PID, which we started) when dropped.
-struct RelayProcess(Child);
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+struct RelayProcess(Reaped);
 
 /// A tokenless peer from `from`: it completes the handshake, then on every
 /// stream the relay allows before authentication writes the header of the
@@ -39,17 +33,9 @@ async fn half_sent_frames(
     fingerprint: &str,
     from: &str,
 ) -> Option<(Connector, quinn::Connection, Vec<quinn::SendStream>)> {
-    let fp = relay_transport::tls::parse_fingerprint(fingerprint).ok()?;
-    let bind = format!("{from}:0").parse().ok()?;
-    let c = Connector::bound_at(
-        &Trust::Pinned(fp),
-        relay_transport::quic::Windows::default().transport(),
-        1 << 20,
-        bind,
-    )
-    .ok()?;
-    let conn = c
-        .connect(addr, "localhost", Duration::from_secs(10))
+    let (c, conn) = Dial::at(addr, fingerprint)
+        .from(from)
+        .try_connect()
         .await
         .ok()?;
     let mut streams = Vec::new();
@@ -124,14 +110,14 @@ async fn attacked_relay_stays_inside_its_memory_bound() {
         .unwrap_or_else(|e| panic!("{e}"))
         .memory_bound();
 
-    let relay = RelayProcess(
+    let relay = RelayProcess(Reaped(
         Command::new(binary("relay-server"))
             .args(&flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{e}")),
-    );
+    ));
     let pid = relay.0.id();
     let t0 = Instant::now();
     let fingerprint = loop {

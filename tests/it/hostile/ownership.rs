@@ -1,7 +1,7 @@
-//! The hostile-peer review's findings, each pinned: two users racing one blob
+//! Who owns a blob and its transfer, against hostile peers: two users racing one blob
 //! name, one token continuing another's transfer, peers that never authenticate,
 //! and a token holder trying to hold all of the relay's memory (that last and the
-//! unauthenticated peers in `hostile_budget.rs`). Real relay, real
+//! unauthenticated peers in `budget.rs`). Real relay, real
 //! QUIC on loopback, Azurite; a raw-protocol client where the real one cannot
 //! misbehave. Every committed blob is downloaded and hashed.
 
@@ -15,7 +15,8 @@ use relay_storage::store::{Commit, Condition};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, sha256_file, write_random};
-use relay_tests::hostile::{offer, open_with_offer, raw_connect, relay_with, upload_args};
+use relay_tests::hostile::{offer, open_with_offer, relay_with, upload_args};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 use relay_transport::frames::{read_frame, write_frame};
@@ -24,7 +25,7 @@ use sha2::Digest;
 const MIB: u64 = 1 << 20;
 const T: Duration = Duration::from_secs(120);
 
-/// Finding 1: two ordinary users upload different bytes of the same size to the
+/// Two ordinary users upload different bytes of the same size to the
 /// same name at the same moment. Whatever the interleaving (30 rounds each, with
 /// and without --overwrite), the blob's bytes hash to its `sha256` metadata and to
 /// one of the two files, and a client reports committed only for its own bytes.
@@ -94,7 +95,7 @@ async fn racing_uploads_to_one_name_never_publish_unverified_bytes() {
     relay.stop().await;
 }
 
-/// Finding 3: the Plan must not hand another token the resume offset and hash
+/// The Plan must not hand another token the resume offset and hash
 /// midstate of a transfer it did not start, nor let it continue that transfer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_is_private_to_the_token_that_started_it() {
@@ -135,9 +136,7 @@ async fn resume_is_private_to_the_token_that_started_it() {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let plan_for = |token: &'static str| {
         let conn = conn.clone();
         let container = container.clone();
@@ -386,9 +385,7 @@ async fn replacing_one_version_never_replaces_another_writers_commit() {
         .unwrap_or_default()
         .to_string();
 
-    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_c, conn) = Dial::to(&relay).connect().await;
     let offer_as = |token: &str, etag: &str, sha: &str| Offer {
         overwrite: Overwrite::IfMatch { etag: etag.into() },
         sha256: Some(sha.into()),

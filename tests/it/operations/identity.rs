@@ -5,24 +5,17 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::http::get as http_get;
-use relay_tests::{DEV_KEY, binary, reserved_port, run_client};
+use relay_tests::{DEV_KEY, Reaped, binary, reserved_port, run_client};
 
 /// Kills the relay if the test ends early.
-struct Relay(Child);
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+struct Relay(Reaped);
 
 impl Relay {
     /// Starts a relay with state in `state` and waits until its health endpoint
@@ -41,7 +34,7 @@ impl Relay {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{e}"));
-        let mut relay = Relay(child);
+        let mut relay = Relay(Reaped(child));
         let t0 = Instant::now();
         while http_get(health, "/healthz").is_none() {
             if let Ok(Some(status)) = relay.0.try_wait() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use relay_tests::azurite::shared_azurite;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::http::{get as http_get, sample};
-use relay_tests::{DEV_KEY, binary, run_client, stderr, unique_container};
+use relay_tests::{DEV_KEY, Reaped, binary, run_client, stderr, unique_container};
 
 /// `(le, cumulative count)` of every bucket of histogram `name`, in order.
 fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
@@ -314,19 +314,6 @@ async fn health_metrics_and_sigterm() {
     );
 }
 
-/// A child killed if the test ends (or fails) before it exits, so a failed
-/// assertion leaves no relay running.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 fn log_file(path: &std::path::Path) -> std::fs::File {
     std::fs::File::create(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -447,16 +434,6 @@ async fn relay_certificate_from_a_ca_is_verified_by_name() {
     let _ = task.await;
 }
 
-/// Kills the relay if the test fails before it stopped it.
-struct Reaper(std::process::Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits for a child to exit after SIGTERM.
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     unsafe {
@@ -475,14 +452,14 @@ fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     }
 }
 
-/// Issue 11, finding 7, against the relay binary and its real log: blob names
+/// Against the relay binary and its real log: blob names
 /// from unauthenticated and authenticated Offers cannot forge log lines or put
 /// terminal escapes in the log, 60 KB names do not make 60 KB log lines, and the
 /// refusals are in /metrics by reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_names_cannot_forge_or_flood_the_log() {
-    use relay_client::relay::connect::{Connector, Trust};
     use relay_proto::protocol::{Code, Message, Offer, Overwrite, Secret};
+    use relay_tests::raw_quic::Dial;
     use relay_transport::frames::{read_frame, write_frame};
 
     let az = shared_azurite();
@@ -498,7 +475,7 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
     let health = format!("127.0.0.1:{}", free_port());
     let fp = dir.path("fp");
     let log = std::fs::File::create(dir.path("relay.log")).unwrap_or_else(|e| panic!("{e}"));
-    let mut relay = Reaper(
+    let mut relay = Reaped(
         Command::new(binary("relay-server"))
             .env("RELAY_LISTEN", &udp)
             .env("RELAY_STORAGE_URL", az.url())
@@ -523,15 +500,8 @@ async fn hostile_names_cannot_forge_or_flood_the_log() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let fingerprint = std::fs::read_to_string(&fp).unwrap_or_default();
-    let pin = relay_transport::tls::parse_fingerprint(fingerprint.trim())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let connector = Connector::new(&Trust::Pinned(pin), &Default::default(), 1 << 20, false)
-        .unwrap_or_else(|e| panic!("{e}"));
     let addr = udp.parse().unwrap_or_else(|e| panic!("{e}"));
-    let conn = connector
-        .connect(addr, "localhost", Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_connector, conn) = Dial::at(addr, fingerprint.trim()).connect().await;
     let offer = |tok: &str, container: &str, blob: &str| Offer {
         version: relay_proto::limits::PROTOCOL_VERSION,
         token: Secret(tok.into()),

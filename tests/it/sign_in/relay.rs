@@ -3,7 +3,7 @@
 //! loopback, CA and RSA keys made per run) signs tokens; the relay's verifier
 //! fetches its keys over real HTTPS. Every refusal is checked by name, reads
 //! and writes are granted apart, and uploads go through the real client
-//! binary, a real relay and Azurite. The keys' fetching is `entra_keys.rs`.
+//! binary, a real relay and Azurite. The keys' fetching is `signing_keys.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use relay_proto::id_key::Owner;
 use relay_server::sign_in::auth::Caller;
 use relay_server::sign_in::auth::{Access, AuthError, TokenStore};
-use relay_server::sign_in::entra::{Entra, Malformed, Principal, Refusal};
+use relay_server::sign_in::entra::{Malformed, Principal, Refusal};
 use relay_tests::blobs::blob_sha;
 use relay_tests::entra_issuer::{Issuer, TENANT, now};
 use relay_tests::files::{Scratch, write_random};
@@ -21,22 +21,11 @@ use relay_tests::{run_client, stderr};
 
 const T: Duration = Duration::from_secs(120);
 
-fn verifier(issuer: &Issuer, dir: &Scratch, refreshes: usize) -> Entra {
-    // A window far longer than any test run: the count is exact, whatever the
-    // machine's speed.
-    issuer.verifier(
-        &dir.path("ca.pem"),
-        60,
-        (refreshes, Duration::from_secs(3600)),
-        &["Uploader.lab-a=lab-a".into()],
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_token_is_refused_by_name() {
     let issuer = Issuer::start().await;
     let dir = Scratch::new("entra-refusals");
-    let entra = verifier(&issuer, &dir, 10);
+    let entra = issuer.lab_verifier(&dir, 10);
     let good = issuer.claims("oid-1", &["Uploader.lab-a"]);
     let p = entra
         .authenticate(&issuer.sign(&good))
@@ -123,7 +112,7 @@ async fn every_bad_token_is_refused_by_name() {
     assert_eq!(issuer.jwks_fetches(), 2);
 }
 
-/// Issue 52 item 3: hostile tokens, each refused for its real reason (by
+/// Hostile tokens, each refused for its real reason (by
 /// name, in the refusal and in `blob_relay_entra_refusals_total`), through
 /// the relay's front door (`auth::authenticate`), none looked up as a static
 /// token and none costing a key fetch.
@@ -131,7 +120,7 @@ async fn every_bad_token_is_refused_by_name() {
 async fn hostile_tokens_are_refused_for_their_real_reason() {
     let issuer = Issuer::start().await;
     let dir = Scratch::new("entra-hostile");
-    let entra = verifier(&issuer, &dir, 10);
+    let entra = issuer.lab_verifier(&dir, 10);
     let good = issuer.claims("oid-h", &["Uploader.lab-a"]);
     let (kid, claims) = (issuer.kid(), good.to_string());
     let signed = issuer.sign(&good);
@@ -254,13 +243,13 @@ async fn hostile_tokens_are_refused_for_their_real_reason() {
     assert_eq!(issuer.jwks_fetches(), 0);
 }
 
-/// Issue 52 item 4, through the stand-in's signed tokens: an ID token's
+/// Through the stand-in's signed tokens: an ID token's
 /// shape, a `ver` of the other format, a lifetime of years are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_access_tokens_for_the_relay_pass() {
     let issuer = Issuer::start().await;
     let dir = Scratch::new("entra-semantics");
-    let entra = verifier(&issuer, &dir, 10);
+    let entra = issuer.lab_verifier(&dir, 10);
     let good = issuer.claims("oid-a", &["Uploader.lab-a"]);
     entra
         .authenticate(&issuer.sign(&good))
@@ -316,7 +305,7 @@ async fn only_access_tokens_for_the_relay_pass() {
     }
 }
 
-/// Issue 50 item 6 (Entra half): a principal reads only what a grant says it
+/// Read grants for Entra ID principals: a principal reads only what a grant says it
 /// reads; writing does not imply reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entra_principals_read_only_what_a_grant_says() {

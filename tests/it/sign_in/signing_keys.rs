@@ -14,22 +14,11 @@ use relay_tests::files::Scratch;
 
 const T: Duration = Duration::from_secs(120);
 
-fn verifier(issuer: &Issuer, dir: &Scratch, refreshes: usize) -> Entra {
-    // A window far longer than any test run: the count is exact, whatever the
-    // machine's speed.
-    issuer.verifier(
-        &dir.path("ca.pem"),
-        60,
-        (refreshes, Duration::from_secs(3600)),
-        &["Uploader.lab-a=lab-a".into()],
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_rotation_costs_one_fetch() {
     let issuer = Issuer::start().await;
     let dir = Scratch::new("entra-rotation");
-    let entra = verifier(&issuer, &dir, 10);
+    let entra = issuer.lab_verifier(&dir, 10);
     let claims = issuer.claims("oid-r", &["Uploader.lab-a"]);
     for _ in 0..5 {
         entra
@@ -53,7 +42,7 @@ async fn key_rotation_costs_one_fetch() {
 async fn a_flood_of_unknown_key_ids_fetches_at_most_the_budget() {
     let issuer = Issuer::start().await;
     let dir = Scratch::new("entra-flood");
-    let entra = Arc::new(verifier(&issuer, &dir, 3));
+    let entra = Arc::new(issuer.lab_verifier(&dir, 3));
     let claims = issuer.claims("oid-f", &["Uploader.lab-a"]);
     // Known key first (one fetch), then 200 made-up key IDs, 8 at a time.
     entra
@@ -102,7 +91,7 @@ async fn until(what: &str, cond: impl Fn() -> bool) {
     panic!("never happened: {what}");
 }
 
-/// Issue 52 item 1: a key endpoint that does not answer (held by the test)
+/// A key endpoint that does not answer (held by the test)
 /// delays only tokens naming a key the relay does not hold, and those share
 /// one fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,7 +160,7 @@ async fn a_slow_key_endpoint_delays_only_unknown_keys_and_is_fetched_once() {
     assert_eq!(entra.key_waiting(), 0);
 }
 
-/// Issue 52 item 12: a key fetch that does not answer within the token's wait
+/// A key fetch that does not answer within the token's wait
 /// refuses that token (`keys_unavailable`) while the fetch goes on; a later
 /// token gets the keys it brings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,10 +218,10 @@ async fn a_stuck_key_fetch_refuses_the_waiting_token_without_ending_the_fetch() 
     assert_eq!(issuer.jwks_fetches(), 2);
 }
 
-/// Issue 52's re-run probe (not a check: it prints, asserts no timing):
+/// A probe (not a check: it prints, asserts no timing):
 /// cached-key sign-in latency alone, then while 64 unknown-kid tokens wait on
 /// a key fetch the endpoint does not answer.
-/// `cargo test -p relay-tests --test entra_keys probe -- --ignored --nocapture`
+/// `cargo test -p relay-tests --test it sign_in::signing_keys probe -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, run by hand"]
 async fn probe_sign_in_latency_during_a_held_key_fetch() {

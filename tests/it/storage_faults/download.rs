@@ -21,14 +21,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use relay_proto::protocol::{Code, Message};
-use relay_storage::blob::WriterOptions;
-use relay_storage::retry::Backoff;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{new_container, writer};
 use relay_tests::download::{fetch, fetch_of, upload_raw};
 use relay_tests::files::Scratch;
-use relay_tests::hostile::raw_connect;
-use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule};
+use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule, quick_writer};
+use relay_tests::raw_quic::Dial;
 use relay_tests::read_faults::{Kind, Setup, Way, placed};
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
 use relay_tests::{run_client, stderr, summary};
@@ -42,23 +40,11 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-fn quick_writer() -> WriterOptions {
-    WriterOptions {
-        backoff: Backoff {
-            initial: Duration::from_millis(20),
-            cap: Duration::from_millis(300),
-            max_attempts: 20,
-        },
-        patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
-        ..WriterOptions::default()
-    }
-}
-
 async fn relay_behind(schedule: Schedule, tag: &str) -> (FaultProxy, RelayHandle, String) {
     let container = new_container(tag).await;
     let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
     let proxy = FaultProxy::start(azurite, schedule).await;
-    let storage = shared_azurite().storage_at(&proxy.url(), quick_writer());
+    let storage = shared_azurite().storage_at(&proxy.url(), quick_writer(20));
     let relay = RelayHandle::start(
         storage,
         RelayOptions {
@@ -72,7 +58,7 @@ async fn relay_behind(schedule: Schedule, tag: &str) -> (FaultProxy, RelayHandle
 #[tokio::test]
 async fn ranged_reads_retry_busy_reset_and_lost_answers_and_the_bytes_are_exact() {
     let (proxy, relay, c) = relay_behind(Schedule::seeded(50), "dlfaults").await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     let data: Vec<u8> = (0..9 * MIB + 17)
         .map(|i| (i * 7 + i / 4099) as u8)
         .collect();
@@ -111,7 +97,7 @@ async fn a_refused_read_ends_the_download_with_storage_refused() {
         ..Schedule::seeded(51)
     };
     let (_proxy, relay, c) = relay_behind(schedule, "dlrefused").await;
-    let (_ep, conn) = raw_connect(&relay, "127.0.0.1").await.expect("connect");
+    let (_ep, conn) = Dial::to(&relay).connect().await;
     let data = vec![7u8; MIB];
     upload_raw(&conn, LIMITED_TOKEN, &c, "f.bin", &data).await;
     let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "f.bin")).await;

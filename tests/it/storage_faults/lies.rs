@@ -7,12 +7,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use relay_storage::blob::WriterOptions;
-use relay_storage::retry::Backoff;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule};
+use relay_tests::log_capture::LogCapture;
+use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule, quick_writer};
 use relay_tests::relay::{RelayHandle, RelayOptions};
 use relay_tests::upload::Upload;
 use relay_tests::{run_client, stderr, summary};
@@ -23,20 +22,6 @@ const T: Duration = Duration::from_secs(120);
 
 fn azurite_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], shared_azurite().port))
-}
-
-/// Quick retries, as in the fault tests.
-fn quick_writer(attempts: u32) -> WriterOptions {
-    WriterOptions {
-        backoff: Backoff {
-            initial: Duration::from_millis(20),
-            cap: Duration::from_millis(300),
-            max_attempts: attempts,
-        },
-        connect_timeout: Duration::from_secs(10),
-        patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
-        ..WriterOptions::default()
-    }
 }
 
 fn upload_args(file: &Path, to: &str, relay: &RelayHandle) -> Vec<String> {
@@ -143,97 +128,62 @@ async fn a_block_lost_every_time_says_a_rerun_resumes() {
     relay.stop().await;
 }
 
-/// The in-process relays' log lines, as text (installed once per test binary).
-fn relay_log() -> &'static std::sync::Mutex<Vec<u8>> {
-    static LOG: std::sync::OnceLock<std::sync::Mutex<Vec<u8>>> = std::sync::OnceLock::new();
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
-            .with_writer(|| Captured)
-            .try_init();
-    });
-    LOG.get_or_init(Default::default)
-}
-
-struct Captured;
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        relay_log()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The captured lines that name `container`.
-fn lines_about(container: &str) -> Vec<String> {
-    let log = relay_log().lock().unwrap_or_else(|p| p.into_inner());
-    String::from_utf8_lossy(&log)
-        .lines()
-        .filter(|l| l.contains(container))
-        .map(str::to_string)
-        .collect()
-}
-
 /// A commit's first attempt lands but its answer is lost, then storage
 /// answers 503 until the relay gives up. The relay does not know whether the
 /// blob was published and says so ("outcome unknown"), never "nothing
 /// committed"; the client's retry finds the blob sealed and reports the file
 /// committed. Both commits: Put Block List (a file of blocks) and Put Blob
 /// (one block).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_whose_answer_was_lost_is_never_called_nothing_committed() {
-    relay_log();
-    // Put Blob has no `comp=`: the proxy counts it among `Op::Other`.
-    for (tag, size, op) in [
-        ("lostanswer-blocks", 12 * MIB + 5, Op::PutBlockList),
-        ("lostanswer-putblob", 100_000, Op::Other),
-    ] {
-        let container = new_container(tag).await;
-        let schedule = Schedule {
-            script: vec![
-                (op, Fault::LostResponse),
-                (op, Fault::ServerBusy),
-                (op, Fault::ServerBusy),
-            ],
-            ..Schedule::seeded(7)
-        };
-        let proxy = FaultProxy::start(azurite_addr(), schedule).await;
-        // Three attempts: lost, 503, 503, then the relay gives up.
-        let storage = shared_azurite().storage_at(&proxy.url(), quick_writer(3));
-        let relay = RelayHandle::start(storage, RelayOptions::default());
-        let dir = Scratch::new(tag);
-        let file = dir.path("f.bin");
-        let sha = write_random(&file, size, 33);
+#[test]
+fn a_commit_whose_answer_was_lost_is_never_called_nothing_committed() {
+    // Its own runtime: the relays' log lines are captured on this test's
+    // threads only, whatever runs beside it.
+    let log = LogCapture::default();
+    log.block_on(async {
+        // Put Blob has no `comp=`: the proxy counts it among `Op::Other`.
+        for (tag, size, op) in [
+            ("lostanswer-blocks", 12 * MIB + 5, Op::PutBlockList),
+            ("lostanswer-putblob", 100_000, Op::Other),
+        ] {
+            let container = new_container(tag).await;
+            let schedule = Schedule {
+                script: vec![
+                    (op, Fault::LostResponse),
+                    (op, Fault::ServerBusy),
+                    (op, Fault::ServerBusy),
+                ],
+                ..Schedule::seeded(7)
+            };
+            let proxy = FaultProxy::start(azurite_addr(), schedule).await;
+            // Three attempts: lost, 503, 503, then the relay gives up.
+            let storage = shared_azurite().storage_at(&proxy.url(), quick_writer(3));
+            let relay = RelayHandle::start(storage, RelayOptions::default());
+            let dir = Scratch::new(tag);
+            let file = dir.path("f.bin");
+            let sha = write_random(&file, size, 33);
 
-        let out = run_client(&upload_args(&file, &container, &relay), &[], T).await;
-        assert!(out.status.success(), "{tag}: {}", stderr(&out));
-        let s = summary(&out);
-        let f = &s["files"][0];
-        assert_eq!(f["status"], "committed", "{tag}: {s}");
-        assert_eq!(f["attempts"], 2, "{tag}: {s}");
-        assert_eq!(blob_sha(&container, "f.bin").await, (size, sha), "{tag}");
-        let lines = lines_about(&container);
-        let failed: Vec<&String> = lines.iter().filter(|l| l.contains("failed;")).collect();
-        assert_eq!(failed.len(), 1, "{tag}: {lines:#?}");
-        assert!(
-            failed[0].contains("failed; outcome unknown") && failed[0].contains("checks the seal"),
-            "{tag}: {}",
-            failed[0]
-        );
-        assert!(
-            !lines.iter().any(|l| l.contains("nothing committed")),
-            "{tag}: {lines:#?}"
-        );
-        drop(proxy);
-        relay.stop().await;
-    }
+            let out = run_client(&upload_args(&file, &container, &relay), &[], T).await;
+            assert!(out.status.success(), "{tag}: {}", stderr(&out));
+            let s = summary(&out);
+            let f = &s["files"][0];
+            assert_eq!(f["status"], "committed", "{tag}: {s}");
+            assert_eq!(f["attempts"], 2, "{tag}: {s}");
+            assert_eq!(blob_sha(&container, "f.bin").await, (size, sha), "{tag}");
+            let lines = log.lines_about(&container);
+            let failed: Vec<&String> = lines.iter().filter(|l| l.contains("failed;")).collect();
+            assert_eq!(failed.len(), 1, "{tag}: {lines:#?}");
+            assert!(
+                failed[0].contains("failed; outcome unknown")
+                    && failed[0].contains("checks the seal"),
+                "{tag}: {}",
+                failed[0]
+            );
+            assert!(
+                !lines.iter().any(|l| l.contains("nothing committed")),
+                "{tag}: {lines:#?}"
+            );
+            drop(proxy);
+            relay.stop().await;
+        }
+    });
 }

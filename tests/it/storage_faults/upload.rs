@@ -11,12 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_server::TestHooks;
-use relay_storage::blob::WriterOptions;
-use relay_storage::retry::Backoff;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, writer};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule, chaos};
+use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule, chaos, quick_writer};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::upload::Upload;
 use relay_tests::{DEV_KEY, binary, run_client, stderr, summary};
@@ -27,25 +25,6 @@ const T: Duration = Duration::from_secs(120);
 
 fn azurite_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], shared_azurite().port))
-}
-
-/// Relay-side HTTP settings for fault tests: quick retries, and a patience
-/// far shorter than the proxy's stalls (which never answer) so a stall is always
-/// a timeout, then a retry. The timeouts are far longer than Azurite takes on a
-/// busy machine, and the attempts many more than the faults any one request can
-/// meet (5 scripted, then 15 % random ones: twenty in a row is below 1e-9), so
-/// a healthy request never fails for being slow or unlucky.
-fn quick_writer() -> WriterOptions {
-    WriterOptions {
-        backoff: Backoff {
-            initial: Duration::from_millis(20),
-            cap: Duration::from_millis(300),
-            max_attempts: 20,
-        },
-        connect_timeout: Duration::from_secs(10),
-        patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
-        ..WriterOptions::default()
-    }
 }
 
 /// Longer than any patience here: a stalled request is never answered.
@@ -96,7 +75,7 @@ async fn azure_faults_are_retried_and_counted() {
         (Op::PutBlockList, Fault::LostResponse),
     ];
     let proxy = FaultProxy::start(azurite_addr(), schedule).await;
-    let storage = shared_azurite().storage_at(&proxy.url(), quick_writer());
+    let storage = shared_azurite().storage_at(&proxy.url(), quick_writer(20));
     let relay = RelayHandle::start(storage, RelayOptions::default());
     let dir = Scratch::new("azfaults");
     let file = dir.path("f.bin");
@@ -161,7 +140,7 @@ async fn azure_refusals_are_not_retried() {
         ..Schedule::seeded(2)
     };
     let proxy = FaultProxy::start(azurite_addr(), schedule).await;
-    let storage = shared_azurite().storage_at(&proxy.url(), quick_writer());
+    let storage = shared_azurite().storage_at(&proxy.url(), quick_writer(20));
     let relay = RelayHandle::start(storage, RelayOptions::default());
     let dir = Scratch::new("azrefused");
     let file = dir.path("f.bin");

@@ -1,9 +1,9 @@
-//! Compression on the wire end to end (issue 34): the real client and relay on
+//! Compression on the wire end to end: the real client and relay on
 //! loopback QUIC, Azurite behind. Whatever travelled, every committed blob is
 //! downloaded and hashed against its file, carries the file's SHA-256 as its
 //! `sha256` metadata and no Content-Encoding; compression is used only when
 //! both ends announced it, and a compressed upload resumes in the file's own
-//! offsets, also with `--compress off`. (Hostile chunks: `hostile_compress.rs`.)
+//! offsets, also with `--compress off`. (Hostile chunks: `hostile/compressed_upload.rs`.)
 
 use std::time::Duration;
 

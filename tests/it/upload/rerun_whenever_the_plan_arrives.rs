@@ -1,4 +1,4 @@
-//! Issue 20 on loopback, made deterministic: an interrupted upload is finished by a
+//! Resume on loopback, made deterministic: an interrupted upload is finished by a
 //! plain rerun whatever moment the relay's Plan (a redirect: it has staged blocks)
 //! reaches the eager client. With `hold_plan_until_received` the relay sends its
 //! Plan only after the client has sent the whole eager body and its Trailer, which

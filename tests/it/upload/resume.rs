@@ -443,7 +443,7 @@ async fn foreign_and_corrupt_blocks_never_reach_a_commit() {
     relay.stop().await;
 }
 
-/// Finding 2 of the hostile review: a storage writer (SAS, no relay key) who knows
+/// A storage writer (SAS, no relay key) who knows
 /// a file stages junk under IDs whose checkpoints are the file's true prefix
 /// hashes. Unkeyed IDs made the next relay upload resume from them and commit the
 /// junk under the genuine SHA-256; IDs must verify under the relay's key.

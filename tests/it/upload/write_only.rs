@@ -9,7 +9,8 @@ use std::time::Duration;
 use relay_proto::protocol::{Message, Overwrite};
 use relay_tests::blobs::{blob_sha, new_container};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::hostile::{offer, open_with_offer, raw_connect, upload_args};
+use relay_tests::hostile::{offer, open_with_offer, upload_args};
+use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{run_client, stderr, summary};
 
@@ -91,9 +92,7 @@ async fn a_write_only_token_learns_nothing_by_guessing_a_blobs_content() {
     }
 
     // The raw protocol: the same content and another, with the SHA-256.
-    let (_c, conn) = raw_connect(&relay, "127.0.0.1")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (_c, conn) = Dial::to(&relay).connect().await;
     for (i, (name, size)) in names.iter().zip(sizes).enumerate() {
         for overwrite in [
             Overwrite::Never,

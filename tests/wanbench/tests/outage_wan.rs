@@ -1,4 +1,4 @@
-//! Issue 32 in the WAN lab: the network goes away and comes back, the client's
+//! Outages in the WAN lab: the network goes away and comes back, the client's
 //! address changes, the relay is replaced meanwhile; the upload rides it out.
 //! On a real emulated path (200 ms RTT, 200 Mbit/s, client capped at 40 Mbit/s
 //! so the events land mid-transfer) between the site namespace (relay-client)

@@ -1,4 +1,4 @@
-//! Issue 20 in the WAN lab: a real 200 ms RTT, 200 Mbit/s path (no loss) between
+//! Resume in the WAN lab: a real 200 ms RTT, 200 Mbit/s path (no loss) between
 //! the site namespace (relay-client) and the cloud namespace (Azurite and a
 //! relay-server process). An upload capped at 20 Mbit/s is interrupted once
 //! Azurite lists its first staged block; a rerun at full speed (whose eager body

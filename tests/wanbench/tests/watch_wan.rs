@@ -1,4 +1,4 @@
-//! Issue 33's bench in the WAN lab: `relay-client watch` in the site namespace
+//! The watch bench in the WAN lab: `relay-client watch` in the site namespace
 //! uploads through a relay in the cloud namespace (Azurite beside it) over
 //! 200 ms / 1 % / 200 Mbit/s while this test writes real files into the
 //! watched folder: 50 small files a second and one 1 GiB file every few

@@ -1,0 +1,71 @@
+//! The log lines of in-process relays, captured for one test only: a runtime
+//! whose every thread (workers and blocking pool) has the capture as its
+//! thread's default subscriber, so tests beside it in the same process keep
+//! theirs (none) and their lines never mix in.
+
+use std::sync::{Arc, Mutex};
+
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// What a test's relays logged at INFO and above, as text.
+#[derive(Clone, Default)]
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// A two-worker runtime (as `#[tokio::test(flavor = "multi_thread")]`)
+    /// whose threads log into this capture.
+    pub fn runtime(&self) -> tokio::runtime::Runtime {
+        let capture = self.clone();
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_start(move || {
+                // The guard would restore the thread's previous default when
+                // dropped; the thread ends with the runtime, so it is kept.
+                std::mem::forget(capture.subscriber().set_default());
+            })
+            .build()
+            .unwrap_or_else(|e| panic!("runtime: {e}"))
+    }
+
+    /// Runs `test` on `runtime()`, with the calling thread capturing too.
+    pub fn block_on<F: std::future::Future>(&self, test: F) -> F::Output {
+        let runtime = self.runtime();
+        let _here = self.subscriber().set_default();
+        runtime.block_on(test)
+    }
+
+    /// The captured lines that name `what`.
+    pub fn lines_about(&self, what: &str) -> Vec<String> {
+        let log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&log)
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        let capture = self.clone();
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(LevelFilter::INFO)
+            .with_writer(move || capture.clone())
+            .finish()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
