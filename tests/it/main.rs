@@ -9,6 +9,7 @@
 mod admission;
 mod bench;
 mod cli;
+mod docs_cite_tests;
 mod download;
 mod hostile;
 mod operations;
