@@ -1,12 +1,14 @@
 //! The log lines of in-process relays, captured for one test only: a runtime
 //! whose every thread (workers and blocking pool) has the capture as its
 //! thread's default subscriber, so tests beside it in the same process keep
-//! theirs (none) and their lines never mix in.
+//! theirs (none) and their lines never mix in. One subscriber serves all of
+//! the runtime's threads: a span entered on one thread is known on the next
+//! one its task moves to, so every line keeps its transfer's fields.
 
 use std::sync::{Arc, Mutex};
 
+use tracing::Dispatch;
 use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::util::SubscriberInitExt;
 
 /// What a test's relays logged at INFO and above, as text.
 #[derive(Clone, Default)]
@@ -14,25 +16,28 @@ pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 
 impl LogCapture {
     /// A two-worker runtime (as `#[tokio::test(flavor = "multi_thread")]`)
-    /// whose threads log into this capture.
-    pub fn runtime(&self) -> tokio::runtime::Runtime {
-        let capture = self.clone();
-        tokio::runtime::Builder::new_multi_thread()
+    /// whose threads log into this capture, and the capture's dispatcher for
+    /// any other thread of the test.
+    pub fn runtime(&self) -> (tokio::runtime::Runtime, Dispatch) {
+        let dispatch = Dispatch::new(self.subscriber());
+        let each_thread = dispatch.clone();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .on_thread_start(move || {
                 // The guard would restore the thread's previous default when
                 // dropped; the thread ends with the runtime, so it is kept.
-                std::mem::forget(capture.subscriber().set_default());
+                std::mem::forget(tracing::dispatcher::set_default(&each_thread));
             })
             .build()
-            .unwrap_or_else(|e| panic!("runtime: {e}"))
+            .unwrap_or_else(|e| panic!("runtime: {e}"));
+        (runtime, dispatch)
     }
 
     /// Runs `test` on `runtime()`, with the calling thread capturing too.
     pub fn block_on<F: std::future::Future>(&self, test: F) -> F::Output {
-        let runtime = self.runtime();
-        let _here = self.subscriber().set_default();
+        let (runtime, dispatch) = self.runtime();
+        let _here = tracing::dispatcher::set_default(&dispatch);
         runtime.block_on(test)
     }
 

@@ -48,6 +48,7 @@ fn file_report(out: &std::process::Output) -> serde_json::Value {
             "sha256",
             "client_ms",
             "relay_ms",
+            "clocks_ms",
             "bytes_sent",
             "wire_bytes",
         ] {
