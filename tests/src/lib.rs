@@ -124,6 +124,16 @@ pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duratio
     }
 }
 
+/// `client_command` started with its output thrown away, for a test that
+/// stops it midway (killed when the handle is dropped).
+pub fn spawn_client(args: &[String], envs: &[(&str, &str)]) -> tokio::process::Child {
+    client_command(args, envs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn relay-client: {e}"))
+}
+
 /// What a run printed on stderr, as text (for assertions and failure messages).
 pub fn stderr(out: &Output) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(&out.stderr)

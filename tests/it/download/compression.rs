@@ -17,7 +17,7 @@ use relay_tests::download_local::kill_when_grown;
 use relay_tests::files::{Scratch, sha256_file};
 use relay_tests::raw_quic::Dial;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
-use relay_tests::{client_command, stderr};
+use relay_tests::{spawn_client, stderr};
 
 const MIB: u64 = 1 << 20;
 const T: Duration = Duration::from_secs(180);
@@ -173,11 +173,7 @@ async fn a_compressed_download_resumes_with_or_without_compression() {
         let to = Scratch::new("dlzresume-to");
         let partial = to.path(&relay_client::download::place::partial_name(&c, &name));
         let args = download_args(&relay, &[&format!("{c}/{name}")], &to.0, &[]);
-        let mut child = client_command(&args, &[])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let mut child = spawn_client(&args, &[]);
         gate.wait_holding(T).await;
         kill_when_grown(&partial, 2 * MIB, &mut child).await;
         gate.release();

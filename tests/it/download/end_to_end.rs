@@ -13,7 +13,7 @@ use relay_tests::download_client::*;
 use relay_tests::download_local::kill_when_grown;
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::relay::LIMITED_TOKEN;
-use relay_tests::{client_command, run_client, stderr, summary};
+use relay_tests::{client_command, run_client, spawn_client, stderr, summary};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_folder_comes_back_byte_exact_and_a_rerun_skips_it() {
@@ -169,11 +169,7 @@ async fn a_killed_download_resumes_without_fetching_again_what_is_on_disk() {
     let out_dir = Scratch::new("dl-rout");
     let partial = out_dir.path(&partial_name(&c, "huge.bin"));
     let args = download_args(&relay, &[&format!("{c}/huge.bin")], &out_dir.0, &[]);
-    let mut child = client_command(&args, &[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = spawn_client(&args, &[]);
     // Wait until the partial file exists and has grown past 2 MiB, then kill -9.
     gate.wait_holding(T).await;
     let held = kill_when_grown(&partial, 2 << 20, &mut child).await;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use relay_tests::download_client::*;
 use relay_tests::download_local::*;
 use relay_tests::files::{Scratch, sha256_file, write_random};
-use relay_tests::{client_command, run_client, stderr, summary};
+use relay_tests::{run_client, spawn_client, stderr, summary};
 use sha2::{Digest, Sha256};
 
 /// Rounds of each race that is not made deterministic.
@@ -170,11 +170,7 @@ async fn a_garbage_prefix_of_a_blob_nothing_checks_whole_is_not_resumed() {
         gate.rearm();
         let dest = Scratch::new("dl-jout");
         let first = download_args(&relay, &[&format!("{c}/g.bin")], &dest.0, &[]);
-        let mut child = client_command(&first, &[])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let mut child = spawn_client(&first, &[]);
         gate.wait_holding(T).await;
         let (partial, _) = partial_grown(&dest.0, 1 << 20, &mut child).await;
         kill9(&mut child).await;

@@ -18,7 +18,7 @@ use relay_tests::files::{Scratch, write_random};
 use relay_tests::gate::Gate;
 use relay_tests::relay::{RelayHandle, RelayOptions};
 use relay_tests::upload::Upload;
-use relay_tests::{client_command, run_client, stderr, summary};
+use relay_tests::{client_command, run_client, spawn_client, stderr, summary};
 use relay_transport::quic::Windows;
 
 const MIB: u64 = 1 << 20;
@@ -244,11 +244,7 @@ async fn a_resumed_file_goes_on_under_a_fresh_token_of_the_same_principal() {
     let file = lab.dir.path("f.bin");
     let sha = write_random(&file, 16 * MIB, 7);
     let env = lab.env();
-    let mut child = client_command(&lab.upload(&[&file], "workload-identity"), &pairs(&env))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run relay-client: {e}"));
+    let mut child = spawn_client(&lab.upload(&[&file], "workload-identity"), &pairs(&env));
     lab.gate.wait_holding(T).await;
     child.kill().await.unwrap_or_else(|e| panic!("kill: {e}"));
     let staged = async {
