@@ -158,6 +158,10 @@ async fn killed_mid_burst_with_and_without_its_journal_every_file_ends_up_commit
     // files the killed run reported are neither sent nor asked about (each
     // was journalled before its line was printed).
     let mark = proxy.stats.paths().len();
+    // Bytes the killed watch had sent may still be reaching the relay: its
+    // transfers end only when the relay gives the dead connection up (the
+    // idle timeout). Only then is all it sent counted, apart from the restart.
+    until_no_transfer_is_active(&relay).await;
     let received = relay
         .metric("blob_relay_bytes_received_total")
         .unwrap_or_default();
@@ -244,4 +248,18 @@ async fn killed_mid_burst_with_and_without_its_journal_every_file_ends_up_commit
     let wrong = blobs_differing(&container, &want).await;
     assert!(wrong.is_empty(), "{wrong:?}");
     relay.stop().await;
+}
+
+/// Waits until the relay has no transfer under way (bounded against hangs: a
+/// dead client's connection ends at the 60 s idle timeout).
+async fn until_no_transfer_is_active(relay: &RelayHandle) {
+    let t0 = std::time::Instant::now();
+    while relay.metric("blob_relay_transfers_active") != Some(0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(180),
+            "transfers still active: {:?}",
+            relay.metric("blob_relay_transfers_active")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
