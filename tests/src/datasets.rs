@@ -1,4 +1,4 @@
-//! Deterministic data sets like what users ship (issue 34): the compression
+//! Deterministic data sets like what users ship: the compression
 //! tests and the WAN-lab bench make them from a seed, so a run is reproducible
 //! to the byte and needs no download. How well each compresses is a property
 //! of its generator, shown by the bench, not assumed by the tests.

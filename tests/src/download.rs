@@ -1,10 +1,7 @@
 //! Downloads over the raw protocol: a client that speaks Fetch and List frame
-//! by frame (the relay's side of issue 50, tested apart from any client
+//! by frame (the relay's side of downloads, tested apart from any client
 //! command), and a raw upload to make blobs the relay has sealed.
 
-use std::time::Duration;
-
-use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{
     Fetch, List, ListEnd, Listing, Message, Receipt, Secret, Start, Trailer,
@@ -13,31 +10,6 @@ use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
 use crate::hostile::{offer, open_with_offer};
-use crate::relay::RelayHandle;
-
-/// A connection whose receive windows are `stream_window` per stream and
-/// twice that per connection: how much a relay may write before the client
-/// reads (a slow reader made deterministic on loopback).
-pub async fn connect_with_window(
-    relay: &RelayHandle,
-    stream_window: u64,
-) -> (Connector, quinn::Connection) {
-    let fp = relay_transport::tls::parse_fingerprint(&relay.fingerprint)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let windows = relay_transport::quic::Windows {
-        stream_window,
-        connection_window: 2 * stream_window,
-        ..relay_transport::quic::Windows::default()
-    };
-    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let c = Connector::bound_at(&Trust::Pinned(fp), windows.transport(), 1 << 20, bind)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(10))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    (c, conn)
-}
 
 /// Uploads `data` through the relay (Offer, Plan, Start, bytes, Trailer) and
 /// returns its Receipt: a blob under the relay's seal.

@@ -1,4 +1,4 @@
-//! What `tests/tests/download.rs` shares: a relay whose token may read, the
+//! What `tests/it/download/end_to_end.rs` shares: a relay whose token may read, the
 //! client's `download` command lines (through a relay or `--direct`), blobs
 //! put into Azurite under any name, the tree of files a download wrote, and a
 //! small tmpfs in a mount namespace of the client's own.

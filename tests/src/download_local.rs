@@ -101,6 +101,27 @@ pub async fn partial_grown(
     }
 }
 
+/// Waits until the partial file `partial` holds more than `min` bytes while
+/// `child` still runs, then kills the child (SIGKILL) and reaps it; the
+/// length the file had grown to before the kill.
+pub async fn kill_when_grown(partial: &Path, min: u64, child: &mut tokio::process::Child) -> u64 {
+    let t0 = std::time::Instant::now();
+    let held = loop {
+        let len = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
+        if len > min {
+            break len;
+        }
+        assert!(t0.elapsed() < T, "the partial file never grew");
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "the client finished too soon"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    kill9(child).await;
+    held
+}
+
 /// SIGKILL to a child this test started, and its end.
 pub async fn kill9(child: &mut tokio::process::Child) {
     let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;

@@ -154,6 +154,23 @@ impl Issuer {
         self.verifier_waiting(ca_file, skew_secs, budget, wait, grants)
     }
 
+    /// The verifier most tests use: its CA in `dir`, 60 s of skew, the grant
+    /// `Uploader.lab-a=lab-a`, and `refreshes` key fetches in a window far
+    /// longer than any test run, so a count of fetches is exact whatever the
+    /// machine's speed.
+    pub fn lab_verifier(
+        &self,
+        dir: &crate::files::Scratch,
+        refreshes: usize,
+    ) -> relay_server::sign_in::entra::Entra {
+        self.verifier(
+            &dir.path("ca.pem"),
+            60,
+            (refreshes, std::time::Duration::from_secs(3600)),
+            &["Uploader.lab-a=lab-a".into()],
+        )
+    }
+
     /// `verifier`, with tokens waiting at most `key_wait` for a key fetch.
     pub fn verifier_waiting(
         &self,

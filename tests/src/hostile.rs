@@ -2,10 +2,6 @@
 //! client's arguments, and a raw QUIC connection for what the real client cannot
 //! be made to do (lie in an Offer, never authenticate, hold streams open).
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use relay_client::relay::connect::{Connector, Trust};
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{Message, Offer, Overwrite, Secret};
 use relay_server::Config;
@@ -47,28 +43,6 @@ pub fn upload_args(
         .args()
 }
 
-/// A raw QUIC connection from a chosen loopback address (tests play several hosts).
-pub async fn raw_connect(
-    relay: &RelayHandle,
-    from: &str,
-) -> Result<(Connector, quinn::Connection), String> {
-    let fp =
-        relay_transport::tls::parse_fingerprint(&relay.fingerprint).map_err(|e| e.to_string())?;
-    let bind: SocketAddr = format!("{from}:0").parse().map_err(|e| format!("{e}"))?;
-    let c = Connector::bound_at(
-        &Trust::Pinned(fp),
-        relay_transport::quic::Windows::default().transport(),
-        1 << 20,
-        bind,
-    )
-    .map_err(|e| e.to_string())?;
-    let conn = c
-        .connect(relay.addr, "localhost", Duration::from_secs(10))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((c, conn))
-}
-
 pub fn offer(token: &str, container: &str, blob: &str, size: u64) -> Offer {
     Offer {
         version: PROTOCOL_VERSION,
@@ -101,4 +75,38 @@ pub async fn open_with_offer(
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     (send, recv, answer)
+}
+
+/// A hostile compressed chunk: its name, the chunk and the size it claims,
+/// and words its refusal must say.
+pub type HostileChunk = (&'static str, (Vec<u8>, u64), &'static str);
+
+/// The hostile chunks both sides must refuse, whichever side sends them
+/// (`relay_proto::hostile_chunks`, and a chunk past the file's end).
+pub fn hostile_chunks() -> Vec<HostileChunk> {
+    use relay_proto::hostile_chunks as hostile;
+    vec![
+        ("bomb", hostile::bomb(), "decompression bomb"),
+        ("short", hostile::short_frame(), "ends after 5000 of"),
+        (
+            "trailing",
+            hostile::trailing_bytes(),
+            "before its chunk's declared wire length",
+        ),
+        ("cut", hostile::cut_frame(), "end inside its frame"),
+        ("corrupt", hostile::corrupt_frame(), "corrupt frame"),
+        (
+            "window",
+            hostile::wide_window(),
+            "window beyond the decoder's limit",
+        ),
+        ("dictionary", hostile::needs_dictionary(), "dictionary"),
+        ("kind", hostile::unknown_kind(), "kind 9 is unknown"),
+        ("plain-length", hostile::lying_plain(), "wire bytes, beyond"),
+        (
+            "past-end",
+            (relay_proto::chunk::Deflater::plain(&hostile::text(100)), 50),
+            "past the file's end",
+        ),
+    ]
 }

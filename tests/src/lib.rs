@@ -5,6 +5,7 @@
 pub mod azcopy;
 pub mod azurite;
 pub mod blobs;
+pub mod client_bench;
 pub mod datasets;
 pub mod download;
 pub mod download_client;
@@ -17,9 +18,11 @@ pub mod hostile;
 pub mod hostile_relay;
 pub mod http;
 pub mod load;
+pub mod log_capture;
 pub mod outputs;
 pub mod paced;
 pub mod proxy;
+pub mod raw_quic;
 pub mod read_faults;
 pub mod relay;
 pub mod standin;
@@ -121,6 +124,16 @@ pub async fn run_client(args: &[String], envs: &[(&str, &str)], timeout: Duratio
     }
 }
 
+/// `client_command` started with its output thrown away, for a test that
+/// stops it midway (killed when the handle is dropped).
+pub fn spawn_client(args: &[String], envs: &[(&str, &str)]) -> tokio::process::Child {
+    client_command(args, envs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn relay-client: {e}"))
+}
+
 /// What a run printed on stderr, as text (for assertions and failure messages).
 pub fn stderr(out: &Output) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(&out.stderr)
@@ -135,6 +148,30 @@ pub fn summary(out: &Output) -> serde_json::Value {
             stderr(out)
         )
     })
+}
+
+/// A child process a test started, killed and reaped when the test ends,
+/// also when it fails: no test leaves a process running.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 /// A fresh, unique container name for one test.

@@ -1,4 +1,4 @@
-//! What the read-side fault matrix (`tests/tests/download_faults.rs`) runs
+//! What the read-side fault matrix (`tests/it/storage_faults/download.rs`) runs
 //! on: storage behind the fault proxy, reached by a real relay or by the
 //! client's `--direct`; blobs of each kind a download checks differently
 //! (sealed, Content-MD5, neither), put straight into Azurite; and the files a

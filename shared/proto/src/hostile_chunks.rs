@@ -1,6 +1,6 @@
 //! Compressed chunks a hostile client could send, one per refusal of
 //! `inflate`: made here once for the unit tests, the end-to-end hostile-peer
-//! tests (`tests/tests/hostile_compress.rs`) and the fuzz seeds, so all three
+//! tests (`tests/it/hostile/compressed_upload.rs`) and the fuzz seeds, so all three
 //! attack the relay with the same bytes. Each returns the whole chunk (header
 //! and body) and the file size it claims to belong to.
 

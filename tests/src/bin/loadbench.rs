@@ -1,5 +1,5 @@
 //! The bounded load bench (not part of the default test run; a small version is
-//! `tests/tests/load.rs`). Three scenarios, each a separate relay process:
+//! `tests/it/bench/load.rs`). Three scenarios, each a separate relay process:
 //!
 //! - `many-clients`: N clients at once, each uploading its own directory of 100
 //!   files (90 × 16–256 KiB, 10 × 4–20 MiB);

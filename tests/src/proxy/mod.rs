@@ -405,3 +405,23 @@ pub fn chaos(seed: u64, p: f64, stall: Duration) -> Schedule {
         ..Default::default()
     }
 }
+
+/// Relay-side HTTP settings for tests behind the proxy: quick retries, and a
+/// patience far shorter than the proxy's stalls (which never answer) so a
+/// stall is always a timeout, then a retry. The timeouts are far longer than
+/// Azurite takes on a busy machine; `attempts` are as many as a test's faults
+/// need (twenty outlast 5 scripted faults, then 15 % random ones: twenty in a
+/// row is below 1e-9), so a healthy request never fails for being slow or
+/// unlucky.
+pub fn quick_writer(attempts: u32) -> relay_storage::blob::WriterOptions {
+    relay_storage::blob::WriterOptions {
+        backoff: relay_storage::retry::Backoff {
+            initial: Duration::from_millis(20),
+            cap: Duration::from_millis(300),
+            max_attempts: attempts,
+        },
+        connect_timeout: Duration::from_secs(10),
+        patience: relay_storage::watch::Patience::both(Duration::from_secs(10)),
+        ..relay_storage::blob::WriterOptions::default()
+    }
+}

@@ -14,19 +14,17 @@ mod bench;
 mod card;
 mod child;
 mod client;
-mod cloud;
-mod cpu_split;
 mod download;
 mod interrupt;
 mod plan;
 mod plot;
 mod row;
-mod storage_delay;
 mod summary;
-mod tcp_cc;
 mod tcp_reference;
 mod versus;
 mod workload;
+
+use wanbench::{cloud, cpu_split, storage_delay, tcp_cc};
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

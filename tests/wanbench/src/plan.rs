@@ -68,7 +68,7 @@ fn round_pct(p: f64) -> f64 {
     (p * 1000.0).round() / 1000.0
 }
 
-/// The five profiles of the full run (issue 4).
+/// The five profiles of the full run.
 pub const FULL_PROFILES: [Profile; 5] = [
     Profile::new(20.0, 0.0, 200.0),
     Profile::new(100.0, 0.001, 200.0),

@@ -125,7 +125,7 @@ pub struct Row {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abandoned: Option<u64>,
     /// relay-client --direct: requests ended while their body still moved
-    /// (the failure of issue 37; must stay 0).
+    /// (a path blamed for our own deadlines; must stay 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abandoned_while_moving: Option<u64>,
     /// relay-client --direct: the sizing it chose (block size, requests in

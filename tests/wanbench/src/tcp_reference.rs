@@ -2,8 +2,8 @@
 //! control as the direct run had requests in flight, over the same link, right
 //! after it. Their goodput is what TCP itself carries there, so a direct row
 //! can be read against the path's TCP ceiling rather than against nothing
-//! (issue 37: a baseline capped by our own request deadlines looked like a
-//! slow path).
+//! (a baseline capped by our own request deadlines would make a fast path
+//! look slow).
 //!
 //! Two measures: `measure`, flows running for as long as the direct upload
 //! took (the path's steady ceiling for that many flows, each flow's goodput

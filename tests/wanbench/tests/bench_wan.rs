@@ -6,17 +6,7 @@
 //! the bench must delete what it wrote. Needs root and /dev/net/tun; prints
 //! SKIPPED otherwise.
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-// cloud.rs can start the storage delay proxy (wanbench --storage-delay).
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
-// ...and pin Azurite to a CPU (wanbench --storage-cpu).
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
+use wanbench::cloud;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

@@ -1,4 +1,4 @@
-//! Issue 37 in the WAN lab: direct upload over a 200 ms RTT, 1 % loss, 200
+//! Direct mode in the WAN lab: direct upload over a 200 ms RTT, 1 % loss, 200
 //! Mbit/s path with the client's TCP pinned to CUBIC (the default of Windows,
 //! macOS and most Linux installations). Before progress-based deadlines, a 48
 //! MiB `relay-client upload --direct` here never finished: each 16 MiB Put
@@ -10,25 +10,14 @@
 //! client's own count, `abandoned.while_moving` in its JSON report). It runs as
 //! the fallback a user whose UDP is blocked gets: `--fallback direct` with a
 //! relay address where nothing answers over UDP, so the same run checks that
-//! the client says it fell back (`--direct` itself: tests/tests/upload.rs). Nothing
+//! the client says it fell back (`--direct` itself: tests/it/upload/end_to_end.rs). Nothing
 //! here asserts a time or a rate: how long it takes depends on the shared
 //! machine; the bound on the wait is against hangs only. The 512 MiB runs,
 //! BBR, 100 ms / 0.5 %, and the comparison with plain TCP flows are in the
 //! bench (docs/bench/direct-honest/). Needs root and /dev/net/tun; prints
 //! SKIPPED otherwise.
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
-#[allow(dead_code)]
-#[path = "../src/tcp_cc.rs"]
-mod tcp_cc;
+use wanbench::{cloud, tcp_cc};
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

@@ -1,4 +1,4 @@
-//! Issue 32 in the WAN lab: the network goes away and comes back, the client's
+//! Outages in the WAN lab: the network goes away and comes back, the client's
 //! address changes, the relay is replaced meanwhile; the upload rides it out.
 //! On a real emulated path (200 ms RTT, 200 Mbit/s, client capped at 40 Mbit/s
 //! so the events land mid-transfer) between the site namespace (relay-client)
@@ -18,17 +18,6 @@
 //! observable condition with a generous bound; no assertion is on wall-clock
 //! timing. Needs root and /dev/net/tun; prints SKIPPED otherwise.
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-// cloud.rs can start the storage delay proxy (wanbench --storage-delay).
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
-// ...and pin Azurite to a CPU (wanbench --storage-cpu).
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
 #[allow(dead_code)]
 mod wan_cloud;
 

@@ -1,4 +1,4 @@
-//! Issue 20 in the WAN lab: a real 200 ms RTT, 200 Mbit/s path (no loss) between
+//! Resume in the WAN lab: a real 200 ms RTT, 200 Mbit/s path (no loss) between
 //! the site namespace (relay-client) and the cloud namespace (Azurite and a
 //! relay-server process). An upload capped at 20 Mbit/s is interrupted once
 //! Azurite lists its first staged block; a rerun at full speed (whose eager body
@@ -7,17 +7,7 @@
 //! Every wait is on an observable condition with a generous bound; the lab, Azurite
 //! and the relay are torn down by their guards even when an assertion fails.
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-// cloud.rs can start the storage delay proxy (wanbench --storage-delay).
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
-// ...and pin Azurite to a CPU (wanbench --storage-cpu).
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
+use wanbench::cloud;
 
 #[allow(dead_code)]
 mod wan_cloud;

@@ -1,4 +1,4 @@
-//! Issue 33's bench in the WAN lab: `relay-client watch` in the site namespace
+//! The watch bench in the WAN lab: `relay-client watch` in the site namespace
 //! uploads through a relay in the cloud namespace (Azurite beside it) over
 //! 200 ms / 1 % / 200 Mbit/s while this test writes real files into the
 //! watched folder: 50 small files a second and one 1 GiB file every few
@@ -16,16 +16,7 @@
 //!
 //! `cargo test --release -p wanbench --test watch_wan -- --ignored --nocapture`
 
-#[allow(dead_code)]
-#[path = "../src/cloud.rs"]
-mod cloud;
-// cloud.rs can start the storage delay proxy and pin Azurite to a CPU.
-#[allow(dead_code)]
-#[path = "../src/cpu_split.rs"]
-mod cpu_split;
-#[allow(dead_code)]
-#[path = "../src/storage_delay.rs"]
-mod storage_delay;
+use wanbench::cloud;
 #[allow(dead_code)]
 mod wan_cloud;
 mod watch_check;

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 use linklab::{Lab, Side};
 use relay_tests::{DEV_ACCOUNT, DEV_KEY, binary};
 
-// cloud.rs's own `crate::` paths need it (and its helpers) at the test's root:
-// each test file declares `cloud`, `storage_delay` and `cpu_split` there.
-use crate::cloud;
+use wanbench::cloud;
 
 pub const MIB: u64 = 1 << 20;
 pub const RELAY_PORT: u16 = 4433;

@@ -1,0 +1,5 @@
+//! Storage that misbehaves (through the fault proxy) or lies, under uploads and downloads.
+
+mod download;
+mod lies;
+mod upload;
