@@ -28,6 +28,7 @@ pub mod offer_rules;
 pub mod plan;
 pub mod protocol;
 pub mod resume;
+pub mod secret;
 pub mod session;
 pub mod size;
 pub mod sync;

@@ -21,16 +21,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// A secret that never appears in Debug output or logs.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(..)")
-    }
-}
+/// The wire's tokens are secrets (the type lives below the protocol, so
+/// storage can hold its keys in it without knowing the wire).
+pub use crate::secret::Secret;
 
 /// What to do when the destination blob exists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 
 use crate::sas::{SasError, account_sas};
 use relay_proto::logsafe::hide_sas_signatures;
-use relay_proto::protocol::Secret;
+use relay_proto::secret::Secret;
 
 /// `--entra` names no credential we know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

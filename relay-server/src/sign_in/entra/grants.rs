@@ -18,7 +18,7 @@
 use relay_proto::blob_name::validate_container;
 
 use super::Principal;
-use crate::sign_in::auth::Access;
+use crate::sign_in::access::Access;
 
 /// The app role prefix `--entra-reader-roles` honours.
 pub const READER_ROLE_PREFIX: &str = "Reader.";
