@@ -8,7 +8,7 @@ use azure_core::http::{ClientOptions, Transport};
 use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::blob::BlobWriter;
-use crate::credentials::StorageAccess;
+use crate::credentials::{CannotHoldPath, StorageAccess};
 use crate::error::BlobError;
 use crate::listing::Lister;
 use crate::options::WriterOptions;
@@ -131,15 +131,7 @@ impl Storage {
     /// their own) are built only if one of its requests needs them; a small
     /// file's only request, Put Blob, goes through the account's pipeline.
     pub fn writer(&self, container: &str, blob: &str) -> Result<BlobWriter, BlobError> {
-        let url = self
-            .access
-            .blob_url(container, blob)
-            .map_err(|e| BlobError {
-                status: None,
-                code: None,
-                message: e.to_string(),
-            })?;
-        Ok(self.writer_at(url))
+        Ok(self.writer_at(self.access.blob_url(container, blob)?))
     }
 
     /// A reader for one blob (downloads), on the writers' retry schedule,
@@ -152,20 +144,14 @@ impl Storage {
 
     /// Lists one container a page at a time.
     pub fn lister(&self, container: &str) -> Result<Lister, BlobError> {
-        let url = self
-            .access
-            .container_url(container)
-            .map_err(|e| BlobError {
-                status: None,
-                code: None,
-                message: e.to_string(),
-            })?;
         Ok(Lister {
-            w: self.writer_at(url),
+            w: self.writer_at(self.access.container_url(container)?),
         })
     }
 
-    fn writer_at(&self, url: url::Url) -> BlobWriter {
+    /// `writer`, for the blob at `url` (made by `StorageAccess::blob_url`):
+    /// for a caller that opens many writers of one blob, its URL made once.
+    pub fn writer_at(&self, url: url::Url) -> BlobWriter {
         BlobWriter {
             url,
             sdk: std::sync::OnceLock::new(),
@@ -183,14 +169,13 @@ impl Storage {
 
     /// Creates a container if it does not exist (demo and tests; the relay never does).
     pub async fn ensure_container(&self, container: &str) -> Result<(), BlobError> {
-        let url = self
-            .access
-            .container_url(container)
-            .map_err(|e| BlobError {
-                status: None,
-                code: None,
-                message: e.to_string(),
-            })?;
+        self.ensure_container_at(self.access.container_url(container)?)
+            .await
+    }
+
+    /// `ensure_container`, for the container at `url` (made by
+    /// `StorageAccess::container_url`).
+    pub async fn ensure_container_at(&self, url: url::Url) -> Result<(), BlobError> {
         let client = BlobContainerClient::new(
             url,
             self.credential(),
@@ -210,6 +195,18 @@ impl Storage {
                     Err(e)
                 }
             }
+        }
+    }
+}
+
+/// A container or blob name the account's URL cannot hold fails its request
+/// before it is sent, as any other error of that request.
+impl From<CannotHoldPath> for BlobError {
+    fn from(e: CannotHoldPath) -> Self {
+        BlobError {
+            status: None,
+            code: None,
+            message: e.to_string(),
         }
     }
 }

@@ -16,15 +16,21 @@ pub(super) async fn ready(
     warm: usize,
     create: bool,
 ) -> Result<Option<Duration>, SetupError> {
-    let rtt = check_access(storage, container, warm).await?;
-    if create {
-        storage
-            .ensure_container(container)
-            .await
-            .map_err(|source| SetupError::CreateContainer {
-                container: container.to_string(),
-                source,
-            })?;
+    // The URLs are made once, here: every warm request asks about the same
+    // blob, and the container made is the one it names.
+    let access = storage.access();
+    let probe = (access.blob_url(container, ACCESS_CHECK_BLOB))
+        .map_err(|e| SetupError::Writer(e.into()))?;
+    let created = |source| SetupError::CreateContainer {
+        container: container.to_string(),
+        source,
+    };
+    let to_create = (create.then(|| access.container_url(container)))
+        .transpose()
+        .map_err(|e| created(e.into()))?;
+    let rtt = check_access(storage, &probe, warm).await?;
+    if let Some(url) = to_create {
+        storage.ensure_container_at(url).await.map_err(created)?;
     }
     Ok(rtt)
 }
@@ -58,7 +64,7 @@ pub(super) const WARM_CONNECTIONS: usize = 8;
 /// The warm requests that answer later are not waited for.
 async fn check_access(
     storage: &Storage,
-    container: &str,
+    probe: &url::Url,
     warm: usize,
 ) -> Result<Option<Duration>, SetupError> {
     // Quick retries, the stall timeout of the flags (`--storage-stall-timeout`).
@@ -75,9 +81,7 @@ async fn check_access(
     let t0 = std::time::Instant::now();
     let mut answers = tokio::task::JoinSet::new();
     for _ in 0..warm.max(1) {
-        let writer = storage
-            .writer(container, ACCESS_CHECK_BLOB)
-            .map_err(SetupError::Writer)?;
+        let writer = storage.writer_at(probe.clone());
         answers.spawn(async move { writer.properties().await.map(|_| t0.elapsed()) });
     }
     let mut first_failure = None;
