@@ -156,16 +156,12 @@ fn any_address(v6: bool) -> SocketAddr {
     }
 }
 
-fn client_config(
-    trust: &Trust,
-    zstd: bool,
-    transport: &Arc<quinn::TransportConfig>,
-) -> Result<quinn::ClientConfig, ConnectorError> {
+/// The TLS side of every connection; its transport is set per connection
+/// (`Connector::config`).
+fn client_config(trust: &Trust, zstd: bool) -> Result<quinn::ClientConfig, ConnectorError> {
     let crypto =
         QuicClientConfig::try_from(tls_config(trust, zstd)?).map_err(ConnectorError::Quic)?;
-    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(transport.clone());
-    Ok(config)
+    Ok(quinn::ClientConfig::new(Arc::new(crypto)))
 }
 
 fn load_roots(path: &Path) -> Result<rustls::RootCertStore, ConnectorError> {
@@ -271,13 +267,21 @@ pub fn is_busy(e: &quinn::ConnectionError) -> bool {
 pub struct Connector {
     endpoint: Endpoint,
     config: quinn::ClientConfig,
-    transport: Arc<quinn::TransportConfig>,
-    /// With warm start: the windows and path memory each new connection's
-    /// transport is built from (see `connect`).
-    memory: Option<(Windows, PathMemory)>,
-    /// Keep-alive interval of connections built from `memory` (the link's
+    transports: Transports,
+    /// Keep-alive interval of connections built from path memory (the link's
     /// watchdog must hear an ACK well within its silence limit).
     keep_alive: Option<Duration>,
+}
+
+/// Where each connection's transport comes from: set in one place
+/// (`Connector::config`), so a warm connector builds no transport it would
+/// replace at every connection.
+enum Transports {
+    /// The same for every connection.
+    Fixed(Arc<quinn::TransportConfig>),
+    /// With warm start: built for each new connection from the windows and
+    /// the path memory (see `connect`).
+    Warm(Windows, PathMemory),
 }
 
 impl Connector {
@@ -307,28 +311,27 @@ impl Connector {
         udp_buffer: usize,
         bind: SocketAddr,
     ) -> Result<Self, ConnectorError> {
-        Self::bound(trust, transport, udp_buffer, bind, true)
+        let transports = Transports::Fixed(Arc::new(transport));
+        Self::bound(trust, transports, udp_buffer, bind, true)
     }
 
     /// A connector on `bind` whose connections announce compressed chunks
     /// if `zstd`.
     fn bound(
         trust: &Trust,
-        transport: quinn::TransportConfig,
+        transports: Transports,
         udp_buffer: usize,
         bind: SocketAddr,
         zstd: bool,
     ) -> Result<Self, ConnectorError> {
-        let transport = Arc::new(transport);
-        let config = client_config(trust, zstd, &transport)?;
+        let config = client_config(trust, zstd)?;
         let socket = bind_udp(bind, udp_buffer).map_err(ConnectorError::Bind)?;
         let endpoint =
             relay_transport::quic::endpoint(None, socket).map_err(ConnectorError::Endpoint)?;
         Ok(Self {
             endpoint,
             config,
-            transport,
-            memory: None,
+            transports,
             keep_alive: None,
         })
     }
@@ -337,7 +340,7 @@ impl Connector {
     /// does unless told: `--compress off` does not, nor a test that plays a
     /// client that predates compressed chunks).
     pub fn announce_zstd(&mut self, trust: &Trust, zstd: bool) -> Result<(), ConnectorError> {
-        self.config = client_config(trust, zstd, &self.transport)?;
+        self.config = client_config(trust, zstd)?;
         Ok(())
     }
 
@@ -352,10 +355,8 @@ impl Connector {
         v6: bool,
         zstd: bool,
     ) -> Result<Self, ConnectorError> {
-        let transport = windows.transport_with(memory.clone());
-        let mut c = Self::bound(trust, transport, udp_buffer, any_address(v6), zstd)?;
-        c.memory = Some((*windows, memory));
-        Ok(c)
+        let transports = Transports::Warm(*windows, memory);
+        Self::bound(trust, transports, udp_buffer, any_address(v6), zstd)
     }
 
     /// Keep-alives every `every` (at most the default 5 s) on the connections
@@ -366,18 +367,22 @@ impl Connector {
 
     fn config(&self) -> quinn::ClientConfig {
         let mut config = self.config.clone();
-        if let Some((windows, memory)) = &self.memory {
-            let latest = memory.observer.as_ref().and_then(|o| o.estimate());
-            let memory = PathMemory {
-                warm: latest.or(memory.warm),
-                observer: memory.observer.clone(),
-            };
-            let mut transport = windows.transport_with(memory);
-            if let Some(every) = self.keep_alive {
-                transport.keep_alive_interval(Some(every.min(Duration::from_secs(5))));
+        let transport = match &self.transports {
+            Transports::Fixed(transport) => transport.clone(),
+            Transports::Warm(windows, memory) => {
+                let latest = memory.observer.as_ref().and_then(|o| o.estimate());
+                let memory = PathMemory {
+                    warm: latest.or(memory.warm),
+                    observer: memory.observer.clone(),
+                };
+                let mut transport = windows.transport_with(memory);
+                if let Some(every) = self.keep_alive {
+                    transport.keep_alive_interval(Some(every.min(Duration::from_secs(5))));
+                }
+                Arc::new(transport)
             }
-            config.transport_config(Arc::new(transport));
-        }
+        };
+        config.transport_config(transport);
         config
     }
 
