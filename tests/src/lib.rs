@@ -61,7 +61,7 @@ pub fn binary(name: &str) -> PathBuf {
             vec![]
         };
         let status = std::process::Command::new(cargo)
-            .args(["build", "--bin", name])
+            .args(["build", "--workspace", "--bin", name])
             .args(profile)
             .status();
         assert!(
