@@ -38,6 +38,12 @@ impl LogCapture {
     pub fn block_on<F: std::future::Future>(&self, test: F) -> F::Output {
         let (runtime, dispatch) = self.runtime();
         let _here = tracing::dispatcher::set_default(&dispatch);
+        // Each callsite caches whether any subscriber wants it. A callsite that
+        // another test's thread registered while this capture's dispatcher was
+        // being registered can keep the interest computed without it ("never"),
+        // and its lines would be lost here; now that the dispatcher is
+        // registered, computing every callsite's interest again includes it.
+        tracing::callsite::rebuild_interest_cache();
         runtime.block_on(test)
     }
 
