@@ -77,36 +77,17 @@ pub async fn open_with_offer(
     (send, recv, answer)
 }
 
-/// A hostile compressed chunk: its name, the chunk and the size it claims,
-/// and words its refusal must say.
-pub type HostileChunk = (&'static str, (Vec<u8>, u64), &'static str);
+pub use relay_proto::hostile_chunks::Case as HostileChunk;
 
 /// The hostile chunks both sides must refuse, whichever side sends them
 /// (`relay_proto::hostile_chunks`, and a chunk past the file's end).
 pub fn hostile_chunks() -> Vec<HostileChunk> {
     use relay_proto::hostile_chunks as hostile;
-    vec![
-        ("bomb", hostile::bomb(), "decompression bomb"),
-        ("short", hostile::short_frame(), "ends after 5000 of"),
-        (
-            "trailing",
-            hostile::trailing_bytes(),
-            "before its chunk's declared wire length",
-        ),
-        ("cut", hostile::cut_frame(), "end inside its frame"),
-        ("corrupt", hostile::corrupt_frame(), "corrupt frame"),
-        (
-            "window",
-            hostile::wide_window(),
-            "window beyond the decoder's limit",
-        ),
-        ("dictionary", hostile::needs_dictionary(), "dictionary"),
-        ("kind", hostile::unknown_kind(), "kind 9 is unknown"),
-        ("plain-length", hostile::lying_plain(), "wire bytes, beyond"),
-        (
-            "past-end",
-            (relay_proto::chunk::Deflater::plain(&hostile::text(100)), 50),
-            "past the file's end",
-        ),
-    ]
+    let mut cases = hostile::refused_by_every_decoder();
+    cases.push((
+        "past-end",
+        (relay_proto::chunk::Deflater::plain(&hostile::text(100)), 50),
+        "past the file's end",
+    ));
+    cases
 }

@@ -150,3 +150,24 @@ pub fn last_bomb() -> (Vec<u8>, u64) {
     out.truncate(made.unwrap_or(0));
     (chunk(ChunkKind::Zstd, 1 << 20, &out), 1 << 20)
 }
+
+/// A hostile compressed chunk: its name, the chunk and the file size it
+/// claims, and words its refusal must say.
+pub type Case = (&'static str, (Vec<u8>, u64), &'static str);
+
+/// The chunks every decoder must refuse, whichever side receives them: the
+/// one table the relay's and the client's tests both walk (each adds the
+/// cases only its side meets).
+pub fn refused_by_every_decoder() -> Vec<Case> {
+    vec![
+        ("bomb", bomb(), "decompression bomb"),
+        ("short", short_frame(), "ends after 5000 of"),
+        ("trailing", trailing_bytes(), "declared wire length"),
+        ("cut", cut_frame(), "end inside its frame"),
+        ("corrupt", corrupt_frame(), "corrupt frame"),
+        ("window", wide_window(), "window beyond the decoder's limit"),
+        ("dictionary", needs_dictionary(), "dictionary"),
+        ("kind", unknown_kind(), "kind 9 is unknown"),
+        ("plain-length", lying_plain(), "wire bytes, beyond"),
+    ]
+}
