@@ -61,9 +61,16 @@ async fn placed_files_are_deleted_and_unknown_ones_kept() {
     let set = gathered(&f, rules(MaxDelete::Count(10), false));
     let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
     let mut events = Vec::new();
-    let summary = carry_out(set, WHOLE, tally(4), Executor::Local(&d), false, &mut events)
-        .await
-        .expect("carried out");
+    let summary = carry_out(
+        set,
+        WHOLE,
+        tally(4),
+        Executor::Local(&d),
+        false,
+        &mut events,
+    )
+    .await
+    .expect("carried out");
     let want = DeleteSummary {
         deleted: 3,
         kept_unknown: 1,
@@ -83,9 +90,16 @@ async fn with_delete_unknown_unknown_files_go_too() {
     let set = gathered(&f, rules(MaxDelete::Count(10), true));
     let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
     let mut events = Vec::new();
-    let summary = carry_out(set, WHOLE, tally(4), Executor::Local(&d), false, &mut events)
-        .await
-        .expect("carried out");
+    let summary = carry_out(
+        set,
+        WHOLE,
+        tally(4),
+        Executor::Local(&d),
+        false,
+        &mut events,
+    )
+    .await
+    .expect("carried out");
     assert_eq!((summary.deleted, summary.kept_unknown), (4, 0));
     assert!(!f.dest.join("theirs.txt").exists());
 }
@@ -97,9 +111,16 @@ async fn a_file_changed_after_the_merge_is_kept_and_reported() {
     std::fs::write(f.dest.join("b/c.txt"), "edited after the walk").expect("edit");
     let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
     let mut events = Vec::new();
-    let summary = carry_out(set, WHOLE, tally(4), Executor::Local(&d), false, &mut events)
-        .await
-        .expect("carried out");
+    let summary = carry_out(
+        set,
+        WHOLE,
+        tally(4),
+        Executor::Local(&d),
+        false,
+        &mut events,
+    )
+    .await
+    .expect("carried out");
     assert_eq!((summary.deleted, summary.kept_changed), (2, 1));
     let kept = events.iter().find(|e| e.name == "b/c.txt").expect("event");
     assert!(matches!(kept.outcome, Outcome::KeptChanged(_)), "{kept:?}");
@@ -111,19 +132,54 @@ async fn a_file_changed_after_the_merge_is_kept_and_reported() {
 #[tokio::test]
 async fn an_incomplete_side_or_a_batch_over_the_limit_deletes_nothing() {
     let cases = [
-        (MaxDelete::Count(10), Completion { source: false, dest: true }, Withheld::SourceIncomplete),
-        (MaxDelete::Count(10), Completion { source: true, dest: false }, Withheld::DestIncomplete),
-        (MaxDelete::Count(2), WHOLE, Withheld::OverLimit { planned: 3, limit: 2 }),
+        (
+            MaxDelete::Count(10),
+            Completion {
+                source: false,
+                dest: true,
+            },
+            Withheld::SourceIncomplete,
+        ),
+        (
+            MaxDelete::Count(10),
+            Completion {
+                source: true,
+                dest: false,
+            },
+            Withheld::DestIncomplete,
+        ),
+        (
+            MaxDelete::Count(2),
+            WHOLE,
+            Withheld::OverLimit {
+                planned: 3,
+                limit: 2,
+            },
+        ),
         // 10% of 20 entries is 2.
-        (MaxDelete::Percent(10), WHOLE, Withheld::OverLimit { planned: 3, limit: 2 }),
+        (
+            MaxDelete::Percent(10),
+            WHOLE,
+            Withheld::OverLimit {
+                planned: 3,
+                limit: 2,
+            },
+        ),
     ];
     for (max, completion, want) in cases {
         let f = Fixture::new("carry-withheld");
         let set = gathered(&f, rules(max, false));
         let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
         let mut events = Vec::new();
-        let got = carry_out(set, completion, tally(20), Executor::Local(&d), false, &mut events)
-            .await;
+        let got = carry_out(
+            set,
+            completion,
+            tally(20),
+            Executor::Local(&d),
+            false,
+            &mut events,
+        )
+        .await;
         match got {
             Err(DeleteError::Withheld(w)) => assert_eq!(w, want),
             other => panic!("{want:?}: {other:?}"),
@@ -131,7 +187,10 @@ async fn an_incomplete_side_or_a_batch_over_the_limit_deletes_nothing() {
         assert!(events.is_empty());
         assert!(all_there(&f), "{want:?}");
     }
-    let over = DeleteError::Withheld(Withheld::OverLimit { planned: 3, limit: 2 });
+    let over = DeleteError::Withheld(Withheld::OverLimit {
+        planned: 3,
+        limit: 2,
+    });
     let said = over.to_string();
     assert!(said.contains('3') && said.contains('2'), "{said}");
 }
@@ -146,9 +205,16 @@ async fn without_delete_nothing_is_deleted_and_that_is_no_error() {
     let set = gathered(&f, rules);
     let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
     let mut events = Vec::new();
-    let summary = carry_out(set, WHOLE, tally(4), Executor::Local(&d), false, &mut events)
-        .await
-        .expect("no error");
+    let summary = carry_out(
+        set,
+        WHOLE,
+        tally(4),
+        Executor::Local(&d),
+        false,
+        &mut events,
+    )
+    .await
+    .expect("no error");
     assert_eq!(summary.deleted, 0);
     assert!(events.is_empty() && all_there(&f));
 }
@@ -185,8 +251,15 @@ async fn a_refusal_from_the_destination_is_one_error_for_the_batch() {
     );
     let double = Arc::new(double);
     let mut events = Vec::new();
-    let got = carry_out(set, WHOLE, tally(50), Executor::Remote(double.clone()), false, &mut events)
-        .await;
+    let got = carry_out(
+        set,
+        WHOLE,
+        tally(50),
+        Executor::Remote(double.clone()),
+        false,
+        &mut events,
+    )
+    .await;
     let Err(DeleteError::Refused { reason, summary }) = got else {
         panic!("{got:?}");
     };

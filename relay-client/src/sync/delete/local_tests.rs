@@ -108,7 +108,9 @@ fn a_placed_file_is_deleted_and_its_record_forgotten() {
     let f = Fixture::new("del-placed");
     let p = f.place("a/b/c.txt", "hello");
     let before = f.outside_hash();
-    let out = deleter(&f).delete("a/b/c.txt", Origin::Placed).expect("delete");
+    let out = deleter(&f)
+        .delete("a/b/c.txt", Origin::Placed)
+        .expect("delete");
     assert_eq!(out, LocalOutcome::Deleted);
     assert!(!p.exists());
     assert!(f.index.get("a/b/c.txt").expect("get").is_none());
@@ -140,7 +142,9 @@ fn an_unknown_file_is_deleted_when_admitted() {
     // The set admits it only with --delete-unknown (carry_out's tests).
     let f = Fixture::new("del-unknown");
     let p = f.unknown("u.txt", "theirs");
-    let out = deleter(&f).delete("u.txt", Origin::Unknown).expect("delete");
+    let out = deleter(&f)
+        .delete("u.txt", Origin::Unknown)
+        .expect("delete");
     assert_eq!(out, LocalOutcome::Deleted);
     assert!(!p.exists());
 }
@@ -168,8 +172,13 @@ fn a_symbolic_link_in_a_middle_component_is_refused() {
     std::fs::rename(f.dest.join("sub"), f.dest.join("sub.real")).expect("mv");
     symlink(f.outside.join("sub"), f.dest.join("sub")).expect("link");
     for origin in [Origin::Placed, Origin::Unknown] {
-        let err = deleter(&f).delete("sub/x.txt", origin).expect_err("refused");
-        assert!(matches!(err, LocalDeleteError::Fs(FsError::Symlink { .. })), "{err}");
+        let err = deleter(&f)
+            .delete("sub/x.txt", origin)
+            .expect_err("refused");
+        assert!(
+            matches!(err, LocalDeleteError::Fs(FsError::Symlink { .. })),
+            "{err}"
+        );
     }
     assert!(f.dest.join("sub.real/x.txt").exists());
     assert_eq!(f.outside_hash(), before);
@@ -198,7 +207,10 @@ fn names_that_are_not_plain_and_relative_are_refused() {
     for name in names {
         assert_eq!(components(name), None, "{name:?}");
         let err = deleter(&f).delete(name, Origin::Unknown).expect_err(name);
-        assert!(matches!(err, LocalDeleteError::BadName { .. }), "{name:?}: {err}");
+        assert!(
+            matches!(err, LocalDeleteError::BadName { .. }),
+            "{name:?}: {err}"
+        );
     }
     assert_eq!(components("a/b.txt"), Some(vec!["a", "b.txt"]));
     assert!(f.dest.join("a/b.txt").exists());
@@ -210,14 +222,23 @@ fn what_is_gone_or_not_a_file_is_left_alone() {
     let f = Fixture::new("del-shapes");
     f.place("file", "x");
     std::fs::create_dir_all(f.dest.join("folder/inner")).expect("mkdir");
-    let fifo = std::ffi::CString::new(f.dest.join("fifo").as_os_str().as_encoded_bytes())
-        .expect("path");
+    let fifo =
+        std::ffi::CString::new(f.dest.join("fifo").as_os_str().as_encoded_bytes()).expect("path");
     // SAFETY: a valid path string; the result is checked.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     let d = deleter(&f);
-    assert_eq!(d.delete("gone", Origin::Placed).expect("gone"), LocalOutcome::AlreadyGone);
-    assert_eq!(d.delete("no/such/x", Origin::Placed).expect("gone"), LocalOutcome::AlreadyGone);
-    assert_eq!(d.delete("file/x", Origin::Placed).expect("gone"), LocalOutcome::AlreadyGone);
+    assert_eq!(
+        d.delete("gone", Origin::Placed).expect("gone"),
+        LocalOutcome::AlreadyGone
+    );
+    assert_eq!(
+        d.delete("no/such/x", Origin::Placed).expect("gone"),
+        LocalOutcome::AlreadyGone
+    );
+    assert_eq!(
+        d.delete("file/x", Origin::Placed).expect("gone"),
+        LocalOutcome::AlreadyGone
+    );
     for name in ["folder", "fifo"] {
         let out = d.delete(name, Origin::Unknown).expect(name);
         assert!(matches!(out, LocalOutcome::Kept(_)), "{name}: {out:?}");
@@ -239,11 +260,7 @@ fn what_is_gone_or_not_a_file_is_left_alone() {
 fn a_folder_swapped_for_a_link_during_the_delete_never_leads_outside() {
     let f = Fixture::new("del-race");
     let before = f.outside_hash();
-    let (d_path, real, link_to) = (
-        f.dest.join("d"),
-        f.dest.join("d.real"),
-        f.outside.join("d"),
-    );
+    let (d_path, real, link_to) = (f.dest.join("d"), f.dest.join("d.real"), f.outside.join("d"));
     for round in 0..40 {
         f.unknown("d/f.txt", "DEST's own");
         let start = std::sync::Arc::new(std::sync::Barrier::new(2));
@@ -265,7 +282,10 @@ fn a_folder_swapped_for_a_link_during_the_delete_never_leads_outside() {
         let d = deleter(&f);
         let mut outcomes = Vec::new();
         for _ in 0..20 {
-            outcomes.push(d.delete("d/f.txt", Origin::Unknown).map_err(|e| e.to_string()));
+            outcomes.push(
+                d.delete("d/f.txt", Origin::Unknown)
+                    .map_err(|e| e.to_string()),
+            );
         }
         swapper.join().expect("swapper");
         for out in &outcomes {

@@ -25,7 +25,9 @@ pub enum RemoteOutcome {
     Changed,
     /// The caller may not delete here (no delete grant): true of every blob,
     /// so the whole batch stops.
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
 }
 
 /// A delete that did not get an answer (the connection, storage).

@@ -77,11 +77,16 @@ async fn every_blob_is_deleted_once_with_its_listed_etag_a_few_at_a_time() {
 #[tokio::test]
 async fn each_answer_is_counted_as_what_it_says() {
     let mut double = Double::default();
-    double.answers.insert("b0001".into(), Ok(RemoteOutcome::AlreadyGone));
-    double.answers.insert("b0002".into(), Ok(RemoteOutcome::Changed));
     double
         .answers
-        .insert("b0003".into(), Err(RemoteDeleteError("connection lost".into())));
+        .insert("b0001".into(), Ok(RemoteOutcome::AlreadyGone));
+    double
+        .answers
+        .insert("b0002".into(), Ok(RemoteOutcome::Changed));
+    double.answers.insert(
+        "b0003".into(),
+        Err(RemoteDeleteError("connection lost".into())),
+    );
     let (mut summary, mut events) = (DeleteSummary::default(), Vec::<DeleteEvent>::new());
     run(ok(5), Arc::new(double), &mut summary, &mut events)
         .await
@@ -118,7 +123,11 @@ async fn the_first_refusal_stops_every_delete() {
     assert_eq!(stop, Err(Stop::Refused("no delete grant".into())));
     let calls = double.calls.lock().expect("calls").clone();
     // Started before the refusal came back: at most the window after it.
-    assert!(calls.len() <= 6 + IN_FLIGHT, "{} deletes started", calls.len());
+    assert!(
+        calls.len() <= 6 + IN_FLIGHT,
+        "{} deletes started",
+        calls.len()
+    );
     let last = calls.iter().map(|(n, _)| n.clone()).max().expect("some");
     assert!(last < format!("b{:04}", 6 + IN_FLIGHT), "{last}");
     assert!(events.iter().all(|e| e.outcome == Outcome::Deleted));

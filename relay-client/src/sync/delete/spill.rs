@@ -137,7 +137,9 @@ impl SpillStore for SqliteSpill {
         let tx = db.transaction().map_err(|e| self.err(e))?;
         {
             let mut insert = tx
-                .prepare_cached("INSERT INTO spill (kind, name, etag, origin) VALUES (?1, ?2, ?3, ?4)")
+                .prepare_cached(
+                    "INSERT INTO spill (kind, name, etag, origin) VALUES (?1, ?2, ?3, ?4)",
+                )
                 .map_err(|e| self.err(e))?;
             for c in batch {
                 let (kind, name, etag, origin) = match c {
@@ -223,12 +225,13 @@ impl Iterator for SpillReplay<'_> {
     type Item = Result<DeleteCandidate, SpillError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.held.is_empty() && !self.done {
-            if let Err(e) = self.fill() {
-                // One error ends the replay: what follows cannot be trusted.
-                self.done = true;
-                return Some(Err(e));
-            }
+        if self.held.is_empty()
+            && !self.done
+            && let Err(e) = self.fill()
+        {
+            // One error ends the replay: what follows cannot be trusted.
+            self.done = true;
+            return Some(Err(e));
         }
         self.held.pop_front().map(Ok)
     }
