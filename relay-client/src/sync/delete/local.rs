@@ -120,9 +120,11 @@ impl<'a> LocalDeleter<'a> {
                 None => return Ok(kept("the index no longer says this machine placed it")),
             }
         }
-        parent.remove_file(leaf)?;
-        self.records.forget(name)?;
-        Ok(LocalOutcome::Deleted)
+        let outcome = unlink_if_still(&parent, leaf, &now)?;
+        if matches!(outcome, LocalOutcome::Deleted | LocalOutcome::AlreadyGone) {
+            self.records.forget(name)?;
+        }
+        Ok(outcome)
     }
 
     /// The folder holding the leaf, opened component by component with
@@ -145,6 +147,49 @@ impl<'a> LocalDeleter<'a> {
         }
         Ok(Some(at))
     }
+}
+
+const MOVED: &str = "replaced while it was being deleted";
+
+/// Removes `leaf` from `parent` only if it is still the version `seen`
+/// (the one just checked against the index). It is first renamed to a name
+/// of this run's own, so that what is looked at again and then unlinked is
+/// what was taken away: an editor saving over the file between the check and
+/// the unlink (a new inode at the name) gets its file put back, not deleted.
+/// (The change time is not compared: the rename itself changes it.)
+pub fn unlink_if_still(parent: &Folder, leaf: &str, seen: &Stat) -> Result<LocalOutcome, FsError> {
+    let aside = format!(".relay-deleting-{:016x}", rand::random::<u64>());
+    match parent.rename(leaf, &aside) {
+        Ok(()) => {}
+        Err(FsError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
+            return Ok(LocalOutcome::AlreadyGone);
+        }
+        Err(e) => return Err(e),
+    }
+    match parent.entry(&aside)? {
+        Entry::File(taken) if taken.same_version(seen) => {
+            parent.remove_file(&aside)?;
+            Ok(LocalOutcome::Deleted)
+        }
+        _ => put_back(parent, &aside, leaf).map(|()| kept(MOVED)),
+    }
+}
+
+/// Gives `leaf` back what was taken aside, unless its name was taken again
+/// meanwhile: then the file stays under the aside name, and the error says
+/// where.
+fn put_back(parent: &Folder, aside: &str, leaf: &str) -> Result<(), FsError> {
+    if parent.entry(leaf)? != Entry::Absent {
+        let path = parent.path().join(leaf).display().to_string();
+        let kept_as = parent.path().join(aside).display().to_string();
+        let why =
+            format!("changed while being deleted and its name taken again; kept as {kept_as}");
+        return Err(FsError::Io {
+            path,
+            source: std::io::Error::other(why),
+        });
+    }
+    parent.rename(aside, leaf)
 }
 
 fn kept(why: &str) -> LocalOutcome {

@@ -299,3 +299,61 @@ fn a_folder_swapped_for_a_link_during_the_delete_never_leads_outside() {
         assert_eq!(f.outside_hash(), before, "round {round}");
     }
 }
+
+fn strays(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".relay-deleting-"))
+        .collect()
+}
+
+fn seen(folder: &Folder, leaf: &str) -> Stat {
+    match folder.entry(leaf).expect("entry") {
+        Entry::File(stat) => stat,
+        other => panic!("{leaf}: {other:?}"),
+    }
+}
+
+/// The window between the last check and the unlink: a file saved over
+/// (a new inode at the name) or written in place after the check is put
+/// back under its name, whole, and nothing is left aside.
+#[test]
+fn a_file_replaced_after_the_last_check_is_put_back_not_deleted() {
+    let f = Fixture::new("del-window");
+    let root = Folder::root(&f.dest, None).expect("root");
+
+    let p = f.unknown("saved.txt", "old");
+    let before = seen(&root, "saved.txt");
+    std::fs::write(f.dest.join("new.tmp"), "saved by an editor").expect("tmp");
+    std::fs::rename(f.dest.join("new.tmp"), &p).expect("save over");
+    let out = unlink_if_still(&root, "saved.txt", &before).expect("unlink");
+    assert!(matches!(out, LocalOutcome::Kept(_)), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&p).expect("read"),
+        "saved by an editor"
+    );
+
+    let q = f.unknown("edited.txt", "old");
+    let before = seen(&root, "edited.txt");
+    std::fs::write(&q, "edited in place, longer").expect("edit");
+    let out = unlink_if_still(&root, "edited.txt", &before).expect("unlink");
+    assert!(matches!(out, LocalOutcome::Kept(_)), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&q).expect("read"),
+        "edited in place, longer"
+    );
+
+    let r = f.unknown("same.txt", "old");
+    let before = seen(&root, "same.txt");
+    assert_eq!(
+        unlink_if_still(&root, "same.txt", &before).expect("unlink"),
+        LocalOutcome::Deleted
+    );
+    assert!(!r.exists());
+    assert_eq!(
+        unlink_if_still(&root, "same.txt", &before).expect("gone"),
+        LocalOutcome::AlreadyGone
+    );
+    assert!(strays(&f.dest).is_empty(), "{:?}", strays(&f.dest));
+}
