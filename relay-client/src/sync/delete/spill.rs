@@ -13,6 +13,8 @@ use std::sync::Mutex;
 use relay_proto::sync::delete::{DeleteCandidate, Origin, SpillStore};
 use rusqlite::{Connection, params};
 
+use crate::index::Index;
+
 /// Candidates read back per query unless the caller says otherwise.
 pub const DEFAULT_PAGE: usize = 512;
 
@@ -76,6 +78,13 @@ impl SqliteSpill {
             ))
             .map_err(err)?;
         Ok(store)
+    }
+
+    /// A new store in the folder of `index`'s file (where the index lives,
+    /// a folder this client already writes).
+    pub fn beside(index: &Index) -> Result<Self, SpillError> {
+        let folder = index.file().parent().unwrap_or(Path::new("."));
+        Self::create_in(folder)
     }
 
     /// Candidates read back per query (at least 1).
