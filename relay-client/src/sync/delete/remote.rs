@@ -3,6 +3,7 @@
 //! fixed number of those in flight over the batch, in name order, stopping
 //! every delete at the first refusal.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use relay_proto::sync::delete::DeleteCandidate;
@@ -58,6 +59,9 @@ pub async fn run<E: std::error::Error>(
     let mut candidates = candidates;
     let mut in_flight: JoinSet<Answer> = JoinSet::new();
     let mut stop: Option<Stop> = None;
+    // The names in flight, by task: a task that panics still has its name
+    // reported (at most IN_FLIGHT entries).
+    let mut names: HashMap<tokio::task::Id, String> = HashMap::new();
     loop {
         while stop.is_none() && in_flight.len() < IN_FLIGHT {
             match candidates.next() {
@@ -65,10 +69,12 @@ pub async fn run<E: std::error::Error>(
                 Some(Err(e)) => stop = Some(Stop::Spill(e.to_string())),
                 Some(Ok(DeleteCandidate::Remote { name, etag })) => {
                     let deleter = Arc::clone(&deleter);
-                    in_flight.spawn(async move {
-                        let answer = deleter.delete(&name, &etag).await;
-                        (name, answer)
+                    let asked = name.clone();
+                    let task = in_flight.spawn(async move {
+                        let answer = deleter.delete(&asked, &etag).await;
+                        (asked, answer)
                     });
+                    names.insert(task.id(), name);
                 }
                 Some(Ok(DeleteCandidate::Local { name, .. })) => {
                     let why = "a local file in a remote destination's batch".to_string();
@@ -76,14 +82,18 @@ pub async fn run<E: std::error::Error>(
                 }
             }
         }
-        let Some(joined) = in_flight.join_next().await else {
+        let Some(joined) = in_flight.join_next_with_id().await else {
             break;
         };
         let (name, answer) = match joined {
-            Ok(answer) => answer,
+            Ok((id, answer)) => {
+                names.remove(&id);
+                answer
+            }
             Err(e) => {
-                let why = format!("a delete ended without an answer: {e}");
-                summary.record(sink, String::new(), Outcome::Failed(why));
+                let name = names.remove(&e.id()).unwrap_or_default();
+                let why = format!("the delete ended without an answer: {e}");
+                summary.record(sink, name, Outcome::Failed(why));
                 continue;
             }
         };

@@ -151,3 +151,26 @@ async fn a_candidate_that_cannot_be_read_back_stops_the_batch() {
     assert_eq!(double.calls.lock().expect("calls").len(), 3);
     assert_eq!(summary.deleted, 3);
 }
+
+/// A deleter that panics on one name: that delete is a failure under its
+/// own name, and the others go on.
+struct Panics;
+
+#[async_trait::async_trait]
+impl RemoteDeleter for Panics {
+    async fn delete(&self, name: &str, _etag: &str) -> Result<RemoteOutcome, RemoteDeleteError> {
+        assert_ne!(name, "b0002", "a deleter's bug");
+        Ok(RemoteOutcome::Deleted)
+    }
+}
+
+#[tokio::test]
+async fn a_delete_that_panics_fails_under_its_name() {
+    let (mut summary, mut events) = (DeleteSummary::default(), Vec::<DeleteEvent>::new());
+    run(ok(4), Arc::new(Panics), &mut summary, &mut events)
+        .await
+        .expect("no stop");
+    assert_eq!((summary.deleted, summary.failed), (3, 1));
+    let failed = events.iter().find(|e| e.name == "b0002").expect("named");
+    assert!(matches!(failed.outcome, Outcome::Failed(_)), "{failed:?}");
+}
