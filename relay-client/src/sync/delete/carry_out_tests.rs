@@ -267,3 +267,33 @@ async fn a_refusal_from_the_destination_is_one_error_for_the_batch() {
     assert!(double.calls.lock().expect("calls").len() <= remote::IN_FLIGHT * 2);
     assert_eq!(summary.deleted as usize, events.len());
 }
+
+/// The sync command may run `carry_out` on a spawned task: its future is
+/// `Send` with the SQLite spill and either executor.
+#[test]
+fn carry_out_can_run_on_a_spawned_task() {
+    fn send<T: Send>(_: &T) {}
+    let f = Fixture::new("carry-send");
+    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
+    let mut events = Vec::new();
+    let rules = rules(MaxDelete::Count(1), false);
+    let local = DeleteSet::new(rules, 1, SqliteSpill::create_in(&f.s.0).expect("spill"));
+    send(&carry_out(
+        local,
+        WHOLE,
+        tally(0),
+        Executor::Local(&d),
+        true,
+        &mut events,
+    ));
+    let remote = DeleteSet::new(rules, 1, SqliteSpill::create_in(&f.s.0).expect("spill"));
+    let double = Arc::new(Double::default());
+    send(&carry_out(
+        remote,
+        WHOLE,
+        tally(0),
+        Executor::Remote(double),
+        true,
+        &mut events,
+    ));
+}

@@ -81,7 +81,7 @@ pub async fn carry_out<S: SpillStore>(
     tally: Tally,
     executor: Executor<'_>,
     dry_run: bool,
-    sink: &mut dyn DeleteSink,
+    sink: &mut (dyn DeleteSink + Send),
 ) -> Result<DeleteSummary, DeleteError> {
     let mut summary = DeleteSummary {
         kept_unknown: set.counts().kept,
@@ -115,7 +115,7 @@ pub async fn carry_out<S: SpillStore>(
 fn list<E: std::error::Error>(
     candidates: impl Iterator<Item = Result<DeleteCandidate, E>>,
     summary: &mut DeleteSummary,
-    sink: &mut dyn DeleteSink,
+    sink: &mut (dyn DeleteSink + Send),
 ) -> Result<(), Stop> {
     for c in candidates {
         let c = c.map_err(|e| Stop::Spill(e.to_string()))?;
@@ -130,7 +130,7 @@ fn local_all<E: std::error::Error>(
     candidates: impl Iterator<Item = Result<DeleteCandidate, E>>,
     deleter: &LocalDeleter<'_>,
     summary: &mut DeleteSummary,
-    sink: &mut dyn DeleteSink,
+    sink: &mut (dyn DeleteSink + Send),
 ) -> Result<(), Stop> {
     for c in candidates {
         let c = c.map_err(|e| Stop::Spill(e.to_string()))?;

@@ -44,7 +44,7 @@ pub trait RemoteDeleter: Send + Sync {
     async fn delete(&self, name: &str, etag: &str) -> Result<RemoteOutcome, RemoteDeleteError>;
 }
 
-type Answer = (String, Result<RemoteOutcome, RemoteDeleteError>);
+type Answer = Result<RemoteOutcome, RemoteDeleteError>;
 
 /// Carries out `candidates` with at most [`IN_FLIGHT`] deletes at once.
 /// After a refusal (or a candidate that cannot be read back) no delete is
@@ -54,13 +54,13 @@ pub async fn run<E: std::error::Error>(
     candidates: impl Iterator<Item = Result<DeleteCandidate, E>>,
     deleter: Arc<dyn RemoteDeleter>,
     summary: &mut DeleteSummary,
-    sink: &mut dyn DeleteSink,
+    sink: &mut (dyn DeleteSink + Send),
 ) -> Result<(), Stop> {
     let mut candidates = candidates;
     let mut in_flight: JoinSet<Answer> = JoinSet::new();
     let mut stop: Option<Stop> = None;
-    // The names in flight, by task: a task that panics still has its name
-    // reported (at most IN_FLIGHT entries).
+    // The names in flight, by task (at most IN_FLIGHT): a task that panics
+    // is still reported under its name.
     let mut names: HashMap<tokio::task::Id, String> = HashMap::new();
     loop {
         while stop.is_none() && in_flight.len() < IN_FLIGHT {
@@ -70,10 +70,7 @@ pub async fn run<E: std::error::Error>(
                 Some(Ok(DeleteCandidate::Remote { name, etag })) => {
                     let deleter = Arc::clone(&deleter);
                     let asked = name.clone();
-                    let task = in_flight.spawn(async move {
-                        let answer = deleter.delete(&asked, &etag).await;
-                        (asked, answer)
-                    });
+                    let task = in_flight.spawn(async move { deleter.delete(&asked, &etag).await });
                     names.insert(task.id(), name);
                 }
                 Some(Ok(DeleteCandidate::Local { name, .. })) => {
@@ -85,18 +82,11 @@ pub async fn run<E: std::error::Error>(
         let Some(joined) = in_flight.join_next_with_id().await else {
             break;
         };
-        let (name, answer) = match joined {
-            Ok((id, answer)) => {
-                names.remove(&id);
-                answer
-            }
-            Err(e) => {
-                let name = names.remove(&e.id()).unwrap_or_default();
-                let why = format!("the delete ended without an answer: {e}");
-                summary.record(sink, name, Outcome::Failed(why));
-                continue;
-            }
+        let (id, answer) = match joined {
+            Ok((id, answer)) => (id, answer),
+            Err(e) => (e.id(), Err(RemoteDeleteError(format!("no answer: {e}")))),
         };
+        let name = names.remove(&id).unwrap_or_default();
         let outcome = match answer {
             Ok(RemoteOutcome::Deleted) => Outcome::Deleted,
             Ok(RemoteOutcome::AlreadyGone) => Outcome::AlreadyGone,
