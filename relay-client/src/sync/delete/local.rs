@@ -2,8 +2,9 @@
 //! opened from DEST's descriptor with `O_NOFOLLOW` (`download::safe_fs`), so
 //! a symbolic link anywhere in the path, planted before the run or during
 //! it, is met as a link and never followed; only a regular file is removed
-//! (`unlinkat` on its parent's descriptor), and a file this machine placed
-//! is removed only while its `stat` is still the one the index recorded.
+//! (renamed aside and `unlinkat` on its parent's descriptor), and a file this
+//! machine placed is removed only while its `stat` is still the one the
+//! index recorded. Folders are never removed, empty or not.
 
 use std::path::Path;
 
