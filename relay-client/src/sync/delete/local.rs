@@ -10,6 +10,7 @@ use std::path::Path;
 
 use relay_proto::sync::delete::Origin;
 
+use crate::download::placing::without_replacing;
 use crate::download::safe_fs::{Entry, Folder, FsError, Stat};
 use crate::index::{FileStat, Index, IndexError};
 
@@ -178,19 +179,23 @@ pub fn unlink_if_still(parent: &Folder, leaf: &str, seen: &Stat) -> Result<Local
 
 /// Gives `leaf` back what was taken aside, unless its name was taken again
 /// meanwhile: then the file stays under the aside name, and the error says
-/// where.
+/// where. The name is taken only if still free (`placing::without_replacing`:
+/// `renameat2(RENAME_NOREPLACE)` or its fallbacks), never by a look and then
+/// a rename, which would replace a file saved there in between.
 fn put_back(parent: &Folder, aside: &str, leaf: &str) -> Result<(), FsError> {
-    if parent.entry(leaf)? != Entry::Absent {
-        let path = parent.path().join(leaf).display().to_string();
-        let kept_as = parent.path().join(aside).display().to_string();
-        let why =
-            format!("changed while being deleted and its name taken again; kept as {kept_as}");
-        return Err(FsError::Io {
-            path,
-            source: std::io::Error::other(why),
-        });
+    match without_replacing(parent, aside, leaf)? {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let path = parent.path().join(leaf).display().to_string();
+            let kept_as = parent.path().join(aside).display().to_string();
+            let why =
+                format!("changed while being deleted and its name taken again; kept as {kept_as}");
+            Err(FsError::Io {
+                path,
+                source: std::io::Error::other(why),
+            })
+        }
     }
-    parent.rename(aside, leaf)
 }
 
 fn kept(why: &str) -> LocalOutcome {
