@@ -127,7 +127,8 @@ pub struct Trailer {
 pub enum Code {
     /// Unknown or expired token.
     Unauthorized,
-    /// The token may not write (or, for a Fetch or List, read) this container.
+    /// The token may not write (or, for a Fetch or List, read; for a Delete,
+    /// delete) this container.
     Forbidden,
     InvalidName,
     InvalidOffer,
@@ -321,7 +322,7 @@ pub struct Progress {
 // A page's last Listing carries storage's continuation marker; a listing lost
 // midway is taken up by a List that carries it back (never by comparing
 // names: storage's order is its own, e.g. UTF-16 code units).
-// A stream's first frame (Offer, Fetch or List) carries the token and is what
+// A stream's first frame (Offer, Fetch, List or Delete) carries the token and is what
 // admits a connection. Reading is a grant of its own (docs/SECURITY.md).
 
 /// Client → relay, the first frame of a download stream: one blob's bytes from
@@ -445,6 +446,12 @@ pub struct Listed {
     pub etag: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<u64>,
+    /// Hex SHA-256 of the blob's bytes, set only when the blob's seal verified
+    /// under the relay's key: the relay vouches that this version holds these
+    /// bytes. Absent from older relays, from direct mode (no key) and for a
+    /// blob without a seal that holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// Relay → client: the next blobs of a listing, in storage's order. Each frame
@@ -470,6 +477,57 @@ pub struct ListEnd {
     pub resumed: bool,
 }
 
+// ---- Delete ---------------------------------------------------------------
+//
+// One QUIC stream per blob, opened by the client:
+//
+// ```text
+// client: Delete ─────────────▶ relay
+// client ◀── Deleted | Reject | Error
+// ```
+// One blob a stream, as a Fetch is: each is admitted on its own frame, its
+// outcome is its own (no half-done batch to describe), and the relay's stream
+// credit bounds how many are in flight. Deleting is a grant of its own,
+// implied by neither writing nor reading (docs/SECURITY.md).
+
+/// Client → relay, the first frame of a delete stream: remove `container/name`
+/// only if it is still the version `etag` (the one the client listed). The
+/// relay deletes with `If-Match: etag`, never without one, so a blob written
+/// after the listing is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delete {
+    pub version: u32,
+    pub token: Secret,
+    pub container: String,
+    pub name: String,
+    /// The ETag of the listed version; required, at most `MAX_ETAG_BYTES`.
+    pub etag: String,
+}
+
+/// Longest ETag a Delete may carry (storage's are some twenty characters).
+pub const MAX_ETAG_BYTES: usize = 256;
+
+/// What became of a Delete's blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Removal {
+    /// The listed version was deleted.
+    Deleted,
+    /// No blob of the name: gone already (storage's 404).
+    AlreadyGone,
+    /// The blob is no longer the listed version (storage's 412): it was kept.
+    Changed,
+}
+
+/// Relay → client: the Delete's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub outcome: Removal,
+    /// Storage requests the delete cost the relay, retries included.
+    #[serde(default)]
+    pub requests: u32,
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -492,6 +550,8 @@ pub enum Message {
     List(List),
     Listing(Listing),
     ListEnd(ListEnd),
+    Delete(Delete),
+    Deleted(Deleted),
 }
 
 impl Message {
@@ -512,6 +572,8 @@ impl Message {
             Message::List(_) => "List",
             Message::Listing(_) => "Listing",
             Message::ListEnd(_) => "ListEnd",
+            Message::Delete(_) => "Delete",
+            Message::Deleted(_) => "Deleted",
         }
     }
 }
@@ -599,6 +661,7 @@ mod tests {
                 size: 1,
                 etag: "e".into(),
                 last_modified: None,
+                sha256: None,
             }],
             marker: Some("2!opaque".into()),
             resumed: true,
@@ -617,5 +680,60 @@ mod tests {
             !text.contains("marker") && !text.contains("resumed"),
             "{text}"
         );
+    }
+
+    /// The seal's SHA-256 in a listing is optional both ways: an older
+    /// relay's entry parses without it, an entry without it says nothing new
+    /// on the wire, and an older client reads an entry with it.
+    #[test]
+    fn a_listings_sha256_is_optional_for_older_peers() {
+        let old: Listed =
+            serde_json::from_str(r#"{"name":"a","size":1,"etag":"e"}"#).expect("older entry");
+        assert_eq!(old.sha256, None);
+        let plain = serde_json::to_string(&old).expect("encode");
+        assert!(!plain.contains("sha256"), "{plain}");
+        let vouched = Listed {
+            sha256: Some("ab".repeat(32)),
+            ..old
+        };
+        let text = serde_json::to_string(&vouched).expect("encode");
+        #[derive(Deserialize)]
+        struct OlderListed {
+            name: String,
+        }
+        let older: OlderListed = serde_json::from_str(&text).expect("an older client");
+        assert_eq!(older.name, "a");
+        let back: Listed = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back, vouched);
+    }
+
+    /// A Delete's frames as the wire writes them: the etag is required, the
+    /// outcome is one of three names.
+    #[test]
+    fn delete_frames_round_trip_and_need_an_etag() {
+        let d = Message::Delete(Delete {
+            version: 1,
+            token: Secret("t".into()),
+            container: "c".into(),
+            name: "a/b".into(),
+            etag: "\"0x1\"".into(),
+        });
+        let text = serde_json::to_string(&d).expect("encode");
+        assert_eq!(serde_json::from_str::<Message>(&text).expect("decode"), d);
+        let no_etag = r#"{"type":"delete","version":1,"token":"t","container":"c","name":"a"}"#;
+        assert!(serde_json::from_str::<Message>(no_etag).is_err());
+        for (outcome, name) in [
+            (Removal::Deleted, "deleted"),
+            (Removal::AlreadyGone, "already_gone"),
+            (Removal::Changed, "changed"),
+        ] {
+            let m = Message::Deleted(Deleted {
+                outcome,
+                requests: 1,
+            });
+            let text = serde_json::to_string(&m).expect("encode");
+            assert!(text.contains(name), "{text}");
+            assert_eq!(serde_json::from_str::<Message>(&text).expect("decode"), m);
+        }
     }
 }
