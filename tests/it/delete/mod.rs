@@ -1,0 +1,7 @@
+//! Deleting a listed blob's version (the relay's `Delete`, storage's delete
+//! with `If-Match`), the grant it needs, the seal a listing vouches with,
+//! and `relay-client ls`: through a real relay and Azurite.
+
+mod frames;
+mod ls;
+mod storage;
