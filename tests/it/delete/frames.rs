@@ -6,9 +6,7 @@
 //! refuses hostile frames before storage is asked.
 
 use relay_proto::limits::PROTOCOL_VERSION;
-use relay_proto::protocol::{
-    Code, Delete, Deleted, MAX_ETAG_BYTES, Message, Removal, Secret,
-};
+use relay_proto::protocol::{Code, Delete, Deleted, MAX_ETAG_BYTES, Message, Removal, Secret};
 use relay_tests::blobs::{blob_exists, blob_sha, new_container, put_sealed};
 use relay_tests::download::{list_frames, list_of};
 use relay_tests::download_client::{T, put_raw, relay_flags, s, upload};
@@ -84,7 +82,11 @@ fn refused(m: &Message) -> Option<Code> {
 
 /// The blobs under `prefix` as the relay lists them to LIMITED_TOKEN:
 /// (name, etag, sha256).
-async fn listed(relay: &RelayHandle, c: &str, prefix: &str) -> Vec<(String, String, Option<String>)> {
+async fn listed(
+    relay: &RelayHandle,
+    c: &str,
+    prefix: &str,
+) -> Vec<(String, String, Option<String>)> {
     let (_ep, conn) = Dial::to(relay).connect().await;
     let got = list_frames(&conn, list_of(LIMITED_TOKEN, c, prefix, None)).await;
     assert!(got.refused.is_none(), "{:?}", got.refused);
@@ -183,10 +185,18 @@ async fn only_a_delete_grant_deletes() {
     let etag = put_sealed(&c, "x/a", b"kept", "00", "none").await;
     for token in [WRITER, READER, LIMITED_TOKEN, TOKEN] {
         let answer = ask(&relay, delete_of(token, &c, "x/a", &etag)).await;
-        assert_eq!(refused(&answer), Some(Code::Forbidden), "{token}: {answer:?}");
+        assert_eq!(
+            refused(&answer),
+            Some(Code::Forbidden),
+            "{token}: {answer:?}"
+        );
         assert!(blob_exists(&c, "x/a").await, "{token} deleted it");
     }
-    let unknown = ask(&relay, delete_of("nobody-0123456789abcdef", &c, "x/a", &etag)).await;
+    let unknown = ask(
+        &relay,
+        delete_of("nobody-0123456789abcdef", &c, "x/a", &etag),
+    )
+    .await;
     assert_eq!(refused(&unknown), Some(Code::Unauthorized));
     // The deleter's grant is for its container only.
     let other = ask(&relay, delete_of(DELETER, "other-container", "x/a", &etag)).await;
@@ -210,12 +220,24 @@ async fn hostile_deletes_are_refused_and_delete_nothing() {
         (delete_of(DELETER, &c, "h/a", ""), Code::InvalidOffer),
         (delete_of(DELETER, &c, "h/a", "\"\""), Code::InvalidOffer),
         (delete_of(DELETER, &c, "h/a", "*"), Code::InvalidOffer),
-        (delete_of(DELETER, &c, "h/a", &format!("{etag},*")), Code::InvalidOffer),
+        (
+            delete_of(DELETER, &c, "h/a", &format!("{etag},*")),
+            Code::InvalidOffer,
+        ),
         (delete_of(DELETER, &c, "h/a", &long), Code::TooLarge),
-        (delete_of(DELETER, &c, "h/\u{202e}a", &etag), Code::InvalidName),
+        (
+            delete_of(DELETER, &c, "h/\u{202e}a", &etag),
+            Code::InvalidName,
+        ),
         (delete_of(DELETER, &c, "", &etag), Code::InvalidName),
-        (delete_of(DELETER, &c, &"n".repeat(1025), &etag), Code::InvalidName),
-        (delete_of(DELETER, "Bad_Name", "h/a", &etag), Code::InvalidName),
+        (
+            delete_of(DELETER, &c, &"n".repeat(1025), &etag),
+            Code::InvalidName,
+        ),
+        (
+            delete_of(DELETER, "Bad_Name", "h/a", &etag),
+            Code::InvalidName,
+        ),
         (
             Delete {
                 version: PROTOCOL_VERSION + 1,
@@ -225,7 +247,11 @@ async fn hostile_deletes_are_refused_and_delete_nothing() {
         ),
     ];
     for (d, code) in cases {
-        let shown = format!("{:?}/{:?}", d.name.chars().take(20).collect::<String>(), d.etag.chars().take(20).collect::<String>());
+        let shown = format!(
+            "{:?}/{:?}",
+            d.name.chars().take(20).collect::<String>(),
+            d.etag.chars().take(20).collect::<String>()
+        );
         let answer = ask(&relay, d).await;
         assert_eq!(refused(&answer), Some(code), "{shown}: {answer:?}");
     }

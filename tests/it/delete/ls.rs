@@ -102,14 +102,28 @@ async fn ls_json_through_the_relay_and_direct() {
     assert_eq!(sealed["sha256"], sha.as_str());
     assert_eq!(sealed["size"], 2048);
     assert!(sealed["etag"].as_str().is_some_and(|e| !e.is_empty()));
-    let raw = v.iter().find(|o| o["name"] == "l/raw").cloned().unwrap_or_default();
+    let raw = v
+        .iter()
+        .find(|o| o["name"] == "l/raw")
+        .cloned()
+        .unwrap_or_default();
     assert!(raw["sha256"].is_null());
-    assert_eq!(v[4], serde_json::json!({"type": "total", "blobs": 4, "bytes": 2054}));
+    assert_eq!(
+        v[4],
+        serde_json::json!({"type": "total", "blobs": 4, "bytes": 2054})
+    );
 
-    let args = ls_args(&relay_flags(&relay), &format!("{c}/l"), &["--json", "--one-level"]);
+    let args = ls_args(
+        &relay_flags(&relay),
+        &format!("{c}/l"),
+        &["--json", "--one-level"],
+    );
     let v = parse(&run_client(&args, &[], T).await);
     assert_eq!(v[0]["type"], "folder");
-    assert_eq!((v[0]["name"].as_str(), v[0]["blobs"].as_u64()), (Some("l/d/"), Some(2)));
+    assert_eq!(
+        (v[0]["name"].as_str(), v[0]["blobs"].as_u64()),
+        (Some("l/d/"), Some(2))
+    );
 
     let args = ls_args(&direct_flags(), &format!("{c}/l"), &["--json"]);
     let v = parse(&run_client(&args, &[], T).await);

@@ -37,6 +37,9 @@ async fn storage_deletes_only_the_version_it_is_given() {
 
     for etag in ["", "\"\"", "*", "\"*\"", "\"a\",\"b\"", "a,b"] {
         let refused = deleter.delete_if_match(etag).await;
-        assert!(matches!(refused, Err(DeleteError::NoEtag)), "{etag:?}: {refused:?}");
+        assert!(
+            matches!(refused, Err(DeleteError::NoEtag)),
+            "{etag:?}: {refused:?}"
+        );
     }
 }
