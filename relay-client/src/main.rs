@@ -72,6 +72,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(*args),
         Command::Upload(args) => upload(*args, &argv),
         Command::Download(args) => download(*args, &argv),
+        Command::Ls(args) => ls(*args),
         Command::Watch(args) => watch(*args),
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -278,6 +279,47 @@ fn download(
         stopped,
         "finished",
     )
+}
+
+/// `relay-client ls`: the listing on stdout, its end as the exit status.
+fn ls(args: relay_client::commands::ls_args::LsArgs) -> ExitCode {
+    use relay_client::commands::ls::LsEnd;
+    relay_transport::install_crypto_provider();
+    let output = if args.json {
+        Output::JsonLines
+    } else {
+        Output::Text
+    };
+    let Some(rt) = runtime(output) else {
+        return ExitCode::from(EXIT_SETUP);
+    };
+    let end = rt.block_on(async {
+        let interrupt = Interrupt::install();
+        let mut out = std::io::BufWriter::new(std::io::stdout());
+        let end = relay_client::commands::ls::run(args, &mut out, interrupt).await;
+        let _ = std::io::Write::flush(&mut out);
+        end
+    });
+    rt.shutdown_background();
+    match end {
+        Ok(LsEnd::Done) => ExitCode::SUCCESS,
+        Ok(LsEnd::Failed(e)) => {
+            print_error(output, e.code.as_str(), "listing", &e.message);
+            ExitCode::from(EXIT_FAILED)
+        }
+        Ok(LsEnd::Refused(e)) => {
+            print_error(output, e.code.as_str(), "refused", &e.message);
+            ExitCode::from(EXIT_SETUP)
+        }
+        Ok(LsEnd::Interrupted) => {
+            eprintln!("relay-client: interrupted");
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Err(e) => {
+            print_error(output, "setup", "setup", &e.to_string());
+            ExitCode::from(EXIT_SETUP)
+        }
+    }
 }
 
 /// What `upload` and `download` share: the runtime, Ctrl-C, the summary and

@@ -10,6 +10,7 @@ mod admission;
 mod architecture;
 mod bench;
 mod cli;
+mod delete;
 mod docs_cite_tests;
 mod download;
 mod hostile;

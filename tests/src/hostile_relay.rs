@@ -113,6 +113,7 @@ async fn stream(
                     size: script.size,
                     etag: "\"0xHOSTILE\"".into(),
                     last_modified: Some(1_700_000_000),
+                    sha256: None,
                 }],
                 marker: None,
                 resumed: false,

@@ -228,7 +228,7 @@ fn refuse_if_readable(path: &Path) -> Result<(), ConfigError> {
 }
 
 /// `argv` with the profile's settings placed right after the subcommand
-/// (`upload`, `watch` or `download`; download takes all but `to`), each only
+/// (`upload`, `watch`, `download` or `ls`; download and ls take all but `to`), each only
 /// where neither a flag nor an environment variable gave it. Other commands,
 /// and runs without a file, get `argv` back.
 pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
@@ -243,7 +243,7 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let Some((sub, sub_matches)) = lenient.subcommand() else {
         return Ok(argv.to_vec());
     };
-    if !matches!(sub, "upload" | "watch" | "download") {
+    if !matches!(sub, "upload" | "watch" | "download" | "ls") {
         return Ok(argv.to_vec());
     }
     let config = sub_matches
@@ -273,8 +273,9 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let mut merged = argv[..at].to_vec();
     for (id, flag) in flags(&profile)? {
         let replaced = own_sign_in && matches!(id, "token" | "entra" | "entra_scope");
-        // `to` is where uploads go; download's --to is a local folder.
-        let not_here = sub == "download" && id == "to";
+        // `to` is where uploads go; download's --to is a local folder, and
+        // ls has none.
+        let not_here = matches!(sub, "download" | "ls") && id == "to";
         if !given(id) && !replaced && !not_here {
             merged.push(flag);
         }

@@ -52,6 +52,10 @@ pub enum Command {
     /// relay; each file is verified before it takes its name, and a rerun resumes.
     #[command(after_long_help = crate::commands::download_args::DOWNLOAD_EXAMPLES)]
     Download(Box<crate::commands::download_args::DownloadArgs>),
+    /// List blobs (a container, or a prefix's) through the relay: size,
+    /// Last-Modified, the SHA-256 the relay vouches for, name.
+    #[command(after_long_help = crate::commands::ls_args::LS_EXAMPLES)]
+    Ls(Box<crate::commands::ls_args::LsArgs>),
     /// Watch directories: upload what is there, then every file that appears or
     /// changes once it is complete (closed and unchanged for --settle), until stopped.
     #[command(after_long_help = WATCH_EXAMPLES)]

@@ -1,5 +1,6 @@
 //! The commands that move files: `upload`, `download` (and their flags,
-//! `args`, `download_args`, `connection_args`), and the setup every command
+//! `args`, `download_args`, `connection_args`), `ls` (a container's blobs,
+//! `ls_args`), and the setup every command
 //! decides before the first file moves (`setup`). Each hands its items to
 //! the runner (`run`) and a driver (`transfer`, `download`, `watch`).
 //!
@@ -10,6 +11,8 @@ pub mod connection_args;
 pub mod download;
 pub mod download_args;
 pub mod in_flight;
+pub mod ls;
+pub mod ls_args;
 pub mod setup;
 pub mod upload;
 pub mod watch;

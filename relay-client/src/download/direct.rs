@@ -242,6 +242,8 @@ pub async fn list(
                 size: b.size,
                 etag: b.etag,
                 last_modified: b.last_modified,
+                // Direct mode holds no relay key: it vouches for nothing.
+                sha256: None,
             };
             if tx.send(listed).await.is_err() {
                 return Ok(());

@@ -23,9 +23,32 @@ use super::job::Job;
 use crate::relay::links::RelayLinks;
 use crate::relay::retry::{Tries, Work};
 use crate::sign_in::Bearer;
+use crate::transfer::mode::Mode;
 use crate::transfer::send::sign_in_failed;
 use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
+
+/// What a listing needs: the way to list (the relay's first connection, or
+/// storage in direct mode), the token, the container and the tries it gets.
+/// A download's job gives it (`ListFrom::job`); so does `ls`.
+pub struct ListFrom<'a> {
+    pub mode: &'a Mode,
+    pub token: &'a Bearer,
+    pub container: &'a str,
+    pub attempts: u32,
+}
+
+impl<'a> ListFrom<'a> {
+    /// A download job's listing.
+    pub fn job(job: &'a Job) -> Self {
+        Self {
+            mode: &job.links,
+            token: &job.opts.token,
+            container: &job.opts.container,
+            attempts: job.attempts,
+        }
+    }
+}
 
 /// One source's listing, through the relay or from storage, taken up again
 /// after a break (`relay::retry`); the names handed on, or why the listing
@@ -35,11 +58,25 @@ pub(super) async fn listing(
     prefix: &str,
     tx: mpsc::Sender<Listed>,
 ) -> Result<u64, FileError> {
-    let container = &job.opts.container;
-    let link = job.relay().map(RelayLinks::first);
-    let mut tries = Tries::new(link, job.attempts, format!("listing {container}/{prefix}"));
+    listing_from(&ListFrom::job(job), prefix, tx).await
+}
+
+/// `listing`, from what `from` gives: the one listing driver of download,
+/// `ls` and sync.
+pub async fn listing_from(
+    from: &ListFrom<'_>,
+    prefix: &str,
+    tx: mpsc::Sender<Listed>,
+) -> Result<u64, FileError> {
+    let container = from.container;
+    let link = match from.mode {
+        Mode::Relay(links) => Some(RelayLinks::first(links)),
+        Mode::Direct(_) => None,
+    };
+    let what = format!("listing {container}/{prefix}");
+    let mut tries = Tries::new(link, from.attempts, what);
     let mut work = SourceListing {
-        job,
+        from,
         prefix,
         tx,
         cursor: Cursor::default(),
@@ -50,7 +87,7 @@ pub(super) async fn listing(
 
 /// One source's listing as `Tries::drive` takes it up again: from its cursor.
 struct SourceListing<'a> {
-    job: &'a Job,
+    from: &'a ListFrom<'a>,
     prefix: &'a str,
     tx: mpsc::Sender<Listed>,
     cursor: Cursor,
@@ -60,25 +97,21 @@ impl Work for SourceListing<'_> {
     type Done = ();
 
     async fn attempt(&mut self, conn: Option<&Connection>) -> Result<(), FileError> {
-        let (job, container) = (self.job, &self.job.opts.container);
-        match (conn, &job.direct) {
+        let (from, container) = (self.from, self.from.container);
+        match (conn, from.mode) {
             (Some(conn), _) => {
-                let token = &job.opts.token;
-                list(
-                    conn,
-                    token,
-                    container,
-                    self.prefix,
-                    &self.tx,
-                    &mut self.cursor,
-                )
-                .await
+                let (prefix, tx) = (self.prefix, &self.tx);
+                list(conn, from.token, container, prefix, tx, &mut self.cursor).await
             }
-            (None, Some(d)) => {
+            (None, Mode::Direct(d)) => {
                 let (prefix, tx) = (self.prefix, &self.tx);
                 super::direct::list(&d.storage, container, prefix, tx, &mut self.cursor).await
             }
-            (None, None) => Err(FileError::new(ErrorCode::Internal, "no way to list", false)),
+            (None, Mode::Relay(_)) => Err(FileError::new(
+                ErrorCode::Internal,
+                "no connection to list on",
+                false,
+            )),
         }
     }
 }

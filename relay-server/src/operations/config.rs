@@ -251,7 +251,7 @@ pub struct SignInArgs {
     /// Accept Entra ID access tokens for this audience: the relay app
     /// registration's application ID URI and/or client ID (comma-separated).
     /// Needs --entra-tenant and at least one --entra-grant (or
-    /// --entra-reader-roles). Beside --tokens or
+    /// --entra-reader-roles, --entra-deleter-roles). Beside --tokens or
     /// alone (docs/SECURITY.md, "Entra ID sign-in").
     #[arg(
         long,
@@ -281,10 +281,11 @@ pub struct SignInArgs {
     pub entra_authority: String,
 
     /// An app role or group and what it may do with which containers:
-    /// `[role:|group:]NAME=CONTAINER[:r|:w|:rw][,...]` (repeatable, or
-    /// `;`-separated in the environment), e.g. `Uploader.lab-a=lab-a` or
-    /// `group:OBJECT_ID=data:rw,results:r`. A bare NAME is an app role; a bare
-    /// container is write only (`:r` reads, `:rw` both).
+    /// `[role:|group:]NAME=CONTAINER[:r|:w|:d|:rw|:wd|:rwd][,...]`
+    /// (repeatable, or `;`-separated in the environment), e.g.
+    /// `Uploader.lab-a=lab-a` or `group:OBJECT_ID=data:rw,results:r`. A bare
+    /// NAME is an app role; a bare container is write only (`:r` reads, `:d`
+    /// deletes, each apart; `:rw` both).
     #[arg(long, env = "RELAY_ENTRA_GRANT", value_delimiter = ';')]
     pub entra_grant: Vec<String>,
 
@@ -292,6 +293,12 @@ pub struct SignInArgs {
     /// container (downloads and listings), without an --entra-grant for it.
     #[arg(long, env = "RELAY_ENTRA_READER_ROLES")]
     pub entra_reader_roles: bool,
+
+    /// An app role `Deleter.<container>` in a token grants deleting in that
+    /// container (a listed version of a blob, `If-Match` its ETag), without
+    /// an --entra-grant for it; it grants nothing else.
+    #[arg(long, env = "RELAY_ENTRA_DELETER_ROLES")]
+    pub entra_deleter_roles: bool,
 
     /// Extra trusted root (PEM) for fetching the authority's documents (a
     /// private PKI or the tests' stand-in issuer); the usual roots stay trusted.

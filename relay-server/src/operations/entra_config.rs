@@ -17,7 +17,7 @@ pub enum EntraConfigError {
     #[error(transparent)]
     Grant(#[from] GrantError),
     #[error(
-        "--entra-audience needs at least one --entra-grant or --entra-reader-roles (no principal could do anything)"
+        "--entra-audience needs at least one --entra-grant, --entra-reader-roles or --entra-deleter-roles (no principal could do anything)"
     )]
     NoGrant,
     #[error("--entra-authority must be https://, not {0:?}")]
@@ -36,7 +36,9 @@ pub fn entra(
     let (false, Some(tenant)) = (args.entra_audience.is_empty(), &args.entra_tenant) else {
         return Ok(None);
     };
-    let grants = Grants::parse(&args.entra_grant)?.with_reader_roles(args.entra_reader_roles);
+    let grants = Grants::parse(&args.entra_grant)?
+        .with_reader_roles(args.entra_reader_roles)
+        .with_deleter_roles(args.entra_deleter_roles);
     if grants.is_empty() {
         return Err(EntraConfigError::NoGrant);
     }

@@ -113,6 +113,7 @@ fn exposition(shared: &Shared, storage: Option<&Reachability>) -> Exposition {
     crate::telemetry::version::render(&mut out);
     transfer_series(m, &mut out);
     download_series(m, &mut out);
+    delete_series(m, &mut out);
     metrics::render_retries(&mut out, &m.azure_retries);
     m.rejections.render(&mut out);
     m.failures.render(&mut out);
@@ -234,6 +235,36 @@ fn download_series(m: &Metrics, out: &mut Exposition) {
     ];
     for (name, kind, help, v) in rows {
         out.value(name, kind, help, Metrics::get(v));
+    }
+}
+
+/// Deletes, by how storage answered them (refused Deletes are counted with
+/// every refused stream, by reason).
+fn delete_series(m: &Metrics, out: &mut Exposition) {
+    let rows: [(&str, &str, &AtomicU64); 4] = [
+        (
+            "blob_relay_deletes_deleted_total",
+            "Deletes that removed the listed version of a blob.",
+            &m.deletes_deleted,
+        ),
+        (
+            "blob_relay_deletes_gone_total",
+            "Deletes that found no blob of the name (gone already).",
+            &m.deletes_gone,
+        ),
+        (
+            "blob_relay_deletes_changed_total",
+            "Deletes refused by If-Match: the blob was another version, and was kept.",
+            &m.deletes_changed,
+        ),
+        (
+            "blob_relay_deletes_failed_total",
+            "Deletes storage failed (after the relay's retries) or refused.",
+            &m.deletes_failed,
+        ),
+    ];
+    for (name, help, v) in rows {
+        out.value(name, Kind::Counter, help, Metrics::get(v));
     }
 }
 

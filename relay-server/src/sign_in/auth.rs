@@ -29,9 +29,25 @@ pub enum AuthError {
     /// its own: a token that may write a container does not read it).
     #[error("token may not read container {0:?}")]
     NoRead(String),
+    /// Valid token, but it may not delete in this container (deleting is a
+    /// grant of its own, implied by neither writing nor reading).
+    #[error("token may not delete in container {0:?}")]
+    NoDelete(String),
     /// An Entra ID access token that failed a check (named by the refusal).
     #[error("Entra ID token refused: {0}")]
     Entra(crate::sign_in::entra::Refusal),
+}
+
+impl AuthError {
+    /// A known caller whose grant does not cover `access` on `container`.
+    pub fn refused(container: &str, access: Access) -> Self {
+        let c = container.to_string();
+        match access {
+            Access::Write => AuthError::Container(c),
+            Access::Read => AuthError::NoRead(c),
+            Access::Delete => AuthError::NoDelete(c),
+        }
+    }
 }
 
 /// Who an Offer's token names, once checked.
@@ -65,17 +81,15 @@ pub async fn authenticate(
     access: Access,
 ) -> Result<Caller, AuthError> {
     match entra {
-        // Entra ID principals read and write what `--entra-grant` (and, if
-        // honoured, `Reader.<container>` roles) grant them, each apart.
+        // Entra ID principals read, write and delete what `--entra-grant`
+        // (and, if honoured, `Reader.<container>` and `Deleter.<container>`
+        // roles) grant them, each apart.
         Some(entra) if crate::sign_in::entra::looks_like_jwt(token) => {
             let p = entra.authenticate(token).await.map_err(AuthError::Entra)?;
             if entra.grants.allows(&p, container, access) {
                 Ok(Caller::Entra(p))
             } else {
-                Err(match access {
-                    Access::Read => AuthError::NoRead(container.to_string()),
-                    Access::Write => AuthError::Container(container.to_string()),
-                })
+                Err(AuthError::refused(container, access))
             }
         }
         _ => tokens
@@ -251,10 +265,7 @@ impl TokenStore {
         match found.map(|e| &e.grant) {
             None => Err(AuthError::Unknown),
             Some(g) if g.allows(container, access) => Ok(()),
-            Some(_) => Err(match access {
-                Access::Write => AuthError::Container(container.to_string()),
-                Access::Read => AuthError::NoRead(container.to_string()),
-            }),
+            Some(_) => Err(AuthError::refused(container, access)),
         }
     }
 

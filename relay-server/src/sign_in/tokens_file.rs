@@ -1,14 +1,16 @@
 //! The tokens file's format: `TOKEN [container,container...]` per line, `#`
-//! comments. A container of the list may carry what the token may do with it:
-//! `data:rw` (read and write), `data:r` (read only), `data:w` or a bare `data`
-//! (write only, as before reading existed). A line without a list writes any
-//! container and reads none. A line that breaks a rule is skipped and reported
+//! comments. A container of the list may carry what the token may do with it,
+//! in access letters: `r` reads, `w` writes, `d` deletes, each apart and in
+//! any order (`data:rw`, `data:r`, `data:wd`, `data:rwd`); a bare `data` is
+//! `data:w` (write only, as before reading existed). Deleting is never implied
+//! by writing or reading. A line without a list writes any container, and
+//! reads and deletes none. A line that breaks a rule is skipped and reported
 //! (its number and the rule, never its text: the text may be a token); the
 //! other lines stand. So an edit with one typo still revokes what it removed.
 
 use relay_proto::blob_name::validate_container;
 
-use crate::sign_in::access::Access;
+use crate::sign_in::access::{Access, Rights};
 
 /// Shortest token we accept: guessing one must be hopeless.
 pub const MIN_TOKEN_CHARS: usize = 16;
@@ -17,7 +19,7 @@ pub const MAX_TOKEN_CHARS: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Grant {
-    /// Write any container (not a reserved one); read none.
+    /// Write any container (not a reserved one); read and delete none.
     AnyContainer,
     /// Exactly these containers, each with its own rights.
     Containers(Vec<ContainerGrant>),
@@ -27,43 +29,54 @@ pub enum Grant {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerGrant {
     pub name: String,
-    pub read: bool,
-    pub write: bool,
+    pub rights: Rights,
 }
 
 impl ContainerGrant {
-    /// A bare name: write only (what every list entry meant before reads).
-    pub fn write(name: &str) -> Self {
+    /// `name` with these rights.
+    pub fn with(name: &str, rights: Rights) -> Self {
         Self {
             name: name.to_string(),
-            read: false,
-            write: true,
+            rights,
         }
+    }
+
+    /// A bare name: write only (what every list entry meant before reads).
+    pub fn write(name: &str) -> Self {
+        Self::with(
+            name,
+            Rights {
+                write: true,
+                ..Rights::default()
+            },
+        )
     }
 
     /// `name:r`.
     pub fn read(name: &str) -> Self {
-        Self {
-            name: name.to_string(),
-            read: true,
-            write: false,
-        }
+        Self::with(
+            name,
+            Rights {
+                read: true,
+                ..Rights::default()
+            },
+        )
     }
 
     /// `name:rw`.
     pub fn read_write(name: &str) -> Self {
-        Self {
-            name: name.to_string(),
-            read: true,
-            write: true,
-        }
+        Self::with(
+            name,
+            Rights {
+                read: true,
+                write: true,
+                ..Rights::default()
+            },
+        )
     }
 
     fn allows(&self, access: Access) -> bool {
-        match access {
-            Access::Read => self.read,
-            Access::Write => self.write,
-        }
+        self.rights.allows(access)
     }
 }
 
@@ -92,9 +105,11 @@ pub enum Rule {
         "container {0} of the list is not a valid container name (3-63 lowercase letters, digits and single hyphens)"
     )]
     Container(usize),
-    /// Which container of the list (1-based) has a suffix other than `:r`,
-    /// `:w` or `:rw`.
-    #[error("container {0} of the list has an access other than :r, :w or :rw")]
+    /// Which container of the list (1-based) has a suffix other than access
+    /// letters `r`, `w`, `d`, each at most once.
+    #[error(
+        "container {0} of the list has an access other than the letters r, w and d (e.g. :r, :rw, :wd, :rwd)"
+    )]
     Access(usize),
     #[error("container list is empty (leave it out to allow any container)")]
     EmptyList,
@@ -162,10 +177,7 @@ fn parse_line(line: &str) -> Result<(String, Grant), Rule> {
                 let g = parse_entry(entry, i + 1)?;
                 // A container named twice gets both entries' rights.
                 match cs.iter_mut().find(|c| c.name == g.name) {
-                    Some(c) => {
-                        c.read |= g.read;
-                        c.write |= g.write;
-                    }
+                    Some(c) => c.rights = c.rights.union(g.rights),
                     None => cs.push(g),
                 }
             }
@@ -175,8 +187,9 @@ fn parse_line(line: &str) -> Result<(String, Grant), Rule> {
     Ok((token.to_string(), grant))
 }
 
-/// One entry of a container list: `name`, `name:r`, `name:w` or `name:rw`;
-/// `n` is its place in the list (for the rule it breaks).
+/// One entry of a container list: `name` (write only) or `name:LETTERS`
+/// (`r`, `w`, `d`; `Rights::parse`); `n` is its place in the list (for the
+/// rule it breaks).
 fn parse_entry(entry: &str, n: usize) -> Result<ContainerGrant, Rule> {
     let (name, access) = match entry.split_once(':') {
         Some((name, access)) => (name, Some(access)),
@@ -186,10 +199,10 @@ fn parse_entry(entry: &str, n: usize) -> Result<ContainerGrant, Rule> {
         return Err(Rule::Container(n));
     }
     match access {
-        None | Some("w") => Ok(ContainerGrant::write(name)),
-        Some("r") => Ok(ContainerGrant::read(name)),
-        Some("rw") => Ok(ContainerGrant::read_write(name)),
-        Some(_) => Err(Rule::Access(n)),
+        None => Ok(ContainerGrant::write(name)),
+        Some(letters) => Rights::parse(letters)
+            .map(|r| ContainerGrant::with(name, r))
+            .ok_or(Rule::Access(n)),
     }
 }
 
@@ -264,8 +277,32 @@ mod tests {
         );
         assert_eq!(
             Rule::Access(2).to_string(),
-            "container 2 of the list has an access other than :r, :w or :rw"
+            "container 2 of the list has an access other than the letters r, w and d (e.g. :r, :rw, :wd, :rwd)"
         );
+        let p = parse_tokens("abcdefghijklmnop0001 data:rwdd\nabcdefghijklmnop0002 data:dx\n");
+        assert_eq!(p.tokens, []);
+        assert_eq!(p.skipped.len(), 2);
+    }
+
+    /// Deleting is its own letter: implied by neither writing nor reading,
+    /// nor by a line without a list.
+    #[test]
+    fn deleting_is_a_grant_of_its_own() {
+        let p = parse_tokens(
+            "abcdefghijklmnop0001 data:rwd,logs:wd,old:d\nabcdefghijklmnop0002 data:rw\nabcdefghijklmnop0003\nabcdefghijklmnop0004 data:w,data:d\n",
+        );
+        assert_eq!(p.skipped, []);
+        let all = &p.tokens[0].1;
+        assert!(all.allows("data", Access::Delete) && all.allows("data", Access::Read));
+        assert!(all.allows("logs", Access::Delete) && !all.allows("logs", Access::Read));
+        assert!(all.allows("old", Access::Delete) && !all.allows("old", Access::Write));
+        assert!(!all.allows("other", Access::Delete));
+        let rw = &p.tokens[1].1;
+        assert!(rw.allows("data", Access::Write) && !rw.allows("data", Access::Delete));
+        assert!(!p.tokens[2].1.allows("data", Access::Delete));
+        // Named twice: both rights.
+        assert!(p.tokens[3].1.allows("data", Access::Delete));
+        assert!(p.tokens[3].1.allows("data", Access::Write));
     }
 
     #[test]

@@ -156,17 +156,18 @@ pub struct DownloadLimits {
 impl DownloadLimits {
     /// A listing page of at most `list_page` names whose memory is at most
     /// an eighth of a caller's share (`share_bytes`): a listing leaves the
-    /// rest to the caller's downloads.
+    /// rest to the caller's downloads. The relay's pages carry metadata (the
+    /// seals it checks), so each name takes more (`PageSize::within`).
     pub fn list_page_size(&self, share_bytes: u64) -> PageSize {
-        PageSize::within(self.list_page, share_bytes / 8)
+        PageSize::within(self.list_page, share_bytes / 8, true)
     }
 }
 
 impl Default for DownloadLimits {
     /// Six 4 MiB ranges: 24 MiB in flight per blob keeps a blob's read ahead
     /// of a fast link with storage's tens of milliseconds per range. Pages of
-    /// 1,000 names: 10.7 MiB of budget each (`PageSize::bytes`), a fifth of
-    /// what Azure's largest page would take.
+    /// 1,000 names with their metadata: 14.6 MiB of budget each
+    /// (`PageSize::bytes`), a fifth of what Azure's largest page would take.
     fn default() -> Self {
         Self {
             ranges_in_flight: 6,
@@ -235,7 +236,7 @@ mod tests {
         // The default 1 GiB budget at 50 %: the whole page of 1,000 names.
         let page = limits.list_page_size(512 << 20);
         assert_eq!(page.names, 1000);
-        assert_eq!(page.bytes(), 11_264_000);
+        assert_eq!(page.bytes(), 15_360_000);
         // A 96 MiB budget: 48 MiB a share, so 6 MiB a page, fewer names.
         let page = limits.list_page_size(48 << 20);
         assert!(page.names < 1000 && page.bytes() <= 6 << 20, "{page:?}");

@@ -51,6 +51,13 @@ pub struct Metrics {
     /// Of the failed: dropped because a page was not taken within the write
     /// timeout.
     pub listings_stalled: AtomicU64,
+    /// Deletes storage answered, by outcome: the listed version deleted, no
+    /// blob of the name, another version kept (`If-Match` refused).
+    pub deletes_deleted: AtomicU64,
+    pub deletes_gone: AtomicU64,
+    pub deletes_changed: AtomicU64,
+    /// Deletes storage failed (after the relay's retries) or refused.
+    pub deletes_failed: AtomicU64,
     /// Streams refused before their Plan, by reason; also rate-limits their log.
     pub rejections: Rejections,
     /// Every transfer that ended without a commit, by code and class.
@@ -78,6 +85,10 @@ impl Default for Metrics {
             listings_completed: AtomicU64::default(),
             listings_failed: AtomicU64::default(),
             listings_stalled: AtomicU64::default(),
+            deletes_deleted: AtomicU64::default(),
+            deletes_gone: AtomicU64::default(),
+            deletes_changed: AtomicU64::default(),
+            deletes_failed: AtomicU64::default(),
             rejections: Rejections::default(),
             failures: Failures::default(),
         }

@@ -6,7 +6,7 @@
 
 use relay_proto::blob_name::{ContainerNameError, validate_container};
 use relay_proto::offer_rules::{UnsupportedVersion, check_version};
-use relay_proto::protocol::{Code, Failure, Fetch, List, Offer};
+use relay_proto::protocol::{Code, Delete, Failure, Fetch, List, Offer};
 
 use crate::connection::link::Link;
 use crate::connection::stream_credit::StreamTicket;
@@ -22,14 +22,18 @@ pub(crate) enum Ask {
     Fetch,
     /// A List: read a container's names.
     List,
+    /// A Delete: remove one version of a blob.
+    Delete,
 }
 
 impl Ask {
-    /// The grant the ask needs: writing never implies reading, nor the reverse.
+    /// The grant the ask needs: writing never implies reading, nor the
+    /// reverse, and neither implies deleting.
     fn access(self) -> Access {
         match self {
             Ask::Upload => Access::Write,
             Ask::Fetch | Ask::List => Access::Read,
+            Ask::Delete => Access::Delete,
         }
     }
 }
@@ -59,6 +63,15 @@ impl<'a> Request<'a> {
             version: fetch.version,
             token: &fetch.token.0,
             container: &fetch.container,
+        }
+    }
+
+    pub(crate) fn delete(delete: &'a Delete) -> Self {
+        Self {
+            ask: Ask::Delete,
+            version: delete.version,
+            token: &delete.token.0,
+            container: &delete.container,
         }
     }
 
@@ -93,7 +106,9 @@ impl Refusal {
             Refusal::Version(_) => Code::UnsupportedVersion,
             Refusal::Name(_) => Code::InvalidName,
             Refusal::Auth(AuthError::Unknown | AuthError::Entra(_)) => Code::Unauthorized,
-            Refusal::Auth(AuthError::Container(_) | AuthError::NoRead(_))
+            Refusal::Auth(
+                AuthError::Container(_) | AuthError::NoRead(_) | AuthError::NoDelete(_),
+            )
             | Refusal::Reserved(_) => Code::Forbidden,
         }
     }
@@ -125,7 +140,7 @@ pub(crate) async fn admit(shared: &Shared, request: Request<'_>) -> Result<Calle
     Ok(caller)
 }
 
-/// A valid Fetch or List admits the connection as a valid Offer does; the
+/// A valid Fetch, List or Delete admits the connection as a valid Offer does; the
 /// client sends nothing more on the stream, so it counts as one waiting for
 /// storage.
 pub(crate) fn admitted(link: &Link, ticket: &mut StreamTicket) {
@@ -155,6 +170,10 @@ mod tests {
                 Refusal::Auth(AuthError::NoRead("c".into())),
                 Code::Forbidden,
             ),
+            (
+                Refusal::Auth(AuthError::NoDelete("c".into())),
+                Code::Forbidden,
+            ),
             (Refusal::Reserved("relay-boot".into()), Code::Forbidden),
         ];
         for (refusal, code) in cases {
@@ -175,5 +194,6 @@ mod tests {
         assert_eq!(Ask::Upload.access(), Access::Write);
         assert_eq!(Ask::Fetch.access(), Access::Read);
         assert_eq!(Ask::List.access(), Access::Read);
+        assert_eq!(Ask::Delete.access(), Access::Delete);
     }
 }

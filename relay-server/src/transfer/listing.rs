@@ -15,8 +15,13 @@
 //! input: length-bounded, only ever the `marker` query of a listing of the
 //! container the caller may read, and the names that come back are still
 //! those under the prefix (`relay_storage::listing`).
+//!
+//! Pages are asked for with metadata, and an entry carries its SHA-256 only
+//! when the blob's seal verifies under the relay's key (`vouched`): any
+//! storage writer can set metadata, only a holder of the key can seal.
 
 use quinn::{RecvStream, SendStream};
+use relay_proto::id_key::IdKey;
 use relay_proto::id_key::Owner;
 use relay_proto::limits::MAX_FRAME_LEN;
 use relay_proto::logsafe::safe;
@@ -103,7 +108,7 @@ async fn serve(shared: &Shared, owner: &Owner, send: &mut SendStream, list: &Lis
     let timeout = shared.storage.download.write_timeout;
     let m = &shared.metrics;
     let lister = match shared.storage.account.lister(&list.container) {
-        Ok(l) => l,
+        Ok(l) => l.with_seals(),
         Err(e) => {
             let f = relay_pipeline::failure::storage_failure(&e);
             Metrics::add(&m.listings_failed, 1);
@@ -181,7 +186,13 @@ async fn pages(
             .map_err(|e| Stop::Failed(list_failure(e)))?;
         total += page.blobs.len() as u64;
         let next = page.next_marker;
-        let frames = frames(page.blobs, next.clone(), resumed);
+        let key = &shared.storage.id_key;
+        let listed = page
+            .blobs
+            .into_iter()
+            .map(|b| vouched(b, key, &list.container))
+            .collect();
+        let frames = frames(listed, next.clone(), resumed);
         // The page in all, not each frame, within the timeout.
         let write = async {
             for frame in frames {
@@ -221,13 +232,26 @@ fn list_failure(e: ReadError) -> Failure {
     }
 }
 
+/// A listed blob as the client hears of it: its SHA-256 only when its seal
+/// holds under `key`.
+pub fn vouched(b: ListedBlob, key: &IdKey, container: &str) -> Listed {
+    let sha256 = b.sealed_sha256(key, container);
+    Listed {
+        name: b.name,
+        size: b.size,
+        etag: b.etag,
+        last_modified: b.last_modified,
+        sha256,
+    }
+}
+
 /// A page's blobs in Listing frames, each under the frame limit, in order;
 /// the last carries `marker` (where the next page starts), and a page without
 /// blobs but with a marker is one empty frame, so the client still learns it.
 /// A marker longer than a List may bring back is not handed on (the client
 /// then takes a lost listing up from an earlier one). `resumed` is set on
 /// every frame of a listing taken up from a marker.
-pub fn frames(blobs: Vec<ListedBlob>, marker: Option<String>, resumed: bool) -> Vec<Listing> {
+pub fn frames(blobs: Vec<Listed>, marker: Option<String>, resumed: bool) -> Vec<Listing> {
     let marker = marker.filter(|m| m.len() <= MAX_LIST_MARKER_BYTES);
     // Room for the envelope, `resumed` and the marker, escaped (at most six
     // bytes a byte: 48 KiB), in every frame: an entry (at most 1,024
@@ -244,13 +268,7 @@ pub fn frames(blobs: Vec<ListedBlob>, marker: Option<String>, resumed: bool) -> 
     let mut out = Vec::new();
     let mut current: Vec<Listed> = Vec::new();
     let mut used = reserved;
-    for b in blobs {
-        let entry = Listed {
-            name: b.name,
-            size: b.size,
-            etag: b.etag,
-            last_modified: b.last_modified,
-        };
+    for entry in blobs {
         // Its JSON and a comma.
         let len = serde_json::to_vec(&entry).map_or(MAX_FRAME_LEN, |v| v.len()) + 1;
         if used + len > MAX_FRAME_LEN && !current.is_empty() {
@@ -273,14 +291,52 @@ pub fn frames(blobs: Vec<ListedBlob>, marker: Option<String>, resumed: bool) -> 
 mod tests {
     use super::*;
 
-    fn longest(i: u64) -> ListedBlob {
-        ListedBlob {
+    fn longest(i: u64) -> Listed {
+        Listed {
             // The longest names, escaped at six bytes a character.
             name: format!("{i:04}{}", "\u{1}".repeat(1020)),
             size: i,
             etag: "\"0x8DC0FFEE\"".into(),
             last_modified: Some(1_700_000_000),
+            sha256: Some("ab".repeat(32)),
         }
+    }
+
+    #[test]
+    fn only_a_seal_that_holds_under_the_relays_key_is_vouched_for() {
+        let key = IdKey::random();
+        let sha = "cd".repeat(32);
+        let blob = |sha256: Option<String>, seal: Option<String>| ListedBlob {
+            name: "p/a".into(),
+            size: 5,
+            etag: "\"0x1\"".into(),
+            last_modified: None,
+            sha256,
+            seal,
+        };
+        let good = key.seal("c", "p/a", 5, &sha);
+        let v = vouched(blob(Some(sha.clone()), Some(good.clone())), &key, "c");
+        assert_eq!(v.sha256.as_deref(), Some(sha.as_str()));
+        // Metadata anyone could set, a seal of another key, another
+        // container's, another SHA-256's: nothing vouched.
+        assert_eq!(
+            vouched(blob(Some(sha.clone()), None), &key, "c").sha256,
+            None
+        );
+        let theirs = IdKey::random().seal("c", "p/a", 5, &sha);
+        assert_eq!(
+            vouched(blob(Some(sha.clone()), Some(theirs)), &key, "c").sha256,
+            None
+        );
+        assert_eq!(
+            vouched(blob(Some(sha.clone()), Some(good.clone())), &key, "d").sha256,
+            None
+        );
+        let other = "ef".repeat(32);
+        assert_eq!(
+            vouched(blob(Some(other), Some(good)), &key, "c").sha256,
+            None
+        );
     }
 
     fn check(frames: &[Listing]) -> Vec<String> {
@@ -295,7 +351,7 @@ mod tests {
 
     #[test]
     fn frames_stay_under_the_limit_and_keep_every_name_in_order() {
-        let blobs: Vec<ListedBlob> = (0..300).map(longest).collect();
+        let blobs: Vec<Listed> = (0..300).map(longest).collect();
         let names: Vec<String> = blobs.iter().map(|b| b.name.clone()).collect();
         let frames = frames(blobs, None, false);
         assert!(frames.len() > 1);
@@ -308,7 +364,7 @@ mod tests {
     fn a_pages_marker_rides_on_its_last_frame_within_the_limit() {
         // The longest marker a List may bring back, escaped at six bytes a byte.
         let marker = "\u{1}".repeat(MAX_LIST_MARKER_BYTES);
-        let blobs: Vec<ListedBlob> = (0..100).map(longest).collect();
+        let blobs: Vec<Listed> = (0..100).map(longest).collect();
         let names: Vec<String> = blobs.iter().map(|b| b.name.clone()).collect();
         let frames = frames(blobs, Some(marker.clone()), true);
         assert_eq!(check(&frames), names);

@@ -3,11 +3,13 @@
 //! `upload_io`, compressed chunks read through `inflating`, `progress` frames
 //! back), a Fetch or a List a download (`fetch`, its ranges compressed by
 //! `deflating`; `listing`); anything else is
-//! refused with a Reject. May import `telemetry`, `connection`, `sign_in` and
+//! refused with a Reject. A Delete removes one listed version of a blob
+//! (`delete`, `If-Match` its ETag). May import `telemetry`, `connection`, `sign_in` and
 //! `state`; never `server` or `operations`.
 
 mod admit;
 pub mod deflating;
+mod delete;
 pub mod fetch;
 pub mod inflating;
 pub mod listing;
@@ -51,6 +53,9 @@ pub async fn handle(
         Ok(Ok(Message::List(l))) => {
             return listing::handle(&shared, &link, &mut ticket, &mut send, &mut recv, l).await;
         }
+        Ok(Ok(Message::Delete(d))) => {
+            return delete::handle(&shared, &link, &mut ticket, &mut send, &mut recv, d).await;
+        }
         Ok(Ok(Message::Offer(o))) => match check_names(&o) {
             Ok(()) => Ok(o),
             Err(f) => Err((Reason::Code(f.code), f)),
@@ -59,7 +64,10 @@ pub async fn handle(
             Reason::NotOffer,
             Failure::new(
                 Code::InvalidOffer,
-                format!("expected an Offer, Fetch or List, got {}", other.name()),
+                format!(
+                    "expected an Offer, Fetch, List or Delete, got {}",
+                    other.name()
+                ),
             ),
         )),
         // Nothing was sent and nobody waits for an answer; counted all the same.
@@ -112,8 +120,8 @@ fn check_names(offer: &Offer) -> Result<(), Failure> {
     validate_blob_name(&offer.blob).map_err(|e| Failure::new(Code::InvalidName, e.to_string()))
 }
 
-/// Refuses a stream after its first frame was read (an Offer, a Fetch or a
-/// List that failed its checks): one refused for who sent it (token, grant)
+/// Refuses a stream after its first frame was read (an Offer, a Fetch, a
+/// List or a Delete that failed its checks): one refused for who sent it (token, grant)
 /// on a connection not yet authenticated also closes that connection
 /// (`Link::refuse_peer`), so it keeps no pending slot until the auth deadline.
 pub(crate) async fn refuse(

@@ -127,7 +127,8 @@ pub struct Trailer {
 pub enum Code {
     /// Unknown or expired token.
     Unauthorized,
-    /// The token may not write (or, for a Fetch or List, read) this container.
+    /// The token may not write (or, for a Fetch or List, read; for a Delete,
+    /// delete) this container.
     Forbidden,
     InvalidName,
     InvalidOffer,
@@ -321,7 +322,7 @@ pub struct Progress {
 // A page's last Listing carries storage's continuation marker; a listing lost
 // midway is taken up by a List that carries it back (never by comparing
 // names: storage's order is its own, e.g. UTF-16 code units).
-// A stream's first frame (Offer, Fetch or List) carries the token and is what
+// A stream's first frame (Offer, Fetch, List or Delete) carries the token and is what
 // admits a connection. Reading is a grant of its own (docs/SECURITY.md).
 
 /// Client → relay, the first frame of a download stream: one blob's bytes from
@@ -445,6 +446,12 @@ pub struct Listed {
     pub etag: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<u64>,
+    /// Hex SHA-256 of the blob's bytes, set only when the blob's seal verified
+    /// under the relay's key: the relay vouches that this version holds these
+    /// bytes. Absent from older relays, from direct mode (no key) and for a
+    /// blob without a seal that holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// Relay → client: the next blobs of a listing, in storage's order. Each frame
@@ -470,6 +477,57 @@ pub struct ListEnd {
     pub resumed: bool,
 }
 
+// ---- Delete ---------------------------------------------------------------
+//
+// One QUIC stream per blob, opened by the client:
+//
+// ```text
+// client: Delete ─────────────▶ relay
+// client ◀── Deleted | Reject | Error
+// ```
+// One blob a stream, as a Fetch is: each is admitted on its own frame, its
+// outcome is its own (no half-done batch to describe), and the relay's stream
+// credit bounds how many are in flight. Deleting is a grant of its own,
+// implied by neither writing nor reading (docs/SECURITY.md).
+
+/// Client → relay, the first frame of a delete stream: remove `container/name`
+/// only if it is still the version `etag` (the one the client listed). The
+/// relay deletes with `If-Match: etag`, never without one, so a blob written
+/// after the listing is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delete {
+    pub version: u32,
+    pub token: Secret,
+    pub container: String,
+    pub name: String,
+    /// The ETag of the listed version; required, at most `MAX_ETAG_BYTES`.
+    pub etag: String,
+}
+
+/// Longest ETag a Delete may carry (storage's are some twenty characters).
+pub const MAX_ETAG_BYTES: usize = 256;
+
+/// What became of a Delete's blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Removal {
+    /// The listed version was deleted.
+    Deleted,
+    /// No blob of the name: gone already (storage's 404).
+    AlreadyGone,
+    /// The blob is no longer the listed version (storage's 412): it was kept.
+    Changed,
+}
+
+/// Relay → client: the Delete's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub outcome: Removal,
+    /// Storage requests the delete cost the relay, retries included.
+    #[serde(default)]
+    pub requests: u32,
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -492,6 +550,8 @@ pub enum Message {
     List(List),
     Listing(Listing),
     ListEnd(ListEnd),
+    Delete(Delete),
+    Deleted(Deleted),
 }
 
 impl Message {
@@ -512,6 +572,8 @@ impl Message {
             Message::List(_) => "List",
             Message::Listing(_) => "Listing",
             Message::ListEnd(_) => "ListEnd",
+            Message::Delete(_) => "Delete",
+            Message::Deleted(_) => "Deleted",
         }
     }
 }
@@ -538,84 +600,5 @@ pub mod app_error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Only a refusal of the token or its grant is about the caller; every
-    /// other code is about one request, and the connection stays.
-    #[test]
-    fn only_unauthorized_and_forbidden_refuse_the_caller() {
-        let all = [
-            (Code::Unauthorized, true),
-            (Code::Forbidden, true),
-            (Code::InvalidName, false),
-            (Code::InvalidOffer, false),
-            (Code::UnsupportedVersion, false),
-            (Code::TooLarge, false),
-            (Code::Exists, false),
-            (Code::Busy, false),
-            (Code::HashMismatch, false),
-            (Code::Truncated, false),
-            (Code::Conflict, false),
-            (Code::Storage, false),
-            (Code::StorageRefused, false),
-            (Code::BadEncoding, false),
-            (Code::NotFound, false),
-            (Code::Changed, false),
-            (Code::Internal, false),
-        ];
-        for (code, caller) in all {
-            assert_eq!(code.refuses_the_caller(), caller, "{code:?}");
-        }
-    }
-
-    /// Listing markers are optional fields both ways: frames of a relay from
-    /// before them parse here, and these parse in a client from before them
-    /// (unknown fields are ignored), so older peers keep working.
-    #[test]
-    fn listing_markers_are_optional_for_older_peers() {
-        let old: Message = serde_json::from_str(
-            r#"{"type":"listing","blobs":[{"name":"a","size":1,"etag":"e"}]}"#,
-        )
-        .expect("an older relay's Listing");
-        assert!(matches!(old, Message::Listing(ref l) if l.marker.is_none() && !l.resumed));
-        let old: Message =
-            serde_json::from_str(r#"{"type":"list_end","blobs":1}"#).expect("ListEnd");
-        assert!(matches!(old, Message::ListEnd(ref e) if !e.resumed));
-        let old: Message = serde_json::from_str(
-            r#"{"type":"list","version":1,"token":"t","container":"c","prefix":"p"}"#,
-        )
-        .expect("an older client's List");
-        assert!(matches!(old, Message::List(ref l) if l.marker.is_none()));
-
-        /// A Listing as a client from before markers knows it.
-        #[derive(Deserialize)]
-        struct OlderListing {
-            blobs: Vec<Listed>,
-        }
-        let new = Listing {
-            blobs: vec![Listed {
-                name: "a".into(),
-                size: 1,
-                etag: "e".into(),
-                last_modified: None,
-            }],
-            marker: Some("2!opaque".into()),
-            resumed: true,
-        };
-        let text = serde_json::to_string(&new).expect("encode");
-        let older: OlderListing = serde_json::from_str(&text).expect("parses without markers");
-        assert_eq!(older.blobs.len(), 1);
-        // Nothing new on the wire when there is nothing to say.
-        let plain = Listing {
-            marker: None,
-            resumed: false,
-            ..new
-        };
-        let text = serde_json::to_string(&plain).expect("encode");
-        assert!(
-            !text.contains("marker") && !text.contains("resumed"),
-            "{text}"
-        );
-    }
-}
+#[path = "protocol_tests.rs"]
+mod tests;

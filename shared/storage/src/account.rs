@@ -9,6 +9,7 @@ use azure_storage_blob::{BlobContainerClient, BlobContainerClientOptions};
 
 use crate::blob::BlobWriter;
 use crate::credentials::{CannotHoldPath, StorageAccess};
+use crate::delete::BlobDeleter;
 use crate::error::BlobError;
 use crate::listing::Lister;
 use crate::options::WriterOptions;
@@ -142,10 +143,19 @@ impl Storage {
         })
     }
 
+    /// Deletes versions of one blob (`delete::BlobDeleter::delete_if_match`),
+    /// on the writers' retry schedule, request limit and counters.
+    pub fn deleter(&self, container: &str, blob: &str) -> Result<BlobDeleter, BlobError> {
+        Ok(BlobDeleter {
+            r: self.reader(container, blob)?,
+        })
+    }
+
     /// Lists one container a page at a time.
     pub fn lister(&self, container: &str) -> Result<Lister, BlobError> {
         Ok(Lister {
             w: self.writer_at(self.access.container_url(container)?),
+            metadata: false,
         })
     }
 

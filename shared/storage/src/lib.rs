@@ -5,7 +5,8 @@
 //! (`staging`), verify-then-commit publishing (`publish`), the retry schedule
 //! (`retry`) and when a request is given up (`watch`, fed by `progress`);
 //! downloads read through `read` (a blob's ranges) and `listing` (a
-//! container's pages).
+//! container's pages, with the relay's seals when asked); `delete` removes
+//! one version of a blob (`If-Match`).
 //! Every upload request goes through one seam, `store::BlobStore`,
 //! with the Azure implementation (`blob::BlobWriter`) and an in-memory twin that
 //! can interleave writers deterministically (`memory`); every download request
@@ -21,6 +22,7 @@ pub mod backtraces;
 pub mod blob;
 pub mod checksum;
 pub mod credentials;
+pub mod delete;
 pub mod error;
 pub mod listing;
 pub mod memory;

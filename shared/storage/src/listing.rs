@@ -2,12 +2,20 @@
 //! caller can count before it asks.
 //!
 //! A page's answer is read into one buffer of at most its `PageSize`'s answer
-//! cap (`ANSWER_BYTES_PER_NAME` per name asked for): an answer that would be
-//! larger (names of 1,024 escaped characters, properties of kilobytes) is
-//! dropped unread past the cap and asked again for a quarter of the names,
-//! down to one, so a page never holds more than `PageSize::bytes` whatever
-//! the blobs are called. The answer is parsed with the SDK's own model (it
-//! decodes names storage sent percent-encoded), then kept as `ListedBlob`s.
+//! cap (`ANSWER_BYTES_PER_NAME` per name asked for, more with metadata): an
+//! answer that would be larger (names of 1,024 escaped characters, properties
+//! of kilobytes) is dropped unread past the cap and asked again for a quarter
+//! of the names, down to one, so a page never holds more than
+//! `PageSize::bytes` whatever the blobs are called. The answer is parsed with
+//! the SDK's models of a name (percent-encoded names decoded) and of the
+//! properties, then kept as `ListedBlob`s.
+//!
+//! A lister made `with_seals` also asks for each blob's metadata
+//! (`include=metadata`) and keeps only the relay's SHA-256 and seal from it:
+//! the model names those two keys and skips every other, so a blob with
+//! thousands of tiny metadata pairs (anyone who may write storage can set
+//! them) costs the parse no map of them. Whether the seal holds is the
+//! caller's to check (`ListedBlob::sealed_sha256`): only it has the key.
 //!
 //! Names outside the prefix asked for are dropped: a listing taken up from
 //! a marker a caller handed back (opaque to the reader, so possibly forged)
@@ -15,7 +23,9 @@
 
 use azure_core::error::{CheckSuccessOptions, ErrorKind};
 use azure_core::http::{Context, Method, PipelineStreamOptions, Request};
-use azure_storage_blob::models::ListBlobsResponse;
+use azure_storage_blob::models::{BlobName, BlobProperties};
+use relay_proto::id_key::IdKey;
+use serde::Deserialize;
 
 use crate::blob::BlobWriter;
 use crate::read::{ReadError, header_etag};
@@ -37,16 +47,49 @@ pub const ANSWER_BYTES_PER_NAME: u64 = 4 << 10;
 /// `PageSize::bytes`.
 pub const ENTRY_BYTES: u64 = 3 << 10;
 
-/// One page's size: the names asked for, and so the memory it may take.
+/// Bytes of storage's answer allowed per name beyond `ANSWER_BYTES_PER_NAME`
+/// when the page asks for metadata: the relay's SHA-256, seal and writer's
+/// mark take some 250 bytes of XML, and a user's own metadata the rest.
+pub const METADATA_BYTES_PER_NAME: u64 = 2 << 10;
+
+/// The smallest answer cap of a page that asks for metadata: one blob with
+/// the longest name (1,024 characters, six bytes each escaped), its
+/// properties, and the most metadata storage keeps (8 KiB of names and
+/// values, each byte at most six escaped, a name written twice as its
+/// element's tags), so even a page shrunk to one name reads any blob.
+pub const ONE_BLOB_WITH_METADATA_BYTES: u64 = 128 << 10;
+
+/// One page's size: the names asked for, whether with metadata, and so the
+/// memory it may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageSize {
     pub names: u32,
+    /// The page asks for each blob's metadata (`Lister::with_seals`).
+    pub metadata: bool,
 }
 
 impl PageSize {
+    /// A page of `names` without metadata.
+    pub fn plain(names: u32) -> Self {
+        Self {
+            names,
+            metadata: false,
+        }
+    }
+
+    /// Answer bytes allowed per name asked for.
+    fn per_name(metadata: bool) -> u64 {
+        ANSWER_BYTES_PER_NAME + if metadata { METADATA_BYTES_PER_NAME } else { 0 }
+    }
+
     /// Largest answer read for a page of this size.
     pub fn answer_cap(&self) -> u64 {
-        u64::from(self.names.max(1)) * ANSWER_BYTES_PER_NAME
+        let cap = u64::from(self.names.max(1)) * Self::per_name(self.metadata);
+        if self.metadata {
+            cap.max(ONE_BLOB_WITH_METADATA_BYTES)
+        } else {
+            cap
+        }
     }
 
     /// The most memory one page holds at once: its answer (at most the cap),
@@ -58,12 +101,16 @@ impl PageSize {
 
     /// The page of at most `names` (1 to `MAX_PAGE_NAMES`) whose memory is
     /// at most `bytes`: fewer names when memory is tight, never fewer than one.
-    pub fn within(names: u32, bytes: u64) -> PageSize {
+    /// (With metadata, a page of one name still takes
+    /// `ONE_BLOB_WITH_METADATA_BYTES` for its answer: the least that reads
+    /// any blob.)
+    pub fn within(names: u32, bytes: u64, metadata: bool) -> PageSize {
         let names = names.clamp(1, MAX_PAGE_NAMES);
-        let per_name = 2 * ANSWER_BYTES_PER_NAME + ENTRY_BYTES;
+        let per_name = 2 * Self::per_name(metadata) + ENTRY_BYTES;
         let fit = u32::try_from(bytes / per_name).unwrap_or(u32::MAX);
         PageSize {
             names: names.min(fit).max(1),
+            metadata,
         }
     }
 }
@@ -75,6 +122,22 @@ pub struct ListedBlob {
     pub size: u64,
     pub etag: String,
     pub last_modified: Option<u64>,
+    /// From a page with metadata: the relay's SHA-256 and seal as found
+    /// (not yet checked; `sealed_sha256` checks them).
+    pub sha256: Option<String>,
+    pub seal: Option<String>,
+}
+
+impl ListedBlob {
+    /// The SHA-256 (hex, lower case) the relay vouches for: the one in
+    /// metadata, only if the seal over it, this blob's name and size
+    /// verifies under `key` (the one check, `publish::seal_holds`).
+    pub fn sealed_sha256(&self, key: &IdKey, container: &str) -> Option<String> {
+        let sha = self.sha256.as_deref()?;
+        let seal = self.seal.as_deref()?;
+        crate::publish::seal_holds(key, container, &self.name, self.size, sha, seal)
+            .then(|| sha.to_ascii_lowercase())
+    }
 }
 
 /// One page of a listing and where the next starts (`None`: the last page).
@@ -95,11 +158,20 @@ enum Answer {
 pub struct Lister {
     /// A writer at the container's URL: its retry schedule and counters.
     pub(crate) w: BlobWriter,
+    /// Ask for each blob's metadata (the relay's seal).
+    pub(crate) metadata: bool,
 }
 
 impl Lister {
     pub fn requests(&self) -> u32 {
         self.w.requests()
+    }
+
+    /// This lister, asking for each blob's SHA-256 and seal (`include=metadata`):
+    /// larger answers, so its pages are `PageSize { metadata: true }`.
+    pub fn with_seals(mut self) -> Self {
+        self.metadata = true;
+        self
     }
 
     /// The page of at most `names` blobs under `prefix` from `marker`, within
@@ -112,6 +184,7 @@ impl Lister {
     ) -> Result<ListPage, ReadError> {
         let size = PageSize {
             names: names.clamp(1, MAX_PAGE_NAMES),
+            metadata: self.metadata,
         };
         let cap = size.answer_cap();
         let mut ask = size.names;
@@ -143,6 +216,9 @@ impl Lister {
             }
             if let Some(m) = marker.filter(|m| !m.is_empty()) {
                 q.append_pair("marker", m);
+            }
+            if self.metadata {
+                q.append_pair("include", "metadata");
             }
         }
         let version = self.w.account.version.clone();
@@ -179,19 +255,76 @@ impl Lister {
     }
 }
 
+/// A List Blobs answer as the parse needs it: the SDK's own models of a
+/// name and of the properties, and of the metadata only the relay's two keys.
+#[derive(Deserialize)]
+#[serde(rename = "EnumerationResults")]
+struct Answered {
+    #[serde(rename = "Blobs", default)]
+    blobs: Blobs,
+    #[serde(rename = "NextMarker", default)]
+    next_marker: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Blobs {
+    #[serde(rename = "Blob", default)]
+    items: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+struct Item {
+    #[serde(rename = "Name", default)]
+    name: Option<BlobName>,
+    #[serde(rename = "Properties", default)]
+    properties: Option<BlobProperties>,
+    #[serde(rename = "Metadata", default)]
+    metadata: Option<Seal>,
+}
+
+/// The relay's two metadata keys (`blob_name::SHA256_METADATA_KEY`,
+/// `id_key::SEAL_METADATA_KEY`); every other key is skipped unkept.
+#[derive(Deserialize, Default)]
+struct Seal {
+    #[serde(default)]
+    sha256: Option<String>,
+    #[serde(default)]
+    relay_seal: Option<String>,
+}
+
+/// A `<Name>` as the blob's name: percent-decoded when storage says it
+/// encoded it (a name with characters XML cannot hold).
+fn decoded(name: BlobName) -> Option<String> {
+    let content = name.content?;
+    if name.encoded.unwrap_or_default() {
+        percent_encoding::percent_decode_str(&content)
+            .decode_utf8()
+            .ok()
+            .map(|n| n.into_owned())
+    } else {
+        Some(content)
+    }
+}
+
 /// A List Blobs answer as a page: the blobs whose names start with `prefix`
-/// (others dropped), each ETag in the headers' form, and the next marker.
+/// (others dropped), each ETag in the headers' form, the relay's SHA-256
+/// and seal when the answer has metadata, and the next marker.
 pub fn parse_page(answer: &[u8], prefix: &str) -> Result<ListPage, String> {
     let xml = answer.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(answer);
     // Not `azure_core::xml::from_xml`: its error quotes the whole answer.
-    let list: ListBlobsResponse = quick_xml::de::from_reader(xml)
+    let list: Answered = quick_xml::de::from_reader(xml)
         .map_err(|e| format!("storage's List Blobs answer is not a listing: {e}"))?;
     let blobs = list
-        .blob_items
+        .blobs
+        .items
         .into_iter()
         .filter_map(|item| {
             let props = item.properties?;
-            let name = item.name.filter(|n| n.starts_with(prefix))?;
+            let name = item
+                .name
+                .and_then(decoded)
+                .filter(|n| n.starts_with(prefix))?;
+            let seal = item.metadata.unwrap_or_default();
             Some(ListedBlob {
                 name,
                 size: props.content_length.unwrap_or(0),
@@ -202,6 +335,8 @@ pub fn parse_page(answer: &[u8], prefix: &str) -> Result<ListPage, String> {
                 last_modified: props
                     .last_modified
                     .and_then(|t| u64::try_from(t.unix_timestamp()).ok()),
+                sha256: seal.sha256,
+                seal: seal.relay_seal,
             })
         })
         .collect();
@@ -249,18 +384,75 @@ mod tests {
 
     #[test]
     fn pages_shrink_to_fit_the_memory_they_are_given() {
-        let full = PageSize {
-            names: DEFAULT_PAGE_NAMES,
-        };
+        let full = PageSize::plain(DEFAULT_PAGE_NAMES);
         assert_eq!(full.answer_cap(), 4000 << 10);
         assert_eq!(full.bytes(), 2 * (4000 << 10) + 1000 * (3 << 10));
-        assert_eq!(PageSize::within(DEFAULT_PAGE_NAMES, full.bytes()), full);
-        assert_eq!(PageSize::within(DEFAULT_PAGE_NAMES, u64::MAX), full);
-        assert_eq!(PageSize::within(9000, u64::MAX).names, MAX_PAGE_NAMES);
-        let half = PageSize::within(DEFAULT_PAGE_NAMES, full.bytes() / 2);
+        let within = |n, b| PageSize::within(n, b, false);
+        assert_eq!(within(DEFAULT_PAGE_NAMES, full.bytes()), full);
+        assert_eq!(within(DEFAULT_PAGE_NAMES, u64::MAX), full);
+        assert_eq!(within(9000, u64::MAX).names, MAX_PAGE_NAMES);
+        let half = within(DEFAULT_PAGE_NAMES, full.bytes() / 2);
         assert_eq!(half.names, 500);
         assert!(half.bytes() <= full.bytes() / 2);
-        assert_eq!(PageSize::within(DEFAULT_PAGE_NAMES, 0).names, 1);
-        assert_eq!(PageSize::within(0, u64::MAX).names, 1);
+        assert_eq!(within(DEFAULT_PAGE_NAMES, 0).names, 1);
+        assert_eq!(within(0, u64::MAX).names, 1);
+    }
+
+    /// Metadata makes each name's allowance larger, and a page of one name
+    /// still reads the largest blob storage can describe.
+    #[test]
+    fn pages_with_metadata_take_more_per_name_and_hold_any_one_blob() {
+        let plain = PageSize::plain(DEFAULT_PAGE_NAMES);
+        let sealed = PageSize::within(DEFAULT_PAGE_NAMES, u64::MAX, true);
+        assert_eq!(sealed.names, DEFAULT_PAGE_NAMES);
+        assert_eq!(
+            sealed.answer_cap(),
+            1000 * (ANSWER_BYTES_PER_NAME + METADATA_BYTES_PER_NAME)
+        );
+        assert!(sealed.bytes() > plain.bytes());
+        let one = PageSize::within(DEFAULT_PAGE_NAMES, 0, true);
+        assert_eq!(one.names, 1);
+        assert_eq!(one.answer_cap(), ONE_BLOB_WITH_METADATA_BYTES);
+        // Fits the memory it is given, as a plain page does.
+        let half = PageSize::within(DEFAULT_PAGE_NAMES, sealed.bytes() / 2, true);
+        assert!(half.bytes() <= sealed.bytes() / 2);
+    }
+
+    #[test]
+    fn a_page_with_metadata_keeps_the_relays_two_keys_only() {
+        let blob = |name: &str, meta: &str| {
+            format!(
+                "<Blob><Name>{name}</Name><Properties><Etag>0x1</Etag><Content-Length>3</Content-Length></Properties><Metadata>{meta}</Metadata></Blob>"
+            )
+        };
+        let xml = format!(
+            "<EnumerationResults><Blobs>{}{}{}</Blobs></EnumerationResults>",
+            blob(
+                "a",
+                "<other>x</other><sha256>AB</sha256><relay_seal>5e</relay_seal><z /><relay_writer>w</relay_writer>"
+            ),
+            blob("b", ""),
+            "<Blob><Name Encoded=\"true\">%01c</Name><Properties><Content-Length>1</Content-Length></Properties></Blob>",
+        );
+        let page = parse_page(xml.as_bytes(), "").expect("parse");
+        assert_eq!(page.blobs.len(), 3);
+        assert_eq!(page.blobs[0].sha256.as_deref(), Some("AB"));
+        assert_eq!(page.blobs[0].seal.as_deref(), Some("5e"));
+        assert_eq!(
+            (page.blobs[1].sha256.as_ref(), page.blobs[1].seal.as_ref()),
+            (None, None)
+        );
+        assert_eq!(page.blobs[2].name, "\u{1}c");
+        // The seal vouches only under the key that made it, for this name and size.
+        let key = IdKey::random();
+        let sha = "ab".repeat(32);
+        let mut b = page.blobs[0].clone();
+        b.sha256 = Some(sha.to_uppercase());
+        b.seal = Some(key.seal("c", "a", 3, &sha));
+        assert_eq!(b.sealed_sha256(&key, "c"), Some(sha.clone()));
+        assert_eq!(b.sealed_sha256(&key, "d"), None);
+        assert_eq!(b.sealed_sha256(&IdKey::random(), "c"), None);
+        b.size = 4;
+        assert_eq!(b.sealed_sha256(&key, "c"), None);
     }
 }

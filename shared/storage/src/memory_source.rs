@@ -119,6 +119,8 @@ impl BlobSource for MemorySource {
                 // Azure's listing writes ETags bare, its headers quoted.
                 etag: c.etag.trim_matches('"').to_string(),
                 last_modified: Some(c.last_modified),
+                sha256: None,
+                seal: None,
             })
             .collect();
         Ok(ListPage { blobs, next_marker })

@@ -50,12 +50,13 @@ const PROPERTIES: &str = "<Creation-Time>Wed, 01 Jan 2025 00:00:00 GMT</Creation
 const HEAD: &str = "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults ServiceEndpoint=\"https://account.blob.core.windows.net/\" ContainerName=\"c\"><MaxResults>1000</MaxResults><Blobs>";
 const TAIL: &str = "</Blobs><NextMarker>2!108!MDAwMDQ2IXJlc3VsdHMvMjAyNi9ydW4xL2ZpbGUtMDAwOTk5LmJpbiEwMDAwMjghOTk5OS0xMi0zMVQyMzo1OTo1OS45OTk5OTk5WiE-</NextMarker></EnumerationResults>";
 
-/// An answer of as many blobs, named by `name`, as fit the page's answer cap.
-fn fill(size: PageSize, name: impl Fn(u32) -> String) -> Vec<u8> {
+/// An answer of as many blobs, named by `name`, each with `metadata`, as
+/// fit the page's answer cap.
+fn fill(size: PageSize, name: impl Fn(u32) -> String, metadata: &str) -> Vec<u8> {
     let mut xml = String::from(HEAD);
     for i in 0..size.names {
         let blob = format!(
-            "<Blob>{}<Properties>{PROPERTIES}</Properties><OrMetadata /></Blob>",
+            "<Blob>{}<Properties>{PROPERTIES}</Properties>{metadata}<OrMetadata /></Blob>",
             name(i)
         );
         if (xml.len() + blob.len() + TAIL.len()) as u64 > size.answer_cap() {
@@ -105,11 +106,35 @@ fn a_page_and_its_parse_stay_within_the_memory_taken_for_it() {
         ),
         ("short names", Box::new(|i| format!("<Name>r/{i}</Name>"))),
     ];
-    for names in [DEFAULT_PAGE_NAMES, MAX_PAGE_NAMES, 16] {
-        let size = PageSize { names };
+    // The relay's own three keys; then 8 KiB of one-letter pairs (the
+    // most metadata storage keeps, in the pairs that cost a map the most).
+    let sealed = format!(
+        "<Metadata><sha256>{}</sha256><relay_seal>{}</relay_seal><relay_writer>{}</relay_writer></Metadata>",
+        "ab".repeat(32),
+        "5e".repeat(16),
+        "77".repeat(16)
+    );
+    let tiny: String = (0..4000)
+        .map(|i| format!("<m{}>x</m{}>", i % 10, i % 10))
+        .collect();
+    let crowded = format!("<Metadata>{tiny}</Metadata>");
+    let pages = [
+        (PageSize::plain(DEFAULT_PAGE_NAMES), ""),
+        (PageSize::plain(MAX_PAGE_NAMES), ""),
+        (PageSize::plain(16), ""),
+        (
+            PageSize::within(DEFAULT_PAGE_NAMES, u64::MAX, true),
+            sealed.as_str(),
+        ),
+        (PageSize::within(16, u64::MAX, true), crowded.as_str()),
+        (PageSize::within(1, u64::MAX, true), crowded.as_str()),
+    ];
+    for (size, metadata) in pages {
+        let names = size.names;
         for (what, name) in &cases {
-            let answer = fill(size, name);
+            let answer = fill(size, name, metadata);
             let (peak, parsed) = measure(size, &answer);
+            let what = format!("{what}, {} bytes of metadata", metadata.len());
             println!(
                 "page of {names} names, {what}: {parsed} parsed from {} bytes; peak {peak} bytes of {} taken",
                 answer.len(),

@@ -361,6 +361,70 @@ async fn entra_principals_read_only_what_a_grant_says() {
     );
 }
 
+/// Delete grants for Entra ID principals: `:d` in a grant, or a
+/// `Deleter.<container>` role only with `--entra-deleter-roles`; writing and
+/// reading (and `Reader.` roles) never imply deleting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entra_principals_delete_only_what_a_grant_says() {
+    let issuer = Issuer::start().await;
+    let dir = Scratch::new("entra-delete");
+    let mut entra = issuer.verifier(
+        &dir.path("ca.pem"),
+        60,
+        (10, Duration::from_secs(3600)),
+        &["role:Lab=data:rw,old:rwd".into()],
+    );
+    let store = TokenStore::none();
+    let lab = issuer.sign(&issuer.claims("oid-lab", &["Lab"]));
+    let deleter = issuer.sign(&issuer.claims("oid-del", &["Deleter.results", "Reader.data"]));
+    let cases = [
+        (&lab, "data", None, Some(AuthError::NoDelete("data".into()))),
+        (&lab, "old", None, None),
+        (
+            &deleter,
+            "results",
+            None,
+            Some(AuthError::NoDelete("results".into())),
+        ),
+        (&deleter, "results", Some(true), None),
+        (
+            &deleter,
+            "data",
+            Some(true),
+            Some(AuthError::NoDelete("data".into())),
+        ),
+    ];
+    for (token, container, roles, want) in cases {
+        if let Some(on) = roles {
+            entra.grants = entra
+                .grants
+                .clone()
+                .with_deleter_roles(on)
+                .with_reader_roles(on);
+        }
+        let got = relay_server::sign_in::auth::authenticate(
+            &store,
+            Some(&entra),
+            token,
+            container,
+            Access::Delete,
+        )
+        .await
+        .err();
+        assert_eq!(got, want, "{container} with roles {roles:?}");
+    }
+    // A deleter role grants nothing else.
+    let write = relay_server::sign_in::auth::authenticate(
+        &store,
+        Some(&entra),
+        &deleter,
+        "results",
+        Access::Write,
+    )
+    .await;
+    assert_eq!(write.err(), Some(AuthError::Container("results".into())));
+}
+
 /// What the client reported (JSON on stdout, text on stderr).
 fn said(out: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(out))

@@ -4,28 +4,37 @@
 //! - `group:OBJECT_ID`: a group in the token's `groups`;
 //! - a bare `NAME`: an app role, as before roles and groups were named apart;
 //!
-//! and what each container allows: a bare name or `:w` writes (uploads), `:r`
-//! reads (downloads, listings), `:rw` both, as in the tokens file. Roles and
+//! and what each container allows, in the tokens file's access letters: a
+//! bare name or `:w` writes (uploads), `:r` reads (downloads, listings), `:d`
+//! deletes (one listed version of a blob), combined as `:rw`, `:wd`, `:rwd`.
+//! Deleting is implied by neither writing nor reading. Roles and
 //! groups are matched apart, so a group whose object ID equals a role's name
 //! cannot take that role's grant (nor a role a group's). A principal may do the
 //! union of what its roles and groups grant; no grant, nothing.
 //!
 //! With `--entra-reader-roles`, an app role `Reader.<container>` in the token
 //! also grants reading that container, so a tenant admin grants reads by
-//! assigning roles alone. Reserved containers stay refused whatever a grant
-//! says (checked in `transfer`).
+//! assigning roles alone; with `--entra-deleter-roles`, an app role
+//! `Deleter.<container>` grants deleting there the same way (and nothing
+//! else). Reserved containers stay refused whatever a grant says (checked in
+//! `transfer`).
 
 use relay_proto::blob_name::validate_container;
 
 use super::Principal;
-use crate::sign_in::access::Access;
+use crate::sign_in::access::{Access, Rights};
 
 /// The app role prefix `--entra-reader-roles` honours.
 pub const READER_ROLE_PREFIX: &str = "Reader.";
 
+/// The app role prefix `--entra-deleter-roles` honours.
+pub const DELETER_ROLE_PREFIX: &str = "Deleter.";
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrantError {
-    #[error("--entra-grant {0:?}: expected [role:|group:]NAME=CONTAINER[:r|:w|:rw][,CONTAINER...]")]
+    #[error(
+        "--entra-grant {0:?}: expected [role:|group:]NAME=CONTAINER[:r|:w|:d|:rw|:wd|:rwd][,CONTAINER...]"
+    )]
     Shape(String),
     #[error("--entra-grant {grant:?}: container {container:?}: {reason}")]
     Container {
@@ -33,7 +42,9 @@ pub enum GrantError {
         container: String,
         reason: String,
     },
-    #[error("--entra-grant {grant:?}: mode {mode:?} of {container:?} is not r, w or rw")]
+    #[error(
+        "--entra-grant {grant:?}: mode {mode:?} of {container:?} is not access letters r, w and d (r, w, d, rw, wd, rwd)"
+    )]
     Mode {
         grant: String,
         container: String,
@@ -58,20 +69,7 @@ impl Who {
 }
 
 /// What a grant allows on one container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mode {
-    pub read: bool,
-    pub write: bool,
-}
-
-impl Mode {
-    fn allows(self, access: Access) -> bool {
-        match access {
-            Access::Read => self.read,
-            Access::Write => self.write,
-        }
-    }
-}
+pub type Mode = Rights;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -85,6 +83,8 @@ pub struct Grants {
     rules: Vec<Rule>,
     /// `--entra-reader-roles`: `Reader.<container>` roles grant reading.
     reader_roles: bool,
+    /// `--entra-deleter-roles`: `Deleter.<container>` roles grant deleting.
+    deleter_roles: bool,
 }
 
 impl Grants {
@@ -96,6 +96,7 @@ impl Grants {
         Ok(Self {
             rules,
             reader_roles: false,
+            deleter_roles: false,
         })
     }
 
@@ -105,9 +106,15 @@ impl Grants {
         self
     }
 
-    /// Nothing could be granted: no rule and no reader roles.
+    /// Honours `Deleter.<container>` app roles as delete grants.
+    pub fn with_deleter_roles(mut self, on: bool) -> Self {
+        self.deleter_roles = on;
+        self
+    }
+
+    /// Nothing could be granted: no rule and no reader or deleter roles.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && !self.reader_roles
+        self.rules.is_empty() && !self.reader_roles && !self.deleter_roles
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -123,13 +130,18 @@ impl Grants {
                     .iter()
                     .any(|(c, m)| c == container && m.allows(access))
         });
+        let prefix = match access {
+            Access::Read if self.reader_roles => Some(READER_ROLE_PREFIX),
+            Access::Delete if self.deleter_roles => Some(DELETER_ROLE_PREFIX),
+            _ => None,
+        };
         by_rule
-            || (access == Access::Read
-                && self.reader_roles
-                && validate_container(container).is_ok()
-                && p.roles
-                    .iter()
-                    .any(|r| r.strip_prefix(READER_ROLE_PREFIX) == Some(container)))
+            || prefix.is_some_and(|prefix| {
+                validate_container(container).is_ok()
+                    && p.roles
+                        .iter()
+                        .any(|r| r.strip_prefix(prefix) == Some(container))
+            })
     }
 
     /// Every container some grant names, each once (for the storage check).
@@ -167,27 +179,11 @@ fn parse_rule(flag: &str) -> Result<Rule, GrantError> {
             container: c.to_string(),
             reason: e.to_string(),
         })?;
-        let mode = match mode {
-            "r" => Mode {
-                read: true,
-                write: false,
-            },
-            "w" => Mode {
-                read: false,
-                write: true,
-            },
-            "rw" => Mode {
-                read: true,
-                write: true,
-            },
-            other => {
-                return Err(GrantError::Mode {
-                    grant: flag.to_string(),
-                    container: c.to_string(),
-                    mode: other.to_string(),
-                });
-            }
-        };
+        let mode = Rights::parse(mode).ok_or_else(|| GrantError::Mode {
+            grant: flag.to_string(),
+            container: c.to_string(),
+            mode: mode.to_string(),
+        })?;
         containers.push((c.to_string(), mode));
     }
     Ok(Rule { who, containers })
@@ -196,7 +192,7 @@ fn parse_rule(flag: &str) -> Result<Rule, GrantError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Access::{Read, Write};
+    use Access::{Delete, Read, Write};
 
     fn who(roles: &[&str], groups: &[&str]) -> Principal {
         Principal {
@@ -306,5 +302,39 @@ mod tests {
         // Reader roles alone are a configuration.
         assert!(!Grants::default().with_reader_roles(true).is_empty());
         assert!(Grants::default().is_empty());
+        // Reader roles never grant deleting.
+        assert!(!on.allows(&reader, "results", Delete));
+    }
+
+    /// Deleting is granted by `:d` in a rule, or by a `Deleter.<container>`
+    /// role when honoured; never by writing or reading.
+    #[test]
+    fn deleting_is_granted_apart() {
+        let g =
+            Grants::parse(&["role:Lab=data:rwd,logs:wd,inbox:rw,arch:d".into()]).expect("parse");
+        let lab = who(&["Lab"], &[]);
+        assert!(g.allows(&lab, "data", Delete) && g.allows(&lab, "logs", Delete));
+        assert!(g.allows(&lab, "arch", Delete) && !g.allows(&lab, "arch", Write));
+        assert!(!g.allows(&lab, "inbox", Delete));
+        let deleter = who(&["Deleter.results"], &["Deleter.data"]);
+        let off = g.clone();
+        assert!(!off.allows(&deleter, "results", Delete));
+        let on = g.with_deleter_roles(true);
+        assert!(on.allows(&deleter, "results", Delete));
+        assert!(!on.allows(&deleter, "results", Read) && !on.allows(&deleter, "results", Write));
+        // A group of that name grants nothing; nor does another container's role.
+        assert!(!on.allows(&deleter, "data", Delete));
+        assert!(!on.allows(&deleter, "results-2", Delete));
+        // Reader roles honoured do not make deleters of readers.
+        let both = Grants::default().with_reader_roles(true);
+        assert!(!both.allows(&who(&["Reader.data"], &[]), "data", Delete));
+        assert!(!both.allows(&deleter, "results", Delete));
+        assert!(!Grants::default().with_deleter_roles(true).is_empty());
+        for bad in ["Lab=data:dd", "Lab=data:x", "Lab=data:rwdx"] {
+            assert!(
+                matches!(Grants::parse(&[bad.into()]), Err(GrantError::Mode { .. })),
+                "{bad}"
+            );
+        }
     }
 }
