@@ -17,6 +17,7 @@ pub mod index;
 pub mod relay;
 pub mod run;
 pub mod sign_in;
+pub mod sync;
 pub mod transfer;
 pub mod ui;
 pub mod watch;

@@ -52,6 +52,11 @@ pub enum Command {
     /// relay; each file is verified before it takes its name, and a rerun resumes.
     #[command(after_long_help = crate::commands::download_args::DOWNLOAD_EXAMPLES)]
     Download(Box<crate::commands::download_args::DownloadArgs>),
+    /// Sync a local folder to CONTAINER[/PREFIX] or back, both ways: only what
+    /// changed is read and moved (this machine's index), and --delete removes
+    /// what the source no longer has, last and only when both sides were read whole.
+    #[command(after_long_help = crate::commands::sync_args::SYNC_EXAMPLES)]
+    Sync(Box<crate::commands::sync_args::SyncArgs>),
     /// Watch directories: upload what is there, then every file that appears or
     /// changes once it is complete (closed and unchanged for --settle), until stopped.
     #[command(after_long_help = WATCH_EXAMPLES)]

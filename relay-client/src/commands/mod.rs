@@ -1,5 +1,5 @@
-//! The commands that move files: `upload`, `download` (and their flags,
-//! `args`, `download_args`, `connection_args`), and the setup every command
+//! The commands that move files: `upload`, `download`, `sync` (and their
+//! flags, `args`, `download_args`, `sync_args`, `connection_args`), and the setup every command
 //! decides before the first file moves (`setup`). Each hands its items to
 //! the runner (`run`) and a driver (`transfer`, `download`, `watch`).
 //!
@@ -11,6 +11,8 @@ pub mod download;
 pub mod download_args;
 pub mod in_flight;
 pub mod setup;
+pub mod sync;
+pub mod sync_args;
 pub mod upload;
 pub mod watch;
 pub mod watch_args;

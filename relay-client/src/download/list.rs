@@ -30,11 +30,7 @@ use crate::ui::report::FileError;
 /// One source's listing, through the relay or from storage, taken up again
 /// after a break (`relay::retry`); the names handed on, or why the listing
 /// failed for good.
-pub(super) async fn listing(
-    job: &Job,
-    prefix: &str,
-    tx: mpsc::Sender<Listed>,
-) -> Result<u64, FileError> {
+pub async fn listing(job: &Job, prefix: &str, tx: mpsc::Sender<Listed>) -> Result<u64, FileError> {
     let container = &job.opts.container;
     let link = job.relay().map(RelayLinks::first);
     let mut tries = Tries::new(link, job.attempts, format!("listing {container}/{prefix}"));

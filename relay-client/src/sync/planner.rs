@@ -1,0 +1,154 @@
+//! The pure plan (`relay_proto::sync::plan`) run on a blocking thread: it
+//! pulls the local walk and the listing one entry at a time, so neither side
+//! is ever collected, and hands each decision that needs the network to the
+//! runner through a bounded channel (the runner takes them as slots free
+//! up: memory is the channel and `--parallel`, not the number of files).
+//! Decisions that need no network (skips, gaps, conflicts, an adopted ETag)
+//! are settled here; delete candidates go into the `DeleteSet`, decided
+//! only after the merge has ended.
+
+use std::sync::Arc;
+
+use relay_proto::sync::delete::{DeleteCandidate, SpillStore};
+use relay_proto::sync::delete_set::DeleteSet;
+use relay_proto::sync::join::{Completion, Gap, Tally};
+use relay_proto::sync::order::{OrderError, Side};
+use tokio::sync::mpsc;
+
+use super::counts::{Counts, bump};
+use crate::transfer::file::{blank, failed};
+use crate::ui::error_code::ErrorCode;
+use crate::ui::progress::Reporter;
+use crate::ui::report::{FileError, Status};
+
+/// Decisions the planner hands the runner at most this far ahead.
+pub const PLAN_AHEAD: usize = 256;
+
+/// What a decision comes to on the planner thread.
+pub enum Step<W> {
+    /// Settled here (counted, reported, recorded).
+    Done,
+    Delete(DeleteCandidate),
+    /// For the runner.
+    Work(W),
+}
+
+/// How the merge ended, for the delete verdict.
+pub struct Planned<S> {
+    pub completion: Completion,
+    pub tally: Tally,
+    pub deletes: DeleteSet<S>,
+    /// Whether every decision reached the runner (false: it stopped first).
+    pub whole: bool,
+}
+
+/// What the planner thread reports with.
+#[derive(Clone)]
+pub struct Shown {
+    pub reporter: Arc<Reporter>,
+    pub counts: Arc<Counts>,
+    /// Where the destination (or source) is, for report lines.
+    pub container: String,
+    /// `--dry-run`: every delete candidate gets its line.
+    pub dry_run: bool,
+    /// `--delete` given.
+    pub deleting: bool,
+}
+
+impl Shown {
+    /// A part of one side that could not be read: one failed line, counted.
+    pub fn gap(&self, side: Side, gap: &Gap) {
+        bump(&self.counts.gaps);
+        let which = match side {
+            Side::Source => "source",
+            Side::Dest => "destination",
+        };
+        let e = FileError::new(
+            ErrorCode::Incomplete,
+            format!(
+                "{which} not read whole: {}; nothing is deleted this run",
+                gap.0
+            ),
+            false,
+        );
+        self.reporter
+            .finish_file(None, failed(&gap.0, &self.container, "", e), 0);
+    }
+
+    fn order(&self, e: &OrderError) {
+        self.gap(Side::Source, &Gap(e.to_string()));
+    }
+
+    /// `--dry-run`: a delete candidate's line.
+    fn candidate(&self, c: &DeleteCandidate, admitted: bool) {
+        if !self.dry_run {
+            return;
+        }
+        let reason = match (admitted, self.deleting) {
+            (false, _) => {
+                "would keep (not placed by this machine, or changed since; --delete-unknown)"
+            }
+            (true, true) => "would delete (not on the source)",
+            (true, false) => "not on the source (--delete would remove it)",
+        };
+        let mut r = blank(c.name(), &self.container, c.name(), Status::Planned);
+        r.reason = Some(reason.into());
+        self.reporter.finish_file(None, r, 0);
+    }
+}
+
+/// Runs `plan` to its end on this (blocking) thread: each decision through
+/// `settle`, work into `tx`; stops early when nobody takes work any more.
+pub fn run<D, W, S, P>(
+    mut plan: P,
+    progress: impl Fn(&P) -> (Completion, Tally),
+    mut settle: impl FnMut(D) -> Step<W>,
+    mut deletes: DeleteSet<S>,
+    shown: &Shown,
+    tx: &mpsc::Sender<W>,
+) -> Planned<S>
+where
+    P: Iterator<Item = Result<D, OrderError>>,
+    S: SpillStore,
+{
+    let (mut whole, mut spill_failed) = (true, false);
+    while let Some(next) = plan.next() {
+        let decision = match next {
+            Ok(d) => d,
+            Err(e) => {
+                shown.order(&e);
+                continue;
+            }
+        };
+        match settle(decision) {
+            Step::Done => {}
+            Step::Delete(c) => match deletes.push(c.clone()) {
+                Ok(admitted) => shown.candidate(&c, admitted),
+                Err(e) => {
+                    // No place for the candidate: the batch is not known whole.
+                    spill_failed = true;
+                    shown.gap(Side::Dest, &Gap(format!("delete candidates: {e}")));
+                }
+            },
+            Step::Work(w) => {
+                if tx.blocking_send(w).is_err() {
+                    whole = false;
+                    break;
+                }
+            }
+        }
+    }
+    let (mut completion, tally) = progress(&plan);
+    if spill_failed {
+        completion.dest = false;
+    }
+    if !whole {
+        completion = Completion::default();
+    }
+    Planned {
+        completion,
+        tally,
+        deletes,
+        whole,
+    }
+}
