@@ -32,6 +32,7 @@ use crate::transfer::filter::Filter;
 use crate::transfer::mode::Mode;
 use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::Options;
+use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Source, blob_name};
 use crate::ui::progress::Reporter;
 use crate::ui::report::{Status, SyncReport};
@@ -194,20 +195,22 @@ async fn send(ctx: &Ctx, local: LocalEntry, reason: SendReason) -> Option<Refusa
         ctx.reporter.finish_file(None, r, 0);
         return None;
     }
-    // A name the listing did not have is never put over a blob written
-    // since (the relay's skip rules still skip the same bytes); a changed
-    // file replaces the blob: the source wins, as in any sync.
-    let overwrite = match reason {
-        SendReason::New => Overwrite::Never,
-        _ => Overwrite::Always,
+    // A name the listing did not have is never put over a blob written since
+    // (the relay skips the same bytes, refuses others). A blob that was
+    // listed is replaced only if its bytes differ, and only the version the
+    // relay compared (`--overwrite=if-different`: `If-Match` its ETag): the
+    // source wins, but never over a version nobody looked at.
+    let sync = match reason {
+        SendReason::New => None,
+        _ => Some(SyncRule::IfDifferent),
     };
     let job = Job {
         mode: s.mode.clone(),
         opts: Options {
-            overwrite,
+            overwrite: Overwrite::Never,
             ..s.opts.clone()
         },
-        sync: None,
+        sync,
         attempts: s.attempts,
         dry_run: false,
     };
