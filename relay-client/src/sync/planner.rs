@@ -112,7 +112,7 @@ where
     S: SpillStore,
 {
     let (mut whole, mut spill_failed) = (true, false);
-    while let Some(next) = plan.next() {
+    for next in plan.by_ref() {
         let decision = match next {
             Ok(d) => d,
             Err(e) => {
