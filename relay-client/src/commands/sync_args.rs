@@ -57,8 +57,9 @@ pub struct SyncArgs {
     pub overwrite: bool,
 
     /// This machine's index of what it sent or placed (SQLite), one per
-    /// destination [default: $XDG_STATE_HOME/blob-relay/sync-index-HASH.sqlite].
-    /// Safe to delete: the next run only reads more.
+    /// destination [default: $XDG_STATE_HOME/blob-relay/sync-index-HASH.sqlite
+    /// for a folder downloaded to, sync-upload-index-HASH.sqlite for a prefix
+    /// uploaded to]. Safe to delete: the next run only reads more.
     #[arg(long, value_name = "FILE")]
     pub index: Option<PathBuf>,
 

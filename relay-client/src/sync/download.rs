@@ -11,6 +11,7 @@ use std::sync::Arc;
 use relay_proto::logsafe::safe;
 use relay_proto::sync::delete::DeleteRules;
 use relay_proto::sync::entry::{LocalEntry, RemoteEntry};
+use relay_proto::sync::join::Gap;
 use relay_proto::sync::order::NameOrder;
 use relay_proto::sync::plan::{CompareFlags, DownloadDecision, DownloadPlan};
 use relay_proto::sync::unchanged::{ConflictReason, FetchReason};
@@ -90,9 +91,12 @@ pub async fn run(
     let root = s.job.root_path();
     let remote = RemoteEntries::new(rx, end, &s.prefix, s.filter.clone());
     // With `--dry-run` a missing folder is an empty one.
-    let missing = !root.exists();
-    let local =
-        local_entries(&root, s.order, s.filter.clone()).filter(move |e| !(missing && e.is_err()));
+    // With `--dry-run` a folder not made yet is an empty one.
+    let local: Box<dyn Iterator<Item = Result<LocalEntry, Gap>> + Send> = if s.job.root.is_some() {
+        Box::new(local_entries(&root, s.order, s.filter.clone()))
+    } else {
+        Box::new(std::iter::empty())
+    };
     let index = s.job.index.clone();
     let (order, flags, rules, dry_run) = (s.order, s.flags, s.rules, s.dry_run);
     let deletes = delete_set(rules);
