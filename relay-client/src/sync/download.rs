@@ -85,6 +85,7 @@ pub async fn run(
         reporter: reporter.clone(),
         counts: counts.clone(),
         container: container.clone(),
+        below: below.clone(),
         dry_run: s.dry_run,
         deleting: s.rules.delete,
     };
@@ -240,6 +241,7 @@ fn shown(ctx: &Ctx) -> Shown {
         reporter: ctx.reporter.clone(),
         counts: ctx.counts.clone(),
         container: ctx.s.job.opts.container.clone(),
+        below: ctx.below.clone(),
         dry_run: ctx.s.dry_run,
         deleting: ctx.s.rules.delete,
     }

@@ -49,6 +49,8 @@ pub struct Shown {
     pub counts: Arc<Counts>,
     /// Where the destination (or source) is, for report lines.
     pub container: String,
+    /// The listed prefix (`p/`, or empty): a blob's name is it and the name.
+    pub below: String,
     /// `--dry-run`: every delete candidate gets its line.
     pub dry_run: bool,
     /// `--delete` given.
@@ -91,7 +93,11 @@ impl Shown {
             (true, true) => "would delete (not on the source)",
             (true, false) => "not on the source (--delete would remove it)",
         };
-        let mut r = blank(c.name(), &self.container, c.name(), Status::Planned);
+        let blob = match c {
+            DeleteCandidate::Remote { name, .. } => format!("{}{name}", self.below),
+            DeleteCandidate::Local { .. } => String::new(),
+        };
+        let mut r = blank(c.name(), &self.container, &blob, Status::Planned);
         r.reason = Some(reason.into());
         self.reporter.finish_file(None, r, 0);
     }

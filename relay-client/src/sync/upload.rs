@@ -76,6 +76,7 @@ pub async fn run(
         reporter: reporter.clone(),
         counts: counts.clone(),
         container: s.opts.container.clone(),
+        below: listing_prefix(&s.prefix),
         dry_run: s.dry_run,
         deleting: s.rules.delete,
     };

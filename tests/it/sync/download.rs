@@ -137,3 +137,29 @@ async fn direct_fetched_once_then_nothing() {
     assert_eq!(y["skipped_unchanged"], 4);
     relay.stop().await;
 }
+
+/// `--dry-run` into a folder that does not exist yet: every blob would be
+/// fetched, and the folder is not made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_into_a_new_folder_makes_nothing() {
+    let (relay, c) = setup("sync-down-dry", None).await;
+    let dir = Scratch::new("sync-down-dry");
+    blobs_of(&relay, &dir.path("src"), &format!("{c}/n")).await;
+    let out_dir = dir.path("out");
+    let index = dir.path("index.sqlite");
+    let (src, dest) = (format!("{c}/n/data"), out_dir.display().to_string());
+    let (out, v) = sync(&relay_flags(&relay), &src, &dest, &index, &["--dry-run"]).await;
+    ok(&out, &v);
+    let files = v["files"].as_array().cloned().unwrap_or_default();
+    assert_eq!(files.len(), 4, "{v}");
+    assert!(
+        files.iter().all(|f| f["status"] == "planned"
+            && f["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("would fetch"))),
+        "{v}"
+    );
+    assert!(!out_dir.exists());
+    assert!(!index.exists(), "a dry run writes no index");
+    relay.stop().await;
+}

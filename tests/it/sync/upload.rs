@@ -222,3 +222,83 @@ async fn as_unprivileged(args: &[String]) -> std::process::Output {
         .unwrap_or_else(|_| panic!("sync did not finish"))
         .unwrap_or_else(|e| panic!("setpriv: {e}"))
 }
+
+/// `--dry-run` lists every delete candidate and the verdict, and moves and
+/// deletes nothing; a batch over `--max-delete` is refused whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_lists_every_delete_and_the_verdict() {
+    let (relay, c) = setup("sync-up-dry", None).await;
+    let dir = Scratch::new("sync-up-dry");
+    let root = dir.path("src");
+    make(&root);
+    let index = dir.path("index.sqlite");
+    let (src, dest) = (format!("{}/", root.display()), format!("{c}/r"));
+    let way = relay_flags(&relay);
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    ok(&out, &v);
+    let before = etags(&c, &blobs("r")).await;
+    std::fs::remove_file(root.join("a.b")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::remove_file(root.join("a/y/z.bin")).unwrap_or_else(|e| panic!("{e}"));
+    write_random(&root.join("new.bin"), 50, 8);
+
+    let (out, v) = sync(&way, &src, &dest, &index, &["--delete", "--dry-run"]).await;
+    let y = ok(&out, &v);
+    assert_eq!(y["planned_deletes"], 2, "{v}");
+    assert_eq!(y["deleted"], 0);
+    let lines: Vec<(String, String)> = v["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| {
+            (
+                f["blob"].as_str().unwrap_or_default().to_string(),
+                f["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        lines.contains(&("r/a.b".into(), "would delete (not on the source)".into())),
+        "{v}"
+    );
+    assert!(
+        lines.contains(&(
+            "r/a/y/z.bin".into(),
+            "would delete (not on the source)".into()
+        )),
+        "{v}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|(b, r)| b == "r/new.bin" && r.starts_with("would send 50 bytes")),
+        "{v}"
+    );
+    assert!(
+        stderr(&out).contains("deletes: 2 would be made"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !relay_tests::blobs::blob_exists(&c, "r/new.bin").await,
+        "nothing sent"
+    );
+
+    // Over the limit: the whole batch is refused, the run fails.
+    let (out, v) = sync(
+        &way,
+        &src,
+        &dest,
+        &index,
+        &["--delete", "--dry-run", "--max-delete", "1"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{v}", stderr(&out));
+    assert!(
+        stderr(&out).contains("2 deletes exceed --max-delete (1): none made"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(etags(&c, &blobs("r")).await, before, "every blob stays");
+    relay.stop().await;
+}
