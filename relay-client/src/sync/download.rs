@@ -302,8 +302,11 @@ async fn compare(ctx: &Ctx, local: LocalEntry, remote: RemoteEntry) -> Option<Re
         }
         return fetch(ctx, &s.replacing, &remote).await.err();
     }
-    // Nothing vouched in the listing: the driver compares (never replacing
-    // without --overwrite).
+    // Nothing vouched in the listing: the driver compares (it reads the file
+    // too; never replacing without --overwrite), and a file it finds
+    // identical is hashed here for its row: two reads until the listing
+    // vouches for blobs.
+    ctx.counts.read(local.stat.size);
     let job = if s.flags.overwrite {
         &s.replacing
     } else {
