@@ -158,3 +158,104 @@ where
         whole,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use relay_proto::sync::delete::{DeleteRules, MaxDelete, MemorySpill};
+
+    use super::*;
+    use crate::ui::progress::Output;
+
+    fn shown(dry_run: bool) -> Shown {
+        Shown {
+            reporter: Arc::new(Reporter::new(Output::Json, true)),
+            counts: Arc::new(Counts::default()),
+            container: "c".into(),
+            below: "p/".into(),
+            dry_run,
+            deleting: true,
+        }
+    }
+
+    const RULES: DeleteRules = DeleteRules {
+        delete: true,
+        max: MaxDelete::Count(10),
+        delete_unknown: false,
+    };
+
+    fn whole(_: &std::vec::IntoIter<Result<u32, OrderError>>) -> (Completion, Tally) {
+        let c = Completion {
+            source: true,
+            dest: true,
+        };
+        (c, Tally::default())
+    }
+
+    /// 0: settled here, 1: a delete candidate, anything else: work.
+    fn settle(n: u32) -> Step<u32> {
+        match n {
+            0 => Step::Done,
+            1 => Step::Delete(DeleteCandidate::Remote {
+                name: format!("d{n}"),
+                etag: "e".into(),
+            }),
+            n => Step::Work(n),
+        }
+    }
+
+    #[test]
+    fn work_goes_to_the_runner_candidates_to_the_set_and_dry_run_lists_them() {
+        let plan: Vec<Result<u32, OrderError>> = [0, 2, 1, 3, 0].into_iter().map(Ok).collect();
+        let (tx, mut rx) = mpsc::channel(8);
+        let sh = shown(true);
+        let set = DeleteSet::new(RULES, 4, MemorySpill::default());
+        let p = run(plan.into_iter(), whole, settle, set, &sh, &tx);
+        drop(tx);
+        let mut got = Vec::new();
+        while let Ok(w) = rx.try_recv() {
+            got.push(w);
+        }
+        assert_eq!(got, [2, 3]);
+        assert!(p.whole && p.completion.source && p.completion.dest);
+        assert_eq!(p.deletes.counts().planned, 1);
+        let s = sh.reporter.summary("relay");
+        assert_eq!(s.files.len(), 1, "the candidate's dry-run line");
+        assert_eq!(s.files[0].blob, "p/d1");
+    }
+
+    #[test]
+    fn a_runner_that_stopped_ends_the_plan_and_leaves_both_sides_unread() {
+        let plan: Vec<Result<u32, OrderError>> = (2..100).map(Ok).collect();
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let set = DeleteSet::new(RULES, 4, MemorySpill::default());
+        let p = run(plan.into_iter(), whole, settle, set, &shown(false), &tx);
+        assert!(!p.whole);
+        assert_eq!(p.completion, Completion::default());
+    }
+
+    /// A spill store that cannot take anything.
+    struct Full;
+
+    impl SpillStore for Full {
+        type Error = std::io::Error;
+        type Replay<'a> = std::iter::Empty<Result<DeleteCandidate, std::io::Error>>;
+        fn append(&mut self, _: &[DeleteCandidate]) -> Result<(), Self::Error> {
+            Err(std::io::Error::other("disk full"))
+        }
+        fn replay(&mut self) -> Result<Self::Replay<'_>, Self::Error> {
+            Ok(std::iter::empty())
+        }
+    }
+
+    #[test]
+    fn a_candidate_that_cannot_be_kept_makes_the_destination_incomplete() {
+        let plan: Vec<Result<u32, OrderError>> = vec![Ok(1)];
+        let (tx, _rx) = mpsc::channel(1);
+        let sh = shown(false);
+        let set = DeleteSet::new(RULES, 1, Full);
+        let p = run(plan.into_iter(), whole, settle, set, &sh, &tx);
+        assert!(p.completion.source && !p.completion.dest);
+        assert_eq!(sh.counts.gaps.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+}
