@@ -163,3 +163,63 @@ async fn dry_run_into_a_new_folder_makes_nothing() {
     assert!(!index.exists(), "a dry run writes no index");
     relay.stop().await;
 }
+
+/// Ctrl-C while a blob is held mid-fetch (the relay's gate: whatever the
+/// machine's speed): exit 130, nothing placed under the final name; the same
+/// command then resumes the partial file and finishes, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_and_the_same_command_resumes() {
+    use relay_tests::download_client::{T, setup_gated};
+    let (relay, c, gate) = setup_gated("sync-down-int").await;
+    let dir = Scratch::new("sync-down-int");
+    let size: u64 = 12 << 20;
+    write_random(&dir.path("src/data/huge.bin"), size, 21);
+    blobs_of(&relay, &dir.path("src"), &format!("{c}/i")).await;
+    let out_dir = dir.path("out");
+    let index = dir.path("index.sqlite");
+    let (src, dest) = (format!("{c}/i/data"), out_dir.display().to_string());
+    let way = relay_flags(&relay);
+    // Only the large blob on the first run, so the one the gate holds is it.
+    let first = ["--delete", "--include", "huge.bin"];
+    let args = super::sync_args(&way, &src, &dest, &index, &first);
+    let mut child = relay_tests::spawn_client(&args, &[]);
+    gate.wait_holding(T).await;
+    let partial = out_dir.join(relay_client::download::place::partial_name(
+        &c,
+        "i/data/huge.bin",
+    ));
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&partial).map_or(0, |m| m.len()) == 0 {
+        assert!(t0.elapsed() < T, "the partial file never grew");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
+    // SAFETY: a signal to the child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(T, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("sync did not stop"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    gate.release();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        !out_dir.join("huge.bin").exists(),
+        "no half file under the final name"
+    );
+
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    ok(&out, &v);
+    let huge = v["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|f| f["blob"] == format!("i/data/huge.bin"))
+        .unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        huge["bytes_resumed"].as_u64().is_some_and(|n| n > 0),
+        "{huge}"
+    );
+    assert_eq!(tree(&out_dir), tree(&dir.path("src/data")));
+    relay.stop().await;
+}
