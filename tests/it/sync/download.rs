@@ -214,7 +214,7 @@ async fn ctrl_c_stops_and_the_same_command_resumes() {
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .find(|f| f["blob"] == format!("i/data/huge.bin"))
+        .find(|f| f["blob"] == "i/data/huge.bin")
         .unwrap_or_else(|| panic!("{v}"));
     assert!(
         huge["bytes_resumed"].as_u64().is_some_and(|n| n > 0),
