@@ -140,6 +140,20 @@ async fn direct_an_unchanged_rerun_reads_nothing() {
         "{v}"
     );
     assert_eq!(etags(&c, &blobs("d")).await, before);
+    // The text summary says the same.
+    let args: Vec<String> = sync_args(&way, &src, &dest, &index, &[])
+        .into_iter()
+        .filter(|a| a != "--json")
+        .collect();
+    let out = relay_tests::run_client(&args, &[], relay_tests::download_client::T).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "sync (upload): 0 sent, 5 unchanged (not read), 0 identical, 0 adopted; 0 B read"
+        ),
+        "{text}"
+    );
     relay.stop().await;
 }
 
