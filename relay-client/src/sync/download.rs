@@ -381,31 +381,7 @@ async fn fetch(ctx: &Ctx, job: &Job, remote: &RemoteEntry) -> Result<Option<Ende
             (path.display().to_string(), ended, Some(bar))
         }
     };
-    let keep = match &ended {
-        Ended::Done(Done::Placed { .. }, _) => {
-            bump(&ctx.counts.fetched);
-            None
-        }
-        Ended::Done(
-            Done::Skipped {
-                reason,
-                etag,
-                compared,
-            },
-            a,
-        ) => {
-            bump(&ctx.counts.identical);
-            Some(Ended::Done(
-                Done::Skipped {
-                    reason: reason.clone(),
-                    etag: etag.clone(),
-                    compared: *compared,
-                },
-                *a,
-            ))
-        }
-        _ => None,
-    };
+    let keep = counted(ctx, &ended);
     let size = listed.size;
     match report::line(&path, container, &shown, size, ended, &job.opts) {
         Ok(mut r) => {
@@ -428,5 +404,33 @@ async fn fetch(ctx: &Ctx, job: &Job, remote: &RemoteEntry) -> Result<Option<Ende
             }
             Err(refusal)
         }
+    }
+}
+
+/// Counts how a fetch ended; a skip (found identical) is handed back for
+/// `compare` to record.
+fn counted(ctx: &Ctx, ended: &Ended) -> Option<Ended> {
+    match ended {
+        Ended::Done(Done::Placed { .. }, _) => {
+            bump(&ctx.counts.fetched);
+            None
+        }
+        Ended::Done(
+            Done::Skipped {
+                reason,
+                etag,
+                compared,
+            },
+            a,
+        ) => {
+            bump(&ctx.counts.identical);
+            let skipped = Done::Skipped {
+                reason: reason.clone(),
+                etag: etag.clone(),
+                compared: *compared,
+            };
+            Some(Ended::Done(skipped, *a))
+        }
+        _ => None,
     }
 }
