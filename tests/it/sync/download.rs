@@ -75,6 +75,17 @@ async fn fetched_once_then_unchanged_costs_nothing_and_a_local_edit_is_a_conflic
     assert_eq!(ok(&out, &v)["bytes_read"], 0, "{v}");
     assert_eq!(tree(&out_dir), want);
 
+    // A local file removed is fetched again, alone.
+    std::fs::remove_file(out_dir.join("a/y/z.bin")).unwrap_or_else(|e| panic!("{e}"));
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    let y = ok(&out, &v);
+    assert_eq!(
+        (y["fetched"].as_u64(), y["bytes_read"].as_u64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+    assert_eq!(tree(&out_dir), want);
+
     // A blob changed remotely is fetched, alone.
     let fresh = write_random(&dir.path("src/data/b0"), 301, 15);
     let mut a = relay_tests::download_client::s(&[
@@ -98,9 +109,23 @@ async fn fetched_once_then_unchanged_costs_nothing_and_a_local_edit_is_a_conflic
     assert_eq!(sha256_file(&out_dir.join("b0")), fresh);
     assert_eq!(tree(&out_dir), tree(&dir.path("src/data")));
 
+    conflict_until_overwrite(&way, &src, &dest, &index, &out_dir, &dir.path("src/data")).await;
+    relay.stop().await;
+}
+
+/// A local file changed since it was placed: a conflict, kept as it is,
+/// until `--overwrite` puts the blob's bytes back.
+async fn conflict_until_overwrite(
+    way: &[String],
+    src: &str,
+    dest: &str,
+    index: &std::path::Path,
+    out_dir: &std::path::Path,
+    want_dir: &std::path::Path,
+) {
     // A local file changed since it was placed: a conflict, kept as it is.
     let mine = write_random(&out_dir.join("a/x.bin"), 70_000, 77);
-    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    let (out, v) = sync(way, src, dest, index, &[]).await;
     assert_eq!(out.status.code(), Some(1), "{}\n{v}", stderr(&out));
     assert_eq!(v["sync"]["conflicts"], 1, "{v}");
     let failed: Vec<_> = v["files"].as_array().cloned().unwrap_or_default();
@@ -108,10 +133,9 @@ async fn fetched_once_then_unchanged_costs_nothing_and_a_local_edit_is_a_conflic
     assert_eq!(failed[0]["error"]["code"], "sync_conflict");
     assert_eq!(sha256_file(&out_dir.join("a/x.bin")), mine, "kept");
     // --overwrite puts the blob's bytes back.
-    let (out, v) = sync(&way, &src, &dest, &index, &["--overwrite"]).await;
+    let (out, v) = sync(way, src, dest, index, &["--overwrite"]).await;
     assert_eq!(ok(&out, &v)["fetched"], 1, "{v}");
-    assert_eq!(tree(&out_dir), tree(&dir.path("src/data")));
-    relay.stop().await;
+    assert_eq!(tree(&out_dir), tree(want_dir));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
