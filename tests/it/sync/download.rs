@@ -135,7 +135,7 @@ async fn conflict_until_overwrite(
     // --overwrite puts the blob's bytes back.
     let (out, v) = sync(way, src, dest, index, &["--overwrite"]).await;
     assert_eq!(ok(&out, &v)["fetched"], 1, "{v}");
-    assert_eq!(tree(&out_dir), tree(want_dir));
+    assert_eq!(tree(out_dir), tree(want_dir));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
