@@ -202,7 +202,6 @@ fn download_sync(
         flags: plan.flags,
         rules: plan.rules,
         dry_run: a.dry_run,
-        index_file: file,
     })
 }
 

@@ -3,12 +3,15 @@
 //! both sides read whole, within `--max-delete`), then either `--dry-run`'s
 //! account of it or the one call that carries the batch out.
 
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use relay_proto::sync::delete::{DeleteRules, MemorySpill, SpillStore, Withheld};
 use relay_proto::sync::delete_set::{DeleteSet, Deletes};
 
 use super::planner::Planned;
+use crate::download::job::Job;
+use crate::transfer::mode::Mode;
+use crate::transfer::send::Options;
 use crate::ui::progress::Reporter;
 use crate::ui::report::SyncReport;
 
@@ -26,22 +29,27 @@ pub fn delete_set(rules: DeleteRules) -> DeleteSet<Spill> {
     DeleteSet::new(rules, DELETES_IN_MEMORY, MemorySpill::default())
 }
 
-/// What a batch is carried out on.
+/// What a batch is carried out on: everything a delete needs, still open
+/// (the run's connection is closed only after the deletes).
 pub enum DeleteTarget {
-    /// Blobs of `container` under `prefix` (names in the batch are below it),
-    /// each deleted only if still the listed version (`If-Match`).
-    Remote { container: String, prefix: String },
-    /// Files below `root`, inside it only, never through a symbolic link;
-    /// `index` loses each deleted file's row.
-    Local {
-        root: PathBuf,
-        index: Option<PathBuf>,
+    /// Blobs of `opts.container` named `below` + the candidate's name, each
+    /// deleted only if still the listed version (`If-Match` its ETag), over
+    /// the run's connection (`mode`) with the run's token (`opts.token`).
+    Remote {
+        mode: Arc<Mode>,
+        opts: Options,
+        /// `prefix/`, or empty.
+        below: String,
     },
+    /// Files below the download job's folder (`job.root`: inside it only,
+    /// never through a symbolic link); `job.index` loses each deleted
+    /// file's row.
+    Local { job: Arc<Job> },
 }
 
 /// The verdict on the run's delete set, and what came of it, into `report`;
 /// whether the run may still end well.
-pub fn conclude<S: SpillStore>(
+pub async fn conclude<S: SpillStore>(
     planned: Planned<S>,
     dry_run: bool,
     reporter: &Reporter,
@@ -79,7 +87,7 @@ pub fn conclude<S: SpillStore>(
             ));
             true
         }
-        Ok(batch) => match carry_out(batch, target) {
+        Ok(batch) => match carry_out(batch, target, reporter).await {
             Ok(n) => {
                 report.deleted = n;
                 true
@@ -94,8 +102,13 @@ pub fn conclude<S: SpillStore>(
 }
 
 /// wired at merge: `crate::sync::delete::carry_out` (the relay's Delete with
-/// `If-Match`, or the local safe delete) takes the batch here. Until then no
-/// delete is made and the run says so.
-fn carry_out<S: SpillStore>(_batch: Deletes<S>, _target: &DeleteTarget) -> Result<u64, String> {
+/// `If-Match`, or the local safe delete, each reported through `reporter`)
+/// takes the batch here and answers the deletes made. Until then no delete
+/// is made and the run says so.
+async fn carry_out<S: SpillStore>(
+    _batch: Deletes<S>,
+    _target: &DeleteTarget,
+    _reporter: &Reporter,
+) -> Result<u64, String> {
     Err("deletes: not wired yet".into())
 }

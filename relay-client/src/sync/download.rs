@@ -5,7 +5,6 @@
 //! records the placed file in the index. A local file changed since this
 //! machine placed it is a conflict, left as it is, unless `--overwrite`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use relay_proto::logsafe::safe;
@@ -54,7 +53,6 @@ pub struct DownloadSync {
     pub flags: CompareFlags,
     pub rules: DeleteRules,
     pub dry_run: bool,
-    pub index_file: Option<PathBuf>,
 }
 
 /// What the planner hands the runner.
@@ -101,10 +99,7 @@ pub async fn run(
     let index = s.job.index.clone();
     let (order, flags, rules, dry_run) = (s.order, s.flags, s.rules, s.dry_run);
     let deletes = delete_set(rules);
-    let target = DeleteTarget::Local {
-        root: s.job.root_path(),
-        index: s.index_file.clone(),
-    };
+    let target = DeleteTarget::Local { job: s.job.clone() };
     let plan = {
         let (below, counts) = (below.clone(), counts.clone());
         move |tx| {
@@ -141,7 +136,7 @@ pub async fn run(
     .await;
     let mut report = counts.report("download");
     let ok = match planned {
-        Some(p) => conclude(p, dry_run, reporter, &mut report, &target),
+        Some(p) => conclude(p, dry_run, reporter, &mut report, &target).await,
         None => true,
     };
     (stop, report, ok)

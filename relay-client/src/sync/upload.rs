@@ -86,8 +86,9 @@ pub async fn run(
     let deletes = delete_set(s.rules);
     let dry_run = s.dry_run;
     let target = DeleteTarget::Remote {
-        container: container.clone(),
-        prefix: prefix.clone(),
+        mode: s.mode.clone(),
+        opts: s.opts.clone(),
+        below: listing_prefix(&s.prefix),
     };
     let plan = move |tx| {
         let look = {
@@ -124,7 +125,7 @@ pub async fn run(
     .await;
     let mut report = counts.report("upload");
     let ok = match planned {
-        Some(p) => conclude(p, dry_run, reporter, &mut report, &target),
+        Some(p) => conclude(p, dry_run, reporter, &mut report, &target).await,
         None => true,
     };
     (stop, report, ok)
