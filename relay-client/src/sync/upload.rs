@@ -264,3 +264,83 @@ fn record_sent(ctx: &Ctx, local: &LocalEntry, src: &Source, etag: &str, sha256: 
         },
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use relay_proto::sync::entry::{FileStat, Identity, RemoteEntry};
+    use relay_proto::sync::join::Gap;
+    use relay_proto::sync::order::Side;
+
+    use super::*;
+    use crate::ui::progress::Output;
+
+    /// An adopted blob version moves nothing and takes the row's place: the
+    /// next run finds the file unchanged against the new ETag.
+    #[test]
+    fn adopt_records_the_new_etag_and_moves_nothing() {
+        let dir = std::env::temp_dir().join(format!("sync-adopt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let index = Index::open(&dir.join("i.sqlite")).expect("index");
+        let stat = FileStat {
+            size: 4,
+            mtime_ns: 9,
+            identity: Some(Identity {
+                ino: 1,
+                dev: 1,
+                ctime_ns: 9,
+            }),
+        };
+        let local = LocalEntry {
+            name: "f".into(),
+            stat,
+        };
+        let moved = Moved {
+            name: "f",
+            container: "c",
+            blob: "p/f",
+            etag: "\"old\"",
+            last_modified: None,
+            sha256: "ab",
+            stat: &stat,
+        };
+        remember(Some(&index), &moved);
+        let shown = Shown {
+            reporter: Arc::new(Reporter::new(Output::Json, true)),
+            counts: Arc::new(Counts::default()),
+            container: "c".into(),
+            below: "p/".into(),
+            dry_run: false,
+            deleting: false,
+        };
+        let remote = RemoteEntry {
+            name: "f".into(),
+            size: 4,
+            last_modified: Some(5),
+            etag: "\"new\"".into(),
+            vouched_sha256: Some("AB".into()),
+        };
+        let d = UploadDecision::Adopt { local, remote };
+        assert!(matches!(
+            settle(d, &shown, Some(&index), "c", "p"),
+            Step::Done
+        ));
+        let row = lookup(Some(&index), "c", "p/f", "f").expect("row");
+        assert_eq!((row.etag.as_str(), row.sha256.as_str()), ("\"new\"", "ab"));
+        assert_eq!(row.stat, stat);
+        assert_eq!(shown.counts.adopted.load(Relaxed), 1);
+        let gap = UploadDecision::Gap(Side::Source, Gap("x: unreadable".into()));
+        assert!(matches!(
+            settle(gap, &shown, Some(&index), "c", "p"),
+            Step::Done
+        ));
+        assert_eq!(shown.counts.gaps.load(Relaxed), 1);
+        assert!(matches!(
+            settle(UploadDecision::Skip("f".into()), &shown, None, "c", "p"),
+            Step::Done
+        ));
+        assert_eq!(shown.counts.skipped_unchanged.load(Relaxed), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
