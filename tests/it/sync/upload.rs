@@ -323,3 +323,48 @@ async fn dry_run_lists_every_delete_and_the_verdict() {
     assert_eq!(etags(&c, &blobs("r")).await, before, "every blob stays");
     relay.stop().await;
 }
+
+/// Names where the file system's, UTF-8's and the service's orders differ
+/// (`/` against `-` and `.`; an emoji against a fullwidth sign): the walk
+/// and the listing merge without an order error, and a re-run finds every
+/// one unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_in_the_service_s_order_merge_both_ways() {
+    let (relay, c) = setup("sync-order", None).await;
+    let dir = Scratch::new("sync-order");
+    let root = dir.path("src");
+    let names = ["a b", "a-b/c", "a.b", "a/b", "a0", "p/😀", "p/！", "Z"];
+    for (i, n) in names.iter().enumerate() {
+        write_random(&root.join(n), 10 + i as u64, i as u64);
+    }
+    let index = dir.path("index.sqlite");
+    let (src, dest) = (format!("{}/", root.display()), format!("{c}/o"));
+    let way = relay_flags(&relay);
+    for moved in ["sent", "skipped_unchanged"] {
+        let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+        let y = ok(&out, &v);
+        assert_eq!(y["gaps"], 0, "{v}");
+        assert_eq!(y[moved], names.len(), "{v}");
+    }
+    for n in names {
+        let (_, sha) = blob_sha(&c, &format!("o/{n}")).await;
+        assert_eq!(sha, sha256_file(&root.join(n)), "{n}");
+    }
+    // And back: the listing against a folder holding the same names.
+    let back = dir.path("back");
+    let index = dir.path("back.sqlite");
+    for moved in ["fetched", "skipped_unchanged"] {
+        let (out, v) = sync(&way, &dest, &back.display().to_string(), &index, &[]).await;
+        let y = ok(&out, &v);
+        assert_eq!(y["gaps"], 0, "{v}");
+        assert_eq!(y[moved], names.len(), "{v}");
+    }
+    for n in names {
+        assert_eq!(
+            sha256_file(&back.join(n)),
+            sha256_file(&root.join(n)),
+            "{n}"
+        );
+    }
+    relay.stop().await;
+}
