@@ -213,7 +213,7 @@ async fn ctrl_c_stops_and_the_same_command_resumes() {
         "i/data/huge.bin",
     ));
     let t0 = std::time::Instant::now();
-    while std::fs::metadata(&partial).map_or(0, |m| m.len()) == 0 {
+    while std::fs::metadata(&partial).map_or(0, |m| m.len()) < 1 << 20 {
         assert!(t0.elapsed() < T, "the partial file never grew");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -245,5 +245,7 @@ async fn ctrl_c_stops_and_the_same_command_resumes() {
         "{huge}"
     );
     assert_eq!(tree(&out_dir), tree(&dir.path("src/data")));
-    relay.stop().await;
+    // The fetch the gate held belonged to the interrupted client: the relay
+    // is not made to wait it out (its write timeout) before the test ends.
+    relay.abandon();
 }
