@@ -8,8 +8,12 @@
 //! that was recorded?". A file whose `stat` is unchanged since holds what was
 //! recorded; any write, rename over it, `touch` or copy changes its change
 //! time or inode, and then the index knows nothing about it. `download` uses
-//! it to compare a local file with a blob that carries no checksum; a sync
-//! decides "unchanged" the same way without reading the file.
+//! it to compare a local file with a blob that carries no checksum; `sync`
+//! (`sync/record.rs`) decides "unchanged" the same way without reading
+//! the file, in either direction: one index per destination (a folder
+//! downloaded to, kind `sync`; a relay or account, container and prefix
+//! uploaded to, kind `sync-upload`), one row per file below it, asked one
+//! name at a time.
 //!
 //! The index is a cache and safe to delete: a missing row only makes a rerun
 //! compare by other means (or refuse a file it cannot compare), never decide
@@ -91,7 +95,8 @@ fn to_i64(v: u64) -> i64 {
 impl Index {
     /// `$XDG_STATE_HOME/blob-relay/KIND-index-HASH.sqlite` (else
     /// `~/.local/state/...`): one index per local folder (`folder` as given
-    /// canonical) and kind of use (`download`, later `sync`).
+    /// canonical; for an upload sync, the destination's name as a path) and
+    /// kind of use (`download`, `sync`, `sync-upload`).
     pub fn default_file(kind: &str, folder: &Path) -> Option<PathBuf> {
         use sha2::Digest;
         let state = std::env::var_os("XDG_STATE_HOME")

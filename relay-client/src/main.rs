@@ -73,6 +73,7 @@ fn main() -> ExitCode {
         Command::Upload(args) => upload(*args, &argv),
         Command::Download(args) => download(*args, &argv),
         Command::Ls(args) => ls(*args),
+        Command::Sync(args) => sync(*args, &argv),
         Command::Watch(args) => watch(*args),
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -320,6 +321,26 @@ fn ls(args: relay_client::commands::ls_args::LsArgs) -> ExitCode {
             ExitCode::from(EXIT_SETUP)
         }
     }
+}
+
+fn sync(args: relay_client::commands::sync_args::SyncArgs, argv: &[String]) -> ExitCode {
+    let output = output_of(args.json, args.json_lines);
+    let quiet = args.quiet;
+    let stopped = |t: &Totals, in_flight: usize, _: u64, _: Cause| {
+        format!(
+            "stopped: {} sent, {} fetched, {} skipped, {} failed; {in_flight} stopped in \
+             flight (what they staged or wrote is kept and resumed); nothing was deleted",
+            t.committed, t.downloaded, t.skipped, t.failed
+        )
+    };
+    move_files(
+        output,
+        quiet,
+        argv,
+        |reporter, interrupt| relay_client::commands::sync::run(args, reporter, interrupt),
+        stopped,
+        "unchanged",
+    )
 }
 
 /// What `upload` and `download` share: the runtime, Ctrl-C, the summary and

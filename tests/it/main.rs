@@ -18,5 +18,6 @@ mod operations;
 mod sign_in;
 mod storage;
 mod storage_faults;
+mod sync;
 mod upload;
 mod watch;

@@ -243,7 +243,7 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     let Some((sub, sub_matches)) = lenient.subcommand() else {
         return Ok(argv.to_vec());
     };
-    if !matches!(sub, "upload" | "watch" | "download" | "ls") {
+    if !matches!(sub, "upload" | "watch" | "download" | "ls" | "sync") {
         return Ok(argv.to_vec());
     }
     let config = sub_matches
@@ -274,8 +274,8 @@ pub fn merged_argv(argv: &[String]) -> Result<Vec<String>, ConfigError> {
     for (id, flag) in flags(&profile)? {
         let replaced = own_sign_in && matches!(id, "token" | "entra" | "entra_scope");
         // `to` is where uploads go; download's --to is a local folder, and
-        // ls has none.
-        let not_here = matches!(sub, "download" | "ls") && id == "to";
+        // ls and sync have none (sync names both sides as arguments).
+        let not_here = matches!(sub, "download" | "ls" | "sync") && id == "to";
         if !given(id) && !replaced && !not_here {
             merged.push(flag);
         }

@@ -56,6 +56,11 @@ pub enum Command {
     /// Last-Modified, the SHA-256 the relay vouches for, name.
     #[command(after_long_help = crate::commands::ls_args::LS_EXAMPLES)]
     Ls(Box<crate::commands::ls_args::LsArgs>),
+    /// Sync a local folder to CONTAINER[/PREFIX] or back, both ways: only what
+    /// changed is read and moved (this machine's index), and --delete removes
+    /// what the source no longer has, last and only when both sides were read whole.
+    #[command(after_long_help = crate::commands::sync_args::SYNC_EXAMPLES)]
+    Sync(Box<crate::commands::sync_args::SyncArgs>),
     /// Watch directories: upload what is there, then every file that appears or
     /// changes once it is complete (closed and unchanged for --settle), until stopped.
     #[command(after_long_help = WATCH_EXAMPLES)]

@@ -1,6 +1,6 @@
-//! The commands that move files: `upload`, `download` (and their flags,
-//! `args`, `download_args`, `connection_args`), `ls` (a container's blobs,
-//! `ls_args`), and the setup every command
+//! The commands that move files: `upload`, `download`, `sync` (and their
+//! flags, `args`, `download_args`, `sync_args`, `connection_args`), `ls` (a
+//! container's blobs, `ls_args`), and the setup every command
 //! decides before the first file moves (`setup`). Each hands its items to
 //! the runner (`run`) and a driver (`transfer`, `download`, `watch`).
 //!
@@ -14,6 +14,8 @@ pub mod in_flight;
 pub mod ls;
 pub mod ls_args;
 pub mod setup;
+pub mod sync;
+pub mod sync_args;
 pub mod upload;
 pub mod watch;
 pub mod watch_args;

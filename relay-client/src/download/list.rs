@@ -53,11 +53,7 @@ impl<'a> ListFrom<'a> {
 /// One source's listing, through the relay or from storage, taken up again
 /// after a break (`relay::retry`); the names handed on, or why the listing
 /// failed for good.
-pub(super) async fn listing(
-    job: &Job,
-    prefix: &str,
-    tx: mpsc::Sender<Listed>,
-) -> Result<u64, FileError> {
+pub async fn listing(job: &Job, prefix: &str, tx: mpsc::Sender<Listed>) -> Result<u64, FileError> {
     listing_from(&ListFrom::job(job), prefix, tx).await
 }
 

@@ -1,8 +1,28 @@
-//! `sync`: a local folder and a container's prefix made the same, in either
-//! direction, by a streaming merge (the pure core is `relay_proto::sync`).
+//! The sync driver (`relay-client sync`), both ways: a local folder to
+//! `container/prefix` (`upload`) and `container/prefix` to a local folder
+//! (`download`). The comparison is the pure core's
+//! (`relay_proto::sync`); here is its I/O:
 //!
-//! - [`delete`]: the deletes a merge leaves behind, carried out last and
-//!   only as its verdict allows: spooled in SQLite, local files removed
-//!   below DEST by descriptor, blobs through a [`delete::RemoteDeleter`].
+//! - `tree`: the local walk in the merge's order (`std::fs`, no links
+//!   followed, gaps for what cannot be read); `remote`: the listing as the
+//!   merge's input; `hash`: a local file hashed while it stays one file.
+//! - `planner`: the plan on a blocking thread, decisions settled there or
+//!   handed to the runner through a bounded channel; `drive`: the listing
+//!   task, the planner and the runner together.
+//! - `upload`, `download`: each decision through the upload or download
+//!   driver; `record`: the index's rows; `counts`: the run's counts.
+//! - `deletes`: the verdict on the delete set, last; [`delete`]: carrying it
+//!   out: spooled in SQLite, local files removed below DEST by descriptor,
+//!   blobs through a [`delete::RemoteDeleter`].
 
+pub mod counts;
 pub mod delete;
+pub mod deletes;
+pub mod download;
+pub mod drive;
+pub mod hash;
+pub mod planner;
+pub mod record;
+pub mod remote;
+pub mod tree;
+pub mod upload;

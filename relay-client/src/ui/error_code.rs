@@ -80,6 +80,13 @@ codes! {
     Permission => "permission",
     DiskFull => "disk_full",
     LocalIo => "local_io",
+    // `sync`.
+    /// A local file changed since this machine placed it, and the blob is
+    /// not put over it (without `--overwrite`).
+    SyncConflict => "sync_conflict",
+    /// Part of one side of a sync could not be read (a folder, a name, the
+    /// listing): nothing is deleted.
+    Incomplete => "incomplete",
 }
 
 impl ErrorCode {

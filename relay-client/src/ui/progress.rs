@@ -323,6 +323,45 @@ impl Reporter {
     }
 }
 
+/// A sync's summary: what moved, what was left alone unread, what is in
+/// the way, and the deletes.
+fn sync_line(y: &crate::ui::report::SyncReport, s: &Summary) -> String {
+    let t = &s.totals;
+    let moved = if y.direction == "download" {
+        format!("{} fetched", y.fetched)
+    } else {
+        format!("{} sent", y.sent)
+    };
+    let mut line = format!(
+        "sync ({}): {moved}, {} unchanged (not read), {} identical, {} adopted",
+        y.direction, y.skipped_unchanged, y.identical, y.adopted
+    );
+    for (n, what) in [
+        (y.conflicts, "conflicts"),
+        (y.gaps, "gaps (nothing deleted)"),
+        (t.failed as u64, "failed"),
+        (t.planned as u64, "looked at (dry run: nothing written)"),
+    ] {
+        if n > 0 {
+            line.push_str(&format!(", {n} {what}"));
+        }
+    }
+    if y.planned_deletes > 0 || y.deleted > 0 {
+        line.push_str(&format!(
+            ", {} deletes planned, {} made",
+            y.planned_deletes, y.deleted
+        ));
+    }
+    line.push_str(&format!(
+        "; {} read, {} in {:.1} s ({})",
+        format_size(y.bytes_read),
+        format_size(t.bytes),
+        t.seconds,
+        s.mode
+    ));
+    line
+}
+
 /// `relay 10.0.0.5:4433 unreachable for 40 s, still trying until 14:52:10; Ctrl-C stops, a rerun resumes`.
 pub fn weather_line(w: &Weather) -> String {
     match w {
@@ -451,6 +490,8 @@ pub fn text_line(f: &FileReport) -> String {
             None => format!("skipped    {}/{}  ({reason})", f.container, f.blob),
         },
         Status::Planned => format!("dry-run    {}/{}  {reason}", f.container, f.blob),
+        Status::Deleted if f.blob.is_empty() => format!("deleted    {}", f.path),
+        Status::Deleted => format!("deleted    {}/{}", f.container, f.blob),
         Status::Failed => {
             let why = f
                 .error
@@ -465,6 +506,9 @@ pub fn text_line(f: &FileReport) -> String {
 /// The last line of a text run.
 pub fn summary_line(s: &Summary) -> String {
     let t = &s.totals;
+    if let Some(y) = &s.sync {
+        return sync_line(y, s);
+    }
     let (done, verb) = if s.download {
         (t.downloaded, "downloaded")
     } else {

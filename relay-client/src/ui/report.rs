@@ -113,6 +113,9 @@ pub enum Status {
     Skipped,
     /// `--dry-run`: `reason` says what an upload would do.
     Planned,
+    /// `sync --delete`: removed from the destination (counted in the
+    /// summary's `sync.deleted`).
+    Deleted,
     Failed,
 }
 
@@ -152,6 +155,44 @@ pub struct Summary {
     /// Direct mode: how it sized itself, and whether it was a fallback.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub direct: Option<DirectReport>,
+    /// `sync`: what the comparison decided, name by name, counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncReport>,
+}
+
+/// A sync's counts (`relay-client sync`): what moved, what was left alone
+/// without a read, and what the deletes came to.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SyncReport {
+    /// `upload` (a local folder to a prefix) or `download`.
+    pub direction: &'static str,
+    /// Files committed (upload).
+    pub sent: u64,
+    /// Files placed (download).
+    pub fetched: u64,
+    /// Unchanged by size, time and identity against the index: not read, not offered.
+    pub skipped_unchanged: u64,
+    /// Read and offered, or compared, and found identical (nothing moved).
+    pub identical: u64,
+    /// A new blob version holding the recorded bytes: the index took its ETag.
+    pub adopted: u64,
+    /// Local files changed since this machine placed them, left as they are.
+    pub conflicts: u64,
+    /// Parts of either side that could not be read (no delete follows).
+    pub gaps: u64,
+    /// Names on the destination and not on the source the rules admit.
+    pub planned_deletes: u64,
+    /// Local delete candidates kept: not placed by this machine, or changed since.
+    pub kept_unknown: u64,
+    /// Deletes made.
+    pub deleted: u64,
+    /// Why no delete was made, when some were planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletes_withheld: Option<String>,
+    /// Bytes of local files this run read (sent, or hashed to compare).
+    pub bytes_read: u64,
+    pub source_complete: bool,
+    pub dest_complete: bool,
 }
 
 /// Direct mode's sizing (`direct_sizing.rs`) as the JSON report shows it.
@@ -239,6 +280,7 @@ impl Totals {
             }
             Status::Skipped => self.skipped += 1,
             Status::Planned => self.planned += 1,
+            Status::Deleted => {}
             Status::Failed => self.failed += 1,
         }
     }
@@ -267,6 +309,7 @@ impl Summary {
             connections: None,
             stopped_by: None,
             direct: None,
+            sync: None,
             totals,
             files,
         }

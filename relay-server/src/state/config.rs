@@ -105,6 +105,10 @@ pub struct TestHooks {
     /// Called after each range a Fetch sent, with its offset and length; the
     /// fetch waits as long as it says (stops a download at a chosen point).
     pub fetch_pace: Option<Pace>,
+    /// Called (with offset and length 0) before each Delete asks storage;
+    /// the delete waits as long as it says (a blob rewritten between the
+    /// client's listing and its delete, without timing).
+    pub delete_pace: Option<Pace>,
     /// Before sending a Plan, wait until the connection has received this many
     /// bytes: makes "the Plan arrives after the client sent everything" (a long
     /// path) deterministic on loopback.

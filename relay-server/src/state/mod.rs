@@ -99,6 +99,14 @@ impl Shared {
         }
     }
 
+    pub fn delete_pace(&self) -> Option<Pace> {
+        if cfg!(feature = "test-hooks") {
+            self.hooks.delete_pace.clone()
+        } else {
+            None
+        }
+    }
+
     pub fn forgets_list_markers(&self) -> bool {
         cfg!(feature = "test-hooks") && self.hooks.forgets_list_markers
     }

@@ -87,6 +87,9 @@ async fn serve(shared: &Shared, send: &mut SendStream, d: &Delete) {
     let m = &shared.metrics;
     let answer = match shared.storage.account.deleter(&d.container, &d.name) {
         Ok(deleter) => {
+            if let Some(pace) = shared.delete_pace() {
+                tokio::time::sleep(pace(0, 0)).await;
+            }
             let done = deleter.delete_if_match(&d.etag).await;
             outcome(done, deleter.requests())
         }

@@ -24,13 +24,13 @@ pub mod spill;
 use std::sync::Arc;
 
 use relay_proto::sync::delete::{DeleteCandidate, SpillStore, Withheld};
-use relay_proto::sync::delete_set::DeleteSet;
+use relay_proto::sync::delete_set::{DeleteSet, Deletes};
 use relay_proto::sync::join::{Completion, Tally};
 
 pub use local::{LocalDeleteError, LocalDeleter, LocalOutcome, PlacedRecords};
 pub use remote::{RemoteDeleteError, RemoteDeleter, RemoteOutcome};
 pub use report::{DeleteEvent, DeleteSink, DeleteSummary, Outcome, Stop};
-pub use spill::{SpillError, SqliteSpill};
+pub use spill::{LazySpill, SpillError, SqliteSpill};
 
 /// Where the batch's deletes are made: the sync's destination.
 pub enum Executor<'a> {
@@ -83,15 +83,31 @@ pub async fn carry_out<S: SpillStore>(
     dry_run: bool,
     sink: &mut (dyn DeleteSink + Send),
 ) -> Result<DeleteSummary, DeleteError> {
-    let mut summary = DeleteSummary {
-        kept_unknown: set.counts().kept,
-        ..DeleteSummary::default()
-    };
-    let mut deletes = match set.finish(completion, tally.dest_entries) {
+    let kept_unknown = set.counts().kept;
+    let deletes = match set.finish(completion, tally.dest_entries) {
         Ok(deletes) => deletes,
-        Err(Withheld::NotAsked) => return Ok(summary),
+        Err(Withheld::NotAsked) => {
+            return Ok(DeleteSummary {
+                kept_unknown,
+                ..DeleteSummary::default()
+            });
+        }
         Err(withheld) => return Err(DeleteError::Withheld(withheld)),
     };
+    let mut summary = carry_out_batch(deletes, executor, dry_run, sink).await?;
+    summary.kept_unknown = kept_unknown;
+    Ok(summary)
+}
+
+/// Carries out a batch the verdict already let go ahead
+/// ([`DeleteSet::finish`]): for a caller that reports the verdict itself.
+pub async fn carry_out_batch<S: SpillStore>(
+    mut deletes: Deletes<S>,
+    executor: Executor<'_>,
+    dry_run: bool,
+    sink: &mut (dyn DeleteSink + Send),
+) -> Result<DeleteSummary, DeleteError> {
+    let mut summary = DeleteSummary::default();
     let candidates = deletes.iter().map_err(|e| DeleteError::Spill {
         reason: e.to_string(),
         summary,

@@ -175,6 +175,47 @@ impl SpillStore for SqliteSpill {
     }
 }
 
+/// A [`SqliteSpill`] made only when a batch first spills: a sync that
+/// deletes nothing, or fewer candidates than the set holds in memory (every
+/// run with a count limit), makes no file at all.
+pub struct LazySpill {
+    folder: PathBuf,
+    store: Option<SqliteSpill>,
+}
+
+impl LazySpill {
+    /// A store to be made in `folder` if ever needed.
+    pub fn new(folder: PathBuf) -> Self {
+        Self {
+            folder,
+            store: None,
+        }
+    }
+}
+
+impl SpillStore for LazySpill {
+    type Error = SpillError;
+    type Replay<'a> = std::iter::Flatten<std::option::IntoIter<SpillReplay<'a>>>;
+
+    fn append(&mut self, batch: &[DeleteCandidate]) -> Result<(), SpillError> {
+        if self.store.is_none() {
+            self.store = Some(SqliteSpill::create_in(&self.folder)?);
+        }
+        match self.store.as_mut() {
+            Some(store) => store.append(batch),
+            None => Ok(()),
+        }
+    }
+
+    fn replay(&mut self) -> Result<Self::Replay<'_>, SpillError> {
+        let replay = match self.store.as_mut() {
+            Some(store) => Some(store.replay()?),
+            None => None,
+        };
+        Ok(replay.into_iter().flatten())
+    }
+}
+
 /// Everything appended, in append order (rowid), a page at a time.
 pub struct SpillReplay<'a> {
     spill: &'a SqliteSpill,

@@ -1,0 +1,65 @@
+//! What both directions share: the listing started as a task of its own, the
+//! planner on a blocking thread, its work fed to the runner lazily, and the
+//! planner's end (for the delete verdict) once every transfer is done.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use relay_proto::protocol::Listed;
+use relay_proto::sync::delete::SpillStore;
+use tokio::sync::{mpsc, oneshot};
+
+use super::planner::{PLAN_AHEAD, Planned};
+use super::remote::ListingEnd;
+use crate::download::job::Job;
+use crate::download::list;
+use crate::run::outcome::Stop;
+use crate::run::runner::Runner;
+use crate::transfer::refusal::Refusal;
+
+/// Names the listing hands the merge at most this far ahead.
+pub const LIST_AHEAD: usize = 1024;
+
+/// The listing of `prefix` (as listed: `p/`) by `job`'s way of reading, into
+/// a bounded channel; how it ended, once it has.
+pub fn start_listing(
+    job: Arc<Job>,
+    prefix: String,
+) -> (mpsc::Receiver<Listed>, oneshot::Receiver<ListingEnd>) {
+    let (tx, rx) = mpsc::channel(LIST_AHEAD);
+    let (end_tx, end_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let end = list::listing(&job, &prefix, tx).await;
+        let _ = end_tx.send(end);
+    });
+    (rx, end_rx)
+}
+
+/// Runs `plan` (the planner, on a blocking thread) and every piece of work
+/// it hands on through `item` in the runner; how the run stopped, and the
+/// planner's end when the run finished (none when it stopped early: no
+/// delete follows a run that did not end).
+pub async fn drive<W, S, F>(
+    runner: &mut Runner,
+    plan: impl FnOnce(mpsc::Sender<W>) -> Planned<S> + Send + 'static,
+    item: impl FnMut(W) -> F,
+) -> (Stop, Option<Planned<S>>)
+where
+    W: Send + 'static,
+    S: SpillStore + Send + 'static,
+    F: Future<Output = Option<Refusal>> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(PLAN_AHEAD);
+    let planner = tokio::task::spawn_blocking(move || plan(tx));
+    if let Err(stop) = runner.feed(&mut rx, Some, item).await {
+        return (stop, None);
+    }
+    let stop = runner.drain().await;
+    if !stop.finished() {
+        return (stop, None);
+    }
+    match planner.await {
+        Ok(planned) if planned.whole => (stop, Some(planned)),
+        _ => (stop, None),
+    }
+}

@@ -1,0 +1,347 @@
+//! A sync from a local folder to `container/prefix`: the folder's walk
+//! merged with the prefix's listing; each file to send goes through the
+//! upload driver (`transfer::file::report_of`, with its retries and skip
+//! rules), and after a verified send the index records the Receipt's ETag,
+//! the SHA-256 this client computed and the `stat` the walk took before the
+//! read, if the file is still that file after it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indicatif::ProgressBar;
+use relay_proto::protocol::Overwrite;
+use relay_proto::sync::delete::DeleteRules;
+use relay_proto::sync::entry::LocalEntry;
+use relay_proto::sync::order::NameOrder;
+use relay_proto::sync::plan::{CompareFlags, UploadDecision, UploadPlan};
+use relay_proto::sync::unchanged::SendReason;
+
+use super::counts::{Counts, bump};
+use super::deletes::{DeleteTarget, conclude, delete_set};
+use super::drive::{drive, start_listing};
+use super::planner::{self, Shown, Step};
+use super::record::{Moved, lookup, remember};
+use super::remote::{RemoteEntries, listing_prefix};
+use super::tree::{file_stat, local_entries};
+use crate::download::job::Job as ListJob;
+use crate::index::Index;
+use crate::run::outcome::Stop;
+use crate::run::runner::Runner;
+use crate::transfer::file::{Job, blank, failed, report_of};
+use crate::transfer::filter::Filter;
+use crate::transfer::mode::Mode;
+use crate::transfer::refusal::{Refusal, fatal};
+use crate::transfer::send::Options;
+use crate::transfer::sync::SyncRule;
+use crate::transfer::walk::{Source, blob_name};
+use crate::ui::progress::Reporter;
+use crate::ui::report::{Status, SyncReport};
+
+/// An upload sync as the command set it up.
+pub struct UploadSync {
+    pub mode: Arc<Mode>,
+    /// The listing's way of reading (the run's connection).
+    pub lister: Arc<ListJob>,
+    /// What every send carries (its `overwrite` is set per file).
+    pub opts: Options,
+    pub attempts: u32,
+    pub dry_run: bool,
+    pub root: PathBuf,
+    /// Below the container, no leading or trailing `/`.
+    pub prefix: String,
+    pub index: Option<Arc<Index>>,
+    pub filter: Filter,
+    pub order: NameOrder,
+    pub flags: CompareFlags,
+    pub rules: DeleteRules,
+}
+
+/// What each send shares.
+struct Ctx {
+    s: UploadSync,
+    reporter: Arc<Reporter>,
+    counts: Arc<Counts>,
+}
+
+/// Runs the sync in `runner`: how it stopped, its counts, and whether the
+/// deletes' verdict lets the run end well.
+pub async fn run(
+    s: UploadSync,
+    runner: &mut Runner,
+    reporter: &Arc<Reporter>,
+) -> (Stop, SyncReport, bool) {
+    let counts = Arc::new(Counts::default());
+    let (rx, end) = start_listing(s.lister.clone(), listing_prefix(&s.prefix));
+    let shown = Shown {
+        reporter: reporter.clone(),
+        counts: counts.clone(),
+        container: s.opts.container.clone(),
+        below: listing_prefix(&s.prefix),
+        dry_run: s.dry_run,
+        deleting: s.rules.delete,
+    };
+    let remote = RemoteEntries::new(rx, end, &s.prefix, s.filter.clone());
+    let local = local_entries(&s.root, s.order, s.filter.clone());
+    let (index, container, prefix) = (s.index.clone(), s.opts.container.clone(), s.prefix.clone());
+    let deletes = delete_set(s.rules, s.index.as_deref());
+    let dry_run = s.dry_run;
+    let target = DeleteTarget::Remote {
+        mode: s.mode.clone(),
+        opts: s.opts.clone(),
+        below: listing_prefix(&s.prefix),
+        attempts: s.attempts,
+    };
+    let plan = move |tx| {
+        let look = {
+            let (index, container, prefix) = (index.clone(), container.clone(), prefix.clone());
+            move |name: &str| {
+                lookup(
+                    index.as_deref(),
+                    &container,
+                    &blob_name(&prefix, &[name]),
+                    name,
+                )
+            }
+        };
+        let plan = UploadPlan::new(local, remote, s.order, look, s.flags);
+        let settle = |d| settle(d, &shown, index.as_deref(), &container, &prefix);
+        planner::run(
+            plan,
+            |p| (p.completion(), p.tally()),
+            settle,
+            deletes,
+            &shown,
+            &tx,
+        )
+    };
+    let ctx = Arc::new(Ctx {
+        s,
+        reporter: reporter.clone(),
+        counts: counts.clone(),
+    });
+    let (stop, planned) = drive(runner, plan, |w: (LocalEntry, SendReason)| {
+        let ctx = ctx.clone();
+        async move { send(&ctx, w.0, w.1).await }
+    })
+    .await;
+    let mut report = counts.report("upload");
+    let ok = match planned {
+        Some(p) => conclude(p, dry_run, reporter, &mut report, &target).await,
+        None => true,
+    };
+    (stop, report, ok)
+}
+
+/// A decision settled on the planner thread, or the file to send.
+fn settle(
+    d: UploadDecision,
+    shown: &Shown,
+    index: Option<&Index>,
+    container: &str,
+    prefix: &str,
+) -> Step<(LocalEntry, SendReason)> {
+    match d {
+        UploadDecision::Skip(_) => bump(&shown.counts.skipped_unchanged),
+        UploadDecision::Adopt { local, remote } => {
+            let blob = blob_name(prefix, &[&local.name]);
+            if let Some(rec) = lookup(index, container, &blob, &local.name) {
+                remember(
+                    index,
+                    &Moved {
+                        name: &local.name,
+                        container,
+                        blob: &blob,
+                        etag: &remote.etag,
+                        last_modified: remote.last_modified,
+                        sha256: &rec.sha256,
+                        stat: &local.stat,
+                    },
+                );
+            }
+            bump(&shown.counts.adopted);
+        }
+        UploadDecision::Send { local, reason } => return Step::Work((local, reason)),
+        UploadDecision::Delete(c) => return Step::Delete(c),
+        UploadDecision::Gap(side, gap) => shown.gap(side, &gap),
+    }
+    Step::Done
+}
+
+fn why(reason: SendReason) -> &'static str {
+    match reason {
+        SendReason::New => "new",
+        SendReason::NotIndexed => "not in this machine's index",
+        SendReason::ChangedLocally => "changed here",
+        SendReason::ChangedRemotely => "the blob changed",
+        SendReason::Checksum => "--checksum",
+    }
+}
+
+/// One file through the upload driver, its report, and its index row.
+async fn send(ctx: &Ctx, local: LocalEntry, reason: SendReason) -> Option<Refusal> {
+    let s = &ctx.s;
+    let src = Source {
+        path: s.root.join(&local.name),
+        blob: blob_name(&s.prefix, &[&local.name]),
+        size: local.stat.size,
+        sha256: None,
+    };
+    if s.dry_run {
+        let mut r = blank(
+            &src.path.display().to_string(),
+            &s.opts.container,
+            &src.blob,
+            Status::Planned,
+        );
+        r.reason = Some(format!("would send {} bytes ({})", src.size, why(reason)));
+        r.bytes = src.size;
+        ctx.reporter.finish_file(None, r, 0);
+        return None;
+    }
+    // A name the listing did not have is never put over a blob written since
+    // (the relay skips the same bytes, refuses others). A blob that was
+    // listed is replaced only if its bytes differ, and only the version the
+    // relay compared (`--overwrite=if-different`: `If-Match` its ETag): the
+    // source wins, but never over a version nobody looked at.
+    let sync = match reason {
+        SendReason::New => None,
+        _ => Some(SyncRule::IfDifferent),
+    };
+    let job = Job {
+        mode: s.mode.clone(),
+        opts: Options {
+            overwrite: Overwrite::Never,
+            ..s.opts.clone()
+        },
+        sync,
+        attempts: s.attempts,
+        dry_run: false,
+    };
+    ctx.counts.read(src.size);
+    let bar: ProgressBar = ctx.reporter.start(&src.blob);
+    let report = match report_of(&job, &src, &bar, 0).await {
+        Ok(r) => r,
+        Err((e, attempts)) => {
+            if let Some(refusal) = fatal(&e, &job.opts) {
+                bar.finish_and_clear();
+                return Some(refusal);
+            }
+            let path = src.path.display().to_string();
+            let mut r = failed(&path, &s.opts.container, &src.blob, e);
+            r.attempts = attempts;
+            ctx.reporter.finish_file(Some(&bar), r, src.size);
+            return None;
+        }
+    };
+    match report.status {
+        Status::Committed => bump(&ctx.counts.sent),
+        _ => bump(&ctx.counts.identical),
+    }
+    if let (Some(etag), Some(sha256)) = (&report.etag, &report.sha256) {
+        record_sent(ctx, &local, &src, etag, sha256);
+    }
+    ctx.reporter.finish_file(Some(&bar), report, src.size);
+    None
+}
+
+/// The index row of a verified send, only if the file is still the one the
+/// walk saw before it was read (else the bytes sent may not be its bytes now).
+fn record_sent(ctx: &Ctx, local: &LocalEntry, src: &Source, etag: &str, sha256: &str) {
+    let now = std::fs::symlink_metadata(&src.path).map(|m| file_stat(&m));
+    if !now.is_ok_and(|now| now.same_file_as(&local.stat)) {
+        return;
+    }
+    let s = &ctx.s;
+    remember(
+        s.index.as_deref(),
+        &Moved {
+            name: &local.name,
+            container: &s.opts.container,
+            blob: &src.blob,
+            etag,
+            last_modified: None,
+            sha256,
+            stat: &local.stat,
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use relay_proto::sync::entry::{FileStat, Identity, RemoteEntry};
+    use relay_proto::sync::join::Gap;
+    use relay_proto::sync::order::Side;
+
+    use super::*;
+    use crate::ui::progress::Output;
+
+    /// An adopted blob version moves nothing and takes the row's place: the
+    /// next run finds the file unchanged against the new ETag.
+    #[test]
+    fn adopt_records_the_new_etag_and_moves_nothing() {
+        let dir = std::env::temp_dir().join(format!("sync-adopt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let index = Index::open(&dir.join("i.sqlite")).expect("index");
+        let stat = FileStat {
+            size: 4,
+            mtime_ns: 9,
+            identity: Some(Identity {
+                ino: 1,
+                dev: 1,
+                ctime_ns: 9,
+            }),
+        };
+        let local = LocalEntry {
+            name: "f".into(),
+            stat,
+        };
+        let moved = Moved {
+            name: "f",
+            container: "c",
+            blob: "p/f",
+            etag: "\"old\"",
+            last_modified: None,
+            sha256: "ab",
+            stat: &stat,
+        };
+        remember(Some(&index), &moved);
+        let shown = Shown {
+            reporter: Arc::new(Reporter::new(Output::Json, true)),
+            counts: Arc::new(Counts::default()),
+            container: "c".into(),
+            below: "p/".into(),
+            dry_run: false,
+            deleting: false,
+        };
+        let remote = RemoteEntry {
+            name: "f".into(),
+            size: 4,
+            last_modified: Some(5),
+            etag: "\"new\"".into(),
+            vouched_sha256: Some("AB".into()),
+        };
+        let d = UploadDecision::Adopt { local, remote };
+        assert!(matches!(
+            settle(d, &shown, Some(&index), "c", "p"),
+            Step::Done
+        ));
+        let row = lookup(Some(&index), "c", "p/f", "f").expect("row");
+        assert_eq!((row.etag.as_str(), row.sha256.as_str()), ("\"new\"", "ab"));
+        assert_eq!(row.stat, stat);
+        assert_eq!(shown.counts.adopted.load(Relaxed), 1);
+        let gap = UploadDecision::Gap(Side::Source, Gap("x: unreadable".into()));
+        assert!(matches!(
+            settle(gap, &shown, Some(&index), "c", "p"),
+            Step::Done
+        ));
+        assert_eq!(shown.counts.gaps.load(Relaxed), 1);
+        assert!(matches!(
+            settle(UploadDecision::Skip("f".into()), &shown, None, "c", "p"),
+            Step::Done
+        ));
+        assert_eq!(shown.counts.skipped_unchanged.load(Relaxed), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
