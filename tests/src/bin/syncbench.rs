@@ -1,0 +1,300 @@
+//! Sync benchmark (not a timed test): a tree of small files synced through a
+//! local relay into Azurite once, then again unchanged, beside a bare listing
+//! of the same prefix and, where AzCopy is installed, `azcopy sync` of the
+//! same tree both times. Every run is a child process measured from outside:
+//! wall time, CPU, peak RSS (`wait4`), and the bytes it read (`/proc/PID/io`
+//! `rchar`, read while the child is a zombie, so nothing after it is lost).
+//! The relay's storage requests (its metrics) say what each run cost storage.
+//!
+//! `cargo run --release -p relay-tests --bin syncbench -- --files 100000 [--files 1000000] [--no-azcopy]`
+//!
+//! Loopback only: Azurite and the relay are this process's (Azurite in memory).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use relay_tests::azcopy;
+use relay_tests::azurite::shared_azurite;
+use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
+use relay_tests::{DEV_ACCOUNT, DEV_KEY, binary};
+
+struct Args {
+    files: Vec<u64>,
+    azcopy: bool,
+    keep: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        files: Vec::new(),
+        azcopy: true,
+        keep: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--files" => {
+                let v = it.next().ok_or("--files needs a number")?;
+                a.files
+                    .push(v.parse().map_err(|_| format!("--files: {v}"))?);
+            }
+            "--no-azcopy" => a.azcopy = false,
+            "--keep" => a.keep = true,
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if a.files.is_empty() {
+        a.files.push(100_000);
+    }
+    Ok(a)
+}
+
+/// One child process, measured from outside.
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+    max_rss_kib: u64,
+    rchar: u64,
+    exit: i32,
+}
+
+/// Runs `cmd` (stdout and stderr to `log`), and measures it.
+// The child is reaped by `wait4` (for its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn measure(mut cmd: Command, log: &Path) -> Measured {
+    let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let err = out.try_clone().unwrap_or_else(|e| panic!("{e}"));
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    let start = Instant::now();
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let pid = child.id() as libc::pid_t;
+    // Wait for the exit without reaping: the zombie's /proc/PID/io holds the
+    // totals of every thread it had.
+    // SAFETY: a zeroed siginfo_t is valid for waitid to fill in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our child; info is a valid out-pointer.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(r, 0, "waitid: {}", std::io::Error::last_os_error());
+    let wall = start.elapsed();
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let rchar = io
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar: ")?.trim().parse().ok())
+        .unwrap_or(0);
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our unreaped child; both out-pointers are valid.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Measured {
+        wall,
+        cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
+        max_rss_kib: usage.ru_maxrss as u64,
+        rchar,
+        exit: if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            -1
+        },
+    }
+}
+
+/// `n` files of 0–4 KiB, 1,000 to a folder, the same bytes on every run.
+fn make_tree(root: &Path, n: u64) -> u64 {
+    let mut total = 0;
+    for i in 0..n {
+        let dir = root.join(format!("d{:04}", i / 1000));
+        if i % 1000 == 0 {
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let size = (i.wrapping_mul(2_654_435_761) % 4097) as usize;
+        let body: Vec<u8> = (0..size)
+            .map(|k| (i as usize).wrapping_mul(31).wrapping_add(k * 7) as u8)
+            .collect();
+        std::fs::write(dir.join(format!("f{i:07}.bin")), &body).unwrap_or_else(|e| panic!("{e}"));
+        total += size as u64;
+    }
+    total
+}
+
+struct Bench {
+    relay: RelayHandle,
+    container: String,
+    scratch: PathBuf,
+}
+
+impl Bench {
+    fn connection(&self) -> Vec<String> {
+        vec![
+            "--relay".into(),
+            self.relay.addr.to_string(),
+            "--relay-cert-sha256".into(),
+            self.relay.fingerprint.clone(),
+            "--token".into(),
+            LIMITED_TOKEN.into(),
+        ]
+    }
+
+    fn client(&self, args: &[String]) -> Command {
+        let mut cmd = Command::new(binary("relay-client"));
+        cmd.args(args).args(self.connection());
+        for v in ["RELAY_TOKEN", "RELAY_CONFIG", "RELAY_PROFILE"] {
+            cmd.env_remove(v);
+        }
+        cmd
+    }
+
+    fn requests(&self) -> u64 {
+        self.relay
+            .metric("blob_relay_storage_requests_total")
+            .unwrap_or(0)
+    }
+
+    /// A client run and the storage requests the relay made for it.
+    fn run(&self, name: &str, args: &[String]) -> (Measured, u64) {
+        let before = self.requests();
+        let m = measure(self.client(args), &self.scratch.join(format!("{name}.log")));
+        (m, self.requests() - before)
+    }
+
+    fn azcopy_sync(&self, bin: &Path, name: &str, data: &Path) -> Measured {
+        let sas = relay_storage::sas::container_sas(
+            DEV_ACCOUNT,
+            DEV_KEY,
+            &self.container,
+            "racwdl",
+            time::OffsetDateTime::now_utc(),
+            time::Duration::hours(4),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let url = format!("{}/{}/az?{sas}", shared_azurite().url(), self.container);
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "sync",
+            &format!("{}/", data.display()),
+            &url,
+            "--recursive=true",
+            "--from-to",
+            "LocalBlob",
+        ])
+        .env("AZCOPY_LOG_LOCATION", self.scratch.join("az-logs"))
+        .env("AZCOPY_JOB_PLAN_LOCATION", self.scratch.join("az-plans"));
+        measure(cmd, &self.scratch.join(format!("{name}.log")))
+    }
+}
+
+fn row(name: &str, m: &Measured, requests: Option<u64>) {
+    let req = requests.map_or("-".into(), |r| r.to_string());
+    println!(
+        "| {name} | {:.1} | {:.1} | {:.0} | {:.1} | {req} | {} |",
+        m.wall.as_secs_f64(),
+        m.cpu.as_secs_f64(),
+        m.max_rss_kib as f64 / 1024.0,
+        m.rchar as f64 / (1 << 20) as f64,
+        m.exit
+    );
+}
+
+async fn one_size(args: &Args, n: u64) {
+    let scratch = std::env::temp_dir().join(format!("syncbench-{n}-{}", std::process::id()));
+    let data = scratch.join("data");
+    let started = Instant::now();
+    let bytes = make_tree(&data, n);
+    eprintln!(
+        "== {n} files, {bytes} bytes, made in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let container = relay_tests::blobs::new_container("syncbench").await;
+    // The limited token may read and write the container: a sync lists it.
+    let relay = RelayHandle::start(
+        shared_azurite().storage(),
+        RelayOptions {
+            limited_to: format!("{container}:rw"),
+            ..RelayOptions::default()
+        },
+    );
+    let b = Bench {
+        relay,
+        container,
+        scratch: scratch.clone(),
+    };
+    let dest = format!("{}/p", b.container);
+    let src = format!("{}/", data.display());
+    let index = scratch.join("index.sqlite");
+    let sync_args: Vec<String> = vec![
+        "sync".into(),
+        src,
+        dest.clone(),
+        "--index".into(),
+        index.display().to_string(),
+        "--json".into(),
+    ];
+    let (first, first_req) = b.run("sync-first", &sync_args);
+    let (again, again_req) = b.run("sync-again", &sync_args);
+    let ls: Vec<String> = vec!["ls".into(), dest, "--json".into()];
+    let (list, list_req) = b.run("ls", &ls);
+
+    println!("\n### {n} files of 0–4 KiB ({bytes} bytes), one folder per 1,000\n");
+    println!(
+        "| run | wall s | CPU s | peak RSS MiB | read MiB (rchar) | storage requests | exit |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    row("relay sync, first", &first, Some(first_req));
+    row("relay sync, unchanged", &again, Some(again_req));
+    row("relay ls (bare listing)", &list, Some(list_req));
+    let mut az = None;
+    if args.azcopy {
+        match azcopy::find() {
+            Ok(bin) => {
+                let a1 = b.azcopy_sync(&bin, "azcopy-first", &data);
+                let a2 = b.azcopy_sync(&bin, "azcopy-again", &data);
+                row("azcopy sync, first", &a1, None);
+                row("azcopy sync, unchanged", &a2, None);
+                az = Some(a2);
+            }
+            Err(e) => println!("\nAzCopy not run: {e}"),
+        }
+    }
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    println!(
+        "\nunchanged re-run / bare listing (wall): {:.2}; re-run read {} bytes of {bytes}; \
+         re-run storage requests {again_req} (listing alone: {list_req})",
+        ratio(again.wall, list.wall),
+        again.rchar
+    );
+    if let Some(a2) = az {
+        println!(
+            "unchanged re-run, relay / azcopy: wall {:.2}, peak RSS {:.2}",
+            ratio(again.wall, a2.wall),
+            again.max_rss_kib as f64 / a2.max_rss_kib.max(1) as f64
+        );
+    }
+    b.relay.stop().await;
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        eprintln!("kept {}", scratch.display());
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = parse_args().unwrap_or_else(|e| {
+        eprintln!("syncbench: {e}");
+        std::process::exit(2)
+    });
+    eprintln!("relay-client: {}", binary("relay-client").display());
+    for n in args.files.clone() {
+        one_size(&args, n).await;
+    }
+}
