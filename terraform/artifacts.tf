@@ -154,8 +154,10 @@ resource "azurerm_storage_blob" "relay_key" {
 }
 
 # The relays' tokens file: client_token, then var.tokens, each after a comment
-# naming it. Changing it rewrites this blob in place; relays fetch it every
-# minute (blob-relay-tokens.timer) and re-read their file when it changes.
+# naming it, its containers as given (access letters r, w, d included, e.g.
+# `uploads:rwd`: the relays' tokens file takes them as they are). Changing it
+# rewrites this blob in place; relays fetch it every minute
+# (blob-relay-tokens.timer) and re-read their file when it changes.
 locals {
   tokens_file = join("", concat(
     ["# client_token\n", "${random_password.client_token.result} ${var.container_name}\n"],

@@ -68,7 +68,10 @@ resource "azurerm_storage_container" "uploads" {
   container_access_type = "private"
 }
 
-# The relays write uploads; that is all they can do on this account.
+# The relays write uploads, and delete in it for a token granted `:d`
+# (relay-client sync --delete; the role includes blobs/delete, and deleted
+# blobs are kept blob_soft_delete_days by delete_retention_policy above);
+# that is all they can do on this account.
 resource "azurerm_role_assignment" "relay_uploads" {
   scope                = azurerm_storage_container.uploads.id
   role_definition_name = "Storage Blob Data Contributor"

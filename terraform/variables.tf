@@ -188,7 +188,7 @@ variable "download_containers" {
 }
 
 variable "tokens" {
-  description = "More client tokens, beside client_token: name => containers the token may use, each `data` or `data:w` (write), `data:r` (read: relay-client download; the relays read only container_name and download_containers) or `data:rw` ([] = write any container that is not reserved, read none). Apply after adding, changing or removing an entry: the tokens blob is rewritten and every relay picks it up within about a minute (blob-relay-tokens.timer), no reimage. Values: the sensitive output `tokens`."
+  description = "More client tokens, beside client_token: name => containers the token may use, each `data` or `data:w` (write), `data:r` (read: relay-client download; the relays read only container_name and download_containers), `data:d` (delete: relay-client sync --delete; never implied by write; the relays may delete only in container_name) or a combination of the letters r, w and d, each at most once, in any order as the relays' tokens file takes them (`data:rw`, `data:wd`, `data:rwd`) ([] = write any container that is not reserved, read and delete none). Apply after adding, changing or removing an entry: the tokens blob is rewritten and every relay picks it up within about a minute (blob-relay-tokens.timer), no reimage. Values: the sensitive output `tokens`."
   type        = map(list(string))
   default     = {}
 
@@ -199,9 +199,9 @@ variable "tokens" {
 
   validation {
     condition = alltrue(flatten([for cs in values(var.tokens) : [
-      for c in cs : length(split(":", c)[0]) >= 3 && length(split(":", c)[0]) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*(:(r|w|rw))?$", c))
+      for c in cs : length(split(":", c)[0]) >= 3 && length(split(":", c)[0]) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*(:(r|w|d|rw|wr|rd|dr|wd|dw|rwd|rdw|wrd|wdr|drw|dwr))?$", c))
     ]]))
-    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens), each with no suffix or one of :r, :w, :rw."
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens), each with no suffix or access letters r, w and d, each at most once (:r, :w, :d, :rw, :wd, :rwd, ...)."
   }
 }
 

@@ -10,8 +10,11 @@ bench_source_region = "australiaeast"
 vm_size             = "Standard_D4ds_v5" # 16 GiB
 relay_memory_budget = "2GiB"
 # The download stage: a container of results another job wrote that the
-# relays may read, and a token that uploads to `uploads` and reads both.
+# relays may read, and a token that uploads to `uploads` and reads both
+# (and may not delete: the sync stage's refused delete). The sync stage: a
+# token that may also delete in `uploads` (relay-client sync --delete).
 download_containers = ["results"]
 tokens = {
   rehearsal-reader = ["uploads:rw", "results:r"]
+  rehearsal-syncer = ["uploads:rwd"]
 }

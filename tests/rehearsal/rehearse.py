@@ -30,6 +30,7 @@ from download_stage import DownloadStage, var_tokens
 from errors import StageFailed, check
 from render import rendered
 from recording import AlertRecording
+from sync_stage import SyncStage
 from traffic import TrafficStages
 from tfmodel import DEPLOY, Module
 from vm import Vm, apply_write_files, host_has_no, host_has_no_package, ns_name, runcmd_lines
@@ -55,7 +56,7 @@ printf '%s\\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f"
 """
 
 
-class Rehearsal(TrafficStages, DownloadStage, AlertRecording):
+class Rehearsal(TrafficStages, DownloadStage, SyncStage, AlertRecording):
     def __init__(self, args):
         self.args = args
         self.bins = Path(args.bin_dir).resolve()
@@ -510,8 +511,9 @@ def sums_line(deb: Path, name: str) -> bytes:
     return f"{hashlib.sha256(deb.read_bytes()).hexdigest()}  {name}\n".encode()
 
 
+# sync before tokens: the token stage's new tokens blob drops var.tokens' entries.
 STAGES = ["rendered", "booted", "identity", "https", "crc64", "balancer", "compare", "failover", "download",
-          "tokens"]
+          "sync", "tokens"]
 LABELS = {"https": "HTTPS", "crc64": "CRC-64", "tokens": "token refresh"}
 
 

@@ -181,3 +181,22 @@ def test_rehearsal_tokens_file_lines_are_terraforms():
     assert all(len(t) == 48 for t in made.values())
     assert download_stage.reader_of({"w": ["results"], "r": ["results:r"]}, "results") == "r"
     assert render.tfvars()["tokens"] and render.tfvars()["download_containers"]
+
+
+def test_sync_stage_picks_its_grants_by_their_letters():
+    """The sync stage's tokens come from rehearsal.tfvars by what they grant
+    on the upload container, in any letter order: one that may read, write
+    and delete, and one that may write (and read) but not delete."""
+    import pytest
+
+    import sync_stage
+    from errors import StageFailed
+
+    tokens = {"w": ["uploads"], "rw": ["uploads:wr", "results:r"], "d": ["results:rwd", "uploads:dwr"]}
+    assert sync_stage.entry_with(tokens, "uploads", "rwd") == "d"
+    assert sync_stage.entry_with(tokens, "uploads", "rw", without="d") == "rw"
+    assert sync_stage.letters("uploads") == "w"
+    with pytest.raises(StageFailed):
+        sync_stage.entry_with({"w": ["uploads"]}, "uploads", "rwd")
+    v = render.tfvars()["tokens"]
+    assert sync_stage.entry_with(v, "uploads", "rwd") and sync_stage.entry_with(v, "uploads", "rw", without="d")

@@ -81,6 +81,10 @@ def test_defaults_are_accepted(tmp_path):
         ("tokens", {"lab-a": ["data:x"]}),
         ("tokens", {"lab-a": ["ab:r"]}),
         ("tokens", {"lab-a": ["data:"]}),
+        ("tokens", {"lab-a": ["data:dd"]}),
+        ("tokens", {"lab-a": ["data:rwdd"]}),
+        ("tokens", {"lab-a": ["data:rwx"]}),
+        ("tokens", {"lab-a": ["data:delete"]}),
     ],
 )
 def test_validation_rejects(tmp_path, var, value):
@@ -158,7 +162,8 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
     expr = expr.replace("random_password.client_token.result", 'substr(sha256("client"), 0, 48)')
     expr = expr.replace("random_password.token[name].result", "substr(sha256(name), 0, 48)")
     extra = f"locals {{\n  tokens_file = {expr}\n}}\noutput \"file\" {{ value = local.tokens_file }}\n"
-    tokens = {"lab-a": ["data", "scratch"], "ops": [], "reader": ["uploads:rw", "results:r", "data:w"]}
+    tokens = {"lab-a": ["data", "scratch"], "ops": [], "reader": ["uploads:rw", "results:r", "data:w"],
+              "syncer": ["uploads:rwd", "data:d", "logs:wd", "old:dwr"]}
     outputs, err = run_tf(tmp_path, {"tokens": tokens, "container_name": "uploads"}, extra_tf=extra)
     assert outputs is not None, err
     import hashlib
@@ -168,6 +173,7 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
         f"# lab-a\n{tok('lab-a')} data,scratch\n"
         f"# ops\n{tok('ops')}\n"
         f"# reader\n{tok('reader')} uploads:rw,results:r,data:w\n"
+        f"# syncer\n{tok('syncer')} uploads:rwd,data:d,logs:wd,old:dwr\n"
     )
     for line in outputs["file"].splitlines():
         if line.startswith("#"):
@@ -175,6 +181,32 @@ def test_tokens_file_from_the_tokens_variable(module, tmp_path):
         token, *rest = line.split(" ")
         assert 16 <= len(token) <= 256 and token.isascii() and token.isprintable(), line
         assert len(rest) <= 1, line
+        for c in rest[0].split(",") if rest else []:
+            assert relay_takes_letters(c.partition(":")[2]) if ":" in c else True, line
+
+
+def relay_takes_letters(letters: str) -> bool:
+    """The relay's `Rights::parse` (relay-server/src/sign_in/access.rs): the
+    letters r, w and d, each at most once, in any order, at least one."""
+    return bool(letters) and set(letters) <= set("rwd") and len(set(letters)) == len(letters)
+
+
+def test_tokens_validation_takes_the_access_letters_the_relay_takes(module):
+    """var.tokens' validation regex accepts exactly the access suffixes the
+    relays' tokens file accepts (every string of up to 4 letters of r, w, d
+    and x), so a grant Terraform lets through is never a line the relay
+    skips, and `d` (delete, relay-client sync --delete) is one of them."""
+    import itertools
+
+    cond = module.variables()["tokens"]["validation"][1]["condition"].text
+    (pattern,) = re.findall(r'regex\("(\^[^"]*)", c\)', cond)
+    src = (TERRAFORM.parent / "relay-server" / "src" / "sign_in" / "access.rs").read_text()
+    assert "'d' => &mut r.delete" in src, "the relay's access letters changed: update relay_takes_letters"
+    for n in range(0, 5):
+        for letters in map("".join, itertools.product("rwdx", repeat=n)):
+            value = f"data:{letters}"
+            assert bool(re.fullmatch(pattern, value)) == relay_takes_letters(letters), value
+    assert re.fullmatch(pattern, "data")
 
 
 def profile_keys() -> set[str]:
@@ -240,8 +272,8 @@ def test_client_profile_entra_flow_is_one_the_client_knows(module):
 
 
 def test_rehearsal_tfvars_passes_validation(tmp_path):
-    """tests/rehearsal/rehearsal.tfvars's download container and read grants
-    are values Terraform accepts."""
+    """tests/rehearsal/rehearsal.tfvars's download container and its read,
+    write and delete grants are values Terraform accepts."""
     import hcl2
 
     from tfmodel import normalize
@@ -250,4 +282,4 @@ def test_rehearsal_tfvars_passes_validation(tmp_path):
         raw = normalize(hcl2.load(fh))
     values = {k: raw[k] for k in ("download_containers", "tokens")}
     outputs, err = run_tf(tmp_path, values, extra_tf='output "n" { value = length(var.tokens) }\n')
-    assert outputs == {"n": 1}, err
+    assert outputs == {"n": 2}, err
