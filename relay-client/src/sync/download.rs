@@ -77,7 +77,10 @@ pub async fn run(
 ) -> (Stop, SyncReport, bool) {
     let counts = Arc::new(Counts::default());
     let below = listing_prefix(&s.prefix);
-    let (rx, end) = start_listing(s.job.clone(), below.clone());
+    let started = match start_listing(s.job.clone(), below.clone()).await {
+        Ok(started) => started,
+        Err(refusal) => return (Stop::Fatal(refusal), counts.report("download"), false),
+    };
     let container = s.job.opts.container.clone();
     let shown = Shown {
         reporter: reporter.clone(),
@@ -88,8 +91,7 @@ pub async fn run(
         deleting: s.rules.delete,
     };
     let root = s.job.root_path();
-    let remote = RemoteEntries::new(rx, end, &s.prefix, s.filter.clone());
-    // With `--dry-run` a missing folder is an empty one.
+    let remote = RemoteEntries::new(started, &s.prefix, s.filter.clone());
     // With `--dry-run` a folder not made yet is an empty one.
     let local: Box<dyn Iterator<Item = Result<LocalEntry, Gap>> + Send> = if s.job.root.is_some() {
         Box::new(local_entries(&root, s.order, s.filter.clone()))

@@ -5,34 +5,56 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use relay_proto::protocol::Listed;
 use relay_proto::sync::delete::SpillStore;
 use tokio::sync::{mpsc, oneshot};
 
 use super::planner::{PLAN_AHEAD, Planned};
-use super::remote::ListingEnd;
+use super::remote::Started;
 use crate::download::job::Job;
 use crate::download::list;
 use crate::run::outcome::Stop;
 use crate::run::runner::Runner;
-use crate::transfer::refusal::Refusal;
+use crate::transfer::refusal::{Refusal, fatal};
 
 /// Names the listing hands the merge at most this far ahead.
 pub const LIST_AHEAD: usize = 1024;
 
 /// The listing of `prefix` (as listed: `p/`) by `job`'s way of reading, into
-/// a bounded channel; how it ended, once it has.
-pub fn start_listing(
-    job: Arc<Job>,
-    prefix: String,
-) -> (mpsc::Receiver<Listed>, oneshot::Receiver<ListingEnd>) {
-    let (tx, rx) = mpsc::channel(LIST_AHEAD);
+/// a bounded channel, once its first answer is in: a listing refused (the
+/// token, the grant, no such container) stops the run here, as one setup
+/// error, before any file is read or offered; without its listing a sync
+/// would read every file only to be refused for each.
+pub async fn start_listing(job: Arc<Job>, prefix: String) -> Result<Started, Refusal> {
+    let (tx, mut rx) = mpsc::channel(LIST_AHEAD);
     let (end_tx, end_rx) = oneshot::channel();
+    let opts = job.opts.clone();
     tokio::spawn(async move {
         let end = list::listing(&job, &prefix, tx).await;
         let _ = end_tx.send(end);
     });
-    (rx, end_rx)
+    let first = rx.recv().await;
+    if first.is_some() {
+        return Ok(Started {
+            rx,
+            end: end_rx,
+            first,
+        });
+    }
+    let ended = end_rx.await;
+    if let Ok(Err(e)) = &ended
+        && let Some(refusal) = fatal(e, &opts)
+    {
+        return Err(refusal);
+    }
+    let (again, end) = oneshot::channel();
+    if let Ok(ended) = ended {
+        let _ = again.send(ended);
+    }
+    Ok(Started {
+        rx,
+        end,
+        first: None,
+    })
 }
 
 /// Runs `plan` (the planner, on a blocking thread) and every piece of work

@@ -16,8 +16,17 @@ use crate::ui::report::FileError;
 /// How the listing task ended: the names it handed on, or why it failed.
 pub type ListingEnd = Result<u64, FileError>;
 
+/// A listing under way: its task's channel and end, and the first entry,
+/// already received (none when the listing ended before it).
+pub struct Started {
+    pub rx: mpsc::Receiver<Listed>,
+    pub end: oneshot::Receiver<ListingEnd>,
+    pub first: Option<Listed>,
+}
+
 /// The listing, one entry at a time, for a blocking thread.
 pub struct RemoteEntries {
+    first: Option<Listed>,
     rx: mpsc::Receiver<Listed>,
     end: Option<oneshot::Receiver<ListingEnd>>,
     /// `prefix/`, or empty for a whole container.
@@ -26,15 +35,11 @@ pub struct RemoteEntries {
 }
 
 impl RemoteEntries {
-    pub fn new(
-        rx: mpsc::Receiver<Listed>,
-        end: oneshot::Receiver<ListingEnd>,
-        prefix: &str,
-        filter: Filter,
-    ) -> Self {
+    pub fn new(started: Started, prefix: &str, filter: Filter) -> Self {
         Self {
-            rx,
-            end: Some(end),
+            first: started.first,
+            rx: started.rx,
+            end: Some(started.end),
             below: listing_prefix(prefix),
             filter,
         }
@@ -85,7 +90,11 @@ impl Iterator for RemoteEntries {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            match self.rx.blocking_recv() {
+            let next = match self.first.take() {
+                Some(first) => Some(first),
+                None => self.rx.blocking_recv(),
+            };
+            match next {
                 Some(l) => match entry(l, &self.below) {
                     Some(e) if self.filter.admits(&e.name) => return Some(Ok(e)),
                     _ => continue,
@@ -124,7 +133,15 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let (end_tx, end_rx) = oneshot::channel();
         let filter = Filter::new(&[], &["*.log".into()]).expect("filter");
-        let mut it = RemoteEntries::new(rx, end_rx, "p", filter);
+        let mut it = RemoteEntries::new(
+            Started {
+                rx,
+                end: end_rx,
+                first: None,
+            },
+            "p",
+            filter,
+        );
         let got = std::thread::spawn(move || it.by_ref().collect::<Vec<_>>());
         for n in ["p/", "p/a", "p/b.log", "p/c/d"] {
             tx.blocking_send(l(n)).expect("send");

@@ -71,7 +71,10 @@ pub async fn run(
     reporter: &Arc<Reporter>,
 ) -> (Stop, SyncReport, bool) {
     let counts = Arc::new(Counts::default());
-    let (rx, end) = start_listing(s.lister.clone(), listing_prefix(&s.prefix));
+    let started = match start_listing(s.lister.clone(), listing_prefix(&s.prefix)).await {
+        Ok(started) => started,
+        Err(refusal) => return (Stop::Fatal(refusal), counts.report("upload"), false),
+    };
     let shown = Shown {
         reporter: reporter.clone(),
         counts: counts.clone(),
@@ -80,7 +83,7 @@ pub async fn run(
         dry_run: s.dry_run,
         deleting: s.rules.delete,
     };
-    let remote = RemoteEntries::new(rx, end, &s.prefix, s.filter.clone());
+    let remote = RemoteEntries::new(started, &s.prefix, s.filter.clone());
     let local = local_entries(&s.root, s.order, s.filter.clone());
     let (index, container, prefix) = (s.index.clone(), s.opts.container.clone(), s.prefix.clone());
     let deletes = delete_set(s.rules, s.index.as_deref());

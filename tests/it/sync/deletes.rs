@@ -24,6 +24,8 @@ use super::{ok, sync, sync_args};
 
 /// A token that may read, write and delete the test's container.
 const DELETER: &str = "sync-deleter-token-0123456789ab";
+/// A token that may only write it.
+const WRITER: &str = "sync-writer-token-0123456789abc";
 
 /// (name below the folder, size, seed)
 const FILES: &[(&str, u64, u64)] = &[
@@ -51,7 +53,9 @@ async fn relay_with_deleter(tag: &str, hooks: TestHooks) -> (RelayHandle, String
             ..Default::default()
         },
     );
-    relay.rewrite_tokens(&format!("{LIMITED_TOKEN} {c}:rw\n{DELETER} {c}:rwd\n"));
+    relay.rewrite_tokens(&format!(
+        "{LIMITED_TOKEN} {c}:rw\n{DELETER} {c}:rwd\n{WRITER} {c}:w\n"
+    ));
     relay.shared.sign_in.tokens.reload();
     (relay, c)
 }
@@ -141,6 +145,29 @@ async fn a_write_grant_asking_to_delete_is_refused_and_nothing_is_deleted() {
     let (_, sha) = blob_sha(&c, "w/gone.txt").await;
     assert_eq!(sha, sha256_file(&gone));
     assert!(blob_exists(&c, "w/sub/gone.bin").await);
+    relay.stop().await;
+}
+
+/// A token that may write but not read: the sync cannot list its
+/// destination, so it stops at once (a setup refusal, exit 2) before it
+/// reads or offers a file, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_the_token_may_not_list_stops_the_sync_before_any_read() {
+    let (relay, c) = relay_with_deleter("sync-no-read", TestHooks::default()).await;
+    let dir = Scratch::new("sync-no-read");
+    let root = dir.path("src");
+    make(&root);
+    let index = dir.path("index.sqlite");
+    let way = with_token(&relay, WRITER);
+    let src = format!("{}/", root.display());
+    let (out, v) = sync(&way, &src, &format!("{c}/n"), &index, &["--delete"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}\n{v}", stderr(&out));
+    assert_eq!(v["error"]["kind"], "setup", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("may not read"), "{v}");
+    for (name, ..) in FILES {
+        assert!(!blob_exists(&c, &format!("n/{name}")).await, "{name}");
+    }
     relay.stop().await;
 }
 
