@@ -185,6 +185,8 @@ async fn send(ctx: &Ctx, local: LocalEntry, reason: SendReason) -> Option<Refusa
         blob: blob_name(&s.prefix, &[&local.name]),
         size: local.stat.size,
         sha256: None,
+        // The walk never follows a link, nor does the read.
+        follow_symlinks: false,
     };
     if s.dry_run {
         let mut r = blank(

@@ -1,8 +1,17 @@
 //! Reading a source file: a snapshot of size and mtime to detect changes, a prefix
 //! hash for the same-source check, and a bounded reader thread (a few 1 MiB chunks
 //! in flight, whatever the file's size).
+//!
+//! Every read of a source file opens it through `open`: without
+//! `--follow-symlinks`, a name the walk saw as a file and someone has since
+//! swapped for a symbolic link is refused at the open itself (`O_NOFOLLOW`),
+//! and what was opened must still be a regular file (its descriptor's
+//! `fstat`). Else whoever may write in the source folder could have a run
+//! send a file they cannot read themselves but the user can (a key, a token).
 
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -20,8 +29,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn take(path: &Path) -> std::io::Result<Self> {
-        let m = std::fs::metadata(path)?;
+    /// The file's size and mtime; without `follow`, a link at `path` is
+    /// `NotAFile::Link` (its target's size is nobody's business).
+    pub fn take(path: &Path, follow: bool) -> std::io::Result<Self> {
+        let m = if follow {
+            std::fs::metadata(path)?
+        } else {
+            std::fs::symlink_metadata(path)?
+        };
+        if m.file_type().is_symlink() {
+            return Err(NotAFile::Link.into());
+        }
         Ok(Self {
             len: m.len(),
             mtime: m.modified().ok(),
@@ -29,10 +47,82 @@ impl Snapshot {
     }
 }
 
+/// Why a name the walk gave as a file is not read now.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAFile {
+    #[error(
+        "it is a symbolic link now (it was a file when walked): not followed without --follow-symlinks; nothing sent"
+    )]
+    Link,
+    #[error("it is no longer a regular file; nothing sent")]
+    Special,
+}
+
+impl From<NotAFile> for std::io::Error {
+    fn from(e: NotAFile) -> Self {
+        std::io::Error::other(e)
+    }
+}
+
+impl NotAFile {
+    /// The refusal `e` carries, if it is one of these.
+    pub fn of(e: &std::io::Error) -> Option<&NotAFile> {
+        e.get_ref().and_then(|inner| inner.downcast_ref())
+    }
+}
+
+/// Opens a source file for reading. Without `follow`, a symbolic link at
+/// `path` is refused by the open itself (`O_NOFOLLOW`: no window between a
+/// check and the open), and with or without it, what was opened must be a
+/// regular file by its descriptor's `fstat`. `O_NONBLOCK` keeps a FIFO
+/// swapped in from holding the open until a writer comes; it is cleared once
+/// the descriptor is known to be a regular file.
+pub fn open(path: &Path, follow: bool) -> std::io::Result<File> {
+    let mut flags = libc::O_NONBLOCK;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f,
+        // O_NOFOLLOW's answer to a link at the last component.
+        Err(e) if !follow && e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(NotAFile::Link.into());
+        }
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(NotAFile::Special.into());
+    }
+    blocking(&file)?;
+    Ok(file)
+}
+
+/// Clears `O_NONBLOCK` on a regular file's descriptor (reads of regular
+/// files ignore it on Linux; cleared so that no other system surprises).
+fn blocking(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: `fd` is open for as long as `file` lives; F_GETFL and F_SETFL
+    // take and return an int and touch no memory of ours.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// SHA-256 state after the first `len` bytes (for comparing with a relay checkpoint).
-pub async fn hash_prefix(path: PathBuf, len: u64) -> std::io::Result<Sha256> {
+pub async fn hash_prefix(path: PathBuf, follow: bool, len: u64) -> std::io::Result<Sha256> {
     tokio::task::spawn_blocking(move || {
-        let mut f = std::fs::File::open(&path)?;
+        let mut f = open(&path, follow)?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; CHUNK];
         let mut left = len;
@@ -66,6 +156,7 @@ pub async fn hash_prefix(path: PathBuf, len: u64) -> std::io::Result<Sha256> {
 /// already makes in place.
 pub fn read_range_with<T: Send + 'static>(
     path: PathBuf,
+    follow: bool,
     offset: u64,
     len: u64,
     mut each: impl FnMut(Bytes) -> std::io::Result<T> + Send + 'static,
@@ -73,13 +164,13 @@ pub fn read_range_with<T: Send + 'static>(
     let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
     if len <= INLINE_BYTES {
         // One chunk and at most one error: always room in a new channel.
-        read_chunks(&path, offset, len, &mut each, |item| {
+        read_chunks(&path, follow, offset, len, &mut each, |item| {
             tx.try_send(item).is_ok()
         });
         return rx;
     }
     tokio::task::spawn_blocking(move || {
-        read_chunks(&path, offset, len, &mut each, |item| {
+        read_chunks(&path, follow, offset, len, &mut each, |item| {
             tx.blocking_send(item).is_ok()
         });
     });
@@ -94,13 +185,14 @@ pub const INLINE_BYTES: u64 = 64 * 1024;
 /// gone.
 fn read_chunks<T>(
     path: &Path,
+    follow: bool,
     offset: u64,
     len: u64,
     each: &mut impl FnMut(Bytes) -> std::io::Result<T>,
     mut send: impl FnMut(std::io::Result<T>) -> bool,
 ) {
     let mut run = || -> std::io::Result<()> {
-        let mut f = std::fs::File::open(path)?;
+        let mut f = open(path, follow)?;
         f.seek(SeekFrom::Start(offset))?;
         let mut left = len;
         while left > 0 {
@@ -135,7 +227,7 @@ mod tests {
 
     /// Every chunk `read_range_with` hands over, joined, or the error it ended with.
     async fn read_all(path: PathBuf, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
-        let mut rx = read_range_with(path, offset, len, Ok);
+        let mut rx = read_range_with(path, false, offset, len, Ok);
         let mut got = Vec::new();
         while let Some(item) = rx.recv().await {
             got.extend_from_slice(&item?);
@@ -166,6 +258,86 @@ mod tests {
         for len in [INLINE_BYTES, INLINE_BYTES + 20] {
             let e = read_all(path.clone(), 20, len).await.expect_err("shrank");
             assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "len {len}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The walk hands a file to the upload; before it is opened, someone who
+    /// may write in the folder swaps it for a link to a file only the user
+    /// can read. Every way the upload reads a source (its `stat`, the prefix
+    /// hash, the ranged reader, the open that checks it is readable) refuses
+    /// the link, and no byte of the target is handed on.
+    #[tokio::test]
+    async fn a_file_swapped_for_a_link_after_the_walk_is_never_read() {
+        use crate::transfer::send_failure::unreadable;
+        use crate::transfer::walk::{Found, Walk, WalkOptions};
+        use crate::ui::error_code::ErrorCode;
+
+        let dir = std::env::temp_dir().join(format!("source-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let tree = dir.join("tree");
+        std::fs::create_dir_all(&tree).expect("tree");
+        let secret = dir.join("secret");
+        let secret_bytes = b"the user's key, not the attacker's".to_vec();
+        std::fs::write(&secret, &secret_bytes).expect("secret");
+        std::fs::write(tree.join("f.txt"), b"an ordinary file").expect("file");
+        let walked: Vec<_> = Walk::new(std::slice::from_ref(&tree), WalkOptions::default())
+            .filter_map(|f| match f {
+                Found::File(src) => Some(src),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(walked.len(), 1);
+        let src = &walked[0];
+        assert!(!src.follow_symlinks);
+        // The swap, after the walk and before any open.
+        std::fs::remove_file(&src.path).expect("remove");
+        std::os::unix::fs::symlink(&secret, &src.path).expect("link");
+
+        let is_link = |e: &std::io::Error| matches!(NotAFile::of(e), Some(NotAFile::Link));
+        let e = open(&src.path, false).expect_err("open");
+        assert!(is_link(&e), "{e}");
+        assert_eq!(unreadable(e).code, ErrorCode::Symlink);
+        let e = Snapshot::take(&src.path, false).expect_err("stat");
+        assert!(is_link(&e), "{e}");
+        let len = secret_bytes.len() as u64;
+        let e = hash_prefix(src.path.clone(), false, len)
+            .await
+            .expect_err("hash");
+        assert!(is_link(&e), "{e}");
+        let mut rx = read_range_with(src.path.clone(), false, 0, len, Ok);
+        let mut items = 0;
+        while let Some(item) = rx.recv().await {
+            items += 1;
+            let e = item.expect_err("no bytes of the target");
+            assert!(is_link(&e), "{e}");
+            assert_eq!(
+                crate::transfer::send_failure::changed_or(e).code,
+                ErrorCode::Symlink
+            );
+        }
+        assert_eq!(items, 1, "one error, no chunk");
+        // With --follow-symlinks the user asked for the target: it is read.
+        let mut rx = read_range_with(src.path.clone(), true, 0, len, Ok);
+        let got = rx.recv().await.expect("a chunk").expect("read");
+        assert_eq!(got.as_ref(), &secret_bytes[..]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A FIFO swapped in is refused at once (the open does not wait for a
+    /// writer), with or without --follow-symlinks.
+    #[test]
+    fn a_fifo_swapped_in_is_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("source-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let fifo = dir.join("f");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for follow in [false, true] {
+            let e = open(&fifo, follow).expect_err("a FIFO");
+            assert!(matches!(NotAFile::of(&e), Some(NotAFile::Special)), "{e}");
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -23,6 +23,10 @@ pub struct Source {
     pub size: u64,
     /// The file's SHA-256 from `--checksums`: the relay commits only these bytes.
     pub sha256: Option<String>,
+    /// `--follow-symlinks`: whether a link at `path` is read through when the
+    /// file is opened (`source::open`); without it, a file swapped for a link
+    /// after the walk is refused, not sent.
+    pub follow_symlinks: bool,
 }
 
 /// One thing the walk found.
@@ -273,6 +277,7 @@ impl Walk {
             blob,
             size,
             sha256,
+            follow_symlinks: self.opts.follow_symlinks,
         }))
     }
 }

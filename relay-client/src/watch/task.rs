@@ -95,6 +95,7 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
         blob: named.blob.clone(),
         size: stat.size,
         sha256,
+        follow_symlinks: ctx.follow_symlinks,
     };
     let bar = ctx.reporter.start(&src.blob);
     let report = match report_of(&ctx.job, &src, &bar, 0).await {
