@@ -160,7 +160,10 @@ fn settle(
             }
             bump(&shown.counts.adopted);
         }
-        UploadDecision::Send { local, reason } => return Step::Work((local, reason)),
+        UploadDecision::Send { local, reason } => {
+            shown.expect(local.stat.size);
+            return Step::Work((local, reason));
+        }
         UploadDecision::Delete(c) => return Step::Delete(c),
         UploadDecision::Gap(side, gap) => shown.gap(side, &gap),
     }
