@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
+use relay_tests::child_lines::{lines, until, until_all_staged};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
 use relay_tests::{binary, client_command, run_client};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 const T: Duration = Duration::from_secs(120);
@@ -40,20 +41,6 @@ async fn held_relay() -> (FaultProxy, RelayHandle) {
     let storage = shared_azurite().storage_at(&proxy.url(), Default::default());
     let relay = RelayHandle::start(storage, RelayOptions::default());
     (proxy, relay)
-}
-
-/// Lines of a child's pipe, as they come.
-fn lines<R: AsyncRead + Unpin + Send + 'static>(r: R) -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut l = BufReader::new(r).lines();
-        while let Ok(Some(line)) = l.next_line().await {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 /// Everything a child's pipe says, as raw text (a terminal's redraws included).
@@ -90,54 +77,6 @@ async fn until_raw(text: &std::sync::Arc<std::sync::Mutex<String>>, needle: &str
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Reads until a line contains `needle`; returns every line read.
-async fn until(rx: &mut mpsc::UnboundedReceiver<String>, needle: &str) -> Vec<String> {
-    until_line(rx, needle, |l| l.contains(needle)).await
-}
-
-/// Reads until a status line says every byte found is staged. Only then does
-/// the client know that the held file's bytes are all in storage and its
-/// commit is under way: storage may hold the commit while the relay's last
-/// `Progress` frame is still on its way to the client (a Ctrl-C sent in that
-/// gap found the file "stopped in flight", once in a CI run).
-async fn until_all_staged(rx: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
-    until_line(rx, "status line with every byte staged", |l| {
-        let Some(rest) = l.strip_prefix("status: ") else {
-            return false;
-        };
-        let bytes = rest.split(", ").nth(1).unwrap_or_default();
-        bytes
-            .split_once('/')
-            .is_some_and(|(done, found)| done == found)
-    })
-    .await
-}
-
-/// Reads until a line matches `hit`; returns every line read.
-async fn until_line(
-    rx: &mut mpsc::UnboundedReceiver<String>,
-    needle: &str,
-    hit: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    let mut seen = Vec::new();
-    let found = tokio::time::timeout(T, async {
-        while let Some(line) = rx.recv().await {
-            let hit = hit(&line);
-            seen.push(line);
-            if hit {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert!(
-        matches!(found, Ok(true)),
-        "no line with {needle:?} in {seen:?}"
-    );
-    seen
 }
 
 /// A small file (one Put Blob, not held) and a three-block one (its Put Block
