@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::mpsc;
 
+use crate::proxy::FaultProxy;
+
 /// How long a wait for a line may take before the test fails (a hang).
 const T: Duration = Duration::from_secs(120);
 
@@ -80,4 +82,47 @@ pub async fn until_line(
         "no line with {needle:?} in {seen:?}"
     );
     seen
+}
+
+/// Sends Ctrl-C (SIGINT) to a child the test started.
+pub fn sigint(child: &tokio::process::Child) {
+    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
+    // SAFETY: signalling our own child by its pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+}
+
+/// The client's line while it waits, after Ctrl-C, for commits under way.
+pub const WAITING: &str = "Ctrl-C again to exit now";
+
+/// Reads until the client says it waits for commits under way after Ctrl-C,
+/// and checks it waits for `files` file(s) whose bytes are all staged.
+pub async fn until_waiting_for(
+    rx: &mut mpsc::UnboundedReceiver<String>,
+    files: usize,
+) -> Vec<String> {
+    let said = until(rx, WAITING).await;
+    let want = format!("for {files} file(s) whose bytes are all staged");
+    assert!(said.iter().any(|l| l.contains(&want)), "{said:?}");
+    said
+}
+
+/// Ctrl-C while `proxy` holds a file's commit: once the line of `first` (a
+/// file not held) is on `out`, the commit is held and a status line on `err`
+/// says every byte is staged (so the client knows only the commit is left),
+/// one SIGINT; the client must say it waits for that one commit and still be
+/// running; then the commit goes on.
+pub async fn ctrl_c_with_a_commit_held(
+    child: &mut tokio::process::Child,
+    out: &mut mpsc::UnboundedReceiver<String>,
+    err: &mut mpsc::UnboundedReceiver<String>,
+    proxy: &FaultProxy,
+    first: &str,
+) {
+    until(out, first).await;
+    proxy.wait_held(1, T).await;
+    until_all_staged(err).await;
+    sigint(child);
+    until_waiting_for(err, 1).await;
+    assert!(matches!(child.try_wait(), Ok(None)), "still waiting");
+    proxy.release();
 }

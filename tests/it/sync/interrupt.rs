@@ -5,17 +5,15 @@
 //! says every byte the sync handed on is staged (which needs the sync's
 //! status totals), never after a sleep.
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 
-use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
-use relay_tests::child_lines::{lines, until, until_all_staged};
+use relay_tests::child_lines::{ctrl_c_with_a_commit_held, lines, until};
 use relay_tests::client_command;
-use relay_tests::download_client::{T, s};
+use relay_tests::download_client::{T, relay_flags, s};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::proxy::{FaultProxy, Op, Schedule};
-use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
+use relay_tests::proxy::Op;
+use relay_tests::relay::{RelayOptions, held_at};
 
 use super::{ok, sync};
 
@@ -24,30 +22,19 @@ const MIB: u64 = 1 << 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_waits_for_a_staged_commit_and_the_rerun_finds_all_unchanged() {
     let container = new_container("sync-int-up").await;
-    let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
-    let proxy = FaultProxy::start(azurite, Schedule::seeded(1)).await;
-    proxy.hold(Op::PutBlockList);
-    let storage = shared_azurite().storage_at(&proxy.url(), Default::default());
-    // A token that may read the container too (the listing needs it).
+    // `relay_flags`' token, which may read the container too (the listing).
     let opts = RelayOptions {
         limited_to: format!("{container}:rw"),
         ..RelayOptions::default()
     };
-    let relay = RelayHandle::start(storage, opts);
+    let (proxy, relay) = held_at(Op::PutBlockList, opts).await;
     let dir = Scratch::new("sync-int-up");
     let root = dir.path("src");
     // One Put Blob (not held), and two blocks of the relay's 16 MiB.
     let sha_small = write_random(&root.join("small.txt"), 1000, 1);
     let sha_big = write_random(&root.join("big.bin"), 17 * MIB, 2);
     let index = dir.path("index.sqlite");
-    let way = s(&[
-        "--relay",
-        &relay.addr.to_string(),
-        "--relay-cert-sha256",
-        &relay.fingerprint,
-        "--token",
-        LIMITED_TOKEN,
-    ]);
+    let way = relay_flags(&relay);
     let (src, dest) = (format!("{}/", root.display()), format!("{container}/p"));
     let mut args = s(&["sync", &src, &dest, "--status-interval", "0.05", "--index"]);
     args.push(index.display().to_string());
@@ -60,20 +47,7 @@ async fn ctrl_c_waits_for_a_staged_commit_and_the_rerun_finds_all_unchanged() {
         .unwrap_or_else(|e| panic!("{e}"));
     let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
     let mut err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
-    until(&mut out, "small.txt").await;
-    proxy.wait_held(1, T).await;
-    until_all_staged(&mut err).await;
-    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
-    // SAFETY: a signal to the child this test started and has not reaped.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let said = until(&mut err, "Ctrl-C again to exit now").await;
-    assert!(
-        said.iter()
-            .any(|l| l.contains("for 1 file(s) whose bytes are all staged")),
-        "{said:?}"
-    );
-    assert!(matches!(child.try_wait(), Ok(None)), "still waiting");
-    proxy.release();
+    ctrl_c_with_a_commit_held(&mut child, &mut out, &mut err, &proxy, "small.txt").await;
     let said = until(&mut err, "stopped in flight").await;
     let code = tokio::time::timeout(T, child.wait())
         .await

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_exists, new_container};
+use relay_tests::download_client::direct_flags_at;
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::upload::Upload;
@@ -36,18 +37,9 @@ async fn a_file_swapped_for_a_link_before_it_is_read_is_refused_and_nothing_is_s
         .block_size("5MiB")
         .to(&container)
         .args();
-    args.extend(
-        [
-            "--direct",
-            "--storage-url",
-            &proxy.url(),
-            "--account-key",
-            relay_tests::DEV_KEY,
-            "--id-key-file",
-            &dir.path("direct.key").display().to_string(),
-        ]
-        .map(str::to_string),
-    );
+    args.extend(direct_flags_at(&proxy.url()));
+    args.push("--id-key-file".into());
+    args.push(dir.path("direct.key").display().to_string());
     let child = client_command(&args, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
