@@ -12,7 +12,7 @@ use super::tree::file_stat;
 /// SHA-256 (hex) of the file at `path`, if it is `stat` before and after.
 pub fn hash_unchanged(path: &Path, stat: &FileStat) -> Option<String> {
     // A link swapped in is never read through (the walk never follows one).
-    let mut f = crate::transfer::source::open(path, false).ok()?;
+    let mut f = crate::transfer::source::open(path, Default::default()).ok()?;
     let before = file_stat(&f.metadata().ok()?);
     if !before.same_file_as(stat) {
         return None;

@@ -34,6 +34,7 @@ use crate::transfer::filter::Filter;
 use crate::transfer::mode::Mode;
 use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::Options;
+use crate::transfer::source::{FileId, Reading};
 use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Source, blob_name};
 use crate::ui::progress::Reporter;
@@ -221,8 +222,15 @@ async fn send(
         blob: blob_name(&s.prefix, &[&local.name]),
         size: local.stat.size,
         sha256: None,
-        // The walk never follows a link, nor does the read.
-        follow_symlinks: false,
+        // The walk never follows a link, nor does the read; and it reads
+        // only the file the walk saw.
+        reading: Reading {
+            follow: false,
+            file: local.stat.identity.map(|i| FileId {
+                dev: i.dev,
+                ino: i.ino,
+            }),
+        },
     };
     if s.dry_run {
         let mut r = blank(

@@ -52,7 +52,7 @@ pub async fn upload_file(
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
     let t0 = Instant::now();
-    let before = Snapshot::take(&src.path, src.follow_symlinks).map_err(unreadable)?;
+    let before = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
     bar.set_length(before.len);
     let plan = BlockPlan::new(before.len, opts.block_size.unwrap_or(d.block_size))
         .map_err(|e| FileError::new(ErrorCode::TooLarge, e.to_string(), false))?;
@@ -201,7 +201,7 @@ async fn commit(
 /// Fails the file if it changed (size or modification time) while it was read:
 /// what was staged may not be the file's bytes at any one moment.
 fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
-    let after = Snapshot::take(&src.path, src.follow_symlinks).map_err(unreadable)?;
+    let after = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
     if &after != before {
         return Err(FileError::new(
             ErrorCode::SourceChanged,
@@ -215,7 +215,7 @@ fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
 /// Whether our own first `point.offset` bytes hash to the staged blocks'
 /// checkpoint (resume only the same source).
 async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileError> {
-    let ours = hash_prefix(src.path.clone(), src.follow_symlinks, point.offset)
+    let ours = hash_prefix(src.path.clone(), src.reading, point.offset)
         .await
         .map_err(unreadable)?;
     Ok(Checkpoint::of(&ours) == Some(point.checkpoint))
@@ -223,8 +223,8 @@ async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileErro
 
 /// The file, read from `start`.
 async fn open_at(src: &Source, start: u64) -> Result<tokio::fs::File, FileError> {
-    let (path, follow) = (src.path.clone(), src.follow_symlinks);
-    let file = tokio::task::spawn_blocking(move || open(&path, follow))
+    let (path, how) = (src.path.clone(), src.reading);
+    let file = tokio::task::spawn_blocking(move || open(&path, how))
         .await
         .map_err(|e| FileError::new(ErrorCode::Internal, e.to_string(), false))?
         .map_err(unreadable)?;
@@ -245,7 +245,7 @@ async fn already_there(
     t0: Instant,
     refusal: PublishError,
 ) -> Result<Sent, FileError> {
-    let ours = hash_prefix(src.path.clone(), src.follow_symlinks, before.len)
+    let ours = hash_prefix(src.path.clone(), src.reading, before.len)
         .await
         .map_err(unreadable)?;
     let sha256 = hex::encode(sha2::Digest::finalize(ours));

@@ -142,7 +142,7 @@ fn earlier_runs_work(identical: bool, tries: u32, reconnects: u32) -> bool {
 
 /// The file's modification time now (the user's notion of "newer").
 fn source_mtime(src: &Source) -> Option<std::time::SystemTime> {
-    Snapshot::take(&src.path, src.follow_symlinks)
+    Snapshot::take(&src.path, src.reading)
         .ok()
         .and_then(|s| s.mtime)
 }
@@ -165,9 +165,7 @@ fn kept(job: &Job, src: &Source, reason: &str, refusal: &FileError, tries: u32) 
 /// Fails fast, and says why, on a file this user cannot read, or that is no
 /// longer the regular file the walk saw (a link swapped in: `symlink`).
 fn readable(src: &Source) -> Result<(), FileError> {
-    open(&src.path, src.follow_symlinks)
-        .map(drop)
-        .map_err(unreadable)
+    open(&src.path, src.reading).map(drop).map_err(unreadable)
 }
 
 /// `--content-type` if given, else a type from the file's extension (as AzCopy
@@ -379,7 +377,7 @@ mod tests {
             blob: name.into(),
             size: 0,
             sha256: None,
-            follow_symlinks: false,
+            reading: Default::default(),
         }
     }
 

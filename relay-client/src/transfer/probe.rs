@@ -36,8 +36,8 @@ async fn sha256_of(src: &Source) -> Result<(u64, String), FileError> {
     if let Some(h) = &src.sha256 {
         return Ok((src.size, h.clone()));
     }
-    let snap = Snapshot::take(&src.path, src.follow_symlinks).map_err(unreadable)?;
-    let h = hash_prefix(src.path.clone(), src.follow_symlinks, snap.len)
+    let snap = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
+    let h = hash_prefix(src.path.clone(), src.reading, snap.len)
         .await
         .map_err(unreadable)?;
     Ok((snap.len, hex::encode(sha2::Digest::finalize(h))))

@@ -28,6 +28,7 @@ pub(crate) fn unreadable(e: std::io::Error) -> FileError {
     match NotAFile::of(&e) {
         Some(NotAFile::Link) => FileError::new(ErrorCode::Symlink, e.to_string(), false),
         Some(NotAFile::Special) => FileError::new(ErrorCode::SpecialFile, e.to_string(), false),
+        Some(NotAFile::Replaced) => FileError::new(ErrorCode::SourceChanged, e.to_string(), false),
         None if e.kind() == std::io::ErrorKind::PermissionDenied => FileError::new(
             ErrorCode::Source,
             "permission denied: cannot open it for reading (check its permissions)",

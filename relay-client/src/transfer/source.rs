@@ -6,8 +6,11 @@
 //! `--follow-symlinks`, a name the walk saw as a file and someone has since
 //! swapped for a symbolic link is refused at the open itself (`O_NOFOLLOW`),
 //! and what was opened must still be a regular file (its descriptor's
-//! `fstat`). Else whoever may write in the source folder could have a run
-//! send a file they cannot read themselves but the user can (a key, a token).
+//! `fstat`) and, when the walk saw it, that very file (its device and inode:
+//! `O_NOFOLLOW` guards only the last component, and a folder on the path
+//! swapped for a link would lead elsewhere). Else whoever may write in the
+//! source folder could have a run send a file they cannot read themselves
+//! but the user can (a key, a token).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -29,10 +32,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The file's size and mtime; without `follow`, a link at `path` is
-    /// `NotAFile::Link` (its target's size is nobody's business).
-    pub fn take(path: &Path, follow: bool) -> std::io::Result<Self> {
-        let m = if follow {
+    /// The file's size and mtime; without `how.follow`, a link at `path` is
+    /// `NotAFile::Link` (its target's size is nobody's business), and
+    /// another file than the walk's is `NotAFile::Replaced`.
+    pub fn take(path: &Path, how: Reading) -> std::io::Result<Self> {
+        let m = if how.follow {
             std::fs::metadata(path)?
         } else {
             std::fs::symlink_metadata(path)?
@@ -40,10 +44,47 @@ impl Snapshot {
         if m.file_type().is_symlink() {
             return Err(NotAFile::Link.into());
         }
+        how.check(&m)?;
         Ok(Self {
             len: m.len(),
             mtime: m.modified().ok(),
         })
+    }
+}
+
+/// How each read opens a source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reading {
+    /// `--follow-symlinks`: a link at the name is read through.
+    pub follow: bool,
+    /// The file the walk saw, when it saw one: any other is refused.
+    pub file: Option<FileId>,
+}
+
+/// A file by its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    pub fn of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+impl Reading {
+    /// Whether `m` is of the file the walk saw (any, when it saw none).
+    fn check(&self, m: &std::fs::Metadata) -> std::io::Result<()> {
+        match self.file {
+            Some(id) if id != FileId::of(m) => Err(NotAFile::Replaced.into()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -56,6 +97,10 @@ pub enum NotAFile {
     Link,
     #[error("it is no longer a regular file; nothing sent")]
     Special,
+    #[error(
+        "it is no longer the file the walk saw (replaced, or a folder on its path swapped for a link); nothing sent"
+    )]
+    Replaced,
 }
 
 impl From<NotAFile> for std::io::Error {
@@ -71,13 +116,15 @@ impl NotAFile {
     }
 }
 
-/// Opens a source file for reading. Without `follow`, a symbolic link at
-/// `path` is refused by the open itself (`O_NOFOLLOW`: no window between a
-/// check and the open), and with or without it, what was opened must be a
-/// regular file by its descriptor's `fstat`. `O_NONBLOCK` keeps a FIFO
-/// swapped in from holding the open until a writer comes; it is cleared once
-/// the descriptor is known to be a regular file.
-pub fn open(path: &Path, follow: bool) -> std::io::Result<File> {
+/// Opens a source file for reading. Without `how.follow`, a symbolic link
+/// at `path` is refused by the open itself (`O_NOFOLLOW`: no window between
+/// a check and the open), and with or without it, what was opened must be a
+/// regular file by its descriptor's `fstat`, and the walk's file if it saw
+/// one (`how.file`). `O_NONBLOCK` keeps a FIFO swapped in from holding the
+/// open until a writer comes; it is cleared once the descriptor is known to
+/// be a regular file.
+pub fn open(path: &Path, how: Reading) -> std::io::Result<File> {
+    let follow = how.follow;
     let mut flags = libc::O_NONBLOCK;
     if !follow {
         flags |= libc::O_NOFOLLOW;
@@ -94,9 +141,11 @@ pub fn open(path: &Path, follow: bool) -> std::io::Result<File> {
         }
         Err(e) => return Err(e),
     };
-    if !file.metadata()?.is_file() {
+    let m = file.metadata()?;
+    if !m.is_file() {
         return Err(NotAFile::Special.into());
     }
+    how.check(&m)?;
     blocking(&file)?;
     Ok(file)
 }
@@ -120,9 +169,9 @@ fn blocking(file: &File) -> std::io::Result<()> {
 }
 
 /// SHA-256 state after the first `len` bytes (for comparing with a relay checkpoint).
-pub async fn hash_prefix(path: PathBuf, follow: bool, len: u64) -> std::io::Result<Sha256> {
+pub async fn hash_prefix(path: PathBuf, how: Reading, len: u64) -> std::io::Result<Sha256> {
     tokio::task::spawn_blocking(move || {
-        let mut f = open(&path, follow)?;
+        let mut f = open(&path, how)?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; CHUNK];
         let mut left = len;
@@ -156,7 +205,7 @@ pub async fn hash_prefix(path: PathBuf, follow: bool, len: u64) -> std::io::Resu
 /// already makes in place.
 pub fn read_range_with<T: Send + 'static>(
     path: PathBuf,
-    follow: bool,
+    how: Reading,
     offset: u64,
     len: u64,
     mut each: impl FnMut(Bytes) -> std::io::Result<T> + Send + 'static,
@@ -164,13 +213,13 @@ pub fn read_range_with<T: Send + 'static>(
     let (tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
     if len <= INLINE_BYTES {
         // One chunk and at most one error: always room in a new channel.
-        read_chunks(&path, follow, offset, len, &mut each, |item| {
+        read_chunks(&path, how, offset, len, &mut each, |item| {
             tx.try_send(item).is_ok()
         });
         return rx;
     }
     tokio::task::spawn_blocking(move || {
-        read_chunks(&path, follow, offset, len, &mut each, |item| {
+        read_chunks(&path, how, offset, len, &mut each, |item| {
             tx.blocking_send(item).is_ok()
         });
     });
@@ -185,14 +234,14 @@ pub const INLINE_BYTES: u64 = 64 * 1024;
 /// gone.
 fn read_chunks<T>(
     path: &Path,
-    follow: bool,
+    how: Reading,
     offset: u64,
     len: u64,
     each: &mut impl FnMut(Bytes) -> std::io::Result<T>,
     mut send: impl FnMut(std::io::Result<T>) -> bool,
 ) {
     let mut run = || -> std::io::Result<()> {
-        let mut f = open(path, follow)?;
+        let mut f = open(path, how)?;
         f.seek(SeekFrom::Start(offset))?;
         let mut left = len;
         while left > 0 {
@@ -227,7 +276,7 @@ mod tests {
 
     /// Every chunk `read_range_with` hands over, joined, or the error it ended with.
     async fn read_all(path: PathBuf, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
-        let mut rx = read_range_with(path, false, offset, len, Ok);
+        let mut rx = read_range_with(path, Reading::default(), offset, len, Ok);
         let mut got = Vec::new();
         while let Some(item) = rx.recv().await {
             got.extend_from_slice(&item?);
@@ -289,23 +338,23 @@ mod tests {
             .collect();
         assert_eq!(walked.len(), 1);
         let src = &walked[0];
-        assert!(!src.follow_symlinks);
+        assert!(!src.reading.follow);
         // The swap, after the walk and before any open.
         std::fs::remove_file(&src.path).expect("remove");
         std::os::unix::fs::symlink(&secret, &src.path).expect("link");
 
         let is_link = |e: &std::io::Error| matches!(NotAFile::of(e), Some(NotAFile::Link));
-        let e = open(&src.path, false).expect_err("open");
+        let e = open(&src.path, src.reading).expect_err("open");
         assert!(is_link(&e), "{e}");
         assert_eq!(unreadable(e).code, ErrorCode::Symlink);
-        let e = Snapshot::take(&src.path, false).expect_err("stat");
+        let e = Snapshot::take(&src.path, src.reading).expect_err("stat");
         assert!(is_link(&e), "{e}");
         let len = secret_bytes.len() as u64;
-        let e = hash_prefix(src.path.clone(), false, len)
+        let e = hash_prefix(src.path.clone(), src.reading, len)
             .await
             .expect_err("hash");
         assert!(is_link(&e), "{e}");
-        let mut rx = read_range_with(src.path.clone(), false, 0, len, Ok);
+        let mut rx = read_range_with(src.path.clone(), src.reading, 0, len, Ok);
         let mut items = 0;
         while let Some(item) = rx.recv().await {
             items += 1;
@@ -317,8 +366,19 @@ mod tests {
             );
         }
         assert_eq!(items, 1, "one error, no chunk");
-        // With --follow-symlinks the user asked for the target: it is read.
-        let mut rx = read_range_with(src.path.clone(), true, 0, len, Ok);
+        // With --follow-symlinks, still not the file the walk saw: refused.
+        let follow = Reading {
+            follow: true,
+            ..src.reading
+        };
+        let e = open(&src.path, follow).expect_err("another file");
+        assert!(matches!(NotAFile::of(&e), Some(NotAFile::Replaced)), "{e}");
+        // A link given with --follow-symlinks (the walk saw its target) is read.
+        let given = Reading {
+            follow: true,
+            file: None,
+        };
+        let mut rx = read_range_with(src.path.clone(), given, 0, len, Ok);
         let got = rx.recv().await.expect("a chunk").expect("read");
         assert_eq!(got.as_ref(), &secret_bytes[..]);
         let _ = std::fs::remove_dir_all(&dir);
@@ -336,9 +396,56 @@ mod tests {
         // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         for follow in [false, true] {
-            let e = open(&fifo, follow).expect_err("a FIFO");
+            let how = Reading { follow, file: None };
+            let e = open(&fifo, how).expect_err("a FIFO");
             assert!(matches!(NotAFile::of(&e), Some(NotAFile::Special)), "{e}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `O_NOFOLLOW` guards the last component only: a folder on the path
+    /// swapped for a link to a folder holding a file of the same name leads
+    /// to that file. It is not the file the walk saw (device and inode), so
+    /// every read refuses it.
+    #[tokio::test]
+    async fn a_folder_on_the_path_swapped_for_a_link_is_refused() {
+        use crate::transfer::send_failure::unreadable;
+        use crate::transfer::walk::{Found, Walk, WalkOptions};
+        use crate::ui::error_code::ErrorCode;
+
+        let dir = std::env::temp_dir().join(format!("source-dirlink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let tree = dir.join("tree");
+        let private = dir.join("private");
+        std::fs::create_dir_all(tree.join("a")).expect("tree");
+        std::fs::create_dir_all(&private).expect("private");
+        std::fs::write(tree.join("a/id_key"), b"the attacker's decoy").expect("decoy");
+        let secret = b"the user's key".to_vec();
+        std::fs::write(private.join("id_key"), &secret).expect("secret");
+        let src = Walk::new(std::slice::from_ref(&tree), WalkOptions::default())
+            .find_map(|f| match f {
+                Found::File(src) => Some(src),
+                _ => None,
+            })
+            .expect("the decoy walked");
+        // The folder, not the file, becomes a link after the walk.
+        std::fs::rename(tree.join("a"), dir.join("a.old")).expect("rename");
+        std::os::unix::fs::symlink(&private, tree.join("a")).expect("link");
+        let len = secret.len() as u64;
+        let replaced = |e: &std::io::Error| matches!(NotAFile::of(e), Some(NotAFile::Replaced));
+        let e = open(&src.path, src.reading).expect_err("open");
+        assert!(replaced(&e), "{e}");
+        assert_eq!(unreadable(e).code, ErrorCode::SourceChanged);
+        let e = Snapshot::take(&src.path, src.reading).expect_err("stat");
+        assert!(replaced(&e), "{e}");
+        let e = hash_prefix(src.path.clone(), src.reading, len)
+            .await
+            .expect_err("hash");
+        assert!(replaced(&e), "{e}");
+        let mut rx = read_range_with(src.path.clone(), src.reading, 0, len, Ok);
+        let item = rx.recv().await.expect("one item");
+        assert!(item.is_err_and(|e| replaced(&e)), "no bytes of the target");
+        assert!(rx.recv().await.is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
