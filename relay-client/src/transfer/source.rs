@@ -311,6 +311,27 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A fresh folder of its own for a test.
+    fn fresh(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("source-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
+    /// The one file the walk finds below `tree`, as the upload gets it.
+    fn walked(tree: &Path) -> crate::transfer::walk::Source {
+        use crate::transfer::walk::{Found, Walk, WalkOptions};
+        let files: Vec<_> = Walk::new(&[tree.to_path_buf()], WalkOptions::default())
+            .filter_map(|f| match f {
+                Found::File(src) => Some(src),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        files.into_iter().next().expect("one file")
+    }
+
     /// The walk hands a file to the upload; before it is opened, someone who
     /// may write in the folder swaps it for a link to a file only the user
     /// can read. Every way the upload reads a source (its `stat`, the prefix
@@ -319,25 +340,16 @@ mod tests {
     #[tokio::test]
     async fn a_file_swapped_for_a_link_after_the_walk_is_never_read() {
         use crate::transfer::send_failure::unreadable;
-        use crate::transfer::walk::{Found, Walk, WalkOptions};
         use crate::ui::error_code::ErrorCode;
 
-        let dir = std::env::temp_dir().join(format!("source-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = fresh("link");
         let tree = dir.join("tree");
         std::fs::create_dir_all(&tree).expect("tree");
         let secret = dir.join("secret");
         let secret_bytes = b"the user's key, not the attacker's".to_vec();
         std::fs::write(&secret, &secret_bytes).expect("secret");
         std::fs::write(tree.join("f.txt"), b"an ordinary file").expect("file");
-        let walked: Vec<_> = Walk::new(std::slice::from_ref(&tree), WalkOptions::default())
-            .filter_map(|f| match f {
-                Found::File(src) => Some(src),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(walked.len(), 1);
-        let src = &walked[0];
+        let src = &walked(&tree);
         assert!(!src.reading.follow);
         // The swap, after the walk and before any open.
         std::fs::remove_file(&src.path).expect("remove");
@@ -388,9 +400,7 @@ mod tests {
     /// writer), with or without --follow-symlinks.
     #[test]
     fn a_fifo_swapped_in_is_refused_without_blocking() {
-        let dir = std::env::temp_dir().join(format!("source-fifo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh("fifo");
         let fifo = dir.join("f");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
         // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
@@ -410,24 +420,16 @@ mod tests {
     #[tokio::test]
     async fn a_folder_on_the_path_swapped_for_a_link_is_refused() {
         use crate::transfer::send_failure::unreadable;
-        use crate::transfer::walk::{Found, Walk, WalkOptions};
         use crate::ui::error_code::ErrorCode;
 
-        let dir = std::env::temp_dir().join(format!("source-dirlink-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let tree = dir.join("tree");
-        let private = dir.join("private");
+        let dir = fresh("dirlink");
+        let (tree, private) = (dir.join("tree"), dir.join("private"));
         std::fs::create_dir_all(tree.join("a")).expect("tree");
         std::fs::create_dir_all(&private).expect("private");
         std::fs::write(tree.join("a/id_key"), b"the attacker's decoy").expect("decoy");
         let secret = b"the user's key".to_vec();
         std::fs::write(private.join("id_key"), &secret).expect("secret");
-        let src = Walk::new(std::slice::from_ref(&tree), WalkOptions::default())
-            .find_map(|f| match f {
-                Found::File(src) => Some(src),
-                _ => None,
-            })
-            .expect("the decoy walked");
+        let src = walked(&tree);
         // The folder, not the file, becomes a link after the walk.
         std::fs::rename(tree.join("a"), dir.join("a.old")).expect("rename");
         std::os::unix::fs::symlink(&private, tree.join("a")).expect("link");
