@@ -232,10 +232,15 @@ pub async fn in_tmpfs(args: &[String], dir: &Path, opts: &str) -> Option<std::pr
 }
 
 pub fn direct_flags() -> Vec<String> {
+    direct_flags_at(&shared_azurite().url())
+}
+
+/// Direct mode to the development account at `url` (a fault proxy's, say).
+pub fn direct_flags_at(url: &str) -> Vec<String> {
     s(&[
         "--direct",
         "--storage-url",
-        &shared_azurite().url(),
+        url,
         "--account-key",
         crate::DEV_KEY,
     ])

@@ -5,6 +5,7 @@
 pub mod azcopy;
 pub mod azurite;
 pub mod blobs;
+pub mod child_lines;
 pub mod client_bench;
 pub mod datasets;
 pub mod download;

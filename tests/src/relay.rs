@@ -202,3 +202,18 @@ impl Revivable {
         RelayHandle::start(self.storage.clone(), opts)
     }
 }
+
+/// A relay (with `opts`) whose storage requests pass a fault proxy on their
+/// way to the shared Azurite, the proxy holding every request of `op` until
+/// the test releases it: a run provably at that step, without timing.
+pub async fn held_at(
+    op: crate::proxy::Op,
+    opts: RelayOptions,
+) -> (crate::proxy::FaultProxy, RelayHandle) {
+    let az = crate::azurite::shared_azurite();
+    let azurite = SocketAddr::from(([127, 0, 0, 1], az.port));
+    let proxy = crate::proxy::FaultProxy::start(azurite, crate::proxy::Schedule::seeded(1)).await;
+    proxy.hold(op);
+    let storage = az.storage_at(&proxy.url(), Default::default());
+    (proxy, RelayHandle::start(storage, opts))
+}

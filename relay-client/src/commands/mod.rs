@@ -10,7 +10,6 @@ pub mod args;
 pub mod connection_args;
 pub mod download;
 pub mod download_args;
-pub mod in_flight;
 pub mod ls;
 pub mod ls_args;
 pub mod setup;

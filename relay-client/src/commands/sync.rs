@@ -151,6 +151,7 @@ fn upload_sync(
         order: NameOrder::default(),
         flags: plan.flags,
         rules: plan.rules,
+        windows: setup::windows(&a.connection, &plan.mode_flags),
     }
 }
 

@@ -4,16 +4,14 @@
 //! grant, missing container: one setup error, not one line per file).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use indicatif::ProgressBar;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
 use crate::commands::args::UploadArgs;
-use crate::commands::in_flight::InFlight;
 use crate::commands::setup::{self, ModeFlags, SetupError};
 use crate::relay::links::RelayLinks;
+use crate::run::in_flight::Uploads;
 use crate::run::interrupt::Interrupt;
 use crate::run::outcome::{Outcome, Stop};
 use crate::run::runner::Runner;
@@ -22,30 +20,8 @@ use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
 use crate::transfer::mode::Mode;
 use crate::transfer::walk::{Found, Walk, WalkOptions, check_sources};
-use crate::ui::live_list::LiveList;
 use crate::ui::progress::{Found as FoundSoFar, Reporter};
 use crate::ui::report::Summary;
-
-/// After Ctrl-C, how long the files whose every byte is already staged may take
-/// to be committed (their Receipt), so the report says what is committed
-/// rather than "may be". A second Ctrl-C ends the wait at once.
-const COMMIT_WAIT: Duration = Duration::from_secs(30);
-
-/// A file in flight: its task and its bar (where its bytes are).
-struct Running {
-    task: AbortHandle,
-    bar: ProgressBar,
-}
-
-impl Running {
-    /// Every byte staged (the bar counts the relay's `Progress`, or direct
-    /// mode's accepted Put Blocks): only its commit is left.
-    fn all_staged(&self) -> bool {
-        self.bar
-            .length()
-            .is_some_and(|len| len > 0 && self.bar.position() >= len)
-    }
-}
 
 /// What the walk hands the upload loop at most this far ahead.
 const WALK_AHEAD: usize = 256;
@@ -77,12 +53,7 @@ pub async fn run(
     });
     spawn_count(&args, walk_opts.clone(), reporter.clone());
     let found = spawn_walk(&args, walk_opts);
-    // Each relay connection has its own window (`--relay-connections`).
-    let connections = match mode.as_ref() {
-        Mode::Relay(links) => links.all().len(),
-        Mode::Direct(_) => 1,
-    };
-    let window = InFlight::new(&setup::windows(&args.connection, &flags), connections);
+    let mut uploads = Uploads::new(&setup::windows(&args.connection, &flags), &mode);
     let mut runner = Runner::new(
         mode,
         interrupt,
@@ -90,17 +61,12 @@ pub async fn run(
         &reporter,
         args.status_interval,
     );
-    let mut running: LiveList<Running> = LiveList::default();
-    let stop = match feed(&mut runner, found, &job, &reporter, &window, &mut running).await {
+    let stop = match feed(&mut runner, found, &job, &reporter, &mut uploads).await {
         Stop::Finished => runner.drain().await,
         other => other,
     };
     runner.stop_ticker();
-    // No commit can land while the relay is unreachable: no point waiting.
-    let offline = matches!(runner.mode().as_ref(), Mode::Relay(links) if links.waiting());
-    if matches!(stop, Stop::Interrupted) && !offline {
-        await_commits(&mut runner, &running, &reporter).await;
-    }
+    uploads.settle(&mut runner, &stop, &reporter).await;
     let mode = runner.end(&stop).await;
     // Files stopped in flight never finished: their bars are still active
     // until the summary.
@@ -116,8 +82,7 @@ async fn feed(
     mut found: mpsc::Receiver<Found>,
     job: &Arc<Job>,
     reporter: &Arc<Reporter>,
-    window: &InFlight,
-    running: &mut LiveList<Running>,
+    uploads: &mut Uploads,
 ) -> Stop {
     let t0 = Instant::now();
     loop {
@@ -132,41 +97,16 @@ async fn feed(
         };
         // Files in flight: at most --parallel, and at most what the relay's windows
         // take at once (each file counts min(size, stream window)).
-        let permits = match runner.slot(window.acquire(src.size)).await {
-            Ok(p) => p,
-            Err(stop) => return stop,
-        };
-        let wait_ms = t0.elapsed().as_millis() as u64;
-        let bar = reporter.start(&src.blob);
-        let (job, reporter, file_bar) = (job.clone(), reporter.clone(), bar.clone());
-        let task = runner.spawn(permits, async move {
-            one_file(&job, &reporter, src, file_bar, wait_ms).await
+        let (job, r) = (job.clone(), reporter.clone());
+        let (blob, size) = (src.blob.clone(), src.size);
+        let started = uploads.start(runner, reporter, &blob, size, |bar| {
+            let wait_ms = t0.elapsed().as_millis() as u64;
+            async move { one_file(&job, &r, src, bar, wait_ms).await }
         });
-        running.push(Running { task, bar }, |r| !r.task.is_finished());
-    }
-}
-
-/// After Ctrl-C: stops every file that still has bytes to stage (its stream is
-/// reset; the relay keeps what it staged for the rerun) and gives the ones
-/// whose bytes are all staged up to `COMMIT_WAIT` to be committed.
-async fn await_commits(runner: &mut Runner, running: &LiveList<Running>, reporter: &Reporter) {
-    let mut committing = 0;
-    for r in running.iter().filter(|r| !r.task.is_finished()) {
-        if r.all_staged() {
-            committing += 1;
-        } else {
-            r.task.abort();
+        if let Err(stop) = started.await {
+            return stop;
         }
     }
-    if committing == 0 {
-        return;
-    }
-    reporter.notice(&format!(
-        "relay-client: stopping; waiting up to {} s for {committing} file(s) whose bytes are all staged \
-         to be committed (Ctrl-C again to exit now)",
-        COMMIT_WAIT.as_secs()
-    ));
-    runner.wait_within(COMMIT_WAIT).await;
 }
 
 /// The run's summary: what the reporter counted, and what the mode saw

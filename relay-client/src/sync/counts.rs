@@ -1,8 +1,10 @@
 //! A sync's counts, kept as it goes by the planner thread and the items in
 //! flight alike, and read once for the summary.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::ui::progress::Found;
 use crate::ui::report::SyncReport;
 
 #[derive(Debug, Default)]
@@ -15,6 +17,12 @@ pub struct Counts {
     pub conflicts: AtomicU64,
     pub gaps: AtomicU64,
     pub bytes_read: AtomicU64,
+    /// The status line's totals, known without collecting either side: the
+    /// lines the merge has made or handed on so far, and the bytes the work
+    /// handed on is to move; complete once the merge has ended. Changed and
+    /// handed to the reporter under its lock, so that the reporter never
+    /// keeps an older total than the last one.
+    found: Mutex<Found>,
 }
 
 /// One more.
@@ -23,6 +31,14 @@ pub fn bump(c: &AtomicU64) {
 }
 
 impl Counts {
+    /// Changes the status line's totals by `change`, and hands them on.
+    pub fn found(&self, change: impl FnOnce(&mut Found), set: impl FnOnce(Found)) {
+        // A panic elsewhere while it was held leaves a total, not a hazard.
+        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        change(&mut found);
+        set(*found);
+    }
+
     pub fn read(&self, bytes: u64) {
         self.bytes_read.fetch_add(bytes, Relaxed);
     }

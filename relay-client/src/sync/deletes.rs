@@ -104,21 +104,28 @@ pub async fn conclude<S: SpillStore>(
             ));
             true
         }
-        Ok(batch) => match carry_out(batch, target, reporter).await {
-            Ok(done) => {
-                report.deleted = done.deleted;
-                done.failed == 0
-            }
-            Err(e) => {
-                say(format!("deletes: {e}"));
-                report.deletes_withheld = Some(e.to_string());
-                if let DeleteError::Refused { summary, .. } | DeleteError::Spill { summary, .. } = e
-                {
-                    report.deleted = summary.deleted;
+        Ok(batch) => {
+            // Each delete is a line of its own: the status line counts them.
+            let mut found = reporter.progress().found;
+            found.files += counts.planned;
+            reporter.set_found(found);
+            match carry_out(batch, target, reporter).await {
+                Ok(done) => {
+                    report.deleted = done.deleted;
+                    done.failed == 0
                 }
-                false
+                Err(e) => {
+                    say(format!("deletes: {e}"));
+                    report.deletes_withheld = Some(e.to_string());
+                    if let DeleteError::Refused { summary, .. }
+                    | DeleteError::Spill { summary, .. } = e
+                    {
+                        report.deleted = summary.deleted;
+                    }
+                    false
+                }
             }
-        },
+        }
     }
 }
 

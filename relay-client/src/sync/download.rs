@@ -174,16 +174,21 @@ fn settle(
             bump(&counts.adopted);
         }
         DownloadDecision::Fetch { remote, reason } => {
+            shown.expect(remote.size);
             return Step::Work(Work::Fetch(remote, reason));
         }
         DownloadDecision::Compare { local, remote } => {
+            shown.expect(remote.size);
             return Step::Work(Work::Compare(local, remote));
         }
         DownloadDecision::Conflict {
             local,
             remote: _,
             reason,
-        } => conflict(shown, &local.name, below, reason),
+        } => {
+            shown.expect(0);
+            conflict(shown, &local.name, below, reason);
+        }
         DownloadDecision::Delete(c) => return Step::Delete(c),
         DownloadDecision::Gap(side, gap) => shown.gap(side, &gap),
     }
@@ -215,8 +220,10 @@ async fn work(ctx: &Ctx, w: Work) -> Option<Refusal> {
             // A file placed from the old version is replaced only if it is
             // still that file now (it may have changed since the walk).
             if reason == FetchReason::ChangedRemotely && changed_since_placed(ctx, &remote.name) {
+                let shown = shown(ctx);
+                shown.unexpect(true, remote.size);
                 conflict(
-                    &shown(ctx),
+                    &shown,
                     &remote.name,
                     &ctx.below,
                     ConflictReason::ChangedOnBothSides,
@@ -286,11 +293,15 @@ async fn compare(ctx: &Ctx, local: LocalEntry, remote: RemoteEntry) -> Option<Re
         if let Some(sha256) = hashed.filter(|h| h.eq_ignore_ascii_case(vouched)) {
             record_compared(ctx, &local, &remote, &blob, &sha256);
             bump(&ctx.counts.identical);
+            // Identical: no line, nothing moved.
+            shown(ctx).unexpect(false, remote.size);
             return None;
         }
         if !s.flags.overwrite {
+            let shown = shown(ctx);
+            shown.unexpect(true, remote.size);
             conflict(
-                &shown(ctx),
+                &shown,
                 &local.name,
                 &ctx.below,
                 ConflictReason::ChangedLocally,

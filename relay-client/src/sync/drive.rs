@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use relay_proto::sync::delete::SpillStore;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use super::planner::{PLAN_AHEAD, Planned};
 use super::remote::Started;
@@ -71,17 +72,50 @@ where
     S: SpillStore + Send + 'static,
     F: Future<Output = Option<Refusal>> + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel(PLAN_AHEAD);
+    let mut planning = start_plan(plan);
+    let fed = runner.feed(&mut planning.work, Some, item).await;
+    planning.end(runner, fed).await
+}
+
+/// The planner running on a blocking thread; its work arrives on `work`,
+/// for a driver that feeds the runner its own way (an upload's windows).
+pub struct Planning<W, S> {
+    pub work: mpsc::Receiver<W>,
+    planner: JoinHandle<Planned<S>>,
+}
+
+/// Starts `plan` (the planner) on a blocking thread.
+pub fn start_plan<W, S>(
+    plan: impl FnOnce(mpsc::Sender<W>) -> Planned<S> + Send + 'static,
+) -> Planning<W, S>
+where
+    W: Send + 'static,
+    S: SpillStore + Send + 'static,
+{
+    let (tx, work) = mpsc::channel(PLAN_AHEAD);
     let planner = tokio::task::spawn_blocking(move || plan(tx));
-    if let Err(stop) = runner.feed(&mut rx, Some, item).await {
-        return (stop, None);
-    }
-    let stop = runner.drain().await;
-    if !stop.finished() {
-        return (stop, None);
-    }
-    match planner.await {
-        Ok(planned) if planned.whole => (stop, Some(planned)),
-        _ => (stop, None),
+    Planning { work, planner }
+}
+
+impl<W, S> Planning<W, S> {
+    /// After its work was fed to the runner (`fed`: how that ended), the
+    /// items in flight drained; how the run stopped, and the planner's end
+    /// when the run finished.
+    pub async fn end(
+        self,
+        runner: &mut Runner,
+        fed: Result<(), Stop>,
+    ) -> (Stop, Option<Planned<S>>) {
+        if let Err(stop) = fed {
+            return (stop, None);
+        }
+        let stop = runner.drain().await;
+        if !stop.finished() {
+            return (stop, None);
+        }
+        match self.planner.await {
+            Ok(planned) if planned.whole => (stop, Some(planned)),
+            _ => (stop, None),
+        }
     }
 }

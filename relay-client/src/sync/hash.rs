@@ -11,7 +11,8 @@ use super::tree::file_stat;
 
 /// SHA-256 (hex) of the file at `path`, if it is `stat` before and after.
 pub fn hash_unchanged(path: &Path, stat: &FileStat) -> Option<String> {
-    let mut f = std::fs::File::open(path).ok()?;
+    // A link swapped in is never read through (the walk never follows one).
+    let mut f = crate::transfer::source::open(path, Default::default()).ok()?;
     let before = file_stat(&f.metadata().ok()?);
     if !before.same_file_as(stat) {
         return None;

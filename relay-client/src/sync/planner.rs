@@ -58,8 +58,44 @@ pub struct Shown {
 }
 
 impl Shown {
+    /// One more line to come in the status line's totals, and (unless
+    /// `--dry-run`, which moves nothing) the `bytes` it is to move: a file
+    /// handed on to be sent, fetched or compared, or a line the merge makes
+    /// itself. The totals grow while the merge runs (`12/40+ files`).
+    pub fn expect(&self, bytes: u64) {
+        let bytes = if self.dry_run { 0 } else { bytes };
+        self.counts.found(
+            |f| {
+                f.files += 1;
+                f.bytes += bytes;
+            },
+            |f| self.reporter.set_found(f),
+        );
+    }
+
+    /// Work expected with `bytes` that ended without moving them (a
+    /// conflict found when it ran: its line moves nothing), or without a
+    /// line at all (`line: false`: a compared file found identical).
+    pub fn unexpect(&self, line: bool, bytes: u64) {
+        let bytes = if self.dry_run { 0 } else { bytes };
+        self.counts.found(
+            |f| {
+                f.files -= u64::from(!line).min(f.files);
+                f.bytes -= bytes.min(f.bytes);
+            },
+            |f| self.reporter.set_found(f),
+        );
+    }
+
+    /// The merge has ended: the totals are whole.
+    fn merged(&self) {
+        self.counts
+            .found(|f| f.complete = true, |f| self.reporter.set_found(f));
+    }
+
     /// A part of one side that could not be read: one failed line, counted.
     pub fn gap(&self, side: Side, gap: &Gap) {
+        self.expect(0);
         bump(&self.counts.gaps);
         let which = match side {
             Side::Source => "source",
@@ -99,6 +135,7 @@ impl Shown {
         };
         let mut r = blank(c.name(), &self.container, &blob, Status::Planned);
         r.reason = Some(reason.into());
+        self.expect(0);
         self.reporter.finish_file(None, r, 0);
     }
 }
@@ -144,6 +181,7 @@ where
             }
         }
     }
+    shown.merged();
     let (mut completion, tally) = progress(&plan);
     if spill_failed {
         completion.dest = false;
@@ -232,6 +270,34 @@ mod tests {
         let p = run(plan.into_iter(), whole, settle, set, &shown(false), &tx);
         assert!(!p.whole);
         assert_eq!(p.completion, Completion::default());
+    }
+
+    /// The status line's totals grow with each line the merge makes or
+    /// hands on (bytes only for work that moves them, none in a dry run),
+    /// shrink by what work ended without moving, and are complete when the
+    /// merge has ended.
+    #[test]
+    fn the_status_totals_count_what_the_merge_hands_on() {
+        let sh = shown(false);
+        sh.expect(100);
+        sh.expect(50);
+        sh.gap(Side::Source, &Gap("x: unreadable".into()));
+        let f = sh.reporter.progress().found;
+        assert_eq!((f.files, f.bytes, f.complete), (3, 150, false));
+        // A conflict found when it ran: its line, no bytes; an identical
+        // compare: neither.
+        sh.unexpect(true, 50);
+        sh.unexpect(false, 100);
+        let plan: Vec<Result<u32, OrderError>> = vec![];
+        let set = DeleteSet::new(RULES, 4, MemorySpill::default());
+        let (tx, _rx) = mpsc::channel(1);
+        run(plan.into_iter(), whole, settle, set, &sh, &tx);
+        let f = sh.reporter.progress().found;
+        assert_eq!((f.files, f.bytes, f.complete), (2, 0, true));
+        let dry = shown(true);
+        dry.expect(100);
+        let f = dry.reporter.progress().found;
+        assert_eq!((f.files, f.bytes), (1, 0));
     }
 
     /// A spill store that cannot take anything.

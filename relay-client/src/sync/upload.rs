@@ -15,16 +15,18 @@ use relay_proto::sync::entry::LocalEntry;
 use relay_proto::sync::order::NameOrder;
 use relay_proto::sync::plan::{CompareFlags, UploadDecision, UploadPlan};
 use relay_proto::sync::unchanged::SendReason;
+use relay_transport::quic::Windows;
 
 use super::counts::{Counts, bump};
 use super::deletes::{DeleteTarget, conclude, delete_set};
-use super::drive::{drive, start_listing};
+use super::drive::{start_listing, start_plan};
 use super::planner::{self, Shown, Step};
 use super::record::{Moved, lookup, remember};
 use super::remote::{RemoteEntries, listing_prefix};
 use super::tree::{file_stat, local_entries};
 use crate::download::job::Job as ListJob;
 use crate::index::Index;
+use crate::run::in_flight::Uploads;
 use crate::run::outcome::Stop;
 use crate::run::runner::Runner;
 use crate::transfer::file::{Job, blank, failed, report_of};
@@ -32,6 +34,7 @@ use crate::transfer::filter::Filter;
 use crate::transfer::mode::Mode;
 use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::Options;
+use crate::transfer::source::{FileId, Reading};
 use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Source, blob_name};
 use crate::ui::progress::Reporter;
@@ -54,6 +57,9 @@ pub struct UploadSync {
     pub order: NameOrder,
     pub flags: CompareFlags,
     pub rules: DeleteRules,
+    /// The relay connections' windows: files in flight are paced by them,
+    /// as `upload`'s are.
+    pub windows: Windows,
 }
 
 /// What each send shares.
@@ -117,22 +123,44 @@ pub async fn run(
             &tx,
         )
     };
+    let mut uploads = Uploads::new(&s.windows, &s.mode);
     let ctx = Arc::new(Ctx {
         s,
         reporter: reporter.clone(),
         counts: counts.clone(),
     });
-    let (stop, planned) = drive(runner, plan, |w: (LocalEntry, SendReason)| {
-        let ctx = ctx.clone();
-        async move { send(&ctx, w.0, w.1).await }
-    })
-    .await;
+    let mut planning = start_plan(plan);
+    let fed = feed(runner, &mut planning.work, &ctx, &mut uploads).await;
+    let (stop, planned) = planning.end(runner, fed).await;
+    // Ctrl-C: as `upload`, files whose bytes are all staged may commit.
+    uploads.settle(runner, &stop, reporter).await;
     let mut report = counts.report("upload");
     let ok = match planned {
         Some(p) => conclude(p, dry_run, reporter, &mut report, &target).await,
         None => true,
     };
     (stop, report, ok)
+}
+
+/// Each file the planner hands on, started as `upload` starts its files
+/// (`--parallel` and the relay's windows), until the planner is done or the
+/// run stops.
+async fn feed(
+    runner: &mut Runner,
+    work: &mut tokio::sync::mpsc::Receiver<(LocalEntry, SendReason)>,
+    ctx: &Arc<Ctx>,
+    uploads: &mut Uploads,
+) -> Result<(), Stop> {
+    while let Some((local, reason)) = runner.unless_stopped(work.recv()).await? {
+        let blob = blob_name(&ctx.s.prefix, &[&local.name]);
+        let size = local.stat.size;
+        let each = ctx.clone();
+        let started = uploads.start(runner, &ctx.reporter, &blob, size, |bar| async move {
+            send(&each, local, reason, bar).await
+        });
+        started.await?;
+    }
+    Ok(())
 }
 
 /// A decision settled on the planner thread, or the file to send.
@@ -163,7 +191,10 @@ fn settle(
             }
             bump(&shown.counts.adopted);
         }
-        UploadDecision::Send { local, reason } => return Step::Work((local, reason)),
+        UploadDecision::Send { local, reason } => {
+            shown.expect(local.stat.size);
+            return Step::Work((local, reason));
+        }
         UploadDecision::Delete(c) => return Step::Delete(c),
         UploadDecision::Gap(side, gap) => shown.gap(side, &gap),
     }
@@ -180,14 +211,29 @@ fn why(reason: SendReason) -> &'static str {
     }
 }
 
-/// One file through the upload driver, its report, and its index row.
-async fn send(ctx: &Ctx, local: LocalEntry, reason: SendReason) -> Option<Refusal> {
+/// One file through the upload driver (under `bar`), its report, and its
+/// index row.
+async fn send(
+    ctx: &Ctx,
+    local: LocalEntry,
+    reason: SendReason,
+    bar: ProgressBar,
+) -> Option<Refusal> {
     let s = &ctx.s;
     let src = Source {
         path: s.root.join(&local.name),
         blob: blob_name(&s.prefix, &[&local.name]),
         size: local.stat.size,
         sha256: None,
+        // The walk never follows a link, nor does the read; and it reads
+        // only the file the walk saw.
+        reading: Reading {
+            follow: false,
+            file: local.stat.identity.map(|i| FileId {
+                dev: i.dev,
+                ino: i.ino,
+            }),
+        },
     };
     if s.dry_run {
         let mut r = blank(
@@ -198,7 +244,7 @@ async fn send(ctx: &Ctx, local: LocalEntry, reason: SendReason) -> Option<Refusa
         );
         r.reason = Some(format!("would send {} bytes ({})", src.size, why(reason)));
         r.bytes = src.size;
-        ctx.reporter.finish_file(None, r, 0);
+        ctx.reporter.finish_file(Some(&bar), r, 0);
         return None;
     }
     // A name the listing did not have is never put over a blob written since
@@ -221,7 +267,6 @@ async fn send(ctx: &Ctx, local: LocalEntry, reason: SendReason) -> Option<Refusa
         dry_run: false,
     };
     ctx.counts.read(src.size);
-    let bar: ProgressBar = ctx.reporter.start(&src.blob);
     let report = match report_of(&job, &src, &bar, 0).await {
         Ok(r) => r,
         Err((e, attempts)) => {

@@ -20,7 +20,8 @@ use relay_storage::staging::{Budget, StageError, Staged};
 use tokio::io::AsyncSeekExt;
 
 use crate::transfer::send::{Options, Sent};
-use crate::transfer::source::{Snapshot, hash_prefix};
+use crate::transfer::send_failure::unreadable;
+use crate::transfer::source::{Snapshot, hash_prefix, open};
 use crate::transfer::walk::Source;
 use crate::ui::error_code::ErrorCode;
 use crate::ui::report::{ClientTimings, FileError, Spent};
@@ -51,8 +52,7 @@ pub async fn upload_file(
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
     let t0 = Instant::now();
-    let before = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
+    let before = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
     bar.set_length(before.len);
     let plan = BlockPlan::new(before.len, opts.block_size.unwrap_or(d.block_size))
         .map_err(|e| FileError::new(ErrorCode::TooLarge, e.to_string(), false))?;
@@ -201,8 +201,7 @@ async fn commit(
 /// Fails the file if it changed (size or modification time) while it was read:
 /// what was staged may not be the file's bytes at any one moment.
 fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
-    let after = Snapshot::take(&src.path)
-        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
+    let after = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
     if &after != before {
         return Err(FileError::new(
             ErrorCode::SourceChanged,
@@ -216,17 +215,20 @@ fn unchanged(src: &Source, before: &Snapshot) -> Result<(), FileError> {
 /// Whether our own first `point.offset` bytes hash to the staged blocks'
 /// checkpoint (resume only the same source).
 async fn same_prefix(src: &Source, point: &ResumePoint) -> Result<bool, FileError> {
-    let ours = hash_prefix(src.path.clone(), point.offset)
+    let ours = hash_prefix(src.path.clone(), src.reading, point.offset)
         .await
-        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
+        .map_err(unreadable)?;
     Ok(Checkpoint::of(&ours) == Some(point.checkpoint))
 }
 
 /// The file, read from `start`.
 async fn open_at(src: &Source, start: u64) -> Result<tokio::fs::File, FileError> {
-    let mut file = tokio::fs::File::open(&src.path)
+    let (path, how) = (src.path.clone(), src.reading);
+    let file = tokio::task::spawn_blocking(move || open(&path, how))
         .await
-        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot open: {e}"), false))?;
+        .map_err(|e| FileError::new(ErrorCode::Internal, e.to_string(), false))?
+        .map_err(unreadable)?;
+    let mut file = tokio::fs::File::from_std(file);
     file.seek(std::io::SeekFrom::Start(start))
         .await
         .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot seek: {e}"), false))?;
@@ -243,9 +245,9 @@ async fn already_there(
     t0: Instant,
     refusal: PublishError,
 ) -> Result<Sent, FileError> {
-    let ours = hash_prefix(src.path.clone(), before.len)
+    let ours = hash_prefix(src.path.clone(), src.reading, before.len)
         .await
-        .map_err(|e| FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false))?;
+        .map_err(unreadable)?;
     let sha256 = hex::encode(sha2::Digest::finalize(ours));
     let props = upload
         .ours_in_the_way(refusal, &sha256)

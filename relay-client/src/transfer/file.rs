@@ -12,6 +12,8 @@ use crate::transfer::mode::Mode;
 use crate::transfer::probe::{self, Verdict};
 use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::{Options, Sent, send_file};
+use crate::transfer::send_failure::unreadable;
+use crate::transfer::source::{Snapshot, open};
 use crate::transfer::sync::{Decision, SyncRule, decide};
 use crate::transfer::walk::{Found, Source};
 use crate::ui::error_code::ErrorCode;
@@ -140,7 +142,9 @@ fn earlier_runs_work(identical: bool, tries: u32, reconnects: u32) -> bool {
 
 /// The file's modification time now (the user's notion of "newer").
 fn source_mtime(src: &Source) -> Option<std::time::SystemTime> {
-    std::fs::metadata(&src.path).and_then(|m| m.modified()).ok()
+    Snapshot::take(&src.path, src.reading)
+        .ok()
+        .and_then(|s| s.mtime)
 }
 
 /// A file left out because its blob is kept (`--overwrite=if-newer`).
@@ -158,21 +162,10 @@ fn kept(job: &Job, src: &Source, reason: &str, refusal: &FileError, tries: u32) 
     r
 }
 
-/// Fails fast, and says why, on a file this user cannot read.
+/// Fails fast, and says why, on a file this user cannot read, or that is no
+/// longer the regular file the walk saw (a link swapped in: `symlink`).
 fn readable(src: &Source) -> Result<(), FileError> {
-    match std::fs::File::open(&src.path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(FileError::new(
-            ErrorCode::Source,
-            "permission denied: cannot open it for reading (check its permissions)",
-            false,
-        )),
-        Err(e) => Err(FileError::new(
-            ErrorCode::Source,
-            format!("cannot read: {e}"),
-            false,
-        )),
-    }
+    open(&src.path, src.reading).map(drop).map_err(unreadable)
 }
 
 /// `--content-type` if given, else a type from the file's extension (as AzCopy
@@ -384,6 +377,7 @@ mod tests {
             blob: name.into(),
             size: 0,
             sha256: None,
+            reading: Default::default(),
         }
     }
 

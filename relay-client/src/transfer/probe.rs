@@ -14,6 +14,7 @@ use relay_transport::frames::{read_frame, write_frame};
 
 use crate::transfer::direct::Direct;
 use crate::transfer::send::Options;
+use crate::transfer::send_failure::unreadable;
 use crate::transfer::source::{Snapshot, hash_prefix};
 use crate::transfer::walk::Source;
 use crate::ui::error_code::ErrorCode;
@@ -31,16 +32,12 @@ pub enum Verdict {
     Upload { resume_offset: u64 },
 }
 
-fn unreadable(e: std::io::Error) -> FileError {
-    FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false)
-}
-
 async fn sha256_of(src: &Source) -> Result<(u64, String), FileError> {
     if let Some(h) = &src.sha256 {
         return Ok((src.size, h.clone()));
     }
-    let snap = Snapshot::take(&src.path).map_err(unreadable)?;
-    let h = hash_prefix(src.path.clone(), snap.len)
+    let snap = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
+    let h = hash_prefix(src.path.clone(), src.reading, snap.len)
         .await
         .map_err(unreadable)?;
     Ok((snap.len, hex::encode(sha2::Digest::finalize(h))))

@@ -83,7 +83,9 @@ pub async fn send_file(
     opts: &Options,
     bar: &ProgressBar,
 ) -> Result<Sent, FileError> {
-    let size = Snapshot::take(&src.path).map_err(unreadable)?.len;
+    let size = Snapshot::take(&src.path, src.reading)
+        .map_err(unreadable)?
+        .len;
     // With a manifest's hash (`--checksums`) the first Offer already carries it.
     let (mut session, mut action) =
         ClientSession::with_sha256(size, Replaces::from(&opts.overwrite), src.sha256.clone());
@@ -126,11 +128,11 @@ pub async fn send_file(
 }
 
 async fn whole_file_sha256(src: &Source) -> Result<String, FileError> {
-    let before = Snapshot::take(&src.path).map_err(unreadable)?;
-    let h = hash_prefix(src.path.clone(), before.len)
+    let before = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
+    let h = hash_prefix(src.path.clone(), src.reading, before.len)
         .await
         .map_err(unreadable)?;
-    if Snapshot::take(&src.path).map_err(unreadable)? != before {
+    if Snapshot::take(&src.path, src.reading).map_err(unreadable)? != before {
         return Err(FileError::new(
             ErrorCode::SourceChanged,
             "file changed while it was being hashed; nothing committed",
@@ -214,7 +216,7 @@ async fn attempt(
     eager: bool,
 ) -> Result<(StreamEnd, Stream), FileError> {
     let t0 = Instant::now();
-    let before = Snapshot::take(&src.path).map_err(unreadable)?;
+    let before = Snapshot::take(&src.path, src.reading).map_err(unreadable)?;
     bar.set_length(before.len);
     // Compressed chunks only where both ends announced them (version skew
     // either way: plain, no error).
@@ -554,7 +556,8 @@ async fn send_body(
     how: &Wire,
 ) -> Result<String, BodyEnd> {
     let hasher = stream_bytes(send, src, start, before.len, hasher, how).await?;
-    let after = Snapshot::take(&src.path).map_err(|e| BodyEnd::Source(unreadable(e)))?;
+    let after =
+        Snapshot::take(&src.path, src.reading).map_err(|e| BodyEnd::Source(unreadable(e)))?;
     if &after != before {
         let _ = send.reset(app_error::CLIENT_ABORT.into());
         return Err(BodyEnd::Source(FileError::new(
@@ -586,7 +589,7 @@ async fn resume_from(
     let Some(offset) = prefix_to_check(plan, len) else {
         return Ok((0, Sha256::new()));
     };
-    let ours = hash_prefix(src.path.clone(), offset)
+    let ours = hash_prefix(src.path.clone(), src.reading, offset)
         .await
         .map_err(unreadable)?;
     match start_offset(plan, len, Checkpoint::of(&ours)) {
@@ -612,7 +615,7 @@ async fn stream_bytes(
     let meter = std::sync::Arc::new(crate::transfer::wire::Meter::default());
     let (path, count) = (src.path.clone(), len - start);
     let mut pieces = match how.encoding {
-        None => read_range_with(path, start, count, |raw| {
+        None => read_range_with(path, src.reading, start, count, |raw| {
             Ok(crate::transfer::wire::Piece {
                 head: bytes::Bytes::new(),
                 wire: raw.clone(),
@@ -623,7 +626,7 @@ async fn stream_bytes(
             let encoder = crate::transfer::wire::encoder(how.mode, meter.clone()).map_err(|e| {
                 BodyEnd::Source(FileError::new(ErrorCode::Compress, e.to_string(), false))
             })?;
-            read_range_with(path, start, count, encoder)
+            read_range_with(path, src.reading, start, count, encoder)
         }
     };
     while let Some(piece) = pieces.recv().await {

@@ -5,6 +5,7 @@
 use relay_proto::codec::FrameError;
 use relay_proto::protocol::Message;
 
+use crate::transfer::source::NotAFile;
 use crate::ui::error_code::ErrorCode;
 use crate::ui::report::FileError;
 
@@ -21,8 +22,20 @@ pub fn sign_in_failed(e: crate::sign_in::SignInError) -> FileError {
     FileError::new(ErrorCode::SignIn, e.to_string(), false)
 }
 
+/// The source could not be opened or read: a link swapped in (`symlink`)
+/// or a special file (`special_file`) says so; anything else is `source`.
 pub(crate) fn unreadable(e: std::io::Error) -> FileError {
-    FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false)
+    match NotAFile::of(&e) {
+        Some(NotAFile::Link) => FileError::new(ErrorCode::Symlink, e.to_string(), false),
+        Some(NotAFile::Special) => FileError::new(ErrorCode::SpecialFile, e.to_string(), false),
+        Some(NotAFile::Replaced) => FileError::new(ErrorCode::SourceChanged, e.to_string(), false),
+        None if e.kind() == std::io::ErrorKind::PermissionDenied => FileError::new(
+            ErrorCode::Source,
+            "permission denied: cannot open it for reading (check its permissions)",
+            false,
+        ),
+        None => FileError::new(ErrorCode::Source, format!("cannot read: {e}"), false),
+    }
 }
 
 pub(crate) fn frame_err(what: &str, e: FrameError) -> FileError {
@@ -45,7 +58,9 @@ pub(crate) fn unexpected(wanted: &str, got: &Message) -> FileError {
 }
 
 pub(crate) fn changed_or(e: std::io::Error) -> FileError {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+    if NotAFile::of(&e).is_some() {
+        unreadable(e)
+    } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
         FileError::new(
             ErrorCode::SourceChanged,
             format!("{e}; nothing committed"),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 pub use crate::transfer::destination::{Destination, DestinationError, parse_destination};
 use crate::transfer::filter::Filter;
 use crate::transfer::manifest::Manifest;
+use crate::transfer::source::{FileId, Reading};
 use crate::ui::error_code::ErrorCode;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,11 @@ pub struct Source {
     pub size: u64,
     /// The file's SHA-256 from `--checksums`: the relay commits only these bytes.
     pub sha256: Option<String>,
+    /// How each read opens it (`source::open`): through a link at `path`
+    /// only with `--follow-symlinks`, and only the file the walk saw (its
+    /// device and inode), so a file or a folder on its path swapped for a
+    /// link after the walk is refused, not sent.
+    pub reading: Reading,
 }
 
 /// One thing the walk found.
@@ -196,7 +202,7 @@ impl Walk {
         if !meta.is_file() {
             return Some(not_regular(arg, meta.file_type().is_symlink()));
         }
-        self.file(arg, &[&name], meta.len())
+        self.file(arg, &[&name], &meta)
     }
 
     /// The next entry of the directory being walked; `None` when it is done.
@@ -234,17 +240,17 @@ impl Walk {
         if !ft.is_file() {
             return Some(Some(not_regular(path, ft.is_symlink())));
         }
-        let size = match entry.metadata() {
-            Ok(m) => m.len(),
+        let meta = match entry.metadata() {
+            Ok(m) => m,
             Err(e) => return Some(Some(walk_error(&dir.root, e))),
         };
         let names: Vec<String> = dir.base.iter().cloned().chain(segs).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        Some(self.file(path.clone(), &refs, size))
+        Some(self.file(path.clone(), &refs, &meta))
     }
 
     /// A regular file that passed the filters: the manifest, then its blob name (once).
-    fn file(&mut self, path: PathBuf, segs: &[&str], size: u64) -> Option<Found> {
+    fn file(&mut self, path: PathBuf, segs: &[&str], meta: &std::fs::Metadata) -> Option<Found> {
         let sha256 = match &self.opts.manifest {
             None => None,
             Some(m) => match m.lookup(&path) {
@@ -271,8 +277,12 @@ impl Walk {
         Some(Found::File(Source {
             path,
             blob,
-            size,
+            size: meta.len(),
             sha256,
+            reading: Reading {
+                follow: self.opts.follow_symlinks,
+                file: Some(FileId::of(meta)),
+            },
         }))
     }
 }

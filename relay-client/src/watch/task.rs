@@ -9,6 +9,7 @@ use indicatif::ProgressBar;
 use crate::transfer::file::{Job, failed, report_of};
 use crate::transfer::manifest::Manifest;
 use crate::transfer::refusal::{Refusal, fatal};
+use crate::transfer::source::Reading;
 use crate::transfer::walk::Source;
 use crate::ui::error_code::ErrorCode;
 use crate::ui::progress::Reporter;
@@ -95,6 +96,11 @@ pub async fn upload(ctx: &Ctx, path: &Path, stat: Stat) -> Done {
         blob: named.blob.clone(),
         size: stat.size,
         sha256,
+        // The settled `stat` has no inode: any regular file at the name.
+        reading: Reading {
+            follow: ctx.follow_symlinks,
+            file: None,
+        },
     };
     let bar = ctx.reporter.start(&src.blob);
     let report = match report_of(&ctx.job, &src, &bar, 0).await {

@@ -7,18 +7,20 @@
 //! Nothing here waits on the clock: a file is held mid-commit by the storage
 //! proxy (`FaultProxy::hold`) while the test reads what the client already said.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use relay_tests::azurite::shared_azurite;
 use relay_tests::blobs::{blob_sha, new_container};
+use relay_tests::child_lines::{
+    WAITING, ctrl_c_with_a_commit_held, lines, sigint, until, until_all_staged,
+};
 use relay_tests::files::{Scratch, write_random};
-use relay_tests::proxy::{FaultProxy, Op, Schedule};
-use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN};
+use relay_tests::proxy::{FaultProxy, Op};
+use relay_tests::relay::{RelayHandle, RelayOptions, TOKEN, held_at};
 use relay_tests::{binary, client_command, run_client};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 const T: Duration = Duration::from_secs(120);
@@ -34,26 +36,7 @@ fn strings(list: &[&str]) -> Vec<String> {
 
 /// A relay whose Put Block List requests wait until the test releases them.
 async fn held_relay() -> (FaultProxy, RelayHandle) {
-    let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
-    let proxy = FaultProxy::start(azurite, Schedule::seeded(1)).await;
-    proxy.hold(Op::PutBlockList);
-    let storage = shared_azurite().storage_at(&proxy.url(), Default::default());
-    let relay = RelayHandle::start(storage, RelayOptions::default());
-    (proxy, relay)
-}
-
-/// Lines of a child's pipe, as they come.
-fn lines<R: AsyncRead + Unpin + Send + 'static>(r: R) -> mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut l = BufReader::new(r).lines();
-        while let Ok(Some(line)) = l.next_line().await {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
+    held_at(Op::PutBlockList, RelayOptions::default()).await
 }
 
 /// Everything a child's pipe says, as raw text (a terminal's redraws included).
@@ -90,54 +73,6 @@ async fn until_raw(text: &std::sync::Arc<std::sync::Mutex<String>>, needle: &str
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Reads until a line contains `needle`; returns every line read.
-async fn until(rx: &mut mpsc::UnboundedReceiver<String>, needle: &str) -> Vec<String> {
-    until_line(rx, needle, |l| l.contains(needle)).await
-}
-
-/// Reads until a status line says every byte found is staged. Only then does
-/// the client know that the held file's bytes are all in storage and its
-/// commit is under way: storage may hold the commit while the relay's last
-/// `Progress` frame is still on its way to the client (a Ctrl-C sent in that
-/// gap found the file "stopped in flight", once in a CI run).
-async fn until_all_staged(rx: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
-    until_line(rx, "status line with every byte staged", |l| {
-        let Some(rest) = l.strip_prefix("status: ") else {
-            return false;
-        };
-        let bytes = rest.split(", ").nth(1).unwrap_or_default();
-        bytes
-            .split_once('/')
-            .is_some_and(|(done, found)| done == found)
-    })
-    .await
-}
-
-/// Reads until a line matches `hit`; returns every line read.
-async fn until_line(
-    rx: &mut mpsc::UnboundedReceiver<String>,
-    needle: &str,
-    hit: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    let mut seen = Vec::new();
-    let found = tokio::time::timeout(T, async {
-        while let Some(line) = rx.recv().await {
-            let hit = hit(&line);
-            seen.push(line);
-            if hit {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert!(
-        matches!(found, Ok(true)),
-        "no line with {needle:?} in {seen:?}"
-    );
-    seen
 }
 
 /// A small file (one Put Blob, not held) and a three-block one (its Put Block
@@ -294,15 +229,6 @@ async fn json_lines_events_follow_progress() {
     relay.stop().await;
 }
 
-fn sigint(child: &tokio::process::Child) {
-    let pid = child.id().unwrap_or_else(|| panic!("no pid")) as libc::pid_t;
-    // SAFETY: signalling our own child by its pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-}
-
-/// The client's line while it waits, after Ctrl-C, for commits under way.
-const WAITING: &str = "Ctrl-C again to exit now";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
     let Held {
@@ -316,21 +242,10 @@ async fn ctrl_c_stops_cleanly_and_the_printed_command_resumes() {
         mut out,
         mut err,
     } = held_upload("ctrl_c_sto", &["--status-interval", "0.05"]).await;
-    until(&mut out, "small.txt").await;
     // The big file's every byte is sent and its commit is held in storage,
-    // and the client knows its bytes are all staged.
-    proxy.wait_held(1, T).await;
-    until_all_staged(&mut err).await;
-    sigint(&child);
-    // Its commit is under way: the client waits for it, and says so.
-    let said = until(&mut err, WAITING).await;
-    assert!(
-        said.iter()
-            .any(|l| l.contains("for 1 file(s) whose bytes are all staged")),
-        "{said:?}"
-    );
-    assert!(matches!(child.try_wait(), Ok(None)), "still waiting");
-    proxy.release();
+    // and the client knows its bytes are all staged; after Ctrl-C its commit
+    // is under way: the client waits for it, and says so.
+    ctrl_c_with_a_commit_held(&mut child, &mut out, &mut err, &proxy, "small.txt").await;
     let said = until(&mut err, "to resume").await;
     let code = child.wait().await.unwrap_or_else(|e| panic!("{e}")).code();
     assert_eq!(code, Some(130));
@@ -592,11 +507,7 @@ async fn completions_man_page_and_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_counts_what_the_relay_staged_not_what_was_sent() {
     let container = new_container("staged").await;
-    let azurite = SocketAddr::from(([127, 0, 0, 1], shared_azurite().port));
-    let proxy = FaultProxy::start(azurite, Schedule::seeded(1)).await;
-    proxy.hold(Op::PutBlock);
-    let storage = shared_azurite().storage_at(&proxy.url(), Default::default());
-    let relay = RelayHandle::start(storage, RelayOptions::default());
+    let (proxy, relay) = held_at(Op::PutBlock, RelayOptions::default()).await;
     let dir = Scratch::new("staged");
     let (small, _, big, sha_big) = two_files(&dir);
     let mut a = strings(&[

@@ -7,6 +7,7 @@
 
 mod deletes;
 mod download;
+mod interrupt;
 mod upload;
 
 use std::path::Path;

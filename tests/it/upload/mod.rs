@@ -5,6 +5,7 @@ mod checksum;
 mod compression;
 mod connections;
 mod end_to_end;
+mod links;
 mod max_rate;
 mod rerun_whenever_the_plan_arrives;
 mod resume;
