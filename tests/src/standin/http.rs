@@ -2,6 +2,8 @@
 //! the query (`restype`, `comp`, `blockid`, `blocklisttype`) and the headers
 //! the service reads, calls `store::Account`, and answers as the service does
 //! (status, `x-ms-error-code`, an XML error body, the headers the SDK reads).
+//! List Blobs answers Azure's `EnumerationResults` XML; its writing is in
+//! `list_xml`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,7 +21,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::store::{Account, Committed, Conditions, ListedBlock, Properties, Refusal};
+use super::list_xml;
+use super::store::{Account, Committed, Conditions, ListedBlock, MAX_RESULTS, Properties, Refusal};
 
 type Reply = Response<Full<Bytes>>;
 
@@ -75,6 +78,29 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
             } else {
                 error(refusal(409, "ContainerAlreadyExists"), false)
             })
+        }
+        (None, &Method::GET, Some("container"), Some("list")) => {
+            match param("maxresults").map(str::parse::<usize>) {
+                Some(Err(_)) | Some(Ok(0)) => Err(refusal(400, "InvalidQueryParameterValue")),
+                max => {
+                    let max = max.and_then(Result::ok).unwrap_or(MAX_RESULTS);
+                    let prefix = param("prefix").unwrap_or("");
+                    let metadata = param("include")
+                        .is_some_and(|i| i.split(',').any(|x| x.trim() == "metadata"));
+                    let marker = match param("marker").filter(|m| !m.is_empty()) {
+                        None => Ok(None),
+                        Some(m) => list_xml::marker_name(m)
+                            .map(Some)
+                            .ok_or(refusal(400, "OutOfRangeInput")),
+                    };
+                    marker
+                        .and_then(|m| account.list(container, prefix, m.as_deref(), max))
+                        .map(|page| {
+                            let xml = list_xml::page(container, prefix, max, metadata, &page);
+                            xml_reply(xml)
+                        })
+                }
+            }
         }
         (Some(blob), &Method::PUT, None, None) => {
             if header(&parts.headers, "x-ms-blob-type") != Some("BlockBlob") {
@@ -225,6 +251,10 @@ fn block_list_xml(which: &str, lists: &super::store::BlockLists) -> Reply {
         xml.push_str(&section("UncommittedBlocks", &lists.uncommitted));
     }
     xml.push_str("</BlockList>");
+    xml_reply(xml)
+}
+
+fn xml_reply(xml: String) -> Reply {
     let mut r = base(StatusCode::OK);
     r.headers_mut()
         .insert("content-type", "application/xml".parse().expect("static"));
