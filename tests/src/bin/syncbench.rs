@@ -370,6 +370,33 @@ async fn one_size(args: &Args, n: u64) {
     let [first, again, list] = b.three("relay", &src, &format!("{}/p", b.container), false);
     let [dfirst, dagain, dlist] = b.three("direct", &src, &format!("{}/d", b.container), true);
 
+    report(
+        args,
+        &b,
+        &data,
+        n,
+        bytes,
+        [first, again, list, dfirst, dagain, dlist],
+    );
+    b.relay.stop().await;
+    target.stop();
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        eprintln!("kept {}", scratch.display());
+    }
+}
+
+/// The table of one size's runs, the AzCopy rows (Azurite only) and the ratios.
+fn report(
+    args: &Args,
+    b: &Bench,
+    data: &Path,
+    n: u64,
+    bytes: u64,
+    runs: [(Measured, Option<u64>); 6],
+) {
+    let [first, again, list, dfirst, dagain, dlist] = runs;
     let storage_name = if args.standin {
         "the stand-in storage (relay_tests::standin, in memory)"
     } else {
@@ -396,8 +423,8 @@ async fn one_size(args: &Args, n: u64) {
     } else if args.azcopy {
         match azcopy::find() {
             Ok(bin) => {
-                let a1 = b.azcopy_sync(&bin, "azcopy-first", &data);
-                let a2 = b.azcopy_sync(&bin, "azcopy-again", &data);
+                let a1 = b.azcopy_sync(&bin, "azcopy-first", data);
+                let a2 = b.azcopy_sync(&bin, "azcopy-again", data);
                 row("azcopy sync, first", &a1, None);
                 row("azcopy sync, unchanged", &a2, None);
                 az = Some(a2);
@@ -422,13 +449,6 @@ async fn one_size(args: &Args, n: u64) {
             ratio(again.0.wall, a2.wall),
             again.0.max_rss_kib as f64 / a2.max_rss_kib.max(1) as f64
         );
-    }
-    b.relay.stop().await;
-    target.stop();
-    if !args.keep {
-        let _ = std::fs::remove_dir_all(&scratch);
-    } else {
-        eprintln!("kept {}", scratch.display());
     }
 }
 

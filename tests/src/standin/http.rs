@@ -79,29 +79,7 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
                 error(refusal(409, "ContainerAlreadyExists"), false)
             })
         }
-        (None, &Method::GET, Some("container"), Some("list")) => {
-            match param("maxresults").map(str::parse::<usize>) {
-                Some(Err(_)) | Some(Ok(0)) => Err(refusal(400, "InvalidQueryParameterValue")),
-                max => {
-                    let max = max.and_then(Result::ok).unwrap_or(MAX_RESULTS);
-                    let prefix = param("prefix").unwrap_or("");
-                    let metadata = param("include")
-                        .is_some_and(|i| i.split(',').any(|x| x.trim() == "metadata"));
-                    let marker = match param("marker").filter(|m| !m.is_empty()) {
-                        None => Ok(None),
-                        Some(m) => list_xml::marker_name(m)
-                            .map(Some)
-                            .ok_or(refusal(400, "OutOfRangeInput")),
-                    };
-                    marker
-                        .and_then(|m| account.list(container, prefix, m.as_deref(), max))
-                        .map(|page| {
-                            let xml = list_xml::page(container, prefix, max, metadata, &page);
-                            xml_reply(xml)
-                        })
-                }
-            }
-        }
+        (None, &Method::GET, Some("container"), Some("list")) => list(account, container, &param),
         (Some(blob), &Method::PUT, None, None) => {
             if header(&parts.headers, "x-ms-blob-type") != Some("BlockBlob") {
                 Err(refusal(400, "InvalidHeaderValue"))
@@ -147,6 +125,31 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
         _ => Err(refusal(501, "NotImplementedByStandIn")),
     };
     result.unwrap_or_else(|r| error(r, head))
+}
+
+/// List Blobs (flat): `prefix`, `marker` (one this stand-in handed out),
+/// `maxresults` (default and cap 5000; 0 or not a number is refused, as the
+/// service does), `include=metadata`.
+fn list<'a>(
+    account: &Account,
+    container: &str,
+    param: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Reply, Refusal> {
+    let max = match param("maxresults").map(str::parse::<usize>) {
+        None => MAX_RESULTS,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => return Err(refusal(400, "InvalidQueryParameterValue")),
+    };
+    let prefix = param("prefix").unwrap_or("");
+    let metadata = param("include").is_some_and(|i| i.split(',').any(|x| x.trim() == "metadata"));
+    let marker = match param("marker").filter(|m| !m.is_empty()) {
+        None => None,
+        Some(m) => Some(list_xml::marker_name(m).ok_or(refusal(400, "OutOfRangeInput"))?),
+    };
+    let page = account.list(container, prefix, marker.as_deref(), max)?;
+    Ok(xml_reply(list_xml::page(
+        container, prefix, max, metadata, &page,
+    )))
 }
 
 fn refusal(status: u16, code: &'static str) -> Refusal {
