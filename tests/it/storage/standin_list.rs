@@ -90,6 +90,12 @@ async fn ls_and_sync_run_against_the_standin_through_the_relay_and_direct() {
             .find(|l| l["name"] == format!("{prefix}/a/x.bin"))
             .expect("listed");
         assert_eq!(big["size"], 70_000);
+        // Through the relay the seal in each blob's listed metadata vouches
+        // for its SHA-256; direct mode holds no relay key to check one with.
+        if prefix == "p" {
+            let want = sha256_file(&root.join("a/x.bin"));
+            assert_eq!(big["sha256"].as_str(), Some(want.as_str()), "{big}");
+        }
     }
     relay.stop().await;
 }
