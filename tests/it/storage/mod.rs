@@ -3,3 +3,4 @@
 mod put_blob;
 mod reads;
 mod standin;
+mod standin_list;

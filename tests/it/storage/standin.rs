@@ -21,7 +21,7 @@ async fn start() -> Storage {
     start_with(WriterOptions::default()).await.0
 }
 
-async fn start_with(options: WriterOptions) -> (Storage, SocketAddr) {
+pub(super) async fn start_with(options: WriterOptions) -> (Storage, SocketAddr) {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
     let addr: SocketAddr = probe.local_addr().expect("addr");
     drop(probe);

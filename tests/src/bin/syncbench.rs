@@ -1,19 +1,29 @@
 //! Sync benchmark (not a timed test): a tree of small files synced through a
 //! local relay into Azurite once, then again unchanged, beside a bare listing
-//! of the same prefix and, where AzCopy is installed, `azcopy sync` of the
-//! same tree both times. Every run is a child process measured from outside:
+//! of the same prefix; the same with `--direct` (straight to storage); and,
+//! where AzCopy is installed, `azcopy sync` of the same tree both times.
+//! `--storage standin` puts the stand-in storage (`relay_tests::standin`, in
+//! memory, its listing a range scan) in Azurite's place: Azurite slows to
+//! some 18 files a second past 35,000 blobs, so a million cannot be measured
+//! on it. AzCopy runs only against Azurite (it needs more of the API than the
+//! stand-in speaks). Every run is a child process measured from outside:
 //! wall time, CPU, peak RSS (`wait4`), and the bytes it read (`/proc/PID/io`
 //! `rchar`, read while the child is a zombie, so nothing after it is lost).
 //! The relay's storage requests (its metrics) say what each run cost storage.
 //!
-//! `cargo run --release -p relay-tests --bin syncbench -- --files 100000 [--files 1000000] [--no-azcopy]`
+//! `cargo run --release -p relay-tests --bin syncbench -- --files 100000 [--files 1000000] [--no-azcopy] [--storage azurite|standin] [--keep]`
 //!
-//! Loopback only: Azurite and the relay are this process's (Azurite in memory).
+//! Loopback only: the storage and the relay are this process's (Azurite in
+//! memory, or the stand-in as a child process).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use relay_proto::protocol::Secret;
+use relay_storage::account::Storage;
+use relay_storage::blob::WriterOptions;
+use relay_storage::credentials::{EntraSource, StorageAccess};
 use relay_tests::azcopy;
 use relay_tests::azurite::shared_azurite;
 use relay_tests::relay::{LIMITED_TOKEN, RelayHandle, RelayOptions};
@@ -23,6 +33,10 @@ struct Args {
     files: Vec<u64>,
     azcopy: bool,
     keep: bool,
+    standin: bool,
+    /// `--text-report`: sync without `--json` (whose summary lists every
+    /// file), to tell the report's memory from the sync's.
+    json: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -30,6 +44,8 @@ fn parse_args() -> Result<Args, String> {
         files: Vec::new(),
         azcopy: true,
         keep: false,
+        json: true,
+        standin: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -41,6 +57,12 @@ fn parse_args() -> Result<Args, String> {
             }
             "--no-azcopy" => a.azcopy = false,
             "--keep" => a.keep = true,
+            "--text-report" => a.json = false,
+            "--storage" => match it.next().as_deref() {
+                Some("azurite") => a.standin = false,
+                Some("standin") => a.standin = true,
+                other => return Err(format!("--storage azurite|standin, not {other:?}")),
+            },
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -127,10 +149,64 @@ fn make_tree(root: &Path, n: u64) -> u64 {
     total
 }
 
+/// The storage a size runs against: Azurite (shared, in this process's
+/// care) or a stand-in child process of this bench, stopped at the end.
+struct Target {
+    url: String,
+    standin: Option<std::process::Child>,
+}
+
+impl Target {
+    fn start(standin: bool) -> Target {
+        if !standin {
+            return Target {
+                url: shared_azurite().url(),
+                standin: None,
+            };
+        }
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = probe.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        drop(probe);
+        let child = Command::new(binary("standin-storage"))
+            .args(["--listen", &addr.to_string()])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("standin-storage: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "the stand-in did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Target {
+            url: format!("http://{addr}/{DEV_ACCOUNT}"),
+            standin: Some(child),
+        }
+    }
+
+    fn storage(&self) -> Storage {
+        let access = StorageAccess::resolve(
+            &self.url,
+            Some(&Secret(DEV_KEY.into())),
+            EntraSource::default(),
+        )
+        .unwrap_or_else(|e| panic!("storage access: {e}"));
+        Storage::new(access, &WriterOptions::default()).unwrap_or_else(|e| panic!("storage: {e}"))
+    }
+
+    fn stop(mut self) {
+        if let Some(child) = self.standin.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 struct Bench {
     relay: RelayHandle,
     container: String,
     scratch: PathBuf,
+    storage_url: String,
+    json: bool,
 }
 
 impl Bench {
@@ -145,9 +221,24 @@ impl Bench {
         ]
     }
 
-    fn client(&self, args: &[String]) -> Command {
+    fn direct(&self) -> Vec<String> {
+        vec![
+            "--direct".into(),
+            "--storage-url".into(),
+            self.storage_url.clone(),
+            "--account-key".into(),
+            DEV_KEY.into(),
+        ]
+    }
+
+    fn client(&self, args: &[String], direct: bool) -> Command {
         let mut cmd = Command::new(binary("relay-client"));
-        cmd.args(args).args(self.connection());
+        cmd.args(args);
+        if direct {
+            cmd.args(self.direct());
+        } else {
+            cmd.args(self.connection());
+        }
         for v in ["RELAY_TOKEN", "RELAY_CONFIG", "RELAY_PROFILE"] {
             cmd.env_remove(v);
         }
@@ -163,7 +254,10 @@ impl Bench {
     /// A client run and the storage requests the relay made for it.
     fn run(&self, name: &str, args: &[String]) -> (Measured, u64) {
         let before = self.requests();
-        let m = measure(self.client(args), &self.scratch.join(format!("{name}.log")));
+        let m = measure(
+            self.client(args, false),
+            &self.scratch.join(format!("{name}.log")),
+        );
         (m, self.requests() - before)
     }
 
@@ -171,7 +265,7 @@ impl Bench {
     /// trace=open,openat`), or `None` when strace could not run it.
     fn files_opened(&self, args: &[String], data: &Path) -> Option<usize> {
         let trace = self.scratch.join("strace.txt");
-        let client = self.client(args);
+        let client = self.client(args, false);
         let mut cmd = Command::new("strace");
         cmd.args(["-f", "-qq", "-e", "trace=open,openat", "-o"])
             .arg(&trace)
@@ -187,6 +281,58 @@ impl Bench {
         // an open without it.
         let file = |l: &&str| l.contains(&below) && !l.contains("O_DIRECTORY");
         (m.exit == 0).then(|| text.lines().filter(file).count())
+    }
+
+    /// A `--direct` run: storage's requests are not the relay's to count.
+    fn run_direct(&self, name: &str, args: &[String]) -> Measured {
+        measure(
+            self.client(args, true),
+            &self.scratch.join(format!("{name}.log")),
+        )
+    }
+
+    /// `sync SRC DEST` with the index of `tag`'s runs, and `--json` unless
+    /// the bench was asked for the text report.
+    fn sync_args(&self, tag: &str, src: &str, dest: &str) -> Vec<String> {
+        let index = self.scratch.join(format!("index-{tag}.sqlite"));
+        let mut v: Vec<String> = vec![
+            "sync".into(),
+            src.into(),
+            dest.into(),
+            "--index".into(),
+            index.display().to_string(),
+        ];
+        if self.json {
+            v.push("--json".into());
+        }
+        v
+    }
+
+    /// Sync `src` to `dest` twice with the index `index`, then list `dest`:
+    /// (first, unchanged, listing).
+    fn three(
+        &self,
+        tag: &str,
+        src: &str,
+        dest: &str,
+        direct: bool,
+    ) -> [(Measured, Option<u64>); 3] {
+        let sync = self.sync_args(tag, src, dest);
+        let ls: Vec<String> = vec!["ls".into(), dest.into(), "--json".into()];
+        let one = |name: &str, args: &[String]| {
+            let name = format!("{tag}-{name}");
+            if direct {
+                (self.run_direct(&name, args), None)
+            } else {
+                let (m, r) = self.run(&name, args);
+                (m, Some(r))
+            }
+        };
+        [
+            one("sync-first", &sync),
+            one("sync-again", &sync),
+            one("ls", &ls),
+        ]
     }
 
     fn azcopy_sync(&self, bin: &Path, name: &str, data: &Path) -> Measured {
@@ -236,10 +382,16 @@ async fn one_size(args: &Args, n: u64) {
         "== {n} files, {bytes} bytes, made in {:.0} s",
         started.elapsed().as_secs_f64()
     );
-    let container = relay_tests::blobs::new_container("syncbench").await;
+    let target = Target::start(args.standin);
+    let storage = target.storage();
+    let container = relay_tests::unique_container("syncbench");
+    storage
+        .ensure_container(&container)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     // The limited token may read and write the container: a sync lists it.
     let relay = RelayHandle::start(
-        shared_azurite().storage(),
+        storage,
         RelayOptions {
             limited_to: format!("{container}:rw"),
             ..RelayOptions::default()
@@ -249,41 +401,79 @@ async fn one_size(args: &Args, n: u64) {
         relay,
         container,
         scratch: scratch.clone(),
+        storage_url: target.url.clone(),
+        json: args.json,
     };
-    let dest = format!("{}/p", b.container);
     let src = format!("{}/", data.display());
-    let index = scratch.join("index.sqlite");
-    let sync_args: Vec<String> = vec![
-        "sync".into(),
-        src,
-        dest.clone(),
-        "--index".into(),
-        index.display().to_string(),
-        "--json".into(),
-    ];
-    let (first, first_req) = b.run("sync-first", &sync_args);
-    let (again, again_req) = b.run("sync-again", &sync_args);
-    let ls: Vec<String> = vec!["ls".into(), dest, "--json".into()];
-    let (list, list_req) = b.run("ls", &ls);
+    let [first, again, list] = b.three("relay", &src, &format!("{}/p", b.container), false);
+    let [dfirst, dagain, dlist] = b.three("direct", &src, &format!("{}/d", b.container), true);
     // What rchar counts is every read, the index's and the binary's own
     // included: a third, unchanged run under strace says whether any file
     // of the tree was opened at all (not timed).
-    let opened = b.files_opened(&sync_args, &data);
+    let opened = b.files_opened(
+        &b.sync_args("relay", &src, &format!("{}/p", b.container)),
+        &data,
+    );
 
-    println!("\n### {n} files of 0–4 KiB ({bytes} bytes), one folder per 1,000\n");
+    report(
+        args,
+        &b,
+        &data,
+        n,
+        bytes,
+        [first, again, list, dfirst, dagain, dlist],
+    );
+    match opened {
+        Some(n) => println!("unchanged relay re-run under strace: {n} files of the tree opened"),
+        None => println!("unchanged relay re-run under strace: not run (strace missing?)"),
+    }
+    b.relay.stop().await;
+    target.stop();
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&scratch);
+    } else {
+        eprintln!("kept {}", scratch.display());
+    }
+}
+
+/// The table of one size's runs, the AzCopy rows (Azurite only) and the ratios.
+fn report(
+    args: &Args,
+    b: &Bench,
+    data: &Path,
+    n: u64,
+    bytes: u64,
+    runs: [(Measured, Option<u64>); 6],
+) {
+    let [first, again, list, dfirst, dagain, dlist] = runs;
+    let storage_name = if args.standin {
+        "the stand-in storage (relay_tests::standin, in memory)"
+    } else {
+        "Azurite (in memory)"
+    };
+    println!(
+        "\n### {n} files of 0–4 KiB ({bytes} bytes), one folder per 1,000, into {storage_name}\n"
+    );
     println!(
         "| run | wall s | CPU s | peak RSS MiB | read MiB (rchar) | storage requests | exit |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    row("relay sync, first", &first, Some(first_req));
-    row("relay sync, unchanged", &again, Some(again_req));
-    row("relay ls (bare listing)", &list, Some(list_req));
+    row("relay sync, first", &first.0, first.1);
+    row("relay sync, unchanged", &again.0, again.1);
+    row("relay ls (bare listing)", &list.0, list.1);
+    row("direct sync, first", &dfirst.0, None);
+    row("direct sync, unchanged", &dagain.0, None);
+    row("direct ls (bare listing)", &dlist.0, None);
     let mut az = None;
-    if args.azcopy {
+    if args.standin {
+        println!(
+            "\nAzCopy not run: it runs only against Azurite (it needs more of the API than the stand-in speaks)."
+        );
+    } else if args.azcopy {
         match azcopy::find() {
             Ok(bin) => {
-                let a1 = b.azcopy_sync(&bin, "azcopy-first", &data);
-                let a2 = b.azcopy_sync(&bin, "azcopy-again", &data);
+                let a1 = b.azcopy_sync(&bin, "azcopy-first", data);
+                let a2 = b.azcopy_sync(&bin, "azcopy-again", data);
                 row("azcopy sync, first", &a1, None);
                 row("azcopy sync, unchanged", &a2, None);
                 az = Some(a2);
@@ -292,28 +482,22 @@ async fn one_size(args: &Args, n: u64) {
         }
     }
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    let again_req = again.1.unwrap_or(0);
+    let list_req = list.1.unwrap_or(0);
     println!(
-        "\nunchanged re-run / bare listing (wall): {:.2}; re-run read {} bytes of {bytes}; \
-         re-run storage requests {again_req} (listing alone: {list_req})",
-        ratio(again.wall, list.wall),
-        again.rchar
+        "\nunchanged re-run / bare listing (wall): relay {:.2}, direct {:.2}; re-run read {} (relay) and {} (direct) bytes of {bytes}; \
+         relay re-run storage requests {again_req} (listing alone: {list_req})",
+        ratio(again.0.wall, list.0.wall),
+        ratio(dagain.0.wall, dlist.0.wall),
+        again.0.rchar,
+        dagain.0.rchar,
     );
-    match opened {
-        Some(n) => println!("unchanged re-run under strace: {n} files of the tree opened"),
-        None => println!("unchanged re-run under strace: strace not run (not installed?)"),
-    }
     if let Some(a2) = az {
         println!(
             "unchanged re-run, relay / azcopy: wall {:.2}, peak RSS {:.2}",
-            ratio(again.wall, a2.wall),
-            again.max_rss_kib as f64 / a2.max_rss_kib.max(1) as f64
+            ratio(again.0.wall, a2.wall),
+            again.0.max_rss_kib as f64 / a2.max_rss_kib.max(1) as f64
         );
-    }
-    b.relay.stop().await;
-    if !args.keep {
-        let _ = std::fs::remove_dir_all(&scratch);
-    } else {
-        eprintln!("kept {}", scratch.display());
     }
 }
 

@@ -2,6 +2,8 @@
 //! the query (`restype`, `comp`, `blockid`, `blocklisttype`) and the headers
 //! the service reads, calls `store::Account`, and answers as the service does
 //! (status, `x-ms-error-code`, an XML error body, the headers the SDK reads).
+//! List Blobs answers Azure's `EnumerationResults` XML; its writing is in
+//! `list_xml`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,7 +21,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::store::{Account, Committed, Conditions, ListedBlock, Properties, Refusal};
+use super::list_xml;
+use super::store::{Account, Committed, Conditions, ListedBlock, MAX_RESULTS, Properties, Refusal};
 
 type Reply = Response<Full<Bytes>>;
 
@@ -76,6 +79,7 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
                 error(refusal(409, "ContainerAlreadyExists"), false)
             })
         }
+        (None, &Method::GET, Some("container"), Some("list")) => list(account, container, &param),
         (Some(blob), &Method::PUT, None, None) => {
             if header(&parts.headers, "x-ms-blob-type") != Some("BlockBlob") {
                 Err(refusal(400, "InvalidHeaderValue"))
@@ -121,6 +125,31 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
         _ => Err(refusal(501, "NotImplementedByStandIn")),
     };
     result.unwrap_or_else(|r| error(r, head))
+}
+
+/// List Blobs (flat): `prefix`, `marker` (one this stand-in handed out),
+/// `maxresults` (default and cap 5000; 0 or not a number is refused, as the
+/// service does), `include=metadata`.
+fn list<'a>(
+    account: &Account,
+    container: &str,
+    param: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Reply, Refusal> {
+    let max = match param("maxresults").map(str::parse::<usize>) {
+        None => MAX_RESULTS,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => return Err(refusal(400, "InvalidQueryParameterValue")),
+    };
+    let prefix = param("prefix").unwrap_or("");
+    let metadata = param("include").is_some_and(|i| i.split(',').any(|x| x.trim() == "metadata"));
+    let marker = match param("marker").filter(|m| !m.is_empty()) {
+        None => None,
+        Some(m) => Some(list_xml::marker_name(m).ok_or(refusal(400, "OutOfRangeInput"))?),
+    };
+    let page = account.list(container, prefix, marker.as_deref(), max)?;
+    Ok(xml_reply(list_xml::page(
+        container, prefix, max, metadata, &page,
+    )))
 }
 
 fn refusal(status: u16, code: &'static str) -> Refusal {
@@ -225,6 +254,10 @@ fn block_list_xml(which: &str, lists: &super::store::BlockLists) -> Reply {
         xml.push_str(&section("UncommittedBlocks", &lists.uncommitted));
     }
     xml.push_str("</BlockList>");
+    xml_reply(xml)
+}
+
+fn xml_reply(xml: String) -> Reply {
     let mut r = base(StatusCode::OK);
     r.headers_mut()
         .insert("content-type", "application/xml".parse().expect("static"));
@@ -294,7 +327,7 @@ fn parse_range(r: &str, len: u64) -> Option<(u64, u64)> {
     } else {
         b.parse().ok()?
     };
-    (a <= b && b < len).then_some((a, b.min(len - 1)))
+    (a <= b && b < len).then_some((a, b))
 }
 
 fn written(c: &Committed) -> Reply {
@@ -379,5 +412,7 @@ mod tests {
         assert_eq!(parse_range("bytes=0-9", 100), Some((0, 9)));
         assert_eq!(parse_range("bytes=90-", 100), Some((90, 99)));
         assert_eq!(parse_range("bytes=100-", 100), None);
+        // An empty blob has no byte to range over (and no panic).
+        assert_eq!(parse_range("bytes=0-0", 0), None);
     }
 }

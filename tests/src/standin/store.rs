@@ -4,7 +4,12 @@
 //! committed one) and clears the uncommitted list; Put Blob replaces the blob and
 //! clears it too; `If-None-Match: *` on an existing blob fails with 409 and an
 //! `If-Match` that does not hold with 412; a Content-MD5 that does not match the
-//! bytes fails with 400. No HTTP here: `http.rs` maps requests onto these calls.
+//! bytes fails with 400. List Blobs pages through one container's committed
+//! blobs in the service's order (UTF-16 code units, `NameOrder::Utf16`): the
+//! blobs sit in a map ordered that way, so a page is a range scan from its
+//! marker (the last name the previous page returned), its cost that of the
+//! page, not of the container. No HTTP here: `http.rs` maps requests onto
+//! these calls.
 //!
 //! Why not `relay_storage::memory`, which keeps the same rules: that twin sits
 //! behind the relay's own `BlobStore` seam (typed commits, one writer's view,
@@ -13,12 +18,15 @@
 //! check on arrival), and a bench tool in the product's storage crate would
 //! change the binaries the benches measure.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Bound;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
 use md5::{Digest, Md5};
+use relay_proto::sync::order::NameOrder;
 
 /// A refusal, as the service words it (status and `x-ms-error-code`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +88,7 @@ pub enum ListedBlock {
 #[derive(Default)]
 pub struct Account {
     containers: Mutex<HashSet<String>>,
-    blobs: Mutex<HashMap<(String, String), Entry>>,
+    blobs: Mutex<BTreeMap<BlobKey, Entry>>,
     etags: std::sync::atomic::AtomicU64,
 }
 
@@ -247,6 +255,72 @@ impl Account {
     }
 }
 
+/// One blob of a List Blobs page: what the listing shows of it.
+#[derive(Debug, Clone)]
+pub struct ListedBlob {
+    pub name: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: SystemTime,
+    pub props: Properties,
+}
+
+/// One List Blobs page and the marker of the next (`None`: the last page).
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    pub blobs: Vec<ListedBlob>,
+    pub next_marker: Option<String>,
+}
+
+/// Azure's most names a page (and its default `maxresults`).
+pub const MAX_RESULTS: usize = 5000;
+
+impl Account {
+    /// List Blobs (flat): the committed blobs of `container` whose names
+    /// start with `prefix`, after `marker` (the last name of the previous
+    /// page: the service's marker is opaque, so any string the client hands
+    /// back only says where to start), at most `max` of them (1 to
+    /// `MAX_RESULTS`). A range scan: the names with one prefix are one run
+    /// of the order, starting at the prefix itself. Staged-only blobs (no
+    /// commit yet) are not listed, as the service lists them only when asked.
+    pub fn list(
+        &self,
+        container: &str,
+        prefix: &str,
+        marker: Option<&str>,
+        max: usize,
+    ) -> Result<ListPage, Refusal> {
+        self.has_container(container)?;
+        let max = max.clamp(1, MAX_RESULTS);
+        let from = match marker.filter(|m| !m.is_empty()) {
+            Some(m) if NameOrder::Utf16.compare(m, prefix) != Ordering::Less => {
+                Bound::Excluded(key(container, m))
+            }
+            _ => Bound::Included(key(container, prefix)),
+        };
+        let blobs = lock(&self.blobs);
+        let mut run = blobs
+            .range((from, Bound::Unbounded))
+            .take_while(|(k, _)| k.0 == container && k.1.0.starts_with(prefix))
+            .filter_map(|(k, e)| e.committed.as_ref().map(|c| (&k.1.0, c)));
+        let mut page = ListPage::default();
+        for (name, c) in run.by_ref().take(max) {
+            page.blobs.push(ListedBlob {
+                name: name.clone(),
+                size: c.data.len() as u64,
+                etag: c.etag.clone(),
+                last_modified: c.last_modified,
+                props: c.props.clone(),
+            });
+        }
+        // A marker only when a blob follows: the last page says it is last.
+        if run.next().is_some() {
+            page.next_marker = page.blobs.last().map(|b| b.name.clone());
+        }
+        Ok(page)
+    }
+}
+
 /// (committed, uncommitted) block lists, each (ID, size).
 #[derive(Debug, Default)]
 pub struct BlockLists {
@@ -277,8 +351,31 @@ fn check(cond: &Conditions, existing: Option<&Committed>) -> Result<(), Refusal>
     Ok(())
 }
 
-fn key(container: &str, blob: &str) -> (String, String) {
-    (container.to_string(), blob.to_string())
+/// A blob's place in the account: its container, then its name in the
+/// service's listing order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct BlobKey(String, Utf16Name);
+
+/// A blob name ordered as Azure lists: by UTF-16 code units, so a name with
+/// a character beyond U+FFFF (a surrogate pair, 0xD800–0xDBFF first) sorts
+/// before one with a character from U+E000 to U+FFFF, unlike UTF-8 order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Utf16Name(pub String);
+
+impl Ord for Utf16Name {
+    fn cmp(&self, other: &Self) -> Ordering {
+        NameOrder::Utf16.compare(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for Utf16Name {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn key(container: &str, blob: &str) -> BlobKey {
+    BlobKey(container.to_string(), Utf16Name(blob.to_string()))
 }
 
 /// A poisoned lock only means another request panicked mid-update of plain
@@ -392,6 +489,92 @@ mod tests {
         assert_eq!(commit(&relist).expect("recommit").as_ref(), b"bb");
         let unknown = [ListedBlock::Latest(b"9".to_vec())];
         assert_eq!(commit(&unknown).err(), Some("InvalidBlockList"));
+    }
+
+    fn names(page: &ListPage) -> Vec<&str> {
+        page.blobs.iter().map(|b| b.name.as_str()).collect()
+    }
+
+    #[test]
+    fn lists_in_utf16_order_an_emoji_before_a_fullwidth_character() {
+        let a = account();
+        // UTF-8 order would put U+FF01 (EF BC 81) before U+1F600 (F0 9F …);
+        // UTF-16 puts the surrogate pair (D83D …) before FF01.
+        for name in ["p/\u{FF01}", "p/\u{1F600}", "p/z", "p/A"] {
+            put(&a, name, b"x", &Conditions::default()).expect("put");
+        }
+        let page = a.list("c", "p/", None, 10).expect("list");
+        assert_eq!(names(&page), ["p/A", "p/z", "p/\u{1F600}", "p/\u{FF01}"]);
+        assert_eq!(page.next_marker, None);
+        // Paged one at a time, from each marker, the same order.
+        let (mut marker, mut seen) = (None, Vec::new());
+        loop {
+            let page = a.list("c", "p/", marker.as_deref(), 1).expect("list");
+            seen.extend(page.blobs.iter().map(|b| b.name.clone()));
+            match page.next_marker {
+                Some(m) => marker = Some(m),
+                None => break,
+            }
+        }
+        assert_eq!(seen, ["p/A", "p/z", "p/\u{1F600}", "p/\u{FF01}"]);
+    }
+
+    #[test]
+    fn lists_by_prefix_and_marker_and_skips_staged_blobs() {
+        let a = account();
+        a.create_container("d");
+        for name in ["a", "p", "p/1", "p/2", "p/3", "p0", "q"] {
+            put(&a, name, b"xyz", &Conditions::default()).expect("put");
+        }
+        a.put_blob(
+            "d",
+            "p/other",
+            Bytes::from_static(b"x"),
+            Properties::default(),
+            &Conditions::default(),
+        )
+        .expect("put");
+        a.put_block("c", "p/staged", b"1".to_vec(), Bytes::from_static(b"s"))
+            .expect("stage");
+        let page = a.list("c", "p/", None, 2).expect("list");
+        assert_eq!(names(&page), ["p/1", "p/2"]);
+        assert_eq!(page.next_marker.as_deref(), Some("p/2"));
+        let page = a.list("c", "p/", Some("p/2"), 2).expect("list");
+        assert_eq!(names(&page), ["p/3"]);
+        assert_eq!(page.next_marker, None, "no blob follows: the last page");
+        assert_eq!(page.blobs[0].size, 3);
+        // The whole container, one page; a marker before the prefix starts
+        // at the prefix; one past every name yields nothing.
+        let all = a.list("c", "", None, MAX_RESULTS + 1).expect("list");
+        assert_eq!(names(&all), ["a", "p", "p/1", "p/2", "p/3", "p0", "q"]);
+        let page = a.list("c", "p/", Some("a"), 10).expect("list");
+        assert_eq!(names(&page), ["p/1", "p/2", "p/3"]);
+        assert!(
+            a.list("c", "p/", Some("zz"), 10)
+                .expect("list")
+                .blobs
+                .is_empty()
+        );
+        assert_eq!(a.list("nope", "", None, 1).err(), Some(CONTAINER_NOT_FOUND));
+    }
+
+    #[test]
+    fn listing_keeps_the_metadata_a_commit_set() {
+        let a = account();
+        let props = Properties {
+            metadata: vec![("relay_seal".into(), "s".into())],
+            ..Default::default()
+        };
+        a.put_block("c", "b", b"1".to_vec(), Bytes::from_static(b"ab"))
+            .expect("stage");
+        let list = [ListedBlock::Latest(b"1".to_vec())];
+        let c = a
+            .put_block_list("c", "b", &list, props, &Conditions::default())
+            .expect("commit");
+        let page = a.list("c", "", None, 10).expect("list");
+        let b = &page.blobs[0];
+        assert_eq!((b.size, &b.etag), (2, &c.etag));
+        assert_eq!(b.props.metadata, [("relay_seal".into(), "s".into())]);
     }
 
     #[test]
