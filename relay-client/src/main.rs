@@ -459,10 +459,19 @@ fn watch(args: WatchArgs) -> ExitCode {
 
 fn print_summary(s: &Summary, output: Output) {
     match output {
-        Output::Json => match serde_json::to_string_pretty(s) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("relay-client: cannot encode the summary: {e}"),
-        },
+        // Written as it is encoded: a summary of a million files' reports
+        // is never one string in memory.
+        Output::Json => {
+            use std::io::Write;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let written = serde_json::to_writer_pretty(&mut out, s)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+                .and_then(|()| out.flush());
+            if let Err(e) = written {
+                eprintln!("relay-client: cannot write the summary: {e}");
+            }
+        }
         Output::JsonLines => {
             let mut v = serde_json::to_value(s).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {

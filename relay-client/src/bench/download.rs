@@ -118,7 +118,7 @@ async fn download_once(
             ..
         }) => {
             // Quiet, with every file's report kept (a failure names its file).
-            let reporter = std::sync::Arc::new(crate::ui::progress::Reporter::new(
+            let reporter = std::sync::Arc::new(crate::ui::progress::Reporter::with_every_report(
                 crate::ui::progress::Output::Json,
                 true,
             ));
@@ -171,6 +171,7 @@ async fn download_once(
 fn failed_file(summary: &Summary) -> Option<String> {
     summary
         .files
+        .in_memory()
         .iter()
         .find(|r| r.status != Status::Downloaded)
         .map(|r| {

@@ -351,7 +351,7 @@ async fn upload_once(
             ..
         }) => {
             // Quiet, with every file's report kept (the bench verifies each one).
-            let reporter = std::sync::Arc::new(crate::ui::progress::Reporter::new(
+            let reporter = std::sync::Arc::new(crate::ui::progress::Reporter::with_every_report(
                 crate::ui::progress::Output::Json,
                 true,
             ));
@@ -403,10 +403,15 @@ async fn upload_once(
 
 /// The bytes that carried the files' bytes, when some went compressed.
 fn wire_bytes(summary: &Summary) -> Option<u64> {
-    let any = summary.files.iter().any(|f| f.wire_bytes.is_some());
+    let any = summary
+        .files
+        .in_memory()
+        .iter()
+        .any(|f| f.wire_bytes.is_some());
     any.then(|| {
         summary
             .files
+            .in_memory()
             .iter()
             .map(|f| f.wire_bytes.unwrap_or(f.bytes_sent))
             .sum()
@@ -417,7 +422,11 @@ fn wire_bytes(summary: &Summary) -> Option<u64> {
 /// SHA-256 other than the one of what was generated.
 fn unverified(summary: &Summary, files: &[Generated]) -> Option<String> {
     for f in files {
-        let report = summary.files.iter().find(|r| r.blob.ends_with(&f.name));
+        let report = summary
+            .files
+            .in_memory()
+            .iter()
+            .find(|r| r.blob.ends_with(&f.name));
         match report {
             None => return Some(format!("{}: not in the upload's report", f.name)),
             Some(r) if r.status != Status::Committed => {

@@ -258,7 +258,7 @@ mod tests {
         assert_eq!(p.deletes.counts().planned, 1);
         let s = sh.reporter.summary("relay");
         assert_eq!(s.files.len(), 1, "the candidate's dry-run line");
-        assert_eq!(s.files[0].blob, "p/d1");
+        assert_eq!(s.files.in_memory()[0].blob, "p/d1");
     }
 
     #[test]

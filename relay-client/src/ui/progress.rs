@@ -19,6 +19,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use relay_proto::size::format_size;
 use serde_json::json;
 
+use crate::ui::file_list::{FileList, IN_MEMORY};
 use crate::ui::live_list::LiveList;
 use crate::ui::report::{FileReport, Status, Summary, Totals};
 use crate::ui::weather::{Weather, WeatherSink, human};
@@ -42,7 +43,7 @@ pub struct Found {
 
 struct State {
     totals: Totals,
-    kept: Vec<FileReport>,
+    kept: FileList<FileReport>,
     /// Sizes of finished files (uploaded, skipped or failed).
     done_bytes: u64,
     found: Found,
@@ -96,7 +97,19 @@ fn style(template: &str) -> ProgressStyle {
 
 impl Reporter {
     /// Bars only on a terminal (stderr), never with JSON output or `--quiet`.
+    /// A `--json` summary keeps `file_list::IN_MEMORY` reports in memory and
+    /// the rest in a temporary file.
     pub fn new(output: Output, quiet: bool) -> Self {
+        Self::keeping(output, quiet, FileList::bounded(IN_MEMORY))
+    }
+
+    /// As `new`, keeping every report in memory: for a caller that holds
+    /// its files in memory anyway and reads the reports back (`bench`).
+    pub fn with_every_report(output: Output, quiet: bool) -> Self {
+        Self::keeping(output, quiet, FileList::unbounded())
+    }
+
+    fn keeping(output: Output, quiet: bool, kept: FileList<FileReport>) -> Self {
         let bars = output == Output::Text && !quiet && std::io::stderr().is_terminal();
         let multi = MultiProgress::with_draw_target(if bars {
             ProgressDrawTarget::stderr()
@@ -116,7 +129,7 @@ impl Reporter {
             t0: Instant::now(),
             state: Mutex::new(State {
                 totals: Totals::default(),
-                kept: Vec::new(),
+                kept,
                 done_bytes: 0,
                 found: Found::default(),
                 active: LiveList::default(),

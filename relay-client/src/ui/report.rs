@@ -7,6 +7,7 @@ use relay_proto::protocol::{Code, ExistingBlob, Timings};
 use serde::Serialize;
 
 use crate::ui::error_code::ErrorCode;
+use crate::ui::file_list::FileList;
 
 /// The client's phase times for one file; the relay's own, from its Receipt,
 /// are `relay_proto::protocol::Timings`.
@@ -125,7 +126,7 @@ pub struct ErrorReport {
     pub message: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct Summary {
     pub ok: bool,
     /// A `download` run (its files are `downloaded`, not `committed`).
@@ -139,7 +140,7 @@ pub struct Summary {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
     /// Every file's report with `--json`; empty otherwise (the totals still count all).
-    pub files: Vec<FileReport>,
+    pub files: FileList<FileReport>,
     pub totals: Totals,
     /// Relay mode: what QUIC saw on the (last) connection to the relay.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -298,7 +299,7 @@ impl Totals {
 
 impl Summary {
     /// `files` is empty unless the caller kept the reports (`--json`).
-    pub fn new(mode: &'static str, files: Vec<FileReport>, totals: Totals) -> Self {
+    pub fn new(mode: &'static str, files: FileList<FileReport>, totals: Totals) -> Self {
         Self {
             ok: totals.failed == 0,
             download: false,
