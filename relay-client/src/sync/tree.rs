@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use relay_proto::sync::entry::{FileStat, Identity, LocalEntry};
 use relay_proto::sync::join::Gap;
 use relay_proto::sync::order::NameOrder;
-use relay_proto::sync::walk_order::{Child, SortedWalk, Tree};
+use relay_proto::sync::walk_order::{Child, SortedWalk, Tree, joined, shown};
 
 use crate::transfer::filter::Filter;
 use crate::transfer::walk::is_partial_file;
@@ -90,18 +90,6 @@ impl Tree for FsTree {
             }
         }
         Ok(children)
-    }
-}
-
-fn shown(path: &str) -> &str {
-    if path.is_empty() { "." } else { path }
-}
-
-fn joined(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
     }
 }
 

@@ -94,11 +94,12 @@ impl<T: Tree> SortedWalk<T> {
 }
 
 /// A directory's path in a message: the root has none.
-fn shown(path: &str) -> &str {
+pub fn shown(path: &str) -> &str {
     if path.is_empty() { "." } else { path }
 }
 
-fn joined(dir: &str, name: &str) -> String {
+/// `name` below `dir` (`/`-joined; the root is the empty path).
+pub fn joined(dir: &str, name: &str) -> String {
     if dir.is_empty() {
         name.to_string()
     } else {
