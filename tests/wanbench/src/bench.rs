@@ -556,7 +556,7 @@ fn emulator_faults(s: &linklab::LinkStats) -> u64 {
 
 /// The checkout's commit (`-dirty` with uncommitted changes), once per run: what
 /// each row records so published figures name the code they measured.
-fn source_commit() -> Option<String> {
+pub fn source_commit() -> Option<String> {
     static COMMIT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     COMMIT
         .get_or_init(|| {

@@ -33,6 +33,10 @@ pub const TOKEN: &str = "wanbench-token-0123456789abcdef";
 /// reading is a grant of its own; `TOKEN` writes, as it always did.
 pub const READER_TOKEN: &str = "wanbench-reader-0123456789abcdef";
 pub const READABLE_CONTAINER: &str = "wanbench";
+/// `--sync-rerun`'s token: a sync lists what it writes, so it reads and
+/// writes `READABLE_CONTAINER` (its changed-alone upload uses it too, so
+/// both authenticate alike).
+pub const SYNC_TOKEN: &str = "wanbench-sync-0123456789abcdef";
 
 /// What stands for the storage account.
 pub enum StorageBin {
@@ -132,7 +136,9 @@ impl Cloud {
         let tokens = dir.join("tokens");
         std::fs::write(
             &tokens,
-            format!("{TOKEN}\n{READER_TOKEN} {READABLE_CONTAINER}:r\n"),
+            format!(
+                "{TOKEN}\n{READER_TOKEN} {READABLE_CONTAINER}:r\n{SYNC_TOKEN} {READABLE_CONTAINER}:rw\n"
+            ),
         )
         .context("write tokens")?;
         let fp_file = dir.join("relay.sha256");

@@ -20,6 +20,9 @@ mod plan;
 mod plot;
 mod row;
 mod summary;
+mod sync_report;
+mod sync_rerun;
+mod sync_tree;
 mod tcp_reference;
 mod versus;
 mod workload;
@@ -54,6 +57,9 @@ Examples:
   wanbench --profiles 100/0.01/200 --methods relay,direct-bbr --repeats 1
   # Against AzCopy (its defaults and tuned, TCP CUBIC and BBR; AzCopy from scripts/setup):
   wanbench --methods relay,azcopy-cubic,azcopy-bbr,azcopy-tuned-cubic,azcopy-tuned-bbr
+  # Issue 58's sync re-run: 10,000 files synced, 1 % changed, the re-sync
+  # beside an upload of only the changed files (200 ms / 1 %, 3 rounds):
+  wanbench --sync-rerun --out SYNC
   # Re-render tables and plot from saved results:
   wanbench --render docs/bench/results.json --out docs/bench
   # Downloads of service logs, compressed and not (the download card's logs table):
@@ -69,7 +75,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Output directory for results.json, summary.md and goodput.svg
-    /// [default: docs/bench; with --quick: $TMPDIR/wanbench-quick].
+    /// [default: docs/bench; with --quick: $TMPDIR/wanbench-quick; with
+    /// --sync-rerun (sync-rerun.json, sync-rerun.md): $TMPDIR/wanbench-sync].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Profiles RTT_MS/LOSS/RATE_MBIT, comma-separated (loss is a fraction).
@@ -180,6 +187,23 @@ struct Args {
     /// that results file (the test suite checks they match).
     #[arg(long, requires = "render")]
     card: bool,
+    /// Sync re-run instead of the matrix: a tree synced once through the
+    /// relay, then per round --sync-change-pct of its files changed and
+    /// `relay-client sync` timed beside `relay-client upload` of only those
+    /// files (sync-rerun.json and sync-rerun.md in --out; profile default
+    /// 200/0.01/200, --repeats rounds, --cap-seconds per timed run).
+    #[arg(long, conflicts_with_all = ["render", "quick", "loopback"])]
+    sync_rerun: bool,
+    /// --sync-rerun: files in the tree.
+    #[arg(long, default_value_t = 10_000, requires = "sync_rerun")]
+    sync_files: usize,
+    /// --sync-rerun: percent of the files changed in place per round.
+    #[arg(long, default_value_t = 1.0, requires = "sync_rerun")]
+    sync_change_pct: f64,
+    /// --sync-rerun: file sizes, log-uniform in MIN-MAX, e.g. 64KiB-2MiB
+    /// [default: 16KiB-1MiB].
+    #[arg(long, value_name = "MIN-MAX", requires = "sync_rerun")]
+    sync_sizes: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -197,6 +221,8 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let out = args.out.take().unwrap_or_else(|| {
         if args.quick {
             std::env::temp_dir().join("wanbench-quick")
+        } else if args.sync_rerun {
+            std::env::temp_dir().join("wanbench-sync")
         } else {
             PathBuf::from("docs/bench")
         }
@@ -248,6 +274,9 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         )?,
         storage_cpus,
     };
+    if args.sync_rerun {
+        return sync_setup(&args, plan, cloud_bins, &bin_dir, out).and_then(sync_rerun::run);
+    }
     let site_bins = client::SiteBins {
         relay_client: existing(
             bin_dir.join("relay-client"),
@@ -373,6 +402,54 @@ fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn sync_setup(
+    args: &Args,
+    plan: Plan,
+    cloud_bins: cloud::CloudBins,
+    bin_dir: &Path,
+    out: PathBuf,
+) -> anyhow::Result<sync_rerun::Setup> {
+    if args.sync_files == 0 || !(args.sync_change_pct > 0.0 && args.sync_change_pct <= 100.0) {
+        bail!("--sync-files must be > 0 and --sync-change-pct in (0, 100]");
+    }
+    let work = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("wanbench-sync-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    Ok(sync_rerun::Setup {
+        plan: sync_rerun::SyncPlan {
+            files: args.sync_files,
+            change_pct: args.sync_change_pct,
+            mix: match &args.sync_sizes {
+                Some(s) => sync_tree::SizeMix::parse(s)?,
+                None => sync_tree::SizeMix::DEFAULT,
+            },
+            repeats: plan.repeats,
+            cap: plan.cap,
+            relay_congestion: plan.relay_congestion,
+            client_args: plan.client_args,
+            nic_offload: plan.nic_offload,
+            storage_delay: plan.storage_delay,
+        },
+        // The matrix's five profiles are not this mode's default.
+        profiles: if args.profiles.is_empty() {
+            vec![sync_rerun::DEFAULT_PROFILE]
+        } else {
+            plan.profiles
+        },
+        cloud_bins,
+        relay_client: existing(
+            bin_dir.join("relay-client"),
+            "build it: cargo build --release --workspace --bins",
+        )?,
+        work,
+        out,
+        own_work: args.work_dir.is_none(),
+    })
 }
 
 fn make_plan(args: &Args) -> anyhow::Result<Plan> {

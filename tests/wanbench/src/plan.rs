@@ -366,7 +366,7 @@ impl Workload {
 }
 
 /// `64KiB`, `625MiB`, `1GiB`, `100B`.
-fn parse_size(s: &str) -> anyhow::Result<u64> {
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     let units = [
         ("GiB", 1u64 << 30),
         ("MiB", 1 << 20),
