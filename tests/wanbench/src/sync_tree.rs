@@ -23,8 +23,9 @@ pub struct SizeMix {
 }
 
 impl SizeMix {
-    /// The default: 16 KiB to 1 MiB (mean about 242 KiB: 10,000 files are
-    /// about 2.4 GB, which fits the lab machine's disk and in-memory Azurite).
+    /// The default: 16 KiB to 1 MiB (10,000 files are 2.49 GB, mean 243 KiB:
+    /// they fit the lab machine's disk and in-memory Azurite, where 64 KiB to
+    /// 2 MiB would take about 5.9 GB of each).
     pub const DEFAULT: SizeMix = SizeMix {
         min: 16 << 10,
         max: 1 << 20,
@@ -164,7 +165,10 @@ mod tests {
         // the files in each doubling, so about half below 128 KiB.
         let below = sizes.iter().filter(|&&s| s < 128 << 10).count();
         assert!((4_500..5_500).contains(&below), "{below}");
-        let mean = sizes.iter().sum::<u64>() / sizes.len() as u64;
+        let total = sizes.iter().sum::<u64>();
+        // 2,488,444,974 bytes here: what the docs say the default tree is.
+        assert!((2_400_000_000..2_600_000_000).contains(&total), "{total}");
+        let mean = total / sizes.len() as u64;
         assert!((230 << 10..255 << 10).contains(&mean), "{mean}");
         assert_eq!(mix.size(7), SizeMix::DEFAULT.size(7));
     }
