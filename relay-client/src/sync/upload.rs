@@ -337,7 +337,7 @@ async fn identical_to(
         return None;
     }
     ctx.counts.read(src.size);
-    let (path, stat) = (src.path.clone(), local.stat.clone());
+    let (path, stat) = (src.path.clone(), local.stat);
     let ours = tokio::task::spawn_blocking(move || hash_unchanged(&path, &stat))
         .await
         .ok()??;
