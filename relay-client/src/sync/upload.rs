@@ -11,7 +11,7 @@ use std::sync::Arc;
 use indicatif::ProgressBar;
 use relay_proto::protocol::Overwrite;
 use relay_proto::sync::delete::DeleteRules;
-use relay_proto::sync::entry::LocalEntry;
+use relay_proto::sync::entry::{LocalEntry, RemoteEntry};
 use relay_proto::sync::order::NameOrder;
 use relay_proto::sync::plan::{CompareFlags, UploadDecision, UploadPlan};
 use relay_proto::sync::unchanged::SendReason;
@@ -20,6 +20,7 @@ use relay_transport::quic::Windows;
 use super::counts::{Counts, bump};
 use super::deletes::{DeleteTarget, conclude, delete_set};
 use super::drive::{start_listing, start_plan};
+use super::hash::hash_unchanged;
 use super::planner::{self, Shown, Step};
 use super::record::{Moved, lookup, remember};
 use super::remote::{RemoteEntries, listing_prefix};
@@ -35,7 +36,6 @@ use crate::transfer::mode::Mode;
 use crate::transfer::refusal::{Refusal, fatal};
 use crate::transfer::send::Options;
 use crate::transfer::source::{FileId, Reading};
-use crate::transfer::sync::SyncRule;
 use crate::transfer::walk::{Source, blob_name};
 use crate::ui::progress::Reporter;
 use crate::ui::report::{Status, SyncReport};
@@ -147,20 +147,28 @@ pub async fn run(
 /// run stops.
 async fn feed(
     runner: &mut Runner,
-    work: &mut tokio::sync::mpsc::Receiver<(LocalEntry, SendReason)>,
+    work: &mut tokio::sync::mpsc::Receiver<ToSend>,
     ctx: &Arc<Ctx>,
     uploads: &mut Uploads,
 ) -> Result<(), Stop> {
-    while let Some((local, reason)) = runner.unless_stopped(work.recv()).await? {
-        let blob = blob_name(&ctx.s.prefix, &[&local.name]);
-        let size = local.stat.size;
+    while let Some(item) = runner.unless_stopped(work.recv()).await? {
+        let blob = blob_name(&ctx.s.prefix, &[&item.local.name]);
+        let size = item.local.stat.size;
         let each = ctx.clone();
         let started = uploads.start(runner, &ctx.reporter, &blob, size, |bar| async move {
-            send(&each, local, reason, bar).await
+            send(&each, item, bar).await
         });
         started.await?;
     }
     Ok(())
+}
+
+/// A file the planner hands on to be sent.
+struct ToSend {
+    local: LocalEntry,
+    reason: SendReason,
+    /// The blob listed under its name, the only version it may replace.
+    listed: Option<RemoteEntry>,
 }
 
 /// A decision settled on the planner thread, or the file to send.
@@ -170,7 +178,7 @@ fn settle(
     index: Option<&Index>,
     container: &str,
     prefix: &str,
-) -> Step<(LocalEntry, SendReason)> {
+) -> Step<ToSend> {
     match d {
         UploadDecision::Skip(_) => bump(&shown.counts.skipped_unchanged),
         UploadDecision::Adopt { local, remote } => {
@@ -191,9 +199,17 @@ fn settle(
             }
             bump(&shown.counts.adopted);
         }
-        UploadDecision::Send { local, reason } => {
+        UploadDecision::Send {
+            local,
+            reason,
+            listed,
+        } => {
             shown.expect(local.stat.size);
-            return Step::Work((local, reason));
+            return Step::Work(ToSend {
+                local,
+                reason,
+                listed,
+            });
         }
         UploadDecision::Delete(c) => return Step::Delete(c),
         UploadDecision::Gap(side, gap) => shown.gap(side, &gap),
@@ -213,12 +229,12 @@ fn why(reason: SendReason) -> &'static str {
 
 /// One file through the upload driver (under `bar`), its report, and its
 /// index row.
-async fn send(
-    ctx: &Ctx,
-    local: LocalEntry,
-    reason: SendReason,
-    bar: ProgressBar,
-) -> Option<Refusal> {
+async fn send(ctx: &Ctx, item: ToSend, bar: ProgressBar) -> Option<Refusal> {
+    let ToSend {
+        local,
+        reason,
+        listed,
+    } = item;
     let s = &ctx.s;
     let src = Source {
         path: s.root.join(&local.name),
@@ -247,22 +263,19 @@ async fn send(
         ctx.reporter.finish_file(Some(&bar), r, 0);
         return None;
     }
-    // A name the listing did not have is never put over a blob written since
-    // (the relay skips the same bytes, refuses others). A blob that was
-    // listed is replaced only if its bytes differ, and only the version the
-    // relay compared (`--overwrite=if-different`: `If-Match` its ETag): the
-    // source wins, but never over a version nobody looked at.
-    let sync = match reason {
-        SendReason::New => None,
-        _ => Some(SyncRule::IfDifferent),
-    };
+    if let Some(blob) = &listed
+        && let Some(sha256) = identical_to(ctx, &local, &src, blob).await
+    {
+        keep_identical(ctx, &local, &src, blob, &sha256, bar);
+        return None;
+    }
     let job = Job {
         mode: s.mode.clone(),
         opts: Options {
-            overwrite: Overwrite::Never,
+            overwrite: replacing(listed.as_ref()),
             ..s.opts.clone()
         },
-        sync,
+        sync: None,
         attempts: s.attempts,
         dry_run: false,
     };
@@ -290,6 +303,82 @@ async fn send(
     }
     ctx.reporter.finish_file(Some(&bar), report, src.size);
     None
+}
+
+/// What a send may replace. A name the listing did not have is never put
+/// over a blob written since (the relay skips the same bytes, refuses
+/// others). A listed blob is replaced only in the version listed (`If-Match`
+/// its ETag): the source wins, but never over a version nobody looked at;
+/// a blob written after the listing fails the send, and the next run
+/// compares again. Asking for exactly that version at once (not "never",
+/// then again on the `exists` refusal) sends the bytes once: a small file
+/// is all in flight before any refusal could come back.
+fn replacing(listed: Option<&RemoteEntry>) -> Overwrite {
+    match listed {
+        None => Overwrite::Never,
+        Some(blob) => Overwrite::IfMatch {
+            etag: blob.etag.clone(),
+        },
+    }
+}
+
+/// The file's SHA-256 when the relay's seal vouches that the listed blob
+/// holds exactly these bytes (a file touched, or an index lost, but not
+/// changed): read here, not sent. None when the listing vouches for nothing,
+/// the bytes differ, or the file changed while it was read.
+async fn identical_to(
+    ctx: &Ctx,
+    local: &LocalEntry,
+    src: &Source,
+    blob: &RemoteEntry,
+) -> Option<String> {
+    let vouched = blob.vouched_sha256.clone()?;
+    if blob.size != local.stat.size {
+        return None;
+    }
+    ctx.counts.read(src.size);
+    let (path, stat) = (src.path.clone(), local.stat);
+    let ours = tokio::task::spawn_blocking(move || hash_unchanged(&path, &stat))
+        .await
+        .ok()??;
+    ours.eq_ignore_ascii_case(&vouched).then_some(ours)
+}
+
+/// A file the listed blob already holds: nothing moves; the index takes the
+/// blob's version, and the report says identical.
+fn keep_identical(
+    ctx: &Ctx,
+    local: &LocalEntry,
+    src: &Source,
+    blob: &RemoteEntry,
+    sha256: &str,
+    bar: ProgressBar,
+) {
+    let s = &ctx.s;
+    remember(
+        s.index.as_deref(),
+        &Moved {
+            name: &local.name,
+            container: &s.opts.container,
+            blob: &src.blob,
+            etag: &blob.etag,
+            last_modified: blob.last_modified,
+            sha256,
+            stat: &local.stat,
+        },
+    );
+    bump(&ctx.counts.identical);
+    let mut r = blank(
+        &src.path.display().to_string(),
+        &s.opts.container,
+        &src.blob,
+        Status::Skipped,
+    );
+    r.reason = Some("identical".into());
+    r.bytes = src.size;
+    r.sha256 = Some(sha256.to_string());
+    r.etag = Some(blob.etag.clone());
+    ctx.reporter.finish_file(Some(&bar), r, src.size);
 }
 
 /// The index row of a verified send, only if the file is still the one the

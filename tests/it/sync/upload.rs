@@ -113,6 +113,63 @@ async fn an_unchanged_rerun_reads_and_sends_nothing_and_a_changed_file_is_sent()
     relay.stop().await;
 }
 
+/// A file edited in place (same size) crosses the link once: the send asks
+/// for the listed version at once (`If-Match`), not "never" first and then
+/// again after the relay's `exists`. A file touched but not changed does
+/// not cross at all: the relay's seal vouches for the listed blob's SHA-256,
+/// and the file's own hash, read here, matches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_file_crosses_once_and_a_touched_file_not_at_all() {
+    let (relay, c) = setup("sync-up-once", None).await;
+    let dir = Scratch::new("sync-up-once");
+    let root = dir.path("src");
+    make(&root);
+    let index = dir.path("index.sqlite");
+    let (src, dest) = (format!("{}/", root.display()), format!("{c}/p"));
+    let way = relay_flags(&relay);
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    ok(&out, &v);
+    let received = || relay.metric("blob_relay_bytes_received_total").unwrap_or(0);
+
+    // Same size, other bytes: sent, and its bytes reach the relay once.
+    write_random(&root.join("a/x.bin"), 70_000, 77);
+    let before = received();
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    let y = ok(&out, &v);
+    assert_eq!(y["sent"], 1, "{v}");
+    assert_eq!(received() - before, 70_000, "{v}");
+    same(&c, "p", &root).await;
+
+    // Touched: a new modification time, the same bytes. Read, not sent; the
+    // blob is the same version, and the next run reads nothing.
+    let etag_before = etags(&c, &blobs("p")).await;
+    let path = root.join("a.txt");
+    let later = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{e}"))
+        + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(later))
+        .unwrap_or_else(|e| panic!("touch: {e}"));
+    let before = received();
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    let y = ok(&out, &v);
+    assert_eq!(
+        (y["sent"].as_u64(), y["identical"].as_u64()),
+        (Some(0), Some(1)),
+        "{v}"
+    );
+    assert_eq!(y["bytes_read"], 1000, "{v}");
+    assert_eq!(received(), before, "{v}");
+    assert_eq!(etags(&c, &blobs("p")).await, etag_before);
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    assert_eq!(ok(&out, &v)["bytes_read"], 0, "{v}");
+    same(&c, "p", &root).await;
+    relay.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_an_unchanged_rerun_reads_nothing() {
     let (relay, c) = setup("sync-up-direct", None).await;

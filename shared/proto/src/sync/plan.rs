@@ -38,6 +38,11 @@ pub enum UploadDecision {
     Send {
         local: LocalEntry,
         reason: SendReason,
+        /// The blob the listing showed under the name, if any: the send
+        /// replaces only that version (`If-Match` its ETag), and none when
+        /// there was none, so a blob written after the listing is never
+        /// replaced unseen.
+        listed: Option<RemoteEntry>,
     },
     Delete(DeleteCandidate),
     Gap(Side, Gap),
@@ -155,6 +160,7 @@ impl Direction for Upload {
             Joined::Source(local) => UploadDecision::Send {
                 local,
                 reason: SendReason::New,
+                listed: None,
             },
             Joined::Dest(remote) => UploadDecision::Delete(DeleteCandidate::Remote {
                 name: remote.name,
@@ -165,7 +171,11 @@ impl Direction for Upload {
                 match upload_check(&local, Some(&remote), record.as_ref(), flags.checksum) {
                     UploadCheck::Unchanged => UploadDecision::Skip(local.name),
                     UploadCheck::Adopt => UploadDecision::Adopt { local, remote },
-                    UploadCheck::Send(reason) => UploadDecision::Send { local, reason },
+                    UploadCheck::Send(reason) => UploadDecision::Send {
+                        local,
+                        reason,
+                        listed: Some(remote),
+                    },
                 }
             }
             Joined::Gap(side, gap) => UploadDecision::Gap(side, gap),

@@ -49,21 +49,23 @@ fn an_upload_sends_the_new_and_changed_and_names_the_blobs_to_delete() {
         CompareFlags::default(),
     );
     let decisions: Vec<UploadDecision> = plan.map(|d| d.expect("in order")).collect();
-    let send = |name: &str, mtime, reason| UploadDecision::Send {
+    let send = |name: &str, mtime, reason, listed| UploadDecision::Send {
         local: local(name, mtime).expect("entry"),
         reason,
+        listed,
     };
     assert_eq!(
         decisions,
         [
             UploadDecision::Skip("a".into()),
-            send("b", 2, SendReason::ChangedLocally),
+            // Replaces only the version listed.
+            send("b", 2, SendReason::ChangedLocally, remote("b", "e1").ok()),
             UploadDecision::Delete(DeleteCandidate::Remote {
                 name: "c".into(),
                 etag: "e9".into()
             }),
             // Sent before, since removed at the destination: sent again.
-            send("d", 1, SendReason::New),
+            send("d", 1, SendReason::New, None),
         ]
     );
 }
