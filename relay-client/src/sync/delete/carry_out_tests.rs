@@ -36,6 +36,7 @@ fn gathered(f: &Fixture, rules: DeleteRules) -> DeleteSet<SqliteSpill> {
         let c = DeleteCandidate::Local {
             name: name.into(),
             origin: Origin::Placed,
+            stat: f.walked(name),
         };
         set.push(c).expect("push");
     }
@@ -43,6 +44,7 @@ fn gathered(f: &Fixture, rules: DeleteRules) -> DeleteSet<SqliteSpill> {
     let c = DeleteCandidate::Local {
         name: "theirs.txt".into(),
         origin: Origin::Unknown,
+        stat: f.walked("theirs.txt"),
     };
     set.push(c).expect("push");
     set
@@ -125,6 +127,39 @@ async fn a_file_changed_after_the_merge_is_kept_and_reported() {
     let kept = events.iter().find(|e| e.name == "b/c.txt").expect("event");
     assert!(matches!(kept.outcome, Outcome::KeptChanged(_)), "{kept:?}");
     assert!(f.dest.join("b/c.txt").is_file());
+}
+
+/// `--delete-unknown`: a file this machine did not place, edited after the
+/// walk, is kept and reported with the reason, its walk `stat` having gone
+/// through the SQLite spill (capacity 1) and back.
+#[tokio::test]
+async fn with_delete_unknown_a_file_edited_after_the_walk_is_kept() {
+    let f = Fixture::new("carry-walked");
+    let set = gathered(&f, rules(MaxDelete::Count(10), true));
+    std::fs::write(f.dest.join("theirs.txt"), "edited after the walk").expect("edit");
+    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
+    let mut events = Vec::new();
+    let summary = carry_out(
+        set,
+        WHOLE,
+        tally(4),
+        Executor::Local(&d),
+        false,
+        &mut events,
+    )
+    .await
+    .expect("carried out");
+    assert_eq!((summary.deleted, summary.kept_changed), (3, 1));
+    let kept = events
+        .iter()
+        .find(|e| e.name == "theirs.txt")
+        .expect("event");
+    let why = local::CHANGED_SINCE_WALK.to_string();
+    assert_eq!(kept.outcome, Outcome::KeptChanged(why));
+    assert_eq!(
+        std::fs::read_to_string(f.dest.join("theirs.txt")).expect("kept"),
+        "edited after the walk"
+    );
 }
 
 /// Every verdict that withholds the batch: nothing at all is deleted, and
