@@ -85,11 +85,31 @@ def test_defaults_are_accepted(tmp_path):
         ("tokens", {"lab-a": ["data:rwdd"]}),
         ("tokens", {"lab-a": ["data:rwx"]}),
         ("tokens", {"lab-a": ["data:delete"]}),
+        ("entra_read_containers", ["Lab-A"]),
+        ("entra_read_containers", ["ab"]),
+        ("entra_delete_containers", ["a--b"]),
+        ("entra_delete_containers", ["data:d"]),
+        ("entra_readers", {"alice@example.com": []}),
+        ("entra_deleters", {"Lab A deleters": []}),
     ],
 )
 def test_validation_rejects(tmp_path, var, value):
     outputs, err = run_tf(tmp_path, {var: value})
     assert outputs is None and "Invalid value for variable" in err, err
+
+
+@pytest.mark.parametrize("right,principals", [("read", "entra_readers"), ("delete", "entra_deleters")])
+def test_entra_principals_are_assigned_only_roles_that_exist(tmp_path, right, principals):
+    """A reader or deleter is assigned Reader./Deleter.CONTAINER only for a
+    container in its entra_*_containers list (the role must exist); being
+    an uploader of it is not enough."""
+    group = "00000000-0000-4000-8000-00000000000a"
+    ok, err = run_tf(tmp_path / "ok", {f"entra_{right}_containers": ["lab-a"], principals: {group: ["lab-a"]}},
+                     extra_tf='output "ok" { value = true }\n')
+    assert ok == {"ok": True}, err
+    bad, err = run_tf(tmp_path / "bad", {"entra_upload_containers": ["lab-b"], f"entra_{right}_containers": ["lab-a"],
+                                         principals: {group: ["lab-b"]}})
+    assert bad is None and f"entra_{right}_containers" in " ".join(err.split()), err
 
 
 def test_storage_ip_rules_are_normalised(module, tmp_path):
