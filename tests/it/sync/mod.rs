@@ -8,6 +8,7 @@
 mod deletes;
 mod download;
 mod interrupt;
+mod status;
 mod upload;
 
 use std::path::Path;
