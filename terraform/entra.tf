@@ -21,6 +21,15 @@ locals {
   entra_reader_role_ids  = { for c in var.entra_read_containers : c => uuidv5("url", "urn:blob-relay:${local.prefix}:Reader.${c}") }
   entra_deleter_role_ids = { for c in var.entra_delete_containers : c => uuidv5("url", "urn:blob-relay:${local.prefix}:Deleter.${c}") }
   entra_scope_id         = uuidv5("url", "urn:blob-relay:${local.prefix}:user_impersonation")
+  # Every app role, by its value: Uploader. (writing, mapped by
+  # RELAY_ENTRA_GRANT), Reader. (downloads and listings, honoured with
+  # --entra-reader-roles) and Deleter. (deleting a listed version only, never
+  # writing or reading, honoured with --entra-deleter-roles).
+  entra_app_roles = merge(
+    { for c, id in local.entra_role_ids : "Uploader.${c}" => { id = id, description = "May upload into container ${c} through the relay." } },
+    { for c, id in local.entra_reader_role_ids : "Reader.${c}" => { id = id, description = "May download and list container ${c} through the relay." } },
+    { for c, id in local.entra_deleter_role_ids : "Deleter.${c}" => { id = id, description = "May delete listed blobs in container ${c} through the relay (sync --delete)." } },
+  )
 
   # What the relay accepts: v2 access tokens name the client ID as audience,
   # v1 tokens the application ID URI; both, so either works.
@@ -93,41 +102,14 @@ resource "azuread_application" "relay" {
     }
   }
 
+  # One per container and right (local.entra_app_roles).
   dynamic "app_role" {
-    for_each = local.entra_role_ids
+    for_each = local.entra_app_roles
     content {
-      id                   = app_role.value
-      value                = "Uploader.${app_role.key}"
-      display_name         = "Uploader: ${app_role.key}"
-      description          = "May upload into container ${app_role.key} through the relay."
-      allowed_member_types = ["User", "Application"]
-      enabled              = true
-    }
-  }
-
-  # Reader.CONTAINER: honoured by the relay with --entra-reader-roles
-  # (downloads, listings, sync's listing).
-  dynamic "app_role" {
-    for_each = local.entra_reader_role_ids
-    content {
-      id                   = app_role.value
-      value                = "Reader.${app_role.key}"
-      display_name         = "Reader: ${app_role.key}"
-      description          = "May download and list container ${app_role.key} through the relay."
-      allowed_member_types = ["User", "Application"]
-      enabled              = true
-    }
-  }
-
-  # Deleter.CONTAINER: honoured by the relay with --entra-deleter-roles; it
-  # grants deleting a listed version only, never writing or reading.
-  dynamic "app_role" {
-    for_each = local.entra_deleter_role_ids
-    content {
-      id                   = app_role.value
-      value                = "Deleter.${app_role.key}"
-      display_name         = "Deleter: ${app_role.key}"
-      description          = "May delete listed blobs in container ${app_role.key} through the relay (sync --delete)."
+      id                   = app_role.value.id
+      value                = app_role.key
+      display_name         = replace(app_role.key, ".", ": ")
+      description          = app_role.value.description
       allowed_member_types = ["User", "Application"]
       enabled              = true
     }

@@ -219,16 +219,15 @@ def test_relay_reads_the_entra_role_switches_terraform_writes():
 @pytest.mark.parametrize("right,role", [("upload", "Uploader"), ("read", "Reader"), ("delete", "Deleter")])
 def test_each_right_has_its_app_roles_and_assignments(module, right, role):
     """Uploader, Reader and Deleter roles alike: a stable name-based ID per
-    container, an app_role block on the registration, and assignments from
+    container, an app role on the registration (local.entra_app_roles, one
+    dynamic block), and assignments from
     their own principals variable, made only on a registration Terraform
     creates."""
     loc = module.locals()
     ids = {"upload": "entra_role_ids", "read": "entra_reader_role_ids", "delete": "entra_deleter_role_ids"}[right]
     assert loc[ids].text == (f'{{for c in var.entra_{right}_containers : c => '
                              f'uuidv5("url", "urn:blob-relay:${{local.prefix}}:{role}.${{c}}")}}'), loc[ids]
-    src = (TERRAFORM / "entra.tf").read_text()
-    assert re.search(rf"for_each\s*=\s*local\.{ids}\n\s*content \{{\n\s*id\s*=\s*app_role\.value\n"
-                  rf"\s*value\s*=\s*\"{role}\.\$\{{app_role\.key\}}\"", src), role
+    assert re.search(rf'for c, id in local\.{ids} : "{role}\.\$\{{c\}}" => \{{', loc["entra_app_roles"].text), role
     name = {"upload": "uploader", "read": "reader", "delete": "deleter"}[right]
     principals = {"upload": "entra_uploaders", "read": "entra_readers", "delete": "entra_deleters"}[right]
     assignments = {"upload": "entra_assignments", "read": "entra_reader_assignments",

@@ -283,6 +283,28 @@ def test_client_profile_is_a_profile_the_client_accepts(module, tmp_path, entra)
         assert profile == {**common, "token_file": "~/.config/blob-relay/token", "to": "uploads"}, text
 
 
+def test_entra_app_roles_are_one_per_container_and_right(module, tmp_path):
+    """entra.tf's own role expressions, evaluated: one app role per container
+    and right, named as the relay matches them, each with its own stable ID
+    (the same for the same name on every apply)."""
+    names = ["entra_role_ids", "entra_reader_role_ids", "entra_deleter_role_ids", "entra_app_roles"]
+    extra = ('locals {\n  prefix = "test-ab12"\n'
+             + "".join(f"  {n} = {local_expr(module, n)}\n" for n in names)
+             + "}\n" + 'output "roles" { value = local.entra_app_roles }\n')
+    given = {"entra_upload_containers": ["lab-a"], "entra_read_containers": ["lab-a", "lab-b"],
+             "entra_delete_containers": ["lab-b"]}
+    first, err = run_tf(tmp_path / "a", given, extra_tf=extra)
+    assert first is not None, err
+    roles = first["roles"]
+    assert sorted(roles) == ["Deleter.lab-b", "Reader.lab-a", "Reader.lab-b", "Uploader.lab-a"], roles
+    assert len({r["id"] for r in roles.values()}) == 4, roles
+    assert "delete" in roles["Deleter.lab-b"]["description"], roles
+    again, err = run_tf(tmp_path / "b", {**given, "entra_read_containers": ["lab-a"]}, extra_tf=extra)
+    assert again is not None, err
+    assert {k: v["id"] for k, v in again["roles"].items()} == {
+        k: roles[k]["id"] for k in ["Deleter.lab-b", "Reader.lab-a", "Uploader.lab-a"]}
+
+
 def test_client_profile_entra_flow_is_one_the_client_knows(module):
     """The profile's `entra` value is one of `--entra`'s names (sign_in/mod.rs)."""
     src = (TERRAFORM.parent / "relay-client" / "src" / "sign_in" / "mod.rs").read_text()

@@ -5,15 +5,12 @@
 //! so no fetch can finish (nor the run end) before the totals are read; the
 //! status events are read, never timed.
 
-use std::process::Stdio;
-
-use relay_tests::blobs::new_container;
-use relay_tests::child_lines::{lines, until};
-use relay_tests::client_command;
+use relay_tests::child_lines::until;
 use relay_tests::download_client::{T, relay_flags, s, tree, upload};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::Op;
-use relay_tests::relay::{RelayOptions, held_at};
+
+use super::{held_relay, spawn_lines};
 
 /// The blobs: (name below the prefix, size, seed); none empty, so each
 /// one's fetch is a Get Blob the proxy holds.
@@ -31,14 +28,8 @@ fn event(line: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn download_status_events_grow_to_the_runs_totals() {
-    let container = new_container("sync-status-down").await;
-    // `relay_flags`' token, which may read the container (the listing, the
-    // fetches) and write it (the upload that makes the blobs).
-    let opts = RelayOptions {
-        limited_to: format!("{container}:rw"),
-        ..RelayOptions::default()
-    };
-    let (proxy, relay) = held_at(Op::GetBlob, opts).await;
+    // The token may write the container too: the upload that makes the blobs.
+    let (container, proxy, relay) = held_relay("sync-status-down", Op::GetBlob).await;
     let dir = Scratch::new("sync-status-down");
     for (name, size, seed) in FILES {
         write_random(&dir.path("src/data").join(name), *size, *seed);
@@ -59,15 +50,7 @@ async fn download_status_events_grow_to_the_runs_totals() {
     ]);
     args.extend(["--index".to_string(), index.display().to_string()]);
     args.extend(relay_flags(&relay));
-    let mut child = client_command(&args, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
-    // Kept open: a closed stderr would fail the client's writes to it.
-    let _err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    let (mut child, mut out, _err) = spawn_lines(&args);
     proxy.wait_held(1, T).await;
 
     // Every status event until one says the merge has ended: the totals

@@ -50,17 +50,9 @@ fn gathered(f: &Fixture, rules: DeleteRules) -> DeleteSet<SqliteSpill> {
     set
 }
 
-fn all_there(f: &Fixture) -> bool {
-    ["a.txt", "b/c.txt", "b/d.txt", "theirs.txt"]
-        .iter()
-        .all(|n| f.dest.join(n).is_file())
-}
-
-#[tokio::test]
-async fn placed_files_are_deleted_and_unknown_ones_kept() {
-    let f = Fixture::new("carry-placed");
-    let before = f.outside_hash();
-    let set = gathered(&f, rules(MaxDelete::Count(10), false));
+/// The set carried out whole below DEST (both sides read whole, 4 entries
+/// on the destination, not a dry run): the summary and every event.
+async fn carried(f: &Fixture, set: DeleteSet<SqliteSpill>) -> (DeleteSummary, Vec<DeleteEvent>) {
     let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
     let mut events = Vec::new();
     let summary = carry_out(
@@ -73,6 +65,21 @@ async fn placed_files_are_deleted_and_unknown_ones_kept() {
     )
     .await
     .expect("carried out");
+    (summary, events)
+}
+
+fn all_there(f: &Fixture) -> bool {
+    ["a.txt", "b/c.txt", "b/d.txt", "theirs.txt"]
+        .iter()
+        .all(|n| f.dest.join(n).is_file())
+}
+
+#[tokio::test]
+async fn placed_files_are_deleted_and_unknown_ones_kept() {
+    let f = Fixture::new("carry-placed");
+    let before = f.outside_hash();
+    let set = gathered(&f, rules(MaxDelete::Count(10), false));
+    let (summary, events) = carried(&f, set).await;
     let want = DeleteSummary {
         deleted: 3,
         kept_unknown: 1,
@@ -90,18 +97,7 @@ async fn placed_files_are_deleted_and_unknown_ones_kept() {
 async fn with_delete_unknown_unknown_files_go_too() {
     let f = Fixture::new("carry-unknown");
     let set = gathered(&f, rules(MaxDelete::Count(10), true));
-    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
-    let mut events = Vec::new();
-    let summary = carry_out(
-        set,
-        WHOLE,
-        tally(4),
-        Executor::Local(&d),
-        false,
-        &mut events,
-    )
-    .await
-    .expect("carried out");
+    let (summary, _) = carried(&f, set).await;
     assert_eq!((summary.deleted, summary.kept_unknown), (4, 0));
     assert!(!f.dest.join("theirs.txt").exists());
 }
@@ -111,18 +107,7 @@ async fn a_file_changed_after_the_merge_is_kept_and_reported() {
     let f = Fixture::new("carry-changed");
     let set = gathered(&f, rules(MaxDelete::Count(10), false));
     std::fs::write(f.dest.join("b/c.txt"), "edited after the walk").expect("edit");
-    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
-    let mut events = Vec::new();
-    let summary = carry_out(
-        set,
-        WHOLE,
-        tally(4),
-        Executor::Local(&d),
-        false,
-        &mut events,
-    )
-    .await
-    .expect("carried out");
+    let (summary, events) = carried(&f, set).await;
     assert_eq!((summary.deleted, summary.kept_changed), (2, 1));
     let kept = events.iter().find(|e| e.name == "b/c.txt").expect("event");
     assert!(matches!(kept.outcome, Outcome::KeptChanged(_)), "{kept:?}");
@@ -137,18 +122,7 @@ async fn with_delete_unknown_a_file_edited_after_the_walk_is_kept() {
     let f = Fixture::new("carry-walked");
     let set = gathered(&f, rules(MaxDelete::Count(10), true));
     std::fs::write(f.dest.join("theirs.txt"), "edited after the walk").expect("edit");
-    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
-    let mut events = Vec::new();
-    let summary = carry_out(
-        set,
-        WHOLE,
-        tally(4),
-        Executor::Local(&d),
-        false,
-        &mut events,
-    )
-    .await
-    .expect("carried out");
+    let (summary, events) = carried(&f, set).await;
     assert_eq!((summary.deleted, summary.kept_changed), (3, 1));
     let kept = events
         .iter()
