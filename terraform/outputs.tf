@@ -55,7 +55,7 @@ output "client_command" {
 }
 
 output "client_profile" {
-  description = "A [profile.default] for the client's configuration file: `terraform output -raw client_profile >> ~/.config/blob-relay/client.toml`. Relay address (the balancer's with relay_count > 1), certificate fingerprint, destination and sign-in: Entra ID device code when entra_upload_containers is set, else the token in ~/.config/blob-relay/token (`terraform output -raw client_token > ~/.config/blob-relay/token`, mode 0600). Holds no secret."
+  description = "A [profile.default] for the client's configuration file: `terraform output -raw client_profile >> ~/.config/blob-relay/client.toml`. Relay address (the balancer's with relay_count > 1), certificate fingerprint, destination and sign-in: Entra ID device code when any entra_*_containers is set, else the token in ~/.config/blob-relay/token (`terraform output -raw client_token > ~/.config/blob-relay/token`, mode 0600). Holds no secret."
   value       = local.client_profile
 }
 

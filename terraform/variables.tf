@@ -315,7 +315,7 @@ variable "client_package_path" {
 }
 
 variable "entra_upload_containers" {
-  description = "Containers clients may write when signed in with Entra ID (relay-client --entra): one app role Uploader.CONTAINER each on the relay's app registration, mapped by the relay to that container. Empty: Entra ID sign-in is off and nothing is created in Entra ID (needs the azuread provider's rights: Application Administrator or Application.ReadWrite.OwnedBy)."
+  description = "Containers clients may write when signed in with Entra ID (relay-client --entra): one app role Uploader.CONTAINER each on the relay's app registration, mapped by the relay to that container. Empty (and entra_read_containers and entra_delete_containers empty too): Entra ID sign-in is off and nothing is created in Entra ID (needs the azuread provider's rights: Application Administrator or Application.ReadWrite.OwnedBy)."
   type        = list(string)
   default     = []
 
@@ -341,8 +341,62 @@ variable "entra_uploaders" {
   }
 }
 
+variable "entra_read_containers" {
+  description = "Containers clients may download and list when signed in with Entra ID: one app role Reader.CONTAINER each on the relay's app registration, honoured by the relay (RELAY_ENTRA_READER_ROLES) for that container only. Empty: no Reader roles, and the relay honours none."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.entra_read_containers : length(c) >= 3 && length(c) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*$", c))])
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens)."
+  }
+}
+
+variable "entra_readers" {
+  description = "Object IDs of groups, users or service principals => containers they may download and list (each must be in entra_read_containers): each gets the app role Reader.CONTAINER. Only with a registration Terraform creates."
+  type        = map(list(string))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for p in keys(var.entra_readers) : can(regex("^[0-9a-fA-F-]{36}$", p))])
+    error_message = "Keys are object IDs (GUIDs): `az ad group show --group NAME --query id -o tsv`."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for cs in values(var.entra_readers) : [for c in cs : contains(var.entra_read_containers, c)]]))
+    error_message = "Every container in entra_readers must be listed in entra_read_containers (it needs its app role)."
+  }
+}
+
+variable "entra_delete_containers" {
+  description = "Containers in which clients signed in with Entra ID may delete (relay-client sync --delete; a listed version only): one app role Deleter.CONTAINER each, honoured by the relay (RELAY_ENTRA_DELETER_ROLES). Write never implies delete. Empty: no Deleter roles, and the relay honours none."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.entra_delete_containers : length(c) >= 3 && length(c) <= 63 && can(regex("^[a-z0-9](-?[a-z0-9])*$", c))])
+    error_message = "Containers must be valid container names (3-63 lowercase letters, digits and single hyphens)."
+  }
+}
+
+variable "entra_deleters" {
+  description = "Object IDs of groups, users or service principals => containers they may delete in (each must be in entra_delete_containers): each gets the app role Deleter.CONTAINER. Only with a registration Terraform creates."
+  type        = map(list(string))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for p in keys(var.entra_deleters) : can(regex("^[0-9a-fA-F-]{36}$", p))])
+    error_message = "Keys are object IDs (GUIDs): `az ad group show --group NAME --query id -o tsv`."
+  }
+
+  validation {
+    condition     = alltrue(flatten([for cs in values(var.entra_deleters) : [for c in cs : contains(var.entra_delete_containers, c)]]))
+    error_message = "Every container in entra_deleters must be listed in entra_delete_containers (it needs its app role)."
+  }
+}
+
 variable "entra_existing_application" {
-  description = "Use an existing app registration instead of creating one: its client ID, application ID URI and (default: this subscription's) tenant ID. Its app roles must include Uploader.CONTAINER for each of entra_upload_containers; assignments are then made outside Terraform."
+  description = "Use an existing app registration instead of creating one: its client ID, application ID URI and (default: this subscription's) tenant ID. Its app roles must include Uploader.CONTAINER for each of entra_upload_containers, Reader.CONTAINER for each of entra_read_containers and Deleter.CONTAINER for each of entra_delete_containers; assignments are then made outside Terraform."
   type = object({
     client_id          = string
     application_id_uri = string

@@ -35,7 +35,7 @@ terraform {
       version = ">= 0.12.0, < 1.0.0"
     }
     # azuread: the relay's app registration for Entra ID sign-in (entra.tf;
-    # nothing is created while entra_upload_containers is empty). 3.x names
+    # nothing is created while every entra_*_containers is empty). 3.x names
     # applications by client_id.
     azuread = {
       source  = "hashicorp/azuread"

@@ -217,20 +217,9 @@ fn runtime(output: Output) -> Option<tokio::runtime::Runtime> {
     }
 }
 
-/// `--json` or `--json-lines` (they conflict), else text.
-fn output_of(json: bool, json_lines: bool) -> Output {
-    if json {
-        Output::Json
-    } else if json_lines {
-        Output::JsonLines
-    } else {
-        Output::Text
-    }
-}
-
 fn upload(args: UploadArgs, argv: &[String]) -> ExitCode {
-    let output = output_of(args.json, args.json_lines);
-    let quiet = args.quiet;
+    let output = args.output.output();
+    let quiet = args.output.quiet;
     let stopped = |t: &Totals, in_flight: usize, in_flight_bytes: u64, cause: Cause| {
         let what = match cause {
             Cause::Interrupt => "interrupted".to_string(),
@@ -263,8 +252,8 @@ fn download(
     args: relay_client::commands::download_args::DownloadArgs,
     argv: &[String],
 ) -> ExitCode {
-    let output = output_of(args.json, args.json_lines);
-    let quiet = args.quiet;
+    let output = args.output.output();
+    let quiet = args.output.quiet;
     let stopped = |t: &Totals, in_flight: usize, _: u64, _: Cause| {
         format!(
             "stopped: {} downloaded, {} skipped, {} failed; {in_flight} stopped in \
@@ -324,8 +313,8 @@ fn ls(args: relay_client::commands::ls_args::LsArgs) -> ExitCode {
 }
 
 fn sync(args: relay_client::commands::sync_args::SyncArgs, argv: &[String]) -> ExitCode {
-    let output = output_of(args.json, args.json_lines);
-    let quiet = args.quiet;
+    let output = args.output.output();
+    let quiet = args.output.quiet;
     let stopped = |t: &Totals, in_flight: usize, _: u64, _: Cause| {
         format!(
             "stopped: {} sent, {} fetched, {} skipped, {} failed; {in_flight} stopped in \
@@ -413,7 +402,7 @@ where
 
 fn watch(args: WatchArgs) -> ExitCode {
     relay_transport::install_crypto_provider();
-    let output = if args.upload.json_lines {
+    let output = if args.upload.output.json_lines {
         Output::JsonLines
     } else {
         Output::Text

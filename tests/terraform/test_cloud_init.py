@@ -31,20 +31,30 @@ RELAY_FLAGS = {  # relay-server's flags as RELAY_<FLAG> variables
     "RELAY_CERT_FINGERPRINT_FILE", "RELAY_TOKENS", "RELAY_MEMORY_BUDGET", "RELAY_HEALTH_LISTEN",
     "RELAY_ID_KEY_FILE", "RELAY_BLOCK_CHECKSUM",
     "RELAY_ENTRA_AUDIENCE", "RELAY_ENTRA_TENANT", "RELAY_ENTRA_GRANT",
+    "RELAY_ENTRA_READER_ROLES", "RELAY_ENTRA_DELETER_ROLES",
 }
 ENTRA_TENANT = "72f988bf-0000-4000-8000-00000000cafe"
 ENTRA_AUDIENCE = "api://blob-relay-test,0b5e7c1e-1111-4222-8333-444455556666"
 
 
-def entra_env(module, containers: list[str]) -> str:
+def entra_vars(entra) -> dict[str, list[str]]:
+    """The entra_*_containers variables: a list is entra_upload_containers
+    alone; a dict names them by right ("upload", "read", "delete")."""
+    given = {"upload": list(entra)} if not isinstance(entra, dict) else entra
+    return {f"entra_{k}_containers": list(given.get(k, [])) for k in ("upload", "read", "delete")}
+
+
+def entra_env(module, entra) -> str:
     """local.relay_entra_env as Terraform computes it for these
-    entra_upload_containers: the expression's shape is checked here, then
-    its parts filled in (audience and tenant with samples: they come from
-    Entra ID)."""
+    entra_*_containers (`entra_vars`): the expression's shape is checked
+    here, then its parts filled in (audience and tenant with samples: they
+    come from Entra ID)."""
+    variables = entra_vars(entra)
     loc = module.locals()
-    m = re.fullmatch(r'local\.entra_enabled \? join\("(.*?)", \[(.*)\]\) : "(.*)"', loc["relay_entra_env"].text)
+    m = re.fullmatch(r'local\.entra_enabled \? join\("(.*?)", compact\(\[(.*)\]\)\) : "(.*)"',
+                     loc["relay_entra_env"].text, re.S)
     assert m, loc["relay_entra_env"]
-    if not containers:
+    if not any(variables.values()):
         return m.group(3)
     sep = m.group(1).encode().decode("unicode_escape")
     g = re.fullmatch(r'join\(";", \[for c in var\.entra_upload_containers : "(.*)"\]\)', loc["entra_grant"].text)
@@ -52,22 +62,24 @@ def entra_env(module, containers: list[str]) -> str:
     values = {
         "local.entra_audience": ENTRA_AUDIENCE,
         "local.entra_tenant": ENTRA_TENANT,
-        "local.entra_grant": ";".join(g.group(1).replace("${c}", c) for c in containers),
+        "local.entra_grant": ";".join(g.group(1).replace("${c}", c) for c in variables["entra_upload_containers"]),
     }
-    lines = re.findall(r'"([^"]*)"', m.group(2))
+    # Each element: a string, or `length(var.X) > 0 ? "..." : ""`.
+    items = re.findall(r'(?:length\(var\.(\w+)\) > 0 \? )?"([^"]*)"(?: : "")?', m.group(2))
+    lines = [line for var, line in items if not var or variables[var]]
     return sep.join(re.sub(r"\$\{([^}]+)\}", lambda x: values[x.group(1)], line) for line in lines)
 
 
-def evaluate(module, text: str, entra: list[str] = ()):
+def evaluate(module, text: str, entra=()):
     """Value of a templatefile argument, for the few expression shapes the
-    module uses (with `entra` as entra_upload_containers). Unknown shapes
-    fail: extend this when adding arguments."""
+    module uses (with `entra` as the entra_*_containers, `entra_vars`).
+    Unknown shapes fail: extend this when adding arguments."""
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] == '"':
         # A string template: "${local.a}/${local.b}".
         return re.sub(r"\$\{([^}]+)\}", lambda m: str(evaluate(module, m.group(1))), text[1:-1])
     if text == "local.relay_entra_env":
-        return entra_env(module, list(entra))
+        return entra_env(module, entra)
     if m := re.fullmatch(r"local\.(\w+_container)", text):
         value = module.locals()[m.group(1)]
         assert isinstance(value, str), value
@@ -90,7 +102,7 @@ def evaluate(module, text: str, entra: list[str] = ()):
     raise AssertionError(f"test does not know how to evaluate templatefile argument {text!r}")
 
 
-def rendered(module, name, entra: list[str] = ()):
+def rendered(module, name, entra=()):
     call = templatefile_calls(module)[name]
     variables = {k: evaluate(module, v, entra) for k, v in call.items()}
     text = (TERRAFORM / "templates" / name).read_text()
@@ -172,6 +184,61 @@ def test_relay_env_with_entra_sign_in(module):
     assert env == off
 
 
+@pytest.mark.parametrize("entra,want", [
+    ({"upload": ["lab-a"], "read": ["lab-a", "lab-b"], "delete": ["lab-a"]},
+     {"RELAY_ENTRA_GRANT": "Uploader.lab-a=lab-a", "RELAY_ENTRA_READER_ROLES": "true",
+      "RELAY_ENTRA_DELETER_ROLES": "true"}),
+    ({"read": ["lab-b"]}, {"RELAY_ENTRA_READER_ROLES": "true"}),
+    ({"delete": ["lab-b"]}, {"RELAY_ENTRA_DELETER_ROLES": "true"}),
+])
+def test_relay_env_with_entra_reader_and_deleter_roles(module, entra, want):
+    """entra_read_containers / entra_delete_containers set: the relay is
+    started with --entra-reader-roles / --entra-deleter-roles (as
+    RELAY_ENTRA_*_ROLES=true, which its flags read), each only when its
+    roles exist; no empty grant list when nothing is uploaded."""
+    off = env_file(write_file(yaml.safe_load(rendered(module, "cloud-init-relay.yaml.tftpl")[0]),
+                              "/etc/blob-relay/relay.env"))
+    text, _ = rendered(module, "cloud-init-relay.yaml.tftpl", entra=entra)
+    env = env_file(write_file(yaml.safe_load(text), "/etc/blob-relay/relay.env"))
+    assert set(env) <= RELAY_FLAGS
+    assert env.pop("RELAY_ENTRA_AUDIENCE") == ENTRA_AUDIENCE
+    assert env.pop("RELAY_ENTRA_TENANT") == ENTRA_TENANT
+    assert {k: env.pop(k) for k in list(env) if k.startswith("RELAY_ENTRA")} == want
+    assert env == off
+
+
+def test_relay_reads_the_entra_role_switches_terraform_writes():
+    """The variables relay.env sets are the relay's own: relay-server's
+    --entra-reader-roles and --entra-deleter-roles read exactly these."""
+    src = (REPO / "relay-server" / "src" / "operations" / "config.rs").read_text()
+    for flag, var in (("entra_reader_roles", "RELAY_ENTRA_READER_ROLES"),
+                      ("entra_deleter_roles", "RELAY_ENTRA_DELETER_ROLES")):
+        assert re.search(rf'env = "{var}"\)\]\s*pub {flag}: bool', src), flag
+
+
+@pytest.mark.parametrize("right,role", [("upload", "Uploader"), ("read", "Reader"), ("delete", "Deleter")])
+def test_each_right_has_its_app_roles_and_assignments(module, right, role):
+    """Uploader, Reader and Deleter roles alike: a stable name-based ID per
+    container, an app role on the registration (local.entra_app_roles, one
+    dynamic block), and assignments from
+    their own principals variable, made only on a registration Terraform
+    creates."""
+    loc = module.locals()
+    ids = {"upload": "entra_role_ids", "read": "entra_reader_role_ids", "delete": "entra_deleter_role_ids"}[right]
+    assert loc[ids].text == (f'{{for c in var.entra_{right}_containers : c => '
+                             f'uuidv5("url", "urn:blob-relay:${{local.prefix}}:{role}.${{c}}")}}'), loc[ids]
+    assert re.search(rf'for c, id in local\.{ids} : "{role}\.\$\{{c\}}" => \{{', loc["entra_app_roles"].text), role
+    name = {"upload": "uploader", "read": "reader", "delete": "deleter"}[right]
+    principals = {"upload": "entra_uploaders", "read": "entra_readers", "delete": "entra_deleters"}[right]
+    assignments = {"upload": "entra_assignments", "read": "entra_reader_assignments",
+                   "delete": "entra_deleter_assignments"}[right]
+    (res,) = [r for r in module.resources("azuread_app_role_assignment") if r.name == name]
+    assert res.body["for_each"].text == f"local.entra_create ? local.{assignments} : {{}}", res.body
+    assert res.body["app_role_id"].text == f"local.{ids}[each.value.container]", res.body
+    assert f"var.{principals}" in loc[assignments].text
+    assert module.default(f"entra_{right}_containers") == [] and module.default(principals) == {}
+
+
 def test_entra_resources_only_when_asked(module):
     """Nothing in Entra ID unless entra_upload_containers is set and no
     existing registration is given; the service principal admits only
@@ -184,7 +251,8 @@ def test_entra_resources_only_when_asked(module):
     (sp,) = module.resources("azuread_service_principal")
     assert sp.body["app_role_assignment_required"] is True
     loc = module.locals()
-    assert loc["entra_enabled"].text == "length(var.entra_upload_containers) > 0"
+    assert loc["entra_enabled"].text == (
+        "length(concat(var.entra_upload_containers, var.entra_read_containers, var.entra_delete_containers)) > 0")
     assert loc["entra_create"].text == "local.entra_enabled && var.entra_existing_application == null"
 
 
@@ -417,19 +485,25 @@ def test_renderer_agrees_with_terraform(module, name, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("terraform"), reason="terraform not installed")
-def test_entra_env_agrees_with_terraform(module, tmp_path):
+@pytest.mark.parametrize("entra", [
+    ["lab-a", "lab-b"],
+    {"upload": ["lab-a"], "read": ["lab-a"], "delete": ["lab-b"]},
+    {"read": ["lab-a"]},
+])
+def test_entra_env_agrees_with_terraform(module, tmp_path, entra):
     """relay.env with Entra ID on, as the real terraform evaluates entra.tf's
     own expressions (local.entra_grant, local.relay_entra_env, copied from the
     parsed source; the values Entra ID supplies replaced by samples) and
     renders the template: the same text the offline renderer produces."""
-    containers = ["lab-a", "lab-b"]
     name = "cloud-init-relay.yaml.tftpl"
-    text, variables = rendered(module, name, entra=containers)
+    text, variables = rendered(module, name, entra=entra)
     loc = module.locals()
     del variables["entra_env"]
     (tmp_path / "vars.json").write_text(json.dumps(variables))
+    declared = "".join(f"variable \"{var}\" {{\n  default = {json.dumps(value)}\n}}\n"
+                       for var, value in entra_vars(entra).items())
     (tmp_path / "main.tf").write_text(
-        f"variable \"entra_upload_containers\" {{\n  default = {json.dumps(containers)}\n}}\n"
+        declared +
         "locals {\n"
         "  entra_enabled = true\n"
         f"  entra_audience = {json.dumps(ENTRA_AUDIENCE)}\n"
@@ -451,4 +525,9 @@ def test_entra_env_agrees_with_terraform(module, tmp_path):
     out = subprocess.run(["terraform", "output", "-raw", "r"], cwd=tmp_path, env=env, check=True,
                          capture_output=True, text=True).stdout
     assert out == text
-    assert "RELAY_ENTRA_GRANT=Uploader.lab-a=lab-a;Uploader.lab-b=lab-b\n" in out
+    if isinstance(entra, list):
+        assert "RELAY_ENTRA_GRANT=Uploader.lab-a=lab-a;Uploader.lab-b=lab-b\n" in out
+    else:
+        assert ("RELAY_ENTRA_GRANT=" in out) == bool(entra.get("upload")), out
+        assert ("RELAY_ENTRA_READER_ROLES=true\n" in out) == bool(entra.get("read")), out
+        assert ("RELAY_ENTRA_DELETER_ROLES=true\n" in out) == bool(entra.get("delete")), out

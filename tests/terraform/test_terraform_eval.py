@@ -85,11 +85,31 @@ def test_defaults_are_accepted(tmp_path):
         ("tokens", {"lab-a": ["data:rwdd"]}),
         ("tokens", {"lab-a": ["data:rwx"]}),
         ("tokens", {"lab-a": ["data:delete"]}),
+        ("entra_read_containers", ["Lab-A"]),
+        ("entra_read_containers", ["ab"]),
+        ("entra_delete_containers", ["a--b"]),
+        ("entra_delete_containers", ["data:d"]),
+        ("entra_readers", {"alice@example.com": []}),
+        ("entra_deleters", {"Lab A deleters": []}),
     ],
 )
 def test_validation_rejects(tmp_path, var, value):
     outputs, err = run_tf(tmp_path, {var: value})
     assert outputs is None and "Invalid value for variable" in err, err
+
+
+@pytest.mark.parametrize("right,principals", [("read", "entra_readers"), ("delete", "entra_deleters")])
+def test_entra_principals_are_assigned_only_roles_that_exist(tmp_path, right, principals):
+    """A reader or deleter is assigned Reader./Deleter.CONTAINER only for a
+    container in its entra_*_containers list (the role must exist); being
+    an uploader of it is not enough."""
+    group = "00000000-0000-4000-8000-00000000000a"
+    ok, err = run_tf(tmp_path / "ok", {f"entra_{right}_containers": ["lab-a"], principals: {group: ["lab-a"]}},
+                     extra_tf='output "ok" { value = true }\n')
+    assert ok == {"ok": True}, err
+    bad, err = run_tf(tmp_path / "bad", {"entra_upload_containers": ["lab-b"], f"entra_{right}_containers": ["lab-a"],
+                                         principals: {group: ["lab-b"]}})
+    assert bad is None and f"entra_{right}_containers" in " ".join(err.split()), err
 
 
 def test_storage_ip_rules_are_normalised(module, tmp_path):
@@ -261,6 +281,28 @@ def test_client_profile_is_a_profile_the_client_accepts(module, tmp_path, entra)
                            "entra_tenant": "72f988bf-0000-4000-8000-00000000cafe", "to": "lab-entra"}, text
     else:
         assert profile == {**common, "token_file": "~/.config/blob-relay/token", "to": "uploads"}, text
+
+
+def test_entra_app_roles_are_one_per_container_and_right(module, tmp_path):
+    """entra.tf's own role expressions, evaluated: one app role per container
+    and right, named as the relay matches them, each with its own stable ID
+    (the same for the same name on every apply)."""
+    names = ["entra_role_ids", "entra_reader_role_ids", "entra_deleter_role_ids", "entra_app_roles"]
+    extra = ('locals {\n  prefix = "test-ab12"\n'
+             + "".join(f"  {n} = {local_expr(module, n)}\n" for n in names)
+             + "}\n" + 'output "roles" { value = local.entra_app_roles }\n')
+    given = {"entra_upload_containers": ["lab-a"], "entra_read_containers": ["lab-a", "lab-b"],
+             "entra_delete_containers": ["lab-b"]}
+    first, err = run_tf(tmp_path / "a", given, extra_tf=extra)
+    assert first is not None, err
+    roles = first["roles"]
+    assert sorted(roles) == ["Deleter.lab-b", "Reader.lab-a", "Reader.lab-b", "Uploader.lab-a"], roles
+    assert len({r["id"] for r in roles.values()}) == 4, roles
+    assert "delete" in roles["Deleter.lab-b"]["description"], roles
+    again, err = run_tf(tmp_path / "b", {**given, "entra_read_containers": ["lab-a"]}, extra_tf=extra)
+    assert again is not None, err
+    assert {k: v["id"] for k, v in again["roles"].items()} == {
+        k: roles[k]["id"] for k in ["Deleter.lab-b", "Reader.lab-a", "Uploader.lab-a"]}
 
 
 def test_client_profile_entra_flow_is_one_the_client_knows(module):

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::commands::connection_args::ConnectionArgs;
+use crate::commands::output_args::OutputArgs;
 pub use crate::transfer::overwrite::OverwriteMode;
 use crate::ui::units::{block_size, size};
 
@@ -75,22 +76,10 @@ pub struct UploadArgs {
     #[arg(long, value_name = "ETAG")]
     pub if_match: Option<String>,
 
-    /// Print one JSON summary on stdout instead of text (setup errors too).
-    #[arg(long, conflicts_with = "json_lines")]
-    pub json: bool,
-
-    /// Print one JSON event per line on stdout as things happen (file results,
-    /// periodic status, the summary last), for tools that follow progress.
-    #[arg(long)]
-    pub json_lines: bool,
-
-    /// Time between status lines when stderr is not a terminal (0: none).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_duration)]
-    pub status_interval: std::time::Duration,
-
-    /// No progress bars.
-    #[arg(long, short)]
-    pub quiet: bool,
+    /// --json, --json-lines, --status-interval, --quiet (shared by every
+    /// command that moves files).
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// Block size, 5MiB to 4000MiB (the relay grows it for files over 50,000
     /// blocks). MiB = 1048576 bytes; MB = 1000000 bytes.

@@ -10,6 +10,7 @@ use relay_proto::logsafe::hide_sas_signatures;
 
 use crate::commands::args::OverwriteMode;
 use crate::commands::connection_args::ConnectionArgs;
+use crate::commands::output_args::OutputArgs;
 use crate::commands::setup::{DirectFlags, ModeFlags, SetupError};
 use crate::download::job::JobPlan;
 use crate::transfer::destination::{Destination, parse_destination};
@@ -69,21 +70,10 @@ pub struct DownloadArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
 
-    /// Print one JSON summary on stdout instead of text.
-    #[arg(long, conflicts_with = "json_lines")]
-    pub json: bool,
-
-    /// Print one JSON event per line on stdout as things happen.
-    #[arg(long)]
-    pub json_lines: bool,
-
-    /// Time between status lines when stderr is not a terminal (0: none).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_duration)]
-    pub status_interval: std::time::Duration,
-
-    /// No progress bars.
-    #[arg(long, short)]
-    pub quiet: bool,
+    /// --json, --json-lines, --status-interval, --quiet (shared by every
+    /// command that moves files).
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// Attempts per file for retryable failures (lost connection, relay
     /// restart, storage 5xx, bytes that fail their check); each resumes from
@@ -224,7 +214,7 @@ pub fn mode_flags(a: &DownloadArgs) -> ModeFlags {
         direct_flags: DirectFlags {
             create_container: false,
             dry_run: false,
-            quiet: a.quiet,
+            quiet: a.output.quiet,
             block_checksum: Default::default(),
             storage_stall_timeout: a.storage_stall_timeout,
             connections: a.connections,
@@ -283,7 +273,7 @@ impl DownloadPlan {
             connection: args.connection,
             job,
             parallel,
-            status_interval: args.status_interval,
+            status_interval: args.output.status_interval,
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod download;
 pub mod download_args;
 pub mod ls;
 pub mod ls_args;
+pub mod output_args;
 pub mod setup;
 pub mod sync;
 pub mod sync_args;

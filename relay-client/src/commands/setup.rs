@@ -239,7 +239,7 @@ impl From<&UploadArgs> for ModeFlags {
             direct_flags: DirectFlags {
                 create_container: args.create_container,
                 dry_run: args.dry_run,
-                quiet: args.quiet,
+                quiet: args.output.quiet,
                 block_checksum: args.block_checksum,
                 storage_stall_timeout: args.storage_stall_timeout,
                 connections: args.connections,

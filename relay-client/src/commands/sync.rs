@@ -54,7 +54,7 @@ pub async fn run(
         interrupt,
         parallel,
         &reporter,
-        a.status_interval,
+        a.output.status_interval,
     );
     let (stop, report, deletes_ok) = match &plan.way {
         Way::Upload { folder, dest } => {

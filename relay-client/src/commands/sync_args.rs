@@ -11,6 +11,7 @@ use relay_proto::sync::delete::{DEFAULT_MAX_DELETE, DeleteRules, MaxDelete};
 use relay_proto::sync::plan::CompareFlags;
 
 use crate::commands::connection_args::ConnectionArgs;
+use crate::commands::output_args::OutputArgs;
 use crate::commands::setup::{DirectFlags, ModeFlags, SetupError};
 use crate::transfer::destination::{Destination, parse_destination};
 use crate::transfer::direct_sizing::Requests;
@@ -88,21 +89,10 @@ pub struct SyncArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
 
-    /// Print one JSON summary on stdout instead of text.
-    #[arg(long, conflicts_with = "json_lines")]
-    pub json: bool,
-
-    /// Print one JSON event per line on stdout as things happen.
-    #[arg(long)]
-    pub json_lines: bool,
-
-    /// Time between status lines when stderr is not a terminal (0: none).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = relay_proto::duration::parse_duration)]
-    pub status_interval: std::time::Duration,
-
-    /// No progress bars.
-    #[arg(long, short)]
-    pub quiet: bool,
+    /// --json, --json-lines, --status-interval, --quiet (shared by every
+    /// command that moves files).
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// Attempts per file for retryable failures.
     #[arg(long, default_value_t = 6)]
@@ -295,7 +285,7 @@ fn mode_flags(a: &SyncArgs, requests: Requests) -> ModeFlags {
         direct_flags: DirectFlags {
             create_container: false,
             dry_run: a.dry_run,
-            quiet: a.quiet,
+            quiet: a.output.quiet,
             block_checksum: Default::default(),
             storage_stall_timeout: a.storage_stall_timeout,
             connections: a.connections,

@@ -59,7 +59,7 @@ pub async fn run(
         interrupt,
         args.parallel,
         &reporter,
-        args.status_interval,
+        args.output.status_interval,
     );
     let stop = match feed(&mut runner, found, &job, &reporter, &mut uploads).await {
         Stop::Finished => runner.drain().await,

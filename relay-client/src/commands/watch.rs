@@ -93,7 +93,7 @@ pub async fn run(args: WatchArgs, reporter: Arc<Reporter>) -> Result<WatchEnd, W
         settle: args.settle,
         max_pending: args.max_pending,
         parallel: up.parallel,
-        status_interval: up.status_interval,
+        status_interval: up.output.status_interval,
         reconcile: args.reconcile,
         patience: up.connection.patience,
     };
@@ -105,7 +105,7 @@ fn usage(up: &crate::commands::args::UploadArgs) -> Result<(), WatchError> {
     if up.dry_run {
         return Err(WatchError::Usage("watch does not take --dry-run"));
     }
-    if up.json {
+    if up.output.json {
         return Err(WatchError::Usage(
             "watch does not end with one summary; use --json-lines",
         ));

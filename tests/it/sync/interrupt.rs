@@ -5,29 +5,19 @@
 //! says every byte the sync handed on is staged (which needs the sync's
 //! status totals), never after a sleep.
 
-use std::process::Stdio;
-
-use relay_tests::blobs::{blob_sha, new_container};
-use relay_tests::child_lines::{ctrl_c_with_a_commit_held, lines, until};
-use relay_tests::client_command;
+use relay_tests::blobs::blob_sha;
+use relay_tests::child_lines::{ctrl_c_with_a_commit_held, until};
 use relay_tests::download_client::{T, relay_flags, s};
 use relay_tests::files::{Scratch, write_random};
 use relay_tests::proxy::Op;
-use relay_tests::relay::{RelayOptions, held_at};
 
-use super::{ok, sync};
+use super::{held_relay, ok, spawn_lines, sync};
 
 const MIB: u64 = 1 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_waits_for_a_staged_commit_and_the_rerun_finds_all_unchanged() {
-    let container = new_container("sync-int-up").await;
-    // `relay_flags`' token, which may read the container too (the listing).
-    let opts = RelayOptions {
-        limited_to: format!("{container}:rw"),
-        ..RelayOptions::default()
-    };
-    let (proxy, relay) = held_at(Op::PutBlockList, opts).await;
+    let (container, proxy, relay) = held_relay("sync-int-up", Op::PutBlockList).await;
     let dir = Scratch::new("sync-int-up");
     let root = dir.path("src");
     // One Put Blob (not held), and two blocks of the relay's 16 MiB.
@@ -39,14 +29,7 @@ async fn ctrl_c_waits_for_a_staged_commit_and_the_rerun_finds_all_unchanged() {
     let mut args = s(&["sync", &src, &dest, "--status-interval", "0.05", "--index"]);
     args.push(index.display().to_string());
     args.extend(way.iter().cloned());
-    let mut child = client_command(&args, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
-    let mut err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    let (mut child, mut out, mut err) = spawn_lines(&args);
     ctrl_c_with_a_commit_held(&mut child, &mut out, &mut err, &proxy, "small.txt").await;
     let said = until(&mut err, "stopped in flight").await;
     let code = tokio::time::timeout(T, child.wait())

@@ -8,13 +8,18 @@
 mod deletes;
 mod download;
 mod interrupt;
+mod status;
 mod upload;
 
 use std::path::Path;
 
-use relay_tests::blobs::writer;
+use relay_tests::blobs::{new_container, writer};
+use relay_tests::child_lines::lines;
 use relay_tests::download_client::{T, s};
+use relay_tests::proxy::{FaultProxy, Op};
+use relay_tests::relay::{RelayHandle, RelayOptions, held_at};
 use relay_tests::{client_command, stderr, summary};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// `sync SRC DEST --json --index INDEX EXTRA WAY`; its output and summary.
 pub async fn sync(
@@ -74,4 +79,37 @@ pub fn forget_index(index: &Path) {
         p.push(suffix);
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// A new container, and a relay whose storage requests of `op` the proxy
+/// holds until the test releases them; `relay_flags`' token may read the
+/// container (the listing) and write it.
+pub async fn held_relay(tag: &str, op: Op) -> (String, FaultProxy, RelayHandle) {
+    let container = new_container(tag).await;
+    let opts = RelayOptions {
+        limited_to: format!("{container}:rw"),
+        ..RelayOptions::default()
+    };
+    let (proxy, relay) = held_at(op, opts).await;
+    (container, proxy, relay)
+}
+
+/// The client started with `args`, its stdout and stderr read as lines (keep
+/// both: a closed stderr would fail the client's writes to it).
+pub fn spawn_lines(
+    args: &[String],
+) -> (
+    tokio::process::Child,
+    UnboundedReceiver<String>,
+    UnboundedReceiver<String>,
+) {
+    let mut child = client_command(args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+    let err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    (child, out, err)
 }

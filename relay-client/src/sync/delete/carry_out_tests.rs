@@ -36,6 +36,7 @@ fn gathered(f: &Fixture, rules: DeleteRules) -> DeleteSet<SqliteSpill> {
         let c = DeleteCandidate::Local {
             name: name.into(),
             origin: Origin::Placed,
+            stat: f.walked(name),
         };
         set.push(c).expect("push");
     }
@@ -43,9 +44,28 @@ fn gathered(f: &Fixture, rules: DeleteRules) -> DeleteSet<SqliteSpill> {
     let c = DeleteCandidate::Local {
         name: "theirs.txt".into(),
         origin: Origin::Unknown,
+        stat: f.walked("theirs.txt"),
     };
     set.push(c).expect("push");
     set
+}
+
+/// The set carried out whole below DEST (both sides read whole, 4 entries
+/// on the destination, not a dry run): the summary and every event.
+async fn carried(f: &Fixture, set: DeleteSet<SqliteSpill>) -> (DeleteSummary, Vec<DeleteEvent>) {
+    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
+    let mut events = Vec::new();
+    let summary = carry_out(
+        set,
+        WHOLE,
+        tally(4),
+        Executor::Local(&d),
+        false,
+        &mut events,
+    )
+    .await
+    .expect("carried out");
+    (summary, events)
 }
 
 fn all_there(f: &Fixture) -> bool {
@@ -59,18 +79,7 @@ async fn placed_files_are_deleted_and_unknown_ones_kept() {
     let f = Fixture::new("carry-placed");
     let before = f.outside_hash();
     let set = gathered(&f, rules(MaxDelete::Count(10), false));
-    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
-    let mut events = Vec::new();
-    let summary = carry_out(
-        set,
-        WHOLE,
-        tally(4),
-        Executor::Local(&d),
-        false,
-        &mut events,
-    )
-    .await
-    .expect("carried out");
+    let (summary, events) = carried(&f, set).await;
     let want = DeleteSummary {
         deleted: 3,
         kept_unknown: 1,
@@ -88,18 +97,7 @@ async fn placed_files_are_deleted_and_unknown_ones_kept() {
 async fn with_delete_unknown_unknown_files_go_too() {
     let f = Fixture::new("carry-unknown");
     let set = gathered(&f, rules(MaxDelete::Count(10), true));
-    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
-    let mut events = Vec::new();
-    let summary = carry_out(
-        set,
-        WHOLE,
-        tally(4),
-        Executor::Local(&d),
-        false,
-        &mut events,
-    )
-    .await
-    .expect("carried out");
+    let (summary, _) = carried(&f, set).await;
     assert_eq!((summary.deleted, summary.kept_unknown), (4, 0));
     assert!(!f.dest.join("theirs.txt").exists());
 }
@@ -109,22 +107,33 @@ async fn a_file_changed_after_the_merge_is_kept_and_reported() {
     let f = Fixture::new("carry-changed");
     let set = gathered(&f, rules(MaxDelete::Count(10), false));
     std::fs::write(f.dest.join("b/c.txt"), "edited after the walk").expect("edit");
-    let d = LocalDeleter::open(&f.dest, &f.index).expect("dest");
-    let mut events = Vec::new();
-    let summary = carry_out(
-        set,
-        WHOLE,
-        tally(4),
-        Executor::Local(&d),
-        false,
-        &mut events,
-    )
-    .await
-    .expect("carried out");
+    let (summary, events) = carried(&f, set).await;
     assert_eq!((summary.deleted, summary.kept_changed), (2, 1));
     let kept = events.iter().find(|e| e.name == "b/c.txt").expect("event");
     assert!(matches!(kept.outcome, Outcome::KeptChanged(_)), "{kept:?}");
     assert!(f.dest.join("b/c.txt").is_file());
+}
+
+/// `--delete-unknown`: a file this machine did not place, edited after the
+/// walk, is kept and reported with the reason, its walk `stat` having gone
+/// through the SQLite spill (capacity 1) and back.
+#[tokio::test]
+async fn with_delete_unknown_a_file_edited_after_the_walk_is_kept() {
+    let f = Fixture::new("carry-walked");
+    let set = gathered(&f, rules(MaxDelete::Count(10), true));
+    std::fs::write(f.dest.join("theirs.txt"), "edited after the walk").expect("edit");
+    let (summary, events) = carried(&f, set).await;
+    assert_eq!((summary.deleted, summary.kept_changed), (3, 1));
+    let kept = events
+        .iter()
+        .find(|e| e.name == "theirs.txt")
+        .expect("event");
+    let why = local::CHANGED_SINCE_WALK.to_string();
+    assert_eq!(kept.outcome, Outcome::KeptChanged(why));
+    assert_eq!(
+        std::fs::read_to_string(f.dest.join("theirs.txt")).expect("kept"),
+        "edited after the walk"
+    );
 }
 
 /// Every verdict that withholds the batch: nothing at all is deleted, and

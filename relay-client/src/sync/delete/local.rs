@@ -2,13 +2,16 @@
 //! opened from DEST's descriptor with `O_NOFOLLOW` (`download::safe_fs`), so
 //! a symbolic link anywhere in the path, planted before the run or during
 //! it, is met as a link and never followed; only a regular file is removed
-//! (renamed aside and `unlinkat` on its parent's descriptor), and a file this
-//! machine placed is removed only while its `stat` is still the one the
-//! index recorded. Folders are never removed, empty or not.
+//! (renamed aside and `unlinkat` on its parent's descriptor), only while its
+//! `stat` is still the one the walk saw (a file saved over or edited since is
+//! someone's work), and a file this machine placed only while its `stat` is
+//! also still the one the index recorded. Folders are never removed, empty or
+//! not.
 
 use std::path::Path;
 
 use relay_proto::sync::delete::Origin;
+use relay_proto::sync::entry;
 
 use crate::download::placing::without_replacing;
 use crate::download::safe_fs::{Entry, Folder, FsError, Stat};
@@ -91,11 +94,17 @@ impl<'a> LocalDeleter<'a> {
         })
     }
 
-    /// Deletes `name` if it is still what the merge saw. A `Placed` file
-    /// must still have the recorded `stat` right before it is unlinked:
-    /// changed since (even during this run, even with `--delete-unknown`),
-    /// it is someone's work and kept.
-    pub fn delete(&self, name: &str, origin: Origin) -> Result<LocalOutcome, LocalDeleteError> {
+    /// Deletes `name` if it is still what the merge saw: the file must still
+    /// have the `stat` the walk saw (`walked`), and a `Placed` one also the
+    /// `stat` the index recorded, right before it is unlinked. Changed since
+    /// (even during this run, even with `--delete-unknown`), it is someone's
+    /// work and kept.
+    pub fn delete(
+        &self,
+        name: &str,
+        origin: Origin,
+        walked: &entry::FileStat,
+    ) -> Result<LocalOutcome, LocalDeleteError> {
         let bad = || LocalDeleteError::BadName {
             name: name.to_string(),
         };
@@ -115,6 +124,9 @@ impl<'a> LocalDeleter<'a> {
             Entry::Folder => return Ok(kept("a folder is there now")),
             Entry::Other => return Ok(kept("not a regular file")),
         };
+        if !as_walked(&now, walked) {
+            return Ok(kept(CHANGED_SINCE_WALK));
+        }
         if origin == Origin::Placed {
             match self.records.recorded(name)? {
                 Some(recorded) if recorded == index_stat(&now) => {}
@@ -152,6 +164,21 @@ impl<'a> LocalDeleter<'a> {
 }
 
 const MOVED: &str = "replaced while it was being deleted";
+
+/// The reason a file edited or saved over between the walk and its delete
+/// is kept (a `KeptChanged` outcome, reported as a skip with this reason).
+pub const CHANGED_SINCE_WALK: &str = "changed since the walk saw it";
+
+/// Whether `now` is still the file the walk saw: size and modification time,
+/// and where the walk had one its identity (inode, device, change time; a
+/// write in place within the same modification time still moves the change
+/// time, and a file saved over is a new inode).
+fn as_walked(now: &Stat, walked: &entry::FileStat) -> bool {
+    let same_identity = walked
+        .identity
+        .is_none_or(|id| (id.ino, id.dev, id.ctime_ns) == (now.ino, now.dev, now.ctime_ns));
+    now.size == walked.size && now.mtime_ns == walked.mtime_ns && same_identity
+}
 
 /// Removes `leaf` from `parent` only if it is still the version `seen`
 /// (the one just checked against the index). It is first renamed to a name

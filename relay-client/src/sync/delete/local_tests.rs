@@ -71,6 +71,21 @@ impl Fixture {
         p
     }
 
+    /// `name`'s `stat` as the walk records it (`sync::tree::file_stat`, the
+    /// walk's own function), or a made-up one where no file is: the seam
+    /// between the walk and the delete, so a test may change the file in
+    /// between.
+    pub fn walked(&self, name: &str) -> entry::FileStat {
+        match std::fs::symlink_metadata(self.dest.join(name)) {
+            Ok(m) => crate::sync::tree::file_stat(&m),
+            Err(_) => entry::FileStat {
+                size: 0,
+                mtime_ns: 0,
+                identity: None,
+            },
+        }
+    }
+
     pub fn outside_hash(&self) -> String {
         hash_tree(&self.outside)
     }
@@ -109,7 +124,7 @@ fn a_placed_file_is_deleted_and_its_record_forgotten() {
     let p = f.place("a/b/c.txt", "hello");
     let before = f.outside_hash();
     let out = deleter(&f)
-        .delete("a/b/c.txt", Origin::Placed)
+        .delete("a/b/c.txt", Origin::Placed, &f.walked("a/b/c.txt"))
         .expect("delete");
     assert_eq!(out, LocalOutcome::Deleted);
     assert!(!p.exists());
@@ -122,7 +137,9 @@ fn a_file_changed_since_placed_is_kept() {
     let f = Fixture::new("del-changed");
     let p = f.place("c.txt", "hello");
     std::fs::write(&p, "someone's work").expect("edit");
-    let out = deleter(&f).delete("c.txt", Origin::Placed).expect("delete");
+    let out = deleter(&f)
+        .delete("c.txt", Origin::Placed, &f.walked("c.txt"))
+        .expect("delete");
     assert!(matches!(out, LocalOutcome::Kept(_)), "{out:?}");
     assert_eq!(std::fs::read_to_string(&p).expect("read"), "someone's work");
 }
@@ -132,7 +149,9 @@ fn a_placed_file_the_index_forgot_is_kept() {
     let f = Fixture::new("del-forgot");
     let p = f.place("c.txt", "hello");
     f.index.forget("c.txt").expect("forget");
-    let out = deleter(&f).delete("c.txt", Origin::Placed).expect("delete");
+    let out = deleter(&f)
+        .delete("c.txt", Origin::Placed, &f.walked("c.txt"))
+        .expect("delete");
     assert!(matches!(out, LocalOutcome::Kept(_)), "{out:?}");
     assert!(p.exists());
 }
@@ -143,7 +162,7 @@ fn an_unknown_file_is_deleted_when_admitted() {
     let f = Fixture::new("del-unknown");
     let p = f.unknown("u.txt", "theirs");
     let out = deleter(&f)
-        .delete("u.txt", Origin::Unknown)
+        .delete("u.txt", Origin::Unknown, &f.walked("u.txt"))
         .expect("delete");
     assert_eq!(out, LocalOutcome::Deleted);
     assert!(!p.exists());
@@ -157,7 +176,9 @@ fn a_symbolic_link_at_the_leaf_is_kept_and_not_followed() {
     std::fs::remove_file(&p).expect("rm");
     symlink(f.outside.join("secret.txt"), &p).expect("link");
     for origin in [Origin::Placed, Origin::Unknown] {
-        let out = deleter(&f).delete("a.txt", origin).expect("delete");
+        let out = deleter(&f)
+            .delete("a.txt", origin, &f.walked("a.txt"))
+            .expect("delete");
         assert!(matches!(out, LocalOutcome::Kept(_)), "{out:?}");
     }
     assert!(std::fs::symlink_metadata(&p).expect("link").is_symlink());
@@ -173,7 +194,7 @@ fn a_symbolic_link_in_a_middle_component_is_refused() {
     symlink(f.outside.join("sub"), f.dest.join("sub")).expect("link");
     for origin in [Origin::Placed, Origin::Unknown] {
         let err = deleter(&f)
-            .delete("sub/x.txt", origin)
+            .delete("sub/x.txt", origin, &f.walked("sub/x.txt"))
             .expect_err("refused");
         assert!(
             matches!(err, LocalDeleteError::Fs(FsError::Symlink { .. })),
@@ -206,7 +227,9 @@ fn names_that_are_not_plain_and_relative_are_refused() {
     ];
     for name in names {
         assert_eq!(components(name), None, "{name:?}");
-        let err = deleter(&f).delete(name, Origin::Unknown).expect_err(name);
+        let err = deleter(&f)
+            .delete(name, Origin::Unknown, &f.walked("a/b.txt"))
+            .expect_err(name);
         assert!(
             matches!(err, LocalDeleteError::BadName { .. }),
             "{name:?}: {err}"
@@ -228,24 +251,29 @@ fn what_is_gone_or_not_a_file_is_left_alone() {
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     let d = deleter(&f);
     assert_eq!(
-        d.delete("gone", Origin::Placed).expect("gone"),
+        d.delete("gone", Origin::Placed, &f.walked("gone"))
+            .expect("gone"),
         LocalOutcome::AlreadyGone
     );
     assert_eq!(
-        d.delete("no/such/x", Origin::Placed).expect("gone"),
+        d.delete("no/such/x", Origin::Placed, &f.walked("no/such/x"))
+            .expect("gone"),
         LocalOutcome::AlreadyGone
     );
     assert_eq!(
-        d.delete("file/x", Origin::Placed).expect("gone"),
+        d.delete("file/x", Origin::Placed, &f.walked("file/x"))
+            .expect("gone"),
         LocalOutcome::AlreadyGone
     );
     for name in ["folder", "fifo"] {
-        let out = d.delete(name, Origin::Unknown).expect(name);
+        let out = d
+            .delete(name, Origin::Unknown, &f.walked(name))
+            .expect(name);
         assert!(matches!(out, LocalOutcome::Kept(_)), "{name}: {out:?}");
     }
     assert!(f.dest.join("folder/inner").is_dir());
     assert!(f.dest.join("fifo").exists());
-    assert!(d.delete("..", Origin::Unknown).is_err());
+    assert!(d.delete("..", Origin::Unknown, &f.walked("file")).is_err());
     assert!(LocalDeleter::open(&f.dest.join("file"), &f.index).is_err());
     assert!(LocalDeleter::open(&f.dest.join("missing"), &f.index).is_err());
     assert!(!f.dest.join("missing").exists());
@@ -263,6 +291,7 @@ fn a_folder_swapped_for_a_link_during_the_delete_never_leads_outside() {
     let (d_path, real, link_to) = (f.dest.join("d"), f.dest.join("d.real"), f.outside.join("d"));
     for round in 0..40 {
         f.unknown("d/f.txt", "DEST's own");
+        let walked = f.walked("d/f.txt");
         let start = std::sync::Arc::new(std::sync::Barrier::new(2));
         let swapper = {
             let (d_path, real, link_to, start) =
@@ -282,7 +311,7 @@ fn a_folder_swapped_for_a_link_during_the_delete_never_leads_outside() {
         let d = deleter(&f);
         let mut outcomes = Vec::new();
         for _ in 0..20 {
-            outcomes.push(d.delete("d/f.txt", Origin::Unknown));
+            outcomes.push(d.delete("d/f.txt", Origin::Unknown, &walked));
         }
         swapper.join().expect("swapper");
         for out in &outcomes {
@@ -355,4 +384,83 @@ fn a_file_replaced_after_the_last_check_is_put_back_not_deleted() {
         LocalOutcome::AlreadyGone
     );
     assert!(strays(&f.dest).is_empty(), "{:?}", strays(&f.dest));
+}
+
+/// Writes `body` over `p` in place and puts its modification time back to
+/// the walk's, again until the change time has moved on (the clock's tick):
+/// then only the change time tells the edit.
+fn edit_keeping_size_and_time(p: &Path, walked: &entry::FileStat) {
+    let ctime = |p: &Path| crate::sync::tree::file_stat(&std::fs::metadata(p).expect("stat"));
+    let walked_ctime = walked.identity.map(|i| i.ctime_ns);
+    loop {
+        std::fs::write(p, "WALKED").expect("edit");
+        set_mtime(p, walked.mtime_ns);
+        if ctime(p).identity.map(|i| i.ctime_ns) != walked_ctime {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Saves a new file over `p` (an editor's write-and-rename) with the same
+/// size and modification time: only the inode tells.
+fn save_over_keeping_size_and_time(p: &Path, walked: &entry::FileStat) {
+    let tmp = p.with_extension("saving");
+    std::fs::write(&tmp, "WALKED").expect("new file");
+    set_mtime(&tmp, walked.mtime_ns);
+    std::fs::rename(&tmp, p).expect("save over");
+}
+
+fn edit_longer(p: &Path, _: &entry::FileStat) {
+    std::fs::write(p, "walked, then edited").expect("edit");
+}
+
+fn set_mtime(p: &Path, mtime_ns: i64) {
+    let at = std::time::UNIX_EPOCH
+        + std::time::Duration::from_nanos(u64::try_from(mtime_ns).expect("after 1970"));
+    let file = std::fs::File::options().write(true).open(p).expect("open");
+    file.set_modified(at).expect("mtime");
+}
+
+/// The seam between the walk and the delete: a file the walk saw and that
+/// was then edited or saved over is kept, with its reason, whatever its
+/// origin (with `--delete-unknown` nothing else would stop an unknown one),
+/// and whatever the edit: longer; the same size with its modification time
+/// put back (the change time tells); a new file saved over it with the same
+/// size and time (the inode tells). The same files, not edited, are deleted.
+#[test]
+fn a_file_edited_after_the_walk_is_kept_whatever_its_origin() {
+    type Edit = fn(&Path, &entry::FileStat);
+    let f = Fixture::new("del-after-walk");
+    let edits: [(&str, Edit); 3] = [
+        ("longer", edit_longer),
+        ("same-size-and-time", edit_keeping_size_and_time),
+        ("saved-over", save_over_keeping_size_and_time),
+    ];
+    let origins = [Origin::Placed, Origin::ChangedSincePlaced, Origin::Unknown];
+    for (o, origin) in origins.into_iter().enumerate() {
+        for (how, edit) in edits {
+            let name = format!("{o}/{how}.txt");
+            let p = match origin {
+                Origin::Placed => f.place(&name, "walked"),
+                _ => f.unknown(&name, "walked"),
+            };
+            let walked = f.walked(&name);
+            edit(&p, &walked);
+            let out = deleter(&f).delete(&name, origin, &walked).expect("delete");
+            let want = LocalOutcome::Kept(CHANGED_SINCE_WALK.to_string());
+            assert_eq!(out, want, "{name}");
+            // The edit is what is there: kept, not put back from aside.
+            assert_ne!(std::fs::read_to_string(&p).expect("kept"), "walked");
+
+            let name = format!("{o}/{how}.untouched");
+            let q = f.unknown(&name, "walked");
+            let out = deleter(&f)
+                .delete(&name, Origin::Unknown, &f.walked(&name))
+                .expect("delete");
+            assert_eq!(out, LocalOutcome::Deleted, "{name}");
+            assert!(!q.exists());
+        }
+    }
+    assert!(strays(&f.dest).is_empty());
 }

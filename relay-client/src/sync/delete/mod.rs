@@ -8,8 +8,8 @@
 //! in name order and hands each candidate to the destination's executor:
 //!
 //! - [`local`]: files below DEST, by descriptor, never through a link,
-//!   only regular files, and a file this machine placed only while its
-//!   `stat` still matches the index;
+//!   only regular files, only while their `stat` is still the walk's, and a
+//!   file this machine placed only while its `stat` still matches the index;
 //! - [`remote`]: blobs through a [`RemoteDeleter`] (the relay's Delete,
 //!   `If-Match` the listed ETag, or direct), a few in flight, the first
 //!   refusal stopping them all.
@@ -151,12 +151,14 @@ fn local_all<E: std::error::Error>(
     for c in candidates {
         let c = c.map_err(|e| Stop::Spill(e.to_string()))?;
         let outcome = match &c {
-            DeleteCandidate::Local { name, origin } => match deleter.delete(name, *origin) {
-                Ok(LocalOutcome::Deleted) => Outcome::Deleted,
-                Ok(LocalOutcome::AlreadyGone) => Outcome::AlreadyGone,
-                Ok(LocalOutcome::Kept(why)) => Outcome::KeptChanged(why),
-                Err(e) => Outcome::Failed(e.to_string()),
-            },
+            DeleteCandidate::Local { name, origin, stat } => {
+                match deleter.delete(name, *origin, stat) {
+                    Ok(LocalOutcome::Deleted) => Outcome::Deleted,
+                    Ok(LocalOutcome::AlreadyGone) => Outcome::AlreadyGone,
+                    Ok(LocalOutcome::Kept(why)) => Outcome::KeptChanged(why),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
             DeleteCandidate::Remote { .. } => {
                 Outcome::Failed("a blob in a local destination's batch".to_string())
             }

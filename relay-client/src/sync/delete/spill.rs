@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use relay_proto::sync::delete::{DeleteCandidate, Origin, SpillStore};
-use rusqlite::{Connection, params};
+use relay_proto::sync::entry::{FileStat, Identity};
+use rusqlite::{Connection, Row, params};
 
 use crate::index::Index;
 
@@ -73,7 +74,12 @@ impl SqliteSpill {
                     kind INTEGER NOT NULL,
                     name TEXT NOT NULL,
                     etag TEXT,
-                    origin INTEGER
+                    origin INTEGER,
+                    size INTEGER,
+                    mtime_ns INTEGER,
+                    ino INTEGER,
+                    dev INTEGER,
+                    ctime_ns INTEGER
                  );"
             ))
             .map_err(err)?;
@@ -137,6 +143,58 @@ fn origin_of(code: Option<i64>) -> Option<Origin> {
     }
 }
 
+/// A local candidate's walk `stat` as columns. SQLite's integers are
+/// signed 64-bit: sizes, inodes and devices are stored by their bits
+/// (`as i64`, and back with `as u64`), which keeps every value exact.
+struct StatColumns {
+    size: Option<i64>,
+    mtime_ns: Option<i64>,
+    ino: Option<i64>,
+    dev: Option<i64>,
+    ctime_ns: Option<i64>,
+}
+
+impl StatColumns {
+    fn of(stat: Option<&FileStat>) -> Self {
+        let id = stat.and_then(|s| s.identity);
+        Self {
+            size: stat.map(|s| s.size as i64),
+            mtime_ns: stat.map(|s| s.mtime_ns),
+            ino: id.map(|i| i.ino as i64),
+            dev: id.map(|i| i.dev as i64),
+            ctime_ns: id.map(|i| i.ctime_ns),
+        }
+    }
+
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            size: row.get(5)?,
+            mtime_ns: row.get(6)?,
+            ino: row.get(7)?,
+            dev: row.get(8)?,
+            ctime_ns: row.get(9)?,
+        })
+    }
+
+    /// The stat back, or `None` if the row has no size or time (not a
+    /// local candidate's row).
+    fn stat(&self) -> Option<FileStat> {
+        let identity = match (self.ino, self.dev, self.ctime_ns) {
+            (Some(ino), Some(dev), Some(ctime_ns)) => Some(Identity {
+                ino: ino as u64,
+                dev: dev as u64,
+                ctime_ns,
+            }),
+            _ => None,
+        };
+        Some(FileStat {
+            size: self.size? as u64,
+            mtime_ns: self.mtime_ns?,
+            identity,
+        })
+    }
+}
+
 impl SpillStore for SqliteSpill {
     type Error = SpillError;
     type Replay<'a> = SpillReplay<'a>;
@@ -147,18 +205,24 @@ impl SpillStore for SqliteSpill {
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO spill (kind, name, etag, origin) VALUES (?1, ?2, ?3, ?4)",
+                    "INSERT INTO spill (kind, name, etag, origin, size, mtime_ns, ino, dev, ctime_ns)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )
                 .map_err(|e| self.err(e))?;
             for c in batch {
-                let (kind, name, etag, origin) = match c {
-                    DeleteCandidate::Remote { name, etag } => (REMOTE, name, Some(etag), None),
-                    DeleteCandidate::Local { name, origin } => {
-                        (LOCAL, name, None, Some(origin_code(*origin)))
+                let (kind, name, etag, origin, stat) = match c {
+                    DeleteCandidate::Remote { name, etag } => {
+                        (REMOTE, name, Some(etag), None, None)
+                    }
+                    DeleteCandidate::Local { name, origin, stat } => {
+                        (LOCAL, name, None, Some(origin_code(*origin)), Some(*stat))
                     }
                 };
+                let s = StatColumns::of(stat.as_ref());
                 insert
-                    .execute(params![kind, name, etag, origin])
+                    .execute(params![
+                        kind, name, etag, origin, s.size, s.mtime_ns, s.ino, s.dev, s.ctime_ns
+                    ])
                     .map_err(|e| self.err(e))?;
             }
         }
@@ -236,7 +300,7 @@ impl SpillReplay<'_> {
         let db = spill.conn();
         let mut stmt = db
             .prepare_cached(
-                "SELECT rowid, kind, name, etag, origin FROM spill
+                "SELECT rowid, kind, name, etag, origin, size, mtime_ns, ino, dev, ctime_ns FROM spill
                  WHERE rowid > ?1 ORDER BY rowid LIMIT ?2",
             )
             .map_err(|e| spill.err(e))?;
@@ -251,13 +315,16 @@ impl SpillReplay<'_> {
             let name: String = row.get(2).map_err(|e| spill.err(e))?;
             let etag: Option<String> = row.get(3).map_err(|e| spill.err(e))?;
             let origin = origin_of(row.get(4).map_err(|e| spill.err(e))?);
+            let stat = StatColumns::read(row).map_err(|e| spill.err(e))?.stat();
             let bad = || SpillError::BadRow {
                 file: spill.file.clone(),
                 kind,
             };
-            let candidate = match (kind, etag, origin) {
-                (REMOTE, Some(etag), None) => DeleteCandidate::Remote { name, etag },
-                (LOCAL, None, Some(origin)) => DeleteCandidate::Local { name, origin },
+            let candidate = match (kind, etag, origin, stat) {
+                (REMOTE, Some(etag), None, None) => DeleteCandidate::Remote { name, etag },
+                (LOCAL, None, Some(origin), Some(stat)) => {
+                    DeleteCandidate::Local { name, origin, stat }
+                }
                 _ => return Err(bad()),
             };
             self.held.push_back(candidate);

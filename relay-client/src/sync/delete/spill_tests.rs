@@ -13,6 +13,19 @@ fn remote(i: usize) -> DeleteCandidate {
     }
 }
 
+/// A walk's stat, with values at the edges of SQLite's signed integers.
+fn walked(size: u64, ino: u64) -> FileStat {
+    FileStat {
+        size,
+        mtime_ns: -5,
+        identity: Some(Identity {
+            ino,
+            dev: u64::MAX - 1,
+            ctime_ns: i64::MIN,
+        }),
+    }
+}
+
 #[test]
 fn replays_every_kind_in_the_order_appended() {
     let s = Scratch::new("spill-order");
@@ -22,10 +35,16 @@ fn replays_every_kind_in_the_order_appended() {
         DeleteCandidate::Local {
             name: "b/é.txt".into(),
             origin: Origin::Placed,
+            stat: walked(u64::MAX, 1),
         },
         DeleteCandidate::Local {
             name: "a".into(),
             origin: Origin::Unknown,
+            stat: FileStat {
+                size: 0,
+                mtime_ns: 0,
+                identity: None,
+            },
         },
     ];
     spill.append(&batch).expect("append");
@@ -33,6 +52,7 @@ fn replays_every_kind_in_the_order_appended() {
         DeleteCandidate::Local {
             name: "c".into(),
             origin: Origin::ChangedSincePlaced,
+            stat: walked(7, u64::MAX),
         },
         remote(1),
     ];

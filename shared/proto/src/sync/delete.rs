@@ -16,6 +16,7 @@
 
 use std::str::FromStr;
 
+use super::entry::FileStat;
 use super::join::Completion;
 
 /// Where a local file came from, as far as the index knows.
@@ -34,13 +35,13 @@ pub enum Origin {
 pub enum DeleteCandidate {
     /// A blob, deleted only if it is still the version listed (`If-Match`
     /// this ETag): a blob written after the listing is never removed.
-    Remote {
-        name: String,
-        etag: String,
-    },
+    Remote { name: String, etag: String },
+    /// A local file, deleted only if it is still the file the walk saw
+    /// (`stat`): one saved over or edited after the walk is someone's work.
     Local {
         name: String,
         origin: Origin,
+        stat: FileStat,
     },
 }
 

@@ -25,6 +25,11 @@ fn local(name: &str, origin: Origin) -> DeleteCandidate {
     DeleteCandidate::Local {
         name: name.into(),
         origin,
+        stat: crate::sync::entry::FileStat {
+            size: 1,
+            mtime_ns: 1,
+            identity: None,
+        },
     }
 }
 

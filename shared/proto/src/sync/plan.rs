@@ -243,6 +243,7 @@ fn local_only<F: FnMut(&str) -> Option<IndexRecord>>(
     DownloadDecision::Delete(DeleteCandidate::Local {
         name: local.name,
         origin,
+        stat: local.stat,
     })
 }
 

@@ -104,11 +104,13 @@ fn a_download_fetches_the_new_keeps_conflicts_and_knows_what_it_placed() {
             },
             DownloadDecision::Delete(DeleteCandidate::Local {
                 name: "x".into(),
-                origin: Origin::Placed
+                origin: Origin::Placed,
+                stat: stat(4, 1),
             }),
             DownloadDecision::Delete(DeleteCandidate::Local {
                 name: "y".into(),
-                origin: Origin::Unknown
+                origin: Origin::Unknown,
+                stat: stat(4, 1),
             }),
         ]
     );
@@ -149,7 +151,9 @@ fn a_local_file_changed_since_placed_is_marked_so_for_the_delete_rules() {
         plan.next(),
         Some(Ok(DownloadDecision::Delete(DeleteCandidate::Local {
             name: "x".into(),
-            origin: Origin::ChangedSincePlaced
+            origin: Origin::ChangedSincePlaced,
+            // The walk's stat, carried for the delete's last check.
+            stat: stat(4, 7),
         })))
     );
     assert_eq!(plan.next(), None);
