@@ -1,0 +1,160 @@
+//! One directory's entries in the merge's order, in memory bounded by a
+//! configured width rather than by the directory's size.
+//!
+//! A directory of up to `width` entries is sorted in memory (one `Vec`, as
+//! it always was). A wider one is read in chunks of `width`: each chunk is
+//! sorted and handed to the tree to spill ([`Tree::spill`]: the client
+//! writes it to an unlinked temporary file), and the sorted runs are merged
+//! k-way while the walk yields, holding one entry per run. The order is the
+//! same total order either way ([`NameOrder::compare_child`]), so a wide
+//! directory and its subfolders come out exactly as a narrow one's.
+//!
+//! [`Tree::spill`]: super::walk_order::Tree::spill
+
+use super::order::NameOrder;
+use super::walk_order::Child;
+
+/// Entries of one directory sorted in memory before the rest go to sorted
+/// runs: about 100 bytes a name, so some 10 MB at the most per directory on
+/// the walk's path.
+pub const SORT_IN_MEMORY: usize = 100_000;
+
+/// A spilled run read back, in the order it was written; an `Err` is a run
+/// that could not be read back (the directory is incomplete from there).
+pub type Run<F> = Box<dyn Iterator<Item = Result<Child<F>, String>>>;
+
+/// The key a directory entry sorts by: its name, and whether it stands for
+/// a folder (`name/`). A failed entry sorts first, as it always did.
+pub fn child_key<F>(c: &Child<F>) -> (&str, bool) {
+    match c {
+        Child::File { name, .. } => (name.as_str(), false),
+        Child::Dir { name } => (name.as_str(), true),
+        Child::Failed(_) => ("", false),
+    }
+}
+
+/// A directory's entries, sorted: in memory, or merged from runs.
+pub enum Sorted<F> {
+    Memory(std::vec::IntoIter<Child<F>>),
+    Merged(Merge<F>),
+}
+
+impl<F> Sorted<F> {
+    /// Entries (or run heads) held in memory now.
+    pub fn held(&self) -> usize {
+        match self {
+            Sorted::Memory(rest) => rest.len(),
+            Sorted::Merged(m) => m.heads.len(),
+        }
+    }
+}
+
+impl<F> Iterator for Sorted<F> {
+    type Item = Result<Child<F>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Sorted::Memory(rest) => rest.next().map(Ok),
+            Sorted::Merged(m) => m.next(),
+        }
+    }
+}
+
+/// Sorts `entries` into `order`, in memory if there are at most `width` of
+/// them, else through runs of `width` handed to `spill`. A spill that fails
+/// fails the whole directory (nothing of it was handed out yet).
+pub fn sorted<F, I, S>(
+    entries: I,
+    order: NameOrder,
+    width: usize,
+    mut spill: S,
+) -> Result<Sorted<F>, String>
+where
+    I: Iterator<Item = Child<F>>,
+    S: FnMut(Vec<Child<F>>) -> Result<Run<F>, String>,
+{
+    let width = width.max(1);
+    let mut chunk = Vec::new();
+    let mut runs = Vec::new();
+    for child in entries {
+        // Spilled only once one more arrives: a directory of exactly
+        // `width` entries stays in memory.
+        if chunk.len() == width {
+            order.sort_children(&mut chunk, child_key);
+            runs.push(spill(std::mem::take(&mut chunk))?);
+        }
+        chunk.push(child);
+    }
+    order.sort_children(&mut chunk, child_key);
+    if runs.is_empty() {
+        return Ok(Sorted::Memory(chunk.into_iter()));
+    }
+    // The last chunk is spilled too, so a merge holds only its runs' heads
+    // while the walk goes down into the directory's subfolders.
+    if !chunk.is_empty() {
+        runs.push(spill(chunk)?);
+    }
+    Merge::new(order, runs).map(Sorted::Merged)
+}
+
+/// A k-way merge of sorted runs, one entry of each in hand.
+pub struct Merge<F> {
+    order: NameOrder,
+    heads: Vec<(Child<F>, Run<F>)>,
+    /// A run that broke while refilling: reported on the next call.
+    broken: Option<String>,
+}
+
+impl<F> Merge<F> {
+    /// Takes each run's first entry; a run that cannot be read at all fails
+    /// the directory.
+    pub fn new(order: NameOrder, runs: Vec<Run<F>>) -> Result<Self, String> {
+        let mut heads = Vec::with_capacity(runs.len());
+        for mut run in runs {
+            match run.next() {
+                Some(Ok(head)) => heads.push((head, run)),
+                Some(Err(why)) => return Err(why),
+                None => {}
+            }
+        }
+        Ok(Self {
+            order,
+            heads,
+            broken: None,
+        })
+    }
+}
+
+impl<F> Iterator for Merge<F> {
+    type Item = Result<Child<F>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(why) = self.broken.take() {
+            return Some(Err(why));
+        }
+        // A linear scan: runs are few (a directory's width over the bound).
+        let mut least = 0;
+        for i in 1..self.heads.len() {
+            let (a, b) = (child_key(&self.heads[i].0), child_key(&self.heads[least].0));
+            if self.order.compare_child(a, b).is_lt() {
+                least = i;
+            }
+        }
+        let (_, run) = self.heads.get_mut(least)?;
+        match run.next() {
+            Some(Ok(next)) => Some(Ok(std::mem::replace(&mut self.heads[least].0, next))),
+            refill => {
+                // The run ended, or broke: its head is still handed out, in
+                // order; the break is reported next and the others go on.
+                if let Some(Err(why)) = refill {
+                    self.broken = Some(why);
+                }
+                Some(Ok(self.heads.swap_remove(least).0))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "wide_dir_tests.rs"]
+mod tests;
