@@ -5,7 +5,8 @@
 //!
 //! - `tree`: the local walk in the merge's order (`std::fs`, no links
 //!   followed, gaps for what cannot be read); `remote`: the listing as the
-//!   merge's input; `hash`: a local file hashed while it stays one file.
+//!   merge's input (`runs`: a folder too wide to sort in memory, its sorted
+//!   runs in a temporary file); `hash`: a local file hashed while it stays one file.
 //! - `planner`: the plan on a blocking thread, decisions settled there or
 //!   handed to the runner through a bounded channel; `drive`: the listing
 //!   task, the planner and the runner together.
@@ -24,5 +25,6 @@ pub mod hash;
 pub mod planner;
 pub mod record;
 pub mod remote;
+pub mod runs;
 pub mod tree;
 pub mod upload;

@@ -35,7 +35,7 @@ pub enum Child<F> {
 
 /// A file system as the walk reads it.
 pub trait Tree {
-    type File: 'static;
+    type File: Send + 'static;
     /// A directory's entries as they are read: the walk holds at most its
     /// width bound of them at once.
     type Entries: Iterator<Item = Child<Self::File>>;

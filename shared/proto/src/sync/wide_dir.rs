@@ -21,7 +21,7 @@ pub const SORT_IN_MEMORY: usize = 100_000;
 
 /// A spilled run read back, in the order it was written; an `Err` is a run
 /// that could not be read back (the directory is incomplete from there).
-pub type Run<F> = Box<dyn Iterator<Item = Result<Child<F>, String>>>;
+pub type Run<F> = Box<dyn Iterator<Item = Result<Child<F>, String>> + Send>;
 
 /// The key a directory entry sorts by: its name, and whether it stands for
 /// a folder (`name/`). A failed entry sorts first, as it always did.
