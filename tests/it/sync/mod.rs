@@ -9,6 +9,7 @@ mod deletes;
 mod download;
 mod interrupt;
 mod upload;
+mod wide;
 
 use std::path::Path;
 

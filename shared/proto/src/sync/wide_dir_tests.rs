@@ -19,12 +19,25 @@ const ORDERS: [NameOrder; 2] = [NameOrder::Utf8, NameOrder::Utf16];
 /// orders: `-`, `.`, `0`, case, Latin-1, CJK, U+FF01 (fullwidth, after
 /// the surrogates in UTF-16) and an emoji (a surrogate pair).
 const CHARS: [char; 12] = [
-    '-', '.', '0', 'a', 'A', 'b', ' ', '\u{e9}', '\u{4E2D}', '\u{FF01}', '\u{1F600}', 'Z',
+    '-',
+    '.',
+    '0',
+    'a',
+    'A',
+    'b',
+    ' ',
+    '\u{e9}',
+    '\u{4E2D}',
+    '\u{FF01}',
+    '\u{1F600}',
+    'Z',
 ];
 
 fn random_name(rng: &mut StdRng) -> String {
     let len = rng.random_range(1..=4);
-    (0..len).filter_map(|_| CHARS.choose(rng).copied()).collect()
+    (0..len)
+        .filter_map(|_| CHARS.choose(rng).copied())
+        .collect()
 }
 
 /// A tree whose spills are counted and may fail: to write (`fail_spill`)
@@ -70,7 +83,10 @@ impl Tree for Spilling {
 fn walk(tree: impl Tree<File = u64>, order: NameOrder, width: usize) -> Vec<String> {
     SortedWalk::new(tree, order)
         .with_width(width)
-        .map(|w| w.map(|w| w.name).unwrap_or_else(|Gap(why)| format!("gap: {why}")))
+        .map(|w| {
+            w.map(|w| w.name)
+                .unwrap_or_else(|Gap(why)| format!("gap: {why}"))
+        })
         .collect()
 }
 
@@ -86,7 +102,13 @@ fn a_flat_folder_sorted_in_runs_comes_out_in_the_in_memory_order() {
         let files: Vec<String> = names
             .iter()
             .enumerate()
-            .map(|(i, n)| if i % 3 == 0 { format!("{n}/x") } else { n.clone() })
+            .map(|(i, n)| {
+                if i % 3 == 0 {
+                    format!("{n}/x")
+                } else {
+                    n.clone()
+                }
+            })
             .collect();
         let mut shuffled = files.clone();
         shuffled.shuffle(&mut rng);
@@ -162,7 +184,12 @@ fn a_run_that_breaks_on_reading_back_is_a_gap_and_the_other_runs_go_on() {
     let got = walk(spilling, NameOrder::Utf16, 2);
     // Runs {a,b} {c,d} {e,f} (sorted per chunk of the reversed listing:
     // {e,f} {c,d} {a,b}); each hands out its first entry then breaks.
-    assert_eq!(got.iter().filter(|g| g.starts_with("gap: w: run unreadable")).count(), 3);
+    assert_eq!(
+        got.iter()
+            .filter(|g| g.starts_with("gap: w: run unreadable"))
+            .count(),
+        3
+    );
     let names: Vec<&String> = got.iter().filter(|g| !g.starts_with("gap")).collect();
     assert_eq!(names, ["w/a", "w/c", "w/e", "x"]);
 }
