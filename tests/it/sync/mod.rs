@@ -8,6 +8,7 @@
 mod deletes;
 mod download;
 mod interrupt;
+mod names;
 mod upload;
 mod wide;
 
