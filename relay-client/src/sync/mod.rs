@@ -10,6 +10,8 @@
 //! - `planner`: the plan on a blocking thread, decisions settled there or
 //!   handed to the runner through a bounded channel; `drive`: the listing
 //!   task, the planner and the runner together.
+//! - `spelling`: a new file's path that a case-folding file system would
+//!   put under another spelling, refused before it is fetched.
 //! - `upload`, `download`: each decision through the upload or download
 //!   driver; `record`: the index's rows; `counts`: the run's counts.
 //! - `deletes`: the verdict on the delete set, last; [`delete`]: carrying it
@@ -26,5 +28,6 @@ pub mod planner;
 pub mod record;
 pub mod remote;
 pub mod runs;
+pub mod spelling;
 pub mod tree;
 pub mod upload;

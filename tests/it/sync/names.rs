@@ -12,7 +12,10 @@ use relay_tests::sync_folded::sync_in_exfat;
 
 use super::{ok, sync};
 
-const ROUNDS: usize = 3;
+/// Fresh folders (the race: which blob makes the folder first), each
+/// synced `RERUNS` times.
+const RACES: usize = 30;
+const RERUNS: usize = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
@@ -23,7 +26,7 @@ async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
     let (relay, c) = setup("sync-fold", None).await;
     let src = Scratch::new("sync-fold");
     let mut sha = BTreeMap::new();
-    for (i, name) in ["A.txt", "a.txt", "Dir/x", "dir/x", "other.bin"]
+    for (i, name) in ["A.txt", "a.txt", "Dir/x", "dir/x", "dir/z", "other.bin"]
         .iter()
         .enumerate()
     {
@@ -52,30 +55,58 @@ async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
             a.extend(relay_flags(&relay));
             a
         },
-        ROUNDS,
+        RACES * RERUNS,
+        RERUNS,
+        &index,
     )
     .await
     .unwrap_or_else(|why| panic!("exFAT through FUSE is installed but failed: {why}"));
+    assert_eq!(runs.len(), RACES * RERUNS);
     for (round, run) in runs.iter().enumerate() {
         let ctx = format!(
             "round {round}: rc {:?}\n{}\n{}",
             run.code, run.stdout, run.stderr
         );
-        // Each file holds the bytes of the blob of its own name, exactly.
+        // Each file holds the bytes of the blob of its own name, exactly:
+        // never another blob's, never under a folder spelled otherwise.
         for (path, digest) in &run.sums {
             assert_eq!(sha.get(path), Some(digest), "{path}: {ctx}");
         }
-        // One of each pair, and the same one every round.
-        assert_eq!(run.sums.len(), 3, "{ctx}");
-        assert_eq!(run.sums, runs[0].sums, "{ctx}");
+        // One of `A.txt`/`a.txt`; the folder one spelling, whichever blob
+        // made it first (`Dir/x` alone, or `dir/x` and `dir/z`); the same
+        // files every round.
+        let placed: Vec<&str> = run.sums.iter().map(|(p, _)| p.as_str()).collect();
+        let txt = placed.iter().filter(|p| p.ends_with(".txt")).count();
+        let dirs: std::collections::BTreeSet<&str> = placed
+            .iter()
+            .filter_map(|p| p.split_once('/').map(|d| d.0))
+            .collect();
+        assert_eq!((txt, dirs.len()), (1, 1), "{ctx}");
+        assert!(placed.contains(&"other.bin"), "{ctx}");
+        assert_eq!(run.sums, runs[round - round % RERUNS].sums, "{ctx}");
         let v: serde_json::Value =
             serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {ctx}"));
         let y = &v["sync"];
-        // Never both reported synced: the second of each pair fails.
+        // Never reported synced unless placed: the rest are conflicts.
         let synced =
             y["fetched"].as_u64().unwrap_or(0) + y["skipped_unchanged"].as_u64().unwrap_or(0);
-        assert_eq!(synced, 3, "{ctx}");
-        assert_ne!(run.code, Some(0), "{ctx}");
+        // Fetched the first time, found unchanged on each re-run.
+        let (fetched, skipped) = (y["fetched"].as_u64(), y["skipped_unchanged"].as_u64());
+        let n = Some(placed.len() as u64);
+        let want = if round % RERUNS == 0 {
+            (n, Some(0))
+        } else {
+            (Some(0), n)
+        };
+        assert_eq!((fetched, skipped), want, "{ctx}");
+        assert_eq!(synced, placed.len() as u64, "{ctx}");
+        assert_eq!(
+            y["conflicts"].as_u64(),
+            Some((sha.len() - placed.len()) as u64),
+            "{ctx}"
+        );
+        assert_eq!(y["deleted"].as_u64().unwrap_or(0), 0, "{ctx}");
+        assert_eq!(run.code, Some(1), "{ctx}");
     }
     // Nothing of the source's removed either.
     for name in sha.keys() {
