@@ -242,7 +242,7 @@ mod tests {
         let stat = |n: u64| FileStat {
             size: n,
             mtime_ns: -(n as i64),
-            identity: (n % 2 == 0).then_some(Identity {
+            identity: n.is_multiple_of(2).then_some(Identity {
                 ino: n,
                 dev: 7,
                 ctime_ns: n as i64 * 3,

@@ -27,16 +27,13 @@ pub fn misspelled(root: &Path, comps: &[&str], spelled: &Spelled) -> Option<(Str
     let mut dir = root.to_path_buf();
     for (i, name) in comps.iter().enumerate() {
         let is_folder = i + 1 < comps.len();
-        if !(is_folder && known) {
-            if let Some(found) = other_spelling(&dir, name) {
-                let wanted = comps[..=i].join("/");
-                let on_disk = comps[..i]
-                    .iter()
-                    .copied()
-                    .chain([found.as_str()])
-                    .collect::<Vec<_>>();
-                return Some((wanted, on_disk.join("/")));
-            }
+        // A folder already found spelled right is not read again.
+        let checked = is_folder && known;
+        if let Some(found) = (!checked).then(|| other_spelling(&dir, name)).flatten() {
+            let wanted = comps[..=i].join("/");
+            let mut on_disk: Vec<&str> = comps[..i].to_vec();
+            on_disk.push(&found);
+            return Some((wanted, on_disk.join("/")));
         }
         dir.push(name);
     }
