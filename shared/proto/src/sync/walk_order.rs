@@ -15,23 +15,8 @@
 
 use super::join::Gap;
 use super::order::NameOrder;
+pub use super::wide_dir::Child;
 use super::wide_dir::{Run, SORT_IN_MEMORY, Sorted, sorted};
-
-/// One entry of a directory as the file system gives it, its name already
-/// mapped to the blob name's segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Child<F> {
-    File {
-        name: String,
-        file: F,
-    },
-    Dir {
-        name: String,
-    },
-    /// An entry that cannot be walked (a name not valid UTF-8, a `stat`
-    /// that failed): the source is incomplete there.
-    Failed(String),
-}
 
 /// A file system as the walk reads it.
 pub trait Tree {

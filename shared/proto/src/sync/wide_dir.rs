@@ -3,16 +3,31 @@
 //!
 //! A directory of up to `width` entries is sorted in memory (one `Vec`, as
 //! it always was). A wider one is read in chunks of `width`: each chunk is
-//! sorted and handed to the tree to spill ([`Tree::spill`]: the client
+//! sorted and handed to the tree to spill (the walk's `Tree::spill`: the client
 //! writes it to an unlinked temporary file), and the sorted runs are merged
 //! k-way while the walk yields, holding one entry per run. The order is the
 //! same total order either way ([`NameOrder::compare_child`]), so a wide
 //! directory and its subfolders come out exactly as a narrow one's.
 //!
-//! [`Tree::spill`]: super::walk_order::Tree::spill
+//! The walk (`walk_order`) uses this file; this file knows nothing of it.
 
 use super::order::NameOrder;
-use super::walk_order::Child;
+
+/// One entry of a directory as the file system gives it, its name already
+/// mapped to the blob name's segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Child<F> {
+    File {
+        name: String,
+        file: F,
+    },
+    Dir {
+        name: String,
+    },
+    /// An entry that cannot be walked (a name not valid UTF-8, a `stat`
+    /// that failed): the source is incomplete there.
+    Failed(String),
+}
 
 /// Entries of one directory sorted in memory before the rest go to sorted
 /// runs: about 100 bytes a name, so some 10 MB at the most per directory on
