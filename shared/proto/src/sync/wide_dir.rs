@@ -59,7 +59,7 @@ impl<F> Sorted<F> {
     pub fn held(&self) -> usize {
         match self {
             Sorted::Memory(rest) => rest.len(),
-            Sorted::Merged(m) => m.heads.len(),
+            Sorted::Merged(m) => m.len(),
         }
     }
 }
@@ -112,31 +112,68 @@ where
     Merge::new(order, runs).map(Sorted::Merged)
 }
 
-/// A k-way merge of sorted runs, one entry of each in hand.
+/// A k-way merge of sorted runs, one entry of each in hand, the least on
+/// top of a heap (O(log k) a step).
 pub struct Merge<F> {
-    order: NameOrder,
-    heads: Vec<(Child<F>, Run<F>)>,
+    heads: std::collections::BinaryHeap<Head<F>>,
     /// A run that broke while refilling: reported on the next call.
     broken: Option<String>,
 }
+
+/// One run's next entry, ordered so the heap's top is the least name.
+pub struct Head<F> {
+    order: NameOrder,
+    child: Child<F>,
+    run: Run<F>,
+}
+
+impl<F> Ord for Head<F> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: `BinaryHeap` is a max-heap.
+        let (a, b) = (child_key(&self.child), child_key(&other.child));
+        self.order.compare_child(b, a)
+    }
+}
+
+impl<F> PartialOrd for Head<F> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<F> PartialEq for Head<F> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl<F> Eq for Head<F> {}
 
 impl<F> Merge<F> {
     /// Takes each run's first entry; a run that cannot be read at all fails
     /// the directory.
     pub fn new(order: NameOrder, runs: Vec<Run<F>>) -> Result<Self, String> {
-        let mut heads = Vec::with_capacity(runs.len());
+        let mut heads = std::collections::BinaryHeap::with_capacity(runs.len());
         for mut run in runs {
             match run.next() {
-                Some(Ok(head)) => heads.push((head, run)),
+                Some(Ok(child)) => heads.push(Head { order, child, run }),
                 Some(Err(why)) => return Err(why),
                 None => {}
             }
         }
         Ok(Self {
-            order,
             heads,
             broken: None,
         })
+    }
+
+    /// Run heads held now.
+    pub fn len(&self) -> usize {
+        self.heads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heads.is_empty()
     }
 }
 
@@ -147,26 +184,23 @@ impl<F> Iterator for Merge<F> {
         if let Some(why) = self.broken.take() {
             return Some(Err(why));
         }
-        // A linear scan: runs are few (a directory's width over the bound).
-        let mut least = 0;
-        for i in 1..self.heads.len() {
-            let (a, b) = (child_key(&self.heads[i].0), child_key(&self.heads[least].0));
-            if self.order.compare_child(a, b).is_lt() {
-                least = i;
-            }
-        }
-        let (_, run) = self.heads.get_mut(least)?;
+        let Head {
+            order,
+            child,
+            mut run,
+        } = self.heads.pop()?;
         match run.next() {
-            Some(Ok(next)) => Some(Ok(std::mem::replace(&mut self.heads[least].0, next))),
-            refill => {
-                // The run ended, or broke: its head is still handed out, in
-                // order; the break is reported next and the others go on.
-                if let Some(Err(why)) = refill {
-                    self.broken = Some(why);
-                }
-                Some(Ok(self.heads.swap_remove(least).0))
-            }
+            Some(Ok(next)) => self.heads.push(Head {
+                order,
+                child: next,
+                run,
+            }),
+            // The run ended; or it broke: its head is still handed out, in
+            // order, the break is reported next and the other runs go on.
+            Some(Err(why)) => self.broken = Some(why),
+            None => {}
         }
+        Some(Ok(child))
     }
 }
 
