@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use relay_tests::blobs::blob_sha;
 use relay_tests::download_client::{relay_flags, s, setup, tree, upload};
-use relay_tests::download_local::exfat_missing;
+use relay_tests::download_local::{FoldedRun, exfat_missing};
 use relay_tests::files::{Scratch, sha256_file, write_random};
 use relay_tests::sync_folded::sync_in_exfat;
 
@@ -63,50 +63,7 @@ async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
     .unwrap_or_else(|why| panic!("exFAT through FUSE is installed but failed: {why}"));
     assert_eq!(runs.len(), RACES * RERUNS);
     for (round, run) in runs.iter().enumerate() {
-        let ctx = format!(
-            "round {round}: rc {:?}\n{}\n{}",
-            run.code, run.stdout, run.stderr
-        );
-        // Each file holds the bytes of the blob of its own name, exactly:
-        // never another blob's, never under a folder spelled otherwise.
-        for (path, digest) in &run.sums {
-            assert_eq!(sha.get(path), Some(digest), "{path}: {ctx}");
-        }
-        // One of `A.txt`/`a.txt`; the folder one spelling, whichever blob
-        // made it first (`Dir/x` alone, or `dir/x` and `dir/z`); the same
-        // files every round.
-        let placed: Vec<&str> = run.sums.iter().map(|(p, _)| p.as_str()).collect();
-        let txt = placed.iter().filter(|p| p.ends_with(".txt")).count();
-        let dirs: std::collections::BTreeSet<&str> = placed
-            .iter()
-            .filter_map(|p| p.split_once('/').map(|d| d.0))
-            .collect();
-        assert_eq!((txt, dirs.len()), (1, 1), "{ctx}");
-        assert!(placed.contains(&"other.bin"), "{ctx}");
-        assert_eq!(run.sums, runs[round - round % RERUNS].sums, "{ctx}");
-        let v: serde_json::Value =
-            serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {ctx}"));
-        let y = &v["sync"];
-        // Never reported synced unless placed: the rest are conflicts.
-        let synced =
-            y["fetched"].as_u64().unwrap_or(0) + y["skipped_unchanged"].as_u64().unwrap_or(0);
-        // Fetched the first time, found unchanged on each re-run.
-        let (fetched, skipped) = (y["fetched"].as_u64(), y["skipped_unchanged"].as_u64());
-        let n = Some(placed.len() as u64);
-        let want = if round % RERUNS == 0 {
-            (n, Some(0))
-        } else {
-            (Some(0), n)
-        };
-        assert_eq!((fetched, skipped), want, "{ctx}");
-        assert_eq!(synced, placed.len() as u64, "{ctx}");
-        assert_eq!(
-            y["conflicts"].as_u64(),
-            Some((sha.len() - placed.len()) as u64),
-            "{ctx}"
-        );
-        assert_eq!(y["deleted"].as_u64().unwrap_or(0), 0, "{ctx}");
-        assert_eq!(run.code, Some(1), "{ctx}");
+        check_round(round, run, &runs[round - round % RERUNS], &sha);
     }
     // Nothing of the source's removed either.
     for name in sha.keys() {
@@ -114,6 +71,53 @@ async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
         assert_eq!(Some(&digest), sha.get(name), "{name}");
     }
     relay.stop().await;
+}
+
+/// One run of the case-folding races: what it placed and what it said.
+fn check_round(round: usize, run: &FoldedRun, first: &FoldedRun, sha: &BTreeMap<String, String>) {
+    let ctx = format!(
+        "round {round}: rc {:?}\n{}\n{}",
+        run.code, run.stdout, run.stderr
+    );
+    // Each file holds the bytes of the blob of its own name, exactly:
+    // never another blob's, never under a folder spelled otherwise.
+    for (path, digest) in &run.sums {
+        assert_eq!(sha.get(path), Some(digest), "{path}: {ctx}");
+    }
+    // One of `A.txt`/`a.txt`; the folder one spelling, whichever blob
+    // made it first (`Dir/x` alone, or `dir/x` and `dir/z`); the same
+    // files every round.
+    let placed: Vec<&str> = run.sums.iter().map(|(p, _)| p.as_str()).collect();
+    let txt = placed.iter().filter(|p| p.ends_with(".txt")).count();
+    let dirs: std::collections::BTreeSet<&str> = placed
+        .iter()
+        .filter_map(|p| p.split_once('/').map(|d| d.0))
+        .collect();
+    assert_eq!((txt, dirs.len()), (1, 1), "{ctx}");
+    assert!(placed.contains(&"other.bin"), "{ctx}");
+    assert_eq!(run.sums, first.sums, "{ctx}");
+    let v: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {ctx}"));
+    let y = &v["sync"];
+    // Never reported synced unless placed: the rest are conflicts.
+    let synced = y["fetched"].as_u64().unwrap_or(0) + y["skipped_unchanged"].as_u64().unwrap_or(0);
+    // Fetched the first time, found unchanged on each re-run.
+    let (fetched, skipped) = (y["fetched"].as_u64(), y["skipped_unchanged"].as_u64());
+    let n = Some(placed.len() as u64);
+    let want = if round % RERUNS == 0 {
+        (n, Some(0))
+    } else {
+        (Some(0), n)
+    };
+    assert_eq!((fetched, skipped), want, "{ctx}");
+    assert_eq!(synced, placed.len() as u64, "{ctx}");
+    assert_eq!(
+        y["conflicts"].as_u64(),
+        Some((sha.len() - placed.len()) as u64),
+        "{ctx}"
+    );
+    assert_eq!(y["deleted"].as_u64().unwrap_or(0), 0, "{ctx}");
+    assert_eq!(run.code, Some(1), "{ctx}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
