@@ -104,7 +104,7 @@ fn check_round(round: usize, run: &FoldedRun, first: &FoldedRun, sha: &BTreeMap<
     // Fetched the first time, found unchanged on each re-run.
     let (fetched, skipped) = (y["fetched"].as_u64(), y["skipped_unchanged"].as_u64());
     let n = Some(placed.len() as u64);
-    let want = if round % RERUNS == 0 {
+    let want = if round.is_multiple_of(RERUNS) {
         (n, Some(0))
     } else {
         (Some(0), n)
