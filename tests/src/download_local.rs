@@ -155,10 +155,10 @@ pub async fn in_read_only(args: &[String], dir: &Path) -> Option<std::process::O
     (out.status.code() != Some(97)).then_some(out)
 }
 
-type Envs = Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>;
+pub(crate) type Envs = Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>;
 
 /// The environment `client_command` gives the client.
-fn client_env() -> Envs {
+pub(crate) fn client_env() -> Envs {
     let cmd = crate::client_command(&[], &[]);
     cmd.as_std()
         .get_envs()
@@ -166,7 +166,7 @@ fn client_env() -> Envs {
         .collect()
 }
 
-fn set_env(cmd: &mut tokio::process::Command, envs: Envs) {
+pub(crate) fn set_env(cmd: &mut tokio::process::Command, envs: Envs) {
     for (k, v) in envs {
         match v {
             Some(v) => cmd.env(k, v),

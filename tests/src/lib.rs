@@ -27,6 +27,7 @@ pub mod raw_quic;
 pub mod read_faults;
 pub mod relay;
 pub mod standin;
+pub mod sync_folded;
 pub mod tls_pipe;
 pub mod upload;
 pub mod watch;

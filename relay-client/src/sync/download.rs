@@ -22,6 +22,7 @@ use super::hash::hash_unchanged;
 use super::planner::{self, Shown, Step};
 use super::record::{Moved, lookup, remember};
 use super::remote::{RemoteEntries, listed, listing_prefix};
+use super::spelling::{Spelled, misspelled};
 use super::tree::{file_stat, local_entries};
 use crate::download::fetch::Done;
 use crate::download::job::Job;
@@ -66,6 +67,7 @@ struct Ctx {
     below: String,
     reporter: Arc<Reporter>,
     counts: Arc<Counts>,
+    spelled: Spelled,
 }
 
 /// Runs the sync in `runner`: how it stopped, its counts, and whether the
@@ -130,6 +132,7 @@ pub async fn run(
         below,
         reporter: reporter.clone(),
         counts: counts.clone(),
+        spelled: Spelled::default(),
     });
     let (stop, planned) = drive(runner, plan, |w: Work| {
         let ctx = ctx.clone();
@@ -207,6 +210,22 @@ fn conflict(shown: &Shown, name: &str, below: &str, reason: ConflictReason) {
     let e = FileError::new(
         ErrorCode::SyncConflict,
         format!("{why}; left as it is (--overwrite replaces it with the blob)"),
+        false,
+    );
+    let blob = format!("{below}{name}");
+    let r = failed(name, &shown.container, &safe(&blob).to_string(), e);
+    shown.reporter.finish_file(None, r, 0);
+}
+
+/// A new file whose path the file system holds under another spelling
+/// (it folds case): one failed line, nothing fetched, nothing replaced.
+fn spelled_otherwise(shown: &Shown, name: &str, below: &str, wanted: &str, on_disk: &str) {
+    bump(&shown.counts.conflicts);
+    let e = FileError::new(
+        ErrorCode::SyncConflict,
+        format!(
+            "this file system folds case and {on_disk:?} is already there, so {wanted:?} would be it; not fetched (another blob's name differs from this one only in case)"
+        ),
         false,
     );
     let blob = format!("{below}{name}");
@@ -381,6 +400,14 @@ async fn fetch(ctx: &Ctx, job: &Job, remote: &RemoteEntry) -> Result<Option<Ende
                 return Ok(None);
             }
             let parent = job.root.as_ref().map(|root| root.parent_of(&comps, true));
+            // The folders are made (or found) now: a name the file system
+            // answers to under another spelling is refused before a byte.
+            if let Some((wanted, on_disk)) = misspelled(&job.root_path(), &comps, &ctx.spelled) {
+                let s = self::shown(ctx);
+                s.unexpect(true, remote.size);
+                spelled_otherwise(&s, &remote.name, &ctx.below, &wanted, &on_disk);
+                return Ok(None);
+            }
             let bar = ctx.reporter.start(&shown);
             let ended = match retried::download(job, parent, &comps, &listed, &bar).await {
                 Ok((done, attempts)) => Ended::Done(done, attempts),

@@ -5,10 +5,13 @@
 //!
 //! - `tree`: the local walk in the merge's order (`std::fs`, no links
 //!   followed, gaps for what cannot be read); `remote`: the listing as the
-//!   merge's input; `hash`: a local file hashed while it stays one file.
+//!   merge's input (`runs`: a folder too wide to sort in memory, its sorted
+//!   runs in a temporary file); `hash`: a local file hashed while it stays one file.
 //! - `planner`: the plan on a blocking thread, decisions settled there or
 //!   handed to the runner through a bounded channel; `drive`: the listing
 //!   task, the planner and the runner together.
+//! - `spelling`: a new file's path that a case-folding file system would
+//!   put under another spelling, refused before it is fetched.
 //! - `upload`, `download`: each decision through the upload or download
 //!   driver; `record`: the index's rows; `counts`: the run's counts.
 //! - `deletes`: the verdict on the delete set, last; [`delete`]: carrying it
@@ -24,5 +27,7 @@ pub mod hash;
 pub mod planner;
 pub mod record;
 pub mod remote;
+pub mod runs;
+pub mod spelling;
 pub mod tree;
 pub mod upload;

@@ -8,6 +8,8 @@
 //! partial files are left out, and `--include/--exclude` apply to the name
 //! below the folder. A folder that cannot be read and a name that is not
 //! UTF-8 become a `Gap`: the walk goes on, and the source is incomplete.
+//! A folder wider than the walk's bound is sorted in runs kept in an
+//! unnamed temporary file (`runs`), so its width costs no memory.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,9 @@ use relay_proto::sync::entry::{FileStat, Identity, LocalEntry};
 use relay_proto::sync::join::Gap;
 use relay_proto::sync::order::NameOrder;
 use relay_proto::sync::walk_order::{Child, SortedWalk, Tree, joined, shown};
+use relay_proto::sync::wide_dir::{Run, SORT_IN_MEMORY};
+
+use super::runs::RunFile;
 
 use crate::transfer::filter::Filter;
 use crate::transfer::walk::is_partial_file;
@@ -23,12 +28,14 @@ use crate::transfer::walk::is_partial_file;
 /// A local folder as the walk reads it.
 pub struct FsTree {
     root: PathBuf,
+    runs: RunFile,
 }
 
 impl FsTree {
     pub fn new(root: &Path) -> Self {
         Self {
             root: root.to_path_buf(),
+            runs: RunFile::default(),
         }
     }
 }
@@ -48,48 +55,76 @@ pub fn file_stat(meta: &std::fs::Metadata) -> FileStat {
 
 impl Tree for FsTree {
     type File = FileStat;
+    type Entries = FsEntries;
 
-    fn read_dir(&mut self, path: &str) -> Result<Vec<Child<FileStat>>, String> {
+    fn read_dir(&mut self, path: &str) -> Result<FsEntries, String> {
         let dir = if path.is_empty() {
             self.root.clone()
         } else {
             self.root.join(path)
         };
         let entries = std::fs::read_dir(&dir).map_err(|e| reason(&e))?;
-        let mut children = Vec::new();
-        for entry in entries {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(e) => {
-                    children.push(Child::Failed(format!("{}: {}", shown(path), reason(&e))));
-                    continue;
-                }
-            };
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-                let lossy = entry.file_name().to_string_lossy().into_owned();
-                children.push(Child::Failed(format!(
-                    "{}: {lossy:?}: name is not valid UTF-8; not synced",
-                    shown(path)
-                )));
-                continue;
-            };
-            // `symlink_metadata`: a link is looked at, never followed.
-            match entry.path().symlink_metadata() {
-                Ok(m) if m.is_dir() => children.push(Child::Dir { name }),
-                Ok(m) if m.is_file() && !is_partial_file(&name) => children.push(Child::File {
-                    name,
-                    file: file_stat(&m),
-                }),
-                // Links, FIFOs, sockets, devices, partial files: not part of a sync.
-                Ok(_) => {}
-                Err(e) => children.push(Child::Failed(format!(
-                    "{}: {}",
-                    joined(path, &name),
-                    reason(&e)
-                ))),
+        Ok(FsEntries {
+            path: path.to_string(),
+            entries,
+        })
+    }
+
+    fn spill(&mut self, run: Vec<Child<FileStat>>) -> Result<Run<FileStat>, String> {
+        self.runs.spill(run)
+    }
+}
+
+/// One folder's entries as the file system gives them, one at a time (the
+/// walk decides how many it holds).
+pub struct FsEntries {
+    path: String,
+    entries: std::fs::ReadDir,
+}
+
+impl Iterator for FsEntries {
+    type Item = Child<FileStat>;
+
+    fn next(&mut self) -> Option<Child<FileStat>> {
+        loop {
+            let entry = self.entries.next()?;
+            if let Some(child) = self.child(entry) {
+                return Some(child);
             }
         }
-        Ok(children)
+    }
+}
+
+impl FsEntries {
+    /// One entry as the walk's child; `None` for what a sync leaves out.
+    fn child(&self, entry: std::io::Result<std::fs::DirEntry>) -> Option<Child<FileStat>> {
+        let path = self.path.as_str();
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => return Some(Child::Failed(format!("{}: {}", shown(path), reason(&e)))),
+        };
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            let lossy = entry.file_name().to_string_lossy().into_owned();
+            return Some(Child::Failed(format!(
+                "{}: {lossy:?}: name is not valid UTF-8; not synced",
+                shown(path)
+            )));
+        };
+        // `symlink_metadata`: a link is looked at, never followed.
+        match entry.path().symlink_metadata() {
+            Ok(m) if m.is_dir() => Some(Child::Dir { name }),
+            Ok(m) if m.is_file() && !is_partial_file(&name) => Some(Child::File {
+                name,
+                file: file_stat(&m),
+            }),
+            // Links, FIFOs, sockets, devices, partial files: not part of a sync.
+            Ok(_) => None,
+            Err(e) => Some(Child::Failed(format!(
+                "{}: {}",
+                joined(path, &name),
+                reason(&e)
+            ))),
+        }
     }
 }
 
@@ -105,13 +140,24 @@ fn reason(e: &std::io::Error) -> String {
     }
 }
 
+/// Entries of one folder sorted in memory before the rest are sorted in
+/// runs in TMPDIR: [`SORT_IN_MEMORY`], or `RELAY_SYNC_SORT_WIDTH` (at least
+/// 1), which lowers the walk's memory or lets a test make a folder "wide".
+fn sort_width() -> usize {
+    std::env::var("RELAY_SYNC_SORT_WIDTH")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(SORT_IN_MEMORY, |w| w.max(1))
+}
+
 /// The folder's files in `order`, filtered, as the merge's local input.
 pub fn local_entries(
     root: &Path,
     order: NameOrder,
     filter: Filter,
 ) -> impl Iterator<Item = Result<LocalEntry, Gap>> + use<> {
-    SortedWalk::new(FsTree::new(root), order).filter_map(move |walked| match walked {
+    let walk = SortedWalk::new(FsTree::new(root), order).with_width(sort_width());
+    walk.filter_map(move |walked| match walked {
         Err(gap) => Some(Err(gap)),
         Ok(w) if filter.admits(&w.name) => Some(Ok(LocalEntry {
             name: w.name,
@@ -153,6 +199,29 @@ mod tests {
         .filter_map(|e| e.ok().map(|e| e.name))
         .collect();
         assert_eq!(only, ["a-c", "a.b", "a0"]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_folder_wider_than_the_bound_walks_as_a_narrow_one() {
+        let d = temp("wide");
+        for i in 0..500 {
+            std::fs::write(d.join(format!("f{i}")), "x").expect("write");
+        }
+        for sub in ["f1", "f1.", "f1-"] {
+            let folder = d.join(format!("{sub}d"));
+            std::fs::create_dir_all(&folder).expect("mkdir");
+            std::fs::write(folder.join("in"), "y").expect("write");
+        }
+        let names = |width: usize| -> Vec<String> {
+            SortedWalk::new(FsTree::new(&d), NameOrder::Utf16)
+                .with_width(width)
+                .map(|w| w.map(|w| w.name).unwrap_or_else(|g| g.0))
+                .collect()
+        };
+        let narrow = names(SORT_IN_MEMORY);
+        assert_eq!(narrow.len(), 503);
+        assert_eq!(names(7), narrow);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -8,8 +8,10 @@
 mod deletes;
 mod download;
 mod interrupt;
+mod names;
 mod status;
 mod upload;
+mod wide;
 
 use std::path::Path;
 

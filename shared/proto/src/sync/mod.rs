@@ -9,7 +9,9 @@
 //! - [`plan`]: the decisions of an upload and of a download.
 //! - [`delete`], [`delete_set`]: which deletes may happen, when, how many,
 //!   and the candidates spooled in bounded memory until the merge ends.
-//! - [`walk_order`]: a directory walk that yields the merge's order.
+//! - [`walk_order`]: a directory walk that yields the merge's order, and
+//!   [`wide_dir`]: a directory too wide to sort in memory, sorted in spilled
+//!   runs and merged back.
 //!
 //! No I/O: the client brings the walk, the listing, the index and a place
 //! to spill deletes, so every ordering edge and every delete guard is
@@ -23,6 +25,7 @@ pub mod order;
 pub mod plan;
 pub mod unchanged;
 pub mod walk_order;
+pub mod wide_dir;
 
 #[cfg(test)]
 mod properties_tests;

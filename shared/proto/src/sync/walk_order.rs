@@ -6,35 +6,48 @@
 //! get ([`NameOrder::sort_children`]: a subdirectory as its name and `/`),
 //! and handed out one entry at a time, descending into a subdirectory at
 //! its place. The walk holds the unvisited entries of each directory from
-//! the root to the one being read: one directory of ten million files
-//! costs its ten million names, a tree of ten million files in folders of
-//! a thousand costs a few thousand.
+//! the root to the one being read, each at most its width bound
+//! ([`SORT_IN_MEMORY`] unless set): a directory wider than that is sorted
+//! in runs the tree spills and merged back ([`super::wide_dir`]), so one
+//! directory of ten million files costs a bounded number of names plus one
+//! entry per run, and a tree of ten million files in folders of a thousand
+//! costs a few thousand.
 
 use super::join::Gap;
 use super::order::NameOrder;
-
-/// One entry of a directory as the file system gives it, its name already
-/// mapped to the blob name's segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Child<F> {
-    File {
-        name: String,
-        file: F,
-    },
-    Dir {
-        name: String,
-    },
-    /// An entry that cannot be walked (a name not valid UTF-8, a `stat`
-    /// that failed): the source is incomplete there.
-    Failed(String),
-}
+pub use super::wide_dir::Child;
+use super::wide_dir::{Run, SORT_IN_MEMORY, Sorted, sorted};
 
 /// A file system as the walk reads it.
 pub trait Tree {
-    type File;
+    type File: Send + 'static;
+    /// A directory's entries as they are read: the walk holds at most its
+    /// width bound of them at once.
+    type Entries: Iterator<Item = Child<Self::File>>;
     /// The entries of the directory at `path` (`/`-separated below the
     /// root, `""` the root), in any order; or why it cannot be read.
-    fn read_dir(&mut self, path: &str) -> Result<Vec<Child<Self::File>>, String>;
+    fn read_dir(&mut self, path: &str) -> Result<Self::Entries, String>;
+    /// Keeps one sorted run of a directory wider than the walk's bound
+    /// outside memory and gives it back as a reader, in the same order.
+    /// The default keeps it in memory (trees in tests); the client's writes
+    /// it to a temporary file.
+    fn spill(&mut self, run: Vec<Child<Self::File>>) -> Result<Run<Self::File>, String> {
+        Ok(Box::new(run.into_iter().map(Ok)))
+    }
+}
+
+/// A tree lent to a walk (tests look at it after).
+impl<T: Tree> Tree for &mut T {
+    type File = T::File;
+    type Entries = T::Entries;
+
+    fn read_dir(&mut self, path: &str) -> Result<Self::Entries, String> {
+        (**self).read_dir(path)
+    }
+
+    fn spill(&mut self, run: Vec<Child<Self::File>>) -> Result<Run<Self::File>, String> {
+        (**self).spill(run)
+    }
 }
 
 /// One file the walk found: its name below the root and what the tree said.
@@ -47,7 +60,7 @@ pub struct Walked<F> {
 /// The unvisited, sorted entries of one directory.
 struct Level<F> {
     path: String,
-    rest: std::vec::IntoIter<Child<F>>,
+    rest: Sorted<F>,
 }
 
 /// The walk; an iterator of files in name order, and gaps.
@@ -56,6 +69,7 @@ pub struct SortedWalk<T: Tree> {
     order: NameOrder,
     levels: Vec<Level<T::File>>,
     started: bool,
+    width: usize,
 }
 
 impl<T: Tree> SortedWalk<T> {
@@ -65,30 +79,30 @@ impl<T: Tree> SortedWalk<T> {
             order,
             levels: Vec::new(),
             started: false,
+            width: SORT_IN_MEMORY,
         }
+    }
+
+    /// Sorts a directory in memory up to `width` entries, through spilled
+    /// runs past it (tests set a small one; at least 1).
+    pub fn with_width(mut self, width: usize) -> Self {
+        self.width = width.max(1);
+        self
     }
 
     /// The directory entries held now, not yet handed out: what the walk's
     /// memory grows with.
     pub fn held(&self) -> usize {
-        self.levels.iter().map(|l| l.rest.len()).sum()
+        self.levels.iter().map(|l| l.rest.held()).sum()
     }
 
     /// Reads and sorts the directory at `path` onto the stack.
     fn enter(&mut self, path: String) -> Result<(), Gap> {
-        let mut children = self
-            .tree
-            .read_dir(&path)
-            .map_err(|why| Gap(format!("{}: {why}", shown(&path))))?;
-        self.order.sort_children(&mut children, |c| match c {
-            Child::File { name, .. } => (name.as_str(), false),
-            Child::Dir { name } => (name.as_str(), true),
-            Child::Failed(_) => ("", false),
-        });
-        self.levels.push(Level {
-            path,
-            rest: children.into_iter(),
-        });
+        let gap = |why| Gap(format!("{}: {why}", shown(&path)));
+        let entries = self.tree.read_dir(&path).map_err(gap)?;
+        let tree = &mut self.tree;
+        let rest = sorted(entries, self.order, self.width, |run| tree.spill(run)).map_err(gap)?;
+        self.levels.push(Level { path, rest });
         Ok(())
     }
 }
@@ -124,6 +138,10 @@ impl<T: Tree> Iterator for SortedWalk<T> {
                 continue;
             };
             let dir = level.path.clone();
+            let child = match child {
+                Ok(child) => child,
+                Err(why) => return Some(Err(Gap(format!("{}: {why}", shown(&dir))))),
+            };
             match child {
                 Child::File { name, file } => {
                     let name = joined(&dir, &name);

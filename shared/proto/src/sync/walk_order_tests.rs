@@ -52,11 +52,13 @@ impl MemTree {
 impl Tree for MemTree {
     type File = u64;
 
-    fn read_dir(&mut self, path: &str) -> Result<Vec<Child<u64>>, String> {
+    type Entries = std::vec::IntoIter<Child<u64>>;
+
+    fn read_dir(&mut self, path: &str) -> Result<Self::Entries, String> {
         if self.unreadable.iter().any(|u| u == path) {
             return Err("permission denied".into());
         }
-        Ok(self.dirs.get(path).cloned().unwrap_or_default())
+        Ok(self.dirs.get(path).cloned().unwrap_or_default().into_iter())
     }
 }
 
