@@ -10,7 +10,8 @@
 //!   handed to the runner through a bounded channel; `drive`: the listing
 //!   task, the planner and the runner together.
 //! - `upload`, `download`: each decision through the upload or download
-//!   driver; `record`: the index's rows; `counts`: the run's counts.
+//!   driver; `record`: the index's rows, read a batch ahead of the plan
+//!   (`lookahead`); `counts`: the run's counts.
 //! - `deletes`: the verdict on the delete set, last; [`delete`]: carrying it
 //!   out: spooled in SQLite, local files removed below DEST by descriptor,
 //!   blobs through a [`delete::RemoteDeleter`].
@@ -21,6 +22,7 @@ pub mod deletes;
 pub mod download;
 pub mod drive;
 pub mod hash;
+pub mod lookahead;
 pub mod planner;
 pub mod record;
 pub mod remote;
