@@ -232,7 +232,10 @@ impl Index {
         // repeats its last name (an IN list ignores the repeat).
         let sql = format!(
             "{SELECT_ROW} WHERE path IN ({})",
-            (1..=MANY).map(|i| format!("?{i}")).collect::<Vec<_>>().join(",")
+            (1..=MANY)
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
         );
         let mut stmt = db.prepare_cached(&sql).map_err(|e| self.err(e))?;
         for batch in paths.chunks(MANY) {

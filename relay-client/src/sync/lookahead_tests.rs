@@ -90,7 +90,10 @@ fn names_the_index_lacks_answer_no_record() {
         local: local(n).expect("entry"),
         reason: SendReason::NotIndexed,
     };
-    assert_eq!(got, [send("a"), UploadDecision::Skip("b".into()), send("c")]);
+    assert_eq!(
+        got,
+        [send("a"), UploadDecision::Skip("b".into()), send("c")]
+    );
     assert_eq!((calls.get(), asked.get()), (2, 3), "one fetch per batch");
 }
 
@@ -128,7 +131,11 @@ fn an_empty_batch_is_not_fetched_and_gaps_pass_through() {
     let (ahead, records) = read_ahead(walk.into_iter(), 1, index(&[], &calls, &asked));
     let got: Vec<_> = ahead.collect();
     assert_eq!(got, [Err(Gap("x: unreadable".into())), local("a")]);
-    assert_eq!((calls.get(), asked.get()), (1, 1), "only the batch with a name");
+    assert_eq!(
+        (calls.get(), asked.get()),
+        (1, 1),
+        "only the batch with a name"
+    );
     assert_eq!(records.take("a"), Some(None));
     assert_eq!(records.take("zz"), None, "not prefetched: the caller asks");
 }

@@ -20,8 +20,8 @@ use relay_transport::quic::Windows;
 use super::counts::{Counts, bump};
 use super::deletes::{DeleteTarget, conclude, delete_set};
 use super::drive::{start_listing, start_plan};
-use super::planner::{self, Shown, Step};
 use super::lookahead::read_ahead;
+use super::planner::{self, Shown, Step};
 use super::record::{Moved, lookup, lookup_ahead, lookup_many, remember};
 use super::remote::{RemoteEntries, listing_prefix};
 use super::tree::{file_stat, local_entries};
@@ -106,9 +106,8 @@ pub async fn run(
         let (local, records) = read_ahead(local, MANY, |names: &[&str]| {
             lookup_many(index.as_deref(), &container, blob, names)
         });
-        let look = |name: &str| {
-            lookup_ahead(&records, index.as_deref(), &container, &blob(name), name)
-        };
+        let look =
+            |name: &str| lookup_ahead(&records, index.as_deref(), &container, &blob(name), name);
         let plan = UploadPlan::new(local, remote, s.order, look, s.flags);
         let settle = |d| settle(d, &shown, index.as_deref(), &container, &prefix);
         planner::run(
