@@ -203,12 +203,7 @@ impl Ranges {
 }
 
 /// Lists `container` under `prefix` into `tx`, a page at a time, from
-/// `cursor`'s marker and past the names it has handed on already. The next
-/// page is asked for while this one's names are handed on: the channel is
-/// shorter than a page, so without it the listing waited for its reader to
-/// take most of a page before it asked storage again, and a reader with
-/// work per name (sync's plan) waited in turn for each page's round trip
-/// and parse. Two pages at most are held.
+/// `cursor`'s marker and past the names it has handed on already.
 pub async fn list(
     storage: &Storage,
     container: &str,
@@ -218,79 +213,46 @@ pub async fn list(
 ) -> Result<(), FileError> {
     let lister = ContainerReader::new(storage, container)
         .map_err(|e| FileError::new(ErrorCode::Storage, e.to_string(), false))?;
-    let page = |marker: Option<String>| {
-        let lister = &lister;
-        async move {
-            lister
-                .list_page(prefix, marker.as_deref(), PAGE)
-                .await
-                .map_err(|e| list_error(e, container))
-        }
-    };
-    let mut this = page(cursor.marker().map(str::to_string)).await?;
     loop {
-        let marker = this.next_marker.take().filter(|m| !m.is_empty());
-        let ahead = async {
-            match &marker {
-                Some(m) => Some(page(Some(m.clone())).await),
-                None => None,
+        let page = match lister.list_page(prefix, cursor.marker(), PAGE).await {
+            Ok(p) => p,
+            Err(ReadError::NotFound) => {
+                return Err(FileError::new(
+                    ErrorCode::StorageRefused,
+                    format!("ContainerNotFound: container {container:?} does not exist"),
+                    false,
+                ));
+            }
+            Err(e) => {
+                return Err(read_error(e).map_or_else(
+                    |e| FileError::new(e.code, format!("listing: {}", e.message), e.retryable),
+                    |f| {
+                        FileError::new(ErrorCode::Storage, format!("listing: {}", f.message), false)
+                    },
+                ));
             }
         };
-        let (next, taken) = tokio::join!(ahead, hand_on(this.blobs, cursor, tx));
-        if !taken {
-            return Ok(());
-        }
-        match (marker, next) {
-            (Some(m), Some(next)) => {
-                // This page was handed on whole: a break in the next one
-                // takes the listing up at its marker.
-                cursor.page_ended(m);
-                this = next?;
+        for b in page.blobs {
+            if cursor.passed(&b.name) {
+                continue;
             }
+            let name = b.name.clone();
+            let listed = Listed {
+                name: b.name,
+                size: b.size,
+                etag: b.etag,
+                last_modified: b.last_modified,
+                // Direct mode holds no relay key: it vouches for nothing.
+                sha256: None,
+            };
+            if tx.send(listed).await.is_err() {
+                return Ok(());
+            }
+            cursor.hand(&name);
+        }
+        match page.next_marker {
+            Some(m) if !m.is_empty() => cursor.page_ended(m),
             _ => return Ok(()),
         }
     }
-}
-
-/// A listing's failure as this listing's error.
-fn list_error(e: ReadError, container: &str) -> FileError {
-    match e {
-        ReadError::NotFound => FileError::new(
-            ErrorCode::StorageRefused,
-            format!("ContainerNotFound: container {container:?} does not exist"),
-            false,
-        ),
-        e => read_error(e).map_or_else(
-            |e| FileError::new(e.code, format!("listing: {}", e.message), e.retryable),
-            |f| FileError::new(ErrorCode::Storage, format!("listing: {}", f.message), false),
-        ),
-    }
-}
-
-/// A page's names not handed on before, into `tx`; false if nobody takes
-/// names any more.
-async fn hand_on(
-    blobs: Vec<relay_storage::listing::ListedBlob>,
-    cursor: &mut Cursor,
-    tx: &mpsc::Sender<Listed>,
-) -> bool {
-    for b in blobs {
-        if cursor.passed(&b.name) {
-            continue;
-        }
-        let name = b.name.clone();
-        let listed = Listed {
-            name: b.name,
-            size: b.size,
-            etag: b.etag,
-            last_modified: b.last_modified,
-            // Direct mode holds no relay key: it vouches for nothing.
-            sha256: None,
-        };
-        if tx.send(listed).await.is_err() {
-            return false;
-        }
-        cursor.hand(&name);
-    }
-    true
 }
