@@ -12,8 +12,8 @@
 //! (`sync/record.rs`) decides "unchanged" the same way without reading
 //! the file, in either direction: one index per destination (a folder
 //! downloaded to, kind `sync`; a relay or account, container and prefix
-//! uploaded to, kind `sync-upload`), one row per file below it, asked one
-//! name at a time.
+//! uploaded to, kind `sync-upload`), one row per file below it, asked a
+//! batch of names at a time (`get_many`).
 //!
 //! The index is a cache and safe to delete: a missing row only makes a rerun
 //! compare by other means (or refuse a file it cannot compare), never decide
