@@ -76,7 +76,7 @@ impl Tree for FsTree {
             // `DirEntry::metadata`: a link is looked at, never followed
             // (`fstatat` with `AT_SYMLINK_NOFOLLOW`), and relative to the
             // folder read: no walk of the whole path per file, which was
-            // half of the walk's `lstat` time in a re-run's profile.
+            // nearly half of the walk's `lstat` time in a re-run's profile.
             match entry.metadata() {
                 Ok(m) if m.is_dir() => children.push(Child::Dir { name }),
                 Ok(m) if m.is_file() && !is_partial_file(&name) => children.push(Child::File {
