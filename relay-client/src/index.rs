@@ -12,8 +12,8 @@
 //! (`sync/record.rs`) decides "unchanged" the same way without reading
 //! the file, in either direction: one index per destination (a folder
 //! downloaded to, kind `sync`; a relay or account, container and prefix
-//! uploaded to, kind `sync-upload`), one row per file below it, asked one
-//! name at a time.
+//! uploaded to, kind `sync-upload`), one row per file below it, asked a
+//! batch of names at a time (`get_many`).
 //!
 //! The index is a cache and safe to delete: a missing row only makes a rerun
 //! compare by other means (or refuse a file it cannot compare), never decide
@@ -86,6 +86,33 @@ fn busy(e: &rusqlite::Error) -> bool {
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
     )
+}
+
+/// Names [`Index::get_many`] asks in one statement (SQLite allows 32,766
+/// parameters; a batch is also what the caller holds in memory).
+pub const MANY: usize = 512;
+
+/// A row's columns, `path` first; `WHERE` follows.
+const SELECT_ROW: &str = "SELECT path, container, blob, etag, last_modified, size, mtime_ns, \
+     ctime_ns, ino, dev, sha256 FROM files";
+
+/// A row of `SELECT_ROW` as a `Record`.
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Record> {
+    Ok(Record {
+        path: r.get(0)?,
+        container: r.get(1)?,
+        blob: r.get(2)?,
+        etag: r.get(3)?,
+        last_modified: r.get::<_, Option<i64>>(4)?.map(|v| v.max(0) as u64),
+        stat: FileStat {
+            size: r.get::<_, i64>(5)?.max(0) as u64,
+            mtime_ns: r.get(6)?,
+            ctime_ns: r.get(7)?,
+            ino: r.get::<_, i64>(8)? as u64,
+            dev: r.get::<_, i64>(9)? as u64,
+        },
+        sha256: r.get(10)?,
+    })
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -186,30 +213,42 @@ impl Index {
     pub fn get(&self, path: &str) -> Result<Option<Record>, IndexError> {
         let db = self.db();
         let mut stmt = db
-            .prepare_cached(
-                "SELECT container, blob, etag, last_modified, size, mtime_ns, ctime_ns, ino, dev, sha256
-                 FROM files WHERE path = ?1",
-            )
+            .prepare_cached(&format!("{SELECT_ROW} WHERE path = ?1"))
             .map_err(|e| self.err(e))?;
-        stmt.query_row(params![path], |r| {
-            Ok(Record {
-                path: path.to_string(),
-                container: r.get(0)?,
-                blob: r.get(1)?,
-                etag: r.get(2)?,
-                last_modified: r.get::<_, Option<i64>>(3)?.map(|v| v.max(0) as u64),
-                stat: FileStat {
-                    size: r.get::<_, i64>(4)?.max(0) as u64,
-                    mtime_ns: r.get(5)?,
-                    ctime_ns: r.get(6)?,
-                    ino: r.get::<_, i64>(7)? as u64,
-                    dev: r.get::<_, i64>(8)? as u64,
-                },
-                sha256: r.get(9)?,
-            })
-        })
-        .optional()
-        .map_err(|e| self.err(e))
+        stmt.query_row(params![path], row)
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The rows recorded for `paths` (those it has, in no particular
+    /// order), in one statement: one read transaction and one pass of
+    /// SQLite's per-statement work for up to [`MANY`] names, where a `get`
+    /// per name pays both each time (a sync's unchanged re-run asks for
+    /// every file). More than `MANY` names are asked `MANY` at a time.
+    pub fn get_many(&self, paths: &[&str]) -> Result<Vec<Record>, IndexError> {
+        let mut rows = Vec::new();
+        let db = self.db();
+        // One statement of exactly MANY parameters, cached: a shorter batch
+        // repeats its last name (an IN list ignores the repeat).
+        let sql = format!(
+            "{SELECT_ROW} WHERE path IN ({})",
+            (1..=MANY)
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut stmt = db.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        for batch in paths.chunks(MANY) {
+            let Some(last) = batch.last() else { continue };
+            let padded = batch.iter().chain(std::iter::repeat(last)).take(MANY);
+            let found = stmt
+                .query_map(rusqlite::params_from_iter(padded), row)
+                .map_err(|e| self.err(e))?;
+            for r in found {
+                rows.push(r.map_err(|e| self.err(e))?);
+            }
+        }
+        Ok(rows)
     }
 
     /// Records (or replaces) the row of `r.path`, in its own transaction.
@@ -354,6 +393,33 @@ mod tests {
         std::fs::remove_dir_all(&dir).expect("rm");
         let idx = Index::open(&file).expect("reopen");
         assert_eq!(idx.get("a").expect("get"), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A batch answers exactly the rows it has, whatever the names' order
+    /// (`！` and `😀` are ordered otherwise in UTF-8 than in UTF-16), past
+    /// `MANY` names too; an empty batch asks nothing.
+    #[test]
+    fn get_many_answers_the_rows_it_has_in_batches() {
+        let dir = std::env::temp_dir().join(format!("index-many-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let idx = Index::open(&dir.join("i.sqlite")).expect("open");
+        let names: Vec<String> = (0..MANY + 10)
+            .map(|i| format!("d/{i:05}"))
+            .chain(["p/😀".to_string(), "p/！".to_string()])
+            .collect();
+        // Every third name has a row.
+        for n in names.iter().step_by(3) {
+            idx.put(&record(n)).expect("put");
+        }
+        let asked: Vec<&str> = names.iter().rev().map(String::as_str).collect();
+        let mut got = idx.get_many(&asked).expect("batch");
+        got.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut want: Vec<Record> = names.iter().step_by(3).map(|n| record(n)).collect();
+        want.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(got, want);
+        assert_eq!(idx.get_many(&[]).expect("empty"), []);
+        assert_eq!(idx.get_many(&["nope"]).expect("absent"), []);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -19,8 +19,9 @@ use super::counts::{Counts, bump};
 use super::deletes::{DeleteTarget, conclude, delete_set};
 use super::drive::{drive, start_listing};
 use super::hash::hash_unchanged;
+use super::lookahead::read_ahead;
 use super::planner::{self, Shown, Step};
-use super::record::{Moved, lookup, remember};
+use super::record::{Moved, lookup, lookup_ahead, lookup_many, remember};
 use super::remote::{RemoteEntries, listed, listing_prefix};
 use super::spelling::{Spelled, misspelled};
 use super::tree::{file_stat, local_entries};
@@ -29,7 +30,7 @@ use crate::download::job::Job;
 use crate::download::place::components;
 use crate::download::report::{self, Ended};
 use crate::download::retried;
-use crate::index::Index;
+use crate::index::{Index, MANY};
 use crate::run::outcome::Stop;
 use crate::run::runner::Runner;
 use crate::transfer::file::{blank, failed};
@@ -107,13 +108,12 @@ pub async fn run(
     let plan = {
         let (below, counts) = (below.clone(), counts.clone());
         move |tx| {
+            let blob = |name: &str| format!("{below}{name}");
+            let (local, records) = read_ahead(local, MANY, |names: &[&str]| {
+                lookup_many(index.as_deref(), &container, blob, names)
+            });
             let look = |name: &str| {
-                lookup(
-                    index.as_deref(),
-                    &container,
-                    &format!("{below}{name}"),
-                    name,
-                )
+                lookup_ahead(&records, index.as_deref(), &container, &blob(name), name)
             };
             let plan = DownloadPlan::new(remote, local, order, look, flags);
             let settle = |d| settle(d, &shown, &counts, index.as_deref(), &container, &below);

@@ -13,7 +13,8 @@
 //! - `spelling`: a new file's path that a case-folding file system would
 //!   put under another spelling, refused before it is fetched.
 //! - `upload`, `download`: each decision through the upload or download
-//!   driver; `record`: the index's rows; `counts`: the run's counts.
+//!   driver; `record`: the index's rows, read a batch ahead of the plan
+//!   (`lookahead`); `counts`: the run's counts.
 //! - `deletes`: the verdict on the delete set, last; [`delete`]: carrying it
 //!   out: spooled in SQLite, local files removed below DEST by descriptor,
 //!   blobs through a [`delete::RemoteDeleter`].
@@ -24,6 +25,7 @@ pub mod deletes;
 pub mod download;
 pub mod drive;
 pub mod hash;
+pub mod lookahead;
 pub mod planner;
 pub mod record;
 pub mod remote;

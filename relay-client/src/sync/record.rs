@@ -1,10 +1,12 @@
 //! The index's rows as the sync core reads them (`IndexRecord`), and the
 //! rows a sync writes: after each verified send, each placed fetch, and
 //! each adopted blob version. One row per file, keyed by its name below the
-//! synced folder (= below the prefix); `lookup` is a point query.
+//! synced folder (= below the prefix); `lookup` is a point query,
+//! `lookup_many` a batch (the plan's, read ahead: `lookahead`).
 
 use relay_proto::sync::entry::{self, Identity, IndexRecord};
 
+use super::lookahead::Records;
 use crate::index::{FileStat, Index, Record};
 
 /// The core's `stat` from the index's.
@@ -42,6 +44,11 @@ pub fn lookup(
     name: &str,
 ) -> Option<IndexRecord> {
     let row = index?.get(name).ok().flatten()?;
+    vouched(row, container, blob)
+}
+
+/// The core's record of `row`, if it is the row of `blob` in `container`.
+fn vouched(row: Record, container: &str, blob: &str) -> Option<IndexRecord> {
     // A row of another destination (an index file given twice) vouches for nothing.
     if row.container != container || row.blob != blob {
         return None;
@@ -51,6 +58,49 @@ pub fn lookup(
         sha256: row.sha256,
         stat: core_stat(&row.stat),
     })
+}
+
+/// The rows for `names` as the core reads them, in one batch of the index
+/// (`Index::get_many`); `blob` names each one's blob. A failed batch
+/// answers none (as `lookup`: a missing row only costs a read).
+pub fn lookup_many(
+    index: Option<&Index>,
+    container: &str,
+    blob: impl Fn(&str) -> String,
+    names: &[&str],
+) -> Vec<(String, IndexRecord)> {
+    let Some(index) = index else {
+        return Vec::new();
+    };
+    let rows = match index.get_many(names) {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e, "the sync index did not answer a batch");
+            return Vec::new();
+        }
+    };
+    rows.into_iter()
+        .filter_map(|row| {
+            let name = row.path.clone();
+            let b = blob(&name);
+            vouched(row, container, &b).map(|r| (name, r))
+        })
+        .collect()
+}
+
+/// The plan's lookup: from the batch read ahead (`records`), else a point
+/// query of its own.
+pub fn lookup_ahead(
+    records: &Records,
+    index: Option<&Index>,
+    container: &str,
+    blob: &str,
+    name: &str,
+) -> Option<IndexRecord> {
+    match records.take(name) {
+        Some(record) => record,
+        None => lookup(index, container, blob, name),
+    }
 }
 
 /// What a sync records about one name.
@@ -116,6 +166,15 @@ mod tests {
         assert_eq!((r.etag.as_str(), r.sha256.as_str()), ("\"e\"", "ab"));
         assert!(lookup(Some(&idx), "c", "q/a/b", "a/b").is_none());
         assert!(lookup(None, "c", "p/a/b", "a/b").is_none());
+        // A batch: the row of its blob, none for a name without a row, none
+        // for a row of another blob (another prefix's index given).
+        let blob = |n: &str| format!("p/{n}");
+        let got = lookup_many(Some(&idx), "c", blob, &["a/b", "x"]);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0.as_str(), &got[0].1), ("a/b", &r));
+        let other = |n: &str| format!("q/{n}");
+        assert!(lookup_many(Some(&idx), "c", other, &["a/b"]).is_empty());
+        assert!(lookup_many(None, "c", blob, &["a/b"]).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -21,12 +21,13 @@ use super::counts::{Counts, bump};
 use super::deletes::{DeleteTarget, conclude, delete_set};
 use super::drive::{start_listing, start_plan};
 use super::hash::hash_unchanged;
+use super::lookahead::read_ahead;
 use super::planner::{self, Shown, Step};
-use super::record::{Moved, lookup, remember};
+use super::record::{Moved, lookup, lookup_ahead, lookup_many, remember};
 use super::remote::{RemoteEntries, listing_prefix};
 use super::tree::{file_stat, local_entries};
 use crate::download::job::Job as ListJob;
-use crate::index::Index;
+use crate::index::{Index, MANY};
 use crate::run::in_flight::Uploads;
 use crate::run::outcome::Stop;
 use crate::run::runner::Runner;
@@ -101,17 +102,12 @@ pub async fn run(
         attempts: s.attempts,
     };
     let plan = move |tx| {
-        let look = {
-            let (index, container, prefix) = (index.clone(), container.clone(), prefix.clone());
-            move |name: &str| {
-                lookup(
-                    index.as_deref(),
-                    &container,
-                    &blob_name(&prefix, &[name]),
-                    name,
-                )
-            }
-        };
+        let blob = |name: &str| blob_name(&prefix, &[name]);
+        let (local, records) = read_ahead(local, MANY, |names: &[&str]| {
+            lookup_many(index.as_deref(), &container, blob, names)
+        });
+        let look =
+            |name: &str| lookup_ahead(&records, index.as_deref(), &container, &blob(name), name);
         let plan = UploadPlan::new(local, remote, s.order, look, s.flags);
         let settle = |d| settle(d, &shown, index.as_deref(), &container, &prefix);
         planner::run(
