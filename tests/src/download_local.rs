@@ -272,6 +272,17 @@ done
         .args(args)
         .kill_on_drop(true);
     set_env(&mut sh, envs);
+    folded_rounds(sh, &out, rounds).await
+}
+
+/// Runs a script that mounts exFAT and writes each round's `rI.rc`, `.out`,
+/// `.err` and `.sums` (sha256sum lines) into `out`; the rounds as it left
+/// them. Exit 97 from the script: the mount itself failed.
+pub(crate) async fn folded_rounds(
+    mut sh: tokio::process::Command,
+    out: &Path,
+    rounds: usize,
+) -> Result<Vec<FoldedRun>, String> {
     let ran = tokio::time::timeout(T * 4, sh.output())
         .await
         .map_err(|_| "the exFAT rounds did not finish".to_string())?

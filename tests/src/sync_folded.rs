@@ -5,8 +5,7 @@
 
 use std::path::Path;
 
-use crate::download_client::T;
-use crate::download_local::{FoldedRun, client_env, set_env};
+use crate::download_local::{FoldedRun, client_env, folded_rounds, set_env};
 
 /// Runs the client `rounds` times with `args(mount)` (the arguments after
 /// the binary; DEST is `mount/dest`), the file system mounted once for all
@@ -66,29 +65,5 @@ done
         .args(args(&mnt))
         .kill_on_drop(true);
     set_env(&mut sh, client_env());
-    let ran = tokio::time::timeout(T * 4, sh.output())
-        .await
-        .map_err(|_| "the exFAT rounds did not finish".to_string())?
-        .map_err(|e| format!("unshare: {e}"))?;
-    if ran.status.code() == Some(97) {
-        let log = std::fs::read_to_string(out.join("mount.log")).unwrap_or_default();
-        return Err(format!(
-            "cannot mount exFAT through FUSE on a loop device: {log}"
-        ));
-    }
-    let read = |name: String| std::fs::read_to_string(out.join(name)).unwrap_or_default();
-    Ok((1..=rounds)
-        .map(|i| FoldedRun {
-            code: read(format!("r{i}.rc")).trim().parse().ok(),
-            stdout: read(format!("r{i}.out")),
-            stderr: read(format!("r{i}.err")),
-            sums: read(format!("r{i}.sums"))
-                .lines()
-                .filter_map(|l| {
-                    let (sha, path) = l.split_once("  ")?;
-                    Some((path.trim_start_matches("./").to_string(), sha.to_string()))
-                })
-                .collect(),
-        })
-        .collect())
+    folded_rounds(sh, &out, rounds).await
 }

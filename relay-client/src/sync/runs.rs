@@ -8,9 +8,9 @@
 //! bytes, and a file's `stat`. Names may hold any byte but `/` and NUL, a
 //! newline included, hence lengths rather than lines.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufReader, Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use relay_proto::sync::entry::{FileStat, Identity};
@@ -33,7 +33,7 @@ impl RunFile {
         let file = match &self.file {
             Some(f) => Arc::clone(f),
             None => {
-                let f = Arc::new(unnamed_file().map_err(|e| spill_error(&e))?);
+                let f = Arc::new(tempfile::tempfile().map_err(|e| spill_error(&e))?);
                 self.file = Some(Arc::clone(&f));
                 f
             }
@@ -67,23 +67,6 @@ impl RunFile {
 
 fn spill_error(e: &std::io::Error) -> String {
     format!("a folder too wide to sort in memory could not be spilled to TMPDIR ({e})")
-}
-
-/// A temporary file nobody else can open: made private and unlinked at once.
-fn unnamed_file() -> std::io::Result<File> {
-    let path = std::env::temp_dir().join(format!(
-        "relay-client-sort-{}-{:016x}",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
 }
 
 /// Writes at a position of the shared file (runs are read while others

@@ -351,18 +351,7 @@ fn keep_identical(
     bar: ProgressBar,
 ) {
     let s = &ctx.s;
-    remember(
-        s.index.as_deref(),
-        &Moved {
-            name: &local.name,
-            container: &s.opts.container,
-            blob: &src.blob,
-            etag: &blob.etag,
-            last_modified: blob.last_modified,
-            sha256,
-            stat: &local.stat,
-        },
-    );
+    record(ctx, local, src, (&blob.etag, blob.last_modified), sha256);
     bump(&ctx.counts.identical);
     let mut r = blank(
         &src.path.display().to_string(),
@@ -384,6 +373,18 @@ fn record_sent(ctx: &Ctx, local: &LocalEntry, src: &Source, etag: &str, sha256: 
     if !now.is_ok_and(|now| now.same_file_as(&local.stat)) {
         return;
     }
+    record(ctx, local, src, (etag, None), sha256);
+}
+
+/// The index row for `local` as the blob version `(etag, last_modified)`
+/// holding `sha256`.
+fn record(
+    ctx: &Ctx,
+    local: &LocalEntry,
+    src: &Source,
+    (etag, last_modified): (&str, Option<u64>),
+    sha256: &str,
+) {
     let s = &ctx.s;
     remember(
         s.index.as_deref(),
@@ -392,7 +393,7 @@ fn record_sent(ctx: &Ctx, local: &LocalEntry, src: &Source, etag: &str, sha256: 
             container: &s.opts.container,
             blob: &src.blob,
             etag,
-            last_modified: None,
+            last_modified,
             sha256,
             stat: &local.stat,
         },

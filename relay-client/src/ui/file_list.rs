@@ -4,9 +4,8 @@
 //! read back one line at a time while the summary is written. A run of a
 //! million files keeps a fixed number of reports, not a million.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Mutex;
 
 use serde::ser::{Error as _, SerializeSeq};
@@ -70,7 +69,7 @@ impl<T: Serialize> FileList<T> {
 
     fn append(&mut self, report: &T) -> std::io::Result<()> {
         if self.spill.is_none() {
-            self.spill = Some(Mutex::new(BufWriter::new(unnamed_file()?)));
+            self.spill = Some(Mutex::new(BufWriter::new(tempfile::tempfile()?)));
         }
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
@@ -92,23 +91,6 @@ impl<T: Serialize> FileList<T> {
     pub fn in_memory(&self) -> &[T] {
         &self.head
     }
-}
-
-/// A temporary file nobody else can open: made private and unlinked at once.
-fn unnamed_file() -> std::io::Result<File> {
-    let path = std::env::temp_dir().join(format!(
-        "relay-client-report-{}-{:016x}.jsonl",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
 }
 
 impl<T: Serialize> Serialize for FileList<T> {
