@@ -16,6 +16,10 @@ pub enum Kind {
     ChangedAlone,
     /// The first, untimed-in-the-ratio sync of the whole tree.
     FirstSync,
+    /// `relay-client ls` of the synced prefix after the round: the listing
+    /// every re-run pays before it knows what changed, alone (not in the
+    /// ratio; it says how much of the re-run's time is the listing).
+    BareListing,
 }
 
 impl Kind {
@@ -24,6 +28,7 @@ impl Kind {
             Kind::SyncRerun => "sync re-run",
             Kind::ChangedAlone => "changed alone",
             Kind::FirstSync => "first sync",
+            Kind::BareListing => "bare listing",
         }
     }
 }
@@ -91,6 +96,9 @@ pub struct Summary {
     pub rerun_bytes_read: f64,
     pub rerun_cpu_s: f64,
     pub alone_cpu_s: f64,
+    /// Median wall of the bare listings (0 when none ran).
+    #[serde(default)]
+    pub listing_wall_s: f64,
     /// Median over rounds of (re-run wall / changed-alone wall of the same round).
     pub wall_ratio: f64,
     /// Median over rounds of (re-run link bytes up / changed bytes).
@@ -121,6 +129,7 @@ fn summarize_profile(profile: Profile, rows: &[SyncRow]) -> Summary {
             .collect()
     };
     let (rerun, alone) = (of(Kind::SyncRerun), of(Kind::ChangedAlone));
+    let listings = of(Kind::BareListing);
     let med =
         |v: &[&SyncRow], f: &dyn Fn(&SyncRow) -> f64| median(v.iter().map(|r| f(r)).collect());
     let pairs: Vec<(&SyncRow, &SyncRow)> = rerun
@@ -141,6 +150,11 @@ fn summarize_profile(profile: Profile, rows: &[SyncRow]) -> Summary {
         rerun_bytes_read: med(&rerun, &|r| r.bytes_read.unwrap_or(0) as f64),
         rerun_cpu_s: med(&rerun, &|r| r.client_cpu_s),
         alone_cpu_s: med(&alone, &|r| r.client_cpu_s),
+        listing_wall_s: if listings.is_empty() {
+            0.0
+        } else {
+            med(&listings, &|r| r.wall_seconds)
+        },
         wall_ratio: median(
             pairs
                 .iter()
@@ -173,18 +187,19 @@ fn mb(b: f64) -> String {
 /// The medians table (Markdown, also printed).
 pub fn summary_table(sums: &[Summary]) -> String {
     let mut t = String::from(
-        "| profile | rounds | changed files | changed MB | re-run s | changed-alone s | **re-run / alone** | re-run up MB | **re-run up / changed** | alone up / changed | files sent | bytes read MB | CPU s re-run / alone | verified |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| profile | rounds | changed files | changed MB | re-run s | changed-alone s | bare listing s | **re-run / alone** | re-run up MB | **re-run up / changed** | alone up / changed | files sent | bytes read MB | CPU s re-run / alone | verified |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
     for s in sums {
         t.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {:.2} | {:.2} | **{:.2}×** | {} | **{:.3}×** | {:.3}× | {:.0} | {} | {:.2} / {:.2} | {} |\n",
+            "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | **{:.2}×** | {} | **{:.3}×** | {:.3}× | {:.0} | {} | {:.2} / {:.2} | {} |\n",
             s.profile.label(),
             s.rounds,
             s.changed_files,
             mb(s.changed_bytes),
             s.rerun_wall_s,
             s.alone_wall_s,
+            s.listing_wall_s,
             s.wall_ratio,
             mb(s.rerun_link_up_bytes),
             s.link_ratio,

@@ -151,6 +151,10 @@ impl SyncBench<'_> {
                 (self.on_row)(&row);
                 rows.push(row);
             }
+            let row = self.listing_run(&mut stage, tree, round)?;
+            eprintln!("{}", progress(&row));
+            (self.on_row)(&row);
+            rows.push(row);
         }
         Ok(rows)
     }
@@ -239,8 +243,47 @@ impl SyncBench<'_> {
         Ok(row)
     }
 
+    /// `relay-client ls --json` of the synced prefix, on the same
+    /// connection flags: what the listing alone costs on this link. Verified
+    /// when it lists every file of the tree.
+    fn listing_run(
+        &self,
+        stage: &mut Stage,
+        tree: &[TreeFile],
+        round: u32,
+    ) -> anyhow::Result<SyncRow> {
+        let mut cmd = self.connection(stage, "ls");
+        cmd.arg(format!("{CONTAINER}/{SYNC_PREFIX}/")).arg("--json");
+        let m = measure(stage, cmd, &format!("ls-r{round}"), self.plan.cap)?;
+        let mut row = self.row(stage, Kind::BareListing, round, 3, tree, &[], &m);
+        // One JSON line per blob, then the total.
+        let listed = m
+            .stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["type"] == "blob")
+            .count();
+        row.error = if m.done.exit_code != Some(0) {
+            Some(format!("ls failed: {}", last_line(&m.stderr)))
+        } else if listed != tree.len() {
+            Some(format!("ls listed {listed} of {} blobs", tree.len()))
+        } else {
+            None
+        };
+        row.verified = row.error.is_none();
+        Ok(row)
+    }
+
     /// relay-client SUBCOMMAND with the connection flags both kinds share.
     fn client(&self, stage: &Stage, sub: &str) -> Command {
+        let mut cmd = self.connection(stage, sub);
+        cmd.args(["--json", "--quiet"]);
+        cmd
+    }
+
+    /// relay-client SUBCOMMAND with the relay, its certificate, the
+    /// controller, the path cache, the extra client flags and the token.
+    fn connection(&self, stage: &Stage, sub: &str) -> Command {
         let mut cmd = Command::new(&self.relay_client);
         cmd.arg(sub)
             .arg("--relay")
@@ -249,7 +292,6 @@ impl SyncBench<'_> {
             .args(["--congestion", &self.plan.relay_congestion])
             .arg("--path-cache")
             .arg(stage.dir.join("paths.json"))
-            .args(["--json", "--quiet"])
             .args(&self.plan.client_args)
             .env("RELAY_TOKEN", SYNC_TOKEN);
         cloud::strip_proxies(&mut cmd);
@@ -372,6 +414,7 @@ fn slug_kind(k: Kind) -> &'static str {
         Kind::FirstSync => "first-sync",
         Kind::SyncRerun => "sync-rerun",
         Kind::ChangedAlone => "alone",
+        Kind::BareListing => "ls",
     }
 }
 
