@@ -147,16 +147,19 @@ impl SyncBench<'_> {
                 } else {
                     self.alone_run(&mut stage, tree, &changed, round, order)?
                 };
-                eprintln!("{}", progress(&row));
-                (self.on_row)(&row);
-                rows.push(row);
+                self.keep(&mut rows, row);
             }
             let row = self.listing_run(&mut stage, tree, round)?;
-            eprintln!("{}", progress(&row));
-            (self.on_row)(&row);
-            rows.push(row);
+            self.keep(&mut rows, row);
         }
         Ok(rows)
+    }
+
+    /// A finished run: its progress line, the caller's hook, the rows.
+    fn keep(&mut self, rows: &mut Vec<SyncRow>, row: SyncRow) {
+        eprintln!("{}", progress(&row));
+        (self.on_row)(&row);
+        rows.push(row);
     }
 
     /// `relay-client sync TREE CONTAINER/sync`, then every blob of the tree
