@@ -152,6 +152,7 @@ fn upload_sync(
         flags: plan.flags,
         rules: plan.rules,
         windows: setup::windows(&a.connection, &plan.mode_flags),
+        lead: crate::sync::upload::walk_lead(),
     }
 }
 

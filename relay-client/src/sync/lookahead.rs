@@ -116,6 +116,24 @@ where
 }
 
 impl Records {
+    /// Records of a walk read elsewhere ([`walk_ahead`](super::walk_ahead)),
+    /// each handed over with its entry through [`hold`](Self::hold).
+    pub fn handed() -> Self {
+        Self {
+            held: Rc::new(RefCell::new(VecDeque::new())),
+        }
+    }
+
+    /// `name`'s record (none: the index has no row), handed on with its
+    /// entry; only the last `keep` are kept, as `refill` keeps a batch.
+    pub fn hold(&self, name: String, record: Option<IndexRecord>, keep: usize) {
+        let mut held = self.held.borrow_mut();
+        if held.len() >= keep.max(1) {
+            held.pop_front();
+        }
+        held.push_back((name, record));
+    }
+
     /// The record of `name`, a name handed on (`Some(None)`: the index has
     /// none), or `None` when it was not prefetched. Names held before it
     /// were not asked about in time and are dropped: the plan asks in the

@@ -13,7 +13,10 @@
 //! - `spelling`: a new file's path that a case-folding file system would
 //!   put under another spelling, refused before it is fetched.
 //! - `upload`, `download`: each decision through the upload or download
-//!   driver; `record`: the index's rows, read a batch ahead of the plan
+//!   driver (`upload_send`: one file of an upload, as the merge decided it
+//!   or early); `walk_ahead`: an upload's walk on a thread of its own, ahead
+//!   of the merge, so a file changed here is sent before the listing reaches
+//!   it; `record`: the index's rows, read a batch ahead of the plan
 //!   (`lookahead`); `counts`: the run's counts.
 //! - `deletes`: the verdict on the delete set, last; [`delete`]: carrying it
 //!   out: spooled in SQLite, local files removed below DEST by descriptor,
@@ -33,3 +36,5 @@ pub mod runs;
 pub mod spelling;
 pub mod tree;
 pub mod upload;
+pub mod upload_send;
+pub mod walk_ahead;

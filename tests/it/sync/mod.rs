@@ -7,17 +7,19 @@
 
 mod deletes;
 mod download;
+mod early;
 mod interrupt;
 mod names;
 mod status;
 mod upload;
 mod wide;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use relay_tests::blobs::{new_container, writer};
 use relay_tests::child_lines::lines;
-use relay_tests::download_client::{T, s};
+use relay_tests::download_client::{T, relay_flags, s};
+use relay_tests::files::Scratch;
 use relay_tests::proxy::{FaultProxy, Op};
 use relay_tests::relay::{RelayHandle, RelayOptions, held_at};
 use relay_tests::{client_command, stderr, summary};
@@ -114,4 +116,45 @@ pub fn spawn_lines(
     let out = lines(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
     let err = lines(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
     (child, out, err)
+}
+
+/// A folder synced once to `CONTAINER/p` through a relay, as a test goes on
+/// from there.
+pub struct Synced {
+    /// Held: the scratch dir goes when the test's `Synced` does.
+    pub _dir: Scratch,
+    pub root: PathBuf,
+    pub index: PathBuf,
+    /// SRC and DEST as the client takes them.
+    pub src: String,
+    pub dest: String,
+    /// The relay's connection flags.
+    pub way: Vec<String>,
+}
+
+/// `make` fills the folder `src` of a new scratch dir; it is synced once
+/// through `relay` to `container/p`, which must succeed.
+pub async fn synced_once(
+    relay: &RelayHandle,
+    container: &str,
+    tag: &str,
+    make: impl FnOnce(&Path),
+) -> (Synced, serde_json::Value) {
+    let dir = Scratch::new(tag);
+    let root = dir.path("src");
+    make(&root);
+    let index = dir.path("index.sqlite");
+    let (src, dest) = (format!("{}/", root.display()), format!("{container}/p"));
+    let way = relay_flags(relay);
+    let (out, v) = sync(&way, &src, &dest, &index, &[]).await;
+    let counts = ok(&out, &v);
+    let synced = Synced {
+        _dir: dir,
+        root,
+        index,
+        src,
+        dest,
+        way,
+    };
+    (synced, counts)
 }

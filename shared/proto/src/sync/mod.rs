@@ -6,7 +6,8 @@
 //! - [`join`]: the merge of two sorted inputs in O(1) memory.
 //! - [`entry`], [`unchanged`]: what each side and the index say about a
 //!   name, and whether its file must be read.
-//! - [`plan`]: the decisions of an upload and of a download.
+//! - [`plan`]: the decisions of an upload and of a download, and
+//!   [`early`]: a file changed here sent before the listing reaches it.
 //! - [`delete`], [`delete_set`]: which deletes may happen, when, how many,
 //!   and the candidates spooled in bounded memory until the merge ends.
 //! - [`walk_order`]: a directory walk that yields the merge's order, and
@@ -19,6 +20,7 @@
 
 pub mod delete;
 pub mod delete_set;
+pub mod early;
 pub mod entry;
 pub mod join;
 pub mod order;
