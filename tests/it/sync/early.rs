@@ -180,3 +180,59 @@ async fn blobs_changed_or_removed_since_fall_back_to_the_listing_every_round() {
     }
     relay.stop().await;
 }
+
+/// Another writer commits while the sync's sends are held at storage (after
+/// the listing): an edited file (sent early, then by the merge's view) and a
+/// new one (not listed) fail, `conflict` and `exists`, and both blobs stay
+/// the other writer's. The next run compares again: the source wins, over
+/// the version it has now seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_written_while_the_send_is_held_is_never_replaced_unseen() {
+    let (c, proxy, relay) = paged_relay("sync-early-held").await;
+    let (t, _) = synced_once(&relay, &c, "sync-early-held", make).await;
+    let (root, index, way) = (&t.root, &t.index, &t.way);
+    let (src, dest) = (&t.src, &t.dest);
+    write_random(&root.join("b"), 2001, 77);
+    write_random(&root.join("g"), 700, 78);
+    // Every Put Blob from now on waits (the files are small: one Put Blob
+    // each); the listing, gets and heads go on.
+    proxy.hold(Op::Other);
+    let args = sync_args(way, src, dest, index, &[]);
+    let child = client_command(&args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    proxy.wait_held(2, T).await;
+    let theirs = b"written by someone else meanwhile".to_vec();
+    for name in ["p/b", "p/g"] {
+        put_sealed(&c, name, &theirs, "00", "forged").await;
+    }
+    let (_, their_sha) = blob_sha(&c, "p/b").await;
+    proxy.release();
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("sync did not finish"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let v = summary(&out);
+    assert!(!out.status.success(), "{v}");
+    let code = |blob: &str| {
+        v["files"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["blob"] == blob))
+            .map(|f| f["error"]["code"].clone())
+    };
+    assert_eq!(code("p/b"), Some("conflict".into()), "{v}");
+    assert_eq!(code("p/g"), Some("exists".into()), "{v}");
+    for name in ["p/b", "p/g"] {
+        assert_eq!(blob_sha(&c, name).await.1, their_sha, "{name}");
+    }
+
+    let (out, v) = sync(way, src, dest, index, &[]).await;
+    let y = ok(&out, &v);
+    assert_eq!(y["sent"], 2, "{v}");
+    let mut names: Vec<&str> = FILES.iter().map(|f| f.0).collect();
+    names.push("g");
+    same(&c, root, &names).await;
+    relay.stop().await;
+}
