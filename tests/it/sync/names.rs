@@ -17,6 +17,24 @@ use super::{ok, sync};
 const RACES: usize = 30;
 const RERUNS: usize = 2;
 
+/// Blob names: pairs that differ only in case (ASCII, a folder, Latin-1 and
+/// Greek, which exFAT's upcase table folds too), and one with no twin.
+const NAMES: &[&str] = &[
+    "A.txt",
+    "a.txt",
+    "Dir/x",
+    "dir/x",
+    "dir/z",
+    "É.bin",
+    "é.bin",
+    "Σ.dat",
+    "σ.dat",
+    "other.bin",
+];
+
+/// The pairs of which exactly one is placed.
+const TWINS: &[[&str; 2]] = &[["A.txt", "a.txt"], ["É.bin", "é.bin"], ["Σ.dat", "σ.dat"]];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
     if let Some(why) = exfat_missing() {
@@ -26,10 +44,7 @@ async fn blobs_differing_only_in_case_never_share_a_file_nor_flip_flop() {
     let (relay, c) = setup("sync-fold", None).await;
     let src = Scratch::new("sync-fold");
     let mut sha = BTreeMap::new();
-    for (i, name) in ["A.txt", "a.txt", "Dir/x", "dir/x", "dir/z", "other.bin"]
-        .iter()
-        .enumerate()
-    {
+    for (i, name) in NAMES.iter().enumerate() {
         let digest = write_random(
             &src.path(&format!("cf/{name}")),
             1000 + i as u64,
@@ -84,16 +99,19 @@ fn check_round(round: usize, run: &FoldedRun, first: &FoldedRun, sha: &BTreeMap<
     for (path, digest) in &run.sums {
         assert_eq!(sha.get(path), Some(digest), "{path}: {ctx}");
     }
-    // One of `A.txt`/`a.txt`; the folder one spelling, whichever blob
-    // made it first (`Dir/x` alone, or `dir/x` and `dir/z`); the same
-    // files every round.
+    // One of each pair (`A.txt`/`a.txt`, `É.bin`/`é.bin`, `Σ.dat`/`σ.dat`);
+    // the folder one spelling, whichever blob made it first (`Dir/x` alone,
+    // or `dir/x` and `dir/z`); the same files every round.
     let placed: Vec<&str> = run.sums.iter().map(|(p, _)| p.as_str()).collect();
-    let txt = placed.iter().filter(|p| p.ends_with(".txt")).count();
+    for twins in TWINS {
+        let n = twins.iter().filter(|t| placed.contains(t)).count();
+        assert_eq!(n, 1, "{twins:?}: {ctx}");
+    }
     let dirs: std::collections::BTreeSet<&str> = placed
         .iter()
         .filter_map(|p| p.split_once('/').map(|d| d.0))
         .collect();
-    assert_eq!((txt, dirs.len()), (1, 1), "{ctx}");
+    assert_eq!(dirs.len(), 1, "{ctx}");
     assert!(placed.contains(&"other.bin"), "{ctx}");
     assert_eq!(run.sums, first.sums, "{ctx}");
     let v: serde_json::Value =
