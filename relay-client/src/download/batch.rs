@@ -1,11 +1,11 @@
 //! A blob's pieces into its partial file a batch at a time.
 //!
 //! The relay's sections arrive as QUIC hands them over: one piece per STREAM
-//! frame received, about a packet's payload each (1.2-1.4 KB on a 1500-byte
-//! path, up to 8.9 KB on loopback), and storage's ranges in `--direct` come
-//! as the HTTP body's pieces. A write per piece is a system call, and a
-//! blocking one, so each also hands the async worker's other tasks to
-//! another thread (`block_in_place`). The pieces are gathered in a buffer of
+//! frame received, about a packet's payload each (1.36 KB on average over
+//! loopback, docs/bench/download/small-files-cpu), and storage's ranges in
+//! `--direct` come as the HTTP body's pieces. A write per piece is a system
+//! call, and a blocking one, so each also hands the async worker's other
+//! tasks to another thread (`block_in_place`). The pieces are gathered in a buffer of
 //! at most `WRITE_BATCH` bytes (the blob's size if smaller) and written when
 //! it is full, at the stream's end, and when it breaks or the run stops; so a
 //! small file is one write, and a file's memory here is the buffer, whatever

@@ -230,6 +230,37 @@ async fn hash_prefix(
 
 type Received = (u64, Hashes, u64);
 
+/// The partial file's first `from` bytes hashed (none: fresh hashers), and
+/// the file cut to them and positioned after them.
+async fn kept_prefix(
+    mut file: std::fs::File,
+    from: u64,
+    with_md5: bool,
+    path: &std::path::Path,
+) -> Result<(Sha256, Option<Md5>, std::fs::File), FileError> {
+    let io = |e: std::io::Error| fs(FsError::of(path, e));
+    let have = file.metadata().map_err(io)?.len();
+    if have < from {
+        return Err(FileError::new(
+            ErrorCode::LocalIo,
+            format!("{}: the partial file shrank while resuming", path.display()),
+            true,
+        ));
+    }
+    let (sha, md5) = if from > 0 {
+        let mut f = file.try_clone().map_err(io)?;
+        f.seek(SeekFrom::Start(0)).map_err(io)?;
+        hash_prefix(f, Some(from), with_md5).await?
+    } else {
+        (Sha256::new(), with_md5.then(Md5::new))
+    };
+    if have != from {
+        file.set_len(from).map_err(io)?;
+    }
+    file.seek(SeekFrom::Start(from)).map_err(io)?;
+    Ok((sha, md5, file))
+}
+
 /// The sections of one stream into the partial file from `from` (its first
 /// `from` bytes re-hashed): (length, hashes, ranges the relay checked), or
 /// the relay's Error. Each byte received is counted in `received`
@@ -246,29 +277,10 @@ pub(super) async fn receive(
     let size = s.source.size;
     bar.set_length(size);
     bar.set_position(from);
-    let have = file.metadata().map_err(io)?.len();
-    if have < from {
-        return Err(FileError::new(
-            ErrorCode::LocalIo,
-            format!("{}: the partial file shrank while resuming", path.display()),
-            true,
-        ));
-    }
     // MD5 costs as much CPU as the rest of the receive path together: only a
     // blob checked by its Content-MD5 needs it.
     let with_md5 = s.source.check == Check::ContentMd5;
-    let (mut sha, mut md5) = if from > 0 {
-        let mut f = file.try_clone().map_err(io)?;
-        f.seek(SeekFrom::Start(0)).map_err(io)?;
-        hash_prefix(f, Some(from), with_md5).await?
-    } else {
-        (Sha256::new(), with_md5.then(Md5::new))
-    };
-    let mut file = file;
-    if have != from {
-        file.set_len(from).map_err(io)?;
-    }
-    file.seek(SeekFrom::Start(from)).map_err(io)?;
+    let (mut sha, mut md5, file) = kept_prefix(file, from, with_md5, path).await?;
     let mut out = Batched::new(file, size.saturating_sub(from));
     let t0 = Instant::now();
     let mut at = from;

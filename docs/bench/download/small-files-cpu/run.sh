@@ -7,7 +7,7 @@
 # times into fresh folders under /usr/bin/time -v, each checked file by file
 # against its source's SHA-256. Per run: the client's wall and CPU seconds
 # (time -v), the relay's CPU seconds over the download (/proc/PID/stat), and
-# the download's report. Then one run under `strace -c -f` (syscall counts).
+# the download's report. Then one run under `strace -c -f` (syscall counts), and with PERF=1 one under `perf record`.
 set -euo pipefail
 BIN=$(realpath "$1"); OUT=$(realpath -m "$2"); N=${3:-2000}; SIZE=${4:-65536}; RUNS=${5:-3}
 shift $(( $# < 5 ? $# : 5 )); [ "${1:-}" = "--" ] && shift; EXTRA=("$@")
@@ -71,5 +71,11 @@ for i in $(seq "$RUNS"); do
         | sed "s/^/  run$i /" >> "$OUT/summary.txt"
 done
 dl strace strace -c -f -o "$OUT/strace.txt"
+# PERF=1: one more run under perf record (flat, every thread), then its top symbols.
+if [ -n "${PERF:-}" ]; then
+    dl perf perf record -q -F 1999 -o "$W/perf.data" --
+    perf report -i "$W/perf.data" --no-children --sort dso,sym --stdio 2>/dev/null \
+        | grep -v '^#' | grep -v '^$' | head -60 > "$OUT/perf-top.txt"
+fi
 echo "loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"
