@@ -256,31 +256,35 @@ impl Index {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        self.db()
-            .execute(
+        let db = self.db();
+        // Cached: a download records one row per file, and the statement is
+        // parsed once per run rather than once per row.
+        let mut stmt = db
+            .prepare_cached(
                 "INSERT INTO files (path, container, blob, etag, last_modified, size, mtime_ns,
                     ctime_ns, ino, dev, sha256, recorded_unix)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT(path) DO UPDATE SET container = ?2, blob = ?3, etag = ?4,
                     last_modified = ?5, size = ?6, mtime_ns = ?7, ctime_ns = ?8, ino = ?9,
                     dev = ?10, sha256 = ?11, recorded_unix = ?12",
-                params![
-                    r.path,
-                    r.container,
-                    r.blob,
-                    r.etag,
-                    r.last_modified.map(to_i64),
-                    to_i64(r.stat.size),
-                    r.stat.mtime_ns,
-                    r.stat.ctime_ns,
-                    r.stat.ino as i64,
-                    r.stat.dev as i64,
-                    r.sha256,
-                    now
-                ],
             )
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        stmt.execute(params![
+            r.path,
+            r.container,
+            r.blob,
+            r.etag,
+            r.last_modified.map(to_i64),
+            to_i64(r.stat.size),
+            r.stat.mtime_ns,
+            r.stat.ctime_ns,
+            r.stat.ino as i64,
+            r.stat.dev as i64,
+            r.sha256,
+            now
+        ])
+        .map(|_| ())
+        .map_err(|e| self.err(e))
     }
 
     /// Forgets `path` (a file replaced or removed by other means).

@@ -137,6 +137,7 @@ fn upload_sync(
         dry_run: true,
         index: None,
         patience: a.connection.patience,
+        folder_syncs: Default::default(),
     });
     UploadSync {
         mode: mode.clone(),
@@ -194,6 +195,7 @@ fn download_sync(
         dry_run: job.dry_run,
         index: job.index.clone(),
         patience: job.patience,
+        folder_syncs: job.folder_syncs.clone(),
     };
     Ok(DownloadSync {
         job: Arc::new(job),

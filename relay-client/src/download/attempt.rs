@@ -8,7 +8,7 @@
 use indicatif::ProgressBar;
 use relay_proto::protocol::{Check, Source};
 
-use super::fetch::{Done, Target, Way, fs, hash_file, local, open, receive};
+use super::fetch::{Done, Target, Way, fs, hash_file, local, local_of, open, receive};
 use super::partial::{self, Held, Sidecar};
 use super::place::{partial_name, sidecar_name};
 use super::placing;
@@ -67,6 +67,7 @@ pub async fn download(way: Way<'_>, t: &Target<'_>, bar: &ProgressBar) -> Result
         ranges_checked: 0,
         last_etag: t.listed.etag.clone(),
         written: None,
+        sidecar: true,
     };
     let end = a.run(way, bar).await;
     a.tidy(&end);
@@ -87,6 +88,9 @@ struct Attempt<'t, 'a> {
     ranges_checked: u64,
     last_etag: String,
     written: Option<Hashes>,
+    /// A sidecar may be beside the partial file (an earlier run's, or this
+    /// attempt's): removed with it.
+    sidecar: bool,
 }
 
 impl Attempt<'_, '_> {
@@ -115,7 +119,7 @@ impl Attempt<'_, '_> {
                     compare_only,
                 } => self.fetch(way, offset, etag, compare_only).await?,
                 Action::Receive { from, fresh } => self.receive(from, fresh, bar).await?,
-                Action::Place { check, resumed } => return self.place(check, resumed),
+                Action::Place { check, resumed } => return self.place(check, resumed).await,
                 Action::Skip { reason, compared } => {
                     return Ok(Done::Skipped {
                         reason,
@@ -133,8 +137,9 @@ impl Attempt<'_, '_> {
     /// this machine's index says it placed that very file from this version.
     fn look(&mut self) -> Result<Local, FileError> {
         let t = self.t;
-        let Entry::File(st) = t.folder.entry(t.leaf).map_err(fs)? else {
-            return local(t.folder, t.leaf);
+        let st = match t.folder.entry(t.leaf).map_err(fs)? {
+            Entry::File(st) => st,
+            other => return Ok(local_of(other)),
         };
         self.seen = Some(st);
         let indexed = t.index.is_some_and(|idx| {
@@ -231,7 +236,7 @@ impl Attempt<'_, '_> {
         let Some(s) = self.stream.as_mut() else {
             return Err(FileError::new(ErrorCode::Internal, "no stream to receive", false).into());
         };
-        if fresh {
+        if fresh && partial::resumable(s.source.size) {
             let sidecar = Sidecar {
                 container: t.container.to_string(),
                 blob: t.blob.to_string(),
@@ -239,6 +244,13 @@ impl Attempt<'_, '_> {
                 size: s.source.size,
             };
             partial::record(t.folder, &self.side, &sidecar).map_err(fs)?;
+            self.sidecar = true;
+        } else if fresh {
+            // Too small to be worth resuming: no sidecar, so a partial file
+            // left behind is started over; an earlier one's goes first, so
+            // it never names these bytes.
+            t.folder.remove_file(&self.side).map_err(fs)?;
+            self.sidecar = false;
         }
         Ok(
             match receive(s, file, from, &path, bar, &t.received).await? {
@@ -253,10 +265,12 @@ impl Attempt<'_, '_> {
     }
 
     /// The verified partial file under its final name: its blob's
-    /// Last-Modified and the run's file mode first, then a rename that never
-    /// replaces a file nobody compared (`placing`), then the folder synced
-    /// and the file recorded in this machine's index.
-    fn place(&mut self, check: Check, resumed: u64) -> Result<Done, Stop> {
+    /// Last-Modified and the run's file mode first, then its one fsync (its
+    /// bytes and those two), then a rename that never replaces a file nobody compared
+    /// (`placing`), then the folder synced (an fsync shared with the files
+    /// placed there meanwhile: `folder_sync`) and the file recorded in this
+    /// machine's index.
+    async fn place(&mut self, check: Check, resumed: u64) -> Result<Done, Stop> {
         let t = self.t;
         let Some(s) = self.stream.take() else {
             return Err(FileError::new(ErrorCode::Internal, "no stream to place", false).into());
@@ -291,8 +305,10 @@ impl Attempt<'_, '_> {
         if let Err(r) = placed {
             return Err(refused(ErrorCode::Exists, r.message()));
         }
-        t.folder.remove_file(&self.side).map_err(fs)?;
-        t.folder.sync().map_err(fs)?;
+        if self.sidecar {
+            t.folder.remove_file(&self.side).map_err(fs)?;
+        }
+        t.folder_syncs.sync(t.folder).await.map_err(fs)?;
         let h = self.written.take().unwrap_or(Hashes {
             sha256: String::new(),
             md5: String::new(),
@@ -335,13 +351,16 @@ impl Attempt<'_, '_> {
     }
 
     /// Removes the partial file when it is worth nothing: after a skip, a
-    /// failure that discards it, or when it holds no byte.
+    /// failure that discards it, or when it holds no byte or no sidecar
+    /// names it (nothing would resume it).
     fn tidy(&self, end: &Result<Done, Stop>) {
         let Ok(held) = &self.held else { return };
         let remove = match end {
             Ok(Done::Placed { .. }) => false,
             Ok(Done::Skipped { .. }) => true,
-            Err(stop) => stop.discard || stat_file(&held.file).is_ok_and(|s| s.size == 0),
+            Err(stop) => {
+                stop.discard || !self.sidecar || stat_file(&held.file).is_ok_and(|s| s.size == 0)
+            }
         };
         if remove {
             let t = self.t;

@@ -3,7 +3,7 @@
 //! sections, received into the partial file while they are hashed. The
 //! driver of the session, one attempt at a time, is `attempt`.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::time::Instant;
 
 use indicatif::ProgressBar;
@@ -14,6 +14,8 @@ use relay_proto::protocol::{Check, Encoding, Fetch, Message};
 use relay_transport::frames::{read_frame, write_frame};
 use sha2::{Digest, Sha256};
 
+use super::batch::Batched;
+use super::folder_sync::FolderSyncs;
 use super::inflating::{Inflating, Slot, Wire, ask};
 use super::piece::{Next, lost};
 use super::safe_fs::{Entry, Folder, FsError};
@@ -48,6 +50,8 @@ pub struct Target<'a> {
     pub patience: std::time::Duration,
     /// The bytes that carried them, when some came compressed.
     pub wire: std::sync::Arc<Wire>,
+    /// The folder fsyncs this file shares with the run's others.
+    pub folder_syncs: &'a FolderSyncs,
 }
 
 /// How a file ended.
@@ -81,7 +85,12 @@ pub(super) fn fs(e: FsError) -> FileError {
 /// What is at the final name, as the session sees it (nothing asked of the
 /// index: `--dry-run`).
 pub fn local(folder: &Folder, leaf: &str) -> Result<Local, FileError> {
-    Ok(match folder.entry(leaf).map_err(fs)? {
+    Ok(local_of(folder.entry(leaf).map_err(fs)?))
+}
+
+/// What an entry at the final name is, as the session sees it.
+pub fn local_of(entry: Entry) -> Local {
+    match entry {
         Entry::Absent => Local::Absent,
         Entry::File(st) => Local::File {
             size: st.size,
@@ -91,7 +100,7 @@ pub fn local(folder: &Folder, leaf: &str) -> Result<Local, FileError> {
         Entry::Folder => Local::Folder,
         Entry::Symlink => Local::Symlink,
         Entry::Other => Local::Other,
-    })
+    }
 }
 
 /// Where a file's bytes come from.
@@ -221,9 +230,40 @@ async fn hash_prefix(
 
 type Received = (u64, Hashes, u64);
 
+/// The partial file's first `from` bytes hashed (none: fresh hashers), and
+/// the file cut to them and positioned after them.
+async fn kept_prefix(
+    mut file: std::fs::File,
+    from: u64,
+    with_md5: bool,
+    path: &std::path::Path,
+) -> Result<(Sha256, Option<Md5>, std::fs::File), FileError> {
+    let io = |e: std::io::Error| fs(FsError::of(path, e));
+    let have = file.metadata().map_err(io)?.len();
+    if have < from {
+        return Err(FileError::new(
+            ErrorCode::LocalIo,
+            format!("{}: the partial file shrank while resuming", path.display()),
+            true,
+        ));
+    }
+    let (sha, md5) = if from > 0 {
+        let mut f = file.try_clone().map_err(io)?;
+        f.seek(SeekFrom::Start(0)).map_err(io)?;
+        hash_prefix(f, Some(from), with_md5).await?
+    } else {
+        (Sha256::new(), with_md5.then(Md5::new))
+    };
+    if have != from {
+        file.set_len(from).map_err(io)?;
+    }
+    file.seek(SeekFrom::Start(from)).map_err(io)?;
+    Ok((sha, md5, file))
+}
+
 /// The sections of one stream into the partial file from `from` (its first
-/// `from` bytes re-hashed), then fsync: (length, hashes, ranges the relay
-/// checked), or the relay's Error. Each byte received is counted in `received`
+/// `from` bytes re-hashed): (length, hashes, ranges the relay checked), or
+/// the relay's Error. Each byte received is counted in `received`
 /// as it arrives, so an attempt cut short still counts what it cost.
 pub(super) async fn receive(
     s: &mut Stream,
@@ -237,31 +277,16 @@ pub(super) async fn receive(
     let size = s.source.size;
     bar.set_length(size);
     bar.set_position(from);
-    let have = file.metadata().map_err(io)?.len();
-    if have < from {
-        return Err(FileError::new(
-            ErrorCode::LocalIo,
-            format!("{}: the partial file shrank while resuming", path.display()),
-            true,
-        ));
-    }
-    let prefix = file.try_clone().map_err(io)?;
     // MD5 costs as much CPU as the rest of the receive path together: only a
     // blob checked by its Content-MD5 needs it.
     let with_md5 = s.source.check == Check::ContentMd5;
-    let (mut sha, mut md5) = if from > 0 {
-        let mut f = prefix;
-        f.seek(SeekFrom::Start(0)).map_err(io)?;
-        hash_prefix(f, Some(from), with_md5).await?
-    } else {
-        (Sha256::new(), with_md5.then(Md5::new))
-    };
-    let mut file = file;
-    file.set_len(from).map_err(io)?;
-    file.seek(SeekFrom::Start(from)).map_err(io)?;
+    let (mut sha, mut md5, file) = kept_prefix(file, from, with_md5, path).await?;
+    let mut out = Batched::new(file, size.saturating_sub(from));
     let t0 = Instant::now();
     let mut at = from;
-    let mut got = 0u64;
+    // A stream that breaks (or a run stopped meanwhile) leaves what arrived
+    // in the partial file for a resume: `out` writes what it holds when
+    // dropped.
     let ranges = loop {
         match s.body.next(at, size).await? {
             Next::Bytes(bytes) => {
@@ -269,24 +294,29 @@ pub(super) async fn receive(
                 if let Some(md5) = md5.as_mut() {
                     md5.update(&bytes);
                 }
-                tokio::task::block_in_place(|| file.write_all(&bytes)).map_err(io)?;
+                out.write(&bytes).map_err(io)?;
                 let n = bytes.len() as u64;
                 at += n;
-                got += n;
                 received.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                 bar.set_position(at);
             }
             Next::End { ranges_checked } => break ranges_checked,
             Next::Refused(f) => {
                 // What arrived is good bytes of this version: kept for a resume.
-                let _ = tokio::task::block_in_place(|| file.sync_data());
+                if out.flush().is_ok() {
+                    let _ = tokio::task::block_in_place(|| out.file().sync_data());
+                }
                 return Ok(Err(f));
             }
         }
     };
-    tokio::task::block_in_place(|| file.sync_all()).map_err(io)?;
+    out.flush().map_err(io)?;
+    // No fsync here: placing fsyncs the file once, after its modification
+    // time and mode, before the rename (`attempt::place`); bytes that are
+    // never placed need none (a resume re-hashes what it keeps, and the
+    // whole file is checked before it takes its name).
     tracing::debug!(
-        bytes = got,
+        bytes = at - from,
         ms = t0.elapsed().as_millis() as u64,
         "received"
     );

@@ -17,6 +17,7 @@ use crate::transfer::send::Options;
 use crate::ui::progress::Reporter;
 
 use super::direct::DirectReads;
+use super::folder_sync::FolderSyncs;
 use super::place;
 use super::safe_fs::{Folder, FsError};
 
@@ -36,6 +37,8 @@ pub struct Job {
     /// How long a file waits for another writer of its partial file that
     /// makes no progress.
     pub patience: Duration,
+    /// The folder fsyncs the run's files share (`folder_sync`).
+    pub folder_syncs: Arc<FolderSyncs>,
 }
 
 /// A run's job as the download's flags give it (`commands::download_args`),
@@ -115,6 +118,7 @@ impl Job {
             dry_run: plan.dry_run,
             index,
             patience: plan.patience,
+            folder_syncs: Default::default(),
         })
     }
 

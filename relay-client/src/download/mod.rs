@@ -19,15 +19,19 @@
 //!   (which blob and version it holds).
 //! - `attempt`: one attempt at one blob, the session's driver.
 //! - `fetch`, `stream`, `piece`, `direct`: one blob's stream (the relay's
-//!   `Fetch`, or storage's ranges) and its bytes into the partial file.
+//!   `Fetch`, or storage's ranges) and its bytes into the partial file
+//!   (`batch`: a batch at a time).
 //! - `inflating`: compressed sections read as the blob's bytes, within a budget.
 //! - `placing`: the final name, never over a file nobody compared.
+//! - `folder_sync`: one folder fsync shared by the files placed there at once.
 
 pub mod attempt;
+pub mod batch;
 pub mod blob;
 pub mod cursor;
 pub mod direct;
 pub mod fetch;
+pub mod folder_sync;
 pub mod inflating;
 pub mod job;
 pub mod list;

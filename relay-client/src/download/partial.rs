@@ -175,6 +175,18 @@ pub fn find(
         }))
 }
 
+/// Blobs smaller than this are not resumed: they get no sidecar, so a
+/// partial file of one is started over. Fetching one again costs less than
+/// the sidecar's write and fsync on every download of it (a rerun after an
+/// interruption fetches again at most `--parallel` such files).
+pub const RESUME_MIN: u64 = 1 << 20;
+
+/// Whether a download of a blob of `size` bytes keeps a sidecar, so that its
+/// partial file can be resumed.
+pub fn resumable(size: u64) -> bool {
+    size >= RESUME_MIN
+}
+
 /// Records what the partial file is about to hold (written and synced before
 /// its first byte, so a partial never outlives a sidecar that names it).
 /// Private like the partial file.

@@ -52,6 +52,7 @@ pub async fn download(
         index_path: comps.join("/"),
         patience: job.patience,
         wire: Default::default(),
+        folder_syncs: &job.folder_syncs,
     };
     let lane = job.relay().map(|links| links.assign(listed.size));
     let link = lane.as_ref().map(|l| l.link());

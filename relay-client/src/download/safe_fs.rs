@@ -512,6 +512,16 @@ impl Folder {
         Ok(())
     }
 
+    /// The folder's device and inode: which folder this is, whatever its path.
+    pub fn identity(&self) -> Result<(u64, u64), FsError> {
+        // SAFETY: all zeros is a valid `stat`; fstat writes it before it is read.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a descriptor we own.
+        check(unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) })
+            .map_err(|e| FsError::of(&self.path, e))?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
     /// Makes the folder's entries (a rename) durable.
     pub fn sync(&self) -> Result<(), FsError> {
         // SAFETY: fsync on a descriptor we own.

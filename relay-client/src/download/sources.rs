@@ -152,5 +152,6 @@ fn for_container(job: &Job, container: &str) -> Job {
         dry_run: job.dry_run,
         index: job.index.clone(),
         patience: job.patience,
+        folder_syncs: job.folder_syncs.clone(),
     }
 }

@@ -210,3 +210,48 @@ async fn a_garbage_prefix_of_a_blob_nothing_checks_whole_is_not_resumed() {
     }
     relay.stop().await;
 }
+
+/// A blob under `RESUME_MIN` gets no sidecar, so a download of it cut short
+/// leaves nothing behind (nothing would resume it); one of `RESUME_MIN` or
+/// more keeps its partial file, every byte that came, and the sidecar that
+/// names it, for a resume. The relay is a stand-in on real QUIC that sends
+/// half of the blob's bytes, then `Sent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_download_keeps_a_partial_file_only_where_a_sidecar_names_it() {
+    use relay_client::download::partial::RESUME_MIN;
+    use relay_client::download::place::{partial_name, sidecar_name};
+    use relay_tests::hostile_relay::{HostileRelay, Script};
+    let min = usize::try_from(RESUME_MIN).unwrap_or(usize::MAX);
+    for (size, kept) in [(64 << 10, false), (min - 1, false), (min, true)] {
+        let data = pattern(size, 58);
+        let half = data[..size / 2].to_vec();
+        let relay = HostileRelay::start(Script {
+            blob: "cut.bin".into(),
+            size: size as u64,
+            sha256: hex::encode(Sha256::digest(&data)),
+            encoding: None,
+            sections: vec![half.clone()],
+        });
+        let to = Scratch::new("dl-cut");
+        let args = args_via(
+            &relay.flags(),
+            &["hostile/cut.bin"],
+            &to.0,
+            &["--attempts", "1"],
+        );
+        let out = run_client(&args, &[], T).await;
+        assert_eq!(out.status.code(), Some(1), "{size}: {}", stderr(&out));
+        let v = summary(&out);
+        let f = &files_of(&v)[0];
+        assert_eq!(f["error"]["code"], "truncated", "{size}: {f}");
+        let partial = to.path(&partial_name("hostile", "cut.bin"));
+        let sidecar = to.path(&sidecar_name("hostile", "cut.bin"));
+        assert_eq!(partial.exists(), kept, "{size}");
+        assert_eq!(sidecar.exists(), kept, "{size}");
+        if kept {
+            assert_eq!(std::fs::read(&partial).unwrap_or_default(), half, "{size}");
+        }
+        assert!(!to.path("cut.bin").exists(), "{size}: nothing placed");
+        relay.stop();
+    }
+}
