@@ -21,7 +21,7 @@ use relay_tests::proxy::{FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions};
 use relay_tests::{client_command, summary};
 
-use super::{etags, ok, sync, sync_args, synced_once};
+use super::{Synced, etags, ok, sync, sync_args, synced_once};
 
 /// (name below the folder, size, seed): in the listing's order.
 const FILES: &[(&str, u64, u64)] = &[
@@ -45,6 +45,26 @@ async fn same(container: &str, root: &Path, names: &[&str]) {
         let (_, sha) = blob_sha(container, &format!("p/{name}")).await;
         assert_eq!(sha, sha256_file(&root.join(name)), "{name}");
     }
+}
+
+/// The re-sync of `t` started, to be held and released at the proxy.
+fn start(t: &Synced) -> tokio::process::Child {
+    let args = sync_args(&t.way, &t.src, &t.dest, &t.index, &[]);
+    client_command(&args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A started sync's output and summary, once it ends (`T`: a hang guard).
+async fn finish(child: tokio::process::Child) -> (std::process::Output, serde_json::Value) {
+    let out = tokio::time::timeout(T, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("sync did not finish"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let v = summary(&out);
+    (out, v)
 }
 
 /// A relay listing two names a page, its storage behind a proxy.
@@ -77,12 +97,7 @@ async fn a_file_changed_here_commits_while_the_listing_is_held_and_crosses_once(
     let edited = sha256_file(&root.join("e"));
     proxy.hold_after(Op::ListBlobs, proxy.stats.requests_of(Op::ListBlobs) + 1);
     let received = relay.metric("blob_relay_bytes_received_total");
-    let args = sync_args(way, src, dest, index, &[]);
-    let child = client_command(&args, &[])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let child = start(&t);
     proxy.wait_held(1, T).await;
     // Read straight from Azurite (not through the proxy), until the blob
     // holds the edit; `T` only guards against a hang.
@@ -102,11 +117,7 @@ async fn a_file_changed_here_commits_while_the_listing_is_held_and_crosses_once(
     assert_eq!(asked - answered, 1, "the second page is still held");
 
     proxy.release();
-    let out = tokio::time::timeout(T, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("sync did not finish"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let v = summary(&out);
+    let (out, v) = finish(child).await;
     let y = ok(&out, &v);
     assert_eq!(y["sent"], 1, "{v}");
     assert_eq!(y["skipped_unchanged"], FILES.len() - 1, "{v}");
@@ -197,12 +208,7 @@ async fn a_blob_written_while_the_send_is_held_is_never_replaced_unseen() {
     // Every Put Blob from now on waits (the files are small: one Put Blob
     // each); the listing, gets and heads go on.
     proxy.hold(Op::Other);
-    let args = sync_args(way, src, dest, index, &[]);
-    let child = client_command(&args, &[])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let child = start(&t);
     proxy.wait_held(2, T).await;
     let theirs = b"written by someone else meanwhile".to_vec();
     for name in ["p/b", "p/g"] {
@@ -210,11 +216,7 @@ async fn a_blob_written_while_the_send_is_held_is_never_replaced_unseen() {
     }
     let (_, their_sha) = blob_sha(&c, "p/b").await;
     proxy.release();
-    let out = tokio::time::timeout(T, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("sync did not finish"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let v = summary(&out);
+    let (out, v) = finish(child).await;
     assert!(!out.status.success(), "{v}");
     let code = |blob: &str| {
         v["files"]
