@@ -78,7 +78,7 @@ pub async fn run(
     };
     let mut lines = Lines::new(&dest.prefix, args.one_level, args.json);
     let (tx, rx) = mpsc::channel::<Listed>(LIST_AHEAD);
-    let listing = listing_from(&from, &dest.prefix, tx);
+    let listing = listing_from(&from, &dest.prefix, tx, None);
     let printing = print(rx, &mut lines, out);
     let both = async { tokio::join!(listing, printing) };
     let (listed, printed) = tokio::select! {

@@ -5,14 +5,22 @@
 
 use std::collections::HashSet;
 
+use tokio::sync::oneshot;
+
 /// Where a listing got to: storage's marker after the last page handed on
 /// whole, the names handed on since (a digest each: a page's worth at most,
-/// 16 bytes a name), and how many names in all.
+/// 16 bytes a name), how many names in all, and whether it was answered
+/// for yet (`answered`).
 #[derive(Debug, Default)]
 pub struct Cursor {
     marker: Option<String>,
     since: HashSet<[u8; 16]>,
     pub handed: u64,
+    /// Told at the listing's first answer: the relay's opening frame (or
+    /// its first page, from a relay before that frame), or storage's first
+    /// page in direct mode. What must not start for a caller who may not
+    /// list (a sync's sends) waits for it, and no longer.
+    answered: Option<oneshot::Sender<()>>,
 }
 
 /// A name's key in `Cursor::since`.
@@ -25,6 +33,21 @@ fn digest(name: &str) -> [u8; 16] {
 }
 
 impl Cursor {
+    /// A cursor at the start that tells `answered` at the first answer.
+    pub fn telling(answered: Option<oneshot::Sender<()>>) -> Self {
+        Self {
+            answered,
+            ..Self::default()
+        }
+    }
+
+    /// The listing was answered for: told once (nobody may be waiting).
+    pub fn answered(&mut self) {
+        if let Some(tell) = self.answered.take() {
+            let _ = tell.send(());
+        }
+    }
+
     /// Where to take the listing up: storage's marker, or the start.
     pub fn marker(&self) -> Option<&str> {
         self.marker.as_deref()

@@ -232,6 +232,7 @@ pub async fn list(
                 ));
             }
         };
+        cursor.answered();
         for b in page.blobs {
             if cursor.passed(&b.name) {
                 continue;

@@ -16,7 +16,7 @@ use quinn::Connection;
 use relay_proto::limits::PROTOCOL_VERSION;
 use relay_proto::protocol::{List, ListEnd, Listed, Listing, Message};
 use relay_transport::frames::{read_frame, write_frame};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::cursor::Cursor;
 use super::job::Job;
@@ -54,15 +54,17 @@ impl<'a> ListFrom<'a> {
 /// after a break (`relay::retry`); the names handed on, or why the listing
 /// failed for good.
 pub async fn listing(job: &Job, prefix: &str, tx: mpsc::Sender<Listed>) -> Result<u64, FileError> {
-    listing_from(&ListFrom::job(job), prefix, tx).await
+    listing_from(&ListFrom::job(job), prefix, tx, None).await
 }
 
 /// `listing`, from what `from` gives: the one listing driver of download,
-/// `ls` and sync.
+/// `ls` and sync. `answered` is told at the listing's first answer
+/// (`Cursor::answered`), before its first name where the relay says so.
 pub async fn listing_from(
     from: &ListFrom<'_>,
     prefix: &str,
     tx: mpsc::Sender<Listed>,
+    answered: Option<oneshot::Sender<()>>,
 ) -> Result<u64, FileError> {
     let container = from.container;
     let link = match from.mode {
@@ -75,7 +77,7 @@ pub async fn listing_from(
         from,
         prefix,
         tx,
-        cursor: Cursor::default(),
+        cursor: Cursor::telling(answered),
     };
     tries.drive(&mut work).await?;
     Ok(work.cursor.handed)
@@ -152,6 +154,9 @@ pub async fn list(
                 "listing: this relay started the listing over instead of taking it up where it stopped (a relay from before listing markers); trying again",
                 true,
             ));
+        }
+        if let Message::Listing(_) | Message::ListEnd(_) = &frame {
+            cursor.answered();
         }
         match frame {
             Message::Listing(page) => {

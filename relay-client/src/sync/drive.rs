@@ -12,38 +12,36 @@ use tokio::task::JoinHandle;
 use super::planner::{PLAN_AHEAD, Planned};
 use super::remote::Started;
 use crate::download::job::Job;
-use crate::download::list;
+use crate::download::list::{self, ListFrom};
 use crate::run::outcome::Stop;
 use crate::run::runner::Runner;
-use crate::transfer::refusal::{Refusal, fatal};
+use crate::transfer::refusal::{Refusal, listing_refused};
 
 /// Names the listing hands the merge at most this far ahead.
 pub const LIST_AHEAD: usize = 1024;
 
 /// The listing of `prefix` (as listed: `p/`) by `job`'s way of reading, into
-/// a bounded channel, once its first answer is in: a listing refused (the
-/// token, the grant, no such container) stops the run here, as one setup
-/// error, before any file is read or offered; without its listing a sync
-/// would read every file only to be refused for each.
+/// a bounded channel, once it is answered for (`Cursor::answered`: the
+/// relay's opening frame, before storage's first page): a listing refused
+/// (the token, the grant, no such container) stops the run here, as one
+/// setup error, before any file is read or offered; without its listing a
+/// sync would read every file only to be refused for each.
 pub async fn start_listing(job: Arc<Job>, prefix: String) -> Result<Started, Refusal> {
-    let (tx, mut rx) = mpsc::channel(LIST_AHEAD);
+    let (tx, rx) = mpsc::channel(LIST_AHEAD);
     let (end_tx, end_rx) = oneshot::channel();
+    let (answered_tx, answered) = oneshot::channel();
     let opts = job.opts.clone();
     tokio::spawn(async move {
-        let end = list::listing(&job, &prefix, tx).await;
+        let end = list::listing_from(&ListFrom::job(&job), &prefix, tx, Some(answered_tx)).await;
         let _ = end_tx.send(end);
     });
-    let first = rx.recv().await;
-    if first.is_some() {
-        return Ok(Started {
-            rx,
-            end: end_rx,
-            first,
-        });
+    // Not told: the listing ended before its first answer.
+    if answered.await.is_ok() {
+        return Ok(Started { rx, end: end_rx });
     }
     let ended = end_rx.await;
     if let Ok(Err(e)) = &ended
-        && let Some(refusal) = fatal(e, &opts)
+        && let Some(refusal) = listing_refused(e, &opts)
     {
         return Err(refusal);
     }
@@ -51,11 +49,7 @@ pub async fn start_listing(job: Arc<Job>, prefix: String) -> Result<Started, Ref
     if let Ok(ended) = ended {
         let _ = again.send(ended);
     }
-    Ok(Started {
-        rx,
-        end,
-        first: None,
-    })
+    Ok(Started { rx, end })
 }
 
 /// Runs `plan` (the planner, on a blocking thread) and every piece of work

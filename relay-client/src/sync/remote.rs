@@ -16,17 +16,14 @@ use crate::ui::report::FileError;
 /// How the listing task ended: the names it handed on, or why it failed.
 pub type ListingEnd = Result<u64, FileError>;
 
-/// A listing under way: its task's channel and end, and the first entry,
-/// already received (none when the listing ended before it).
+/// A listing under way, answered for: its task's channel and end.
 pub struct Started {
     pub rx: mpsc::Receiver<Listed>,
     pub end: oneshot::Receiver<ListingEnd>,
-    pub first: Option<Listed>,
 }
 
 /// The listing, one entry at a time, for a blocking thread.
 pub struct RemoteEntries {
-    first: Option<Listed>,
     rx: mpsc::Receiver<Listed>,
     end: Option<oneshot::Receiver<ListingEnd>>,
     /// `prefix/`, or empty for a whole container.
@@ -37,7 +34,6 @@ pub struct RemoteEntries {
 impl RemoteEntries {
     pub fn new(started: Started, prefix: &str, filter: Filter) -> Self {
         Self {
-            first: started.first,
             rx: started.rx,
             end: Some(started.end),
             below: listing_prefix(prefix),
@@ -90,11 +86,7 @@ impl Iterator for RemoteEntries {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let next = match self.first.take() {
-                Some(first) => Some(first),
-                None => self.rx.blocking_recv(),
-            };
-            match next {
+            match self.rx.blocking_recv() {
                 Some(l) => match entry(l, &self.below) {
                     Some(e) if self.filter.admits(&e.name) => return Some(Ok(e)),
                     _ => continue,
@@ -133,15 +125,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let (end_tx, end_rx) = oneshot::channel();
         let filter = Filter::new(&[], &["*.log".into()]).expect("filter");
-        let mut it = RemoteEntries::new(
-            Started {
-                rx,
-                end: end_rx,
-                first: None,
-            },
-            "p",
-            filter,
-        );
+        let mut it = RemoteEntries::new(Started { rx, end: end_rx }, "p", filter);
         let got = std::thread::spawn(move || it.by_ref().collect::<Vec<_>>());
         for n in ["p/", "p/a", "p/b.log", "p/c/d"] {
             tx.blocking_send(l(n)).expect("send");

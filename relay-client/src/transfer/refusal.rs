@@ -59,3 +59,14 @@ pub fn fatal(e: &FileError, opts: &Options) -> Option<Refusal> {
         _ => None,
     }
 }
+
+/// The refusal of a listing that failed before its first answer: `fatal`'s,
+/// or, for `NotFound` (the relay's word for storage's ContainerNotFound: a
+/// listing names no blob), no such container.
+pub fn listing_refused(e: &FileError, opts: &Options) -> Option<Refusal> {
+    fatal(e, opts).or_else(|| {
+        (e.code == ErrorCode::NotFound).then(|| Refusal::NoContainer {
+            container: opts.container.clone(),
+        })
+    })
+}

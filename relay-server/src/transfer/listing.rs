@@ -10,6 +10,9 @@
 //! in total, not per frame: a client that reads slowly or not at all holds a
 //! page that long at most, then the stream is reset.
 //!
+//! A fresh listing's first frame carries no names: it is sent once storage
+//! said the container is there, before the first page (`answer_for`).
+//!
 //! A page's last frame carries storage's continuation marker; a List that
 //! brings one back is taken up there (`resumed`). The marker is the caller's
 //! input: length-bounded, only ever the `marker` query of a listing of the
@@ -122,7 +125,13 @@ async fn serve(shared: &Shared, owner: &Owner, send: &mut SendStream, list: &Lis
         .clone()
         .filter(|_| !shared.forgets_list_markers());
     let resumed = marker.is_some();
-    match pages(shared, owner, &lister, send, list, marker).await {
+    let listed = async {
+        if !resumed {
+            answer_for(shared, &lister, send).await?;
+        }
+        pages(shared, owner, &lister, send, list, marker).await
+    };
+    match listed.await {
         Ok(total) => {
             Metrics::add(&m.listings_completed, 1);
             tracing::info!(blobs = total, "listed");
@@ -152,6 +161,29 @@ async fn serve(shared: &Shared, owner: &Owner, send: &mut SendStream, list: &Lis
             Metrics::add(&m.listings_failed, 1);
             tracing::debug!("client stopped the listing");
         }
+    }
+}
+
+/// A fresh listing's first frame, before storage's first page: no names,
+/// only the relay's word that the caller may list this container and that
+/// it is there. Storage sorts and writes out a whole page before its first
+/// name comes back; a client that waits for the listing to be answered for
+/// (a sync's sends, which must not start for a caller who may not list)
+/// starts that much sooner. Old clients take it as a frame of no names.
+async fn answer_for(shared: &Shared, lister: &Lister, send: &mut SendStream) -> Result<(), Stop> {
+    lister
+        .container_exists()
+        .await
+        .map_err(|e| Stop::Failed(list_failure(e)))?;
+    let frame = Message::Listing(Listing {
+        blobs: Vec::new(),
+        marker: None,
+        resumed: false,
+    });
+    match write_frame_within(shared.storage.download.write_timeout, send, &frame).await {
+        Ok(()) => Ok(()),
+        Err(WriteFail::Gone) => Err(Stop::Gone),
+        Err(WriteFail::TimedOut) => Err(Stop::Stalled),
     }
 }
 

@@ -456,6 +456,10 @@ pub struct Listed {
 
 /// Relay → client: the next blobs of a listing, in storage's order. Each frame
 /// stays under the frame limit; the relay holds at most one of storage's pages.
+/// A listing not taken up at a marker opens with a frame of no names, sent
+/// once the List was admitted and storage said the container is there: the
+/// listing is answered for before storage's first page (older relays send
+/// the first page first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listing {
     pub blobs: Vec<Listed>,

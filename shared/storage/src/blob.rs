@@ -81,6 +81,25 @@ impl BlobWriter {
         self.abandons.snapshot()
     }
 
+    /// One attempt of a raw request through the account's pipeline: its
+    /// answer unread, an error for any status not in `success`.
+    pub(crate) async fn answer(
+        &self,
+        r: &mut azure_core::http::Request,
+        success: &'static [u16],
+    ) -> azure_core::Result<azure_core::http::AsyncRawResponse> {
+        let options = azure_core::http::PipelineStreamOptions {
+            check_success: CheckSuccessOptions {
+                success_codes: success,
+            },
+            ..Default::default()
+        };
+        self.account
+            .pipeline
+            .stream(&Context::new(), r, Some(options))
+            .await
+    }
+
     /// Sends `call` until it succeeds, fails for good, or the backoff gives up.
     /// Each attempt is abandoned only for making no progress (`watch.rs`):
     /// `has_body` says whether it sends one, `answer_allowance` is time the

@@ -12,8 +12,7 @@
 
 use std::time::Duration;
 
-use azure_core::error::CheckSuccessOptions;
-use azure_core::http::{Context, Method, PipelineStreamOptions, Request};
+use azure_core::http::{Method, Request};
 
 use crate::blob::BlobWriter;
 use crate::error::BlobError;
@@ -73,19 +72,7 @@ impl BlobDeleter {
                 let mut r = Request::new(url.clone(), Method::Delete);
                 r.insert_header("if-match", etag.clone());
                 r.insert_header("x-ms-version", version.clone());
-                async move {
-                    let options = PipelineStreamOptions {
-                        check_success: CheckSuccessOptions {
-                            success_codes: &[202],
-                        },
-                        ..Default::default()
-                    };
-                    w.account
-                        .pipeline
-                        .stream(&Context::new(), &mut r, Some(options))
-                        .await
-                        .map(drop)
-                }
+                async move { w.answer(&mut r, &[202]).await.map(drop) }
             })
             .await;
         match sent {

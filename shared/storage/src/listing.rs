@@ -21,8 +21,8 @@
 //! a marker a caller handed back (opaque to the reader, so possibly forged)
 //! still yields only what the prefix selects.
 
-use azure_core::error::{CheckSuccessOptions, ErrorKind};
-use azure_core::http::{Context, Method, PipelineStreamOptions, Request};
+use azure_core::error::ErrorKind;
+use azure_core::http::{Method, Request};
 use azure_storage_blob::models::{BlobName, BlobProperties};
 use relay_proto::id_key::IdKey;
 use serde::Deserialize;
@@ -197,6 +197,30 @@ impl Lister {
         }
     }
 
+    /// Whether the container is there (Get Container Properties, no body):
+    /// `ReadError::NotFound` when it is not. One request with no per-blob
+    /// work, so a listing can be answered for before storage has sorted and
+    /// written out its first page.
+    pub async fn container_exists(&self) -> Result<(), ReadError> {
+        let mut url = self.w.url.clone();
+        url.query_pairs_mut().append_pair("restype", "container");
+        let version = self.w.account.version.clone();
+        self.w
+            .with_retry(
+                "Get Container Properties",
+                false,
+                std::time::Duration::ZERO,
+                || {
+                    let mut r = Request::new(url.clone(), Method::Get);
+                    r.insert_header("x-ms-version", version.clone());
+                    // Nothing to read: the answer's status said enough.
+                    async move { self.w.answer(&mut r, &[200]).await.map(drop) }
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
     /// One List Blobs request for `names`, its answer read up to `cap` bytes.
     async fn request(
         &self,
@@ -229,18 +253,7 @@ impl Lister {
                 r.insert_header("accept", "application/xml");
                 r.insert_header("x-ms-version", version.clone());
                 async move {
-                    let options = PipelineStreamOptions {
-                        check_success: CheckSuccessOptions {
-                            success_codes: &[200],
-                        },
-                        ..Default::default()
-                    };
-                    let resp = self
-                        .w
-                        .account
-                        .pipeline
-                        .stream(&Context::new(), &mut r, Some(options))
-                        .await?;
+                    let resp = self.w.answer(&mut r, &[200]).await?;
                     let Some(body) = crate::read::collect_at_most(resp.into_body(), cap).await?
                     else {
                         return Ok(Answer::TooLarge);

@@ -22,8 +22,8 @@
 
 use std::time::Duration;
 
-use azure_core::error::{CheckSuccessOptions, ErrorKind};
-use azure_core::http::{AsyncResponseBody, Context, Method, PipelineStreamOptions, Request};
+use azure_core::error::ErrorKind;
+use azure_core::http::{AsyncResponseBody, Method, Request};
 use azure_storage_blob::models::BlobClientGetPropertiesResultHeaders;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -202,18 +202,7 @@ impl BlobReader {
                 r.insert_header("if-match", etag.to_string());
                 r.insert_header("x-ms-version", version.clone());
                 async move {
-                    let options = PipelineStreamOptions {
-                        check_success: CheckSuccessOptions {
-                            success_codes: &[200, 206],
-                        },
-                        ..Default::default()
-                    };
-                    let resp = self
-                        .w
-                        .account
-                        .pipeline
-                        .stream(&Context::new(), &mut r, Some(options))
-                        .await?;
+                    let resp = self.w.answer(&mut r, &[200, 206]).await?;
                     let md5 = resp.headers().get_optional_string(
                         &azure_core::http::headers::HeaderName::from_static("content-md5"),
                     );

@@ -5,8 +5,10 @@
 //! merge's decision with the listing's view, as if nothing had been tried.
 //!
 //! Deterministic where it claims an order: the storage proxy holds the
-//! listing's second page (pages of two names), so the early send provably
-//! commits while the merge cannot have reached the name. The fallbacks run
+//! listing's second page (pages of two names), or its first, so the early
+//! send provably commits while the merge cannot have reached the name (the
+//! relay answers for a listing before storage's first page, once the
+//! container is known to be there). The fallbacks run
 //! 30 rounds of other writers and local edits, and every blob is checked by
 //! SHA-256 against its file after every round.
 
@@ -14,12 +16,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use relay_tests::azurite::shared_azurite;
-use relay_tests::blobs::{blob_sha, new_container, put_sealed, writer};
+use relay_tests::blobs::{blob_exists, blob_sha, new_container, put_sealed, writer};
 use relay_tests::download_client::{T, setup};
 use relay_tests::files::{sha256_file, write_random};
-use relay_tests::proxy::{FaultProxy, Op, Schedule};
+use relay_tests::proxy::{Fault, FaultProxy, Op, Schedule};
 use relay_tests::relay::{RelayHandle, RelayOptions};
-use relay_tests::{client_command, summary};
+use relay_tests::{client_command, stderr, summary};
 
 use super::{Synced, etags, ok, sync, sync_args, synced_once};
 
@@ -84,18 +86,33 @@ async fn paged_relay(tag: &str) -> (String, FaultProxy, RelayHandle) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_changed_here_commits_while_the_listing_is_held_and_crosses_once() {
-    let (c, proxy, relay) = paged_relay("sync-early").await;
-    let (t, first) = synced_once(&relay, &c, "sync-early", make).await;
+    // The re-run's first page ([a, b]) goes on; the second waits, so the
+    // merge cannot get past `b`.
+    commits_while_pages_are_held("sync-early", 1).await;
+}
+
+/// The relay answers for the listing (the container is there, the caller
+/// may list it) before storage's first page: with that page held, no name
+/// has reached the merge, and the edited file commits all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_changed_here_commits_before_the_listings_first_page() {
+    commits_while_pages_are_held("sync-early-first", 0).await;
+}
+
+/// `e`, edited in place, commits while every listing page after the
+/// re-run's first `pages` is held at storage, and crosses the link once.
+async fn commits_while_pages_are_held(tag: &str, pages: u64) {
+    let (c, proxy, relay) = paged_relay(tag).await;
+    let (t, first) = synced_once(&relay, &c, tag, make).await;
     assert_eq!(first["sent"], FILES.len(), "{first}");
     let (root, index, way) = (&t.root, &t.index, &t.way);
     let (src, dest) = (&t.src, &t.dest);
 
-    // `e` edited in place (same size: its bytes are read to tell an edit
-    // from a touch). The re-run's first page ([a, b]) goes on; the second
-    // waits, so the merge cannot get past `b`.
+    // Same size: its bytes are read to tell an edit from a touch.
     write_random(&root.join("e"), 5000, 55);
     let edited = sha256_file(&root.join("e"));
-    proxy.hold_after(Op::ListBlobs, proxy.stats.requests_of(Op::ListBlobs) + 1);
+    let listed_before = proxy.stats.requests_of(Op::ListBlobs);
+    proxy.hold_after(Op::ListBlobs, listed_before + pages);
     let received = relay.metric("blob_relay_bytes_received_total");
     let child = start(&t);
     proxy.wait_held(1, T).await;
@@ -114,7 +131,8 @@ async fn a_file_changed_here_commits_while_the_listing_is_held_and_crosses_once(
         proxy.stats.requests_of(Op::ListBlobs),
         proxy.stats.answered_of(Op::ListBlobs),
     );
-    assert_eq!(asked - answered, 1, "the second page is still held");
+    assert_eq!(asked - answered, 1, "a page is still held");
+    assert_eq!(asked, listed_before + pages + 1, "pages asked for");
 
     proxy.release();
     let (out, v) = finish(child).await;
@@ -131,6 +149,41 @@ async fn a_file_changed_here_commits_while_the_listing_is_held_and_crosses_once(
     // And the index took it: the next run reads nothing.
     let (out, v) = sync(way, src, dest, index, &[]).await;
     assert_eq!(ok(&out, &v)["bytes_read"], 0, "{v}");
+    relay.stop().await;
+}
+
+/// The relay answers for a listing only once storage said the container is
+/// there: a container gone since the last run (storage answers its check
+/// `404 ContainerNotFound`, as for a deleted one) stops the re-run as a
+/// setup refusal before any file is read or sent, edited files and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_gone_since_stops_the_sync_before_any_send() {
+    let (c, proxy, relay) = paged_relay("sync-early-gone").await;
+    let (t, _) = synced_once(&relay, &c, "sync-early-gone", make).await;
+    let (root, index, way) = (&t.root, &t.index, &t.way);
+    write_random(&root.join("b"), 2000, 66);
+    write_random(&root.join("e"), 5001, 67);
+    let mut gone = Schedule::seeded(2);
+    gone.chances = vec![(
+        Op::ContainerProperties,
+        1.0,
+        Fault::Status(404, "ContainerNotFound"),
+    )];
+    proxy.set_schedule(gone);
+    let received = relay.metric("blob_relay_bytes_received_total");
+    let (out, v) = sync(way, &t.src, &t.dest, index, &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}\n{v}", stderr(&out));
+    assert_eq!(v["error"]["kind"], "setup", "{v}");
+    assert_eq!(
+        relay.metric("blob_relay_bytes_received_total"),
+        received,
+        "nothing sent"
+    );
+    assert_eq!(proxy.stats.requests_of(Op::ListBlobs), 1, "never listed");
+    // Storage still holds what the first run placed.
+    for (name, ..) in FILES {
+        assert!(blob_exists(&c, &format!("p/{name}")).await, "{name}");
+    }
     relay.stop().await;
 }
 

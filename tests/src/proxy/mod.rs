@@ -39,17 +39,21 @@ pub enum Op {
     GetBlob,
     /// List Blobs (`restype=container&comp=list`).
     ListBlobs,
+    /// Get Container Properties (`restype=container`, no `comp`): the relay's
+    /// check that a container is there before its listing's first page.
+    ContainerProperties,
     Other,
 }
 
 impl Op {
-    const ALL: [Op; 7] = [
+    const ALL: [Op; 8] = [
         Op::PutBlock,
         Op::PutBlockList,
         Op::GetBlockList,
         Op::GetProperties,
         Op::GetBlob,
         Op::ListBlobs,
+        Op::ContainerProperties,
         Op::Other,
     ];
 
@@ -64,6 +68,9 @@ impl Op {
             .find_map(|kv| kv.strip_prefix("comp="))
             .unwrap_or("");
         match (method, comp) {
+            ("GET" | "HEAD", "") if query.split('&').any(|kv| kv == "restype=container") => {
+                Op::ContainerProperties
+            }
             ("PUT", "block") => Op::PutBlock,
             ("PUT", "blocklist") => Op::PutBlockList,
             ("GET", "blocklist") => Op::GetBlockList,

@@ -80,6 +80,9 @@ async fn handle(account: &Account, req: Request<Incoming>) -> Reply {
             })
         }
         (None, &Method::GET, Some("container"), Some("list")) => list(account, container, &param),
+        (None, &Method::GET | &Method::HEAD, Some("container"), None) => account
+            .has_container(container)
+            .map(|()| base(StatusCode::OK)),
         (Some(blob), &Method::PUT, None, None) => {
             if header(&parts.headers, "x-ms-blob-type") != Some("BlockBlob") {
                 Err(refusal(400, "InvalidHeaderValue"))

@@ -98,7 +98,8 @@ impl Account {
         lock(&self.containers).insert(name.to_string())
     }
 
-    fn has_container(&self, name: &str) -> Result<(), Refusal> {
+    /// Get Container Properties: whether it is there.
+    pub fn has_container(&self, name: &str) -> Result<(), Refusal> {
         if lock(&self.containers).contains(name) {
             Ok(())
         } else {
