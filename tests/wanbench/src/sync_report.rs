@@ -58,6 +58,10 @@ pub struct SyncRow {
     pub client_seconds: f64,
     pub client_cpu_s: f64,
     pub relay_cpu_s: f64,
+    /// CPU seconds of the storage process (Azurite, single-threaded, or the
+    /// stand-in) during the run: where a listing and the sends share it.
+    #[serde(default)]
+    pub storage_cpu_s: f64,
     pub peak_rss_mib: f64,
     /// IP bytes the link forwarded site -> cloud and cloud -> site.
     pub link_up_bytes: u64,
@@ -99,6 +103,10 @@ pub struct Summary {
     /// Median wall of the bare listings (0 when none ran).
     #[serde(default)]
     pub listing_wall_s: f64,
+    /// Median storage CPU seconds of the re-runs, the changed-alone uploads
+    /// and the bare listings (0 when none ran).
+    #[serde(default)]
+    pub storage_cpu_s: [f64; 3],
     /// Median over rounds of (re-run wall / changed-alone wall of the same round).
     pub wall_ratio: f64,
     /// Median over rounds of (re-run link bytes up / changed bytes).
@@ -150,6 +158,13 @@ fn summarize_profile(profile: Profile, rows: &[SyncRow]) -> Summary {
         rerun_bytes_read: med(&rerun, &|r| r.bytes_read.unwrap_or(0) as f64),
         rerun_cpu_s: med(&rerun, &|r| r.client_cpu_s),
         alone_cpu_s: med(&alone, &|r| r.client_cpu_s),
+        storage_cpu_s: [&rerun, &alone, &listings].map(|runs| {
+            if runs.is_empty() {
+                0.0
+            } else {
+                med(runs, &|r| r.storage_cpu_s)
+            }
+        }),
         listing_wall_s: if listings.is_empty() {
             0.0
         } else {
@@ -187,12 +202,12 @@ fn mb(b: f64) -> String {
 /// The medians table (Markdown, also printed).
 pub fn summary_table(sums: &[Summary]) -> String {
     let mut t = String::from(
-        "| profile | rounds | changed files | changed MB | re-run s | changed-alone s | bare listing s | **re-run / alone** | re-run up MB | **re-run up / changed** | alone up / changed | files sent | bytes read MB | CPU s re-run / alone | verified |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| profile | rounds | changed files | changed MB | re-run s | changed-alone s | bare listing s | **re-run / alone** | re-run up MB | **re-run up / changed** | alone up / changed | files sent | bytes read MB | CPU s re-run / alone | storage CPU s re-run / alone / listing | verified |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
     for s in sums {
         t.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | **{:.2}×** | {} | **{:.3}×** | {:.3}× | {:.0} | {} | {:.2} / {:.2} | {} |\n",
+            "| {} | {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | **{:.2}×** | {} | **{:.3}×** | {:.3}× | {:.0} | {} | {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {} |\n",
             s.profile.label(),
             s.rounds,
             s.changed_files,
@@ -208,6 +223,9 @@ pub fn summary_table(sums: &[Summary]) -> String {
             mb(s.rerun_bytes_read),
             s.rerun_cpu_s,
             s.alone_cpu_s,
+            s.storage_cpu_s[0],
+            s.storage_cpu_s[1],
+            s.storage_cpu_s[2],
             if s.all_verified { "yes" } else { "NO" },
         ));
     }
@@ -217,12 +235,12 @@ pub fn summary_table(sums: &[Summary]) -> String {
 /// Every run (Markdown).
 pub fn runs_table(rows: &[SyncRow]) -> String {
     let mut t = String::from(
-        "| profile | round | order | run | changed files | changed MB | sent | read MB | wall s | client s | CPU s | relay CPU s | peak RSS MiB | up MB | down MB | warm | verified |\n\
-         | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
+        "| profile | round | order | run | changed files | changed MB | sent | read MB | wall s | client s | CPU s | relay CPU s | storage CPU s | peak RSS MiB | up MB | down MB | warm | verified |\n\
+         | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
     for r in rows {
         t.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {} |\n",
             r.profile.label(),
             r.round,
             r.order,
@@ -235,6 +253,7 @@ pub fn runs_table(rows: &[SyncRow]) -> String {
             r.client_seconds,
             r.client_cpu_s,
             r.relay_cpu_s,
+            r.storage_cpu_s,
             r.peak_rss_mib,
             mb(r.link_up_bytes as f64),
             mb(r.link_down_bytes as f64),
@@ -296,6 +315,7 @@ mod tests {
             client_seconds: wall,
             client_cpu_s: 0.1,
             relay_cpu_s: 0.1,
+            storage_cpu_s: wall / 2.0,
             peak_rss_mib: 10.0,
             link_up_bytes: up,
             link_down_bytes: 0,
@@ -323,6 +343,9 @@ mod tests {
         assert!((s.wall_ratio - 1.2).abs() < 1e-9, "{}", s.wall_ratio);
         assert!((s.link_ratio - 1.25).abs() < 1e-9, "{}", s.link_ratio);
         assert!((s.alone_link_ratio - 1.1).abs() < 1e-9);
+        // Storage CPU: medians of the re-runs (1.5, 1.1, 1.2) and the
+        // uploads alone; no listing ran.
+        assert_eq!(s.storage_cpu_s, [1.2, 1.0, 0.0]);
         assert!(s.all_verified);
         assert!(summary_table(&summarize(&rows)).contains("**1.20×**"));
         assert_eq!(runs_table(&rows).lines().count(), 2 + rows.len());

@@ -56,6 +56,7 @@ pub struct SyncBench<'a> {
 struct Measured {
     done: child::Finished,
     relay_cpu_s: f64,
+    storage_cpu_s: f64,
     link_up: u64,
     link_down: u64,
     stdout: String,
@@ -329,6 +330,7 @@ impl SyncBench<'_> {
             client_seconds: report.as_ref().map_or(0.0, |r| r.seconds),
             client_cpu_s: m.done.cpu_s,
             relay_cpu_s: m.relay_cpu_s,
+            storage_cpu_s: m.storage_cpu_s,
             peak_rss_mib: m.done.max_rss_kib as f64 / 1024.0,
             link_up_bytes: m.link_up,
             link_down_bytes: m.link_down,
@@ -352,13 +354,16 @@ fn measure(stage: &Stage, mut cmd: Command, tag: &str, cap: Duration) -> anyhow:
         .stderr(create(&err_path)?);
     stage.lab.enter_on_spawn(Side::Site, &mut cmd)?;
     let relay_pid = stage.cloud.relay_pid();
+    let storage_pid = stage.cloud.azurite_pid();
     let relay0 = child::cpu_seconds(relay_pid)?;
+    let storage0 = child::cpu_seconds(storage_pid)?;
     let s0 = stage.lab.stats();
     let done = child::run_capped(cmd, cap)?;
     let s1 = stage.lab.stats();
     Ok(Measured {
         done,
         relay_cpu_s: child::cpu_seconds(relay_pid)? - relay0,
+        storage_cpu_s: child::cpu_seconds(storage_pid)? - storage0,
         link_up: s1.site_to_cloud.forwarded_bytes - s0.site_to_cloud.forwarded_bytes,
         link_down: s1.cloud_to_site.forwarded_bytes - s0.cloud_to_site.forwarded_bytes,
         stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
