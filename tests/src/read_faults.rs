@@ -167,11 +167,17 @@ impl Setup {
         let md5: [u8; 16] = Md5::digest(data).into();
         let w = writer(&self.container, name);
         let half = data.len() / 2;
-        let ids = vec![b"block-00".to_vec(), b"block-01".to_vec()];
-        for (id, part) in ids.iter().zip([&data[..half], &data[half..]]) {
-            w.stage_block(id, Bytes::copy_from_slice(part))
+        // Two blocks; none empty (a blob of 0 bytes is an empty block list).
+        let mut ids = Vec::new();
+        for (i, part) in [&data[..half], &data[half..]].into_iter().enumerate() {
+            if part.is_empty() {
+                continue;
+            }
+            let id = format!("block-{i:02}").into_bytes();
+            w.stage_block(&id, Bytes::copy_from_slice(part))
                 .await
                 .unwrap_or_else(|e| panic!("stage {name}: {e}"));
+            ids.push(id);
         }
         let meta = std::collections::BTreeMap::new();
         w.commit(

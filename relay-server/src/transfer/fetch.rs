@@ -2,9 +2,12 @@
 //! Fetch → Source | Reject → (Data{len} + len bytes)* → Sent | Error.
 //!
 //! The relay reads the blob from storage in ranges, several in flight, each
-//! under `If-Match` on the ETag its Source named and each checked against
-//! storage's MD5 of that range (`relay_storage::read`), and writes them to the
-//! client in order. A range's memory comes from the same budget as upload
+//! checked against storage's MD5 of that range (`relay_storage::read`), and
+//! writes them to the client in order. The first range is read without
+//! `If-Match`, and its answer names the version the Source names (one request
+//! for both: `relay_storage::first_range`); every later one is under
+//! `If-Match` on that ETag. A resume reads the properties first instead: its
+//! offset holds only for the version its partial file has. A range's memory comes from the same budget as upload
 //! blocks (the caller's share first, then the relay's), and is given back
 //! once its bytes are in the connection's send buffer, itself bounded by the
 //! connection window. A write that does not go through within
@@ -93,10 +96,12 @@ async fn serve(
                 return reject(shared, send, recv, Reason::Code(f.code), f).await;
             }
         };
-    let props = match reader.properties(&fetch.blob).await {
-        Ok(p) => p,
-        Err(e) => {
-            let f = read_failure(e);
+    let limits = shared.storage.download;
+    let share = shared.share_of(owner);
+    let range = range_len(&limits, shared.max_block_bytes());
+    let (props, first) = match answer_first(shared, &share, &*reader, fetch, range).await {
+        Ok(answer) => answer,
+        Err(f) => {
             Metrics::add(&m.fetches_failed, 1);
             return reject(shared, send, recv, Reason::Code(f.code), f).await;
         }
@@ -104,9 +109,6 @@ async fn serve(
     let vouched = props.sealed_sha256(&shared.storage.id_key, &fetch.container, &fetch.blob);
     let mut source = source(&props, vouched, fetch);
     let (offset, size, check) = (source.offset, source.size, source.check);
-    let limits = shared.storage.download;
-    let share = shared.share_of(owner);
-    let range = range_len(&limits, shared.max_block_bytes());
     let remaining = size - offset;
     let compressing = Compressing::for_fetch(shared, link, &share, fetch, &props, remaining, range);
     let compressing = compressing.await;
@@ -134,8 +136,46 @@ async fn serve(
         range,
         check: range_check(check),
     };
-    let result = sending.run(offset, size, send, compressing).await;
+    // The first range's bytes are the first section sent (a Fetch that reads
+    // first starts at 0).
+    let first = first.filter(|(bytes, _)| offset == 0 && !bytes.is_empty());
+    let result = sending.run(offset, size, send, compressing, first).await;
     ended(shared, send, reader.requests(), result).await;
+}
+
+/// The blob's properties and, unless the Fetch resumes, its first range's
+/// bytes with the memory they hold: one Get Blob answers for both.
+async fn answer_first(
+    shared: &Shared,
+    share: &Budget,
+    reader: &dyn BlobSource,
+    fetch: &Fetch,
+    range: u64,
+) -> Result<(ReadProperties, Option<(Bytes, Held)>), Failure> {
+    if !reads_first(fetch) {
+        let props = reader.properties(&fetch.blob).await.map_err(read_failure)?;
+        return Ok((props, None));
+    }
+    // The first range's memory before its request, as every range's.
+    let mut held = hold_within(shared, share, range, None)
+        .await
+        .ok_or_else(|| no_memory(shared))?;
+    let key = &shared.storage.id_key;
+    let check_of = |p: &ReadProperties| {
+        range_check(check_of(
+            p,
+            p.sealed_sha256(key, &fetch.container, &fetch.blob),
+        ))
+    };
+    let first = reader
+        .first_range(&fetch.blob, range, &check_of)
+        .await
+        .map_err(read_failure)?;
+    // A blob shorter than the range needs only its bytes.
+    let n = first.bytes.len() as u64;
+    Budget::keep_only(&mut held.0, n);
+    Budget::keep_only(&mut held.1, n);
+    Ok((first.props, Some((first.bytes, held))))
 }
 
 /// Tells the client how the sending ended (`Sent`, or the `Error`), counts it
@@ -194,11 +234,7 @@ async fn ended(shared: &Shared, send: &mut SendStream, requests: u32, result: Re
 /// The Source a Fetch gets for a blob with these properties: how its bytes
 /// are checked and where they start.
 pub fn source(props: &ReadProperties, vouched_sha256: Option<&str>, fetch: &Fetch) -> Source {
-    let check = match (vouched_sha256, props.content_md5) {
-        (Some(_), _) => Check::Sealed,
-        (None, Some(_)) => Check::ContentMd5,
-        (None, None) => Check::Ranges,
-    };
+    let check = check_of(props, vouched_sha256);
     // A resume only of the very version the partial file holds.
     let offset = match &fetch.etag {
         Some(etag)
@@ -219,6 +255,49 @@ pub fn source(props: &ReadProperties, vouched_sha256: Option<&str>, fetch: &Fetc
         last_modified: props.last_modified,
         encoding: None,
     }
+}
+
+/// How a blob with these properties is checked: its seal, else its
+/// Content-MD5, else every range.
+fn check_of(props: &ReadProperties, vouched_sha256: Option<&str>) -> Check {
+    match (vouched_sha256, props.content_md5) {
+        (Some(_), _) => Check::Sealed,
+        (None, Some(_)) => Check::ContentMd5,
+        (None, None) => Check::Ranges,
+    }
+}
+
+/// Whether a Fetch starts with one Get Blob of the first range, whose answer
+/// names the properties too: every Fetch but a resume, which needs the
+/// properties (is the partial file's version still there?) before it reads.
+fn reads_first(fetch: &Fetch) -> bool {
+    fetch.etag.is_none() || fetch.offset == 0
+}
+
+/// Budget for `len` bytes of a download, within the budget wait from `since`
+/// (now, if `None`); `None`: the wait ran out.
+async fn hold_within(
+    shared: &Shared,
+    share: &Budget,
+    len: u64,
+    since: Option<tokio::time::Instant>,
+) -> Option<Held> {
+    let deadline = since.unwrap_or_else(tokio::time::Instant::now) + shared.limits.budget_wait;
+    tokio::time::timeout_at(deadline, shared.hold(share, len))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// No memory for a range within the budget wait.
+fn no_memory(shared: &Shared) -> Failure {
+    Failure::new(
+        Code::Busy,
+        format!(
+            "no memory for a download range within {} s; retry later",
+            shared.limits.budget_wait.as_secs()
+        ),
+    )
 }
 
 /// One range's length: the configured one, within storage's checked range
@@ -345,10 +424,19 @@ impl Sending<'_> {
         size: u64,
         send: &mut SendStream,
         mut compressing: Option<Compressing>,
+        first: Option<(Bytes, Held)>,
     ) -> Result<u64, Stop> {
         let limits = self.shared.storage.download;
         let mut pending: VecDeque<RangeTask> = VecDeque::new();
         let mut next = offset;
+        if let Some((bytes, held)) = first {
+            // Read already (with the properties): sent as a range whose
+            // read is done, keeping its memory until its bytes are sent.
+            let len = bytes.len() as u64;
+            let read = tokio::spawn(async move { Ok(bytes) });
+            pending.push_back(RangeTask(read, Some(held), len));
+            next += len;
+        }
         let mut checked = 0u64;
         // Where the next range sent starts (for the test hook).
         let mut sent_to = offset;
@@ -400,10 +488,7 @@ impl Sending<'_> {
                 held = self.take(len, waiting_since), if want => {
                     let Some(held) = held else {
                         if pending.is_empty() {
-                            return Err(Stop::Failed(Failure::new(
-                                Code::Busy,
-                                format!("no memory for a download range within {} s; retry later", self.shared.limits.budget_wait.as_secs()),
-                            )));
+                            return Err(Stop::Failed(no_memory(self.shared)));
                         }
                         // Ranges are in flight: send those, then wait again.
                         waiting_since = None;
@@ -445,10 +530,7 @@ impl Sending<'_> {
     /// Budget for one range, within the budget wait from `since` (`None`: the
     /// wait ran out).
     async fn take(&self, len: u64, since: Option<tokio::time::Instant>) -> Option<Held> {
-        let deadline =
-            since.unwrap_or_else(tokio::time::Instant::now) + self.shared.limits.budget_wait;
-        let take = self.shared.hold(&self.share, len);
-        tokio::time::timeout_at(deadline, take).await.ok().flatten()
+        hold_within(self.shared, &self.share, len, since).await
     }
 }
 
@@ -508,6 +590,15 @@ mod tests {
         // The same version, as a listing writes it (unquoted).
         assert_eq!(source(&p, None, &fetch(40, Some("0x1"))).offset, 40);
         assert_eq!(source(&p, None, &fetch(40, None)).offset, 0);
+    }
+
+    #[test]
+    fn only_a_resume_asks_for_the_properties_before_reading() {
+        assert!(reads_first(&fetch(0, None)));
+        assert!(reads_first(&fetch(0, Some("\"0x1\""))));
+        // An offset without the version it was of starts over from 0.
+        assert!(reads_first(&fetch(40, None)));
+        assert!(!reads_first(&fetch(40, Some("\"0x1\""))));
     }
 
     #[test]

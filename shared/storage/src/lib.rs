@@ -24,6 +24,7 @@ pub mod checksum;
 pub mod credentials;
 pub mod delete;
 pub mod error;
+pub mod first_range;
 pub mod listing;
 pub mod memory;
 pub mod memory_source;

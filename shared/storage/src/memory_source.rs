@@ -233,6 +233,30 @@ mod tests {
         assert_eq!(s.requests(), 7);
     }
 
+    /// The trait's default first range: the properties, then the range
+    /// (two requests), only as much as the blob holds.
+    #[tokio::test]
+    async fn a_first_range_names_its_version_and_stops_at_the_blobs_end() {
+        let account = MemoryAccount::new();
+        let etag = put(&account, "p/a", b"0123456789").await;
+        put(&account, "p/empty", b"").await;
+        let s = account.source("c");
+        let only = |_: &ReadProperties| RangeCheck::LengthOnly;
+        let first = s.first_range("p/a", 4, &only).await.expect("first");
+        assert_eq!((&first.bytes[..], first.props.size), (&b"0123"[..], 10));
+        assert_eq!(first.props.etag, etag);
+        let whole = s.first_range("p/a", 64, &only).await.expect("whole");
+        assert_eq!(&whole.bytes[..], b"0123456789");
+        let empty = s.first_range("p/empty", 64, &only).await.expect("empty");
+        assert_eq!((empty.bytes.len(), empty.props.size), (0, 0));
+        assert!(matches!(
+            s.first_range("p/none", 64, &only).await,
+            Err(ReadError::NotFound)
+        ));
+        // Two requests a blob with bytes, one for the empty one (no range).
+        assert_eq!(s.requests(), 2 + 2 + 1 + 1);
+    }
+
     #[tokio::test]
     async fn a_listing_goes_page_by_page_from_its_marker() {
         let account = MemoryAccount::new();

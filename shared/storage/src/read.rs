@@ -267,7 +267,7 @@ pub(crate) async fn collect_at_most(
 
 /// Whether a range's body is whole and, when asked, matches storage's MD5
 /// of it (base64). A failure is the transport's: the request is sent again.
-fn check_range(
+pub(crate) fn check_range(
     body: &[u8],
     len: u64,
     check: RangeCheck,

@@ -18,12 +18,16 @@ use bytes::Bytes;
 
 use crate::account::Storage;
 use crate::error::BlobError;
+use crate::first_range::{CheckOf, FirstRange};
 use crate::listing::{ListPage, Lister};
 use crate::read::{BlobReader, RangeCheck, ReadError, ReadProperties};
 
 /// One container's blobs, as a download reads them. Every method is one
 /// storage request (retried inside on transient failures): the unit in which
-/// a reader and a writer interleave.
+/// a reader and a writer interleave. `first_range` is one too where storage
+/// can answer it so (`ContainerReader`: Get Blob; a blob of 0 bytes, which
+/// has no range, then its properties); its default, for a source without
+/// that request, is two: the properties, then the range.
 #[async_trait]
 pub trait BlobSource: Send + Sync {
     /// At most `names` blobs under `prefix`, from `marker` (what the page
@@ -48,6 +52,22 @@ pub trait BlobSource: Send + Sync {
         len: u64,
         check: RangeCheck,
     ) -> Result<Bytes, ReadError>;
+    /// The first `len` bytes of `blob` (all of it, if shorter) and the
+    /// properties of the version they are of, checked as `check_of` says for
+    /// those properties. `len` is at most `read::MAX_CHECKED_RANGE`.
+    async fn first_range(
+        &self,
+        blob: &str,
+        len: u64,
+        check_of: CheckOf<'_>,
+    ) -> Result<FirstRange, ReadError> {
+        let props = self.properties(blob).await?;
+        let n = len.min(props.size);
+        let bytes = self
+            .range(blob, &props.etag, 0, n, check_of(&props))
+            .await?;
+        Ok(FirstRange { props, bytes })
+    }
     /// Requests sent so far, retries included.
     fn requests(&self) -> u32;
 }
@@ -123,6 +143,15 @@ impl BlobSource for ContainerReader {
         check: RangeCheck,
     ) -> Result<Bytes, ReadError> {
         self.reader(blob)?.range(etag, offset, len, check).await
+    }
+
+    async fn first_range(
+        &self,
+        blob: &str,
+        len: u64,
+        check_of: CheckOf<'_>,
+    ) -> Result<FirstRange, ReadError> {
+        self.reader(blob)?.first_range(len, check_of).await
     }
 
     fn requests(&self) -> u32 {

@@ -196,3 +196,67 @@ async fn checks_crc64_and_sets_a_put_blobs_md5() {
             .is_none()
     );
 }
+
+/// A download's first Get Blob (a range, no `If-Match`) gets from the
+/// stand-in what it gets from the service: the whole blob's size in
+/// `Content-Range`, a blob shorter than the range whole, the blob's MD5 in
+/// `x-ms-blob-content-md5` and the range's in Content-MD5, the metadata; a
+/// blob of 0 bytes 416, then its properties; a later range under a stale
+/// `If-Match` 412.
+#[tokio::test]
+async fn answers_a_downloads_first_range_as_the_service_does() {
+    use relay_storage::read::{RangeCheck, ReadError, ReadProperties};
+    use relay_storage::source::{BlobSource, ContainerReader};
+    relay_transport::install_crypto_provider();
+    let s = start().await;
+    s.ensure_container("c").await.expect("container");
+    let meta = BTreeMap::new();
+    let always = Condition::Always;
+    let data = Bytes::from(
+        (0..100_000u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let sha = hex::encode(Sha256::digest(&data));
+    let w = s.writer("c", "big").expect("writer");
+    let etag = w
+        .put_blob(data.clone(), &commit(&sha, &meta, &always))
+        .await
+        .expect("put");
+    let empty_sha = hex::encode(Sha256::digest(b""));
+    s.writer("c", "empty")
+        .expect("writer")
+        .put_blob(Bytes::new(), &commit(&empty_sha, &meta, &always))
+        .await
+        .expect("put empty");
+    let r = ContainerReader::new(&s, "c").expect("reader");
+    // The range's MD5 is checked: a stand-in sending the blob's would fail.
+    let md5 = |_: &ReadProperties| RangeCheck::StorageMd5;
+    let first = r.first_range("big", 1000, &md5).await.expect("first");
+    assert_eq!(&first.bytes[..], &data[..1000]);
+    assert_eq!(
+        (first.props.size, first.props.etag.as_str()),
+        (100_000, etag.as_str())
+    );
+    assert_eq!(first.props.sha256.as_deref(), Some(sha.as_str()));
+    assert_eq!(first.props.seal.as_deref(), Some("seal"));
+    assert_eq!(first.props.content_type.as_deref(), Some("text/plain"));
+    assert!(first.props.content_md5.is_some(), "the blob's MD5");
+    assert_eq!(r.requests(), 1);
+    let whole = r.first_range("big", 4 << 20, &md5).await.expect("whole");
+    assert_eq!((whole.bytes.len(), whole.props.size), (100_000, 100_000));
+    assert_eq!(
+        r.requests(),
+        2,
+        "a blob shorter than the range: one request"
+    );
+    let empty = r.first_range("empty", 1000, &md5).await.expect("empty");
+    assert_eq!((empty.bytes.len(), empty.props.size), (0, 0));
+    assert_eq!(empty.props.sha256.as_deref(), Some(empty_sha.as_str()));
+    assert_eq!(r.requests(), 4, "416, then Get Blob Properties");
+    assert!(matches!(
+        r.range("big", "\"0xSTALE\"", 1000, 1000, RangeCheck::StorageMd5)
+            .await,
+        Err(ReadError::Changed)
+    ));
+}

@@ -71,38 +71,62 @@ async fn ranged_reads_retry_busy_reset_and_lost_answers_and_the_bytes_are_exact(
             (Op::GetBlob, Fault::Reset),
             (Op::GetBlob, Fault::LostResponse),
             (Op::GetBlob, Fault::InternalError),
-            (Op::GetProperties, Fault::OperationTimeout),
+            (Op::GetBlob, Fault::OperationTimeout),
         ],
         ..Schedule::seeded(50)
     });
+    // The proxy counted the upload's requests too: only the download's here.
+    let properties = proxy.stats.requests_of(Op::GetProperties);
     let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "f.bin")).await;
     assert_eq!(hex::encode(Sha256::digest(&got.data)), sha);
     match got.end {
-        // Three ranges and one Get Blob Properties, and the five faults
-        // retried; the sealed blob's ranges are checked whole at the client.
+        // Three ranges (the first answering for the properties too), and the
+        // five faults retried (the first range's, whose answer the Source
+        // waits for); the sealed blob's ranges are checked whole at the
+        // client.
         Some(Message::Sent(s)) => {
             assert_eq!(s.ranges_checked, 0);
-            assert_eq!(s.requests, 4 + 5);
+            assert_eq!(s.requests, 3 + 5);
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(proxy.stats.requests_of(Op::GetBlob), 3 + 4);
+    assert_eq!(proxy.stats.requests_of(Op::GetBlob), 3 + 5);
+    assert_eq!(proxy.stats.requests_of(Op::GetProperties), properties);
     relay.stop().await;
 }
 
+/// A refusal of the first Get Blob (the one whose answer is the Source) and
+/// one of a later range: either ends the download with a clear
+/// `storage_refused`, not a half file (the first before any byte, as a
+/// Reject; the later one after the Source, as an Error).
 #[tokio::test]
 async fn a_refused_read_ends_the_download_with_storage_refused() {
-    let schedule = Schedule {
-        script: vec![(Op::GetBlob, Fault::Status(403, "AuthorizationFailure"))],
-        ..Schedule::seeded(51)
-    };
-    let (_proxy, relay, c) = relay_behind(schedule, "dlrefused").await;
+    let refused = || (Op::GetBlob, Fault::Status(403, "AuthorizationFailure"));
+    let (proxy, relay, c) = relay_behind(Schedule::seeded(51), "dlrefused").await;
     let (_ep, conn) = Dial::to(&relay).connect().await;
-    let data = vec![7u8; MIB];
+    let data = vec![7u8; 9 * MIB];
     upload_raw(&conn, LIMITED_TOKEN, &c, "f.bin", &data).await;
+    proxy.set_schedule(Schedule {
+        script: vec![refused()],
+        ..Schedule::seeded(51)
+    });
+    let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "f.bin")).await;
+    assert!(got.data.is_empty());
+    match &got.first {
+        Message::Reject(f) => {
+            assert_eq!(f.code, Code::StorageRefused);
+            assert!(f.message.contains("403"), "{}", f.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The first range answers, the second is refused.
+    proxy.set_schedule(Schedule {
+        script: vec![(Op::GetBlob, Fault::Delay(Duration::ZERO)), refused()],
+        ..Schedule::seeded(51)
+    });
     let got = fetch(&conn, fetch_of(LIMITED_TOKEN, &c, "f.bin")).await;
     assert!(matches!(got.first, Message::Source(_)), "{:?}", got.first);
-    assert!(got.data.is_empty());
+    assert!(got.data.len() < data.len());
     match got.end {
         Some(Message::Error(f)) => {
             assert_eq!(f.code, Code::StorageRefused);
@@ -110,7 +134,7 @@ async fn a_refused_read_ends_the_download_with_storage_refused() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(relay.metric("blob_relay_fetches_failed_total"), Some(1));
+    assert_eq!(relay.metric("blob_relay_fetches_failed_total"), Some(2));
     relay.stop().await;
 }
 

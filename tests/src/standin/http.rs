@@ -268,8 +268,16 @@ fn xml_reply(xml: String) -> Reply {
     r
 }
 
-/// Get Blob (whole or `bytes=a-b`) or Get Blob Properties (HEAD).
+/// Get Blob (whole or `bytes=a-b`) or Get Blob Properties (HEAD), under
+/// `If-Match` as the service reads it. A ranged answer carries the range's
+/// MD5 as Content-MD5 when asked (`x-ms-range-get-content-md5`) and the
+/// blob's as `x-ms-blob-content-md5`, as Azure's does: a download's first
+/// Get Blob takes the blob's properties from it.
 fn read(c: &Committed, h: &HeaderMap, head: bool) -> Result<Reply, Refusal> {
+    use md5::{Digest, Md5};
+    if header(h, "if-match").is_some_and(|want| want != "*" && want != c.etag) {
+        return Err(refusal(412, "ConditionNotMet"));
+    }
     let len = c.data.len() as u64;
     let range = header(h, "x-ms-range")
         .or_else(|| header(h, "range"))
@@ -301,11 +309,21 @@ fn read(c: &Committed, h: &HeaderMap, head: bool) -> Result<Reply, Refusal> {
             .unwrap_or_else(|| "application/octet-stream".into()),
     );
     set("content-length", body.len().to_string());
-    if let Some((a, b)) = range {
-        set("content-range", format!("bytes {a}-{b}/{len}"));
-    }
-    if let Some(md5) = &c.props.content_md5 {
-        set("content-md5", B64.encode(md5));
+    match range {
+        Some((a, b)) => {
+            set("content-range", format!("bytes {a}-{b}/{len}"));
+            if header(h, "x-ms-range-get-content-md5") == Some("true") {
+                set("content-md5", B64.encode(Md5::digest(&body)));
+            }
+            if let Some(md5) = &c.props.content_md5 {
+                set("x-ms-blob-content-md5", B64.encode(md5));
+            }
+        }
+        None => {
+            if let Some(md5) = &c.props.content_md5 {
+                set("content-md5", B64.encode(md5));
+            }
+        }
     }
     for (k, v) in &c.props.metadata {
         if let (Ok(k), Ok(v)) = (
@@ -321,16 +339,19 @@ fn read(c: &Committed, h: &HeaderMap, head: bool) -> Result<Reply, Refusal> {
     Ok(r)
 }
 
-/// `bytes=a-b` or `bytes=a-` within `len`.
+/// `bytes=a-b` or `bytes=a-` within `len`: an end past the blob's is its
+/// end, as the service answers (a blob shorter than the range comes whole);
+/// a blob of 0 bytes has no range (416).
 fn parse_range(r: &str, len: u64) -> Option<(u64, u64)> {
     let (a, b) = r.strip_prefix("bytes=")?.split_once('-')?;
     let a: u64 = a.parse().ok()?;
+    let last = len.checked_sub(1)?;
     let b: u64 = if b.is_empty() {
-        len.checked_sub(1)?
+        last
     } else {
-        b.parse().ok()?
+        b.parse::<u64>().ok()?.min(last)
     };
-    (a <= b && b < len).then_some((a, b))
+    (a <= b).then_some((a, b))
 }
 
 fn written(c: &Committed) -> Reply {
@@ -415,6 +436,8 @@ mod tests {
         assert_eq!(parse_range("bytes=0-9", 100), Some((0, 9)));
         assert_eq!(parse_range("bytes=90-", 100), Some((90, 99)));
         assert_eq!(parse_range("bytes=100-", 100), None);
+        assert_eq!(parse_range("bytes=0-4194303", 100), Some((0, 99)));
+        assert_eq!(parse_range("bytes=100-200", 100), None);
         // An empty blob has no byte to range over (and no panic).
         assert_eq!(parse_range("bytes=0-0", 0), None);
     }

@@ -69,6 +69,17 @@ impl Budget {
         self.sem.clone().try_acquire_many_owned(units).ok()
     }
 
+    /// Gives back what `permit` (taken by `take`) holds beyond `bytes`: memory
+    /// taken before an answer's size was known (a download's first range),
+    /// kept only as long as the answer's bytes.
+    pub fn keep_only(permit: &mut OwnedSemaphorePermit, bytes: u64) {
+        let keep = usize::try_from(bytes.div_ceil(UNIT).max(1)).unwrap_or(usize::MAX);
+        let beyond = permit.num_permits().saturating_sub(keep);
+        if beyond > 0 {
+            drop(permit.split(beyond));
+        }
+    }
+
     async fn acquire(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StageError> {
         let units = u32::try_from(bytes.div_ceil(UNIT).max(1))
             .map_err(|_| StageError::BudgetTooSmall(bytes))?;
@@ -127,5 +138,24 @@ impl BlockMemory {
                 .map_err(|_| StageError::Busy(wait.as_secs()))?,
             None => take.await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn what_an_answer_did_not_need_is_given_back() {
+        let b = Budget::new(8 * UNIT);
+        let mut p = b.take(6 * UNIT).await.expect("take");
+        Budget::keep_only(&mut p, UNIT + 1);
+        assert_eq!(b.in_use_bytes(), 2 * UNIT);
+        Budget::keep_only(&mut p, 0);
+        assert_eq!(b.in_use_bytes(), UNIT);
+        Budget::keep_only(&mut p, 5 * UNIT);
+        assert_eq!(b.in_use_bytes(), UNIT, "never takes more");
+        drop(p);
+        assert_eq!(b.in_use_bytes(), 0);
     }
 }
