@@ -169,7 +169,20 @@ fn a_commit_whose_answer_was_lost_is_never_called_nothing_committed() {
             assert_eq!(f["status"], "committed", "{tag}: {s}");
             assert_eq!(f["attempts"], 2, "{tag}: {s}");
             assert_eq!(blob_sha(&container, "f.bin").await, (size, sha), "{tag}");
-            let lines = log.lines_about(&container);
+            // The relay's first stream may still be retrying storage when the
+            // client's second attempt has found the commit by its seal (a
+            // loaded machine: the client gave the first attempt up first), so
+            // its one "failed;" line is waited for; `T` only guards a hang.
+            let deadline = tokio::time::Instant::now() + T;
+            let lines = loop {
+                let lines = log.lines_about(&container);
+                if lines.iter().any(|l| l.contains("failed;"))
+                    || tokio::time::Instant::now() >= deadline
+                {
+                    break lines;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
             let failed: Vec<&String> = lines.iter().filter(|l| l.contains("failed;")).collect();
             assert_eq!(failed.len(), 1, "{tag}: {lines:#?}");
             assert!(
